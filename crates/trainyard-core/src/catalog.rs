@@ -1,0 +1,271 @@
+//! The catalog: what an admin has described (regions, clusters, pools, instance specs, nodes, images,
+//! storage, labels). Validation and demand read it; they never change it. Until the server exists the CLI
+//! loads it from a YAML file.
+
+use crate::string_enum;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+string_enum! {
+    /// GPU or CPU instance.
+    pub enum InstanceKind {
+        Gpu = "GPU",
+        Cpu = "CPU",
+    }
+}
+
+/// A catalog view.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Catalog {
+    #[serde(default)]
+    pub regions: BTreeMap<String, Region>,
+    #[serde(default)]
+    pub clusters: BTreeMap<String, Cluster>,
+    #[serde(default)]
+    pub pools: BTreeMap<String, Pool>,
+    #[serde(default)]
+    pub instance_specs: BTreeMap<String, InstanceSpec>,
+    /// Known nodes. When a pool has nodes here, validation refuses replicas that none of them could hold.
+    #[serde(default)]
+    pub nodes: BTreeMap<String, Node>,
+    #[serde(default)]
+    pub project_groups: BTreeMap<String, ProjectGroup>,
+    #[serde(default)]
+    pub images: BTreeMap<String, Image>,
+    /// Whether an image reference outside the catalog may be used (the backend must be able to pull it).
+    #[serde(default = "yes")]
+    pub allow_external_images: bool,
+    #[serde(default)]
+    pub volumes: BTreeMap<String, Volume>,
+    #[serde(default)]
+    pub datasets: BTreeMap<String, DataAsset>,
+    #[serde(default)]
+    pub models: BTreeMap<String, DataAsset>,
+    #[serde(default)]
+    pub labels: LabelPolicy,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Region {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Cluster {
+    pub region: String,
+}
+
+/// A resource pool in one cluster, offering some instance specs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Pool {
+    pub cluster: String,
+    pub instance_specs: Vec<String>,
+}
+
+/// A slice shape: GPUs of one model, vCPUs, memory. A replica takes `spec × countPerNode` on one node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InstanceSpec {
+    pub kind: InstanceKind,
+    /// The GPU model, for GPU specs (`A100`, `H100`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_model: Option<String>,
+    #[serde(default)]
+    pub gpus: u32,
+    pub vcpus: u32,
+    pub memory_mib: u64,
+}
+
+/// A node's raw capacity.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Node {
+    pub pool: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_model: Option<String>,
+    #[serde(default)]
+    pub gpus: u32,
+    pub vcpus: u32,
+    pub memory_mib: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProjectGroup {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+}
+
+/// An image: `host` (this machine's root) or a registered root file system or reference.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Image {
+    /// Clusters that offer it; empty means every cluster.
+    #[serde(default)]
+    pub clusters: Vec<String>,
+    /// Whether the image carries the Ray runtime (required by RayJob).
+    #[serde(default)]
+    pub ray: bool,
+    /// Whether the image carries PyTorch (required by the resource precheck).
+    #[serde(default)]
+    pub torch: bool,
+}
+
+/// A storage volume.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Volume {
+    #[serde(default)]
+    pub clusters: Vec<String>,
+    /// Whether several pods may mount it read-write at once (required for Ray shared storage).
+    #[serde(default)]
+    pub multi_pod_read_write: bool,
+}
+
+/// A dataset or a model.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DataAsset {
+    #[serde(default)]
+    pub clusters: Vec<String>,
+}
+
+/// The maintained labels, and whether tasks must use them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LabelPolicy {
+    /// When on, every task label must be a maintained key with an allowed value.
+    #[serde(default)]
+    pub validation: bool,
+    /// Maintained keys and their allowed values (empty: any value).
+    #[serde(default)]
+    pub maintained: BTreeMap<String, Vec<String>>,
+}
+
+/// Something offered in some clusters (empty: all of them).
+pub trait ClusterScoped {
+    fn clusters(&self) -> &[String];
+    fn offered_in(&self, cluster: &str) -> bool {
+        self.clusters().is_empty() || self.clusters().iter().any(|c| c == cluster)
+    }
+}
+impl ClusterScoped for Image {
+    fn clusters(&self) -> &[String] {
+        &self.clusters
+    }
+}
+impl ClusterScoped for Volume {
+    fn clusters(&self) -> &[String] {
+        &self.clusters
+    }
+}
+impl ClusterScoped for DataAsset {
+    fn clusters(&self) -> &[String] {
+        &self.clusters
+    }
+}
+
+/// A catalog file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("catalog is not valid YAML or does not match the catalog schema: {0}")]
+    Parse(String),
+    #[error("catalog is inconsistent:\n  {}", .0.join("\n  "))]
+    Inconsistent(Vec<String>),
+}
+
+impl Catalog {
+    /// Reads a catalog from YAML (or JSON) and checks that its references hold together.
+    pub fn from_yaml(text: &str) -> Result<Catalog, CatalogError> {
+        let catalog: Catalog =
+            serde_saphyr::from_str(text).map_err(|e| CatalogError::Parse(e.to_string()))?;
+        let problems = catalog.check();
+        if problems.is_empty() {
+            Ok(catalog)
+        } else {
+            Err(CatalogError::Inconsistent(problems))
+        }
+    }
+
+    /// Every dangling reference and impossible shape in the catalog itself.
+    pub fn check(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (name, c) in &self.clusters {
+            if !self.regions.contains_key(&c.region) {
+                out.push(format!("cluster {name}: region {:?} does not exist", c.region));
+            }
+        }
+        for (name, p) in &self.pools {
+            if !self.clusters.contains_key(&p.cluster) {
+                out.push(format!("pool {name}: cluster {:?} does not exist", p.cluster));
+            }
+            for s in &p.instance_specs {
+                if !self.instance_specs.contains_key(s) {
+                    out.push(format!("pool {name}: instance spec {s:?} does not exist"));
+                }
+            }
+        }
+        for (name, s) in &self.instance_specs {
+            match (s.kind, s.gpus, &s.gpu_model) {
+                (InstanceKind::Gpu, 0, _) => {
+                    out.push(format!("instance spec {name}: a GPU spec needs gpus > 0"))
+                }
+                (InstanceKind::Gpu, _, None) => {
+                    out.push(format!("instance spec {name}: a GPU spec needs gpuModel"))
+                }
+                (InstanceKind::Cpu, g, m) if g > 0 || m.is_some() => {
+                    out.push(format!("instance spec {name}: a CPU spec has no GPUs"))
+                }
+                _ => {}
+            }
+            if s.vcpus == 0 || s.memory_mib == 0 {
+                out.push(format!(
+                    "instance spec {name}: vcpus and memoryMib must be positive"
+                ));
+            }
+        }
+        for (name, n) in &self.nodes {
+            if !self.pools.contains_key(&n.pool) {
+                out.push(format!("node {name}: pool {:?} does not exist", n.pool));
+            }
+            if (n.gpus > 0) != n.gpu_model.is_some() {
+                out.push(format!("node {name}: gpus and gpuModel go together"));
+            }
+        }
+        let scoped = self.images.iter().map(|(n, i)| ("image", n, i.clusters()));
+        let scoped = scoped
+            .chain(self.volumes.iter().map(|(n, v)| ("volume", n, v.clusters())))
+            .chain(self.datasets.iter().map(|(n, v)| ("dataset", n, v.clusters())))
+            .chain(self.models.iter().map(|(n, v)| ("model", n, v.clusters())));
+        for (what, name, clusters) in scoped {
+            for c in clusters {
+                if !self.clusters.contains_key(c) {
+                    out.push(format!("{what} {name}: cluster {c:?} does not exist"));
+                }
+            }
+        }
+        out
+    }
+
+    /// Nodes of a pool, in name order.
+    pub fn pool_nodes<'a>(&'a self, pool: &'a str) -> impl Iterator<Item = (&'a String, &'a Node)> + 'a {
+        self.nodes.iter().filter(move |(_, n)| n.pool == pool)
+    }
+}
+
+impl InstanceSpec {
+    /// Whether a node of this shape can ever take one unit of this spec: the GPU model matches (CPU specs
+    /// go to CPU nodes), and the node is large enough. The scheduler uses the same rule with free capacity.
+    pub fn matches_node(&self, node_gpu_model: Option<&str>) -> bool {
+        self.gpu_model.as_deref() == node_gpu_model
+    }
+}

@@ -1,0 +1,21 @@
+//! Trainyard's pure core: the `TrainingTask` spec, its decoder and validator, the catalog view and the
+//! demand calculator.
+//!
+//! Architecture invariant: this crate does no IO, reads no clock and draws no random numbers. Every
+//! function here is a function of its arguments, and iteration that reaches an output is ordered.
+
+pub mod catalog;
+pub mod decode;
+pub mod demand;
+pub mod parse;
+pub mod problem;
+pub mod runtime_env;
+pub mod spec;
+pub mod validate;
+
+pub use catalog::Catalog;
+pub use demand::{Demand, Resources, demand, demand_options};
+pub use parse::{Checked, MAX_DOCUMENT_BYTES, check, parse};
+pub use problem::{Code, Problem, Report, Severity};
+pub use spec::TrainingTask;
+pub use validate::validate;
