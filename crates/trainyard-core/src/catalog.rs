@@ -189,11 +189,7 @@ impl Catalog {
         let catalog: Catalog =
             serde_saphyr::from_str(text).map_err(|e| CatalogError::Parse(e.to_string()))?;
         let problems = catalog.check();
-        if problems.is_empty() {
-            Ok(catalog)
-        } else {
-            Err(CatalogError::Inconsistent(problems))
-        }
+        if problems.is_empty() { Ok(catalog) } else { Err(CatalogError::Inconsistent(problems)) }
     }
 
     /// Every dangling reference and impossible shape in the catalog itself.
@@ -228,9 +224,7 @@ impl Catalog {
                 _ => {}
             }
             if s.vcpus == 0 || s.memory_mib == 0 {
-                out.push(format!(
-                    "instance spec {name}: vcpus and memoryMib must be positive"
-                ));
+                out.push(format!("instance spec {name}: vcpus and memoryMib must be positive"));
             }
         }
         for (name, n) in &self.nodes {

@@ -93,8 +93,12 @@ impl Decoder {
                 Some(v) => v,
                 None if T::OPTIONAL => T::default(),
                 None => {
-                    self.report
-                        .error(&p, Code::Required, format!("\"{name}\" is required"));
+                    // A misspelt key was already reported with "did you mean"; a second problem saying the
+                    // field is missing would only repeat it.
+                    let misspelt = map.keys().any(|k| k != name && suggest(k, &[name]).is_some());
+                    if !misspelt {
+                        self.report.error(&p, Code::Required, format!("\"{name}\" is required"));
+                    }
                     self.tainted.insert(p);
                     T::default()
                 }
@@ -184,11 +188,12 @@ fn integer(v: &Value, path: &str, d: &mut Decoder, min: i64, max: i64) -> Option
         }
     };
     if n < min || n > max {
-        d.report.error(
-            path,
-            Code::OutOfRange,
-            format!("{n} is out of range; use {min} to {max}"),
-        );
+        let message = match (n < min, min, max) {
+            (true, 0, _) => format!("{n} is negative; use 0 or more"),
+            (false, _, m) if m == i64::from(u32::MAX) => format!("{n} is too large"),
+            _ => format!("{n} is out of range; use {min} to {max}"),
+        };
+        d.report.error(path, Code::OutOfRange, message);
         return None;
     }
     Some(n)

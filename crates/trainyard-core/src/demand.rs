@@ -21,11 +21,7 @@ pub struct Resources {
 
 impl Resources {
     pub fn of(spec: &InstanceSpec) -> Resources {
-        Resources {
-            gpus: spec.gpus.into(),
-            vcpus: spec.vcpus.into(),
-            memory_mib: spec.memory_mib,
-        }
+        Resources { gpus: spec.gpus.into(), vcpus: spec.vcpus.into(), memory_mib: spec.memory_mib }
     }
 
     /// Whether `self` fits within `capacity` in every dimension.
@@ -121,11 +117,11 @@ pub enum DemandError {
     UnknownSpec(String),
 }
 
-fn role(
+fn role<'a>(
     role: Role,
     replicas: u32,
     choice: &InstanceSpecChoice,
-    lookup: &dyn Fn(&str) -> Option<&InstanceSpec>,
+    lookup: &dyn Fn(&str) -> Option<&'a InstanceSpec>,
 ) -> Result<RoleDemand, DemandError> {
     let spec = lookup(&choice.spec).ok_or_else(|| DemandError::UnknownSpec(choice.spec.clone()))?;
     let per_replica = Resources::of(spec) * u64::from(choice.count_per_node);
@@ -142,16 +138,12 @@ fn role(
 }
 
 /// The demand of `task` with its `option`-th instance spec, looking specs up with `lookup`.
-pub fn demand(
+pub fn demand<'a>(
     task: &TaskSpec,
     option: usize,
-    lookup: &dyn Fn(&str) -> Option<&InstanceSpec>,
+    lookup: &dyn Fn(&str) -> Option<&'a InstanceSpec>,
 ) -> Result<Demand, DemandError> {
-    let choice = task
-        .compute
-        .instance_specs
-        .get(option)
-        .ok_or(DemandError::NoSuchOption(option))?;
+    let choice = task.compute.instance_specs.get(option).ok_or(DemandError::NoSuchOption(option))?;
     let workers = task.compute.workers;
     let mut roles = Vec::with_capacity(2);
     match task.task_type {
@@ -162,11 +154,7 @@ pub fn demand(
             }
         }
         TaskType::RayJob => {
-            let head = task
-                .ray
-                .as_ref()
-                .and_then(|r| r.head.instance_spec.as_ref())
-                .unwrap_or(choice);
+            let head = task.ray.as_ref().and_then(|r| r.head.instance_spec.as_ref()).unwrap_or(choice);
             roles.push(role(Role::Head, 1, head, lookup)?);
             if workers > 0 {
                 roles.push(role(Role::Worker, workers, choice, lookup)?);
@@ -177,10 +165,7 @@ pub fn demand(
     for r in &roles {
         match quota.iter_mut().find(|q| q.spec == r.spec) {
             Some(q) => q.units += r.units,
-            None => quota.push(QuotaDemand {
-                spec: r.spec.clone(),
-                units: r.units,
-            }),
+            None => quota.push(QuotaDemand { spec: r.spec.clone(), units: r.units }),
         }
     }
     quota.sort_by(|a, b| a.spec.cmp(&b.spec));
@@ -194,13 +179,11 @@ pub fn demand(
 }
 
 /// The demand for every instance spec option, in the user's priority order.
-pub fn demand_options(
+pub fn demand_options<'a>(
     task: &TaskSpec,
-    lookup: &dyn Fn(&str) -> Option<&InstanceSpec>,
+    lookup: &dyn Fn(&str) -> Option<&'a InstanceSpec>,
 ) -> Result<Vec<Demand>, DemandError> {
-    (0..task.compute.instance_specs.len())
-        .map(|i| demand(task, i, lookup))
-        .collect()
+    (0..task.compute.instance_specs.len()).map(|i| demand(task, i, lookup)).collect()
 }
 
 impl std::fmt::Display for Resources {
@@ -218,10 +201,6 @@ pub struct Mib(pub u64);
 
 impl std::fmt::Display for Mib {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.0 % 1024 == 0 {
-            write!(f, "{} GiB", self.0 / 1024)
-        } else {
-            write!(f, "{} MiB", self.0)
-        }
+        if self.0 % 1024 == 0 { write!(f, "{} GiB", self.0 / 1024) } else { write!(f, "{} MiB", self.0) }
     }
 }

@@ -84,10 +84,7 @@ pub fn parse(input: &[u8]) -> (Option<TrainingTask>, Decoder) {
             d.report.error(
                 "",
                 Code::Syntax,
-                format!(
-                    "the document is not UTF-8 text (invalid byte at offset {})",
-                    e.valid_up_to()
-                ),
+                format!("the document is not UTF-8 text (invalid byte at offset {})", e.valid_up_to()),
             );
             return (None, d);
         }
@@ -100,11 +97,7 @@ pub fn parse(input: &[u8]) -> (Option<TrainingTask>, Decoder) {
     };
     let value = match value {
         Ok(Value::Null) => {
-            d.report.error(
-                "",
-                Code::Empty,
-                "the document is empty; start from one of the examples",
-            );
+            d.report.error("", Code::Empty, "the document is empty; start from one of the examples");
             return (None, d);
         }
         Ok(v) => v,
@@ -122,9 +115,7 @@ pub fn check(input: &[u8], catalog: &Catalog) -> Checked {
     let (task, d) = parse(input);
     let mut report = d.report;
     if let Some(t) = &task {
-        report
-            .problems
-            .extend(validate_tainted(t, catalog, &d.tainted).problems);
+        report.problems.extend(validate_tainted(t, catalog, &d.tainted).problems);
     }
     Checked { task, report }
 }

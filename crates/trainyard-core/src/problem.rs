@@ -114,11 +114,7 @@ pub struct Problem {
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let path = if self.path.is_empty() {
-            "(document)"
-        } else {
-            &self.path
-        };
+        let path = if self.path.is_empty() { "(document)" } else { &self.path };
         let severity = match self.severity {
             Severity::Error => "error",
             Severity::Warning => "warning",
@@ -143,12 +139,7 @@ impl Report {
     }
 
     fn push(&mut self, path: String, code: Code, severity: Severity, message: String) {
-        self.problems.push(Problem {
-            path,
-            code,
-            severity,
-            message,
-        });
+        self.problems.push(Problem { path, code, severity, message });
     }
 
     /// True when nothing blocks submission (warnings are allowed).
@@ -167,11 +158,7 @@ impl Report {
 
 /// Builds field paths: `spec.environment`, `env[2]`, `labels["example.com/team"]`.
 pub(crate) fn field(base: &str, name: &str) -> String {
-    if base.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{base}.{name}")
-    }
+    if base.is_empty() { name.to_owned() } else { format!("{base}.{name}") }
 }
 
 pub(crate) fn index(base: &str, i: usize) -> String {
@@ -183,11 +170,7 @@ pub(crate) fn key(base: &str, key: &str) -> String {
     let plain = !key.is_empty()
         && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         && !key.starts_with(|c: char| c.is_ascii_digit());
-    if plain {
-        field(base, key)
-    } else {
-        format!("{base}[{key:?}]")
-    }
+    if plain { field(base, key) } else { format!("{base}[{key:?}]") }
 }
 
 /// True when `path` is `prefix` or lies under it (`a.b` is under `a`, `a[1]` is under `a`, `ab` is not).
@@ -206,10 +189,7 @@ mod tests {
         assert_eq!(field("spec", "compute"), "spec.compute");
         assert_eq!(index("spec.env", 2), "spec.env[2]");
         assert_eq!(key("metadata.labels", "team"), "metadata.labels.team");
-        assert_eq!(
-            key("metadata.labels", "example.com/team"),
-            r#"metadata.labels["example.com/team"]"#
-        );
+        assert_eq!(key("metadata.labels", "example.com/team"), r#"metadata.labels["example.com/team"]"#);
         assert_eq!(key("m", "1a"), r#"m["1a"]"#);
         assert!(is_under("spec.compute.pool", "spec.compute"));
         assert!(is_under("spec.env[1].name", "spec.env"));

@@ -11,32 +11,20 @@ const FIELDS: &[(&str, &str)] = &[
     ("working_dir", "a local directory or a URI of a zip file"),
     ("py_modules", "a list of local directories, wheels or URIs"),
     ("py_executable", "the Python executable to run workers with"),
-    (
-        "excludes",
-        "a list of paths or patterns to leave out of working_dir and py_modules",
-    ),
-    (
-        "pip",
-        "a list of requirements, a requirements.txt path, or {packages, pip_check, pip_version}",
-    ),
+    ("excludes", "a list of paths or patterns to leave out of working_dir and py_modules"),
+    ("pip", "a list of requirements, a requirements.txt path, or {packages, pip_check, pip_version}"),
     (
         "uv",
         "a list of requirements, a requirements.txt path, or {packages, uv_version, uv_check, uv_pip_install_options}",
     ),
-    (
-        "conda",
-        "an environment name, an environment.yml path, or an environment mapping",
-    ),
+    ("conda", "an environment name, an environment.yml path, or an environment mapping"),
     ("env_vars", "a mapping of variable names to string values"),
     ("container", "a container mapping (deprecated; use image_uri)"),
     ("image_uri", "an image to run the workers in"),
     ("config", "{setup_timeout_seconds, eager_install}"),
     ("java_jars", "a list of jar paths or URIs"),
     ("nsight", "\"default\" or a mapping of nsys options"),
-    (
-        "worker_process_setup_hook",
-        "a module.function to call in every worker",
-    ),
+    ("worker_process_setup_hook", "a module.function to call in every worker"),
     ("mpi", "an MPI mapping"),
 ];
 
@@ -57,10 +45,7 @@ pub fn check(r: &mut Report, path: &str, text: &str) {
             r.error(
                 path,
                 Code::WrongType,
-                format!(
-                    "must be a YAML mapping of runtime env fields, found {}",
-                    type_name(&value)
-                ),
+                format!("must be a YAML mapping of runtime env fields, found {}", type_name(&value)),
             );
         }
         return;
@@ -73,12 +58,7 @@ pub fn check(r: &mut Report, path: &str, text: &str) {
             "pip" | "uv" => packages(r, &p, k, v),
             "conda" => match v {
                 Value::String(_) | Value::Object(_) => {}
-                _ => wrong(
-                    r,
-                    &p,
-                    "an environment name, a path to environment.yml, or a mapping",
-                    v,
-                ),
+                _ => wrong(r, &p, "an environment name, a path to environment.yml, or a mapping", v),
             },
             "env_vars" => env_vars(r, &p, v),
             "config" => config(r, &p, v),
@@ -117,10 +97,7 @@ pub fn check(r: &mut Report, path: &str, text: &str) {
         }
     }
     if has("image_uri") {
-        for k in map
-            .keys()
-            .filter(|k| !matches!(k.as_str(), "image_uri" | "config" | "env_vars"))
-        {
+        for k in map.keys().filter(|k| !matches!(k.as_str(), "image_uri" | "config" | "env_vars")) {
             r.error(
                 key(path, k),
                 Code::Conflict,
@@ -131,11 +108,7 @@ pub fn check(r: &mut Report, path: &str, text: &str) {
 }
 
 fn wrong(r: &mut Report, p: &str, expected: &str, v: &Value) {
-    r.error(
-        p,
-        Code::WrongType,
-        format!("must be {expected}, found {}", type_name(v)),
-    );
+    r.error(p, Code::WrongType, format!("must be {expected}, found {}", type_name(v)));
 }
 
 fn string(r: &mut Report, p: &str, v: &Value) {
@@ -196,12 +169,7 @@ fn packages(r: &mut Report, p: &str, which: &str, v: &Value) {
                 );
             }
         }
-        _ => wrong(
-            r,
-            p,
-            "a list of requirements, a requirements.txt path, or a mapping",
-            v,
-        ),
+        _ => wrong(r, p, "a list of requirements, a requirements.txt path, or a mapping", v),
     }
 }
 
@@ -218,10 +186,7 @@ fn env_vars(r: &mut Report, p: &str, v: &Value) {
             r.error(
                 &kp,
                 Code::WrongType,
-                format!(
-                    "Ray needs string values; found {}, so quote it: \"{x}\"",
-                    type_name(x)
-                ),
+                format!("Ray needs string values; found {}, so quote it: \"{x}\"", type_name(x)),
             );
         }
     }
@@ -291,16 +256,10 @@ mod tests {
         check("pip: [a]\nconda: x", &[("env.conda", Code::Conflict)]);
         check(
             "env_vars: {A: 1, 'B C': x}",
-            &[
-                ("env.env_vars.A", Code::WrongType),
-                (r#"env.env_vars["B C"]"#, Code::InvalidName),
-            ],
+            &[("env.env_vars.A", Code::WrongType), (r#"env.env_vars["B C"]"#, Code::InvalidName)],
         );
         check("pip: {pip_check: true}", &[("env.pip.packages", Code::Required)]);
-        check(
-            "working_dri: /x",
-            &[("env.working_dri", Code::UnknownRuntimeEnvField)],
-        );
+        check("working_dri: /x", &[("env.working_dri", Code::UnknownRuntimeEnvField)]);
         check(
             "config: {setup_timeout_seconds: 0}",
             &[("env.config.setup_timeout_seconds", Code::OutOfRange)],

@@ -151,10 +151,7 @@ pub struct Placement {
     pub region: String,
     pub cluster: String,
 }
-decode_struct!(Placement {
-    region: String = "region",
-    cluster: String = "cluster",
-});
+decode_struct!(Placement { region: String = "region", cluster: String = "cluster" });
 
 /// The runtime environment of every replica.
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]

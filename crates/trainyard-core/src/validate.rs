@@ -104,11 +104,7 @@ pub fn validate(task: &TrainingTask, catalog: &Catalog) -> Report {
 
 /// Validates, skipping problems at or under paths that failed to decode (they were reported already).
 pub fn validate_tainted(task: &TrainingTask, catalog: &Catalog, tainted: &BTreeSet<String>) -> Report {
-    let mut v = V {
-        cat: catalog,
-        tainted,
-        report: Report::default(),
-    };
+    let mut v = V { cat: catalog, tainted, report: Report::default() };
     v.header(task);
     v.metadata(task);
     let place = v.placement(task);
@@ -116,12 +112,8 @@ pub fn validate_tainted(task: &TrainingTask, catalog: &Catalog, tainted: &BTreeS
     v.compute(task, &place);
     v.advanced(task);
     v.type_specific(task, &place);
-    let V {
-        mut report, tainted, ..
-    } = v;
-    report
-        .problems
-        .retain(|p| !tainted.iter().any(|t| is_under(&p.path, t)));
+    let V { mut report, tainted, .. } = v;
+    report.problems.retain(|p| !tainted.iter().any(|t| is_under(&p.path, t)));
     report
 }
 
@@ -175,10 +167,7 @@ impl<'a> V<'a> {
             self.report.error(
                 "metadata.projectGroup",
                 Code::NotFound,
-                format!(
-                    "project group \"{}\" does not exist; known groups: {known}",
-                    m.project_group
-                ),
+                format!("project group \"{}\" does not exist; known groups: {known}", m.project_group),
             );
         }
         if let Some(d) = &m.description
@@ -187,10 +176,7 @@ impl<'a> V<'a> {
             self.report.error(
                 "metadata.description",
                 Code::TooLong,
-                format!(
-                    "is {} characters; shorten it to {DESCRIPTION_MAX}",
-                    d.chars().count()
-                ),
+                format!("is {} characters; shorten it to {DESCRIPTION_MAX}", d.chars().count()),
             );
         }
         self.labels(&m.labels);
@@ -211,14 +197,12 @@ impl<'a> V<'a> {
             let key_ok = match check_label_key(k) {
                 Ok(()) => true,
                 Err(why) => {
-                    self.report
-                        .error(&p, Code::InvalidName, format!("label key \"{k}\" {why}"));
+                    self.report.error(&p, Code::InvalidName, format!("label key \"{k}\" {why}"));
                     false
                 }
             };
             if let Err(why) = check_label_value(value) {
-                self.report
-                    .error(&p, Code::InvalidValue, format!("label value \"{value}\" {why}"));
+                self.report.error(&p, Code::InvalidValue, format!("label value \"{value}\" {why}"));
             }
             if policy.validation && key_ok {
                 match policy.maintained.get(k) {
@@ -264,11 +248,7 @@ impl<'a> V<'a> {
                 "cluster",
                 cluster,
                 self.cat.clusters.contains_key(cluster),
-                self.cat
-                    .clusters
-                    .iter()
-                    .filter(|(_, c)| !region_ok || &c.region == region)
-                    .map(|(n, _)| n),
+                self.cat.clusters.iter().filter(|(_, c)| !region_ok || &c.region == region).map(|(n, _)| n),
             );
         if cluster_ok && region_ok && self.cat.clusters[cluster].region != *region {
             self.report.error(
@@ -290,11 +270,7 @@ impl<'a> V<'a> {
                 "resource pool",
                 pool,
                 self.cat.pools.contains_key(pool),
-                self.cat
-                    .pools
-                    .iter()
-                    .filter(|(_, p)| cluster.is_none_or(|c| p.cluster == c))
-                    .map(|(n, _)| n),
+                self.cat.pools.iter().filter(|(_, p)| cluster.is_none_or(|c| p.cluster == c)).map(|(n, _)| n),
             );
         if let Some(c) = cluster
             && pool_ok
@@ -310,11 +286,7 @@ impl<'a> V<'a> {
             );
             pool_ok = false;
         }
-        Place {
-            task_type,
-            cluster,
-            pool: pool_ok.then_some(pool.as_str()),
-        }
+        Place { task_type, cluster, pool: pool_ok.then_some(pool.as_str()) }
     }
 
     /// Reports an empty or unknown reference. Returns whether it resolved.
@@ -333,10 +305,7 @@ impl<'a> V<'a> {
             self.report.error(
                 path,
                 Code::NotFound,
-                format!(
-                    "{what} \"{name}\" does not exist; choose one of: {}",
-                    names(known)
-                ),
+                format!("{what} \"{name}\" does not exist; choose one of: {}", names(known)),
             );
             false
         } else {
@@ -379,14 +348,9 @@ impl<'a> V<'a> {
                 Some(TaskType::RayJob) => "python main.py",
                 _ => "torchrun --nnodes \"$WORLD_SIZE\" --node_rank \"$RANK\" train.py",
             };
-            self.report.error(
-                cmd,
-                Code::Empty,
-                format!("give the command to run, for example `{example}`"),
-            );
+            self.report.error(cmd, Code::Empty, format!("give the command to run, for example `{example}`"));
         } else if e.cmd.contains('\0') {
-            self.report
-                .error(cmd, Code::InvalidValue, "contains a NUL character; remove it");
+            self.report.error(cmd, Code::InvalidValue, "contains a NUL character; remove it");
         } else if e.cmd.len() > CMD_MAX_BYTES {
             self.report.error(
                 cmd,
@@ -503,13 +467,8 @@ impl<'a> V<'a> {
         for (i, m) in e.models.iter().enumerate() {
             let p = index("spec.environment.models", i);
             let entry = self.cat.models.get(&m.model);
-            if self.reference(
-                &field(&p, "model"),
-                "model",
-                &m.model,
-                entry.is_some(),
-                self.cat.models.keys(),
-            ) {
+            if self.reference(&field(&p, "model"), "model", &m.model, entry.is_some(), self.cat.models.keys())
+            {
                 self.offered(&field(&p, "model"), "model", &m.model, entry, place);
             }
             if !m.read_only {
@@ -538,38 +497,34 @@ impl<'a> V<'a> {
         }
         // Ray's shared storage is one more mount, at a fixed path.
         if is_ray && let Some(ss) = t.spec.ray.as_ref().and_then(|r| r.shared_storage.as_ref()) {
-            valid.push((
-                "spec.ray.sharedStorage".to_owned(),
-                "volume",
-                &ss.volume,
-                RAY_SHARED_PATH,
-            ));
+            valid.push(("spec.ray.sharedStorage".to_owned(), "volume", &ss.volume, RAY_SHARED_PATH));
         }
+        // Each mount is compared with those before it and reported once: against the first mount at the same
+        // path, or else against the first mount it lies inside (or that lies inside it).
         for j in 0..valid.len() {
-            for i in 0..j {
-                let (pi, wi, ni, mi) = &valid[i];
-                let (pj, wj, nj, mj) = &valid[j];
-                if mi == mj {
-                    if wi == wj && ni == nj {
-                        self.report.error(
-                            pj,
-                            Code::Duplicate,
-                            format!("{wj} \"{nj}\" is already mounted at {mj} by {pi}; mount it once"),
-                        );
-                    } else {
-                        self.report.error(
-                            pj,
-                            Code::PathConflict,
-                            format!("{mj} is already used by {pi} ({wi} \"{ni}\"); choose another path"),
-                        );
-                    }
-                } else if let Some((outer, inner, inner_path)) = nested(mi, mj, pi, pj) {
-                    self.report.warning(
-                        inner_path,
+            let (pj, wj, nj, mj) = &valid[j];
+            if let Some((pi, wi, ni, _)) = valid[..j].iter().find(|(_, _, _, mi)| mi == mj) {
+                if wi == wj && ni == nj {
+                    self.report.error(
+                        pj,
+                        Code::Duplicate,
+                        format!("{wj} \"{nj}\" is already mounted at {mj} by {pi}; mount it once"),
+                    );
+                } else {
+                    self.report.error(
+                        pj,
                         Code::PathConflict,
-                        format!("{inner} lies inside {outer}, which is mounted too; the inner mount hides part of the outer one"),
+                        format!("{mj} is already used by {pi} ({wi} \"{ni}\"); choose another path"),
                     );
                 }
+            } else if let Some((outer, inner, inner_path)) =
+                valid[..j].iter().find_map(|(pi, _, _, mi)| nested(mi, mj, pi, pj))
+            {
+                self.report.warning(
+                    inner_path,
+                    Code::PathConflict,
+                    format!("{inner} lies inside {outer}, which is mounted too; the inner mount hides part of the outer one"),
+                );
             }
         }
     }
@@ -623,20 +578,13 @@ impl<'a> V<'a> {
 
         let specs_path = field(base, "instanceSpecs");
         if c.instance_specs.is_empty() && self.ok(&specs_path) {
-            let offered = place
-                .pool
-                .map(|p| self.cat.pools[p].instance_specs.join(", "))
-                .unwrap_or_default();
+            let offered = place.pool.map(|p| self.cat.pools[p].instance_specs.join(", ")).unwrap_or_default();
             self.report.error(
                 &specs_path,
                 Code::Empty,
                 format!(
                     "choose at least one instance spec{}",
-                    if offered.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; the pool offers {offered}")
-                    }
+                    if offered.is_empty() { String::new() } else { format!("; the pool offers {offered}") }
                 ),
             );
         }
@@ -644,10 +592,7 @@ impl<'a> V<'a> {
             self.report.error(
                 &specs_path,
                 Code::TooLong,
-                format!(
-                    "lists {} instance specs; at most {INSTANCE_SPECS_MAX}",
-                    c.instance_specs.len()
-                ),
+                format!("lists {} instance specs; at most {INSTANCE_SPECS_MAX}", c.instance_specs.len()),
             );
         }
         let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
@@ -740,11 +685,7 @@ impl<'a> V<'a> {
             if !spec.matches_node(n.gpu_model.as_deref()) {
                 continue;
             }
-            let cap = Resources {
-                gpus: n.gpus.into(),
-                vcpus: n.vcpus.into(),
-                memory_mib: n.memory_mib,
-            };
+            let cap = Resources { gpus: n.gpus.into(), vcpus: n.vcpus.into(), memory_mib: n.memory_mib };
             if need.fits_in(&cap) {
                 return;
             }
@@ -775,10 +716,9 @@ impl<'a> V<'a> {
         if let Some(pc) = &a.precheck {
             let p = field(base, "precheck");
             check_env_list(&mut self.report, &field(&p, "env"), &pc.env);
-            for (name, v) in [
-                ("minGemmTflops", pc.min_gemm_tflops),
-                ("minAllreduceGbps", pc.min_allreduce_gbps),
-            ] {
+            for (name, v) in
+                [("minGemmTflops", pc.min_gemm_tflops), ("minAllreduceGbps", pc.min_allreduce_gbps)]
+            {
                 if let Some(x) = v
                     && x <= 0.0
                 {
@@ -793,10 +733,7 @@ impl<'a> V<'a> {
                 self.report.error(
                     field(&p, "timeoutSeconds"),
                     Code::OutOfRange,
-                    format!(
-                        "{} is out of range; use 1 to {PRECHECK_TIMEOUT_MAX_S}",
-                        pc.timeout_seconds
-                    ),
+                    format!("{} is out of range; use 1 to {PRECHECK_TIMEOUT_MAX_S}", pc.timeout_seconds),
                 );
             }
         }
@@ -848,10 +785,7 @@ impl<'a> V<'a> {
             self.report.error(
                 &ep,
                 Code::TooLong,
-                format!(
-                    "has {} endpoints; at most {METRICS_ENDPOINTS_MAX}",
-                    m.endpoints.len()
-                ),
+                format!("has {} endpoints; at most {METRICS_ENDPOINTS_MAX}", m.endpoints.len()),
             );
         }
         let mut seen: BTreeMap<(u32, &str), usize> = BTreeMap::new();
@@ -871,11 +805,7 @@ impl<'a> V<'a> {
                     Code::InvalidPath,
                     format!("\"{}\" must start with /, like /metrics", e.path),
                 );
-            } else if e
-                .path
-                .chars()
-                .any(|c| c.is_whitespace() || c.is_control() || c == '#')
-            {
+            } else if e.path.chars().any(|c| c.is_whitespace() || c.is_control() || c == '#') {
                 self.report.error(
                     &pp,
                     Code::InvalidPath,
@@ -940,10 +870,7 @@ impl<'a> V<'a> {
                 self.report.error(field(&p, "webhook"), Code::InvalidUrl, why);
             }
             let th = field(&p, "queuedThresholdSeconds");
-            match (
-                seen.contains(&AlarmEvent::QueuedTooLong),
-                a.queued_threshold_seconds,
-            ) {
+            match (seen.contains(&AlarmEvent::QueuedTooLong), a.queued_threshold_seconds) {
                 (true, None) => self.report.error(
                     &th,
                     Code::Required,
@@ -1116,10 +1043,7 @@ impl<'a> V<'a> {
                 self.report.error(
                     field(p, "idleTimeoutSeconds"),
                     Code::OutOfRange,
-                    format!(
-                        "{} is out of range; use 1 to {RAY_IDLE_TIMEOUT_MAX_S}",
-                        a.idle_timeout_seconds
-                    ),
+                    format!("{} is out of range; use 1 to {RAY_IDLE_TIMEOUT_MAX_S}", a.idle_timeout_seconds),
                 );
             }
         }
@@ -1137,11 +1061,7 @@ fn max_count(spec: &InstanceSpec, cap: &Resources) -> u64 {
 /// `a, b, c`, or `(none)`.
 fn names<'n>(it: impl Iterator<Item = &'n String>) -> String {
     let v: Vec<&str> = it.map(String::as_str).collect();
-    if v.is_empty() {
-        "(none)".to_owned()
-    } else {
-        v.join(", ")
-    }
+    if v.is_empty() { "(none)".to_owned() } else { v.join(", ") }
 }
 
 /// When one mount path lies inside the other: (outer, inner, field path of the inner).
@@ -1173,62 +1093,84 @@ pub fn check_name_prefix(r: &mut Report, path: &str, s: &str) {
             format!("is {n} characters; at most {NAME_PREFIX_MAX}, so that the {NAME_SUFFIX_LEN}-character unique suffix still fits in {DNS_LABEL_MAX}"),
         );
     }
-    let bad: BTreeSet<char> = s
-        .chars()
-        .filter(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-'))
-        .collect();
-    if !bad.is_empty() {
-        let upper = bad.iter().any(|c| c.is_ascii_uppercase());
-        let list: String = bad
-            .iter()
-            .map(|c| format!("{c:?}"))
-            .collect::<Vec<_>>()
-            .join(", ");
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+    if s.chars().any(|c| !allowed(c)) {
+        let mut what: Vec<String> = Vec::new();
+        if s.chars().any(|c| c.is_ascii_uppercase()) {
+            what.push("uppercase letters".to_owned());
+        }
+        what.extend(describe_bad_chars(s, |c| allowed(c) || c.is_ascii_uppercase()));
+        let fixed: String =
+            s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
+        let fixed = fixed.trim_matches('-');
+        let hint = if !fixed.is_empty() && fixed.len() <= NAME_PREFIX_MAX {
+            format!(" (try {fixed:?})")
+        } else {
+            String::new()
+        };
         r.error(
             path,
             Code::InvalidName,
             format!(
-                "{s:?} contains {list}; use lowercase letters, digits and hyphens only{}",
-                if upper {
-                    format!(" (try {:?})", s.to_ascii_lowercase())
-                } else {
-                    String::new()
-                }
+                "{s:?} contains {}; use lowercase letters, digits and hyphens only{hint}",
+                what.join(" and ")
             ),
         );
     } else if !s.starts_with(|c: char| c.is_ascii_alphanumeric())
         || !s.ends_with(|c: char| c.is_ascii_alphanumeric())
     {
-        r.error(
-            path,
-            Code::InvalidName,
-            format!("{s:?} must start and end with a letter or digit"),
-        );
+        r.error(path, Code::InvalidName, format!("{s:?} must start and end with a letter or digit"));
     }
 }
 
-/// Describes a character that is not allowed in a name, for messages.
-fn describe_char(c: char) -> String {
+/// The kind of a character that is not allowed in a name, for messages.
+fn char_class(c: char) -> &'static str {
     match c {
-        ' ' => "a space".to_owned(),
-        '\t' => "a tab".to_owned(),
-        '\n' | '\r' => "a line break".to_owned(),
-        '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}' | '\u{180E}' => {
-            format!("a zero-width character (U+{:04X})", c as u32)
-        }
-        '\u{3000}' | '\u{FF01}'..='\u{FF60}' | '\u{FFE0}'..='\u{FFEE}' => {
-            format!("a full-width character '{c}' (U+{:04X})", c as u32)
-        }
+        ' ' => "a space",
+        '\t' => "a tab",
+        '\n' | '\r' => "a line break",
+        '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}' | '\u{180E}' => "zero-width characters",
+        '\u{3000}' | '\u{FF01}'..='\u{FF60}' | '\u{FFE0}'..='\u{FFEE}' => "full-width characters",
         '\u{3400}'..='\u{4DBF}'
         | '\u{4E00}'..='\u{9FFF}'
         | '\u{F900}'..='\u{FAFF}'
-        | '\u{3001}'..='\u{303F}' => {
-            format!("a Chinese character '{c}'")
-        }
-        c if c.is_control() => format!("a control character (U+{:04X})", c as u32),
-        c if !c.is_ascii() => format!("a non-ASCII character '{c}' (U+{:04X})", c as u32),
-        c => format!("'{c}'"),
+        | '\u{3001}'..='\u{303F}' => "Chinese characters",
+        c if c.is_control() => "control characters",
+        c if !c.is_ascii() => "non-ASCII characters",
+        _ => "punctuation",
     }
+}
+
+/// Describes the characters of `s` that `allowed` refuses, grouped by kind, for messages:
+/// `a space and Chinese characters ('学', '习')`.
+fn describe_bad_chars(s: &str, allowed: impl Fn(char) -> bool) -> Option<String> {
+    let mut groups: Vec<(&'static str, Vec<char>)> = Vec::new();
+    for c in s.chars().filter(|c| !allowed(*c)) {
+        let class = char_class(c);
+        match groups.iter_mut().find(|(k, _)| *k == class) {
+            Some((_, cs)) if cs.contains(&c) => {}
+            Some((_, cs)) => cs.push(c),
+            None => groups.push((class, vec![c])),
+        }
+    }
+    if groups.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = groups
+        .into_iter()
+        .map(|(class, cs)| match class {
+            "a space" | "a tab" | "a line break" => class.to_owned(),
+            "zero-width characters" | "control characters" => {
+                let codes: Vec<String> = cs.iter().map(|c| format!("U+{:04X}", *c as u32)).collect();
+                format!("{class} ({})", codes.join(", "))
+            }
+            _ => {
+                let shown: Vec<String> = cs.iter().map(|c| format!("'{c}'")).collect();
+                format!("{class} ({})", shown.join(", "))
+            }
+        })
+        .collect();
+    Some(parts.join(" and "))
 }
 
 /// An environment variable name: ASCII letters, digits and `_`, not starting with a digit.
@@ -1236,21 +1178,9 @@ pub fn check_env_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("is empty; give the variable a name".to_owned());
     }
-    let mut found: Vec<String> = Vec::new();
-    for c in name.chars() {
-        if !(c.is_ascii_alphanumeric() || c == '_') {
-            let d = describe_char(c);
-            if !found.contains(&d) {
-                found.push(d);
-            }
-        }
-    }
     let shown = format!("{name:?}");
-    if !found.is_empty() {
-        return Err(format!(
-            "{shown} contains {}; use ASCII letters, digits and _ only",
-            found.join(" and ")
-        ));
+    if let Some(bad) = describe_bad_chars(name, |c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!("{shown} contains {bad}; use ASCII letters, digits and _ only"));
     }
     if name.starts_with(|c: char| c.is_ascii_digit()) {
         return Err(format!("{shown} starts with a digit; start with a letter or _"));
@@ -1261,11 +1191,7 @@ pub fn check_env_name(name: &str) -> Result<(), String> {
 /// A list of env vars: every name and value, duplicates, and names the platform reserves.
 pub fn check_env_list(r: &mut Report, base: &str, vars: &[EnvVar]) {
     if vars.len() > ENV_VARS_MAX {
-        r.error(
-            base,
-            Code::TooLong,
-            format!("has {} variables; at most {ENV_VARS_MAX}", vars.len()),
-        );
+        r.error(base, Code::TooLong, format!("has {} variables; at most {ENV_VARS_MAX}", vars.len()));
     }
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, v) in vars.iter().enumerate() {
@@ -1278,10 +1204,7 @@ pub fn check_env_list(r: &mut Report, base: &str, vars: &[EnvVar]) {
                     r.error(
                         &np,
                         Code::Duplicate,
-                        format!(
-                            "{} is already set at {base}[{first}]; set each variable once",
-                            v.name
-                        ),
+                        format!("{} is already set at {base}[{first}]; set each variable once", v.name),
                     );
                 } else if RESERVED_ENV.contains(&v.name.as_str()) || v.name.starts_with(RESERVED_ENV_PREFIX) {
                     r.error(
@@ -1294,11 +1217,7 @@ pub fn check_env_list(r: &mut Report, base: &str, vars: &[EnvVar]) {
         }
         let vp = field(&p, "value");
         if v.value.is_empty() {
-            r.error(
-                &vp,
-                Code::Empty,
-                "is empty; give a value (\"0\" is fine) or remove the variable",
-            );
+            r.error(&vp, Code::Empty, "is empty; give a value (\"0\" is fine) or remove the variable");
         } else if v.value.contains('\0') {
             r.error(
                 &vp,
@@ -1318,11 +1237,7 @@ pub fn check_env_list(r: &mut Report, base: &str, vars: &[EnvVar]) {
 /// Checks a mount path; returns whether it is well-formed (so conflict checks can use it).
 pub fn check_mount_path(r: &mut Report, path: &str, mount: &str, is_ray: bool) -> bool {
     if mount.is_empty() {
-        r.error(
-            path,
-            Code::Empty,
-            "give the path inside the container, like /mnt/data",
-        );
+        r.error(path, Code::Empty, "give the path inside the container, like /mnt/data");
         return false;
     }
     if !mount.starts_with('/') {
@@ -1334,22 +1249,11 @@ pub fn check_mount_path(r: &mut Report, path: &str, mount: &str, is_ray: bool) -
         return false;
     }
     if mount.len() > MOUNT_PATH_MAX {
-        r.error(
-            path,
-            Code::TooLong,
-            format!("is {} bytes; at most {MOUNT_PATH_MAX}", mount.len()),
-        );
+        r.error(path, Code::TooLong, format!("is {} bytes; at most {MOUNT_PATH_MAX}", mount.len()));
         return false;
     }
-    if let Some(c) = mount
-        .chars()
-        .find(|c| c.is_control() || matches!(c, ':' | ',' | '\\'))
-    {
-        r.error(
-            path,
-            Code::InvalidPath,
-            format!("{mount:?} contains {}; remove it", describe_char(c)),
-        );
+    if let Some(bad) = describe_bad_chars(mount, |c| !(c.is_control() || matches!(c, ':' | ',' | '\\'))) {
+        r.error(path, Code::InvalidPath, format!("{mount:?} contains {bad}; remove them"));
         return false;
     }
     if mount.contains("//") {
@@ -1379,18 +1283,20 @@ pub fn check_mount_path(r: &mut Report, path: &str, mount: &str, is_ray: bool) -
     let under =
         |root: &str| mount == root || (mount.starts_with(root) && mount.as_bytes()[root.len()] == b'/');
     if mount == "/" {
-        r.error(
-            path,
-            Code::ProtectedPath,
-            "cannot mount over /; use a directory under /mnt or /volume",
-        );
+        r.error(path, Code::ProtectedPath, "cannot mount over /; use a directory under /mnt or /volume");
         return false;
     }
     if let Some(root) = PROTECTED_PATHS.iter().find(|p| under(p)) {
         r.error(
             path,
             Code::ProtectedPath,
-            format!("{mount} is inside {root}, which the image needs; mount under /mnt or /volume instead"),
+            if mount == *root {
+                format!("{mount} is a directory the image needs; mount under /mnt or /volume instead")
+            } else {
+                format!(
+                    "{mount} is inside {root}, which the image needs; mount under /mnt or /volume instead"
+                )
+            },
         );
         return false;
     }
@@ -1440,16 +1346,11 @@ pub fn check_label_key(k: &str) -> Result<(), String> {
     };
     if let Some(p) = prefix {
         if p.is_empty() || p.len() > LABEL_PREFIX_MAX {
-            return Err(format!(
-                "has a prefix of {} characters; use 1 to {LABEL_PREFIX_MAX}",
-                p.len()
-            ));
+            return Err(format!("has a prefix of {} characters; use 1 to {LABEL_PREFIX_MAX}", p.len()));
         }
         let ok = p.split('.').all(|seg| {
             !seg.is_empty()
-                && seg
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && seg.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
                 && !seg.starts_with('-')
                 && !seg.ends_with('-')
         });
@@ -1472,14 +1373,8 @@ pub fn check_label_value(v: &str) -> Result<(), String> {
     if v.len() > LABEL_NAME_MAX {
         return Err(format!("is {} characters; at most {LABEL_NAME_MAX}", v.len()));
     }
-    if let Some(c) = v
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
-    {
-        return Err(format!(
-            "contains {}; use letters, digits, -, _ and . only",
-            describe_char(c)
-        ));
+    if let Some(bad) = describe_bad_chars(v, |c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
+        return Err(format!("contains {bad}; use letters, digits, -, _ and . only"));
     }
     if !v.starts_with(|c: char| c.is_ascii_alphanumeric())
         || !v.ends_with(|c: char| c.is_ascii_alphanumeric())
@@ -1505,9 +1400,7 @@ pub fn check_image_reference(s: &str) -> Result<(), String> {
                     c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '+' | '.' | '_' | '-')
                 })
                 && hex.len() >= 32
-                && hex
-                    .chars()
-                    .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+                && hex.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
         });
         if !ok {
             return Err("the digest after @ must look like sha256:<64 hex digits>".to_owned());
@@ -1523,8 +1416,7 @@ pub fn check_image_reference(s: &str) -> Result<(), String> {
         let ok = !t.is_empty()
             && t.len() <= 128
             && t.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
-            && t.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+            && t.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
         if !ok {
             return Err(format!("tag \"{t}\" must be 1 to 128 letters, digits, _, . or -"));
         }
@@ -1533,11 +1425,7 @@ pub fn check_image_reference(s: &str) -> Result<(), String> {
     if parts.len() > 1 && (parts[0].contains(['.', ':']) || parts[0] == "localhost") {
         let host = parts.remove(0);
         let (h, port) = host.split_once(':').map_or((host, None), |(h, p)| (h, Some(p)));
-        if h.is_empty()
-            || !h
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-'))
-        {
+        if h.is_empty() || !h.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-')) {
             return Err(format!("registry host \"{host}\" is not a host name"));
         }
         if port.is_some_and(|p| p.parse::<u16>().is_err()) {
@@ -1577,8 +1465,8 @@ pub fn check_url(s: &str) -> Result<(), String> {
     if host.is_empty() || host.starts_with(':') {
         return Err(format!("\"{s}\" has no host"));
     }
-    if let Some(c) = s.chars().find(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("URL contains {}; encode it", describe_char(c)));
+    if let Some(bad) = describe_bad_chars(s, |c| !(c.is_whitespace() || c.is_control())) {
+        return Err(format!("URL contains {bad}; percent-encode them"));
     }
     Ok(())
 }
