@@ -1322,7 +1322,11 @@ pub fn check_mount_path(r: &mut Report, path: &str, mount: &str, is_ray: bool) -
         r.warning(
             path,
             Code::UnusualPath,
-            format!("{mount} is outside /mnt and /volume; a separate directory there cannot hide the image's own files"),
+            if RECOMMENDED_MOUNT_ROOTS.contains(&mount) {
+                format!("mount in a directory of its own under {mount}, like {mount}/data, so mounts cannot cover each other")
+            } else {
+                format!("{mount} is outside /mnt and /volume; a separate directory there cannot hide the image's own files")
+            },
         );
     }
     true

@@ -1,0 +1,106 @@
+//! `trainyard validate` as a user runs it: exit codes, the demand table, problems with paths, JSON output.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn trainyard(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(args)
+        .current_dir(repo())
+        .env_remove("TRAINYARD_CATALOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(input) = stdin {
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+#[test]
+fn valid_files_print_the_demand_table_and_exit_0() {
+    let o = trainyard(&["validate", "examples/pytorch-ddp.yaml", "examples/ray-autoscaling.yaml"], None);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains("examples/pytorch-ddp.yaml: valid"), "{out}");
+    // 1 master + 3 workers, 8 A100 each: 32 units, 32 GPUs; then the H100 fallback.
+    assert!(out.contains("demand with option 1 of 2 (gpu.a100.1 × 8 per replica)"), "{out}");
+    assert!(out.contains("quota checked: 32 units of gpu.a100.1"), "{out}");
+    assert!(out.contains("demand with option 2 of 2 (gpu.h100.1 × 8 per replica)"), "{out}");
+    // RayJob: the head on its own spec, quota per spec.
+    assert!(out.contains("quota checked: 1 unit of cpu.large, 4 units of gpu.a100.1"), "{out}");
+}
+
+#[test]
+fn invalid_files_print_every_problem_with_its_path_and_exit_1() {
+    let o = trainyard(&["validate", "examples/pytorch-single.yaml", "examples/invalid/bad-env.yaml"], None);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("examples/invalid/bad-env.yaml: 12 errors, 0 warnings"), "{out}");
+    assert!(
+        out.contains(
+            "error[invalid-name] spec.environment.env[0].name: \"LR RATE\" contains a space; use ASCII letters, digits and _ only"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn json_output_is_machine_readable() {
+    let o = trainyard(
+        &["validate", "-o", "json", "examples/invalid/bad-compute.yaml", "examples/pytorch-spot.yaml"],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let files = v.as_array().unwrap();
+    assert_eq!(files.len(), 2);
+    assert_eq!(files[0]["valid"], false);
+    assert_eq!(files[0]["problems"][0]["path"], "spec.compute.workers");
+    assert_eq!(files[0]["problems"][0]["code"], "out-of-range");
+    assert_eq!(files[0]["problems"][0]["severity"], "error");
+    assert_eq!(files[1]["valid"], true);
+    assert_eq!(files[1]["demand"][0]["total"]["gpus"], 2);
+    assert_eq!(files[1]["demand"][1]["quota"][0]["spec"], "gpu.a100.1");
+}
+
+#[test]
+fn reads_standard_input_and_a_catalog_file() {
+    let task = std::fs::read_to_string(repo().join("examples/pytorch-single.yaml")).unwrap();
+    let o = trainyard(&["validate", "--catalog", "examples/catalog/catalog.yaml", "-"], Some(&task));
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(stdout(&o).contains("-: valid"));
+}
+
+#[test]
+fn unreadable_inputs_exit_2() {
+    let o = trainyard(&["validate", "does/not/exist.yaml"], None);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot read does/not/exist.yaml"));
+    let o = trainyard(
+        &["validate", "--catalog", "examples/pytorch-single.yaml", "examples/pytorch-single.yaml"],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("catalog"));
+}
+
+#[test]
+fn an_oversized_document_is_refused_with_a_clear_problem() {
+    let huge = format!("# {}\n", "x".repeat(trainyard_core::MAX_DOCUMENT_BYTES + 10));
+    let o = trainyard(&["validate", "-"], Some(&huge));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).contains("error[too-large]"), "{}", stdout(&o));
+}
