@@ -1,0 +1,17 @@
+//! Trainyard's scheduler: a pure function from a snapshot of the fleet and the queue to a plan.
+//!
+//! Architecture invariant: like `trainyard-core`, this crate does no IO, reads no clock (`now` is an
+//! argument) and draws no random numbers; the same snapshot always gives the same plan.
+
+mod invariants;
+mod plan;
+mod preempt;
+mod schedule;
+mod snapshot;
+mod state;
+pub mod views;
+
+pub use invariants::{check_plan, check_snapshot};
+pub use plan::*;
+pub use schedule::{Config, schedule};
+pub use snapshot::*;

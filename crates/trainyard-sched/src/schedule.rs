@@ -1,0 +1,455 @@
+//! One scheduling cycle: `schedule(&Snapshot, now, &Config) -> Plan`.
+//!
+//! 1. Order the queue: within a project group by priority (higher first), then submission time, then id;
+//!    across groups fairly, always taking the next task of the group with the smallest dominant share of the
+//!    fleet (running plus admitted this cycle).
+//! 2. Before that order, per pool, the oldest attempt that has waited longer than
+//!    [`Config::starvation_after_ms`] goes first; if it cannot start, the nodes closest to fitting it are held
+//!    for it, so a stream of small tasks cannot starve a large gang forever (they still fill other nodes).
+//! 3. For each attempt, try its instance-spec options in the user's order: the quota check for its resource
+//!    type, then a gang placement (every replica on one matching node, or none). The first that fits wins.
+//! 4. If none fits and the attempt runs on non-preemptible capacity, look for victims (see [`crate::preempt`]):
+//!    if some set of them makes it fit, they are preempted and the nodes are held for it; otherwise nothing is
+//!    preempted.
+//! 5. Everything else waits, with a reason per option and its position in the queue.
+
+use crate::plan::*;
+use crate::preempt::choose_victims;
+use crate::snapshot::*;
+use crate::state::{NoFit, State, units_in};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use trainyard_core::demand::Resources;
+use trainyard_core::spec::ResourceType;
+
+/// Scheduler settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// An attempt queued longer than this goes first in its pool and gets nodes held for it.
+    pub starvation_after_ms: u64,
+    /// Whether non-preemptible attempts may preempt others.
+    pub preemption: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { starvation_after_ms: 5 * 60 * 1000, preemption: true }
+    }
+}
+
+/// What one option needs from quota, per spec.
+pub(crate) fn option_units(option: &GangOption) -> Vec<(SpecIx, u64)> {
+    let mut out: Vec<(SpecIx, u64)> = Vec::with_capacity(option.roles.len());
+    for r in &option.roles {
+        let u = u64::from(r.replicas) * u64::from(r.count_per_node);
+        match out.iter_mut().find(|(s, _)| *s == r.spec) {
+            Some((_, x)) => *x += u,
+            None => out.push((r.spec, u)),
+        }
+    }
+    out
+}
+
+/// The quota check for one option. `Ok` holds how the units will count.
+pub(crate) fn check_quota(
+    st: &mut State,
+    a: &PendingAttempt,
+    option: &GangOption,
+) -> Result<Vec<UnitUse>, QuotaShort> {
+    let q = &st.snap.quotas;
+    let mut uses = Vec::with_capacity(option.roles.len() + 1);
+    for (s, u) in option_units(option) {
+        let cap = |st: &State, class: UsageClass, t: ResourceType| -> Result<(), QuotaShort> {
+            if let Some(limit) = q.limit(a.group, t, a.pool, s) {
+                let used = st.group_used(a.group, class, a.pool, s);
+                if used + u > limit {
+                    return Err(QuotaShort::Quota {
+                        spec: s,
+                        resource_type: t,
+                        needs: u,
+                        remaining: limit.saturating_sub(used),
+                    });
+                }
+            }
+            Ok(())
+        };
+        match a.resource_type {
+            ResourceType::Reserved => {
+                let limit = q.limit(a.group, ResourceType::Reserved, a.pool, s).unwrap_or(0);
+                let remaining = limit.saturating_sub(st.group_used(a.group, UsageClass::Reserved, a.pool, s));
+                if u <= remaining {
+                    uses.push(UnitUse { spec: s, class: UsageClass::Reserved, units: u });
+                } else if a.idle_supplement && !a.guarantee && u - remaining <= st.idle_available(a.pool, s) {
+                    if remaining > 0 {
+                        uses.push(UnitUse { spec: s, class: UsageClass::Reserved, units: remaining });
+                    }
+                    uses.push(UnitUse { spec: s, class: UsageClass::Borrowed, units: u - remaining });
+                } else {
+                    return Err(QuotaShort::Quota {
+                        spec: s,
+                        resource_type: ResourceType::Reserved,
+                        needs: u,
+                        remaining,
+                    });
+                }
+            }
+            ResourceType::Ondemand => {
+                cap(st, UsageClass::Ondemand, ResourceType::Ondemand)?;
+                let available = st.unreserved_units(a.pool, s).saturating_sub(st.class_used(
+                    UsageClass::Ondemand,
+                    a.pool,
+                    s,
+                ));
+                if u > available {
+                    return Err(QuotaShort::Unreserved { spec: s, needs: u, available });
+                }
+                uses.push(UnitUse { spec: s, class: UsageClass::Ondemand, units: u });
+            }
+            ResourceType::Spot => {
+                cap(st, UsageClass::Spot, ResourceType::Spot)?;
+                uses.push(UnitUse { spec: s, class: UsageClass::Spot, units: u });
+            }
+            ResourceType::Idle => {
+                cap(st, UsageClass::Idle, ResourceType::Idle)?;
+                let available = st.idle_available(a.pool, s);
+                if u > available {
+                    return Err(QuotaShort::Idle { spec: s, needs: u, available });
+                }
+                uses.push(UnitUse { spec: s, class: UsageClass::Idle, units: u });
+            }
+        }
+    }
+    Ok(uses)
+}
+
+/// Whether an attempt with these uses may preempt others: it runs only on capacity that is never taken away.
+fn non_preemptible(uses: &[UnitUse]) -> bool {
+    uses.iter().all(|u| !u.class.preemptible())
+}
+
+/// What happened to one attempt in the pass.
+enum Outcome {
+    Admitted,
+    Preempting(Vec<usize>),
+    Waiting(Vec<OptionReason>),
+}
+
+/// Runs one scheduling cycle.
+pub fn schedule(snap: &Snapshot, now_ms: u64, config: &Config) -> Plan {
+    let mut st = State::new(snap);
+    let mut plan = Plan::default();
+    let mut doomed = vec![false; snap.running.len()];
+
+    // Queue order within each group.
+    let mut per_group: Vec<Vec<usize>> = vec![Vec::new(); snap.groups.len()];
+    for (i, a) in snap.pending.iter().enumerate() {
+        per_group[a.group.ix()].push(i);
+    }
+    for q in &mut per_group {
+        q.sort_by_key(|&i| {
+            let a = &snap.pending[i];
+            (Reverse(a.priority), a.submitted_at_ms, a.id)
+        });
+    }
+    let mut position_in_group = vec![0u32; snap.pending.len()];
+    for q in &per_group {
+        for (k, &i) in q.iter().enumerate() {
+            position_in_group[i] = k as u32 + 1;
+        }
+    }
+
+    // Starving attempts: per pool, the oldest one past the threshold.
+    let mut starving: BTreeMap<PoolIx, usize> = BTreeMap::new();
+    for (i, a) in snap.pending.iter().enumerate() {
+        if now_ms.saturating_sub(a.submitted_at_ms) < config.starvation_after_ms {
+            continue;
+        }
+        let e = starving.entry(a.pool).or_insert(i);
+        let b = &snap.pending[*e];
+        if (a.submitted_at_ms, a.id) < (b.submitted_at_ms, b.id) {
+            *e = i;
+        }
+    }
+
+    let mut shares = Shares::new(snap);
+    let mut order: Vec<usize> = Vec::with_capacity(snap.pending.len());
+    let mut outcomes: Vec<Option<Outcome>> = (0..snap.pending.len()).map(|_| None).collect();
+    for &i in starving.values() {
+        let out = process(&mut st, &mut plan, &mut doomed, i, config, true);
+        if matches!(out, Outcome::Admitted) {
+            shares.admit(&snap.pending[i], &plan);
+        }
+        outcomes[i] = Some(out);
+        order.push(i);
+    }
+
+    // Fair order across groups: the group with the smallest share goes next.
+    let mut cursor = vec![0usize; per_group.len()];
+    let mut heap: BinaryHeap<Reverse<(u64, u64, u16)>> = BinaryHeap::new();
+    let head = |g: usize, cursor: &[usize], outcomes: &[Option<Outcome>]| -> Option<usize> {
+        per_group[g][cursor[g]..].iter().position(|&i| outcomes[i].is_none()).map(|k| cursor[g] + k)
+    };
+    for g in 0..per_group.len() {
+        if let Some(k) = head(g, &cursor, &outcomes) {
+            cursor[g] = k;
+            let a = &snap.pending[per_group[g][k]];
+            heap.push(Reverse((shares.of(g), a.submitted_at_ms, g as u16)));
+        }
+    }
+    while let Some(Reverse((_, _, g))) = heap.pop() {
+        let g = g as usize;
+        let i = per_group[g][cursor[g]];
+        let out = process(&mut st, &mut plan, &mut doomed, i, config, false);
+        if matches!(out, Outcome::Admitted) {
+            shares.admit(&snap.pending[i], &plan);
+        }
+        outcomes[i] = Some(out);
+        order.push(i);
+        cursor[g] += 1;
+        if let Some(k) = head(g, &cursor, &outcomes) {
+            cursor[g] = k;
+            let a = &snap.pending[per_group[g][k]];
+            heap.push(Reverse((shares.of(g), a.submitted_at_ms, g as u16)));
+        }
+    }
+
+    // Wait decisions, with figures from the final state of the cycle.
+    let mut figures = Figures::default();
+    for (pos, &i) in order.iter().enumerate() {
+        let a = &snap.pending[i];
+        let reason = match outcomes[i].take().expect("every pending attempt was processed once") {
+            Outcome::Admitted => continue,
+            Outcome::Preempting(victims) => {
+                WaitReason::Preempting { victims: victims.iter().map(|&v| snap.running[v].id).collect() }
+            }
+            Outcome::Waiting(mut per_option) => {
+                for r in &mut per_option {
+                    if let OptionBlock::NoFit { fit_now, largest_free, need, .. } = &mut r.block {
+                        let model = snap.specs[r.spec.ix()].model;
+                        (*fit_now, *largest_free) = figures.fit(&st, a.pool, model, *need, &a.excluded);
+                    }
+                }
+                WaitReason::Blocked { options: per_option }
+            }
+        };
+        plan.decisions.push(Decision::Wait(Wait {
+            attempt: a.id,
+            pending_index: i,
+            reason,
+            position: pos as u32 + 1,
+            position_in_group: position_in_group[i],
+        }));
+    }
+    plan
+}
+
+/// Tries one attempt: every option without preemption, then with it.
+fn process(
+    st: &mut State,
+    plan: &mut Plan,
+    doomed: &mut [bool],
+    i: usize,
+    config: &Config,
+    starving: bool,
+) -> Outcome {
+    let snap = st.snap;
+    let a = &snap.pending[i];
+    let mut reasons: Vec<OptionReason> = Vec::with_capacity(a.options.len());
+    // Options that passed quota (or failed it only for lack of same-group room) and may preempt.
+    let mut preemptable: Vec<(usize, Vec<UnitUse>, Option<QuotaShort>)> = Vec::new();
+    for (oi, option) in a.options.iter().enumerate() {
+        let first_spec = option.roles.last().map_or(SpecIx(0), |r| r.spec);
+        let uses = match check_quota(st, a, option) {
+            Ok(u) => u,
+            Err(short) => {
+                // A Reserved attempt short of its own quota may preempt lower-priority work of its group.
+                if let QuotaShort::Quota { resource_type: ResourceType::Reserved, spec, .. } = short {
+                    preemptable.push((oi, vec![], Some(short)));
+                    reasons.push(OptionReason { option: oi, spec, block: OptionBlock::Quota(short) });
+                } else {
+                    let spec = short.spec();
+                    reasons.push(OptionReason { option: oi, spec, block: OptionBlock::Quota(short) });
+                }
+                continue;
+            }
+        };
+        match st.place_gang(a, i, option, false) {
+            Ok(placed) => {
+                st.add_usage(a.group, a.pool, &uses);
+                let preemptible = !non_preemptible(&uses);
+                plan.decisions.push(Decision::Admit(Admission {
+                    attempt: a.id,
+                    pending_index: i,
+                    option: oi,
+                    placements: placed
+                        .into_iter()
+                        .map(|(role, replica, node, need)| Placement { role, replica, node, need })
+                        .collect(),
+                    units: uses,
+                    preemptible,
+                }));
+                return Outcome::Admitted;
+            }
+            Err(NoFit { role, need, .. }) => {
+                let spec = option.roles[role].spec;
+                let block = match behind(st, a, i, option) {
+                    Some(holder) => OptionBlock::Behind {
+                        holder: snap.pending[holder].id,
+                        name: snap.pending[holder].name.clone(),
+                    },
+                    None => OptionBlock::NoFit {
+                        role,
+                        need,
+                        replicas: option.roles[role].replicas,
+                        fit_now: 0,
+                        largest_free: None,
+                    },
+                };
+                let _ = first_spec;
+                reasons.push(OptionReason { option: oi, spec, block });
+                if non_preemptible(&uses) {
+                    preemptable.push((oi, uses, None));
+                }
+            }
+        }
+    }
+    if config.preemption {
+        for (oi, uses, short) in preemptable {
+            let option = &a.options[oi];
+            if let Some(choice) = choose_victims(st, doomed, a, i, option, short.as_ref()) {
+                st.hold(i, choice.nodes.iter().copied());
+                for &v in &choice.victims {
+                    if !snap.running[v].stopping && !doomed[v] {
+                        doomed[v] = true;
+                        plan.decisions.push(Decision::Preempt(Preemption {
+                            victim: snap.running[v].id,
+                            running_index: v,
+                            preemptor: a.id,
+                        }));
+                    }
+                }
+                let _ = uses;
+                return Outcome::Preempting(choice.victims);
+            }
+        }
+    }
+    if starving {
+        hold_for_starving(st, a, i);
+    }
+    Outcome::Waiting(reasons)
+}
+
+/// If the attempt fits once holds are ignored, the holder it waits behind.
+fn behind(st: &mut State, a: &PendingAttempt, i: usize, option: &GangOption) -> Option<usize> {
+    if st.holders.iter().all(|&h| h as usize == i + 1) {
+        return None;
+    }
+    let placed = st.place_gang(a, i, option, true).ok()?;
+    let holder =
+        placed.iter().map(|&(_, _, n, _)| st.holder[n.ix()]).find(|&h| h != 0 && h as usize != i + 1);
+    st.rollback(&placed);
+    holder.map(|h| h as usize - 1)
+}
+
+/// Holds, for a starving attempt that cannot start, the nodes closest to fitting each replica of its first
+/// option, so nothing new lands there and the gang starts as soon as they drain.
+fn hold_for_starving(st: &mut State, a: &PendingAttempt, i: usize) {
+    let Some(option) = a.options.first() else { return };
+    let mut chosen: Vec<NodeIx> = Vec::new();
+    for role in &option.roles {
+        let need = st.snap.replica_need(role);
+        let model = st.snap.specs[role.spec.ix()].model;
+        let Some(gi) = st.group_index(a.pool, model) else { continue };
+        // The nodes with the most free room of the scarce dimension, not held by anyone else.
+        let mut picked = 0;
+        'outer: for bucket in st.groups[gi].buckets.iter().rev() {
+            for &n in bucket {
+                if picked == role.replicas {
+                    break 'outer;
+                }
+                let cap = st.snap.nodes[n.ix()].capacity;
+                if st.holder[n.ix()] == 0
+                    && !a.excluded.contains(&n)
+                    && need.fits_in(&cap)
+                    && !chosen.contains(&n)
+                {
+                    chosen.push(n);
+                    picked += 1;
+                }
+            }
+        }
+    }
+    st.hold(i, chosen);
+}
+
+/// Dominant shares of the fleet per group, for the fair order.
+struct Shares {
+    used: Vec<Resources>,
+    total: Resources,
+}
+
+impl Shares {
+    fn new(snap: &Snapshot) -> Self {
+        let mut used = vec![Resources::default(); snap.groups.len()];
+        for a in &snap.running {
+            for r in &a.replicas {
+                used[a.group.ix()] = used[a.group.ix()] + r.need;
+            }
+        }
+        let total =
+            snap.nodes.iter().filter(|n| n.schedulable).fold(Resources::default(), |t, n| t + n.capacity);
+        Shares { used, total }
+    }
+
+    fn admit(&mut self, a: &PendingAttempt, plan: &Plan) {
+        if let Some(Decision::Admit(adm)) = plan.decisions.last() {
+            for p in &adm.placements {
+                self.used[a.group.ix()] = self.used[a.group.ix()] + p.need;
+            }
+        }
+    }
+
+    /// Dominant share in parts per million.
+    fn of(&self, g: usize) -> u64 {
+        let u = self.used[g];
+        let share = |x: u64, t: u64| if t == 0 { 0 } else { x.saturating_mul(1_000_000) / t };
+        share(u.gpus, self.total.gpus)
+            .max(share(u.vcpus, self.total.vcpus))
+            .max(share(u.memory_mib, self.total.memory_mib))
+    }
+}
+
+/// "How many replicas of this size fit now, and the largest free block", computed once per (group, need).
+#[derive(Default)]
+struct Figures {
+    cache: BTreeMap<(PoolIx, Option<ModelIx>, u64, u64, u64), (u64, Option<Resources>)>,
+}
+
+impl Figures {
+    fn fit(
+        &mut self,
+        st: &State,
+        pool: PoolIx,
+        model: Option<ModelIx>,
+        need: Resources,
+        excluded: &[NodeIx],
+    ) -> (u64, Option<Resources>) {
+        let compute = || {
+            let Some(gi) = st.group_index(pool, model) else { return (0, None) };
+            let mut fit = 0u64;
+            let mut largest: Option<Resources> = None;
+            for &n in st.groups[gi].buckets.iter().flatten().filter(|n| !excluded.contains(n)) {
+                let f = st.free[n.ix()];
+                fit = units_in(f, need).saturating_add(fit);
+                if largest.is_none_or(|l| (f.gpus, f.vcpus, f.memory_mib) > (l.gpus, l.vcpus, l.memory_mib)) {
+                    largest = Some(f);
+                }
+            }
+            (fit, largest)
+        };
+        if !excluded.is_empty() {
+            return compute();
+        }
+        *self.cache.entry((pool, model, need.gpus, need.vcpus, need.memory_mib)).or_insert_with(compute)
+    }
+}
