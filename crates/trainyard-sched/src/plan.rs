@@ -80,7 +80,11 @@ pub struct Wait {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WaitReason {
     /// Running attempts were told to stop for it; it starts when they are gone.
-    Preempting { victims: Vec<AttemptId> },
+    Preempting {
+        victims: Vec<AttemptId>,
+        /// The nodes it will use; pass them back as [`PendingAttempt::nominated`] next cycle.
+        nodes: Vec<NodeIx>,
+    },
     /// Why each option could not be admitted.
     Blocked { options: Vec<OptionReason> },
 }
@@ -148,7 +152,7 @@ impl WaitReason {
     /// A sentence a person can act on, e.g. "needs 16 units of gpu.a100.1 (Reserved); group nlp has 8 left".
     pub fn describe(&self, snap: &Snapshot, group: GroupIx, names: impl Fn(AttemptId) -> String) -> String {
         match self {
-            WaitReason::Preempting { victims } => {
+            WaitReason::Preempting { victims, .. } => {
                 let v: Vec<String> = victims.iter().map(|&id| names(id)).collect();
                 format!("waiting for preempted tasks to release their resources: {}", v.join(", "))
             }

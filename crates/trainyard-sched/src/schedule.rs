@@ -130,7 +130,7 @@ fn non_preemptible(uses: &[UnitUse]) -> bool {
 /// What happened to one attempt in the pass.
 enum Outcome {
     Admitted,
-    Preempting(Vec<usize>),
+    Preempting(Vec<usize>, Vec<NodeIx>),
     Waiting(Vec<OptionReason>),
 }
 
@@ -155,6 +155,15 @@ pub fn schedule(snap: &Snapshot, now_ms: u64, config: &Config) -> Plan {
     for q in &per_group {
         for (k, &i) in q.iter().enumerate() {
             position_in_group[i] = k as u32 + 1;
+        }
+    }
+
+    // Nodes nominated for preemptors in earlier cycles are theirs first, in queue order.
+    for q in &per_group {
+        for &i in q {
+            if !snap.pending[i].nominated.is_empty() {
+                st.hold(i, snap.pending[i].nominated.iter().copied());
+            }
         }
     }
 
@@ -219,9 +228,10 @@ pub fn schedule(snap: &Snapshot, now_ms: u64, config: &Config) -> Plan {
         let a = &snap.pending[i];
         let reason = match outcomes[i].take().expect("every pending attempt was processed once") {
             Outcome::Admitted => continue,
-            Outcome::Preempting(victims) => {
-                WaitReason::Preempting { victims: victims.iter().map(|&v| snap.running[v].id).collect() }
-            }
+            Outcome::Preempting(victims, nodes) => WaitReason::Preempting {
+                victims: victims.iter().map(|&v| snap.running[v].id).collect(),
+                nodes,
+            },
             Outcome::Waiting(mut per_option) => {
                 for r in &mut per_option {
                     if let OptionBlock::NoFit { fit_now, largest_free, need, .. } = &mut r.block {
@@ -276,6 +286,7 @@ fn process(
         match st.place_gang(a, i, option, false) {
             Ok(placed) => {
                 st.add_usage(a.group, a.pool, &uses);
+                st.unhold(i);
                 let preemptible = !non_preemptible(&uses);
                 plan.decisions.push(Decision::Admit(Admission {
                     attempt: a.id,
@@ -318,6 +329,7 @@ fn process(
             let option = &a.options[oi];
             if let Some(choice) = choose_victims(st, doomed, a, i, option, short.as_ref()) {
                 st.hold(i, choice.nodes.iter().copied());
+
                 for &v in &choice.victims {
                     if !snap.running[v].stopping && !doomed[v] {
                         doomed[v] = true;
@@ -329,7 +341,7 @@ fn process(
                     }
                 }
                 let _ = uses;
-                return Outcome::Preempting(choice.victims);
+                return Outcome::Preempting(choice.victims, choice.nodes);
             }
         }
     }
@@ -412,7 +424,7 @@ impl Shares {
     /// Dominant share in parts per million.
     fn of(&self, g: usize) -> u64 {
         let u = self.used[g];
-        let share = |x: u64, t: u64| if t == 0 { 0 } else { x.saturating_mul(1_000_000) / t };
+        let share = |x: u64, t: u64| x.saturating_mul(1_000_000).checked_div(t).unwrap_or(0);
         share(u.gpus, self.total.gpus)
             .max(share(u.vcpus, self.total.vcpus))
             .max(share(u.memory_mib, self.total.memory_mib))
@@ -420,9 +432,12 @@ impl Shares {
 }
 
 /// "How many replicas of this size fit now, and the largest free block", computed once per (group, need).
+type FitKey = (PoolIx, Option<ModelIx>, u64, u64, u64);
+
 #[derive(Default)]
 struct Figures {
-    cache: BTreeMap<(PoolIx, Option<ModelIx>, u64, u64, u64), (u64, Option<Resources>)>,
+    /// (pool, model, need) -> (replicas that fit, largest free block).
+    cache: BTreeMap<FitKey, (u64, Option<Resources>)>,
 }
 
 impl Figures {

@@ -110,6 +110,11 @@ pub struct PendingAttempt {
     pub options: Vec<GangOption>,
     /// Nodes this task must not use (after a hardware failure on them).
     pub excluded: Vec<NodeIx>,
+    /// Nodes a previous cycle chose for it while its victims stop (from [`crate::WaitReason::Preempting`]).
+    /// They are held for it from the start of the cycle, so the room its victims leave is not taken by
+    /// anyone else. The control plane keeps them while the attempt waits on preemption and drops them
+    /// otherwise.
+    pub nominated: Vec<NodeIx>,
 }
 
 /// How a running attempt's spec units count.

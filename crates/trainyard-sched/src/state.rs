@@ -62,6 +62,8 @@ pub(crate) struct State<'s> {
     pub holder: Vec<u32>,
     /// Every pending index + 1 that holds at least one node.
     pub holders: Vec<u32>,
+    /// (holder tag, node) for every hold, so holds can be given back.
+    held: Vec<(u32, NodeIx)>,
     pub groups: Vec<NodeGroup>,
     /// Node -> (group, bucket, position in bucket); group u32::MAX for nodes that take no work.
     pos: Vec<(u32, u32, u32)>,
@@ -146,6 +148,7 @@ impl<'s> State<'s> {
             free,
             holder: vec![0; snap.nodes.len()],
             holders: Vec::new(),
+            held: Vec::new(),
             failures: vec![Vec::new(); groups.len()],
             groups,
             pos,
@@ -305,13 +308,30 @@ impl<'s> State<'s> {
     pub fn hold(&mut self, me: usize, nodes: impl IntoIterator<Item = NodeIx>) {
         let tag = me as u32 + 1;
         for n in nodes {
-            if self.holder[n.ix()] == 0 {
+            // A nomination from an older snapshot may name a node that is gone.
+            if self.holder.get(n.ix()) == Some(&0) {
                 self.holder[n.ix()] = tag;
+                self.held.push((tag, n));
             }
         }
         if !self.holders.contains(&tag) {
             self.holders.push(tag);
         }
+    }
+
+    /// Gives back what `me` held (it was admitted, so the hold has served).
+    pub fn unhold(&mut self, me: usize) {
+        let tag = me as u32 + 1;
+        if !self.holders.contains(&tag) {
+            return;
+        }
+        for &(t, n) in &self.held {
+            if t == tag {
+                self.holder[n.ix()] = 0;
+            }
+        }
+        self.held.retain(|&(t, _)| t != tag);
+        self.holders.retain(|&t| t != tag);
     }
 
     fn known_failure(&self, gi: usize, need: Resources, replicas: u32) -> bool {

@@ -13,6 +13,9 @@ struct Fixture {
     next_id: u64,
 }
 
+/// (optional head (spec, count), worker spec, count per node, replicas).
+type TaskOption = (Option<(&'static str, u32)>, &'static str, u32, u32);
+
 struct Task {
     name: String,
     group: String,
@@ -23,7 +26,7 @@ struct Task {
     guarantee: bool,
     idle_supplement: bool,
     /// Options: (worker spec, count per node, workers), plus an optional head (spec, count) as a first role.
-    options: Vec<(Option<(&'static str, u32)>, &'static str, u32, u32)>,
+    options: Vec<TaskOption>,
     excluded: Vec<&'static str>,
 }
 
@@ -143,6 +146,7 @@ impl Fixture {
             submitted_at_ms: t.submitted,
             options,
             excluded,
+            nominated: vec![],
         });
         self
     }
@@ -609,6 +613,7 @@ fn console_figures_come_from_the_same_state() {
         submitted_at_ms: 0,
         options: vec![GangOption { roles: vec![Role { spec: a100, count_per_node: units, replicas: 1 }] }],
         excluded: vec![],
+        nominated: vec![],
     };
     assert!(matches!(views::would_admit(&snap, candidate(8), 0, &Config::default()), Decision::Admit(_)));
     match views::would_admit(&snap, candidate(16), 0, &Config::default()) {
