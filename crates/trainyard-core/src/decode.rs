@@ -176,7 +176,10 @@ fn integer(v: &Value, path: &str, d: &mut Decoder, min: i64, max: i64) -> Option
     let n = match v {
         Value::Number(n) => match (n.as_i64(), n.as_u64()) {
             (Some(i), _) => i,
-            (None, Some(_)) => i64::MAX,
+            (None, Some(big)) => {
+                d.report.error(path, Code::OutOfRange, format!("{big} is too large; use {min} to {max}"));
+                return None;
+            }
             (None, None) => {
                 d.wrong_type(path, "an integer", v);
                 return None;

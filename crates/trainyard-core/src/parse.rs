@@ -91,7 +91,9 @@ pub fn parse(input: &[u8]) -> (Option<TrainingTask>, Decoder) {
     };
     let text = text.strip_prefix('\u{FEFF}').unwrap_or(text);
     let value = if text.trim_start().starts_with('{') {
-        serde_json::from_str::<Value>(text).map_err(|e| format!("invalid JSON: {e}"))
+        // JSON, most likely; a YAML flow mapping also starts with `{`, so YAML gets a second chance.
+        serde_json::from_str::<Value>(text)
+            .or_else(|json| yaml_to_value(text).map_err(|_| format!("invalid JSON: {json}")))
     } else {
         yaml_to_value(text).map_err(|e| format!("invalid YAML: {e}"))
     };

@@ -7,7 +7,8 @@ use trainyard_core::spec::{InstanceSpecChoice, RayHead, RaySettings, TaskSpec, T
 fn specs(name: &str) -> Option<&'static InstanceSpec> {
     static A100: InstanceSpec =
         InstanceSpec { kind: InstanceKind::Gpu, gpu_model: None, gpus: 1, vcpus: 12, memory_mib: 100 * 1024 };
-    static CPU: InstanceSpec = InstanceSpec { kind: InstanceKind::Cpu, gpu_model: None, gpus: 0, vcpus: 16, memory_mib: 64 * 1024 };
+    static CPU: InstanceSpec =
+        InstanceSpec { kind: InstanceKind::Cpu, gpu_model: None, gpus: 0, vcpus: 16, memory_mib: 64 * 1024 };
     match name {
         "a100" => Some(&A100),
         "cpu" => Some(&CPU),
@@ -50,7 +51,10 @@ fn pytorch_job_follows_the_reference_arithmetic() {
         assert_eq!(d.quota[0].units, units);
         assert_eq!(d.roles[0].role, Role::Master);
         assert_eq!(d.roles[0].replicas, 1);
-        assert_eq!(d.roles[0].per_replica, res(u64::from(count), 12 * u64::from(count), 100 * u64::from(count)));
+        assert_eq!(
+            d.roles[0].per_replica,
+            res(u64::from(count), 12 * u64::from(count), 100 * u64::from(count))
+        );
         assert_eq!(d.roles.len(), if workers == 0 { 1 } else { 2 });
     }
 }
@@ -68,10 +72,10 @@ fn every_option_in_priority_order() {
 fn ray_job_head_and_workers_apart_with_quota_per_spec() {
     // Head defaults to the workers' spec: quota is checked together for that spec.
     let d = demand(&task(TaskType::RayJob, 2, &[("a100", 2)], None), 0, &specs).unwrap();
-    assert_eq!(d.roles.iter().map(|r| (r.role, r.replicas, r.units)).collect::<Vec<_>>(), [
-        (Role::Head, 1, 2),
-        (Role::Worker, 2, 4)
-    ]);
+    assert_eq!(
+        d.roles.iter().map(|r| (r.role, r.replicas, r.units)).collect::<Vec<_>>(),
+        [(Role::Head, 1, 2), (Role::Worker, 2, 4)]
+    );
     assert_eq!(d.quota.len(), 1);
     assert_eq!((d.quota[0].spec.as_str(), d.quota[0].units), ("a100", 6));
     assert_eq!(d.total, res(6, 72, 600));
