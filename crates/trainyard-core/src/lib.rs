@@ -4,6 +4,8 @@
 //! Architecture invariant: this crate does no IO, reads no clock and draws no random numbers. Every
 //! function here is a function of its arguments, and iteration that reaches an output is ordered.
 
+#![forbid(unsafe_code)]
+
 pub mod catalog;
 pub mod decode;
 pub mod demand;

@@ -3,6 +3,8 @@
 //! Architecture invariant: like `trainyard-core`, this crate does no IO, reads no clock (`now` is an
 //! argument) and draws no random numbers; the same snapshot always gives the same plan.
 
+#![forbid(unsafe_code)]
+
 mod invariants;
 mod plan;
 mod preempt;

@@ -14,7 +14,7 @@
 //! 5. Everything else waits, with a reason per option and its position in the queue.
 
 use crate::plan::*;
-use crate::preempt::choose_victims;
+use crate::preempt::{Cx, choose_victims};
 use crate::snapshot::*;
 use crate::state::{NoFit, State, units_in};
 use std::cmp::Reverse;
@@ -138,7 +138,7 @@ enum Outcome {
 pub fn schedule(snap: &Snapshot, now_ms: u64, config: &Config) -> Plan {
     let mut st = State::new(snap);
     let mut plan = Plan::default();
-    let mut doomed = vec![false; snap.running.len()];
+    let mut cx = Cx::new(snap);
 
     // Queue order within each group.
     let mut per_group: Vec<Vec<usize>> = vec![Vec::new(); snap.groups.len()];
@@ -184,7 +184,7 @@ pub fn schedule(snap: &Snapshot, now_ms: u64, config: &Config) -> Plan {
     let mut order: Vec<usize> = Vec::with_capacity(snap.pending.len());
     let mut outcomes: Vec<Option<Outcome>> = (0..snap.pending.len()).map(|_| None).collect();
     for &i in starving.values() {
-        let out = process(&mut st, &mut plan, &mut doomed, i, config, true);
+        let out = process(&mut st, &mut plan, &mut cx, i, config, true);
         if matches!(out, Outcome::Admitted) {
             shares.admit(&snap.pending[i], &plan);
         }
@@ -208,7 +208,7 @@ pub fn schedule(snap: &Snapshot, now_ms: u64, config: &Config) -> Plan {
     while let Some(Reverse((_, _, g))) = heap.pop() {
         let g = g as usize;
         let i = per_group[g][cursor[g]];
-        let out = process(&mut st, &mut plan, &mut doomed, i, config, false);
+        let out = process(&mut st, &mut plan, &mut cx, i, config, false);
         if matches!(out, Outcome::Admitted) {
             shares.admit(&snap.pending[i], &plan);
         }
@@ -257,7 +257,7 @@ pub fn schedule(snap: &Snapshot, now_ms: u64, config: &Config) -> Plan {
 fn process(
     st: &mut State,
     plan: &mut Plan,
-    doomed: &mut [bool],
+    cx: &mut Cx,
     i: usize,
     config: &Config,
     starving: bool,
@@ -327,12 +327,15 @@ fn process(
     if config.preemption {
         for (oi, uses, short) in preemptable {
             let option = &a.options[oi];
-            if let Some(choice) = choose_victims(st, doomed, a, i, option, short.as_ref()) {
+            if !cx.worth_searching(st, a, option) {
+                continue;
+            }
+            if let Some(choice) = choose_victims(st, cx, a, i, option, short.as_ref()) {
                 st.hold(i, choice.nodes.iter().copied());
 
                 for &v in &choice.victims {
-                    if !snap.running[v].stopping && !doomed[v] {
-                        doomed[v] = true;
+                    if !snap.running[v].stopping && !cx.doomed[v] {
+                        cx.doomed[v] = true;
                         plan.decisions.push(Decision::Preempt(Preemption {
                             victim: snap.running[v].id,
                             running_index: v,
