@@ -626,3 +626,117 @@ fn console_figures_come_from_the_same_state() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn every_wait_reason_reads_as_something_to_act_on() {
+    // An explicit cap on a non-Reserved type.
+    let mut f = Fixture::new();
+    f.nodes("n", Some("A100"), 2).quota("nlp", Spot, "a100", 8);
+    f.pending(Task::new("spot", "nlp", Spot).gang("a100", 8, 2));
+    expect(f.run(0), &["wait spot #1/1: needs 16 units of a100 (Spot); group nlp has 8 left"]);
+    // No node of the model at all.
+    let mut f = Fixture::new();
+    f.nodes("n", Some("A100"), 1).quota("nlp", Reserved, "h100", 8);
+    f.pending(Task::new("h", "nlp", Reserved).gang("h100", 8, 1));
+    expect(f.run(0), &["wait h #1/1: the pool has no schedulable H100 nodes"]);
+    // CPU work goes to CPU nodes.
+    let mut f = Fixture::new();
+    f.nodes("g", Some("A100"), 1).nodes("c", None, 1).quota("nlp", Reserved, "cpu", 64);
+    f.pending(Task::new("cpu", "nlp", Reserved).gang("cpu", 4, 2));
+    expect(f.run(0), &["admit cpu (cpu×4): c0 c0"]);
+}
+
+/// `check_plan` must catch broken plans; otherwise every test that relies on it proves nothing.
+#[test]
+fn check_plan_catches_broken_plans() {
+    let mut f = Fixture::new();
+    f.nodes("n", Some("A100"), 2).nodes("h", Some("H100"), 1).quota("nlp", Reserved, "a100", 8);
+    f.running(Task::new("spot", "vision", Spot).gang("a100", 8, 1), &["n1"], UsageClass::Spot, false);
+    f.running(Task::new("mine", "nlp", Reserved).gang("a100", 4, 1), &["n0"], UsageClass::Reserved, false);
+    f.pending(Task::new("t", "nlp", Reserved).gang("a100", 4, 1).guarantee());
+    let snap = f.peek();
+    let plan = schedule(&snap, 0, &Config::default());
+    check_plan(&snap, &plan).unwrap();
+    let Decision::Admit(good) = plan.decisions[0].clone() else { panic!("{plan:?}") };
+
+    let broken = |edit: &dyn Fn(&mut Admission), expect: &str| {
+        let mut a = good.clone();
+        edit(&mut a);
+        let errors = check_plan(&snap, &Plan { decisions: vec![Decision::Admit(a)] }).unwrap_err();
+        assert!(errors.iter().any(|e| e.contains(expect)), "{expect}: {errors:?}");
+    };
+    broken(&|a| a.placements[0].node = NodeIx(1), "over capacity");
+    broken(&|a| a.placements[0].node = NodeIx(2), "does not match");
+    broken(&|a| a.placements.clear(), "replicas missing");
+    broken(&|a| a.units[0].units = 8, "do not match");
+    broken(&|a| a.units[0].class = UsageClass::Borrowed, "Borrowed units");
+    broken(
+        &|a| {
+            a.units[0].class = UsageClass::Borrowed;
+            a.preemptible = true
+        },
+        "guaranteed task admitted on preemptible capacity",
+    );
+    broken(&|a| a.preemptible = true, "preemptible flag");
+    broken(
+        &|a| a.units = vec![UnitUse { spec: SpecIx(0), class: UsageClass::Reserved, units: 4 }; 2],
+        "do not match",
+    );
+
+    // Quota: admitting it twice would use 12 of 8 units; and a second decision for one attempt.
+    let errors =
+        check_plan(&snap, &Plan { decisions: vec![Decision::Admit(good.clone()), Decision::Admit(good)] })
+            .unwrap_err();
+    assert!(errors.iter().any(|e| e.contains("over its quota")), "{errors:?}");
+    assert!(errors.iter().any(|e| e.contains("got 2 decisions")), "{errors:?}");
+    // Preempting a non-preemptible task of another group.
+    let mut f2 = Fixture::new();
+    f2.nodes("n", Some("A100"), 1).quota("nlp", Reserved, "a100", 8).quota("vision", Reserved, "a100", 8);
+    f2.running(
+        Task::new("theirs", "vision", Reserved).gang("a100", 8, 1),
+        &["n0"],
+        UsageClass::Reserved,
+        false,
+    );
+    f2.pending(Task::new("t", "nlp", Reserved).gang("a100", 8, 1));
+    let snap = f2.peek();
+    let mut plan = schedule(&snap, 0, &Config::default());
+    plan.decisions.push(Decision::Preempt(Preemption {
+        victim: snap.running[0].id,
+        running_index: 0,
+        preemptor: snap.pending[0].id,
+    }));
+    let errors = check_plan(&snap, &plan).unwrap_err();
+    assert!(errors.iter().any(|e| e.contains("may not preempt")), "{errors:?}");
+    // A snapshot whose node usage disagrees with its replicas.
+    let mut bad = snap.clone();
+    bad.nodes[0].used.gpus = 3;
+    assert!(check_snapshot(&bad).is_err());
+}
+
+#[test]
+fn the_same_snapshot_gives_the_same_plan() {
+    let mut f = Fixture::new();
+    f.nodes("n", Some("A100"), 3)
+        .nodes("h", Some("H100"), 2)
+        .quota("nlp", Reserved, "a100", 16)
+        .quota("vision", Reserved, "h100", 16);
+    f.running(Task::new("spot", "vision", Spot).gang("a100", 4, 2), &["n0", "n1"], UsageClass::Spot, false);
+    for (i, name) in ["a", "b", "c", "d", "e"].iter().enumerate() {
+        f.pending(
+            Task::new(
+                name,
+                if i % 2 == 0 { "nlp" } else { "vision" },
+                if i % 2 == 0 { Reserved } else { Ondemand },
+            )
+            .gang("h100", 4, i as u32 + 1)
+            .gang("a100", 4, i as u32 + 1)
+            .at(i as u64),
+        );
+    }
+    let snap = f.peek();
+    let first = schedule(&snap, 100, &Config::default());
+    for _ in 0..5 {
+        assert_eq!(schedule(&snap, 100, &Config::default()), first);
+    }
+}

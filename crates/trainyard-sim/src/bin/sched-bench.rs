@@ -224,8 +224,12 @@ fn victim_scenario(sizes: &Sizes) -> (Fleet, Vec<RunningAttempt>, PendingAttempt
         fleet.base.quotas.set(fleet.groups[0], ResourceType::Reserved, fleet.pool, s, 1_000_000);
     }
     let mut rng = Rng::new(11);
-    let mut running =
-        workload::fill(&mut rng, &fleet, 1.0, &[ResourceType::Spot, ResourceType::Idle, ResourceType::Reserved]);
+    let mut running = workload::fill(
+        &mut rng,
+        &fleet,
+        1.0,
+        &[ResourceType::Spot, ResourceType::Idle, ResourceType::Reserved],
+    );
     let mut replicas: usize = running.iter().map(|r| r.replicas.len()).sum();
     while replicas > sizes.victim_replicas {
         let r = running.pop().expect("more replicas than wanted means there is work to drop");
@@ -241,7 +245,9 @@ fn victim_scenario(sizes: &Sizes) -> (Fleet, Vec<RunningAttempt>, PendingAttempt
         idle_supplement: false,
         priority: 10,
         submitted_at_ms: 0,
-        options: vec![GangOption { roles: vec![Role { spec: fleet.specs[0], count_per_node: 8, replicas: 64 }] }],
+        options: vec![GangOption {
+            roles: vec![Role { spec: fleet.specs[0], count_per_node: 8, replicas: 64 }],
+        }],
         excluded: vec![],
         nominated: vec![],
     };
@@ -304,10 +310,17 @@ fn memory(sizes: &Sizes) {
     std::hint::black_box(&plan);
     let total = snapshot + cycle;
     row(
-        &format!("memory: snapshot of {} running replicas + one cycle, MB", running.iter().map(|r| r.replicas.len()).sum::<usize>()),
+        &format!(
+            "memory: snapshot of {} running replicas + one cycle, MB",
+            running.iter().map(|r| r.replicas.len()).sum::<usize>()
+        ),
         format!("{:.1}", total as f64 / 1e6),
         "≤ 200",
         total as f64 / 200e6,
     );
-    println!("    heap: snapshot {:.1} MB, scheduling it {:.1} MB more at peak", snapshot as f64 / 1e6, cycle as f64 / 1e6);
+    println!(
+        "    heap: snapshot {:.1} MB, scheduling it {:.1} MB more at peak",
+        snapshot as f64 / 1e6,
+        cycle as f64 / 1e6
+    );
 }
