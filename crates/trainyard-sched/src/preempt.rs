@@ -28,7 +28,7 @@ pub(crate) struct VictimChoice {
 
 /// Searches for victims per cycle are bounded: a search costs far more than a placement, and the attempts
 /// that did not get one this cycle get one in a later cycle.
-pub const MAX_PREEMPTION_SEARCHES_PER_CYCLE: usize = 64;
+pub const MAX_PREEMPTION_SEARCHES_PER_CYCLE: usize = 16;
 /// Remembered failed searches per cycle.
 const FAILURE_MEMO_MAX: usize = 64;
 
@@ -77,6 +77,10 @@ pub(crate) struct Cx {
     /// Per node group: how many nodes have each amount of free-or-reclaimable room (scarce dimension), as
     /// at the start of the cycle. Room only shrinks during a cycle, so this stays an upper bound.
     bound: Option<Vec<Vec<u64>>>,
+    /// Per node, what stopping and preemptible work there would give back (for everyone but the
+    /// same-group rule), and which running attempts have replicas there; built on the first search.
+    reclaim: Vec<Resources>,
+    runs: NodeRuns,
     searches: usize,
     /// (node group, replica need, replicas) that found no victims; larger gangs will not either.
     failures: Vec<(usize, Resources, u32)>,
@@ -100,6 +104,8 @@ impl Cx {
             by_pool,
             lowest_reserved,
             bound: None,
+            reclaim: Vec::new(),
+            runs: NodeRuns::default(),
             searches: 0,
             failures: Vec::new(),
             rank: vec![NO_RANK; snap.running.len()],
@@ -112,28 +118,35 @@ impl Cx {
             && self.lowest_reserved.get(&(a.group, a.pool)).is_some_and(|&p| p < a.priority)
     }
 
-    fn build_bound(&mut self, st: &State) -> &Vec<Vec<u64>> {
-        self.bound.get_or_insert_with(|| {
-            let snap = st.snap;
-            let mut room = st.free.clone();
-            for r in snap.running.iter().filter(|r| r.stopping || r.preemptible()) {
-                for x in &r.replicas {
-                    room[x.node.ix()] = room[x.node.ix()] + x.need;
-                }
+    /// Builds, once per cycle, the per-node reclaimable room, the node -> running index and the bound.
+    fn prepare(&mut self, st: &State) {
+        if self.bound.is_some() {
+            return;
+        }
+        let snap = st.snap;
+        self.runs = NodeRuns::new(snap);
+        let mut reclaim = vec![Resources::default(); snap.nodes.len()];
+        for r in snap.running.iter().filter(|r| r.stopping || r.preemptible()) {
+            for x in &r.replicas {
+                reclaim[x.node.ix()] = reclaim[x.node.ix()] + x.need;
             }
-            st.groups
-                .iter()
-                .map(|g| {
-                    let mut hist = vec![0u64; g.buckets.len()];
-                    for &n in g.buckets.iter().flatten() {
-                        let primary = if g.model.is_some() { room[n.ix()].gpus } else { room[n.ix()].vcpus };
-                        let top = hist.len() - 1;
-                        hist[(primary as usize).min(top)] += 1;
-                    }
-                    hist
-                })
-                .collect()
-        })
+        }
+        let bound = st
+            .groups
+            .iter()
+            .map(|g| {
+                let mut hist = vec![0u64; g.buckets.len()];
+                let top = hist.len() - 1;
+                for &n in g.buckets.iter().flatten() {
+                    let room = st.free[n.ix()] + reclaim[n.ix()];
+                    let primary = if g.model.is_some() { room.gpus } else { room.vcpus };
+                    hist[(primary as usize).min(top)] += 1;
+                }
+                hist
+            })
+            .collect();
+        self.reclaim = reclaim;
+        self.bound = Some(bound);
     }
 
     /// Whether a search could possibly succeed, cheaply. Counts the search when it says yes.
@@ -151,7 +164,8 @@ impl Cx {
                 }
                 let primary = if model.is_some() { need.gpus } else { need.vcpus };
                 if primary > 0 {
-                    let hist = &self.build_bound(st)[gi];
+                    self.prepare(st);
+                    let hist = &self.bound.as_ref().expect("prepared above")[gi];
                     let fit: u64 = hist
                         .iter()
                         .enumerate()
@@ -176,6 +190,54 @@ impl Cx {
         if let Some(gi) = st.group_index(a.pool, st.snap.specs[role.spec.ix()].model) {
             self.failures.push((gi, st.snap.replica_need(role), role.replicas));
         }
+    }
+}
+
+/// Which running attempts have replicas on each node (each attempt once per node), as offsets into one list.
+#[derive(Debug, Default)]
+struct NodeRuns {
+    start: Vec<u32>,
+    runs: Vec<u32>,
+}
+
+impl NodeRuns {
+    fn new(snap: &Snapshot) -> Self {
+        let n_nodes = snap.nodes.len();
+        // Slots per node (duplicates included), then their offsets.
+        let mut first = vec![0u32; n_nodes + 1];
+        for r in &snap.running {
+            for x in &r.replicas {
+                first[x.node.ix() + 1] += 1;
+            }
+        }
+        for i in 1..first.len() {
+            first[i] += first[i - 1];
+        }
+        let mut end: Vec<u32> = first[..n_nodes].to_vec();
+        let mut slots = vec![u32::MAX; first[n_nodes] as usize];
+        for (i, r) in snap.running.iter().enumerate() {
+            for x in &r.replicas {
+                let n = x.node.ix();
+                // An attempt's replicas on one node land next to each other: keep the attempt once.
+                if end[n] > first[n] && slots[end[n] as usize - 1] == i as u32 {
+                    continue;
+                }
+                slots[end[n] as usize] = i as u32;
+                end[n] += 1;
+            }
+        }
+        let mut start = Vec::with_capacity(n_nodes + 1);
+        let mut runs = Vec::with_capacity(slots.len());
+        for n in 0..n_nodes {
+            start.push(runs.len() as u32);
+            runs.extend_from_slice(&slots[first[n] as usize..end[n] as usize]);
+        }
+        start.push(runs.len() as u32);
+        NodeRuns { start, runs }
+    }
+
+    fn on(&self, n: NodeIx) -> &[u32] {
+        &self.runs[self.start[n.ix()] as usize..self.start[n.ix() + 1] as usize]
     }
 }
 
@@ -234,9 +296,16 @@ pub(crate) fn choose_victims(
             cands.push(v);
         }
     }
+    cx.prepare(st);
     let mut is_evicted = std::mem::take(&mut cx.is_evicted);
     let mut ev = Evictions { snap, evicted: Vec::new(), is_evicted: &mut is_evicted };
-    let result = search(st, &mut ev, &cx.rank, &cands, a, me, option, short);
+    let near = Nearby {
+        ranks: &cx.rank,
+        runs: &cx.runs,
+        reclaim: &cx.reclaim,
+        same_group: cx.same_group_possible(a),
+    };
+    let result = search(st, &mut ev, &near, &cands, a, me, option, short);
     ev.restore_all(st);
     for &v in &pool_running {
         cx.rank[v] = NO_RANK;
@@ -254,7 +323,7 @@ pub(crate) fn choose_victims(
 fn search(
     st: &mut State,
     ev: &mut Evictions,
-    ranks: &[u8],
+    near: &Nearby,
     cands: &[usize],
     a: &PendingAttempt,
     me: usize,
@@ -262,6 +331,7 @@ fn search(
     short: Option<&crate::plan::QuotaShort>,
 ) -> Option<VictimChoice> {
     let snap = st.snap;
+    let ranks = near.ranks;
     // Attempts already stopping are free to count on.
     for &v in cands {
         if ranks[v] == 0 {
@@ -313,7 +383,7 @@ fn search(
     // Nodes.
     let mut placed = match st.place_gang(a, me, option, false) {
         Ok(p) => p,
-        Err(_) => place_with_evictions(st, ev, ranks, cands, a, me, option)?,
+        Err(_) => place_with_evictions(st, ev, near, a, me, option)?,
     };
 
     // Reprieve: put back every victim the gang can do without, most expensive first.
@@ -352,14 +422,13 @@ fn search(
 fn place_with_evictions(
     st: &mut State,
     ev: &mut Evictions,
-    ranks: &[u8],
-    cands: &[usize],
+    near: &Nearby,
     a: &PendingAttempt,
     me: usize,
     option: &GangOption,
 ) -> Option<Placed> {
     let mut placed: Placed = Vec::new();
-    let ok = evict_and_place(st, ev, ranks, cands, a, me, option, &mut placed);
+    let ok = evict_and_place(st, ev, near, a, me, option, &mut placed);
     if ok.is_none() {
         st.rollback(&placed);
         return None;
@@ -367,40 +436,85 @@ fn place_with_evictions(
     Some(placed)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What a search knows about the neighbourhood of each node: the ranks of the running attempts for this
+/// preemptor, which attempts run on each node, and what preemptible work there would give back.
+struct Nearby<'c> {
+    ranks: &'c [u8],
+    runs: &'c NodeRuns,
+    reclaim: &'c [Resources],
+    /// Whether same-group lower-priority work may be preempted (then `reclaim` is not an upper bound).
+    same_group: bool,
+}
+
+impl Nearby<'_> {
+    /// The node's victims for this preemptor, cheapest first, into `buf`.
+    fn victims(
+        &self,
+        st: &State,
+        ev: &Evictions,
+        n: NodeIx,
+        buf: &mut Vec<(u64, std::cmp::Reverse<u64>, usize)>,
+    ) {
+        buf.clear();
+        for &v in self.runs.on(n) {
+            let v = v as usize;
+            let k = self.ranks[v];
+            if k == NO_RANK || k == 0 || ev.is_evicted[v] {
+                continue;
+            }
+            let r = &st.snap.running[v];
+            buf.push((cost(k, r), std::cmp::Reverse(r.started_at_ms), v));
+        }
+        buf.sort_unstable();
+    }
+
+    /// The cost of making room for `need` on `n` by evicting its cheapest victims; `None` if even all of
+    /// them are not enough. With `take`, the victims chosen.
+    fn room(
+        &self,
+        st: &State,
+        ev: &Evictions,
+        n: NodeIx,
+        need: Resources,
+        buf: &mut Vec<(u64, std::cmp::Reverse<u64>, usize)>,
+        mut take: Option<&mut Vec<usize>>,
+    ) -> Option<u64> {
+        let mut free = st.free[n.ix()];
+        if need.fits_in(&free) {
+            return Some(0);
+        }
+        if !self.same_group && !need.fits_in(&(free + self.reclaim[n.ix()])) {
+            return None;
+        }
+        self.victims(st, ev, n, buf);
+        let mut cost = 0;
+        for &(w, _, v) in buf.iter() {
+            for rep in st.snap.running[v].replicas.iter().filter(|r| r.node == n) {
+                free = free + rep.need;
+            }
+            cost += w;
+            if let Some(t) = take.as_deref_mut() {
+                t.push(v);
+            }
+            if need.fits_in(&free) {
+                return Some(cost);
+            }
+        }
+        None
+    }
+}
+
 fn evict_and_place(
     st: &mut State,
     ev: &mut Evictions,
-    ranks: &[u8],
-    cands: &[usize],
+    near: &Nearby,
     a: &PendingAttempt,
     me: usize,
     option: &GangOption,
     placed: &mut Placed,
 ) -> Option<()> {
     let snap = st.snap;
-    // Candidate victims per node, cheapest first.
-    let mut on_node: std::collections::BTreeMap<NodeIx, Vec<(u64, usize)>> =
-        std::collections::BTreeMap::new();
-    for &v in cands {
-        let k = ranks[v];
-        if k == 0 || ev.is_evicted[v] {
-            continue;
-        }
-        let r = &snap.running[v];
-        for rep in &r.replicas {
-            let list = on_node.entry(rep.node).or_default();
-            if !list.iter().any(|&(_, x)| x == v) {
-                list.push((cost(k, r), v));
-            }
-        }
-    }
-    for list in on_node.values_mut() {
-        list.sort_by_key(|&(w, v)| (w, std::cmp::Reverse(snap.running[v].started_at_ms), v));
-    }
-    const NONE: &[(u64, usize)] = &[];
-    let victims_on = |n: NodeIx| on_node.get(&n).map_or(NONE, Vec::as_slice);
-
+    let mut buf = Vec::new();
     let mut roles: Vec<(usize, &Role)> = option.roles.iter().enumerate().collect();
     roles.sort_by_key(|(i, r)| {
         let n = snap.replica_need(r);
@@ -411,12 +525,11 @@ fn evict_and_place(
         let model = snap.specs[role.spec.ix()].model;
         let gi = st.group_index(a.pool, model)?;
         // Nodes of the group by the cost of making room there now; costs only fall as victims go.
-        let mut by_cost: Vec<(u64, NodeIx)> = st.groups[gi]
-            .buckets
-            .iter()
-            .flatten()
-            .filter(|&&n| usable(st, n, me, a))
-            .filter_map(|&n| room_cost(st, ev, victims_on(n), n, need).map(|(c, _)| (c, n)))
+        let nodes: Vec<NodeIx> =
+            st.groups[gi].buckets.iter().flatten().copied().filter(|&n| usable(st, n, me, a)).collect();
+        let mut by_cost: Vec<(u64, NodeIx)> = nodes
+            .into_iter()
+            .filter_map(|n| near.room(st, ev, n, need, &mut buf, None).map(|c| (c, n)))
             .collect();
         by_cost.sort_unstable();
         let mut cursor = 0;
@@ -425,8 +538,9 @@ fn evict_and_place(
                 Some(n) => n,
                 None => loop {
                     let &(_, n) = by_cost.get(cursor)?;
-                    match room_cost(st, ev, victims_on(n), n, need) {
-                        Some((_, victims)) => {
+                    let mut victims = Vec::new();
+                    match near.room(st, ev, n, need, &mut buf, Some(&mut victims)) {
+                        Some(_) => {
                             for v in victims {
                                 ev.evict(st, v);
                             }
@@ -446,32 +560,4 @@ fn evict_and_place(
 fn usable(st: &State, n: NodeIx, me: usize, a: &PendingAttempt) -> bool {
     let h = st.holder[n.ix()];
     (h == 0 || h as usize == me + 1) && !a.excluded.contains(&n)
-}
-
-/// The cheapest prefix of the node's victims that makes room for `need`: (cost, victims). `None` if even all
-/// of them are not enough.
-fn room_cost(
-    st: &State,
-    ev: &Evictions,
-    victims: &[(u64, usize)],
-    n: NodeIx,
-    need: trainyard_core::demand::Resources,
-) -> Option<(u64, Vec<usize>)> {
-    let mut free = st.free[n.ix()];
-    let mut cost = 0;
-    let mut chosen = Vec::new();
-    for &(w, v) in victims {
-        if need.fits_in(&free) {
-            break;
-        }
-        if ev.is_evicted[v] {
-            continue;
-        }
-        for rep in st.snap.running[v].replicas.iter().filter(|r| r.node == n) {
-            free = free + rep.need;
-        }
-        cost += w;
-        chosen.push(v);
-    }
-    need.fits_in(&free).then_some((cost, chosen))
 }

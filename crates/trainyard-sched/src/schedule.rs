@@ -167,15 +167,16 @@ pub fn schedule(snap: &Snapshot, now_ms: u64, config: &Config) -> Plan {
         }
     }
 
-    // Starving attempts: per pool, the oldest one past the threshold.
+    // Starving attempts: per pool, past the threshold, the highest priority and then the oldest (aging must
+    // not turn priority upside down: a low-priority task does not jump a waiting high-priority one).
     let mut starving: BTreeMap<PoolIx, usize> = BTreeMap::new();
     for (i, a) in snap.pending.iter().enumerate() {
-        if now_ms.saturating_sub(a.submitted_at_ms) < config.starvation_after_ms {
+        if now_ms.saturating_sub(a.submitted_at_ms) < config.starvation_after_ms || !a.nominated.is_empty() {
             continue;
         }
         let e = starving.entry(a.pool).or_insert(i);
         let b = &snap.pending[*e];
-        if (a.submitted_at_ms, a.id) < (b.submitted_at_ms, b.id) {
+        if (Reverse(a.priority), a.submitted_at_ms, a.id) < (Reverse(b.priority), b.submitted_at_ms, b.id) {
             *e = i;
         }
     }
@@ -183,8 +184,13 @@ pub fn schedule(snap: &Snapshot, now_ms: u64, config: &Config) -> Plan {
     let mut shares = Shares::new(snap);
     let mut order: Vec<usize> = Vec::with_capacity(snap.pending.len());
     let mut outcomes: Vec<Option<Outcome>> = (0..snap.pending.len()).map(|_| None).collect();
-    for &i in starving.values() {
-        let out = process(&mut st, &mut plan, &mut cx, i, config, true);
+    // First the preemptors whose victims are leaving: what their victims free (nodes and quota) is theirs, or
+    // the victims, requeued, would take it back and be preempted again, for ever. Then the starving.
+    let nominated = per_group.iter().flatten().copied().filter(|&i| !snap.pending[i].nominated.is_empty());
+    let first: Vec<(usize, bool)> =
+        nominated.map(|i| (i, false)).chain(starving.values().map(|&i| (i, true))).collect();
+    for (i, is_starving) in first {
+        let out = process(&mut st, &mut plan, &mut cx, i, config, is_starving);
         if matches!(out, Outcome::Admitted) {
             shares.admit(&snap.pending[i], &plan);
         }

@@ -69,8 +69,19 @@ const TYPES: [ResourceType; 10] = [
 
 /// A random gang: 1–64 replicas of one count per node, with every spec as a fallback in random order.
 pub fn gang(rng: &mut Rng, fleet: &Fleet, id: u64, submitted_at_ms: u64) -> PendingAttempt {
+    gang_of(rng, fleet, id, submitted_at_ms, &COUNTS)
+}
+
+/// Like [`gang`], with the count per node drawn from `counts`.
+pub fn gang_of(
+    rng: &mut Rng,
+    fleet: &Fleet,
+    id: u64,
+    submitted_at_ms: u64,
+    counts: &[u32],
+) -> PendingAttempt {
     let replicas = *rng.pick(&REPLICAS);
-    let count = *rng.pick(&COUNTS);
+    let count = *rng.pick(counts);
     let mut order = fleet.specs.clone();
     rng.shuffle(&mut order);
     let resource_type = *rng.pick(&TYPES);
@@ -132,9 +143,15 @@ pub fn snapshot(fleet: &Fleet, running: &[RunningAttempt], pending: &[PendingAtt
     s
 }
 
-/// Fills the fleet with running work by scheduling random gangs until about `target` of the GPUs are in use.
-/// Returns the running attempts.
-pub fn fill(rng: &mut Rng, fleet: &Fleet, target: f64, types: &[ResourceType]) -> Vec<RunningAttempt> {
+/// Fills the fleet with running work by scheduling random gangs (count per node from `counts`) until about
+/// `target` of the GPUs are in use. Returns the running attempts.
+pub fn fill(
+    rng: &mut Rng,
+    fleet: &Fleet,
+    target: f64,
+    types: &[ResourceType],
+    counts: &[u32],
+) -> Vec<RunningAttempt> {
     let total: u64 = fleet.base.nodes.iter().map(|n| n.capacity.gpus).sum();
     let mut running: Vec<RunningAttempt> = Vec::new();
     let mut used = 0u64;
@@ -144,7 +161,7 @@ pub fn fill(rng: &mut Rng, fleet: &Fleet, target: f64, types: &[ResourceType]) -
         let batch: Vec<PendingAttempt> = (0..256)
             .map(|_| {
                 id += 1;
-                let mut g = gang(rng, fleet, id, 0);
+                let mut g = gang_of(rng, fleet, id, 0, counts);
                 g.resource_type = *rng.pick(types);
                 g.idle_supplement = false;
                 g

@@ -122,6 +122,26 @@ fn throughput(sizes: &Sizes) {
         });
         pending.extend(back);
         running.retain(|(_, end)| *end > cycles);
+        if std::env::var_os("TRAINYARD_BENCH_DEBUG").is_some() && cycles % 2000 == 0 {
+            let mut kinds = std::collections::BTreeMap::new();
+            for p in &pending {
+                *kinds.entry(format!("{}", p.resource_type)).or_insert(0) += 1;
+            }
+            let mut pre = std::collections::BTreeMap::new();
+            for p in plan.preemptions() {
+                let v = &snap.running[p.running_index];
+                let by = snap.pending.iter().find(|a| a.id == p.preemptor).unwrap();
+                *pre.entry(format!(
+                    "{}({:?}) by {} prio {}",
+                    v.resource_type,
+                    v.units.iter().map(|u| u.class).collect::<Vec<_>>(),
+                    by.resource_type,
+                    by.priority
+                ))
+                .or_insert(0) += 1;
+            }
+            eprintln!("cycle {cycles}: pending {kinds:?}, running {}, preemptions {pre:?}", running.len());
+        }
     }
     let rate = placed as f64 / sched_time.as_secs_f64();
     row(
@@ -146,8 +166,9 @@ fn cycle_latency(sizes: &Sizes) {
         &fleet,
         0.7,
         &[ResourceType::Reserved, ResourceType::Spot, ResourceType::Idle],
+        &[1, 2, 4, 8],
     );
-    let config = Config::default();
+    let config = Config { preemption: std::env::var_os("NOPREEMPT").is_none(), ..Config::default() };
     let mut times = Vec::with_capacity(sizes.cycle_runs);
     let mut admitted = 0;
     for run in 0..sizes.cycle_runs {
@@ -224,17 +245,22 @@ fn victim_scenario(sizes: &Sizes) -> (Fleet, Vec<RunningAttempt>, PendingAttempt
         fleet.base.quotas.set(fleet.groups[0], ResourceType::Reserved, fleet.pool, s, 1_000_000);
     }
     let mut rng = Rng::new(11);
-    let mut running = workload::fill(
+    let running = workload::fill(
         &mut rng,
         &fleet,
         1.0,
         &[ResourceType::Spot, ResourceType::Idle, ResourceType::Reserved],
+        // Replicas of 1 or 2 GPUs: a full fleet of 80,000 GPUs holds about 50,000 of them.
+        &[1, 2],
     );
-    let mut replicas: usize = running.iter().map(|r| r.replicas.len()).sum();
-    while replicas > sizes.victim_replicas {
-        let r = running.pop().expect("more replicas than wanted means there is work to drop");
-        replicas -= r.replicas.len();
-    }
+    // Trimming would free whole nodes (the last gangs placed sit together), so the fleet stays full and the
+    // count is reported as it is.
+    let replicas: usize = running.iter().map(|r| r.replicas.len()).sum();
+    assert!(
+        replicas >= sizes.victim_replicas,
+        "only {replicas} running replicas; the scenario wants {}",
+        sizes.victim_replicas
+    );
     let gang = PendingAttempt {
         id: AttemptId(1 << 50),
         name: "big".into(),
