@@ -18,8 +18,7 @@ fn specs(name: &str) -> Option<&'static InstanceSpec> {
 
 fn task(kind: TaskType, workers: u32, choices: &[(&str, u32)], head: Option<(&str, u32)>) -> TaskSpec {
     let choice = |(s, n): (&str, u32)| InstanceSpecChoice { spec: s.into(), count_per_node: n };
-    let mut t = TaskSpec::default();
-    t.task_type = kind;
+    let mut t = TaskSpec { task_type: kind, ..Default::default() };
     t.compute.workers = workers;
     t.compute.instance_specs = choices.iter().copied().map(choice).collect();
     if kind == TaskType::RayJob {
