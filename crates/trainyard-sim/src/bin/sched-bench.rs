@@ -122,27 +122,12 @@ fn throughput(sizes: &Sizes) {
         });
         pending.extend(back);
         running.retain(|(_, end)| *end > cycles);
-        if std::env::var_os("TRAINYARD_BENCH_DEBUG").is_some() && cycles % 2000 == 0 {
-            let mut kinds = std::collections::BTreeMap::new();
-            for p in &pending {
-                *kinds.entry(format!("{}", p.resource_type)).or_insert(0) += 1;
-            }
-            let mut pre = std::collections::BTreeMap::new();
-            for p in plan.preemptions() {
-                let v = &snap.running[p.running_index];
-                let by = snap.pending.iter().find(|a| a.id == p.preemptor).unwrap();
-                *pre.entry(format!(
-                    "{}({:?}) by {} prio {}",
-                    v.resource_type,
-                    v.units.iter().map(|u| u.class).collect::<Vec<_>>(),
-                    by.resource_type,
-                    by.priority
-                ))
-                .or_insert(0) += 1;
-            }
-            eprintln!("cycle {cycles}: pending {kinds:?}, running {}, preemptions {pre:?}", running.len());
-        }
     }
+    assert!(
+        pending.is_empty(),
+        "the queue did not drain in {MAX_CYCLES} cycles: {} gangs left",
+        pending.len()
+    );
     let rate = placed as f64 / sched_time.as_secs_f64();
     row(
         &format!("throughput: {} gangs at {} nodes, replica placements/s", sizes.queue, sizes.nodes),
@@ -168,7 +153,7 @@ fn cycle_latency(sizes: &Sizes) {
         &[ResourceType::Reserved, ResourceType::Spot, ResourceType::Idle],
         &[1, 2, 4, 8],
     );
-    let config = Config { preemption: std::env::var_os("NOPREEMPT").is_none(), ..Config::default() };
+    let config = Config::default();
     let mut times = Vec::with_capacity(sizes.cycle_runs);
     let mut admitted = 0;
     for run in 0..sizes.cycle_runs {
