@@ -407,7 +407,6 @@ fn spec(name: &str, count: u32) -> InstanceSpecChoice {
 
 #[test]
 fn compute() {
-    let c = "spec.compute";
     case(PYTORCH, |t| t.spec.compute.workers = 4095, &[]);
     case(PYTORCH, |t| t.spec.compute.workers = 4096, &[("spec.compute.workers", Code::OutOfRange)]);
     case(PYTORCH, |t| t.spec.compute.priority = 0, &[("spec.compute.priority", Code::OutOfRange)]);
@@ -455,7 +454,6 @@ fn compute() {
         |t| t.spec.compute.instance_specs.push(spec("cpu.large", 1)),
         &[("spec.compute.instanceSpecs", Code::Conflict)],
     );
-    let _ = c;
 }
 
 #[test]

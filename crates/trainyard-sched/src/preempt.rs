@@ -113,7 +113,9 @@ impl Cx {
         }
     }
 
-    fn same_group_possible(&self, a: &PendingAttempt) -> bool {
+    /// Whether lower-priority Reserved work of the attempt's group runs in its pool (only then can a Reserved
+    /// attempt short of quota preempt).
+    pub fn same_group_possible(&self, a: &PendingAttempt) -> bool {
         a.resource_type == ResourceType::Reserved
             && self.lowest_reserved.get(&(a.group, a.pool)).is_some_and(|&p| p < a.priority)
     }

@@ -3,9 +3,11 @@
 //! 1. Order the queue: within a project group by priority (higher first), then submission time, then id;
 //!    across groups fairly, always taking the next task of the group with the smallest dominant share of the
 //!    fleet (running plus admitted this cycle).
-//! 2. Before that order, per pool, the oldest attempt that has waited longer than
-//!    [`Config::starvation_after_ms`] goes first; if it cannot start, the nodes closest to fitting it are held
-//!    for it, so a stream of small tasks cannot starve a large gang forever (they still fill other nodes).
+//! 2. Before that order: first every attempt with nominated nodes (a preemptor whose victims are leaving; its
+//!    nodes are held for it from the start of the cycle), so what its victims free is not taken back by them;
+//!    then, per pool, the highest-priority, oldest attempt that has waited longer than
+//!    [`Config::starvation_after_ms`]; if it cannot start, the nodes closest to fitting it are held for it, so a
+//!    stream of small tasks cannot starve a large gang forever (they still fill other nodes).
 //! 3. For each attempt, try its instance-spec options in the user's order: the quota check for its resource
 //!    type, then a gang placement (every replica on one matching node, or none). The first that fits wins.
 //! 4. If none fits and the attempt runs on non-preemptible capacity, look for victims (see [`crate::preempt`]):
@@ -271,21 +273,24 @@ fn process(
     let snap = st.snap;
     let a = &snap.pending[i];
     let mut reasons: Vec<OptionReason> = Vec::with_capacity(a.options.len());
-    // Options that passed quota (or failed it only for lack of same-group room) and may preempt.
-    let mut preemptable: Vec<(usize, Vec<UnitUse>, Option<QuotaShort>)> = Vec::new();
+    // Options that may preempt: non-preemptible ones that passed quota, and Reserved ones short of their own
+    // quota while lower-priority work of their group runs.
+    let mut preemptable: Vec<(usize, Option<QuotaShort>)> = Vec::new();
     for (oi, option) in a.options.iter().enumerate() {
-        let first_spec = option.roles.last().map_or(SpecIx(0), |r| r.spec);
         let uses = match check_quota(st, a, option) {
             Ok(u) => u,
             Err(short) => {
                 // A Reserved attempt short of its own quota may preempt lower-priority work of its group.
-                if let QuotaShort::Quota { resource_type: ResourceType::Reserved, spec, .. } = short {
-                    preemptable.push((oi, vec![], Some(short)));
-                    reasons.push(OptionReason { option: oi, spec, block: OptionBlock::Quota(short) });
-                } else {
-                    let spec = short.spec();
-                    reasons.push(OptionReason { option: oi, spec, block: OptionBlock::Quota(short) });
+                if matches!(short, QuotaShort::Quota { resource_type: ResourceType::Reserved, .. })
+                    && cx.same_group_possible(a)
+                {
+                    preemptable.push((oi, Some(short)));
                 }
+                reasons.push(OptionReason {
+                    option: oi,
+                    spec: short.spec(),
+                    block: OptionBlock::Quota(short),
+                });
                 continue;
             }
         };
@@ -322,16 +327,15 @@ fn process(
                         largest_free: None,
                     },
                 };
-                let _ = first_spec;
                 reasons.push(OptionReason { option: oi, spec, block });
                 if non_preemptible(&uses) {
-                    preemptable.push((oi, uses, None));
+                    preemptable.push((oi, None));
                 }
             }
         }
     }
     if config.preemption {
-        for (oi, uses, short) in preemptable {
+        for (oi, short) in preemptable {
             let option = &a.options[oi];
             if !cx.worth_searching(st, a, option) {
                 continue;
@@ -349,7 +353,6 @@ fn process(
                         }));
                     }
                 }
-                let _ = uses;
                 return Outcome::Preempting(choice.victims, choice.nodes);
             }
         }
