@@ -71,8 +71,8 @@ pub(crate) struct Cx {
     /// Chosen as a victim this cycle: not available to another preemptor.
     pub doomed: Vec<bool>,
     by_pool: Vec<Vec<usize>>,
-    /// Lowest priority of non-preemptible Reserved work per (group, pool): whether same-group preemption is
-    /// possible at all.
+    /// Lowest priority of non-preemptible Reserved work per (group, pool), 0 when some of it is stopping:
+    /// whether quota can come back to a Reserved attempt of the group at all.
     lowest_reserved: std::collections::BTreeMap<(GroupIx, PoolIx), u32>,
     /// Per node group: how many nodes have each amount of free-or-reclaimable room (scarce dimension), as
     /// at the start of the cycle. Room only shrinks during a cycle, so this stays an upper bound.
@@ -94,9 +94,11 @@ impl Cx {
         let mut lowest_reserved = std::collections::BTreeMap::new();
         for (i, r) in snap.running.iter().enumerate() {
             by_pool[r.pool.ix()].push(i);
-            if r.resource_type == ResourceType::Reserved && !r.stopping && !r.preemptible() {
+            // Quota comes back from the group's lower-priority work, and from any of its work already
+            // stopping (counted as priority 0: it is leaving whatever its priority).
+            if r.resource_type == ResourceType::Reserved && (r.stopping || !r.preemptible()) {
                 let e = lowest_reserved.entry((r.group, r.pool)).or_insert(u32::MAX);
-                *e = (*e).min(r.priority);
+                *e = (*e).min(if r.stopping { 0 } else { r.priority });
             }
         }
         Cx {
@@ -113,8 +115,8 @@ impl Cx {
         }
     }
 
-    /// Whether lower-priority Reserved work of the attempt's group runs in its pool (only then can a Reserved
-    /// attempt short of quota preempt).
+    /// Whether lower-priority (or stopping) Reserved work of the attempt's group runs in its pool: only then
+    /// can a Reserved attempt short of quota get it back.
     pub fn same_group_possible(&self, a: &PendingAttempt) -> bool {
         a.resource_type == ResourceType::Reserved
             && self.lowest_reserved.get(&(a.group, a.pool)).is_some_and(|&p| p < a.priority)

@@ -342,6 +342,7 @@ fn process(
             }
             if let Some(choice) = choose_victims(st, cx, a, i, option, short.as_ref()) {
                 st.hold(i, choice.nodes.iter().copied());
+                hold_quota(st, a, option);
 
                 for &v in &choice.victims {
                     if !snap.running[v].stopping && !cx.doomed[v] {
@@ -361,6 +362,31 @@ fn process(
         hold_for_starving(st, a, i);
     }
     Outcome::Waiting(reasons)
+}
+
+/// Keeps, for the rest of the cycle, the quota a preemptor counted on, so attempts after it cannot use it
+/// up while its victims stop (it would then need more victims next cycle, and so on). Its units are counted
+/// as in use; Reserved ones only up to what the group has left (the victims free the rest).
+fn hold_quota(st: &mut State, a: &PendingAttempt, option: &GangOption) {
+    let class = match a.resource_type {
+        ResourceType::Reserved => UsageClass::Reserved,
+        ResourceType::Ondemand => UsageClass::Ondemand,
+        ResourceType::Spot | ResourceType::Idle => return,
+    };
+    let mut held = Vec::new();
+    for (s, u) in option_units(option) {
+        let units = match a.resource_type {
+            ResourceType::Reserved => {
+                let limit = st.snap.quotas.limit(a.group, ResourceType::Reserved, a.pool, s).unwrap_or(0);
+                u.min(limit.saturating_sub(st.group_used(a.group, UsageClass::Reserved, a.pool, s)))
+            }
+            _ => u,
+        };
+        if units > 0 {
+            held.push(UnitUse { spec: s, class, units });
+        }
+    }
+    st.add_usage(a.group, a.pool, &held);
 }
 
 /// If the attempt fits once holds are ignored, the holder it waits behind.

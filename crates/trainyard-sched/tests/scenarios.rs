@@ -740,3 +740,44 @@ fn the_same_snapshot_gives_the_same_plan() {
         assert_eq!(schedule(&snap, 100, &Config::default()), first);
     }
 }
+
+#[test]
+fn a_preemptor_keeps_the_quota_it_counted_on() {
+    // high needs 16 of the group's 16 units; low holds 8 of them. Preempting low covers the shortfall, and
+    // the 8 units still free are kept for high: mid, after it in the queue, must not take them, or high would
+    // need another victim next cycle, and so on.
+    let mut f = Fixture::new();
+    f.nodes("n", Some("A100"), 3).quota("nlp", Reserved, "a100", 16);
+    f.running(
+        Task::new("low", "nlp", Reserved).gang("a100", 8, 1).priority(1),
+        &["n0"],
+        UsageClass::Reserved,
+        false,
+    );
+    f.pending(Task::new("high", "nlp", Reserved).gang("a100", 8, 2).priority(9));
+    f.pending(Task::new("mid", "nlp", Reserved).gang("a100", 8, 1).priority(5));
+    expect(
+        f.run(0),
+        &[
+            "preempt low for high",
+            "wait high #1/1: waiting for preempted tasks to release their resources: low",
+            "wait mid #2/2: needs 8 units of a100 (Reserved); group nlp has 0 left",
+        ],
+    );
+}
+
+#[test]
+fn quota_coming_back_from_stopping_work_is_counted_on() {
+    // low is already stopping (preempted for high last cycle): high keeps waiting on it, with its nodes,
+    // rather than falling back to "no quota" and losing its place to whoever comes next.
+    let mut f = Fixture::new();
+    f.nodes("n", Some("A100"), 2).quota("nlp", Reserved, "a100", 8);
+    f.running(
+        Task::new("low", "nlp", Reserved).gang("a100", 8, 1).priority(1),
+        &["n0"],
+        UsageClass::Reserved,
+        true,
+    );
+    f.pending(Task::new("high", "nlp", Reserved).gang("a100", 8, 1).priority(9));
+    expect(f.run(0), &["wait high #1/1: waiting for preempted tasks to release their resources: low"]);
+}

@@ -92,7 +92,13 @@ struct SimTask {
     state: State,
     first_admitted: Option<u64>,
     last_reason: String,
+    /// Cycles in which this task, queued, preempted others since it last started. A preemptor should start
+    /// once its victims are gone; preempting again and again without starting is churn.
+    preempting_cycles: u32,
 }
+
+/// A preemptor that preempts in more cycles than this without starting is churning.
+const MAX_PREEMPTING_CYCLES: u32 = 8;
 
 /// A task submitted by hand (tests): options are (spec index, count per node, replicas).
 #[derive(Debug, Clone)]
@@ -265,6 +271,7 @@ impl Sim {
             state: State::Queued,
             first_admitted: None,
             last_reason: String::new(),
+            preempting_cycles: 0,
         }
     }
 
@@ -406,6 +413,18 @@ impl Sim {
 
     fn apply(&mut self, snap: &Snapshot, plan: &Plan) {
         let now = self.now;
+        let mut preemptors: Vec<AttemptId> = plan.preemptions().map(|p| p.preemptor).collect();
+        preemptors.dedup();
+        for id in preemptors {
+            let t = &mut self.tasks[(id.0 / ATTEMPT_STRIDE) as usize];
+            t.preempting_cycles += 1;
+            if t.preempting_cycles > MAX_PREEMPTING_CYCLES {
+                let name = t.name.clone();
+                self.fail(&format!(
+                    "{name} preempted others in {MAX_PREEMPTING_CYCLES}+ cycles without starting: churn"
+                ));
+            }
+        }
         for d in &plan.decisions {
             match d {
                 Decision::Admit(a) => {
@@ -419,6 +438,7 @@ impl Sim {
                         units: a.units.clone(),
                     };
                     t.nominated.clear();
+                    t.preempting_cycles = 0;
                     if t.first_admitted.is_none() {
                         t.first_admitted = Some(now);
                         self.stats.max_wait_ms = self.stats.max_wait_ms.max(now - t.submitted);
@@ -471,6 +491,7 @@ impl Sim {
             state: State::Queued,
             first_admitted: None,
             last_reason: String::new(),
+            preempting_cycles: 0,
         });
         self.tasks.len() - 1
     }

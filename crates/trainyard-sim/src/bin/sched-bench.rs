@@ -77,6 +77,7 @@ fn throughput(sizes: &Sizes) {
     let (mut sched_time, mut build_time) = (Duration::ZERO, Duration::ZERO);
     let (mut placed, mut admitted, mut preempted, mut cycles) = (0u64, 0u64, 0u64, 0u64);
     let mut slowest = Duration::ZERO;
+    let mut last_reasons: Vec<String> = Vec::new();
     // Each cycle is one virtual minute; a gang runs 1 to 8 of them.
     const MAX_CYCLES: u64 = 100_000;
     while !pending.is_empty() && cycles < MAX_CYCLES {
@@ -98,6 +99,15 @@ fn throughput(sizes: &Sizes) {
                 WaitReason::Blocked { .. } => Vec::new(),
             };
         }
+        last_reasons = plan
+            .waits()
+            .take(5)
+            .map(|w| {
+                let a = &snap.pending[w.pending_index];
+                let why = w.reason.describe(&snap, a.group, |id| format!("{id:?}"));
+                format!("{} {} priority {}: {why}", a.name, a.resource_type, a.priority)
+            })
+            .collect();
         let mut done = vec![false; pending.len()];
         for adm in plan.admissions() {
             let a = &snap.pending[adm.pending_index];
@@ -125,8 +135,9 @@ fn throughput(sizes: &Sizes) {
     }
     assert!(
         pending.is_empty(),
-        "the queue did not drain in {MAX_CYCLES} cycles: {} gangs left",
-        pending.len()
+        "the queue did not drain in {MAX_CYCLES} cycles: {} gangs left, waiting because:\n  {}",
+        pending.len(),
+        last_reasons.join("\n  ")
     );
     let rate = placed as f64 / sched_time.as_secs_f64();
     row(
