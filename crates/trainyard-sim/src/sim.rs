@@ -106,6 +106,8 @@ pub struct Submit {
     pub group: usize,
     pub rtype: ResourceType,
     pub priority: u32,
+    pub guarantee: bool,
+    pub idle_supplement: bool,
     pub options: Vec<(usize, u32, u32)>,
     pub duration_ms: u64,
 }
@@ -205,22 +207,10 @@ impl Sim {
     }
 
     /// A task that can run on the empty, healthy fleet under its group's quota: the scheduler owes it a start.
-    fn new_task(&mut self, storm: bool) -> SimTask {
+    fn new_task(&mut self, storm: bool) -> Submit {
         let group = self.rng.below(self.cfg.groups as u64) as usize;
-        let rtype = if storm {
-            ResourceType::Reserved
-        } else {
-            *self.rng.pick(&[
-                ResourceType::Reserved,
-                ResourceType::Reserved,
-                ResourceType::Reserved,
-                ResourceType::Ondemand,
-                ResourceType::Ondemand,
-                ResourceType::Spot,
-                ResourceType::Spot,
-                ResourceType::Idle,
-            ])
-        };
+        let rtype =
+            if storm { ResourceType::Reserved } else { *self.rng.pick(&crate::workload::RESOURCE_TYPE_MIX) };
         let mut specs: Vec<usize> = (0..self.specs.len()).collect();
         self.rng.shuffle(&mut specs);
         let n_options = self.rng.range(1, 3.min(specs.len() as u64)) as usize;
@@ -255,23 +245,14 @@ impl Sim {
             matches!(rtype, ResourceType::Reserved | ResourceType::Ondemand) && self.rng.chance(0.2);
         let idle_supplement = rtype == ResourceType::Reserved && !guarantee && self.rng.chance(0.3);
         let (lo, hi) = self.cfg.duration_ms;
-        SimTask {
-            name: format!("t{}", self.tasks.len()),
+        Submit {
             group,
             rtype,
             priority,
             guarantee,
             idle_supplement,
-            submitted: self.now,
             options,
-            duration: self.rng.range(lo, hi),
-            attempt: 0,
-            excluded: vec![],
-            nominated: vec![],
-            state: State::Queued,
-            first_admitted: None,
-            last_reason: String::new(),
-            preempting_cycles: 0,
+            duration_ms: self.rng.range(lo, hi),
         }
     }
 
@@ -328,7 +309,7 @@ impl Sim {
         while !self.arrivals_done() && self.next_arrival <= now {
             let t = self.new_task(false);
             if !t.options.is_empty() {
-                self.tasks.push(t);
+                self.submit(t);
             }
             self.next_arrival += 1 + self.rng.below(2 * self.cfg.mean_arrival_gap_ms);
         }
@@ -336,7 +317,7 @@ impl Sim {
             for _ in 0..5 {
                 let t = self.new_task(true);
                 if !t.options.is_empty() {
-                    self.tasks.push(t);
+                    self.submit(t);
                 }
             }
             self.next_storm += self.cfg.storm_every_ms.unwrap_or(u64::MAX);
@@ -480,8 +461,8 @@ impl Sim {
             group: t.group,
             rtype: t.rtype,
             priority: t.priority,
-            guarantee: false,
-            idle_supplement: false,
+            guarantee: t.guarantee,
+            idle_supplement: t.idle_supplement,
             submitted: self.now,
             options: t.options,
             duration: t.duration_ms,

@@ -54,7 +54,8 @@ pub fn fleet(nodes: usize, groups: usize, reserved_fraction: f64) -> Fleet {
 /// Replica counts from 1 to 64, small ones more common, as in real queues.
 const REPLICAS: [u32; 12] = [1, 1, 1, 2, 2, 4, 4, 8, 8, 16, 32, 64];
 const COUNTS: [u32; 4] = [1, 2, 4, 8];
-const TYPES: [ResourceType; 10] = [
+/// The mix of resource types in generated queues: half Reserved, then Ondemand, Spot and Idle.
+pub const RESOURCE_TYPE_MIX: [ResourceType; 10] = [
     ResourceType::Reserved,
     ResourceType::Reserved,
     ResourceType::Reserved,
@@ -84,7 +85,7 @@ pub fn gang_of(
     let count = *rng.pick(counts);
     let mut order = fleet.specs.clone();
     rng.shuffle(&mut order);
-    let resource_type = *rng.pick(&TYPES);
+    let resource_type = *rng.pick(&RESOURCE_TYPE_MIX);
     // A Reserved gang larger than its group's quota could never start; real users get that refused up
     // front, so the queue holds only gangs that can.
     let replicas = match resource_type {

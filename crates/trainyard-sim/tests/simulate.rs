@@ -60,6 +60,8 @@ fn gang_vs_stream(starvation_after_ms: u64, seed: u64) -> (Option<u64>, u64) {
         group: 1,
         rtype: ResourceType::Reserved,
         priority: 5,
+        guarantee: false,
+        idle_supplement: false,
         options: vec![(0, 1, 1)],
         duration_ms: rng.range(60_000, 140_000),
     };
@@ -76,6 +78,8 @@ fn gang_vs_stream(starvation_after_ms: u64, seed: u64) -> (Option<u64>, u64) {
         group: 0,
         rtype: ResourceType::Reserved,
         priority: 5,
+        guarantee: false,
+        idle_supplement: false,
         options: vec![(0, 8, 6)],
         duration_ms: 600_000,
     });
