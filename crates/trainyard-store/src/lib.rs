@@ -1,0 +1,608 @@
+//! Trainyard's store: tasks, their events, idempotency keys and shares, in SQLite (the embedded default: one
+//! file in the data dir, WAL, synchronous commits) or PostgreSQL, behind one type.
+//!
+//! The SQL is written once, in the subset both databases share (`$N` parameters, BIGINT times in
+//! milliseconds, TEXT JSON, 0/1 flags); only the DDL for generated keys differs. The same conformance suite
+//! (`tests/conformance.rs`) runs against both.
+//!
+//! Durability: a call returns only after its transaction committed. SQLite runs with `synchronous=FULL` in
+//! WAL mode, PostgreSQL with its default `synchronous_commit=on`, so an acknowledged write survives a
+//! `kill -9` of the server at any moment.
+
+#![forbid(unsafe_code)]
+
+mod schema;
+
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Row};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+/// Which database a store runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+/// A store failure. "Not found" is not an error (`Option`), and neither is "already exists" for an
+/// idempotent create ([`Created::Existing`]).
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the idempotency key was already used for a different request")]
+    IdempotencyConflict,
+    #[error("the task changed since it was read (version {expected} expected)")]
+    VersionConflict { expected: i64 },
+    #[error("task {0} does not exist")]
+    NotFound(String),
+    #[error("a task named {0} already exists")]
+    NameTaken(String),
+    #[error("unsupported database URL {0:?}: use sqlite://PATH or postgres://...")]
+    BadUrl(String),
+    #[error("database error: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// A task as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskRecord {
+    pub id: String,
+    pub name: String,
+    pub owner: String,
+    pub project_group: String,
+    pub task_type: String,
+    pub status: String,
+    pub public: bool,
+    pub labels: BTreeMap<String, String>,
+    /// The task document as JSON (hidden values encrypted by the caller).
+    pub spec_json: String,
+    pub attempt: i64,
+    /// Bumped by every change; updates name the version they read.
+    pub version: i64,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+/// What [`Store::create_task`] stores.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTask {
+    pub id: String,
+    pub name: String,
+    pub owner: String,
+    pub project_group: String,
+    pub task_type: String,
+    pub status: String,
+    pub public: bool,
+    pub labels: BTreeMap<String, String>,
+    pub spec_json: String,
+    pub created_at_ms: i64,
+    /// `(key, hash of the request body)`: a retried create with the same key and body returns the first task.
+    pub idempotency: Option<(String, String)>,
+    /// The first event, written in the same transaction.
+    pub first_event: Option<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Created {
+    New(TaskRecord),
+    /// The same idempotency key and body were seen before: this is the task they created.
+    Existing(TaskRecord),
+}
+
+impl Created {
+    pub fn task(&self) -> &TaskRecord {
+        match self {
+            Created::New(t) | Created::Existing(t) => t,
+        }
+    }
+}
+
+/// Who is looking: visibility is decided in the query, so a list never leaks what the viewer may not see.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Viewer {
+    pub user: String,
+    pub groups: Vec<String>,
+    pub admin: bool,
+}
+
+/// Filters for [`Store::list_tasks`]; every set field must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskFilter {
+    pub visible_to: Option<Viewer>,
+    pub owner: Option<String>,
+    pub project_group: Option<String>,
+    pub status: Option<String>,
+    pub task_type: Option<String>,
+    /// Substring of the name, or the exact id.
+    pub search: Option<String>,
+    /// `key=value` label selectors, all of which must hold.
+    pub labels: Vec<(String, String)>,
+}
+
+/// One page of a list, newest first, and the cursor of the next page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    pub items: Vec<TaskRecord>,
+    pub next_cursor: Option<String>,
+}
+
+/// An event in a task's history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub seq: i64,
+    pub task_id: String,
+    pub attempt: i64,
+    pub at_ms: i64,
+    /// A stable reason code (`Queued`, `Admitted`, `Preempted`, ...).
+    pub reason: String,
+    pub message: String,
+}
+
+/// A change of status, applied only if the task is still at `expected_version`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition {
+    pub task_id: String,
+    pub expected_version: i64,
+    pub status: String,
+    pub attempt: i64,
+    pub at_ms: i64,
+    pub reason: String,
+    pub message: String,
+}
+
+/// The most rows one list call returns.
+pub const MAX_PAGE: u32 = 500;
+
+/// The store.
+#[derive(Clone)]
+pub struct Store {
+    pool: AnyPool,
+    dialect: Dialect,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store").field("dialect", &self.dialect).finish()
+    }
+}
+
+const TASK_COLUMNS: &str = "id, name, owner, project_group, task_type, status, public, labels, spec, attempt, \
+                            version, created_at_ms, updated_at_ms";
+
+fn task_from_row(r: &AnyRow) -> Result<TaskRecord> {
+    let labels: String = r.try_get("labels")?;
+    Ok(TaskRecord {
+        id: r.try_get("id")?,
+        name: r.try_get("name")?,
+        owner: r.try_get("owner")?,
+        project_group: r.try_get("project_group")?,
+        task_type: r.try_get("task_type")?,
+        status: r.try_get("status")?,
+        public: r.try_get::<i64, _>("public")? != 0,
+        labels: serde_json::from_str(&labels).map_err(|e| StoreError::Corrupt(format!("labels: {e}")))?,
+        spec_json: r.try_get("spec")?,
+        attempt: r.try_get("attempt")?,
+        version: r.try_get("version")?,
+        created_at_ms: r.try_get("created_at_ms")?,
+        updated_at_ms: r.try_get("updated_at_ms")?,
+    })
+}
+
+fn event_from_row(r: &AnyRow) -> Result<Event> {
+    Ok(Event {
+        seq: r.try_get("seq")?,
+        task_id: r.try_get("task_id")?,
+        attempt: r.try_get("attempt")?,
+        at_ms: r.try_get("at_ms")?,
+        reason: r.try_get("reason")?,
+        message: r.try_get("message")?,
+    })
+}
+
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
+}
+
+/// Cursor: `<created_at_ms>.<id>` of the last item of the previous page.
+fn parse_cursor(c: &str) -> Option<(i64, String)> {
+    let (ms, id) = c.split_once('.')?;
+    Some((ms.parse().ok()?, id.to_owned()))
+}
+
+impl Store {
+    /// Opens `sqlite://PATH` (created if missing) or `postgres://...`, and brings the schema up to date.
+    pub async fn connect(url: &str) -> Result<Store> {
+        sqlx::any::install_default_drivers();
+        let dialect = if url.starts_with("sqlite:") {
+            Dialect::Sqlite
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Dialect::Postgres
+        } else {
+            return Err(StoreError::BadUrl(url.to_owned()));
+        };
+        let options = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(30));
+        let pool = match dialect {
+            Dialect::Sqlite => {
+                let url = if url.contains('?') { url.to_owned() } else { format!("{url}?mode=rwc") };
+                options
+                    // SQLite has one writer; more connections only queue on its lock.
+                    .max_connections(8)
+                    .after_connect(|conn, _| {
+                        Box::pin(async move {
+                            sqlx::query("PRAGMA journal_mode=WAL").execute(&mut *conn).await?;
+                            sqlx::query("PRAGMA synchronous=FULL").execute(&mut *conn).await?;
+                            sqlx::query("PRAGMA busy_timeout=30000").execute(&mut *conn).await?;
+                            sqlx::query("PRAGMA foreign_keys=ON").execute(&mut *conn).await?;
+                            Ok(())
+                        })
+                    })
+                    .connect(&url)
+                    .await?
+            }
+            Dialect::Postgres => options.max_connections(32).connect(url).await?,
+        };
+        let store = Store { pool, dialect };
+        schema::migrate(&store.pool, dialect).await?;
+        Ok(store)
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// Creates a task (and its first event) in one transaction. With an idempotency key: a retry with the same
+    /// key and body returns the task the first call created; the same key with another body is refused.
+    pub async fn create_task(&self, t: &NewTask) -> Result<Created> {
+        let mut tx = self.pool.begin().await?;
+        if let Some((key, hash)) = &t.idempotency {
+            let inserted = sqlx::query(
+                "INSERT INTO idempotency (owner, key, body_hash, task_id, created_at_ms) VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (owner, key) DO NOTHING",
+            )
+            .bind(&t.owner)
+            .bind(key)
+            .bind(hash)
+            .bind(&t.id)
+            .bind(t.created_at_ms)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if inserted == 0 {
+                let row =
+                    sqlx::query("SELECT body_hash, task_id FROM idempotency WHERE owner = $1 AND key = $2")
+                        .bind(&t.owner)
+                        .bind(key)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                let (seen_hash, task_id): (String, String) = (row.try_get(0)?, row.try_get(1)?);
+                tx.rollback().await?;
+                if &seen_hash != hash {
+                    return Err(StoreError::IdempotencyConflict);
+                }
+                let task = self.get_task(&task_id).await?.ok_or_else(|| {
+                    StoreError::Corrupt(format!("idempotency key points at missing task {task_id}"))
+                })?;
+                return Ok(Created::Existing(task));
+            }
+        }
+        let labels = serde_json::to_string(&t.labels).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let insert = sqlx::query(&format!(
+            "INSERT INTO tasks ({TASK_COLUMNS}, deleted) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 1, $10, $10, 0)"
+        ))
+        .bind(&t.id)
+        .bind(&t.name)
+        .bind(&t.owner)
+        .bind(&t.project_group)
+        .bind(&t.task_type)
+        .bind(&t.status)
+        .bind(i64::from(t.public))
+        .bind(&labels)
+        .bind(&t.spec_json)
+        .bind(t.created_at_ms)
+        .execute(&mut *tx)
+        .await;
+        match insert {
+            Err(e) if is_unique_violation(&e) => return Err(StoreError::NameTaken(t.name.clone())),
+            other => {
+                other?;
+            }
+        }
+        for (k, v) in &t.labels {
+            sqlx::query("INSERT INTO task_labels (task_id, key, value) VALUES ($1, $2, $3)")
+                .bind(&t.id)
+                .bind(k)
+                .bind(v)
+                .execute(&mut *tx)
+                .await?;
+        }
+        if let Some((reason, message)) = &t.first_event {
+            sqlx::query("INSERT INTO task_events (task_id, attempt, at_ms, reason, message) VALUES ($1, 0, $2, $3, $4)")
+                .bind(&t.id)
+                .bind(t.created_at_ms)
+                .bind(reason)
+                .bind(message)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(Created::New(TaskRecord {
+            id: t.id.clone(),
+            name: t.name.clone(),
+            owner: t.owner.clone(),
+            project_group: t.project_group.clone(),
+            task_type: t.task_type.clone(),
+            status: t.status.clone(),
+            public: t.public,
+            labels: t.labels.clone(),
+            spec_json: t.spec_json.clone(),
+            attempt: 0,
+            version: 1,
+            created_at_ms: t.created_at_ms,
+            updated_at_ms: t.created_at_ms,
+        }))
+    }
+
+    /// A task by id (deleted ones included: their history is kept).
+    pub async fn get_task(&self, id: &str) -> Result<Option<TaskRecord>> {
+        let row = sqlx::query(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(task_from_row).transpose()
+    }
+
+    /// Whether `viewer` may see the task: admin, owner, a member of its group when it is public, or shared.
+    pub async fn visible(&self, task: &TaskRecord, viewer: &Viewer) -> Result<bool> {
+        if viewer.admin
+            || task.owner == viewer.user
+            || (task.public && viewer.groups.contains(&task.project_group))
+        {
+            return Ok(true);
+        }
+        let row = sqlx::query("SELECT 1 FROM task_shares WHERE task_id = $1 AND user_name = $2")
+            .bind(&task.id)
+            .bind(&viewer.user)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.is_some())
+    }
+
+    /// Shares a task with a user (`operate`: may also stop, resubmit and delete it).
+    pub async fn share(&self, task_id: &str, user: &str, operate: bool) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO task_shares (task_id, user_name, operate) VALUES ($1, $2, $3) \
+             ON CONFLICT (task_id, user_name) DO UPDATE SET operate = $3",
+        )
+        .bind(task_id)
+        .bind(user)
+        .bind(i64::from(operate))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Whether `user` was given operate rights on the task.
+    pub async fn may_operate(&self, task_id: &str, user: &str) -> Result<bool> {
+        let row = sqlx::query("SELECT operate FROM task_shares WHERE task_id = $1 AND user_name = $2")
+            .bind(task_id)
+            .bind(user)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(match row {
+            Some(r) => r.try_get::<i64, _>(0)? != 0,
+            None => false,
+        })
+    }
+
+    /// Tasks matching `filter`, newest first, `limit` (at most [`MAX_PAGE`]) at a time.
+    pub async fn list_tasks(&self, filter: &TaskFilter, cursor: Option<&str>, limit: u32) -> Result<Page> {
+        let limit = limit.clamp(1, MAX_PAGE);
+        let mut sql = format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE deleted = 0");
+        let mut args: Vec<Arg> = Vec::new();
+        let mut push = |sql: &mut String, clause: &str, values: Vec<Arg>| {
+            // Each `?` in `clause` becomes the next `$N`.
+            let mut out = String::new();
+            let mut vals = values.into_iter();
+            for ch in clause.chars() {
+                if ch == '?' {
+                    args.push(vals.next().expect("one value per placeholder"));
+                    out.push_str(&format!("${}", args.len()));
+                } else {
+                    out.push(ch);
+                }
+            }
+            sql.push_str(" AND ");
+            sql.push_str(&out);
+        };
+        if let Some(v) = &filter.visible_to
+            && !v.admin
+        {
+            let mut clause = String::from("(t.owner = ?");
+            let mut vals = vec![Arg::Text(v.user.clone())];
+            if !v.groups.is_empty() {
+                clause.push_str(" OR (t.public = 1 AND t.project_group IN (");
+                clause.push_str(&vec!["?"; v.groups.len()].join(", "));
+                clause.push_str("))");
+                vals.extend(v.groups.iter().cloned().map(Arg::Text));
+            }
+            clause.push_str(
+                " OR EXISTS (SELECT 1 FROM task_shares s WHERE s.task_id = t.id AND s.user_name = ?))",
+            );
+            vals.push(Arg::Text(v.user.clone()));
+            push(&mut sql, &clause, vals);
+        }
+        for (col, val) in [
+            ("t.owner", &filter.owner),
+            ("t.project_group", &filter.project_group),
+            ("t.status", &filter.status),
+            ("t.task_type", &filter.task_type),
+        ] {
+            if let Some(v) = val {
+                push(&mut sql, &format!("{col} = ?"), vec![Arg::Text(v.clone())]);
+            }
+        }
+        if let Some(s) = &filter.search {
+            let pattern = format!("%{}%", s.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
+            push(
+                &mut sql,
+                "(t.id = ? OR t.name LIKE ? ESCAPE '\\')",
+                vec![Arg::Text(s.clone()), Arg::Text(pattern)],
+            );
+        }
+        for (k, v) in &filter.labels {
+            push(
+                &mut sql,
+                "EXISTS (SELECT 1 FROM task_labels l WHERE l.task_id = t.id AND l.key = ? AND l.value = ?)",
+                vec![Arg::Text(k.clone()), Arg::Text(v.clone())],
+            );
+        }
+        if let Some(c) = cursor {
+            let (ms, id) = parse_cursor(c).ok_or_else(|| StoreError::Corrupt(format!("bad cursor {c:?}")))?;
+            push(
+                &mut sql,
+                "(t.created_at_ms < ? OR (t.created_at_ms = ? AND t.id < ?))",
+                vec![Arg::Int(ms), Arg::Int(ms), Arg::Text(id)],
+            );
+        }
+        sql.push_str(&format!(" ORDER BY t.created_at_ms DESC, t.id DESC LIMIT {}", limit + 1));
+        let mut q = sqlx::query(&sql);
+        for a in &args {
+            q = match a {
+                Arg::Text(s) => q.bind(s.as_str()),
+                Arg::Int(i) => q.bind(*i),
+            };
+        }
+        let rows = q.fetch_all(&self.pool).await?;
+        let mut items = rows.iter().map(task_from_row).collect::<Result<Vec<_>>>()?;
+        let next_cursor = if items.len() > limit as usize {
+            items.truncate(limit as usize);
+            items.last().map(|t| format!("{}.{}", t.created_at_ms, t.id))
+        } else {
+            None
+        };
+        Ok(Page { items, next_cursor })
+    }
+
+    /// Applies a status change and its event in one transaction, if nobody changed the task meanwhile.
+    pub async fn transition(&self, t: &Transition) -> Result<TaskRecord> {
+        let mut tx = self.pool.begin().await?;
+        let changed = sqlx::query(
+            "UPDATE tasks SET status = $1, attempt = $2, version = version + 1, updated_at_ms = $3 \
+             WHERE id = $4 AND version = $5",
+        )
+        .bind(&t.status)
+        .bind(t.attempt)
+        .bind(t.at_ms)
+        .bind(&t.task_id)
+        .bind(t.expected_version)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if changed == 0 {
+            tx.rollback().await?;
+            return Err(match self.get_task(&t.task_id).await? {
+                None => StoreError::NotFound(t.task_id.clone()),
+                Some(_) => StoreError::VersionConflict { expected: t.expected_version },
+            });
+        }
+        sqlx::query(
+            "INSERT INTO task_events (task_id, attempt, at_ms, reason, message) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(&t.task_id)
+        .bind(t.attempt)
+        .bind(t.at_ms)
+        .bind(&t.reason)
+        .bind(&t.message)
+        .execute(&mut *tx)
+        .await?;
+        let row = sqlx::query(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1"))
+            .bind(&t.task_id)
+            .fetch_one(&mut *tx)
+            .await?;
+        let task = task_from_row(&row)?;
+        tx.commit().await?;
+        Ok(task)
+    }
+
+    /// Appends an event that changes no status (a figure, a warning, a step of a stop).
+    pub async fn append_event(
+        &self,
+        task_id: &str,
+        attempt: i64,
+        at_ms: i64,
+        reason: &str,
+        message: &str,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO task_events (task_id, attempt, at_ms, reason, message) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(task_id)
+        .bind(attempt)
+        .bind(at_ms)
+        .bind(reason)
+        .bind(message)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// A task's events in order, after `after_seq`.
+    pub async fn list_events(&self, task_id: &str, after_seq: i64, limit: u32) -> Result<Vec<Event>> {
+        let rows = sqlx::query(
+            "SELECT seq, task_id, attempt, at_ms, reason, message FROM task_events \
+             WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        )
+        .bind(task_id)
+        .bind(after_seq)
+        .bind(i64::from(limit.clamp(1, 10 * MAX_PAGE)))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    /// Marks a task deleted: it leaves lists, its record and history stay.
+    pub async fn delete_task(&self, id: &str, at_ms: i64) -> Result<()> {
+        let changed = sqlx::query(
+            "UPDATE tasks SET deleted = 1, version = version + 1, updated_at_ms = $1 WHERE id = $2",
+        )
+        .bind(at_ms)
+        .bind(id)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if changed == 0 { Err(StoreError::NotFound(id.to_owned())) } else { Ok(()) }
+    }
+
+    /// Tasks not deleted whose status is one of `statuses`: what the control loop rebuilds its state from.
+    pub async fn tasks_in_status(&self, statuses: &[&str]) -> Result<Vec<TaskRecord>> {
+        if statuses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let marks: Vec<String> = (1..=statuses.len()).map(|i| format!("${i}")).collect();
+        let sql = format!(
+            "SELECT {TASK_COLUMNS} FROM tasks WHERE deleted = 0 AND status IN ({}) ORDER BY created_at_ms, id",
+            marks.join(", ")
+        );
+        let mut q = sqlx::query(&sql);
+        for s in statuses {
+            q = q.bind(*s);
+        }
+        let rows = q.fetch_all(&self.pool).await?;
+        rows.iter().map(task_from_row).collect()
+    }
+
+    /// Number of stored tasks (deleted ones included).
+    pub async fn count_tasks(&self) -> Result<i64> {
+        Ok(sqlx::query("SELECT COUNT(*) FROM tasks").fetch_one(&self.pool).await?.try_get(0)?)
+    }
+}
+
+enum Arg {
+    Text(String),
+    Int(i64),
+}

@@ -1,0 +1,94 @@
+//! Schema migrations, applied in order at start, each once, each in a transaction. A migration is never
+//! edited after release; a change is a new one.
+
+use crate::{Dialect, Result};
+use sqlx::{AnyPool, Row};
+
+/// `(version, statements)`. `{ID}` is the dialect's auto-incrementing primary key.
+const MIGRATIONS: &[(i64, &[&str])] = &[(
+    1,
+    &[
+        "CREATE TABLE tasks (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            owner TEXT NOT NULL,
+            project_group TEXT NOT NULL,
+            task_type TEXT NOT NULL,
+            status TEXT NOT NULL,
+            public BIGINT NOT NULL,
+            labels TEXT NOT NULL,
+            spec TEXT NOT NULL,
+            attempt BIGINT NOT NULL,
+            version BIGINT NOT NULL,
+            created_at_ms BIGINT NOT NULL,
+            updated_at_ms BIGINT NOT NULL,
+            deleted BIGINT NOT NULL
+        )",
+        "CREATE INDEX tasks_by_time ON tasks (created_at_ms DESC, id DESC)",
+        "CREATE INDEX tasks_by_owner ON tasks (owner, created_at_ms DESC)",
+        "CREATE INDEX tasks_by_group ON tasks (project_group, created_at_ms DESC)",
+        "CREATE INDEX tasks_by_status ON tasks (status, created_at_ms DESC)",
+        "CREATE TABLE task_labels (
+            task_id TEXT NOT NULL REFERENCES tasks (id),
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            PRIMARY KEY (task_id, key)
+        )",
+        "CREATE INDEX task_labels_by_pair ON task_labels (key, value)",
+        "CREATE TABLE task_shares (
+            task_id TEXT NOT NULL REFERENCES tasks (id),
+            user_name TEXT NOT NULL,
+            operate BIGINT NOT NULL,
+            PRIMARY KEY (task_id, user_name)
+        )",
+        "CREATE TABLE idempotency (
+            owner TEXT NOT NULL,
+            key TEXT NOT NULL,
+            body_hash TEXT NOT NULL,
+            task_id TEXT NOT NULL,
+            created_at_ms BIGINT NOT NULL,
+            PRIMARY KEY (owner, key)
+        )",
+        "CREATE TABLE task_events (
+            seq {ID},
+            task_id TEXT NOT NULL REFERENCES tasks (id),
+            attempt BIGINT NOT NULL,
+            at_ms BIGINT NOT NULL,
+            reason TEXT NOT NULL,
+            message TEXT NOT NULL
+        )",
+        "CREATE INDEX task_events_by_task ON task_events (task_id, seq)",
+    ],
+)];
+
+pub(crate) async fn migrate(pool: &AnyPool, dialect: Dialect) -> Result<()> {
+    let id = match dialect {
+        Dialect::Sqlite => "INTEGER PRIMARY KEY AUTOINCREMENT",
+        Dialect::Postgres => "BIGSERIAL PRIMARY KEY",
+    };
+    sqlx::query("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY)")
+        .execute(pool)
+        .await?;
+    for (version, statements) in MIGRATIONS {
+        let mut tx = pool.begin().await?;
+        // Two servers starting at once: the second waits on the first's row, then sees it applied.
+        let claimed =
+            sqlx::query("INSERT INTO schema_migrations (version) VALUES ($1) ON CONFLICT DO NOTHING")
+                .bind(*version)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        if claimed == 0 {
+            tx.rollback().await?;
+            continue;
+        }
+        for s in *statements {
+            sqlx::query(&s.replace("{ID}", id)).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+    }
+    let applied: i64 =
+        sqlx::query("SELECT COUNT(*) FROM schema_migrations").fetch_one(pool).await?.try_get(0)?;
+    debug_assert!(applied as usize >= MIGRATIONS.len());
+    Ok(())
+}
