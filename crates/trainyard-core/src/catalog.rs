@@ -44,6 +44,20 @@ pub struct Catalog {
     pub models: BTreeMap<String, DataAsset>,
     #[serde(default)]
     pub labels: LabelPolicy,
+    /// Quotas of project groups, in spec units.
+    #[serde(default)]
+    pub quotas: Vec<QuotaEntry>,
+}
+
+/// A project group's quota for one resource type, pool and instance spec.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct QuotaEntry {
+    pub group: String,
+    pub resource_type: crate::spec::ResourceType,
+    pub pool: String,
+    pub spec: String,
+    pub units: u64,
 }
 
 fn yes() -> bool {
@@ -90,6 +104,9 @@ pub struct InstanceSpec {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Node {
     pub pool: String,
+    /// Healthy and not cordoned: takes new work.
+    #[serde(default = "yes")]
+    pub schedulable: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_model: Option<String>,
     #[serde(default)]
@@ -233,6 +250,18 @@ impl Catalog {
             }
             if (n.gpus > 0) != n.gpu_model.is_some() {
                 out.push(format!("node {name}: gpus and gpuModel go together"));
+            }
+        }
+        for q in &self.quotas {
+            if !self.project_groups.contains_key(&q.group) {
+                out.push(format!("quota: project group {:?} does not exist", q.group));
+            }
+            match self.pools.get(&q.pool) {
+                None => out.push(format!("quota: pool {:?} does not exist", q.pool)),
+                Some(p) if !p.instance_specs.contains(&q.spec) => {
+                    out.push(format!("quota: pool {:?} does not offer {:?}", q.pool, q.spec))
+                }
+                Some(_) => {}
             }
         }
         let scoped = self.images.iter().map(|(n, i)| ("image", n, i.clusters()));

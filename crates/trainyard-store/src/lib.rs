@@ -66,6 +66,10 @@ pub struct TaskRecord {
     pub version: i64,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
+    /// Where the current attempt runs (JSON, owned by the control loop); empty while queued.
+    pub placement: String,
+    /// Automatic resubmissions spent.
+    pub retries: i64,
 }
 
 /// What [`Store::create_task`] stores.
@@ -153,6 +157,10 @@ pub struct Transition {
     pub at_ms: i64,
     pub reason: String,
     pub message: String,
+    /// The new placement (`Some("")` clears it); `None` keeps it.
+    pub placement: Option<String>,
+    /// The new count of automatic resubmissions; `None` keeps it.
+    pub retries: Option<i64>,
 }
 
 /// The most rows one list call returns.
@@ -172,7 +180,7 @@ impl fmt::Debug for Store {
 }
 
 const TASK_COLUMNS: &str = "id, name, owner, project_group, task_type, status, public, labels, spec, attempt, \
-                            version, created_at_ms, updated_at_ms";
+                            version, created_at_ms, updated_at_ms, placement, retries";
 
 fn task_from_row(r: &AnyRow) -> Result<TaskRecord> {
     let labels: String = r.try_get("labels")?;
@@ -190,6 +198,8 @@ fn task_from_row(r: &AnyRow) -> Result<TaskRecord> {
         version: r.try_get("version")?,
         created_at_ms: r.try_get("created_at_ms")?,
         updated_at_ms: r.try_get("updated_at_ms")?,
+        placement: r.try_get("placement")?,
+        retries: r.try_get("retries")?,
     })
 }
 
@@ -292,7 +302,7 @@ impl Store {
         }
         let labels = serde_json::to_string(&t.labels).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let insert = sqlx::query(&format!(
-            "INSERT INTO tasks ({TASK_COLUMNS}, deleted) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 1, $10, $10, 0)"
+            "INSERT INTO tasks ({TASK_COLUMNS}, deleted) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 1, $10, $10, '', 0, 0)"
         ))
         .bind(&t.id)
         .bind(&t.name)
@@ -344,6 +354,8 @@ impl Store {
             version: 1,
             created_at_ms: t.created_at_ms,
             updated_at_ms: t.created_at_ms,
+            placement: String::new(),
+            retries: 0,
         }))
     }
 
@@ -492,12 +504,15 @@ impl Store {
     pub async fn transition(&self, t: &Transition) -> Result<TaskRecord> {
         let mut tx = self.pool.begin().await?;
         let changed = sqlx::query(
-            "UPDATE tasks SET status = $1, attempt = $2, version = version + 1, updated_at_ms = $3 \
-             WHERE id = $4 AND version = $5",
+            "UPDATE tasks SET status = $1, attempt = $2, version = version + 1, updated_at_ms = $3, \
+             placement = COALESCE($4, placement), retries = COALESCE($5, retries) \
+             WHERE id = $6 AND version = $7",
         )
         .bind(&t.status)
         .bind(t.attempt)
         .bind(t.at_ms)
+        .bind(t.placement.as_deref())
+        .bind(t.retries)
         .bind(&t.task_id)
         .bind(t.expected_version)
         .execute(&mut *tx)

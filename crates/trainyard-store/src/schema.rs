@@ -5,10 +5,11 @@ use crate::{Dialect, Result};
 use sqlx::{AnyPool, Row};
 
 /// `(version, statements)`. `{ID}` is the dialect's auto-incrementing primary key.
-const MIGRATIONS: &[(i64, &[&str])] = &[(
-    1,
-    &[
-        "CREATE TABLE tasks (
+const MIGRATIONS: &[(i64, &[&str])] = &[
+    (
+        1,
+        &[
+            "CREATE TABLE tasks (
             id TEXT PRIMARY KEY,
             name TEXT NOT NULL UNIQUE,
             owner TEXT NOT NULL,
@@ -24,24 +25,24 @@ const MIGRATIONS: &[(i64, &[&str])] = &[(
             updated_at_ms BIGINT NOT NULL,
             deleted BIGINT NOT NULL
         )",
-        "CREATE INDEX tasks_by_time ON tasks (created_at_ms DESC, id DESC)",
-        "CREATE INDEX tasks_by_owner ON tasks (owner, created_at_ms DESC)",
-        "CREATE INDEX tasks_by_group ON tasks (project_group, created_at_ms DESC)",
-        "CREATE INDEX tasks_by_status ON tasks (status, created_at_ms DESC)",
-        "CREATE TABLE task_labels (
+            "CREATE INDEX tasks_by_time ON tasks (created_at_ms DESC, id DESC)",
+            "CREATE INDEX tasks_by_owner ON tasks (owner, created_at_ms DESC)",
+            "CREATE INDEX tasks_by_group ON tasks (project_group, created_at_ms DESC)",
+            "CREATE INDEX tasks_by_status ON tasks (status, created_at_ms DESC)",
+            "CREATE TABLE task_labels (
             task_id TEXT NOT NULL REFERENCES tasks (id),
             key TEXT NOT NULL,
             value TEXT NOT NULL,
             PRIMARY KEY (task_id, key)
         )",
-        "CREATE INDEX task_labels_by_pair ON task_labels (key, value)",
-        "CREATE TABLE task_shares (
+            "CREATE INDEX task_labels_by_pair ON task_labels (key, value)",
+            "CREATE TABLE task_shares (
             task_id TEXT NOT NULL REFERENCES tasks (id),
             user_name TEXT NOT NULL,
             operate BIGINT NOT NULL,
             PRIMARY KEY (task_id, user_name)
         )",
-        "CREATE TABLE idempotency (
+            "CREATE TABLE idempotency (
             owner TEXT NOT NULL,
             key TEXT NOT NULL,
             body_hash TEXT NOT NULL,
@@ -49,7 +50,7 @@ const MIGRATIONS: &[(i64, &[&str])] = &[(
             created_at_ms BIGINT NOT NULL,
             PRIMARY KEY (owner, key)
         )",
-        "CREATE TABLE task_events (
+            "CREATE TABLE task_events (
             seq {ID},
             task_id TEXT NOT NULL REFERENCES tasks (id),
             attempt BIGINT NOT NULL,
@@ -57,9 +58,19 @@ const MIGRATIONS: &[(i64, &[&str])] = &[(
             reason TEXT NOT NULL,
             message TEXT NOT NULL
         )",
-        "CREATE INDEX task_events_by_task ON task_events (task_id, seq)",
-    ],
-)];
+            "CREATE INDEX task_events_by_task ON task_events (task_id, seq)",
+        ],
+    ),
+    (
+        2,
+        &[
+            // Where the current attempt's replicas run (JSON), for rebuilding the scheduler's view at start.
+            "ALTER TABLE tasks ADD COLUMN placement TEXT NOT NULL DEFAULT ''",
+            // Automatic resubmissions spent (preemption requeues do not count).
+            "ALTER TABLE tasks ADD COLUMN retries BIGINT NOT NULL DEFAULT 0",
+        ],
+    ),
+];
 
 pub(crate) async fn migrate(pool: &AnyPool, dialect: Dialect) -> Result<()> {
     let id = match dialect {

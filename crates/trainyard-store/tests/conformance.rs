@@ -257,25 +257,36 @@ async fn transitions_check_the_version_and_record_events(store: Store, _: String
         at_ms: 20 + v,
         reason: reason.into(),
         message: format!("now {status}"),
+        placement: (status == "Admitted").then(|| "{\"nodes\":[\"n0\"]}".to_owned()),
+        retries: None,
     };
     let t = store.transition(&step(1, "Admitted", "Admitted")).await.unwrap();
     assert_eq!((t.version, t.status.as_str(), t.updated_at_ms), (2, "Admitted", 21));
+    assert_eq!(t.placement, "{\"nodes\":[\"n0\"]}");
     // A writer that read version 1 loses.
     assert!(matches!(
         store.transition(&step(1, "Running", "Started")).await,
         Err(StoreError::VersionConflict { expected: 1 })
     ));
-    store.transition(&step(2, "Running", "Started")).await.unwrap();
+    let t = store.transition(&step(2, "Running", "Started")).await.unwrap();
+    assert_eq!(t.placement, "{\"nodes\":[\"n0\"]}", "a transition without a placement keeps it");
+    let mut retry = step(3, "Queued", "Requeued");
+    retry.placement = Some(String::new());
+    retry.retries = Some(1);
+    let t = store.transition(&retry).await.unwrap();
+    assert_eq!((t.placement.as_str(), t.retries), ("", 1));
+    let t = store.transition(&step(4, "Running", "Started")).await.unwrap();
+    assert_eq!(t.retries, 1);
     store.append_event("x", 1, 30, "PrecheckPassed", "gemm 210 TFLOP/s").await.unwrap();
     let mut missing = step(1, "Running", "Started");
     missing.task_id = "nope".into();
     assert!(matches!(store.transition(&missing).await, Err(StoreError::NotFound(_))));
     let events = store.list_events("x", 0, 100).await.unwrap();
     let reasons: Vec<&str> = events.iter().map(|e| e.reason.as_str()).collect();
-    assert_eq!(reasons, ["Queued", "Admitted", "Started", "PrecheckPassed"]);
+    assert_eq!(reasons, ["Queued", "Admitted", "Started", "Requeued", "Started", "PrecheckPassed"]);
     assert!(events.windows(2).all(|w| w[0].seq < w[1].seq));
     let after = store.list_events("x", events[1].seq, 100).await.unwrap();
-    assert_eq!(after.len(), 2);
+    assert_eq!(after.len(), 4);
     let running = store.tasks_in_status(&["Running", "Queued"]).await.unwrap();
     assert_eq!(running.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["x"]);
 }

@@ -1,0 +1,176 @@
+//! A scripted backend: each attempt starts, (optionally) passes its precheck, runs for a set time and ends
+//! as scripted, on the control loop's clock. It does what the real backends do at their interface and
+//! nothing else, for control-loop tests and the simulator.
+
+use crate::*;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// How one attempt behaves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Script {
+    /// From launch until `Started`.
+    pub start_ms: u64,
+    /// From `Started` until it ends.
+    pub run_ms: u64,
+    /// How it ends: `Completed` for success, or a failure reason.
+    pub outcome: Reason,
+    /// From a stop request until `Stopped` (the checkpoint window).
+    pub stop_ms: u64,
+}
+
+impl Default for Script {
+    fn default() -> Self {
+        Script { start_ms: 0, run_ms: 60_000, outcome: Reason::Completed, stop_ms: 0 }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Run {
+    script: Script,
+    launched_at: Option<u64>,
+    started_at: Option<u64>,
+    stop_at: Option<u64>,
+    precheck: bool,
+    done: bool,
+    nodes: Vec<String>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    scripts: BTreeMap<String, Vec<Script>>,
+    default: Script,
+    runs: BTreeMap<AttemptKey, Run>,
+    launches: u64,
+}
+
+/// The fake backend. Cloning shares the same state, so a test can keep a handle while the control loop
+/// owns another, and a "restarted" control loop finds the attempts still alive.
+#[derive(Debug, Clone, Default)]
+pub struct FakeBackend {
+    inner: std::sync::Arc<Mutex<Inner>>,
+}
+
+impl FakeBackend {
+    pub fn new(default: Script) -> Self {
+        let b = FakeBackend::default();
+        b.lock().default = default;
+        b
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic in a test while holding the lock poisons it; the state is still consistent for the rest.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Scripts the next attempts of a task, in order; later attempts use the default.
+    pub fn script(&self, task_id: &str, scripts: Vec<Script>) {
+        self.lock().scripts.insert(task_id.to_owned(), scripts);
+    }
+
+    /// How many launches were accepted (a second launch of one attempt does not count).
+    pub fn launches(&self) -> u64 {
+        self.lock().launches
+    }
+
+    /// Every attempt with a replica on `node` fails at the next poll, as when the machine is lost.
+    pub fn fail_node(&self, node: &str) {
+        let mut inner = self.lock();
+        for run in inner.runs.values_mut().filter(|r| !r.done && r.nodes.iter().any(|n| n == node)) {
+            run.script.outcome = Reason::NodeFailed;
+            run.script.start_ms = 0;
+            run.script.run_ms = 0;
+        }
+    }
+}
+
+impl Backend for FakeBackend {
+    async fn launch(&self, spec: &LaunchSpec) -> Result<(), BackendError> {
+        let mut inner = self.lock();
+        if inner.runs.contains_key(&spec.key) {
+            return Ok(());
+        }
+        let script = {
+            let default = inner.default.clone();
+            inner
+                .scripts
+                .get_mut(&spec.key.task_id)
+                .filter(|s| !s.is_empty())
+                .map(|s| s.remove(0))
+                .unwrap_or(default)
+        };
+        let precheck = spec.task.spec.advanced.precheck.as_ref().is_some_and(|p| p.enabled);
+        inner.runs.insert(
+            spec.key.clone(),
+            Run {
+                script,
+                launched_at: None,
+                started_at: None,
+                stop_at: None,
+                precheck,
+                done: false,
+                nodes: spec.replicas.iter().map(|r| r.node.clone()).collect(),
+            },
+        );
+        inner.launches += 1;
+        Ok(())
+    }
+
+    async fn stop(&self, key: &AttemptKey, _cause: StopCause) -> Result<(), BackendError> {
+        let mut inner = self.lock();
+        if let Some(run) = inner.runs.get_mut(key)
+            && run.stop_at.is_none()
+            && !run.done
+        {
+            // Marked now; the stop completes `stop_ms` after the next poll sees it.
+            run.stop_at = Some(u64::MAX);
+        }
+        Ok(())
+    }
+
+    async fn poll(&self, now_ms: u64) -> Vec<Observation> {
+        let mut inner = self.lock();
+        let mut out = Vec::new();
+        for (key, run) in inner.runs.iter_mut().filter(|(_, r)| !r.done) {
+            let launched = *run.launched_at.get_or_insert(now_ms);
+            if run.stop_at == Some(u64::MAX) {
+                run.stop_at = Some(now_ms + run.script.stop_ms);
+            }
+            if let Some(at) = run.stop_at {
+                if now_ms >= at {
+                    run.done = true;
+                    out.push(Observation::Stopped {
+                        key: key.clone(),
+                        message: "every process ended".into(),
+                    });
+                }
+                continue;
+            }
+            if run.started_at.is_none() && now_ms >= launched + run.script.start_ms {
+                run.started_at = Some(now_ms);
+                out.push(Observation::Started { key: key.clone(), precheck: run.precheck });
+                if run.precheck {
+                    out.push(Observation::PrecheckPassed {
+                        key: key.clone(),
+                        message: "fake precheck".into(),
+                    });
+                }
+            }
+            if let Some(started) = run.started_at
+                && now_ms >= started + run.script.run_ms
+            {
+                run.done = true;
+                let message = match run.script.outcome {
+                    Reason::Completed => "every replica exited 0".to_owned(),
+                    other => format!("scripted failure: {other}"),
+                };
+                out.push(Observation::Finished { key: key.clone(), reason: run.script.outcome, message });
+            }
+        }
+        out
+    }
+
+    async fn alive(&self) -> Vec<AttemptKey> {
+        self.lock().runs.iter().filter(|(_, r)| !r.done).map(|(k, _)| k.clone()).collect()
+    }
+}

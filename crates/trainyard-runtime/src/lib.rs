@@ -1,0 +1,111 @@
+//! The backend trait: what turns an admitted attempt into running replicas, stops them, and reports what
+//! happened. One implementation per execution engine: `fake` (here: scripted, for tests and simulation),
+//! `local` (sandboxed processes on this machine) and `kubernetes` (one PyTorchJob or RayJob object per
+//! attempt) behind the same calls, so the control loop never knows which one runs.
+//!
+//! The contract, for every backend:
+//! - Calls are keyed by [`AttemptKey`] and idempotent: launching a launched attempt or stopping a stopped one
+//!   changes nothing, because the control loop repeats itself after a restart or a lost answer.
+//! - Backends never decide: they run what was admitted and report [`Observation`]s in the order they
+//!   happened; the control loop turns them into lifecycle transitions.
+//! - `alive` lists what still runs, so a restarted control loop reattaches instead of starting twice.
+
+#![forbid(unsafe_code)]
+
+pub mod fake;
+
+use serde::Serialize;
+use trainyard_core::demand::Resources;
+use trainyard_core::lifecycle::Reason;
+use trainyard_core::spec::TrainingTask;
+
+/// One attempt of one task.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct AttemptKey {
+    pub task_id: String,
+    pub attempt: i64,
+}
+
+/// One replica to start: its role, rank and node, and what it may use there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReplicaPlan {
+    /// `master`, `worker` or `head`.
+    pub role: String,
+    /// Index within its role.
+    pub index: u32,
+    /// `RANK`: 0 for the master (or head), then the workers in order.
+    pub rank: u32,
+    pub node: String,
+    pub resources: Resources,
+}
+
+/// Everything a backend needs to start an attempt.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LaunchSpec {
+    pub key: AttemptKey,
+    pub task_name: String,
+    pub owner: String,
+    pub task: TrainingTask,
+    pub replicas: Vec<ReplicaPlan>,
+}
+
+/// Why an attempt is being stopped; decides whether the exit checkpoint notice is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum StopCause {
+    Preempted,
+    UserStop,
+    Deleted,
+    NodeFailed,
+}
+
+/// Something that happened to an attempt, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Observation {
+    /// Images are in place and processes are starting (or the precheck is).
+    Started { key: AttemptKey, precheck: bool },
+    /// The precheck passed; `cmd` runs now.
+    PrecheckPassed { key: AttemptKey, message: String },
+    /// Every replica ended: success, or a classified failure.
+    Finished { key: AttemptKey, reason: Reason, message: String },
+    /// A stop finished: every process of the attempt is gone and its resources are free.
+    Stopped { key: AttemptKey, message: String },
+    /// An informative event (a figure, a step of a stop), with no change of status.
+    Note { key: AttemptKey, reason: String, message: String },
+}
+
+impl Observation {
+    pub fn key(&self) -> &AttemptKey {
+        match self {
+            Observation::Started { key, .. }
+            | Observation::PrecheckPassed { key, .. }
+            | Observation::Finished { key, .. }
+            | Observation::Stopped { key, .. }
+            | Observation::Note { key, .. } => key,
+        }
+    }
+}
+
+/// A backend could not take a request (the request itself was fine: it is retried on the next tick).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendError(pub String);
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BackendError {}
+
+/// An execution engine.
+#[allow(async_fn_in_trait)]
+pub trait Backend {
+    /// Starts every replica of the attempt. Idempotent.
+    async fn launch(&self, spec: &LaunchSpec) -> Result<(), BackendError>;
+    /// Starts the stop path (checkpoint notice when enabled, then termination). Idempotent.
+    async fn stop(&self, key: &AttemptKey, cause: StopCause) -> Result<(), BackendError>;
+    /// What happened since the last call, in order. `now_ms` is the control loop's clock.
+    async fn poll(&self, now_ms: u64) -> Vec<Observation>;
+    /// Attempts that still hold processes or resources.
+    async fn alive(&self) -> Vec<AttemptKey>;
+}
