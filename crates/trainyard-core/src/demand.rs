@@ -11,7 +11,7 @@ use serde::Serialize;
 use std::ops::{Add, Mul};
 
 /// GPUs, vCPUs and memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Resources {
     pub gpus: u64,

@@ -42,6 +42,8 @@ struct Inner {
     default: Script,
     runs: BTreeMap<AttemptKey, Run>,
     launches: u64,
+    /// The clock of the last poll: the fake's "now" for launches and stops between polls.
+    now_ms: u64,
 }
 
 /// The fake backend. Cloning shares the same state, so a test can keep a handle while the control loop
@@ -100,11 +102,12 @@ impl Backend for FakeBackend {
                 .unwrap_or(default)
         };
         let precheck = spec.task.spec.advanced.precheck.as_ref().is_some_and(|p| p.enabled);
+        let now = inner.now_ms;
         inner.runs.insert(
             spec.key.clone(),
             Run {
                 script,
-                launched_at: None,
+                launched_at: Some(now),
                 started_at: None,
                 stop_at: None,
                 precheck,
@@ -118,24 +121,22 @@ impl Backend for FakeBackend {
 
     async fn stop(&self, key: &AttemptKey, _cause: StopCause) -> Result<(), BackendError> {
         let mut inner = self.lock();
+        let now = inner.now_ms;
         if let Some(run) = inner.runs.get_mut(key)
             && run.stop_at.is_none()
             && !run.done
         {
-            // Marked now; the stop completes `stop_ms` after the next poll sees it.
-            run.stop_at = Some(u64::MAX);
+            run.stop_at = Some(now + run.script.stop_ms);
         }
         Ok(())
     }
 
     async fn poll(&self, now_ms: u64) -> Vec<Observation> {
         let mut inner = self.lock();
+        inner.now_ms = inner.now_ms.max(now_ms);
         let mut out = Vec::new();
         for (key, run) in inner.runs.iter_mut().filter(|(_, r)| !r.done) {
             let launched = *run.launched_at.get_or_insert(now_ms);
-            if run.stop_at == Some(u64::MAX) {
-                run.stop_at = Some(now_ms + run.script.stop_ms);
-            }
             if let Some(at) = run.stop_at {
                 if now_ms >= at {
                     run.done = true;

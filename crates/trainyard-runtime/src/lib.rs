@@ -27,7 +27,7 @@ pub struct AttemptKey {
 }
 
 /// One replica to start: its role, rank and node, and what it may use there.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ReplicaPlan {
     /// `master`, `worker` or `head`.
     pub role: String,

@@ -1,0 +1,630 @@
+//! The control loop: commands in (submit, stop, delete, resubmit), the store updated, the scheduler run, its
+//! plan committed, the backend driven, and what the backend reports turned into lifecycle transitions.
+//!
+//! Decide, then act: a plan is first committed to the store (each change a checked lifecycle transition with
+//! its event), and only then are backends called, keyed by (task, attempt), so a crash between the two is
+//! repaired by the next tick, which reconciles what the store says against what the backend runs.
+//!
+//! Everything is rebuilt from the store on every tick: a restarted control loop picks up every queued and
+//! running task where it was. The only state kept in memory is advisory (the last wait reason of each
+//! queued task, and nominated nodes of preemptors).
+
+#![forbid(unsafe_code)]
+
+mod place;
+
+use place::{Placement, snapshot_for};
+use std::collections::BTreeMap;
+use std::hash::{BuildHasher, Hasher};
+use trainyard_core::lifecycle::{FailureClass, Reason, Status, failure_class, transition};
+use trainyard_core::spec::TrainingTask;
+use trainyard_core::{Catalog, Report, check};
+use trainyard_runtime::{AttemptKey, Backend, LaunchSpec, Observation, StopCause};
+use trainyard_sched::{Config, Decision, WaitReason, schedule};
+use trainyard_store::{Created, NewTask, Store, StoreError, TaskRecord, Transition};
+
+/// A submission refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the task has {} problem(s)", .0.errors().count())]
+    Invalid(Report),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A command on a task refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error("task {0} does not exist")]
+    NotFound(String),
+    #[error("task {name} is {status}; {what}")]
+    WrongState { name: String, status: String, what: &'static str },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("stored task {0} is unreadable: {1}")]
+    Corrupt(String, String),
+}
+
+/// Where a queued task stands, as of the last tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueInfo {
+    pub position: u32,
+    pub position_in_group: u32,
+    pub reason: String,
+}
+
+/// What one tick did, for logs and tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TickReport {
+    pub admitted: u32,
+    pub preempted: u32,
+    pub waiting: u32,
+    pub observations: u32,
+    /// Transitions lost to a concurrent change (retried next tick).
+    pub conflicts: u32,
+}
+
+/// Statuses that the control loop still has work for.
+const ACTIVE: &[&str] = &["Queued", "Admitted", "Starting", "Prechecking", "Running", "Stopping"];
+
+/// Random enough for ids and name suffixes: the standard library's per-process random hash keys.
+fn random_u64() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
+    );
+    h.finish()
+}
+
+fn suffix(n: u64) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut n = n;
+    (0..5)
+        .map(|_| {
+            let c = ALPHABET[(n % 36) as usize] as char;
+            n /= 36;
+            c
+        })
+        .collect()
+}
+
+/// A stable hash of a request body, for idempotency (two independent 64-bit FNV-1a variants).
+fn body_hash(body: &[u8]) -> String {
+    let fnv =
+        |seed: u64| body.iter().fold(seed, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01B3));
+    format!("{:016x}{:016x}", fnv(0xcbf2_9ce4_8422_2325), fnv(0x84222325_cbf29ce4))
+}
+
+/// One lifecycle transition to apply, with what changes along with the status.
+#[derive(Debug)]
+struct Step {
+    to: Status,
+    reason: Reason,
+    message: String,
+    attempt: i64,
+    /// `Some("")` clears the placement; `None` keeps it.
+    placement: Option<String>,
+    retries: Option<i64>,
+}
+
+/// The control loop over a store and a backend.
+#[derive(Debug)]
+pub struct Control<B> {
+    store: Store,
+    backend: B,
+    catalog: Catalog,
+    config: Config,
+    waits: BTreeMap<String, QueueInfo>,
+    nominated: BTreeMap<String, Vec<String>>,
+}
+
+impl<B: Backend> Control<B> {
+    pub fn new(store: Store, backend: B, catalog: Catalog, config: Config) -> Self {
+        Control { store, backend, catalog, config, waits: BTreeMap::new(), nominated: BTreeMap::new() }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// The last wait of a queued task.
+    pub fn queue_info(&self, task_id: &str) -> Option<&QueueInfo> {
+        self.waits.get(task_id)
+    }
+
+    /// Validates and queues a task. With an idempotency key, a retry returns the task the first call created.
+    pub async fn submit(
+        &self,
+        owner: &str,
+        body: &[u8],
+        idempotency_key: Option<&str>,
+        now_ms: i64,
+    ) -> Result<Created, SubmitError> {
+        let checked = check(body, &self.catalog);
+        let task = match checked.valid_task() {
+            Some(t) => t.clone(),
+            None => return Err(SubmitError::Invalid(checked.report)),
+        };
+        let spec_json = serde_json::to_string(&task).expect("a TrainingTask always serialises");
+        // A name taken by chance gets another suffix; the bound keeps a broken store from looping.
+        const NAME_TRIES: usize = 8;
+        let mut last = None;
+        for _ in 0..NAME_TRIES {
+            let r = random_u64();
+            let new = NewTask {
+                id: format!("{r:016x}"),
+                name: format!("{}-{}", task.metadata.name_prefix, suffix(r.rotate_left(17))),
+                owner: owner.to_owned(),
+                project_group: task.metadata.project_group.clone(),
+                task_type: task.spec.task_type.to_string(),
+                status: Status::Queued.to_string(),
+                public: task.metadata.public,
+                labels: task.metadata.labels.clone(),
+                spec_json: spec_json.clone(),
+                created_at_ms: now_ms,
+                idempotency: idempotency_key.map(|k| (k.to_owned(), body_hash(body))),
+                first_event: Some((Reason::Submitted.to_string(), format!("submitted by {owner}"))),
+            };
+            match self.store.create_task(&new).await {
+                Err(StoreError::NameTaken(n)) => last = Some(StoreError::NameTaken(n)),
+                other => return Ok(other?),
+            }
+        }
+        Err(SubmitError::Store(last.expect("the loop ran at least once")))
+    }
+
+    /// Applies one checked transition. `Ok(None)` when a concurrent change won (the next tick retries).
+    async fn apply(&self, t: &TaskRecord, step: Step, now_ms: i64) -> Result<Option<TaskRecord>, StoreError> {
+        let Step { to, reason, message, attempt, placement, retries } = step;
+        let from = Status::from_name(&t.status)
+            .ok_or_else(|| StoreError::Corrupt(format!("status {:?}", t.status)))?;
+        if let Err(e) = transition(from, to, reason) {
+            // The control loop only asks for legal transitions; reaching this is a bug, recorded, not applied.
+            self.store.append_event(&t.id, t.attempt, now_ms, "InternalError", &e.to_string()).await?;
+            return Ok(None);
+        }
+        let change = Transition {
+            task_id: t.id.clone(),
+            expected_version: t.version,
+            status: to.to_string(),
+            attempt,
+            at_ms: now_ms,
+            reason: reason.to_string(),
+            message,
+            placement,
+            retries,
+        };
+        match self.store.transition(&change).await {
+            Ok(r) => Ok(Some(r)),
+            Err(StoreError::VersionConflict { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn parse(t: &TaskRecord) -> Result<TrainingTask, CommandError> {
+        let (task, d) = trainyard_core::parse(t.spec_json.as_bytes());
+        match task {
+            Some(task) if d.report.is_ok() => Ok(task),
+            _ => Err(CommandError::Corrupt(t.id.clone(), format!("{:?}", d.report.problems))),
+        }
+    }
+
+    fn launch_spec(t: &TaskRecord, task: &TrainingTask, placement: &Placement) -> LaunchSpec {
+        LaunchSpec {
+            key: AttemptKey { task_id: t.id.clone(), attempt: t.attempt },
+            task_name: t.name.clone(),
+            owner: t.owner.clone(),
+            task: task.clone(),
+            replicas: placement.replicas.clone(),
+        }
+    }
+
+    /// One round: what the backend reports, then scheduling, then the plan, then reconciling.
+    pub async fn tick(&mut self, now_ms: i64) -> Result<TickReport, CommandError> {
+        let mut report = TickReport::default();
+        for obs in self.backend.poll(now_ms.max(0) as u64).await {
+            report.observations += 1;
+            if !self.observe(&obs, now_ms).await? {
+                report.conflicts += 1;
+            }
+        }
+
+        let tasks = self.store.tasks_in_status(ACTIVE).await?;
+        let mut parsed = Vec::with_capacity(tasks.len());
+        for t in &tasks {
+            parsed.push(Self::parse(t)?);
+        }
+        let (snap, index) = snapshot_for(&self.catalog, &tasks, &parsed, &self.nominated);
+        let plan = schedule(&snap, now_ms.max(0) as u64, &self.config);
+        self.waits.clear();
+        for d in &plan.decisions {
+            match d {
+                Decision::Admit(a) => {
+                    let i = index.pending[a.pending_index];
+                    let (t, task) = (&tasks[i], &parsed[i]);
+                    let placement = Placement::from_admission(&snap, task, a);
+                    let json = serde_json::to_string(&placement).expect("a placement always serialises");
+                    let nodes: Vec<&str> = placement.replicas.iter().map(|r| r.node.as_str()).collect();
+                    let message = format!("on {} with {}", nodes.join(", "), placement.spec_summary());
+                    let Some(t) = self
+                        .apply(
+                            t,
+                            Step {
+                                to: Status::Admitted,
+                                reason: Reason::Admitted,
+                                message,
+                                attempt: t.attempt,
+                                placement: Some(json),
+                                retries: None,
+                            },
+                            now_ms,
+                        )
+                        .await?
+                    else {
+                        report.conflicts += 1;
+                        continue;
+                    };
+                    self.nominated.remove(&t.id);
+                    let Some(t) = self
+                        .apply(
+                            &t,
+                            Step {
+                                to: Status::Starting,
+                                reason: Reason::Admitted,
+                                message: "starting replicas".into(),
+                                attempt: t.attempt,
+                                placement: None,
+                                retries: None,
+                            },
+                            now_ms,
+                        )
+                        .await?
+                    else {
+                        report.conflicts += 1;
+                        continue;
+                    };
+                    // Committed first; a failed launch is retried by reconciliation on the next tick.
+                    let _ = self.backend.launch(&Self::launch_spec(&t, task, &placement)).await;
+                    report.admitted += 1;
+                }
+                Decision::Preempt(p) => {
+                    let i = index.running[p.running_index];
+                    let t = &tasks[i];
+                    let by = index.name_of(&tasks, p.preemptor);
+                    let Some(t) = self
+                        .apply(
+                            t,
+                            Step {
+                                to: Status::Stopping,
+                                reason: Reason::Preempted,
+                                message: format!("preempted for {by}"),
+                                attempt: t.attempt,
+                                placement: None,
+                                retries: None,
+                            },
+                            now_ms,
+                        )
+                        .await?
+                    else {
+                        report.conflicts += 1;
+                        continue;
+                    };
+                    let _ = self
+                        .backend
+                        .stop(&AttemptKey { task_id: t.id.clone(), attempt: t.attempt }, StopCause::Preempted)
+                        .await;
+                    report.preempted += 1;
+                }
+                Decision::Wait(w) => {
+                    let i = index.pending[w.pending_index];
+                    let t = &tasks[i];
+                    let p = &snap.pending[w.pending_index];
+                    let reason = w.reason.describe(&snap, p.group, |id| index.name_of(&tasks, id));
+                    match &w.reason {
+                        WaitReason::Preempting { nodes, .. } => {
+                            self.nominated.insert(
+                                t.id.clone(),
+                                nodes.iter().map(|n| snap.nodes[n.ix()].name.clone()).collect(),
+                            );
+                        }
+                        WaitReason::Blocked { .. } => {
+                            self.nominated.remove(&t.id);
+                        }
+                    }
+                    self.waits.insert(
+                        t.id.clone(),
+                        QueueInfo { position: w.position, position_in_group: w.position_in_group, reason },
+                    );
+                    report.waiting += 1;
+                }
+            }
+        }
+        self.reconcile(&tasks, &parsed).await;
+        Ok(report)
+    }
+
+    /// Makes the backend match the store: tasks holding resources are launched (again, idempotently), and
+    /// stopping ones stopped; lost launches and lost stops are repaired here.
+    async fn reconcile(&self, tasks: &[TaskRecord], parsed: &[TrainingTask]) {
+        let alive = self.backend.alive().await;
+        for (t, task) in tasks.iter().zip(parsed) {
+            let key = AttemptKey { task_id: t.id.clone(), attempt: t.attempt };
+            match t.status.as_str() {
+                "Starting" | "Prechecking" | "Running" if !alive.contains(&key) => {
+                    if let Ok(p) = serde_json::from_str::<Placement>(&t.placement) {
+                        let _ = self.backend.launch(&Self::launch_spec(t, task, &p)).await;
+                    }
+                }
+                "Stopping" => {
+                    let _ = self.backend.stop(&key, StopCause::UserStop).await;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Turns one observation into transitions. Returns false when a concurrent change won.
+    async fn observe(&self, obs: &Observation, now_ms: i64) -> Result<bool, CommandError> {
+        let key = obs.key();
+        let Some(t) = self.store.get_task(&key.task_id).await? else { return Ok(true) };
+        if t.attempt != key.attempt {
+            // A report about an older attempt: already handled.
+            return Ok(true);
+        }
+        let status = Status::from_name(&t.status)
+            .ok_or_else(|| CommandError::Corrupt(t.id.clone(), t.status.clone()))?;
+        let done = match (obs, status) {
+            (Observation::Started { precheck: true, .. }, Status::Starting) => {
+                self.apply(
+                    &t,
+                    Step {
+                        to: Status::Prechecking,
+                        reason: Reason::PrecheckStarted,
+                        message: "running the resource precheck".into(),
+                        attempt: t.attempt,
+                        placement: None,
+                        retries: None,
+                    },
+                    now_ms,
+                )
+                .await?
+            }
+            (Observation::Started { precheck: false, .. }, Status::Starting) => {
+                self.apply(
+                    &t,
+                    Step {
+                        to: Status::Running,
+                        reason: Reason::Started,
+                        message: "every replica started".into(),
+                        attempt: t.attempt,
+                        placement: None,
+                        retries: None,
+                    },
+                    now_ms,
+                )
+                .await?
+            }
+            (Observation::PrecheckPassed { message, .. }, Status::Prechecking) => {
+                self.apply(
+                    &t,
+                    Step {
+                        to: Status::Running,
+                        reason: Reason::PrecheckPassed,
+                        message: message.clone(),
+                        attempt: t.attempt,
+                        placement: None,
+                        retries: None,
+                    },
+                    now_ms,
+                )
+                .await?
+            }
+            (Observation::Finished { reason: Reason::Completed, message, .. }, Status::Running) => {
+                self.apply(
+                    &t,
+                    Step {
+                        to: Status::Succeeded,
+                        reason: Reason::Completed,
+                        message: message.clone(),
+                        attempt: t.attempt,
+                        placement: None,
+                        retries: None,
+                    },
+                    now_ms,
+                )
+                .await?
+            }
+            (Observation::Finished { reason, message, .. }, s)
+                if s.holds_resources() && s != Status::Stopping =>
+            {
+                let Some(failed) = self
+                    .apply(
+                        &t,
+                        Step {
+                            to: Status::Failed,
+                            reason: *reason,
+                            message: message.clone(),
+                            attempt: t.attempt,
+                            placement: Some(String::new()),
+                            retries: None,
+                        },
+                        now_ms,
+                    )
+                    .await?
+                else {
+                    return Ok(false);
+                };
+                self.maybe_retry(&failed, *reason, now_ms).await?;
+                Some(failed)
+            }
+            (Observation::Stopped { message, .. }, Status::Stopping) => {
+                // Preempted attempts go back to the queue without spending the retry budget.
+                let events = self.store.list_events(&t.id, 0, 10_000).await?;
+                let stop_reasons = ["Preempted", "StopRequested", "Deleted", "NodeFailed"];
+                let cause = events
+                    .iter()
+                    .rev()
+                    .find(|e| e.attempt == t.attempt && stop_reasons.contains(&e.reason.as_str()))
+                    .map(|e| e.reason.clone());
+                if cause.as_deref() == Some("Preempted") || cause.as_deref() == Some("NodeFailed") {
+                    self.apply(
+                        &t,
+                        Step {
+                            to: Status::Queued,
+                            reason: Reason::Requeued,
+                            message: format!("{message}; back in the queue"),
+                            attempt: t.attempt + 1,
+                            placement: Some(String::new()),
+                            retries: None,
+                        },
+                        now_ms,
+                    )
+                    .await?
+                } else {
+                    self.apply(
+                        &t,
+                        Step {
+                            to: Status::Stopped,
+                            reason: Reason::Terminated,
+                            message: message.clone(),
+                            attempt: t.attempt,
+                            placement: Some(String::new()),
+                            retries: None,
+                        },
+                        now_ms,
+                    )
+                    .await?
+                }
+            }
+            (Observation::Note { reason, message, .. }, _) => {
+                self.store.append_event(&t.id, t.attempt, now_ms, reason, message).await?;
+                Some(t.clone())
+            }
+            // Anything else is stale (the task moved on); nothing to do.
+            _ => Some(t.clone()),
+        };
+        Ok(done.is_some())
+    }
+
+    /// After a failure: requeue infrastructure failures within the task's budget.
+    async fn maybe_retry(&self, t: &TaskRecord, reason: Reason, now_ms: i64) -> Result<(), CommandError> {
+        let task = Self::parse(t)?;
+        let budget = task
+            .spec
+            .advanced
+            .fault_tolerance
+            .as_ref()
+            .filter(|f| f.enabled)
+            .map_or(0, |f| f.max_resubmissions);
+        if failure_class(reason) == FailureClass::Infrastructure && t.retries < i64::from(budget) {
+            let message = format!("automatic resubmission {} of {budget} after {reason}", t.retries + 1);
+            self.apply(
+                t,
+                Step {
+                    to: Status::Queued,
+                    reason: Reason::Requeued,
+                    message,
+                    attempt: t.attempt + 1,
+                    placement: None,
+                    retries: Some(t.retries + 1),
+                },
+                now_ms,
+            )
+            .await?;
+        } else if failure_class(reason) == FailureClass::Infrastructure {
+            self.store
+                .append_event(
+                    &t.id,
+                    t.attempt,
+                    now_ms,
+                    Reason::RetryBudgetSpent.as_str(),
+                    &format!("no automatic resubmission left ({budget} allowed)"),
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Stops a task: a queued one at once, a running one through Stopping (checkpoint window, then
+    /// termination).
+    pub async fn stop(&self, task_id: &str, deleting: bool, now_ms: i64) -> Result<TaskRecord, CommandError> {
+        let t =
+            self.store.get_task(task_id).await?.ok_or_else(|| CommandError::NotFound(task_id.to_owned()))?;
+        let status = Status::from_name(&t.status)
+            .ok_or_else(|| CommandError::Corrupt(t.id.clone(), t.status.clone()))?;
+        let reason = if deleting { Reason::Deleted } else { Reason::StopRequested };
+        let to = match status {
+            Status::Queued => Status::Stopped,
+            s if s.holds_resources() && s != Status::Stopping => Status::Stopping,
+            s => {
+                return Err(CommandError::WrongState {
+                    name: t.name.clone(),
+                    status: s.to_string(),
+                    what: "there is nothing to stop",
+                });
+            }
+        };
+        let message = if deleting { "deleted by a user" } else { "stopped by a user" };
+        let updated = self
+            .apply(
+                &t,
+                Step {
+                    to,
+                    reason,
+                    message: message.into(),
+                    attempt: t.attempt,
+                    placement: None,
+                    retries: None,
+                },
+                now_ms,
+            )
+            .await?
+            .ok_or_else(|| CommandError::WrongState {
+                name: t.name.clone(),
+                status: t.status.clone(),
+                what: "it changed meanwhile; try again",
+            })?;
+        if to == Status::Stopping {
+            let cause = if deleting { StopCause::Deleted } else { StopCause::UserStop };
+            let _ = self.backend.stop(&AttemptKey { task_id: t.id.clone(), attempt: t.attempt }, cause).await;
+        }
+        Ok(updated)
+    }
+
+    /// Queues an ended task again as a new attempt (a manual resubmission does not spend the retry budget).
+    pub async fn resubmit(&self, task_id: &str, now_ms: i64) -> Result<TaskRecord, CommandError> {
+        let t =
+            self.store.get_task(task_id).await?.ok_or_else(|| CommandError::NotFound(task_id.to_owned()))?;
+        let status = Status::from_name(&t.status)
+            .ok_or_else(|| CommandError::Corrupt(t.id.clone(), t.status.clone()))?;
+        if !status.is_terminal() {
+            return Err(CommandError::WrongState {
+                name: t.name.clone(),
+                status: t.status.clone(),
+                what: "only an ended task can be resubmitted",
+            });
+        }
+        self.apply(
+            &t,
+            Step {
+                to: Status::Queued,
+                reason: Reason::Resubmitted,
+                message: "resubmitted by a user".into(),
+                attempt: t.attempt + 1,
+                placement: Some(String::new()),
+                retries: None,
+            },
+            now_ms,
+        )
+        .await?
+        .ok_or_else(|| CommandError::WrongState {
+            name: t.name.clone(),
+            status: t.status.clone(),
+            what: "it changed meanwhile; try again",
+        })
+    }
+}

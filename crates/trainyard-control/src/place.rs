@@ -1,0 +1,200 @@
+//! Between the store's tasks and the scheduler's snapshot: building the snapshot from the catalog and the
+//! active tasks, and turning an admission into the placement stored with the task and handed to backends.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use trainyard_core::Catalog;
+use trainyard_core::demand::Resources;
+use trainyard_core::spec::{TaskType, TrainingTask};
+use trainyard_runtime::ReplicaPlan;
+use trainyard_sched::*;
+use trainyard_store::TaskRecord;
+
+/// Where an attempt runs, stored with the task while it holds resources.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// Index of the chosen instance-spec option.
+    pub option: usize,
+    pub replicas: Vec<ReplicaPlan>,
+    /// (spec, class, units) as counted against quota.
+    pub units: Vec<(String, String, u64)>,
+}
+
+impl Placement {
+    pub fn from_admission(snap: &Snapshot, task: &TrainingTask, a: &Admission) -> Placement {
+        let ray = task.spec.task_type == TaskType::RayJob;
+        let mut replicas: Vec<ReplicaPlan> = a
+            .placements
+            .iter()
+            .map(|p| {
+                // PyTorchJob: one role, replica 0 is the master. RayJob: role 0 is the head, role 1 the workers.
+                let (role, index, rank) = match (ray, p.role) {
+                    (false, _) if p.replica == 0 => ("master", 0, 0),
+                    (false, _) => ("worker", p.replica - 1, p.replica),
+                    (true, 0) => ("head", 0, 0),
+                    (true, _) => ("worker", p.replica, p.replica + 1),
+                };
+                ReplicaPlan {
+                    role: role.to_owned(),
+                    index,
+                    rank,
+                    node: snap.nodes[p.node.ix()].name.clone(),
+                    resources: p.need,
+                }
+            })
+            .collect();
+        replicas.sort_by_key(|r| r.rank);
+        let units = a
+            .units
+            .iter()
+            .map(|u| (snap.specs[u.spec.ix()].name.clone(), format!("{:?}", u.class), u.units))
+            .collect();
+        Placement { option: a.option, replicas, units }
+    }
+
+    pub fn spec_summary(&self) -> String {
+        let parts: Vec<String> = self.units.iter().map(|(s, c, u)| format!("{u} {c} units of {s}")).collect();
+        parts.join(", ")
+    }
+}
+
+fn class_of(name: &str) -> Option<UsageClass> {
+    Some(match name {
+        "Reserved" => UsageClass::Reserved,
+        "Borrowed" => UsageClass::Borrowed,
+        "Ondemand" => UsageClass::Ondemand,
+        "Spot" => UsageClass::Spot,
+        "Idle" => UsageClass::Idle,
+        _ => return None,
+    })
+}
+
+/// Maps snapshot positions back to the tasks they came from.
+#[derive(Debug, Default)]
+pub struct Index {
+    pub pending: Vec<usize>,
+    pub running: Vec<usize>,
+}
+
+impl Index {
+    pub fn name_of(&self, tasks: &[TaskRecord], id: AttemptId) -> String {
+        tasks.get(id.0 as usize).map_or_else(|| format!("{id:?}"), |t| t.name.clone())
+    }
+}
+
+/// The scheduler's view of the catalog and the active tasks. A task whose pool or specs left the catalog is
+/// left out (it stays queued).
+pub fn snapshot_for(
+    catalog: &Catalog,
+    tasks: &[TaskRecord],
+    parsed: &[TrainingTask],
+    nominated: &BTreeMap<String, Vec<String>>,
+) -> (Snapshot, Index) {
+    let mut b = SnapshotBuilder::new();
+    for (name, s) in &catalog.instance_specs {
+        let per_unit = Resources { gpus: s.gpus.into(), vcpus: s.vcpus.into(), memory_mib: s.memory_mib };
+        b.spec(name, s.gpu_model.as_deref(), per_unit);
+    }
+    for g in catalog.project_groups.keys() {
+        b.group(g);
+    }
+    for p in catalog.pools.keys() {
+        b.pool(p);
+    }
+    let mut node_ix = BTreeMap::new();
+    for (name, n) in &catalog.nodes {
+        let cap = Resources { gpus: n.gpus.into(), vcpus: n.vcpus.into(), memory_mib: n.memory_mib };
+        node_ix.insert(name.clone(), b.node(name, &n.pool, n.gpu_model.as_deref(), cap, n.schedulable));
+    }
+    for q in &catalog.quotas {
+        if let Some(s) = b.spec_ix(&q.spec) {
+            b.quota(&q.group, q.resource_type, &q.pool, s, q.units);
+        }
+    }
+    let mut index = Index::default();
+    for (i, (t, task)) in tasks.iter().zip(parsed).enumerate() {
+        let id = AttemptId(i as u64);
+        let c = &task.spec.compute;
+        if !catalog.pools.contains_key(&c.pool) || !catalog.project_groups.contains_key(&t.project_group) {
+            continue;
+        }
+        let (group, pool) = (b.group(&t.project_group), b.pool(&c.pool));
+        match t.status.as_str() {
+            "Queued" => {
+                let Some(options) = options(&b, task) else { continue };
+                b.pending(PendingAttempt {
+                    id,
+                    name: t.name.clone(),
+                    group,
+                    pool,
+                    resource_type: c.resource_type,
+                    guarantee: c.guarantee,
+                    idle_supplement: c.idle_supplement,
+                    priority: c.priority,
+                    submitted_at_ms: t.created_at_ms.max(0) as u64,
+                    options,
+                    excluded: vec![],
+                    nominated: nominated
+                        .get(&t.id)
+                        .map(|ns| ns.iter().filter_map(|n| node_ix.get(n).copied()).collect())
+                        .unwrap_or_default(),
+                });
+                index.pending.push(i);
+            }
+            _ => {
+                let Ok(p) = serde_json::from_str::<Placement>(&t.placement) else { continue };
+                let replicas: Option<Vec<Replica>> = p
+                    .replicas
+                    .iter()
+                    .map(|r| node_ix.get(&r.node).map(|&node| Replica { node, need: r.resources }))
+                    .collect();
+                let units: Option<Vec<UnitUse>> = p
+                    .units
+                    .iter()
+                    .map(|(s, c, u)| Some(UnitUse { spec: b.spec_ix(s)?, class: class_of(c)?, units: *u }))
+                    .collect();
+                let (Some(replicas), Some(units)) = (replicas, units) else { continue };
+                b.running(RunningAttempt {
+                    id,
+                    name: t.name.clone(),
+                    group,
+                    pool,
+                    resource_type: c.resource_type,
+                    priority: c.priority,
+                    started_at_ms: t.updated_at_ms.max(0) as u64,
+                    stopping: t.status == "Stopping",
+                    replicas,
+                    units,
+                });
+                index.running.push(i);
+            }
+        }
+    }
+    (b.build(), index)
+}
+
+/// The gang for each instance-spec option, or `None` if a spec is missing from the catalog.
+fn options(b: &SnapshotBuilder, task: &TrainingTask) -> Option<Vec<GangOption>> {
+    let c = &task.spec.compute;
+    let role = |spec: &str, count: u32, replicas: u32| {
+        Some(Role { spec: b.spec_ix(spec)?, count_per_node: count, replicas })
+    };
+    c.instance_specs
+        .iter()
+        .map(|choice| {
+            let roles = match task.spec.task_type {
+                TaskType::PyTorchJob => vec![role(&choice.spec, choice.count_per_node, 1 + c.workers)?],
+                TaskType::RayJob => {
+                    let head =
+                        task.spec.ray.as_ref().and_then(|r| r.head.instance_spec.as_ref()).unwrap_or(choice);
+                    let mut roles = vec![role(&head.spec, head.count_per_node, 1)?];
+                    if c.workers > 0 {
+                        roles.push(role(&choice.spec, choice.count_per_node, c.workers)?);
+                    }
+                    roles
+                }
+            };
+            Some(GangOption { roles })
+        })
+        .collect()
+}

@@ -1,0 +1,255 @@
+//! The control loop end to end over a real store (SQLite) and the fake backend, on a virtual clock:
+//! submission, the lifecycle with its events in order, retries, stops, preemption, and a restart mid-run.
+
+use trainyard_control::{Control, SubmitError};
+use trainyard_core::Catalog;
+use trainyard_runtime::fake::{FakeBackend, Script};
+use trainyard_sched::Config;
+use trainyard_store::{Created, Store};
+
+const CATALOG: &str = r#"
+regions: {local: {}}
+clusters: {local: {region: local}}
+pools: {default: {cluster: local, instanceSpecs: [cpu.small]}}
+instanceSpecs: {cpu.small: {kind: CPU, vcpus: 2, memoryMib: 4096}}
+nodes: {node-0: {pool: default, vcpus: 8, memoryMib: 16384}}
+projectGroups: {nlp: {}, vision: {}}
+images: {host: {torch: true, ray: true}}
+quotas:
+  - {group: nlp, resourceType: Reserved, pool: default, spec: cpu.small, units: 4}
+"#;
+
+fn task(name: &str, group: &str, rtype: &str, workers: u32, extra: &str) -> String {
+    format!(
+        r#"apiVersion: trainyard.dev/v1
+kind: TrainingTask
+metadata: {{namePrefix: {name}, projectGroup: {group}}}
+spec:
+  type: PyTorchJob
+  placement: {{region: local, cluster: local}}
+  environment: {{image: host, cmd: python3 train.py}}
+  compute:
+    resourceType: {rtype}
+    pool: default
+    workers: {workers}
+    instanceSpecs: [{{spec: cpu.small, countPerNode: 1}}]
+{extra}"#
+    )
+}
+
+async fn control(backend: FakeBackend) -> (Control<FakeBackend>, String) {
+    let dir = std::env::temp_dir().join(format!(
+        "trainyard-control-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}", dir.join("t.db").display());
+    let store = Store::connect(&url).await.unwrap();
+    (Control::new(store, backend, Catalog::from_yaml(CATALOG).unwrap(), Config::default()), url)
+}
+
+async fn status(c: &Control<FakeBackend>, id: &str) -> (String, i64) {
+    let t = c.store().get_task(id).await.unwrap().unwrap();
+    (t.status, t.attempt)
+}
+
+async fn reasons(c: &Control<FakeBackend>, id: &str) -> Vec<String> {
+    c.store().list_events(id, 0, 1000).await.unwrap().into_iter().map(|e| e.reason).collect()
+}
+
+async fn submit(c: &Control<FakeBackend>, body: &str, at: i64) -> String {
+    c.submit("alice", body.as_bytes(), None, at).await.unwrap().task().id.clone()
+}
+
+#[tokio::test]
+async fn a_task_goes_from_queued_to_succeeded_with_every_event_in_order() {
+    let backend = FakeBackend::new(Script { start_ms: 1_000, run_ms: 10_000, ..Script::default() });
+    let (mut c, _) = control(backend.clone()).await;
+    let id = submit(&c, &task("smoke", "nlp", "Reserved", 1, ""), 0).await;
+    let t = c.store().get_task(&id).await.unwrap().unwrap();
+    assert!(t.name.starts_with("smoke-") && t.name.len() == "smoke-".len() + 5, "{}", t.name);
+    assert_eq!(status(&c, &id).await, ("Queued".into(), 0));
+
+    c.tick(0).await.unwrap();
+    assert_eq!(status(&c, &id).await.0, "Starting");
+    let placement: serde_json::Value =
+        serde_json::from_str(&c.store().get_task(&id).await.unwrap().unwrap().placement).unwrap();
+    assert_eq!(placement["replicas"][0]["role"], "master");
+    assert_eq!(placement["replicas"][1]["role"], "worker");
+    assert_eq!(placement["replicas"][1]["rank"], 1);
+    c.tick(500).await.unwrap();
+    assert_eq!(status(&c, &id).await.0, "Starting", "the image takes 1 s");
+    c.tick(1_000).await.unwrap();
+    assert_eq!(status(&c, &id).await.0, "Running");
+    c.tick(11_000).await.unwrap();
+    assert_eq!(status(&c, &id).await.0, "Succeeded");
+    assert_eq!(reasons(&c, &id).await, ["Submitted", "Admitted", "Admitted", "Started", "Completed"]);
+    assert_eq!(backend.launches(), 1);
+    // Nothing left to do: further ticks change nothing.
+    c.tick(20_000).await.unwrap();
+    assert_eq!(reasons(&c, &id).await.len(), 5);
+}
+
+#[tokio::test]
+async fn a_bad_task_is_refused_with_every_problem_and_nothing_stored() {
+    let (c, _) = control(FakeBackend::default()).await;
+    let bad = task("Bad_Name", "nlp", "Reserved", 9999, "  advanced: {imagePullTolerance: -5}\n");
+    match c.submit("alice", bad.as_bytes(), None, 0).await {
+        Err(SubmitError::Invalid(report)) => {
+            let paths: Vec<&str> = report.errors().map(|p| p.path.as_str()).collect();
+            assert_eq!(
+                paths,
+                ["metadata.namePrefix", "spec.compute.workers", "spec.advanced.imagePullTolerance"]
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(c.store().count_tasks().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn retried_submissions_with_one_key_create_one_task() {
+    let (c, _) = control(FakeBackend::default()).await;
+    let body = task("idem", "nlp", "Reserved", 0, "");
+    let first = c.submit("alice", body.as_bytes(), Some("k1"), 0).await.unwrap();
+    let again = c.submit("alice", body.as_bytes(), Some("k1"), 5).await.unwrap();
+    assert!(matches!(first, Created::New(_)) && matches!(again, Created::Existing(_)));
+    assert_eq!(first.task().id, again.task().id);
+    let other = task("idem", "nlp", "Reserved", 1, "");
+    assert!(matches!(
+        c.submit("alice", other.as_bytes(), Some("k1"), 6).await,
+        Err(SubmitError::Store(trainyard_store::StoreError::IdempotencyConflict))
+    ));
+    assert_eq!(c.store().count_tasks().await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn infrastructure_failures_are_retried_within_the_budget_and_user_errors_are_not() {
+    let backend = FakeBackend::new(Script { run_ms: 1_000, ..Script::default() });
+    let (mut c, _) = control(backend.clone()).await;
+    let retried = submit(
+        &c,
+        &task("flaky", "nlp", "Reserved", 0, "  advanced: {faultTolerance: {maxResubmissions: 1}}\n"),
+        0,
+    )
+    .await;
+    let broken = submit(
+        &c,
+        &task("broken", "nlp", "Reserved", 0, "  advanced: {faultTolerance: {maxResubmissions: 3}}\n"),
+        1,
+    )
+    .await;
+    let fail = |r| Script { run_ms: 1_000, outcome: r, ..Script::default() };
+    backend.script(
+        &retried,
+        vec![
+            fail(trainyard_core::lifecycle::Reason::NodeFailed),
+            fail(trainyard_core::lifecycle::Reason::NodeFailed),
+        ],
+    );
+    backend.script(&broken, vec![fail(trainyard_core::lifecycle::Reason::UserError)]);
+    for now in [0, 1, 1_001, 1_002, 1_003, 2_003, 2_004] {
+        c.tick(now).await.unwrap();
+    }
+    // One automatic resubmission, then the budget is spent.
+    assert_eq!(status(&c, &retried).await, ("Failed".into(), 1));
+    assert_eq!(
+        reasons(&c, &retried).await,
+        [
+            "Submitted",
+            "Admitted",
+            "Admitted",
+            "Started",
+            "NodeFailed",
+            "Requeued",
+            "Admitted",
+            "Admitted",
+            "Started",
+            "NodeFailed",
+            "RetryBudgetSpent"
+        ]
+    );
+    // A user error is not retried, whatever the budget.
+    assert_eq!(status(&c, &broken).await, ("Failed".into(), 0));
+    assert_eq!(reasons(&c, &broken).await.last().unwrap(), "UserError");
+}
+
+#[tokio::test]
+async fn stopping_a_queued_and_a_running_task() {
+    let backend = FakeBackend::new(Script { run_ms: 100_000, stop_ms: 2_000, ..Script::default() });
+    let (mut c, _) = control(backend.clone()).await;
+    // 4 units of quota: the first takes all of them, the second waits.
+    let running = submit(&c, &task("long", "nlp", "Reserved", 3, ""), 0).await;
+    let queued = submit(&c, &task("later", "nlp", "Reserved", 0, ""), 1).await;
+    c.tick(0).await.unwrap();
+    c.tick(1).await.unwrap();
+    assert_eq!(status(&c, &running).await.0, "Running");
+    let info = c.queue_info(&queued).unwrap();
+    assert_eq!(info.reason, "needs 1 unit of cpu.small (Reserved); group nlp has 0 left");
+
+    c.stop(&queued, false, 10).await.unwrap();
+    assert_eq!(status(&c, &queued).await.0, "Stopped");
+    c.stop(&running, false, 10).await.unwrap();
+    assert_eq!(status(&c, &running).await.0, "Stopping");
+    c.tick(11).await.unwrap();
+    assert_eq!(status(&c, &running).await.0, "Stopping", "the checkpoint window is 2 s");
+    c.tick(2_011).await.unwrap();
+    assert_eq!(status(&c, &running).await.0, "Stopped");
+    assert_eq!(
+        reasons(&c, &running).await,
+        ["Submitted", "Admitted", "Admitted", "Started", "StopRequested", "Terminated"]
+    );
+    assert!(c.stop(&running, false, 3_000).await.is_err(), "nothing left to stop");
+    // A person can run it again: a new attempt.
+    c.resubmit(&running, 3_000).await.unwrap();
+    assert_eq!(status(&c, &running).await, ("Queued".into(), 1));
+}
+
+#[tokio::test]
+async fn a_spot_task_is_preempted_for_reserved_work_and_requeued() {
+    let backend = FakeBackend::new(Script { run_ms: 1_000_000, stop_ms: 1_000, ..Script::default() });
+    let (mut c, _) = control(backend.clone()).await;
+    // The Spot task takes the whole node (4 units of 2 vCPU).
+    let spot = submit(&c, &task("cheap", "vision", "Spot", 3, ""), 0).await;
+    c.tick(0).await.unwrap();
+    c.tick(1).await.unwrap();
+    assert_eq!(status(&c, &spot).await.0, "Running");
+    let reserved = submit(&c, &task("owner", "nlp", "Reserved", 1, ""), 2).await;
+    c.tick(2).await.unwrap();
+    assert_eq!(status(&c, &spot).await.0, "Stopping");
+    assert!(
+        c.queue_info(&reserved).unwrap().reason.contains("waiting for preempted tasks"),
+        "{:?}",
+        c.queue_info(&reserved)
+    );
+    c.tick(1_002).await.unwrap();
+    // In the same tick the victim is back in the queue as a new attempt, and the reserved task starts on
+    // the room it left.
+    assert_eq!(status(&c, &spot).await, ("Queued".into(), 1));
+    assert_eq!(status(&c, &reserved).await.0, "Starting");
+    let r = reasons(&c, &spot).await;
+    assert_eq!(r[r.len() - 2..], ["Preempted", "Requeued"]);
+}
+
+#[tokio::test]
+async fn a_restarted_control_loop_picks_up_where_it_was() {
+    let backend = FakeBackend::new(Script { start_ms: 0, run_ms: 5_000, ..Script::default() });
+    let (mut c, url) = control(backend.clone()).await;
+    let a = submit(&c, &task("before", "nlp", "Reserved", 0, ""), 0).await;
+    c.tick(0).await.unwrap();
+    c.tick(1).await.unwrap();
+    assert_eq!(status(&c, &a).await.0, "Running");
+    drop(c);
+    // A new process: a new store connection, the same backend (the replicas kept running).
+    let store = Store::connect(&url).await.unwrap();
+    let mut c = Control::new(store, backend.clone(), Catalog::from_yaml(CATALOG).unwrap(), Config::default());
+    let b = submit(&c, &task("after", "nlp", "Reserved", 0, ""), 2).await;
+    c.tick(2).await.unwrap();
+    c.tick(5_001).await.unwrap();
+    assert_eq!(status(&c, &a).await.0, "Succeeded");
+    c.tick(5_002).await.unwrap();
+    c.tick(10_003).await.unwrap();
+    assert_eq!(status(&c, &b).await.0, "Succeeded");
+    assert_eq!(backend.launches(), 2, "nothing was launched twice");
+}
