@@ -107,6 +107,49 @@ struct Step {
     retries: Option<i64>,
 }
 
+/// Validates and queues a task (see [`Control::submit`]). Needs only the store and the catalog, so the API
+/// can take submissions without waiting for the control loop.
+pub async fn submit(
+    store: &Store,
+    catalog: &Catalog,
+    owner: &str,
+    body: &[u8],
+    idempotency_key: Option<&str>,
+    now_ms: i64,
+) -> Result<Created, SubmitError> {
+    let checked = check(body, &catalog);
+    let task = match checked.valid_task() {
+        Some(t) => t.clone(),
+        None => return Err(SubmitError::Invalid(checked.report)),
+    };
+    let spec_json = serde_json::to_string(&task).expect("a TrainingTask always serialises");
+    // A name taken by chance gets another suffix; the bound keeps a broken store from looping.
+    const NAME_TRIES: usize = 8;
+    let mut last = None;
+    for _ in 0..NAME_TRIES {
+        let r = random_u64();
+        let new = NewTask {
+            id: format!("{r:016x}"),
+            name: format!("{}-{}", task.metadata.name_prefix, suffix(r.rotate_left(17))),
+            owner: owner.to_owned(),
+            project_group: task.metadata.project_group.clone(),
+            task_type: task.spec.task_type.to_string(),
+            status: Status::Queued.to_string(),
+            public: task.metadata.public,
+            labels: task.metadata.labels.clone(),
+            spec_json: spec_json.clone(),
+            created_at_ms: now_ms,
+            idempotency: idempotency_key.map(|k| (k.to_owned(), body_hash(body))),
+            first_event: Some((Reason::Submitted.to_string(), format!("submitted by {owner}"))),
+        };
+        match store.create_task(&new).await {
+            Err(StoreError::NameTaken(n)) => last = Some(StoreError::NameTaken(n)),
+            other => return Ok(other?),
+        }
+    }
+    Err(SubmitError::Store(last.expect("the loop ran at least once")))
+}
+
 /// The control loop over a store and a backend.
 #[derive(Debug)]
 pub struct Control<B> {
@@ -144,37 +187,7 @@ impl<B: Backend> Control<B> {
         idempotency_key: Option<&str>,
         now_ms: i64,
     ) -> Result<Created, SubmitError> {
-        let checked = check(body, &self.catalog);
-        let task = match checked.valid_task() {
-            Some(t) => t.clone(),
-            None => return Err(SubmitError::Invalid(checked.report)),
-        };
-        let spec_json = serde_json::to_string(&task).expect("a TrainingTask always serialises");
-        // A name taken by chance gets another suffix; the bound keeps a broken store from looping.
-        const NAME_TRIES: usize = 8;
-        let mut last = None;
-        for _ in 0..NAME_TRIES {
-            let r = random_u64();
-            let new = NewTask {
-                id: format!("{r:016x}"),
-                name: format!("{}-{}", task.metadata.name_prefix, suffix(r.rotate_left(17))),
-                owner: owner.to_owned(),
-                project_group: task.metadata.project_group.clone(),
-                task_type: task.spec.task_type.to_string(),
-                status: Status::Queued.to_string(),
-                public: task.metadata.public,
-                labels: task.metadata.labels.clone(),
-                spec_json: spec_json.clone(),
-                created_at_ms: now_ms,
-                idempotency: idempotency_key.map(|k| (k.to_owned(), body_hash(body))),
-                first_event: Some((Reason::Submitted.to_string(), format!("submitted by {owner}"))),
-            };
-            match self.store.create_task(&new).await {
-                Err(StoreError::NameTaken(n)) => last = Some(StoreError::NameTaken(n)),
-                other => return Ok(other?),
-            }
-        }
-        Err(SubmitError::Store(last.expect("the loop ran at least once")))
+        submit(&self.store, &self.catalog, owner, body, idempotency_key, now_ms).await
     }
 
     /// Applies one checked transition. `Ok(None)` when a concurrent change won (the next tick retries).

@@ -109,3 +109,42 @@ pub trait Backend {
     /// Attempts that still hold processes or resources.
     async fn alive(&self) -> Vec<AttemptKey>;
 }
+
+/// Every backend this build has, as one type, so the control loop and the server need no generics over the
+/// backend (and their futures stay `Send`).
+#[derive(Debug, Clone)]
+pub enum AnyBackend {
+    Fake(fake::FakeBackend),
+}
+
+impl AnyBackend {
+    /// The name shown to users (`trainyard up` prints it).
+    pub fn name(&self) -> &'static str {
+        match self {
+            AnyBackend::Fake(_) => "fake",
+        }
+    }
+}
+
+impl Backend for AnyBackend {
+    async fn launch(&self, spec: &LaunchSpec) -> Result<(), BackendError> {
+        match self {
+            AnyBackend::Fake(b) => b.launch(spec).await,
+        }
+    }
+    async fn stop(&self, key: &AttemptKey, cause: StopCause) -> Result<(), BackendError> {
+        match self {
+            AnyBackend::Fake(b) => b.stop(key, cause).await,
+        }
+    }
+    async fn poll(&self, now_ms: u64) -> Vec<Observation> {
+        match self {
+            AnyBackend::Fake(b) => b.poll(now_ms).await,
+        }
+    }
+    async fn alive(&self) -> Vec<AttemptKey> {
+        match self {
+            AnyBackend::Fake(b) => b.alive().await,
+        }
+    }
+}

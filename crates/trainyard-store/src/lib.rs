@@ -617,6 +617,84 @@ impl Store {
     }
 }
 
+/// A user of the platform.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    pub name: String,
+    /// `admin` or `member`.
+    pub role: String,
+    pub groups: Vec<String>,
+}
+
+impl User {
+    pub fn viewer(&self) -> Viewer {
+        Viewer { user: self.name.clone(), groups: self.groups.clone(), admin: self.role == "admin" }
+    }
+}
+
+impl Store {
+    /// Creates a user, or updates the role and groups of an existing one.
+    pub async fn put_user(&self, u: &User, at_ms: i64) -> Result<()> {
+        let groups = serde_json::to_string(&u.groups).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        sqlx::query(
+            "INSERT INTO users (name, role, groups, created_at_ms) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (name) DO UPDATE SET role = $2, groups = $3",
+        )
+        .bind(&u.name)
+        .bind(&u.role)
+        .bind(&groups)
+        .bind(at_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn get_user(&self, name: &str) -> Result<Option<User>> {
+        let row = sqlx::query("SELECT name, role, groups FROM users WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| {
+            let groups: String = r.try_get(2)?;
+            Ok(User {
+                name: r.try_get(0)?,
+                role: r.try_get(1)?,
+                groups: serde_json::from_str(&groups)
+                    .map_err(|e| StoreError::Corrupt(format!("groups: {e}")))?,
+            })
+        })
+        .transpose()
+    }
+
+    pub async fn count_users(&self) -> Result<i64> {
+        Ok(sqlx::query("SELECT COUNT(*) FROM users").fetch_one(&self.pool).await?.try_get(0)?)
+    }
+
+    /// Records a token by its hash.
+    pub async fn add_token(&self, hash: &str, user: &str, label: &str, at_ms: i64) -> Result<()> {
+        sqlx::query("INSERT INTO tokens (hash, user_name, label, created_at_ms) VALUES ($1, $2, $3, $4)")
+            .bind(hash)
+            .bind(user)
+            .bind(label)
+            .bind(at_ms)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The user a token hash belongs to.
+    pub async fn user_for_token(&self, hash: &str) -> Result<Option<User>> {
+        let row = sqlx::query("SELECT user_name FROM tokens WHERE hash = $1")
+            .bind(hash)
+            .fetch_optional(&self.pool)
+            .await?;
+        match row {
+            Some(r) => self.get_user(&r.try_get::<String, _>(0)?).await,
+            None => Ok(None),
+        }
+    }
+}
+
 enum Arg {
     Text(String),
     Int(i64),

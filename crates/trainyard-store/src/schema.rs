@@ -70,6 +70,24 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
             "ALTER TABLE tasks ADD COLUMN retries BIGINT NOT NULL DEFAULT 0",
         ],
     ),
+    (
+        3,
+        &[
+            "CREATE TABLE users (
+                name TEXT PRIMARY KEY,
+                role TEXT NOT NULL,
+                groups TEXT NOT NULL,
+                created_at_ms BIGINT NOT NULL
+            )",
+            // Tokens are stored as SHA-256 hashes: the token itself is shown once and never kept.
+            "CREATE TABLE tokens (
+                hash TEXT PRIMARY KEY,
+                user_name TEXT NOT NULL REFERENCES users (name),
+                label TEXT NOT NULL,
+                created_at_ms BIGINT NOT NULL
+            )",
+        ],
+    ),
 ];
 
 pub(crate) async fn migrate(pool: &AnyPool, dialect: Dialect) -> Result<()> {

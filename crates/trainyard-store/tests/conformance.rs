@@ -69,7 +69,23 @@ conformance!(
     transitions_check_the_version_and_record_events,
     deleted_tasks_leave_lists_but_keep_history,
     reopening_keeps_everything,
+    users_and_tokens,
 );
+
+async fn users_and_tokens(store: Store, _: String) {
+    assert_eq!(store.count_users().await.unwrap(), 0);
+    let alice = User { name: "alice".into(), role: "member".into(), groups: vec!["nlp".into()] };
+    store.put_user(&alice, 1).await.unwrap();
+    store.add_token("hash-a", "alice", "laptop", 2).await.unwrap();
+    assert_eq!(store.user_for_token("hash-a").await.unwrap(), Some(alice.clone()));
+    assert_eq!(store.user_for_token("hash-b").await.unwrap(), None);
+    let promoted = User { role: "admin".into(), groups: vec!["nlp".into(), "cv".into()], ..alice };
+    store.put_user(&promoted, 3).await.unwrap();
+    assert_eq!(store.get_user("alice").await.unwrap(), Some(promoted.clone()));
+    assert!(promoted.viewer().admin);
+    assert_eq!(store.count_users().await.unwrap(), 1);
+    assert!(store.add_token("hash-a", "alice", "again", 4).await.is_err(), "a token hash is unique");
+}
 
 fn new_task(id: &str, owner: &str, group: &str, at: i64) -> NewTask {
     NewTask {

@@ -1,0 +1,447 @@
+//! The HTTP API: JSON over HTTP, bearer tokens, visibility decided by the store, errors as RFC 9457 problem
+//! details (mapped from typed errors in one place, [`ApiError`]), and the control loop ticking in the
+//! background.
+//!
+//! Routes (all under `/api/v1` but `/healthz`):
+//! - `GET /whoami`
+//! - `POST /tasks` (YAML or JSON body; `Idempotency-Key` header), `GET /tasks` (filters, cursor paging)
+//! - `GET /tasks/{id}`, `GET /tasks/{id}/events`, `POST /tasks/{id}/stop`, `POST /tasks/{id}/resubmit`,
+//!   `DELETE /tasks/{id}`
+//! - `GET /catalog`
+//!
+//! A task the caller may not see answers 404, exactly like one that does not exist, so names do not leak.
+
+#![forbid(unsafe_code)]
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::Mutex;
+use trainyard_control::{CommandError, Control, SubmitError};
+use trainyard_core::{Catalog, MAX_DOCUMENT_BYTES, Report};
+use trainyard_runtime::AnyBackend;
+use trainyard_store::{Created, Store, StoreError, TaskFilter, TaskRecord, User};
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub catalog: Arc<Catalog>,
+    pub control: Arc<Mutex<Control<AnyBackend>>>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState").finish_non_exhaustive()
+    }
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The hash under which a token is stored.
+pub fn token_hash(token: &str) -> String {
+    let digest = Sha256::digest(token.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A new random token, from the operating system's generator.
+pub fn new_token() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut buf = [0u8; 24];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(format!("ty_{}", buf.iter().map(|b| format!("{b:02x}")).collect::<String>()))
+}
+
+/// Every error a handler returns, mapped to an HTTP status and a problem document here and nowhere else.
+#[derive(Debug)]
+pub enum ApiError {
+    Unauthorized,
+    NotFound,
+    Forbidden(String),
+    Invalid(Report),
+    Conflict(String),
+    BadRequest(String),
+    Internal(String),
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::IdempotencyConflict => {
+                ApiError::Conflict("this Idempotency-Key was used for a different request".into())
+            }
+            StoreError::NotFound(_) => ApiError::NotFound,
+            StoreError::VersionConflict { .. } => {
+                ApiError::Conflict("the task changed meanwhile; try again".into())
+            }
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<CommandError> for ApiError {
+    fn from(e: CommandError) -> Self {
+        match e {
+            CommandError::NotFound(_) => ApiError::NotFound,
+            CommandError::WrongState { .. } => ApiError::Conflict(e.to_string()),
+            CommandError::Store(s) => s.into(),
+            CommandError::Corrupt(..) => ApiError::Internal(e.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code, title, detail, extra) = match self {
+            ApiError::Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "Missing or unknown token",
+                "send `Authorization: Bearer <token>`".to_owned(),
+                Value::Null,
+            ),
+            ApiError::NotFound => (
+                StatusCode::NOT_FOUND,
+                "not-found",
+                "Not found",
+                "no such task, or it is not visible to you".to_owned(),
+                Value::Null,
+            ),
+            ApiError::Forbidden(d) => (StatusCode::FORBIDDEN, "forbidden", "Not allowed", d, Value::Null),
+            ApiError::Invalid(report) => {
+                let n = report.errors().count();
+                let problems = serde_json::to_value(&report.problems).unwrap_or(Value::Null);
+                (
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid-task",
+                    "The task has problems",
+                    format!("{n} problem(s) to fix; each has a path, a code and what to change"),
+                    json!({ "problems": problems }),
+                )
+            }
+            ApiError::Conflict(d) => (StatusCode::CONFLICT, "conflict", "Conflict", d, Value::Null),
+            ApiError::BadRequest(d) => {
+                (StatusCode::BAD_REQUEST, "bad-request", "Bad request", d, Value::Null)
+            }
+            ApiError::Internal(d) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", d, Value::Null)
+            }
+        };
+        let mut body = json!({
+            "type": format!("https://trainyard.dev/problems/{code}"),
+            "title": title,
+            "status": status.as_u16(),
+            "detail": detail,
+        });
+        if let (Value::Object(b), Value::Object(e)) = (&mut body, extra) {
+            b.extend(e);
+        }
+        let mut resp = (status, Json(body)).into_response();
+        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        resp
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+async fn caller(state: &AppState, headers: &HeaderMap) -> ApiResult<User> {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or(ApiError::Unauthorized)?;
+    state.store.user_for_token(&token_hash(token.trim())).await?.ok_or(ApiError::Unauthorized)
+}
+
+/// A task as the API shows it: the spec with hidden values masked, its queue position while queued.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskView {
+    pub id: String,
+    pub name: String,
+    pub owner: String,
+    pub project_group: String,
+    #[serde(rename = "type")]
+    pub task_type: String,
+    pub status: String,
+    pub public: bool,
+    pub labels: BTreeMap<String, String>,
+    pub attempt: i64,
+    pub retries: i64,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    pub placement: Value,
+    pub queue: Option<QueueView>,
+    pub spec: Value,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueView {
+    pub position: u32,
+    pub position_in_group: u32,
+    pub reason: String,
+}
+
+async fn view(state: &AppState, t: &TaskRecord) -> TaskView {
+    let spec = match trainyard_core::parse(t.spec_json.as_bytes()).0 {
+        Some(task) => serde_json::to_value(task.masked()).unwrap_or(Value::Null),
+        None => Value::Null,
+    };
+    let queue = if t.status == "Queued" {
+        state.control.lock().await.queue_info(&t.id).map(|q| QueueView {
+            position: q.position,
+            position_in_group: q.position_in_group,
+            reason: q.reason.clone(),
+        })
+    } else {
+        None
+    };
+    TaskView {
+        id: t.id.clone(),
+        name: t.name.clone(),
+        owner: t.owner.clone(),
+        project_group: t.project_group.clone(),
+        task_type: t.task_type.clone(),
+        status: t.status.clone(),
+        public: t.public,
+        labels: t.labels.clone(),
+        attempt: t.attempt,
+        retries: t.retries,
+        created_at_ms: t.created_at_ms,
+        updated_at_ms: t.updated_at_ms,
+        placement: serde_json::from_str(&t.placement).unwrap_or(Value::Null),
+        queue,
+        spec,
+    }
+}
+
+/// The task, if the caller may see it; 404 otherwise.
+async fn visible_task(state: &AppState, user: &User, id: &str) -> ApiResult<TaskRecord> {
+    let t = state.store.get_task(id).await?.ok_or(ApiError::NotFound)?;
+    if state.store.visible(&t, &user.viewer()).await? { Ok(t) } else { Err(ApiError::NotFound) }
+}
+
+/// The task, if the caller may operate it: owner, admin or shared with operate rights.
+async fn operable_task(state: &AppState, user: &User, id: &str) -> ApiResult<TaskRecord> {
+    let t = visible_task(state, user, id).await?;
+    if user.role == "admin" || t.owner == user.name || state.store.may_operate(&t.id, &user.name).await? {
+        Ok(t)
+    } else {
+        Err(ApiError::Forbidden(format!(
+            "you may see {} but not operate it; ask its owner to share it with operate rights",
+            t.name
+        )))
+    }
+}
+
+async fn whoami(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Json<Value>> {
+    let u = caller(&state, &headers).await?;
+    Ok(Json(json!({ "name": u.name, "role": u.role, "groups": u.groups })))
+}
+
+async fn create_task(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult<Response> {
+    let user = caller(&state, &headers).await?;
+    let key = headers.get("idempotency-key").map(|v| v.to_str().map(str::to_owned)).transpose();
+    let key = key.map_err(|_| ApiError::BadRequest("Idempotency-Key must be ASCII".into()))?;
+    // Membership: a task goes to one of the caller's groups (admins may use any).
+    if let Some(task) = trainyard_core::check(&body, &state.catalog).valid_task()
+        && user.role != "admin"
+        && !user.groups.contains(&task.metadata.project_group)
+    {
+        return Err(ApiError::Forbidden(format!(
+            "you are not a member of project group {}; your groups: {}",
+            task.metadata.project_group,
+            user.groups.join(", ")
+        )));
+    }
+    let created =
+        trainyard_control::submit(&state.store, &state.catalog, &user.name, &body, key.as_deref(), now_ms())
+            .await
+            .map_err(|e| match e {
+                SubmitError::Invalid(r) => ApiError::Invalid(r),
+                SubmitError::Store(s) => s.into(),
+            })?;
+    let status = if matches!(created, Created::New(_)) { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(view(&state, created.task()).await)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    status: Option<String>,
+    #[serde(rename = "type")]
+    task_type: Option<String>,
+    group: Option<String>,
+    owner: Option<String>,
+    q: Option<String>,
+    /// `key=value[,key=value...]`
+    labels: Option<String>,
+    cursor: Option<String>,
+    limit: Option<u32>,
+}
+
+async fn list_tasks(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<Value>> {
+    let user = caller(&state, &headers).await?;
+    let mut labels = Vec::new();
+    for pair in q.labels.iter().flat_map(|l| l.split(',')).filter(|p| !p.is_empty()) {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| ApiError::BadRequest(format!("label selector {pair:?} must be key=value")))?;
+        labels.push((k.to_owned(), v.to_owned()));
+    }
+    let filter = TaskFilter {
+        visible_to: Some(user.viewer()),
+        owner: q.owner,
+        project_group: q.group,
+        status: q.status,
+        task_type: q.task_type,
+        search: q.q,
+        labels,
+    };
+    let page = state.store.list_tasks(&filter, q.cursor.as_deref(), q.limit.unwrap_or(50)).await.map_err(
+        |e| match e {
+            StoreError::Corrupt(m) if m.starts_with("bad cursor") => ApiError::BadRequest(m),
+            other => other.into(),
+        },
+    )?;
+    let mut items = Vec::with_capacity(page.items.len());
+    for t in &page.items {
+        items.push(view(&state, t).await);
+    }
+    Ok(Json(json!({ "items": items, "nextCursor": page.next_cursor })))
+}
+
+async fn get_task(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<TaskView>> {
+    let user = caller(&state, &headers).await?;
+    let t = visible_task(&state, &user, &id).await?;
+    Ok(Json(view(&state, &t).await))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct EventsQuery {
+    after: Option<i64>,
+}
+
+async fn task_events(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(q): Query<EventsQuery>,
+) -> ApiResult<Json<Value>> {
+    let user = caller(&state, &headers).await?;
+    let t = visible_task(&state, &user, &id).await?;
+    let events = state.store.list_events(&t.id, q.after.unwrap_or(0), 1000).await?;
+    let items: Vec<Value> = events
+        .iter()
+        .map(|e| json!({ "seq": e.seq, "attempt": e.attempt, "atMs": e.at_ms, "reason": e.reason, "message": e.message }))
+        .collect();
+    Ok(Json(json!({ "items": items })))
+}
+
+async fn stop_task(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<TaskView>> {
+    let user = caller(&state, &headers).await?;
+    let t = operable_task(&state, &user, &id).await?;
+    let updated = state.control.lock().await.stop(&t.id, false, now_ms()).await?;
+    Ok(Json(view(&state, &updated).await))
+}
+
+async fn resubmit_task(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<TaskView>> {
+    let user = caller(&state, &headers).await?;
+    let t = operable_task(&state, &user, &id).await?;
+    let updated = state.control.lock().await.resubmit(&t.id, now_ms()).await?;
+    Ok(Json(view(&state, &updated).await))
+}
+
+async fn delete_task(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let user = caller(&state, &headers).await?;
+    let t = operable_task(&state, &user, &id).await?;
+    let control = state.control.lock().await;
+    // Whatever runs is stopped first (with the checkpoint notice); the record and history stay.
+    match control.stop(&t.id, true, now_ms()).await {
+        Ok(_) | Err(CommandError::WrongState { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    state.store.delete_task(&t.id, now_ms()).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn catalog(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Json<Catalog>> {
+    caller(&state, &headers).await?;
+    Ok(Json((*state.catalog).clone()))
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// The API's routes.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/api/v1/whoami", get(whoami))
+        .route("/api/v1/catalog", get(catalog))
+        .route("/api/v1/tasks", post(create_task).get(list_tasks))
+        .route("/api/v1/tasks/{id}", get(get_task).delete(delete_task))
+        .route("/api/v1/tasks/{id}/events", get(task_events))
+        .route("/api/v1/tasks/{id}/stop", post(stop_task))
+        .route("/api/v1/tasks/{id}/resubmit", post(resubmit_task))
+        // A task document is at most MAX_DOCUMENT_BYTES; a little more is read so the validator can say so.
+        .layer(DefaultBodyLimit::max(MAX_DOCUMENT_BYTES + 1024))
+        .with_state(state)
+}
+
+/// How often the control loop runs without being asked.
+pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Runs the control loop every [`TICK_INTERVAL`] until the process ends.
+pub fn spawn_control_loop(control: Arc<Mutex<Control<AnyBackend>>>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(TICK_INTERVAL);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            if let Err(e) = control.lock().await.tick(now_ms()).await {
+                eprintln!("trainyard: control loop: {e}");
+            }
+        }
+    })
+}
+
+/// Serves the API on `listener` with the control loop running.
+pub async fn serve(listener: tokio::net::TcpListener, state: AppState) -> std::io::Result<()> {
+    let ticker = spawn_control_loop(state.control.clone());
+    let result = axum::serve(listener, router(state)).await;
+    ticker.abort();
+    result
+}

@@ -1,0 +1,273 @@
+//! The API end to end through real HTTP on loopback: a server on an ephemeral port with SQLite and the fake
+//! backend, driven by a plain HTTP client.
+
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Mutex;
+use trainyard_api::{AppState, new_token, token_hash};
+use trainyard_control::Control;
+use trainyard_core::Catalog;
+use trainyard_runtime::AnyBackend;
+use trainyard_runtime::fake::{FakeBackend, Script};
+use trainyard_sched::Config;
+use trainyard_store::{Store, User};
+
+const CATALOG: &str = r#"
+regions: {local: {}}
+clusters: {local: {region: local}}
+pools: {default: {cluster: local, instanceSpecs: [cpu.small]}}
+instanceSpecs: {cpu.small: {kind: CPU, vcpus: 1, memoryMib: 1024}}
+nodes: {node-0: {pool: default, vcpus: 16, memoryMib: 65536}}
+projectGroups: {nlp: {}, cv: {}}
+images: {host: {torch: true, ray: true}}
+quotas:
+  - {group: nlp, resourceType: Reserved, pool: default, spec: cpu.small, units: 8}
+  - {group: cv, resourceType: Reserved, pool: default, spec: cpu.small, units: 8}
+"#;
+
+struct Server {
+    base: String,
+    tokens: std::collections::BTreeMap<&'static str, String>,
+    db: std::path::PathBuf,
+    _rt: tokio::runtime::Runtime,
+}
+
+fn server() -> Server {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let dir = std::env::temp_dir().join(format!(
+        "trainyard-api-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("t.db");
+    let url = format!("sqlite://{}", db.display());
+    let (base, tokens) = rt.block_on(async {
+        let store = Store::connect(&url).await.unwrap();
+        let mut tokens = std::collections::BTreeMap::new();
+        for (name, role, groups) in [
+            ("alice", "member", vec!["nlp"]),
+            ("bob", "member", vec!["nlp"]),
+            ("carol", "member", vec!["cv"]),
+            ("dave", "member", vec!["cv"]),
+            ("root", "admin", vec![]),
+        ] {
+            let user = User {
+                name: name.into(),
+                role: role.into(),
+                groups: groups.iter().map(|g| g.to_string()).collect(),
+            };
+            store.put_user(&user, 0).await.unwrap();
+            let token = new_token().unwrap();
+            store.add_token(&token_hash(&token), name, "test", 0).await.unwrap();
+            tokens.insert(name, token);
+        }
+        let catalog = Catalog::from_yaml(CATALOG).unwrap();
+        let backend =
+            AnyBackend::Fake(FakeBackend::new(Script { start_ms: 100, run_ms: 300, ..Script::default() }));
+        let control = Control::new(store.clone(), backend, catalog.clone(), Config::default());
+        let state = AppState { store, catalog: Arc::new(catalog), control: Arc::new(Mutex::new(control)) };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(trainyard_api::serve(listener, state));
+        (base, tokens)
+    });
+    Server { base, tokens, db, _rt: rt }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into()
+}
+
+impl Server {
+    fn call(
+        &self,
+        method: &str,
+        who: &str,
+        path: &str,
+        body: Option<&str>,
+        key: Option<&str>,
+    ) -> (u16, Value) {
+        let url = format!("{}{path}", self.base);
+        let auth = format!("Bearer {}", self.tokens.get(who).map_or("nope", |t| t.as_str()));
+        let a = agent();
+        let mut resp = match method {
+            "GET" => a.get(&url).header("Authorization", &auth).call(),
+            "DELETE" => a.delete(&url).header("Authorization", &auth).call(),
+            _ => {
+                let mut req = a.post(&url).header("Authorization", &auth);
+                if let Some(k) = key {
+                    req = req.header("Idempotency-Key", k);
+                }
+                req.send(body.unwrap_or("").as_bytes())
+            }
+        }
+        .unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    fn wait_status(&self, id: &str, want: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (_, t) = self.call("GET", "alice", &format!("/api/v1/tasks/{id}"), None, None);
+            if t["status"] == want {
+                return t;
+            }
+            assert!(Instant::now() < deadline, "task {id} never reached {want}: {t}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn task(prefix: &str, group: &str, public: bool, extra_env: &str) -> String {
+    format!(
+        r#"apiVersion: trainyard.dev/v1
+kind: TrainingTask
+metadata: {{namePrefix: {prefix}, projectGroup: {group}, public: {public}}}
+spec:
+  type: PyTorchJob
+  placement: {{region: local, cluster: local}}
+  environment:
+    image: host
+    cmd: python3 train.py
+    env: [{{name: LR, value: "3e-4"}}{extra_env}]
+  compute: {{resourceType: Reserved, pool: default, workers: 1, instanceSpecs: [{{spec: cpu.small}}]}}
+"#
+    )
+}
+
+#[test]
+fn create_runs_to_success_with_events_in_order() {
+    let s = server();
+    let (code, t) = s.call("POST", "alice", "/api/v1/tasks", Some(&task("e2e", "nlp", false, "")), None);
+    assert_eq!(code, 201, "{t}");
+    assert_eq!(t["status"], "Queued");
+    let id = t["id"].as_str().unwrap().to_owned();
+    let done = s.wait_status(&id, "Succeeded");
+    assert_eq!(done["placement"]["replicas"][0]["role"], "master");
+    let (_, ev) = s.call("GET", "alice", &format!("/api/v1/tasks/{id}/events"), None, None);
+    let reasons: Vec<&str> =
+        ev["items"].as_array().unwrap().iter().map(|e| e["reason"].as_str().unwrap()).collect();
+    assert_eq!(reasons, ["Submitted", "Admitted", "Admitted", "Started", "Completed"]);
+    let (code, list) = s.call("GET", "alice", "/api/v1/tasks?status=Succeeded", None, None);
+    assert_eq!(code, 200);
+    assert_eq!(list["items"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn a_bad_task_gets_422_with_every_problem_and_no_token_gets_401() {
+    let s = server();
+    let bad = task("Bad_Prefix", "nlp", false, r#", {name: "1X", value: ""}"#);
+    let (code, p) = s.call("POST", "alice", "/api/v1/tasks", Some(&bad), None);
+    assert_eq!(code, 422, "{p}");
+    assert_eq!(p["type"], "https://trainyard.dev/problems/invalid-task");
+    let paths: Vec<&str> =
+        p["problems"].as_array().unwrap().iter().map(|x| x["path"].as_str().unwrap()).collect();
+    assert_eq!(
+        paths,
+        ["metadata.namePrefix", "spec.environment.env[1].name", "spec.environment.env[1].value"]
+    );
+    let (code, p) = s.call("GET", "nobody", "/api/v1/tasks", None, None);
+    assert_eq!((code, p["status"].as_u64()), (401, Some(401)));
+    // Not a member of the task's group.
+    let (code, p) = s.call("POST", "carol", "/api/v1/tasks", Some(&task("x", "nlp", false, "")), None);
+    assert_eq!(code, 403, "{p}");
+}
+
+#[test]
+fn concurrent_retries_with_one_idempotency_key_create_one_task() {
+    let s = Arc::new(server());
+    let body = task("idem", "nlp", false, "");
+    let handles: Vec<_> = (0..16)
+        .map(|_| {
+            let (s, body) = (s.clone(), body.clone());
+            std::thread::spawn(move || {
+                s.call("POST", "alice", "/api/v1/tasks", Some(&body), Some("same-key"))
+            })
+        })
+        .collect();
+    let results: Vec<(u16, Value)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let ids: std::collections::BTreeSet<&str> =
+        results.iter().map(|(_, t)| t["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 1, "{results:?}");
+    assert_eq!(results.iter().filter(|(c, _)| *c == 201).count(), 1);
+    assert!(results.iter().all(|(c, _)| *c == 201 || *c == 200));
+    let (code, _) =
+        s.call("POST", "alice", "/api/v1/tasks", Some(&task("idem", "nlp", true, "")), Some("same-key"));
+    assert_eq!(code, 409, "same key, different body");
+}
+
+#[test]
+fn visibility_matrix_with_404_for_what_a_user_may_not_see() {
+    let s = server();
+    let (_, private) =
+        s.call("POST", "alice", "/api/v1/tasks", Some(&task("private", "nlp", false, "")), None);
+    let (_, public) = s.call("POST", "alice", "/api/v1/tasks", Some(&task("public", "nlp", true, "")), None);
+    let (p, q) = (private["id"].as_str().unwrap().to_owned(), public["id"].as_str().unwrap().to_owned());
+    let sees = |who: &str, id: &str| s.call("GET", who, &format!("/api/v1/tasks/{id}"), None, None).0;
+    // owner, group member, other group, admin
+    assert_eq!((sees("alice", &p), sees("alice", &q)), (200, 200));
+    assert_eq!((sees("bob", &p), sees("bob", &q)), (404, 200));
+    assert_eq!((sees("carol", &p), sees("carol", &q)), (404, 404));
+    assert_eq!((sees("root", &p), sees("root", &q)), (200, 200));
+    assert_eq!(sees("alice", "does-not-exist"), 404);
+    // A member may see a public task but not stop it.
+    let (code, _) = s.call("POST", "bob", &format!("/api/v1/tasks/{q}/stop"), None, None);
+    assert_eq!(code, 403);
+    let (code, _) = s.call("POST", "carol", &format!("/api/v1/tasks/{p}/stop"), None, None);
+    assert_eq!(code, 404, "cannot even learn that it exists");
+    let (_, list) = s.call("GET", "bob", "/api/v1/tasks", None, None);
+    let names: Vec<&str> =
+        list["items"].as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap()).collect();
+    assert_eq!(names, [q.as_str()]);
+}
+
+#[test]
+fn hidden_values_never_come_back() {
+    let s = server();
+    let secret = "sk-very-secret-value-123";
+    let body =
+        task("secret", "nlp", true, &format!(r#", {{name: API_KEY, value: "{secret}", hidden: true}}"#));
+    let (code, t) = s.call("POST", "alice", "/api/v1/tasks", Some(&body), None);
+    assert_eq!(code, 201, "{t}");
+    let id = t["id"].as_str().unwrap().to_owned();
+    s.wait_status(&id, "Succeeded");
+    for (who, path) in [
+        ("alice", format!("/api/v1/tasks/{id}")),
+        ("bob", format!("/api/v1/tasks/{id}")),
+        ("alice", "/api/v1/tasks".to_owned()),
+        ("alice", format!("/api/v1/tasks/{id}/events")),
+    ] {
+        let (_, v) = s.call("GET", who, &path, None, None);
+        let text = v.to_string();
+        assert!(!text.contains(secret), "{path} leaks the hidden value");
+        if path.ends_with(&id) {
+            assert!(text.contains("******"), "{text}");
+        }
+    }
+    let _ = &s.db;
+}
+
+#[test]
+fn stop_resubmit_and_delete() {
+    let s = server();
+    let (_, t) = s.call("POST", "alice", "/api/v1/tasks", Some(&task("ops", "nlp", false, "")), None);
+    let id = t["id"].as_str().unwrap().to_owned();
+    s.wait_status(&id, "Succeeded");
+    let (code, t) = s.call("POST", "alice", &format!("/api/v1/tasks/{id}/resubmit"), None, None);
+    assert_eq!((code, t["attempt"].as_i64()), (200, Some(1)), "{t}");
+    s.wait_status(&id, "Succeeded");
+    let (code, p) = s.call("POST", "alice", &format!("/api/v1/tasks/{id}/stop"), None, None);
+    assert_eq!(code, 409, "nothing to stop: {p}");
+    let (code, _) = s.call("DELETE", "alice", &format!("/api/v1/tasks/{id}"), None, None);
+    assert_eq!(code, 204);
+    let (_, list) = s.call("GET", "alice", "/api/v1/tasks", None, None);
+    assert!(list["items"].as_array().unwrap().is_empty());
+}
