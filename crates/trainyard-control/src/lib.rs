@@ -117,7 +117,7 @@ pub async fn submit(
     idempotency_key: Option<&str>,
     now_ms: i64,
 ) -> Result<Created, SubmitError> {
-    let checked = check(body, &catalog);
+    let checked = check(body, catalog);
     let task = match checked.valid_task() {
         Some(t) => t.clone(),
         None => return Err(SubmitError::Invalid(checked.report)),
