@@ -162,8 +162,8 @@ impl Backend for FakeBackend {
             {
                 run.done = true;
                 let message = match run.script.outcome {
-                    Reason::Completed => "every replica exited 0".to_owned(),
-                    other => format!("scripted failure: {other}"),
+                    Reason::Completed => "fake backend: scripted success (nothing was run)".to_owned(),
+                    other => format!("fake backend: scripted failure {other}"),
                 };
                 out.push(Observation::Finished { key: key.clone(), reason: run.script.outcome, message });
             }

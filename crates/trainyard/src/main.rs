@@ -1,8 +1,12 @@
-//! `trainyard`: the command-line entry point.
+//! `trainyard`: the one binary. `up` runs everything on this machine; the other verbs are the CLI, over the
+//! HTTP API (`validate` works offline).
 
+mod client;
+mod up;
 mod validate;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use client::{Conn, Format};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -10,17 +14,85 @@ use std::process::ExitCode;
 #[derive(Debug, Parser)]
 #[command(name = "trainyard", version, about)]
 struct Cli {
+    /// The server's address.
+    #[arg(long, global = true, env = "TRAINYARD_SERVER", default_value = "http://127.0.0.1:8080")]
+    server: String,
+    /// API token; defaults to the admin token `trainyard up` saved in .trainyard/admin.token.
+    #[arg(long, global = true, env = "TRAINYARD_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Start Trainyard on this machine: the store (SQLite in the data dir), the scheduler, the backend and the
+    /// API, on 127.0.0.1:8080.
+    Up {
+        /// Where the store, the catalog and the bootstrap token live.
+        #[arg(long, env = "TRAINYARD_DATA_DIR", default_value = ".trainyard")]
+        data_dir: PathBuf,
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// A PostgreSQL URL to use instead of the SQLite file.
+        #[arg(long, env = "TRAINYARD_DATABASE_URL", hide_env_values = true)]
+        database_url: Option<String>,
+    },
     /// Check task files against every rule and print their problems, or their resource demand.
     ///
     /// Exit status: 0 when every file is valid (warnings allowed), 1 when any file has errors, 2 when a
     /// file or the catalog cannot be read.
     Validate(ValidateArgs),
+    /// Submit a task file (YAML or JSON; `-` for standard input).
+    Submit {
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        /// Makes a retried submission return the first task instead of creating a second one.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+        /// Follow the task's events until it ends; exit 1 unless it succeeds.
+        #[arg(long)]
+        wait: bool,
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
+        output: Format,
+    },
+    /// List the tasks you can see, newest first.
+    List {
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long = "type")]
+        task_type: Option<String>,
+        #[arg(long)]
+        group: Option<String>,
+        #[arg(long)]
+        owner: Option<String>,
+        /// Label selector: key=value[,key=value].
+        #[arg(short = 'l', long)]
+        labels: Option<String>,
+        /// Search by name or ID.
+        #[arg(short = 'q', long)]
+        query: Option<String>,
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
+        output: Format,
+    },
+    /// One task.
+    Get {
+        id: String,
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
+        output: Format,
+    },
+    /// A task's details, placement and events.
+    Describe { id: String },
+    /// A task's events.
+    Events { id: String },
+    /// Stop a task (running ones get the checkpoint window first).
+    Stop { id: String },
+    /// Delete a task (stopping it first); its history is kept.
+    Delete { id: String },
+    /// Run an ended task again, as a new attempt.
+    Resubmit { id: String },
+    /// Who the token belongs to.
+    Whoami,
 }
 
 #[derive(Debug, clap::Args)]
@@ -45,7 +117,51 @@ enum Output {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let token = cli
+        .token
+        .or_else(|| std::fs::read_to_string(".trainyard/admin.token").ok().map(|t| t.trim().to_owned()));
+    let conn = Conn { server: cli.server, token };
     match cli.command {
         Command::Validate(args) => validate::run(&args.files, args.catalog.as_deref(), args.output),
+        Command::Up { data_dir, listen, database_url } => {
+            let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("trainyard: cannot start the runtime: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match rt.block_on(up::run(&data_dir, &listen, database_url.as_deref())) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("trainyard: {e:#}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Command::Submit { file, idempotency_key, wait, output } => {
+            client::finish(client::submit(&conn, &file, idempotency_key.as_deref(), wait, output))
+        }
+        Command::List { status, task_type, group, owner, labels, query, output } => {
+            client::finish(client::list(
+                &conn,
+                &[
+                    ("status", status),
+                    ("type", task_type),
+                    ("group", group),
+                    ("owner", owner),
+                    ("labels", labels),
+                    ("q", query),
+                ],
+                output,
+            ))
+        }
+        Command::Get { id, output } => client::finish(client::get(&conn, &id, output)),
+        Command::Describe { id } => client::finish(client::describe(&conn, &id)),
+        Command::Events { id } => client::finish(client::events(&conn, &id)),
+        Command::Stop { id } => client::finish(client::act(&conn, &id, "stop")),
+        Command::Delete { id } => client::finish(client::act(&conn, &id, "delete")),
+        Command::Resubmit { id } => client::finish(client::act(&conn, &id, "resubmit")),
+        Command::Whoami => client::finish(client::whoami(&conn)),
     }
 }

@@ -104,3 +104,65 @@ fn an_oversized_document_is_refused_with_a_clear_problem() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stdout(&o).contains("error[too-large]"), "{}", stdout(&o));
 }
+
+/// `trainyard up` on an empty data dir, then the CLI against it: whoami, submit --wait, list, describe.
+#[test]
+fn up_then_submit_and_wait() {
+    use std::io::BufRead;
+    let dir = std::env::temp_dir().join(format!("trainyard-up-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut server = Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&dir)
+        .env("TRAINYARD_FAKE_RUN_MS", "300")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    let mut api = None;
+    let mut printed = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        printed.push_str(&line);
+        printed.push('\n');
+        if let Some(rest) = line.trim().strip_prefix("API:") {
+            api = rest.split_whitespace().next().map(|u| u.trim_end_matches("/api/v1").to_owned());
+            break;
+        }
+    }
+    let api = api.unwrap_or_else(|| panic!("no API address in:\n{printed}"));
+    let token = std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_owned();
+    assert!(printed.contains(&token), "the token is printed once at bootstrap");
+    let cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_trainyard"))
+            .args(args)
+            .env("TRAINYARD_SERVER", &api)
+            .env("TRAINYARD_TOKEN", &token)
+            .current_dir(repo())
+            .output()
+            .unwrap()
+    };
+    let who = cli(&["whoami"]);
+    assert_eq!(String::from_utf8_lossy(&who.stdout).trim(), "admin (admin), groups: default");
+    let run = cli(&["submit", "-f", "examples/local/hello.yaml", "--wait"]);
+    let out = String::from_utf8_lossy(&run.stdout).to_string();
+    assert_eq!(run.status.code(), Some(0), "{out}{}", String::from_utf8_lossy(&run.stderr));
+    assert!(out.contains("succeeded"), "{out}");
+    let list = cli(&["list", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(v["items"][0]["status"], "Succeeded");
+    let bad = cli(&["submit", "-f", "examples/invalid/bad-name.yaml"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("metadata.namePrefix"));
+    let nobody = Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(["list"])
+        .env("TRAINYARD_SERVER", &api)
+        .env("TRAINYARD_TOKEN", "ty_wrong")
+        .output()
+        .unwrap();
+    assert_eq!(nobody.status.code(), Some(1));
+    server.kill().unwrap();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}

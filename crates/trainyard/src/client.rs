@@ -1,0 +1,330 @@
+//! The CLI verbs that talk to a Trainyard server over its HTTP API, kubectl-style.
+//!
+//! Server and token come from flags, then `TRAINYARD_SERVER` / `TRAINYARD_TOKEN`, then the defaults
+//! (`http://127.0.0.1:8080` and the token `trainyard up` saved in `.trainyard/admin.token`).
+//! Exit status: 0 done; 1 the server refused (the problem is printed); 2 usage or connection error;
+//! `submit --wait`: 1 when the task ends Failed or Stopped.
+
+use serde_json::Value;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct Conn {
+    pub server: String,
+    pub token: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Yaml,
+}
+
+/// A failed call: what to print and the exit status.
+#[derive(Debug)]
+pub struct Failure {
+    pub message: String,
+    pub code: u8,
+}
+
+type CallResult<T> = Result<T, Failure>;
+
+fn usage(message: impl Into<String>) -> Failure {
+    Failure { message: message.into(), code: 2 }
+}
+
+impl Conn {
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+        key: Option<&str>,
+    ) -> CallResult<(u16, Value)> {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .build()
+            .into();
+        let url = format!("{}{path}", self.server.trim_end_matches('/'));
+        let auth = format!("Bearer {}", self.token.as_deref().unwrap_or(""));
+        let result = match method {
+            "GET" => agent.get(&url).header("Authorization", &auth).call(),
+            "DELETE" => agent.delete(&url).header("Authorization", &auth).call(),
+            _ => {
+                let mut req = agent.post(&url).header("Authorization", &auth);
+                if let Some(k) = key {
+                    req = req.header("Idempotency-Key", k);
+                }
+                req.send(body.unwrap_or_default())
+            }
+        };
+        let mut resp = result
+            .map_err(|e| usage(format!("cannot reach {}: {e} (is `trainyard up` running?)", self.server)))?;
+        let status = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        let value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        if status >= 400 {
+            return Err(Failure { message: problem_text(&value), code: 1 });
+        }
+        Ok((status, value))
+    }
+}
+
+/// A problem document for people: the detail, then every problem with its path.
+fn problem_text(v: &Value) -> String {
+    let mut out = format!(
+        "{} ({}): {}",
+        v["title"].as_str().unwrap_or("error"),
+        v["status"].as_u64().unwrap_or(0),
+        v["detail"].as_str().unwrap_or(&v.to_string())
+    );
+    for p in v["problems"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "\n  {}[{}] {}: {}",
+            p["severity"].as_str().unwrap_or(""),
+            p["code"].as_str().unwrap_or(""),
+            p["path"].as_str().unwrap_or(""),
+            p["message"].as_str().unwrap_or("")
+        ));
+    }
+    out
+}
+
+fn print(v: &Value, format: Format) {
+    match format {
+        Format::Json | Format::Table => println!("{}", serde_json::to_string_pretty(v).unwrap_or_default()),
+        Format::Yaml => print!("{}", serde_saphyr::to_string(v).unwrap_or_default()),
+    }
+}
+
+fn ago(ms: i64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let s = (now - ms).max(0) / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86400),
+    }
+}
+
+fn table(items: &[Value]) {
+    let rows: Vec<[String; 6]> = items
+        .iter()
+        .map(|t| {
+            let note = match t["queue"]["reason"].as_str() {
+                Some(r) => format!("#{} {r}", t["queue"]["position"]),
+                None => String::new(),
+            };
+            [
+                t["name"].as_str().unwrap_or("").to_owned(),
+                t["type"].as_str().unwrap_or("").to_owned(),
+                t["status"].as_str().unwrap_or("").to_owned(),
+                t["projectGroup"].as_str().unwrap_or("").to_owned(),
+                ago(t["createdAtMs"].as_i64().unwrap_or(0)),
+                note,
+            ]
+        })
+        .collect();
+    let header = ["NAME", "TYPE", "STATUS", "GROUP", "AGE", "QUEUE"];
+    let mut w = header.map(str::len);
+    for r in &rows {
+        for (i, c) in r.iter().enumerate().take(5) {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let line = |c: [&str; 6]| {
+        println!(
+            "{:<a$}  {:<b$}  {:<c$}  {:<d$}  {:<e$}  {}",
+            c[0],
+            c[1],
+            c[2],
+            c[3],
+            c[4],
+            c[5],
+            a = w[0],
+            b = w[1],
+            c = w[2],
+            d = w[3],
+            e = w[4]
+        );
+    };
+    line(header);
+    for r in &rows {
+        line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5]]);
+    }
+}
+
+pub fn finish(r: CallResult<ExitCode>) -> ExitCode {
+    match r {
+        Ok(c) => c,
+        Err(f) => {
+            eprintln!("trainyard: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+pub fn whoami(c: &Conn) -> CallResult<ExitCode> {
+    let (_, v) = c.call("GET", "/api/v1/whoami", None, None)?;
+    let groups: Vec<&str> = v["groups"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    println!(
+        "{} ({}), groups: {}",
+        v["name"].as_str().unwrap_or(""),
+        v["role"].as_str().unwrap_or(""),
+        groups.join(", ")
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn submit(
+    c: &Conn,
+    file: &std::path::Path,
+    key: Option<&str>,
+    wait: bool,
+    format: Format,
+) -> CallResult<ExitCode> {
+    let body = if file.as_os_str() == "-" {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
+            .map_err(|e| usage(format!("cannot read stdin: {e}")))?;
+        b
+    } else {
+        std::fs::read(file).map_err(|e| usage(format!("cannot read {}: {e}", file.display())))?
+    };
+    let (status, t) = c.call("POST", "/api/v1/tasks", Some(&body), key)?;
+    let name = t["name"].as_str().unwrap_or("").to_owned();
+    let id = t["id"].as_str().unwrap_or("").to_owned();
+    if format == Format::Table {
+        println!("{} {name} (id {id})", if status == 201 { "created" } else { "already created" });
+    } else {
+        print(&t, format);
+    }
+    if !wait {
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Follow it: print each new event until it ends.
+    const WAIT_LIMIT: Duration = Duration::from_secs(24 * 3600);
+    let start = Instant::now();
+    let mut after = 0i64;
+    loop {
+        let (_, ev) = c.call("GET", &format!("/api/v1/tasks/{id}/events?after={after}"), None, None)?;
+        for e in ev["items"].as_array().into_iter().flatten() {
+            after = after.max(e["seq"].as_i64().unwrap_or(after));
+            eprintln!("  {:<16} {}", e["reason"].as_str().unwrap_or(""), e["message"].as_str().unwrap_or(""));
+        }
+        let (_, t) = c.call("GET", &format!("/api/v1/tasks/{id}"), None, None)?;
+        match t["status"].as_str().unwrap_or("") {
+            "Succeeded" => {
+                println!("{name} succeeded");
+                return Ok(ExitCode::SUCCESS);
+            }
+            s @ ("Failed" | "Stopped") => {
+                println!("{name} {}", s.to_lowercase());
+                return Ok(ExitCode::from(1));
+            }
+            _ => {}
+        }
+        if start.elapsed() > WAIT_LIMIT {
+            return Err(usage("gave up waiting after 24 hours"));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+pub fn list(c: &Conn, filters: &[(&str, Option<String>)], format: Format) -> CallResult<ExitCode> {
+    let mut query: Vec<String> =
+        filters.iter().filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", encode(v)))).collect();
+    query.push("limit=200".into());
+    let (_, v) = c.call("GET", &format!("/api/v1/tasks?{}", query.join("&")), None, None)?;
+    let items = v["items"].as_array().cloned().unwrap_or_default();
+    match format {
+        Format::Table => table(&items),
+        _ => print(&v, format),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+pub fn get(c: &Conn, id: &str, format: Format) -> CallResult<ExitCode> {
+    let (_, t) = c.call("GET", &format!("/api/v1/tasks/{}", encode(id)), None, None)?;
+    match format {
+        Format::Table => table(&[t]),
+        _ => print(&t, format),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn describe(c: &Conn, id: &str) -> CallResult<ExitCode> {
+    let (_, t) = c.call("GET", &format!("/api/v1/tasks/{}", encode(id)), None, None)?;
+    println!("Name:     {}", t["name"].as_str().unwrap_or(""));
+    println!("ID:       {}", t["id"].as_str().unwrap_or(""));
+    println!("Type:     {}", t["type"].as_str().unwrap_or(""));
+    println!("Status:   {} (attempt {})", t["status"].as_str().unwrap_or(""), t["attempt"]);
+    println!(
+        "Owner:    {} / group {}",
+        t["owner"].as_str().unwrap_or(""),
+        t["projectGroup"].as_str().unwrap_or("")
+    );
+    if let Some(r) = t["queue"]["reason"].as_str() {
+        println!(
+            "Queue:    #{} ({} in its group): {r}",
+            t["queue"]["position"], t["queue"]["positionInGroup"]
+        );
+    }
+    for r in t["placement"]["replicas"].as_array().into_iter().flatten() {
+        println!(
+            "Replica:  {}-{} rank {} on {}",
+            r["role"].as_str().unwrap_or(""),
+            r["index"],
+            r["rank"],
+            r["node"].as_str().unwrap_or("")
+        );
+    }
+    println!("Events:");
+    events(c, id)
+}
+
+pub fn events(c: &Conn, id: &str) -> CallResult<ExitCode> {
+    let (_, ev) = c.call("GET", &format!("/api/v1/tasks/{}/events", encode(id)), None, None)?;
+    for e in ev["items"].as_array().into_iter().flatten() {
+        println!(
+            "  {:>5}  attempt {}  {:<16} {}",
+            ago(e["atMs"].as_i64().unwrap_or(0)),
+            e["attempt"],
+            e["reason"].as_str().unwrap_or(""),
+            e["message"].as_str().unwrap_or("")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn act(c: &Conn, id: &str, verb: &str) -> CallResult<ExitCode> {
+    let path = format!("/api/v1/tasks/{}", encode(id));
+    let (_, t) = match verb {
+        "delete" => c.call("DELETE", &path, None, None)?,
+        _ => c.call("POST", &format!("{path}/{verb}"), Some(b""), None)?,
+    };
+    match verb {
+        "delete" => println!("deleted {id}"),
+        _ => println!("{} is {}", t["name"].as_str().unwrap_or(id), t["status"].as_str().unwrap_or("?")),
+    }
+    Ok(ExitCode::SUCCESS)
+}

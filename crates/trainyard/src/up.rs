@@ -1,0 +1,181 @@
+//! `trainyard up`: one command, no setup. Opens (or creates) the data dir with its SQLite store, describes
+//! this machine as a one-node catalog on first start, creates an admin and prints its token once, and serves
+//! the API with the control loop running.
+
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::sync::Mutex;
+use trainyard_api::{AppState, new_token, now_ms, token_hash};
+use trainyard_control::Control;
+use trainyard_core::Catalog;
+use trainyard_runtime::AnyBackend;
+use trainyard_runtime::fake::{FakeBackend, Script};
+use trainyard_sched::Config;
+use trainyard_store::{Store, User};
+
+/// What this machine has, for the first catalog.
+#[derive(Debug)]
+struct Machine {
+    vcpus: u32,
+    memory_mib: u64,
+    /// (model, count, memory per GPU in MiB)
+    gpus: Option<(String, u32)>,
+    torch: bool,
+    ray: bool,
+}
+
+fn detect() -> Machine {
+    let vcpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let memory_mib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(1024, |kib| kib / 1024);
+    let gpus = std::process::Command::new("nvidia-smi")
+        .args(["--query-gpu=name", "--format=csv,noheader"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| {
+            let names: Vec<String> = String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(|l| l.trim().to_owned())
+                .filter(|l| !l.is_empty())
+                .collect();
+            let first = names.first()?.clone();
+            // "NVIDIA H200" -> "H200": the model name specs and nodes match on.
+            let model = first.split_whitespace().last().unwrap_or(&first).to_owned();
+            Some((model, names.len() as u32))
+        });
+    let has = |module: &str| {
+        std::process::Command::new("python3")
+            .args([
+                "-c",
+                &format!(
+                    "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('{module}') else 1)"
+                ),
+            ])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    Machine { vcpus, memory_mib, gpus, torch: has("torch"), ray: has("ray") }
+}
+
+/// A catalog describing this machine: region `local`, cluster `local`, pool `default`, one node, a few specs
+/// and quotas for the `default` group so a first task can be submitted at once.
+fn local_catalog(m: &Machine) -> String {
+    let mem_per_cpu = (m.memory_mib / u64::from(m.vcpus.max(1))).clamp(512, 4096);
+    let mut specs = format!(
+        "  cpu.small: {{kind: CPU, vcpus: 1, memoryMib: {mem_per_cpu}}}\n  cpu.large: {{kind: CPU, vcpus: {}, memoryMib: {}}}\n",
+        (m.vcpus / 2).max(1),
+        mem_per_cpu * u64::from((m.vcpus / 2).max(1))
+    );
+    let mut pool_specs = vec!["cpu.small".to_owned(), "cpu.large".to_owned()];
+    let mut nodes =
+        format!("  local-cpu: {{pool: default, vcpus: {}, memoryMib: {}}}\n", m.vcpus, m.memory_mib);
+    let mut quotas = format!(
+        "  - {{group: default, resourceType: Reserved, pool: default, spec: cpu.small, units: {}}}\n",
+        m.vcpus
+    );
+    if let Some((model, count)) = &m.gpus {
+        let spec = format!("gpu.{}.1", model.to_lowercase());
+        let (cpu_per_gpu, mem_per_gpu) = ((m.vcpus / count).max(1), m.memory_mib / u64::from(*count));
+        specs.push_str(&format!("  {spec}: {{kind: GPU, gpuModel: {model}, gpus: 1, vcpus: {cpu_per_gpu}, memoryMib: {mem_per_gpu}}}\n"));
+        nodes = format!(
+            "  local-gpu: {{pool: default, gpuModel: {model}, gpus: {count}, vcpus: {}, memoryMib: {}}}\n",
+            m.vcpus, m.memory_mib
+        );
+        quotas.push_str(&format!(
+            "  - {{group: default, resourceType: Reserved, pool: default, spec: {spec}, units: {count}}}\n"
+        ));
+        pool_specs.push(spec);
+    }
+    format!(
+        "# This machine, as `trainyard up` found it on first start. Edit and restart to change it.\n\
+         regions: {{local: {{displayName: This machine}}}}\n\
+         clusters: {{local: {{region: local}}}}\n\
+         pools:\n  default: {{cluster: local, instanceSpecs: [{}]}}\n\
+         instanceSpecs:\n{specs}\
+         nodes:\n{nodes}\
+         projectGroups: {{default: {{}}}}\n\
+         images:\n  host: {{torch: {}, ray: {}}}\n\
+         allowExternalImages: false\n\
+         quotas:\n{quotas}",
+        pool_specs.join(", "),
+        m.torch,
+        m.ray
+    )
+}
+
+pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>) -> Result<()> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
+    let catalog_path = data_dir.join("catalog.yaml");
+    if !catalog_path.exists() {
+        let machine = detect();
+        std::fs::write(&catalog_path, local_catalog(&machine)).context("cannot write the catalog")?;
+        println!(
+            "described this machine in {}: {} vCPU, {} MiB{}",
+            catalog_path.display(),
+            machine.vcpus,
+            machine.memory_mib,
+            machine.gpus.as_ref().map_or(String::new(), |(m, n)| format!(", {n} × {m}"))
+        );
+    }
+    let catalog = Catalog::from_yaml(&std::fs::read_to_string(&catalog_path)?)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", catalog_path.display()))?;
+    let db_path = data_dir.join("trainyard.db");
+    let url = database_url.map_or_else(|| format!("sqlite://{}", db_path.display()), str::to_owned);
+    let store = Store::connect(&url).await.with_context(|| format!("cannot open the store at {url}"))?;
+
+    if store.count_users().await? == 0 {
+        let groups: Vec<String> = catalog.project_groups.keys().cloned().collect();
+        store.put_user(&User { name: "admin".into(), role: "admin".into(), groups }, now_ms()).await?;
+        let token = new_token()?;
+        store.add_token(&token_hash(&token), "admin", "bootstrap", now_ms()).await?;
+        let token_file = data_dir.join("admin.token");
+        write_private(&token_file, &token)?;
+        println!(
+            "created user admin; its token (shown once, also saved to {}):\n\n    {token}\n",
+            token_file.display()
+        );
+    }
+
+    // The fake backend's scripted run time; TRAINYARD_FAKE_RUN_MS shortens it for tests and demos.
+    let run_ms = std::env::var("TRAINYARD_FAKE_RUN_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    let backend =
+        AnyBackend::Fake(FakeBackend::new(Script { start_ms: run_ms / 10, run_ms, ..Script::default() }));
+    let control = Control::new(store.clone(), backend.clone(), catalog.clone(), Config::default());
+    let state = AppState { store, catalog: Arc::new(catalog), control: Arc::new(Mutex::new(control)) };
+    let listener =
+        tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+    let addr = listener.local_addr()?;
+    println!("trainyard is up");
+    println!("  API:     http://{addr}/api/v1 (health: http://{addr}/healthz)");
+    println!("  store:   {url}");
+    println!(
+        "  backend: {} — tasks are scheduled and go through their whole lifecycle, but nothing is executed yet; the local backend (sandboxed processes) replaces it",
+        backend.name()
+    );
+    println!(
+        "  CLI:     export TRAINYARD_TOKEN=$(cat {}) ; trainyard submit -f examples/local/hello.yaml --wait",
+        data_dir.join("admin.token").display()
+    );
+    tokio::select! {
+        r = trainyard_api::serve(listener, state) => r.context("the server stopped")?,
+        _ = tokio::signal::ctrl_c() => println!("stopping"),
+    }
+    Ok(())
+}
+
+fn write_private(path: &PathBuf, contents: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    writeln!(f, "{contents}")?;
+    Ok(())
+}
