@@ -26,6 +26,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::Mutex;
+use trainyard_control::secrets::SecretBox;
 use trainyard_control::{CommandError, Control, SubmitError};
 use trainyard_core::{Catalog, MAX_DOCUMENT_BYTES, Report};
 use trainyard_runtime::AnyBackend;
@@ -36,6 +37,7 @@ use trainyard_store::{Created, Store, StoreError, TaskFilter, TaskRecord, User};
 pub struct AppState {
     pub store: Store,
     pub catalog: Arc<Catalog>,
+    pub secrets: Arc<SecretBox>,
     pub control: Arc<Mutex<Control<AnyBackend>>>,
 }
 
@@ -266,13 +268,20 @@ async fn create_task(State(state): State<AppState>, headers: HeaderMap, body: By
             user.groups.join(", ")
         )));
     }
-    let created =
-        trainyard_control::submit(&state.store, &state.catalog, &user.name, &body, key.as_deref(), now_ms())
-            .await
-            .map_err(|e| match e {
-                SubmitError::Invalid(r) => ApiError::Invalid(r),
-                SubmitError::Store(s) => s.into(),
-            })?;
+    let created = trainyard_control::submit(
+        &state.store,
+        &state.catalog,
+        &state.secrets,
+        &user.name,
+        &body,
+        key.as_deref(),
+        now_ms(),
+    )
+    .await
+    .map_err(|e| match e {
+        SubmitError::Invalid(r) => ApiError::Invalid(r),
+        SubmitError::Store(s) => s.into(),
+    })?;
     let status = if matches!(created, Created::New(_)) { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(view(&state, created.task()).await)).into_response())
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 use trainyard_api::{AppState, new_token, token_hash};
 use trainyard_control::Control;
+use trainyard_control::secrets::SecretBox;
 use trainyard_core::Catalog;
 use trainyard_runtime::AnyBackend;
 use trainyard_runtime::fake::{FakeBackend, Script};
@@ -66,8 +67,15 @@ fn server() -> Server {
         let catalog = Catalog::from_yaml(CATALOG).unwrap();
         let backend =
             AnyBackend::Fake(FakeBackend::new(Script { start_ms: 100, run_ms: 300, ..Script::default() }));
-        let control = Control::new(store.clone(), backend, catalog.clone(), Config::default());
-        let state = AppState { store, catalog: Arc::new(catalog), control: Arc::new(Mutex::new(control)) };
+        let secrets = SecretBox::generate().unwrap();
+        let control =
+            Control::new(store.clone(), backend, catalog.clone(), Config::default(), secrets.clone());
+        let state = AppState {
+            store,
+            catalog: Arc::new(catalog),
+            secrets: Arc::new(secrets),
+            control: Arc::new(Mutex::new(control)),
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(trainyard_api::serve(listener, state));
@@ -252,7 +260,17 @@ fn hidden_values_never_come_back() {
             assert!(text.contains("******"), "{text}");
         }
     }
-    let _ = &s.db;
+    // At rest: neither the database nor its write-ahead log holds the value in clear.
+    for file in [s.db.clone(), s.db.with_extension("db-wal")] {
+        if let Ok(bytes) = std::fs::read(&file) {
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                "{} holds the secret",
+                file.display()
+            );
+        }
+    }
+    assert!(std::fs::metadata(&s.db).unwrap().len() > 0);
 }
 
 #[test]

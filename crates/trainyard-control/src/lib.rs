@@ -12,8 +12,10 @@
 #![forbid(unsafe_code)]
 
 mod place;
+pub mod secrets;
 
 use place::{Placement, snapshot_for};
+use secrets::SecretBox;
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
 use trainyard_core::lifecycle::{FailureClass, Reason, Status, failure_class, transition};
@@ -88,13 +90,6 @@ fn suffix(n: u64) -> String {
         .collect()
 }
 
-/// A stable hash of a request body, for idempotency (two independent 64-bit FNV-1a variants).
-fn body_hash(body: &[u8]) -> String {
-    let fnv =
-        |seed: u64| body.iter().fold(seed, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01B3));
-    format!("{:016x}{:016x}", fnv(0xcbf2_9ce4_8422_2325), fnv(0x84222325_cbf29ce4))
-}
-
 /// One lifecycle transition to apply, with what changes along with the status.
 #[derive(Debug)]
 struct Step {
@@ -112,6 +107,7 @@ struct Step {
 pub async fn submit(
     store: &Store,
     catalog: &Catalog,
+    secrets: &SecretBox,
     owner: &str,
     body: &[u8],
     idempotency_key: Option<&str>,
@@ -122,7 +118,11 @@ pub async fn submit(
         Some(t) => t.clone(),
         None => return Err(SubmitError::Invalid(checked.report)),
     };
-    let spec_json = serde_json::to_string(&task).expect("a TrainingTask always serialises");
+    let mut sealed = task.clone();
+    secrets
+        .seal(&mut sealed)
+        .map_err(|e| SubmitError::Store(StoreError::Corrupt(format!("cannot seal hidden values: {e}"))))?;
+    let spec_json = serde_json::to_string(&sealed).expect("a TrainingTask always serialises");
     // A name taken by chance gets another suffix; the bound keeps a broken store from looping.
     const NAME_TRIES: usize = 8;
     let mut last = None;
@@ -139,7 +139,7 @@ pub async fn submit(
             labels: task.metadata.labels.clone(),
             spec_json: spec_json.clone(),
             created_at_ms: now_ms,
-            idempotency: idempotency_key.map(|k| (k.to_owned(), body_hash(body))),
+            idempotency: idempotency_key.map(|k| (k.to_owned(), secrets.digest(body))),
             first_event: Some((Reason::Submitted.to_string(), format!("submitted by {owner}"))),
         };
         match store.create_task(&new).await {
@@ -157,13 +157,22 @@ pub struct Control<B> {
     backend: B,
     catalog: Catalog,
     config: Config,
+    secrets: SecretBox,
     waits: BTreeMap<String, QueueInfo>,
     nominated: BTreeMap<String, Vec<String>>,
 }
 
 impl<B: Backend> Control<B> {
-    pub fn new(store: Store, backend: B, catalog: Catalog, config: Config) -> Self {
-        Control { store, backend, catalog, config, waits: BTreeMap::new(), nominated: BTreeMap::new() }
+    pub fn new(store: Store, backend: B, catalog: Catalog, config: Config, secrets: SecretBox) -> Self {
+        Control {
+            store,
+            backend,
+            catalog,
+            config,
+            secrets,
+            waits: BTreeMap::new(),
+            nominated: BTreeMap::new(),
+        }
     }
 
     pub fn store(&self) -> &Store {
@@ -187,7 +196,7 @@ impl<B: Backend> Control<B> {
         idempotency_key: Option<&str>,
         now_ms: i64,
     ) -> Result<Created, SubmitError> {
-        submit(&self.store, &self.catalog, owner, body, idempotency_key, now_ms).await
+        submit(&self.store, &self.catalog, &self.secrets, owner, body, idempotency_key, now_ms).await
     }
 
     /// Applies one checked transition. `Ok(None)` when a concurrent change won (the next tick retries).
@@ -226,14 +235,17 @@ impl<B: Backend> Control<B> {
         }
     }
 
-    fn launch_spec(t: &TaskRecord, task: &TrainingTask, placement: &Placement) -> LaunchSpec {
-        LaunchSpec {
+    /// What the backend gets: the task with its hidden values opened (only backends ever see them).
+    fn launch_spec(&self, t: &TaskRecord, task: &TrainingTask, placement: &Placement) -> Option<LaunchSpec> {
+        let mut task = task.clone();
+        self.secrets.open(&mut task).ok()?;
+        Some(LaunchSpec {
             key: AttemptKey { task_id: t.id.clone(), attempt: t.attempt },
             task_name: t.name.clone(),
             owner: t.owner.clone(),
-            task: task.clone(),
+            task,
             replicas: placement.replicas.clone(),
-        }
+        })
     }
 
     /// One round: what the backend reports, then scheduling, then the plan, then reconciling.
@@ -301,7 +313,15 @@ impl<B: Backend> Control<B> {
                         continue;
                     };
                     // Committed first; a failed launch is retried by reconciliation on the next tick.
-                    let _ = self.backend.launch(&Self::launch_spec(&t, task, &placement)).await;
+                    match self.launch_spec(&t, task, &placement) {
+                        Some(spec) => {
+                            let _ = self.backend.launch(&spec).await;
+                        }
+                        None => {
+                            let why = "a hidden value cannot be opened with this server's key (was the key changed?)";
+                            self.store.append_event(&t.id, t.attempt, now_ms, "InternalError", why).await?;
+                        }
+                    }
                     report.admitted += 1;
                 }
                 Decision::Preempt(p) => {
@@ -368,8 +388,10 @@ impl<B: Backend> Control<B> {
             let key = AttemptKey { task_id: t.id.clone(), attempt: t.attempt };
             match t.status.as_str() {
                 "Starting" | "Prechecking" | "Running" if !alive.contains(&key) => {
-                    if let Ok(p) = serde_json::from_str::<Placement>(&t.placement) {
-                        let _ = self.backend.launch(&Self::launch_spec(t, task, &p)).await;
+                    if let Ok(p) = serde_json::from_str::<Placement>(&t.placement)
+                        && let Some(spec) = self.launch_spec(t, task, &p)
+                    {
+                        let _ = self.backend.launch(&spec).await;
                     }
                 }
                 "Stopping" => {

@@ -1,6 +1,7 @@
 //! The control loop end to end over a real store (SQLite) and the fake backend, on a virtual clock:
 //! submission, the lifecycle with its events in order, retries, stops, preemption, and a restart mid-run.
 
+use trainyard_control::secrets::SecretBox;
 use trainyard_control::{Control, SubmitError};
 use trainyard_core::Catalog;
 use trainyard_runtime::fake::{FakeBackend, Script};
@@ -46,7 +47,16 @@ async fn control(backend: FakeBackend) -> (Control<FakeBackend>, String) {
     std::fs::create_dir_all(&dir).unwrap();
     let url = format!("sqlite://{}", dir.join("t.db").display());
     let store = Store::connect(&url).await.unwrap();
-    (Control::new(store, backend, Catalog::from_yaml(CATALOG).unwrap(), Config::default()), url)
+    (
+        Control::new(
+            store,
+            backend,
+            Catalog::from_yaml(CATALOG).unwrap(),
+            Config::default(),
+            SecretBox::new([1; 32]),
+        ),
+        url,
+    )
 }
 
 async fn status(c: &Control<FakeBackend>, id: &str) -> (String, i64) {
@@ -243,7 +253,13 @@ async fn a_restarted_control_loop_picks_up_where_it_was() {
     drop(c);
     // A new process: a new store connection, the same backend (the replicas kept running).
     let store = Store::connect(&url).await.unwrap();
-    let mut c = Control::new(store, backend.clone(), Catalog::from_yaml(CATALOG).unwrap(), Config::default());
+    let mut c = Control::new(
+        store,
+        backend.clone(),
+        Catalog::from_yaml(CATALOG).unwrap(),
+        Config::default(),
+        SecretBox::new([1; 32]),
+    );
     let b = submit(&c, &task("after", "nlp", "Reserved", 0, ""), 2).await;
     c.tick(2).await.unwrap();
     c.tick(5_001).await.unwrap();
@@ -252,4 +268,23 @@ async fn a_restarted_control_loop_picks_up_where_it_was() {
     c.tick(10_003).await.unwrap();
     assert_eq!(status(&c, &b).await.0, "Succeeded");
     assert_eq!(backend.launches(), 2, "nothing was launched twice");
+}
+
+#[tokio::test]
+async fn hidden_values_are_sealed_in_the_store_and_opened_for_the_backend() {
+    let backend = FakeBackend::default();
+    let (mut c, _) = control(backend.clone()).await;
+    let body = task("secret", "nlp", "Reserved", 0, "").replace(
+        "cmd: python3 train.py}",
+        "cmd: python3 train.py, env: [{name: TOKEN, value: s3cr3t-42, hidden: true}, {name: LR, value: '1'}]}",
+    );
+    let id = submit(&c, &body, 0).await;
+    let stored = c.store().get_task(&id).await.unwrap().unwrap();
+    assert!(!stored.spec_json.contains("s3cr3t-42"), "{}", stored.spec_json);
+    assert!(stored.spec_json.contains("sealed:v1:"));
+    c.tick(0).await.unwrap();
+    let launched = backend.launched();
+    let env = &launched[0].task.spec.environment.env;
+    assert_eq!((env[0].name.as_str(), env[0].value.as_str()), ("TOKEN", "s3cr3t-42"));
+    assert_eq!(env[1].value, "1");
 }

@@ -42,6 +42,7 @@ struct Inner {
     default: Script,
     runs: BTreeMap<AttemptKey, Run>,
     launches: u64,
+    specs: Vec<LaunchSpec>,
     /// The clock of the last poll: the fake's "now" for launches and stops between polls.
     now_ms: u64,
 }
@@ -73,6 +74,11 @@ impl FakeBackend {
     /// How many launches were accepted (a second launch of one attempt does not count).
     pub fn launches(&self) -> u64 {
         self.lock().launches
+    }
+
+    /// Every launch accepted, in order (what a real backend would have been given).
+    pub fn launched(&self) -> Vec<LaunchSpec> {
+        self.lock().specs.clone()
     }
 
     /// Every attempt with a replica on `node` fails at the next poll, as when the machine is lost.
@@ -116,6 +122,7 @@ impl Backend for FakeBackend {
             },
         );
         inner.launches += 1;
+        inner.specs.push(spec.clone());
         Ok(())
     }
 

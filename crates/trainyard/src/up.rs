@@ -3,11 +3,12 @@
 //! the API with the control loop running.
 
 use anyhow::{Context, Result};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use tokio::sync::Mutex;
 use trainyard_api::{AppState, new_token, now_ms, token_hash};
 use trainyard_control::Control;
+use trainyard_control::secrets::SecretBox;
 use trainyard_core::Catalog;
 use trainyard_runtime::AnyBackend;
 use trainyard_runtime::fake::{FakeBackend, Script};
@@ -149,8 +150,15 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>) -> R
     let run_ms = std::env::var("TRAINYARD_FAKE_RUN_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
     let backend =
         AnyBackend::Fake(FakeBackend::new(Script { start_ms: run_ms / 10, run_ms, ..Script::default() }));
-    let control = Control::new(store.clone(), backend.clone(), catalog.clone(), Config::default());
-    let state = AppState { store, catalog: Arc::new(catalog), control: Arc::new(Mutex::new(control)) };
+    let secrets = server_key(data_dir)?;
+    let control =
+        Control::new(store.clone(), backend.clone(), catalog.clone(), Config::default(), secrets.clone());
+    let state = AppState {
+        store,
+        catalog: Arc::new(catalog),
+        secrets: Arc::new(secrets),
+        control: Arc::new(Mutex::new(control)),
+    };
     let listener =
         tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr()?;
@@ -172,7 +180,22 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>) -> R
     Ok(())
 }
 
-fn write_private(path: &PathBuf, contents: &str) -> Result<()> {
+/// The key hidden env values are sealed with: `TRAINYARD_SERVER_KEY` (64 hex characters), else
+/// `server.key` in the data dir, created on first start. Losing it makes stored hidden values unreadable.
+fn server_key(data_dir: &Path) -> Result<SecretBox> {
+    if let Ok(hex) = std::env::var("TRAINYARD_SERVER_KEY") {
+        return SecretBox::from_hex(&hex).context("TRAINYARD_SERVER_KEY must be 64 hex characters");
+    }
+    let path = data_dir.join("server.key");
+    if let Ok(hex) = std::fs::read_to_string(&path) {
+        return SecretBox::from_hex(&hex).with_context(|| format!("{} is damaged", path.display()));
+    }
+    let key = SecretBox::generate()?;
+    write_private(&path, &key.to_hex())?;
+    Ok(key)
+}
+
+fn write_private(path: &Path, contents: &str) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
