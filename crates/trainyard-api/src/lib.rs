@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::Mutex;
 use trainyard_control::secrets::SecretBox;
-use trainyard_control::{CommandError, Control, SubmitError};
+use trainyard_control::{CommandError, Control, QueueBoard, SubmitError};
 use trainyard_core::{Catalog, MAX_DOCUMENT_BYTES, Report};
 use trainyard_runtime::AnyBackend;
 use trainyard_store::{Created, Store, StoreError, TaskFilter, TaskRecord, User};
@@ -38,6 +38,9 @@ pub struct AppState {
     pub store: Store,
     pub catalog: Arc<Catalog>,
     pub secrets: Arc<SecretBox>,
+    /// Queue positions and wait reasons, readable without waiting for the control loop.
+    pub queue: QueueBoard,
+    pub tokens: TokenCache,
     pub control: Arc<Mutex<Control<AnyBackend>>>,
 }
 
@@ -163,7 +166,38 @@ async fn caller(state: &AppState, headers: &HeaderMap) -> ApiResult<User> {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or(ApiError::Unauthorized)?;
-    state.store.user_for_token(&token_hash(token.trim())).await?.ok_or(ApiError::Unauthorized)
+    let hash = token_hash(token.trim());
+    if let Some(user) = state.tokens.get(&hash) {
+        return Ok(user);
+    }
+    let user = state.store.user_for_token(&hash).await?.ok_or(ApiError::Unauthorized)?;
+    state.tokens.put(hash, user.clone());
+    Ok(user)
+}
+
+/// Recently seen tokens and their users, so a request costs no store lookup to authenticate. An entry lives
+/// [`TOKEN_CACHE_TTL`]: a revoked token or a changed role takes effect within that time.
+#[derive(Debug, Clone, Default)]
+pub struct TokenCache(Arc<std::sync::RwLock<BTreeMap<String, (User, std::time::Instant)>>>);
+
+/// How long an authenticated token is trusted without asking the store again.
+pub const TOKEN_CACHE_TTL: Duration = Duration::from_secs(5);
+/// Cached tokens at most (a bound on memory; the cache is cleared when full).
+const TOKEN_CACHE_MAX: usize = 10_000;
+
+impl TokenCache {
+    fn get(&self, hash: &str) -> Option<User> {
+        let map = self.0.read().unwrap_or_else(|e| e.into_inner());
+        map.get(hash).filter(|(_, at)| at.elapsed() < TOKEN_CACHE_TTL).map(|(u, _)| u.clone())
+    }
+
+    fn put(&self, hash: String, user: User) {
+        let mut map = self.0.write().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= TOKEN_CACHE_MAX {
+            map.clear();
+        }
+        map.insert(hash, (user, std::time::Instant::now()));
+    }
 }
 
 /// A task as the API shows it: the spec with hidden values masked, its queue position while queued.
@@ -196,13 +230,27 @@ pub struct QueueView {
     pub reason: String,
 }
 
-async fn view(state: &AppState, t: &TaskRecord) -> TaskView {
-    let spec = match trainyard_core::parse(t.spec_json.as_bytes()).0 {
-        Some(task) => serde_json::to_value(task.masked()).unwrap_or(Value::Null),
-        None => Value::Null,
+/// Which spec a view shows (always masked).
+enum Spec<'a> {
+    /// None: lists leave it out.
+    Omit,
+    /// The stored one.
+    Stored,
+    /// This one, already at hand.
+    This(&'a trainyard_core::TrainingTask),
+}
+
+/// The view of a task.
+fn view(state: &AppState, t: &TaskRecord, spec: Spec) -> TaskView {
+    let masked =
+        |task: &trainyard_core::TrainingTask| serde_json::to_value(task.masked()).unwrap_or(Value::Null);
+    let spec = match spec {
+        Spec::Omit => Value::Null,
+        Spec::This(task) => masked(task),
+        Spec::Stored => trainyard_core::parse(t.spec_json.as_bytes()).0.as_ref().map_or(Value::Null, masked),
     };
     let queue = if t.status == "Queued" {
-        state.control.lock().await.queue_info(&t.id).map(|q| QueueView {
+        state.queue.get(&t.id).map(|q| QueueView {
             position: q.position,
             position_in_group: q.position_in_group,
             reason: q.reason.clone(),
@@ -257,33 +305,35 @@ async fn create_task(State(state): State<AppState>, headers: HeaderMap, body: By
     let user = caller(&state, &headers).await?;
     let key = headers.get("idempotency-key").map(|v| v.to_str().map(str::to_owned)).transpose();
     let key = key.map_err(|_| ApiError::BadRequest("Idempotency-Key must be ASCII".into()))?;
+    let refused = |e| match e {
+        SubmitError::Invalid(r) => ApiError::Invalid(r),
+        SubmitError::Store(s) => s.into(),
+    };
+    let task = trainyard_control::validate(&state.catalog, &body).map_err(refused)?;
     // Membership: a task goes to one of the caller's groups (admins may use any).
-    if let Some(task) = trainyard_core::check(&body, &state.catalog).valid_task()
-        && user.role != "admin"
-        && !user.groups.contains(&task.metadata.project_group)
-    {
+    if user.role != "admin" && !user.groups.contains(&task.metadata.project_group) {
         return Err(ApiError::Forbidden(format!(
             "you are not a member of project group {}; your groups: {}",
             task.metadata.project_group,
             user.groups.join(", ")
         )));
     }
-    let created = trainyard_control::submit(
+    let created = trainyard_control::store_task(
         &state.store,
-        &state.catalog,
         &state.secrets,
         &user.name,
+        &task,
         &body,
         key.as_deref(),
         now_ms(),
     )
     .await
-    .map_err(|e| match e {
-        SubmitError::Invalid(r) => ApiError::Invalid(r),
-        SubmitError::Store(s) => s.into(),
-    })?;
-    let status = if matches!(created, Created::New(_)) { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, Json(view(&state, created.task()).await)).into_response())
+    .map_err(refused)?;
+    let (status, spec) = match &created {
+        Created::New(_) => (StatusCode::CREATED, Spec::This(&task)),
+        Created::Existing(_) => (StatusCode::OK, Spec::Stored),
+    };
+    Ok((status, Json(view(&state, created.task(), spec))).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -330,7 +380,7 @@ async fn list_tasks(
     )?;
     let mut items = Vec::with_capacity(page.items.len());
     for t in &page.items {
-        items.push(view(&state, t).await);
+        items.push(view(&state, t, Spec::Omit));
     }
     Ok(Json(json!({ "items": items, "nextCursor": page.next_cursor })))
 }
@@ -342,7 +392,7 @@ async fn get_task(
 ) -> ApiResult<Json<TaskView>> {
     let user = caller(&state, &headers).await?;
     let t = visible_task(&state, &user, &id).await?;
-    Ok(Json(view(&state, &t).await))
+    Ok(Json(view(&state, &t, Spec::Stored)))
 }
 
 #[derive(Debug, Deserialize)]
@@ -374,7 +424,7 @@ async fn stop_task(
     let user = caller(&state, &headers).await?;
     let t = operable_task(&state, &user, &id).await?;
     let updated = state.control.lock().await.stop(&t.id, false, now_ms()).await?;
-    Ok(Json(view(&state, &updated).await))
+    Ok(Json(view(&state, &updated, Spec::Stored)))
 }
 
 async fn resubmit_task(
@@ -385,7 +435,7 @@ async fn resubmit_task(
     let user = caller(&state, &headers).await?;
     let t = operable_task(&state, &user, &id).await?;
     let updated = state.control.lock().await.resubmit(&t.id, now_ms()).await?;
-    Ok(Json(view(&state, &updated).await))
+    Ok(Json(view(&state, &updated, Spec::Stored)))
 }
 
 async fn delete_task(

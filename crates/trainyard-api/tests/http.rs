@@ -74,6 +74,8 @@ fn server() -> Server {
             store,
             catalog: Arc::new(catalog),
             secrets: Arc::new(secrets),
+            queue: control.queue_board(),
+            tokens: Default::default(),
             control: Arc::new(Mutex::new(control)),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

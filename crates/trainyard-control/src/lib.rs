@@ -55,6 +55,20 @@ pub struct QueueInfo {
     pub reason: String,
 }
 
+/// Queue positions and wait reasons as of the last tick, readable from anywhere without the control loop.
+#[derive(Debug, Clone, Default)]
+pub struct QueueBoard(std::sync::Arc<std::sync::RwLock<BTreeMap<String, QueueInfo>>>);
+
+impl QueueBoard {
+    pub fn get(&self, task_id: &str) -> Option<QueueInfo> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).get(task_id).cloned()
+    }
+
+    fn replace(&self, waits: BTreeMap<String, QueueInfo>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = waits;
+    }
+}
+
 /// What one tick did, for logs and tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TickReport {
@@ -113,11 +127,29 @@ pub async fn submit(
     idempotency_key: Option<&str>,
     now_ms: i64,
 ) -> Result<Created, SubmitError> {
+    let task = validate(catalog, body)?;
+    store_task(store, secrets, owner, &task, body, idempotency_key, now_ms).await
+}
+
+/// The task a body describes, if it has no errors against the catalog.
+pub fn validate(catalog: &Catalog, body: &[u8]) -> Result<TrainingTask, SubmitError> {
     let checked = check(body, catalog);
-    let task = match checked.valid_task() {
-        Some(t) => t.clone(),
-        None => return Err(SubmitError::Invalid(checked.report)),
-    };
+    match checked.valid_task() {
+        Some(t) => Ok(t.clone()),
+        None => Err(SubmitError::Invalid(checked.report)),
+    }
+}
+
+/// Queues a validated task: its hidden values sealed, a unique name, an idempotency key when given.
+pub async fn store_task(
+    store: &Store,
+    secrets: &SecretBox,
+    owner: &str,
+    task: &TrainingTask,
+    body: &[u8],
+    idempotency_key: Option<&str>,
+    now_ms: i64,
+) -> Result<Created, SubmitError> {
     let mut sealed = task.clone();
     secrets
         .seal(&mut sealed)
@@ -158,8 +190,13 @@ pub struct Control<B> {
     catalog: Catalog,
     config: Config,
     secrets: SecretBox,
-    waits: BTreeMap<String, QueueInfo>,
+    /// The last wait of every queued task, shared with readers (the API) so they never wait for a tick.
+    waits: QueueBoard,
+    /// Parsed specs by task id: a stored spec never changes, so it is parsed once.
+    specs: BTreeMap<String, std::sync::Arc<TrainingTask>>,
     nominated: BTreeMap<String, Vec<String>>,
+    /// Tasks already reported as unreadable.
+    unreadable: std::collections::BTreeSet<String>,
 }
 
 impl<B: Backend> Control<B> {
@@ -170,9 +207,16 @@ impl<B: Backend> Control<B> {
             catalog,
             config,
             secrets,
-            waits: BTreeMap::new(),
+            waits: QueueBoard::default(),
+            specs: BTreeMap::new(),
             nominated: BTreeMap::new(),
+            unreadable: Default::default(),
         }
+    }
+
+    /// A handle on the queue positions and wait reasons, for readers that must not wait for the loop.
+    pub fn queue_board(&self) -> QueueBoard {
+        self.waits.clone()
     }
 
     pub fn store(&self) -> &Store {
@@ -184,7 +228,7 @@ impl<B: Backend> Control<B> {
     }
 
     /// The last wait of a queued task.
-    pub fn queue_info(&self, task_id: &str) -> Option<&QueueInfo> {
+    pub fn queue_info(&self, task_id: &str) -> Option<QueueInfo> {
         self.waits.get(task_id)
     }
 
@@ -258,14 +302,43 @@ impl<B: Backend> Control<B> {
             }
         }
 
-        let tasks = self.store.tasks_in_status(ACTIVE).await?;
-        let mut parsed = Vec::with_capacity(tasks.len());
-        for t in &tasks {
-            parsed.push(Self::parse(t)?);
+        // A stored task that cannot be read any more is left alone (and reported once); it must not stop the
+        // loop for every other task.
+        let mut tasks = Vec::new();
+        let mut parsed = Vec::new();
+        let active = self.store.tasks_in_status_without_spec(ACTIVE).await?;
+        let ids: std::collections::BTreeSet<&str> = active.iter().map(|t| t.id.as_str()).collect();
+        self.specs.retain(|id, _| ids.contains(id.as_str()));
+        for mut t in active {
+            let cached = self.specs.get(&t.id).cloned();
+            let p = match cached {
+                Some(p) => Ok(p),
+                None => match self.store.get_task(&t.id).await? {
+                    Some(full) => {
+                        t.spec_json = full.spec_json;
+                        Self::parse(&t).map(std::sync::Arc::new)
+                    }
+                    None => continue,
+                },
+            };
+            match p {
+                Ok(p) => {
+                    self.specs.insert(t.id.clone(), p.clone());
+                    tasks.push(t);
+                    parsed.push((*p).clone());
+                }
+                Err(e) => {
+                    if self.unreadable.insert(t.id.clone()) {
+                        self.store
+                            .append_event(&t.id, t.attempt, now_ms, "InternalError", &e.to_string())
+                            .await?;
+                    }
+                }
+            }
         }
         let (snap, index) = snapshot_for(&self.catalog, &tasks, &parsed, &self.nominated);
         let plan = schedule(&snap, now_ms.max(0) as u64, &self.config);
-        self.waits.clear();
+        let mut waits: BTreeMap<String, QueueInfo> = BTreeMap::new();
         for d in &plan.decisions {
             match d {
                 Decision::Admit(a) => {
@@ -368,7 +441,7 @@ impl<B: Backend> Control<B> {
                             self.nominated.remove(&t.id);
                         }
                     }
-                    self.waits.insert(
+                    waits.insert(
                         t.id.clone(),
                         QueueInfo { position: w.position, position_in_group: w.position_in_group, reason },
                     );
@@ -376,6 +449,7 @@ impl<B: Backend> Control<B> {
                 }
             }
         }
+        self.waits.replace(waits);
         self.reconcile(&tasks, &parsed).await;
         Ok(report)
     }

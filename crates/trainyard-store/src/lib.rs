@@ -171,6 +171,7 @@ pub const MAX_PAGE: u32 = 500;
 pub struct Store {
     pool: AnyPool,
     dialect: Dialect,
+    writer: tokio::sync::mpsc::Sender<Job>,
 }
 
 impl fmt::Debug for Store {
@@ -256,107 +257,62 @@ impl Store {
             }
             Dialect::Postgres => options.max_connections(32).connect(url).await?,
         };
-        let store = Store { pool, dialect };
-        schema::migrate(&store.pool, dialect).await?;
-        Ok(store)
+        schema::migrate(&pool, dialect).await?;
+        let (writer_tx, jobs) = tokio::sync::mpsc::channel(4 * GROUP_COMMIT_MAX);
+        tokio::spawn(writer(pool.clone(), jobs));
+        Ok(Store { pool, dialect, writer: writer_tx })
     }
 
     pub fn dialect(&self) -> Dialect {
         self.dialect
     }
 
-    /// Creates a task (and its first event) in one transaction. With an idempotency key: a retry with the same
-    /// key and body returns the task the first call created; the same key with another body is refused.
+    /// Creates a task (and its first event) durably. With an idempotency key: a retry with the same key and
+    /// body returns the task the first call created; the same key with another body is refused.
+    ///
+    /// Creates are group-committed: concurrent calls are written by one writer in one transaction (each in its
+    /// own savepoint, so one failure does not affect the others) and all acknowledged after its commit. A call
+    /// returns only once its task is committed.
     pub async fn create_task(&self, t: &NewTask) -> Result<Created> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        if self.writer.send((t.clone(), reply)).await.is_err() {
+            return Err(StoreError::Corrupt("the store's writer has stopped".into()));
+        }
+        answer.await.map_err(|_| StoreError::Corrupt("the store's writer has stopped".into()))?
+    }
+
+    /// Stores many tasks in one transaction, without idempotency keys (imports, benchmarks, migrations from
+    /// another system). All or nothing.
+    pub async fn import_tasks(&self, tasks: &[NewTask]) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        if let Some((key, hash)) = &t.idempotency {
-            let inserted = sqlx::query(
-                "INSERT INTO idempotency (owner, key, body_hash, task_id, created_at_ms) VALUES ($1, $2, $3, $4, $5) \
-                 ON CONFLICT (owner, key) DO NOTHING",
-            )
-            .bind(&t.owner)
-            .bind(key)
-            .bind(hash)
+        for t in tasks {
+            let labels = serde_json::to_string(&t.labels).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            sqlx::query(&format!(
+                "INSERT INTO tasks ({TASK_COLUMNS}, deleted) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 1, $10, $10, '', 0, 0)"
+            ))
             .bind(&t.id)
+            .bind(&t.name)
+            .bind(&t.owner)
+            .bind(&t.project_group)
+            .bind(&t.task_type)
+            .bind(&t.status)
+            .bind(i64::from(t.public))
+            .bind(&labels)
+            .bind(&t.spec_json)
             .bind(t.created_at_ms)
             .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if inserted == 0 {
-                let row =
-                    sqlx::query("SELECT body_hash, task_id FROM idempotency WHERE owner = $1 AND key = $2")
-                        .bind(&t.owner)
-                        .bind(key)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                let (seen_hash, task_id): (String, String) = (row.try_get(0)?, row.try_get(1)?);
-                tx.rollback().await?;
-                if &seen_hash != hash {
-                    return Err(StoreError::IdempotencyConflict);
-                }
-                let task = self.get_task(&task_id).await?.ok_or_else(|| {
-                    StoreError::Corrupt(format!("idempotency key points at missing task {task_id}"))
-                })?;
-                return Ok(Created::Existing(task));
+            .await?;
+            for (k, v) in &t.labels {
+                sqlx::query("INSERT INTO task_labels (task_id, key, value) VALUES ($1, $2, $3)")
+                    .bind(&t.id)
+                    .bind(k)
+                    .bind(v)
+                    .execute(&mut *tx)
+                    .await?;
             }
-        }
-        let labels = serde_json::to_string(&t.labels).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let insert = sqlx::query(&format!(
-            "INSERT INTO tasks ({TASK_COLUMNS}, deleted) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 1, $10, $10, '', 0, 0)"
-        ))
-        .bind(&t.id)
-        .bind(&t.name)
-        .bind(&t.owner)
-        .bind(&t.project_group)
-        .bind(&t.task_type)
-        .bind(&t.status)
-        .bind(i64::from(t.public))
-        .bind(&labels)
-        .bind(&t.spec_json)
-        .bind(t.created_at_ms)
-        .execute(&mut *tx)
-        .await;
-        match insert {
-            Err(e) if is_unique_violation(&e) => return Err(StoreError::NameTaken(t.name.clone())),
-            other => {
-                other?;
-            }
-        }
-        for (k, v) in &t.labels {
-            sqlx::query("INSERT INTO task_labels (task_id, key, value) VALUES ($1, $2, $3)")
-                .bind(&t.id)
-                .bind(k)
-                .bind(v)
-                .execute(&mut *tx)
-                .await?;
-        }
-        if let Some((reason, message)) = &t.first_event {
-            sqlx::query("INSERT INTO task_events (task_id, attempt, at_ms, reason, message) VALUES ($1, 0, $2, $3, $4)")
-                .bind(&t.id)
-                .bind(t.created_at_ms)
-                .bind(reason)
-                .bind(message)
-                .execute(&mut *tx)
-                .await?;
         }
         tx.commit().await?;
-        Ok(Created::New(TaskRecord {
-            id: t.id.clone(),
-            name: t.name.clone(),
-            owner: t.owner.clone(),
-            project_group: t.project_group.clone(),
-            task_type: t.task_type.clone(),
-            status: t.status.clone(),
-            public: t.public,
-            labels: t.labels.clone(),
-            spec_json: t.spec_json.clone(),
-            attempt: 0,
-            version: 1,
-            created_at_ms: t.created_at_ms,
-            updated_at_ms: t.created_at_ms,
-            placement: String::new(),
-            retries: 0,
-        }))
+        Ok(())
     }
 
     /// A task by id (deleted ones included: their history is kept).
@@ -593,14 +549,24 @@ impl Store {
         if changed == 0 { Err(StoreError::NotFound(id.to_owned())) } else { Ok(()) }
     }
 
+    /// Like [`Store::tasks_in_status`], with `spec_json` left empty: for callers that keep specs (which never
+    /// change) already, and fetch one with [`Store::get_task`] only for a task they have not seen.
+    pub async fn tasks_in_status_without_spec(&self, statuses: &[&str]) -> Result<Vec<TaskRecord>> {
+        self.tasks_where_status(statuses, &TASK_COLUMNS.replace("spec,", "'' AS spec,")).await
+    }
+
     /// Tasks not deleted whose status is one of `statuses`: what the control loop rebuilds its state from.
     pub async fn tasks_in_status(&self, statuses: &[&str]) -> Result<Vec<TaskRecord>> {
+        self.tasks_where_status(statuses, TASK_COLUMNS).await
+    }
+
+    async fn tasks_where_status(&self, statuses: &[&str], columns: &str) -> Result<Vec<TaskRecord>> {
         if statuses.is_empty() {
             return Ok(Vec::new());
         }
         let marks: Vec<String> = (1..=statuses.len()).map(|i| format!("${i}")).collect();
         let sql = format!(
-            "SELECT {TASK_COLUMNS} FROM tasks WHERE deleted = 0 AND status IN ({}) ORDER BY created_at_ms, id",
+            "SELECT {columns} FROM tasks WHERE deleted = 0 AND status IN ({}) ORDER BY created_at_ms, id",
             marks.join(", ")
         );
         let mut q = sqlx::query(&sql);
@@ -691,6 +657,152 @@ impl Store {
         match row {
             Some(r) => self.get_user(&r.try_get::<String, _>(0)?).await,
             None => Ok(None),
+        }
+    }
+}
+
+/// One create inside the caller's transaction.
+async fn create_in(conn: &mut sqlx::AnyConnection, t: &NewTask) -> Result<Created> {
+    if let Some((key, hash)) = &t.idempotency {
+        let inserted = sqlx::query(
+            "INSERT INTO idempotency (owner, key, body_hash, task_id, created_at_ms) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (owner, key) DO NOTHING",
+        )
+        .bind(&t.owner)
+        .bind(key)
+        .bind(hash)
+        .bind(&t.id)
+        .bind(t.created_at_ms)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+        if inserted == 0 {
+            let row = sqlx::query("SELECT body_hash, task_id FROM idempotency WHERE owner = $1 AND key = $2")
+                .bind(&t.owner)
+                .bind(key)
+                .fetch_one(&mut *conn)
+                .await?;
+            let (seen_hash, task_id): (String, String) = (row.try_get(0)?, row.try_get(1)?);
+            if &seen_hash != hash {
+                return Err(StoreError::IdempotencyConflict);
+            }
+            let row = sqlx::query(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1"))
+                .bind(&task_id)
+                .fetch_optional(&mut *conn)
+                .await?
+                .ok_or_else(|| {
+                    StoreError::Corrupt(format!("idempotency key points at missing task {task_id}"))
+                })?;
+            return Ok(Created::Existing(task_from_row(&row)?));
+        }
+    }
+    let labels = serde_json::to_string(&t.labels).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let insert = sqlx::query(&format!(
+        "INSERT INTO tasks ({TASK_COLUMNS}, deleted) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 1, $10, $10, '', 0, 0)"
+    ))
+    .bind(&t.id)
+    .bind(&t.name)
+    .bind(&t.owner)
+    .bind(&t.project_group)
+    .bind(&t.task_type)
+    .bind(&t.status)
+    .bind(i64::from(t.public))
+    .bind(&labels)
+    .bind(&t.spec_json)
+    .bind(t.created_at_ms)
+    .execute(&mut *conn)
+    .await;
+    match insert {
+        Err(e) if is_unique_violation(&e) => return Err(StoreError::NameTaken(t.name.clone())),
+        other => {
+            other?;
+        }
+    }
+    for (k, v) in &t.labels {
+        sqlx::query("INSERT INTO task_labels (task_id, key, value) VALUES ($1, $2, $3)")
+            .bind(&t.id)
+            .bind(k)
+            .bind(v)
+            .execute(&mut *conn)
+            .await?;
+    }
+    if let Some((reason, message)) = &t.first_event {
+        sqlx::query(
+            "INSERT INTO task_events (task_id, attempt, at_ms, reason, message) VALUES ($1, 0, $2, $3, $4)",
+        )
+        .bind(&t.id)
+        .bind(t.created_at_ms)
+        .bind(reason)
+        .bind(message)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(Created::New(TaskRecord {
+        id: t.id.clone(),
+        name: t.name.clone(),
+        owner: t.owner.clone(),
+        project_group: t.project_group.clone(),
+        task_type: t.task_type.clone(),
+        status: t.status.clone(),
+        public: t.public,
+        labels: t.labels.clone(),
+        spec_json: t.spec_json.clone(),
+        attempt: 0,
+        version: 1,
+        created_at_ms: t.created_at_ms,
+        updated_at_ms: t.created_at_ms,
+        placement: String::new(),
+        retries: 0,
+    }))
+}
+
+type Job = (NewTask, tokio::sync::oneshot::Sender<Result<Created>>);
+
+/// The most creates one group commit takes.
+const GROUP_COMMIT_MAX: usize = 512;
+
+/// Writes queued creates in batches: one transaction, a savepoint per create, one commit, then every answer.
+async fn writer(pool: AnyPool, mut jobs: tokio::sync::mpsc::Receiver<Job>) {
+    let mut batch: Vec<Job> = Vec::with_capacity(GROUP_COMMIT_MAX);
+    while let Some(first) = jobs.recv().await {
+        batch.push(first);
+        while batch.len() < GROUP_COMMIT_MAX {
+            match jobs.try_recv() {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
+            }
+        }
+        let mut results: Vec<Result<Created>> = Vec::with_capacity(batch.len());
+        let committed: Result<()> = async {
+            let mut tx = pool.begin().await?;
+            for (t, _) in &batch {
+                sqlx::query("SAVEPOINT one_create").execute(&mut *tx).await?;
+                let r = create_in(&mut tx, t).await;
+                let undo = if r.is_ok() {
+                    "RELEASE SAVEPOINT one_create"
+                } else {
+                    "ROLLBACK TO SAVEPOINT one_create"
+                };
+                sqlx::query(undo).execute(&mut *tx).await?;
+                results.push(r);
+            }
+            tx.commit().await?;
+            Ok(())
+        }
+        .await;
+        match committed {
+            Ok(()) => {
+                for ((_, reply), r) in batch.drain(..).zip(results) {
+                    let _ = reply.send(r);
+                }
+            }
+            Err(e) => {
+                // Nothing of the batch is committed: every caller hears so, and nothing was acknowledged.
+                let message = e.to_string();
+                for (_, reply) in batch.drain(..) {
+                    let _ = reply.send(Err(StoreError::Corrupt(format!("commit failed: {message}"))));
+                }
+            }
         }
     }
 }

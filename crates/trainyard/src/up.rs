@@ -157,6 +157,8 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>) -> R
         store,
         catalog: Arc::new(catalog),
         secrets: Arc::new(secrets),
+        queue: control.queue_board(),
+        tokens: Default::default(),
         control: Arc::new(Mutex::new(control)),
     };
     let listener =

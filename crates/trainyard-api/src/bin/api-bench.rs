@@ -1,0 +1,229 @@
+//! The control plane's load benchmark, against a real server on loopback with SQLite (the embedded default):
+//!
+//! 1. durable creates per second with 64 concurrent HTTP clients, and the create latency p50/p99;
+//! 2. list latency for a page of 50 among 1,000,000 stored tasks (newest first; for an admin, for a member who
+//!    sees part of them, with a status filter), p50/p99;
+//! 3. the process's resident memory with 1,000,000 tasks stored.
+//!
+//! Run: `cargo run --release -p trainyard-api --bin api-bench` (`-- --quick` for a small smoke run).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::Mutex;
+use trainyard_api::{AppState, new_token, token_hash};
+use trainyard_control::Control;
+use trainyard_control::secrets::SecretBox;
+use trainyard_core::Catalog;
+use trainyard_runtime::AnyBackend;
+use trainyard_runtime::fake::{FakeBackend, Script};
+use trainyard_sched::Config;
+use trainyard_store::{NewTask, Store, User};
+
+const CATALOG: &str = r#"
+regions: {local: {}}
+clusters: {local: {region: local}}
+pools: {default: {cluster: local, instanceSpecs: [cpu.small]}}
+instanceSpecs: {cpu.small: {kind: CPU, vcpus: 1, memoryMib: 1024}}
+nodes: {node-0: {pool: default, vcpus: 64, memoryMib: 262144}}
+projectGroups: {nlp: {}, cv: {}}
+images: {host: {torch: true, ray: true}}
+quotas:
+  - {group: nlp, resourceType: Reserved, pool: default, spec: cpu.small, units: 32}
+"#;
+
+const TASK: &str = r#"apiVersion: trainyard.dev/v1
+kind: TrainingTask
+metadata: {namePrefix: bench, projectGroup: nlp, public: true, labels: {}}
+spec:
+  type: PyTorchJob
+  placement: {region: local, cluster: local}
+  environment: {image: host, cmd: python3 train.py, env: [{name: LR, value: "3e-4"}]}
+  compute: {resourceType: Reserved, pool: default, workers: 1, instanceSpecs: [{spec: cpu.small}]}
+"#;
+
+fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
+    v.sort();
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+fn row(what: &str, result: String, target: &str, ratio: f64) {
+    println!("{what:<62} {result:>12} {target:>12} {ratio:>7.2}");
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let (create_secs, stored) = if quick { (3, 20_000) } else { (10, 1_000_000) };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let dir = std::env::temp_dir().join(format!("trainyard-api-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}", dir.join("bench.db").display());
+    let (base, admin, member, store) = rt.block_on(async {
+        let store = Store::connect(&url).await.unwrap();
+        let mut tokens = Vec::new();
+        for (name, role) in [("admin", "admin"), ("member", "member")] {
+            store
+                .put_user(&User { name: name.into(), role: role.into(), groups: vec!["nlp".into()] }, 0)
+                .await
+                .unwrap();
+            let token = new_token().unwrap();
+            store.add_token(&token_hash(&token), name, "bench", 0).await.unwrap();
+            tokens.push(token);
+        }
+        let catalog = Catalog::from_yaml(CATALOG).unwrap();
+        let backend = AnyBackend::Fake(FakeBackend::new(Script::default()));
+        let secrets = SecretBox::generate().unwrap();
+        let control =
+            Control::new(store.clone(), backend, catalog.clone(), Config::default(), secrets.clone());
+        let state = AppState {
+            store: store.clone(),
+            catalog: Arc::new(catalog),
+            secrets: Arc::new(secrets),
+            queue: control.queue_board(),
+            tokens: Default::default(),
+            control: Arc::new(Mutex::new(control)),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(trainyard_api::serve(listener, state));
+        (base, tokens[0].clone(), tokens[1].clone(), store)
+    });
+    println!(
+        "trainyard control-plane benchmark{} (SQLite, synchronous commits)",
+        if quick { " (quick)" } else { "" }
+    );
+    println!("{:<62} {:>12} {:>12} {:>7}", "measure", "result", "target", "ratio");
+
+    // 1. Creates from 64 clients.
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..64)
+        .map(|c| {
+            let (base, token, stop) = (base.clone(), admin.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let agent: ureq::Agent =
+                    ureq::Agent::config_builder().http_status_as_error(false).build().into();
+                let mut lat = Vec::new();
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    let resp = agent
+                        .post(&format!("{base}/api/v1/tasks"))
+                        .header("Authorization", &format!("Bearer {token}"))
+                        .header("Idempotency-Key", &format!("c{c}-{n}"))
+                        .send(TASK.as_bytes())
+                        .unwrap();
+                    assert_eq!(resp.status().as_u16(), 201);
+                    lat.push(t.elapsed());
+                    n += 1;
+                }
+                lat
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(create_secs));
+    stop.store(true, Ordering::Relaxed);
+    let lat: Vec<Duration> = clients.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    let rate = lat.len() as f64 / create_secs as f64;
+    row(
+        "creates/s, 64 concurrent clients, durable (acknowledged = committed)",
+        format!("{rate:.0}"),
+        "≥ 5000",
+        rate / 5000.0,
+    );
+    row("create latency p50 ms", format!("{:.2}", ms(pct(lat.clone(), 0.5))), "", 0.0);
+    row("create latency p99 ms", format!("{:.2}", ms(pct(lat, 0.99))), "", 0.0);
+
+    // 2. Fill to the stored count, then list.
+    let have = rt.block_on(store.count_tasks()).unwrap() as usize;
+    let t0 = Instant::now();
+    let spec_json = {
+        let (task, _) = trainyard_core::parse(TASK.as_bytes());
+        serde_json::to_string(&task.expect("the benchmark task parses")).unwrap()
+    };
+    const BATCH: usize = 10_000;
+    let mut i = have;
+    while i < stored {
+        let batch: Vec<NewTask> = (i..(i + BATCH).min(stored))
+            .map(|k| NewTask {
+                id: format!("{k:016x}"),
+                name: format!("bulk-{k}"),
+                owner: if k % 2 == 0 { "admin".into() } else { "someone".into() },
+                project_group: if k % 4 < 2 { "nlp".into() } else { "cv".into() },
+                task_type: "PyTorchJob".into(),
+                // Ended tasks: the control loop has no work for them, as with most of a long history.
+                status: if k % 10 == 0 { "Failed".into() } else { "Succeeded".into() },
+                public: k % 3 == 0,
+                labels: Default::default(),
+                spec_json: spec_json.clone(),
+                created_at_ms: 1_000_000 + k as i64,
+                idempotency: None,
+                first_event: None,
+            })
+            .collect();
+        rt.block_on(store.import_tasks(&batch)).unwrap();
+        i += BATCH;
+    }
+    println!(
+        "    stored {} tasks in {:.1} s (bulk import, not measured)",
+        rt.block_on(store.count_tasks()).unwrap(),
+        t0.elapsed().as_secs_f64()
+    );
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let list = |who: &str, token: &str, query: &str| {
+        let mut times = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..200 {
+            let url = match &cursor {
+                Some(c) => format!("{base}/api/v1/tasks?limit=50&{query}&cursor={c}"),
+                None => format!("{base}/api/v1/tasks?limit=50&{query}"),
+            };
+            let t = Instant::now();
+            let mut resp =
+                agent.get(&url).header("Authorization", &format!("Bearer {token}")).call().unwrap();
+            let body = resp.body_mut().read_to_string().unwrap();
+            times.push(t.elapsed());
+            assert_eq!(resp.status().as_u16(), 200, "{body}");
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            assert!(v["items"].as_array().unwrap().len() <= 50, "{who} {query}");
+            cursor = v["nextCursor"].as_str().map(str::to_owned);
+            if cursor.is_none() {
+                cursor = None;
+            }
+        }
+        let p99 = pct(times.clone(), 0.99);
+        row(
+            &format!(
+                "list 50 of {stored}: {who}{} p50/p99 ms",
+                if query.is_empty() { String::new() } else { format!(", {query}") }
+            ),
+            format!("{:.2}/{:.2}", ms(pct(times, 0.5)), ms(p99)),
+            "p99 ≤ 20",
+            ms(p99) / 20.0,
+        );
+    };
+    list("admin", &admin, "");
+    list("member", &member, "");
+    list("admin", &admin, "status=Failed");
+    row(
+        &format!("process resident memory with {stored} tasks stored, MB"),
+        format!("{:.0}", rss_mb()),
+        "≤ 300",
+        rss_mb() / 300.0,
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
