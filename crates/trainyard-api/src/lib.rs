@@ -483,16 +483,18 @@ pub fn router(state: AppState) -> Router {
 /// How often the control loop runs without being asked.
 pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
 
-/// Runs the control loop every [`TICK_INTERVAL`] until the process ends.
+/// Runs the control loop until the process ends: every [`TICK_INTERVAL`], or, when a tick takes long (a deep
+/// queue), after a pause twice its length, so the loop never takes more than about a third of a core from the
+/// API.
 pub fn spawn_control_loop(control: Arc<Mutex<Control<AnyBackend>>>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut every = tokio::time::interval(TICK_INTERVAL);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            every.tick().await;
+            let started = std::time::Instant::now();
             if let Err(e) = control.lock().await.tick(now_ms()).await {
                 eprintln!("trainyard: control loop: {e}");
             }
+            let took = started.elapsed();
+            tokio::time::sleep(TICK_INTERVAL.saturating_sub(took).max(2 * took)).await;
         }
     })
 }

@@ -325,7 +325,7 @@ impl<B: Backend> Control<B> {
                 Ok(p) => {
                     self.specs.insert(t.id.clone(), p.clone());
                     tasks.push(t);
-                    parsed.push((*p).clone());
+                    parsed.push(p);
                 }
                 Err(e) => {
                     if self.unreadable.insert(t.id.clone()) {
@@ -456,7 +456,7 @@ impl<B: Backend> Control<B> {
 
     /// Makes the backend match the store: tasks holding resources are launched (again, idempotently), and
     /// stopping ones stopped; lost launches and lost stops are repaired here.
-    async fn reconcile(&self, tasks: &[TaskRecord], parsed: &[TrainingTask]) {
+    async fn reconcile(&self, tasks: &[TaskRecord], parsed: &[std::sync::Arc<TrainingTask>]) {
         let alive = self.backend.alive().await;
         for (t, task) in tasks.iter().zip(parsed) {
             let key = AttemptKey { task_id: t.id.clone(), attempt: t.attempt };

@@ -87,7 +87,7 @@ impl Index {
 pub fn snapshot_for(
     catalog: &Catalog,
     tasks: &[TaskRecord],
-    parsed: &[TrainingTask],
+    parsed: &[std::sync::Arc<TrainingTask>],
     nominated: &BTreeMap<String, Vec<String>>,
 ) -> (Snapshot, Index) {
     let mut b = SnapshotBuilder::new();

@@ -761,7 +761,30 @@ type Job = (NewTask, tokio::sync::oneshot::Sender<Result<Created>>);
 /// The most creates one group commit takes.
 const GROUP_COMMIT_MAX: usize = 512;
 
-/// Writes queued creates in batches: one transaction, a savepoint per create, one commit, then every answer.
+/// One batch of creates in one transaction. Without savepoints it stops at the first failure and rolls
+/// everything back (the caller retries with them).
+async fn write_batch(pool: &AnyPool, batch: &[Job], savepoints: bool, results: &mut Vec<Result<Created>>) -> Result<()> {
+    let mut tx = pool.begin().await?;
+    for (t, _) in batch {
+        if savepoints {
+            sqlx::query("SAVEPOINT one_create").execute(&mut *tx).await?;
+        }
+        let r = create_in(&mut tx, t).await;
+        let failed = r.is_err();
+        results.push(r);
+        if savepoints {
+            let undo = if failed { "ROLLBACK TO SAVEPOINT one_create" } else { "RELEASE SAVEPOINT one_create" };
+            sqlx::query(undo).execute(&mut *tx).await?;
+        } else if failed {
+            tx.rollback().await?;
+            return Ok(());
+        }
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Writes queued creates in batches: one transaction, one commit, then every answer.
 async fn writer(pool: AnyPool, mut jobs: tokio::sync::mpsc::Receiver<Job>) {
     let mut batch: Vec<Job> = Vec::with_capacity(GROUP_COMMIT_MAX);
     while let Some(first) = jobs.recv().await {
@@ -772,24 +795,15 @@ async fn writer(pool: AnyPool, mut jobs: tokio::sync::mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
+        // Optimistic first: the whole batch in one transaction. If any create fails (a taken name, a reused
+        // key with another body), the batch runs again with a savepoint around each create, so that one failure
+        // is undone alone.
         let mut results: Vec<Result<Created>> = Vec::with_capacity(batch.len());
-        let committed: Result<()> = async {
-            let mut tx = pool.begin().await?;
-            for (t, _) in &batch {
-                sqlx::query("SAVEPOINT one_create").execute(&mut *tx).await?;
-                let r = create_in(&mut tx, t).await;
-                let undo = if r.is_ok() {
-                    "RELEASE SAVEPOINT one_create"
-                } else {
-                    "ROLLBACK TO SAVEPOINT one_create"
-                };
-                sqlx::query(undo).execute(&mut *tx).await?;
-                results.push(r);
-            }
-            tx.commit().await?;
-            Ok(())
+        let mut committed = write_batch(&pool, &batch, false, &mut results).await;
+        if committed.is_ok() && results.iter().any(|r| r.is_err()) {
+            results.clear();
+            committed = write_batch(&pool, &batch, true, &mut results).await;
         }
-        .await;
         match committed {
             Ok(()) => {
                 for ((_, reply), r) in batch.drain(..).zip(results) {

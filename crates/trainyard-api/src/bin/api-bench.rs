@@ -109,11 +109,15 @@ fn main() {
     );
     println!("{:<62} {:>12} {:>12} {:>7}", "measure", "result", "target", "ratio");
 
-    // 1. Creates from 64 clients.
+    // 1. Creates from 64 clients, sending JSON as programs do (the CLI sends a file's YAML as it is).
+    let json_task = {
+        let (task, _) = trainyard_core::parse(TASK.as_bytes());
+        Arc::new(serde_json::to_string(&task.expect("the benchmark task parses")).unwrap())
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..64)
         .map(|c| {
-            let (base, token, stop) = (base.clone(), admin.clone(), stop.clone());
+            let (base, token, stop, body) = (base.clone(), admin.clone(), stop.clone(), json_task.clone());
             std::thread::spawn(move || {
                 let agent: ureq::Agent =
                     ureq::Agent::config_builder().http_status_as_error(false).build().into();
@@ -125,7 +129,7 @@ fn main() {
                         .post(&format!("{base}/api/v1/tasks"))
                         .header("Authorization", &format!("Bearer {token}"))
                         .header("Idempotency-Key", &format!("c{c}-{n}"))
-                        .send(TASK.as_bytes())
+                        .send(body.as_bytes())
                         .unwrap();
                     assert_eq!(resp.status().as_u16(), 201);
                     lat.push(t.elapsed());
