@@ -763,7 +763,12 @@ const GROUP_COMMIT_MAX: usize = 512;
 
 /// One batch of creates in one transaction. Without savepoints it stops at the first failure and rolls
 /// everything back (the caller retries with them).
-async fn write_batch(pool: &AnyPool, batch: &[Job], savepoints: bool, results: &mut Vec<Result<Created>>) -> Result<()> {
+async fn write_batch(
+    pool: &AnyPool,
+    batch: &[Job],
+    savepoints: bool,
+    results: &mut Vec<Result<Created>>,
+) -> Result<()> {
     let mut tx = pool.begin().await?;
     for (t, _) in batch {
         if savepoints {
@@ -773,7 +778,8 @@ async fn write_batch(pool: &AnyPool, batch: &[Job], savepoints: bool, results: &
         let failed = r.is_err();
         results.push(r);
         if savepoints {
-            let undo = if failed { "ROLLBACK TO SAVEPOINT one_create" } else { "RELEASE SAVEPOINT one_create" };
+            let undo =
+                if failed { "ROLLBACK TO SAVEPOINT one_create" } else { "RELEASE SAVEPOINT one_create" };
             sqlx::query(undo).execute(&mut *tx).await?;
         } else if failed {
             tx.rollback().await?;
