@@ -32,6 +32,119 @@ use trainyard_core::{Catalog, MAX_DOCUMENT_BYTES, Report};
 use trainyard_runtime::AnyBackend;
 use trainyard_store::{Created, Store, StoreError, TaskFilter, TaskRecord, User};
 
+/// The server's own figures, served in Prometheus text format at `/metrics`.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    inner: std::sync::Mutex<MetricsInner>,
+}
+
+#[derive(Debug, Default)]
+struct MetricsInner {
+    /// (method, route, status) -> count
+    requests: BTreeMap<(String, String, u16), u64>,
+    /// Request durations: counts per bucket upper bound (seconds), then sum and count.
+    duration_buckets: [u64; LATENCY_BUCKETS.len()],
+    duration_sum_s: f64,
+    duration_count: u64,
+    ticks: u64,
+    tick_sum_s: f64,
+    admitted: u64,
+    preempted: u64,
+    queued: u64,
+}
+
+const LATENCY_BUCKETS: [f64; 10] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0];
+
+impl Metrics {
+    fn lock(&self) -> std::sync::MutexGuard<'_, MetricsInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn request(&self, method: &str, route: &str, status: u16, took: Duration) {
+        let mut m = self.lock();
+        *m.requests.entry((method.to_owned(), route.to_owned(), status)).or_default() += 1;
+        let s = took.as_secs_f64();
+        for (i, b) in LATENCY_BUCKETS.iter().enumerate() {
+            if s <= *b {
+                m.duration_buckets[i] += 1;
+            }
+        }
+        m.duration_sum_s += s;
+        m.duration_count += 1;
+    }
+
+    /// Records one control-loop tick.
+    pub fn tick(&self, report: &trainyard_control::TickReport, took: Duration) {
+        let mut m = self.lock();
+        m.ticks += 1;
+        m.tick_sum_s += took.as_secs_f64();
+        m.admitted += u64::from(report.admitted);
+        m.preempted += u64::from(report.preempted);
+        m.queued = u64::from(report.waiting);
+    }
+
+    fn render(&self, by_status: &BTreeMap<String, i64>) -> String {
+        use std::fmt::Write as _;
+        let m = self.lock();
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP trainyard_tasks Tasks by status (deleted ones excluded).\n# TYPE trainyard_tasks gauge"
+        );
+        for (status, n) in by_status {
+            let _ = writeln!(out, "trainyard_tasks{{status=\"{status}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP trainyard_queue_depth Tasks waiting in the queue at the last tick.\n# TYPE trainyard_queue_depth gauge\ntrainyard_queue_depth {}",
+            m.queued
+        );
+        let _ = writeln!(
+            out,
+            "# HELP trainyard_admissions_total Attempts admitted.\n# TYPE trainyard_admissions_total counter\ntrainyard_admissions_total {}",
+            m.admitted
+        );
+        let _ = writeln!(
+            out,
+            "# HELP trainyard_preemptions_total Attempts preempted.\n# TYPE trainyard_preemptions_total counter\ntrainyard_preemptions_total {}",
+            m.preempted
+        );
+        let _ = writeln!(
+            out,
+            "# HELP trainyard_control_tick_seconds Time spent in control-loop ticks.\n# TYPE trainyard_control_tick_seconds summary\ntrainyard_control_tick_seconds_sum {}\ntrainyard_control_tick_seconds_count {}",
+            m.tick_sum_s, m.ticks
+        );
+        let _ = writeln!(
+            out,
+            "# HELP trainyard_api_requests_total API requests by route and status.\n# TYPE trainyard_api_requests_total counter"
+        );
+        for ((method, route, status), n) in &m.requests {
+            let _ = writeln!(
+                out,
+                "trainyard_api_requests_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP trainyard_api_request_duration_seconds API request latency.\n# TYPE trainyard_api_request_duration_seconds histogram"
+        );
+        for (b, n) in LATENCY_BUCKETS.iter().zip(m.duration_buckets) {
+            let _ = writeln!(out, "trainyard_api_request_duration_seconds_bucket{{le=\"{b}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "trainyard_api_request_duration_seconds_bucket{{le=\"+Inf\"}} {}",
+            m.duration_count
+        );
+        let _ = writeln!(
+            out,
+            "trainyard_api_request_duration_seconds_sum {}\ntrainyard_api_request_duration_seconds_count {}",
+            m.duration_sum_s, m.duration_count
+        );
+        out
+    }
+}
+
 /// What every handler shares.
 #[derive(Clone)]
 pub struct AppState {
@@ -41,6 +154,7 @@ pub struct AppState {
     /// Queue positions and wait reasons, readable without waiting for the control loop.
     pub queue: QueueBoard,
     pub tokens: TokenCache,
+    pub metrics: Arc<Metrics>,
     pub control: Arc<Mutex<Control<AnyBackend>>>,
 }
 
@@ -464,6 +578,92 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
+async fn metrics(State(state): State<AppState>) -> ApiResult<Response> {
+    let by_status = state.store.count_by_status().await?;
+    let mut resp = state.metrics.render(&by_status).into_response();
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+    Ok(resp)
+}
+
+/// Counts every request by its route pattern (not its path, so ids do not explode the series).
+async fn count_requests(
+    State(state): State<AppState>,
+    matched: Option<axum::extract::MatchedPath>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let method = req.method().to_string();
+    let route = matched.map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned());
+    let started = std::time::Instant::now();
+    let resp = next.run(req).await;
+    state.metrics.request(&method, &route, resp.status().as_u16(), started.elapsed());
+    resp
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ShareBody {
+    user: String,
+    #[serde(default)]
+    operate: bool,
+}
+
+/// Shares a task with a user (view, or view and operate). Owner and admins only.
+async fn share_task(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
+    let user = caller(&state, &headers).await?;
+    let t = visible_task(&state, &user, &id).await?;
+    let body: ShareBody = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::BadRequest(format!("the body must be {{\"user\": NAME, \"operate\": BOOL}}: {e}"))
+    })?;
+    if user.role != "admin" && t.owner != user.name {
+        return Err(ApiError::Forbidden(format!("only the owner of {} or an admin can share it", t.name)));
+    }
+    if state.store.get_user(&body.user).await?.is_none() {
+        return Err(ApiError::BadRequest(format!("there is no user {:?}", body.user)));
+    }
+    state.store.share(&t.id, &body.user, body.operate).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A new task from this one's spec (a new name, queued). Whoever may operate the task may clone it; hidden
+/// values come along sealed, as they were.
+async fn clone_task(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    let user = caller(&state, &headers).await?;
+    let t = operable_task(&state, &user, &id).await?;
+    let mut task = trainyard_core::parse(t.spec_json.as_bytes())
+        .0
+        .ok_or_else(|| ApiError::Internal(format!("stored task {} is unreadable", t.id)))?;
+    state.secrets.open(&mut task).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let body = task.to_json();
+    let task = trainyard_control::validate(&state.catalog, body.as_bytes()).map_err(|e| match e {
+        SubmitError::Invalid(r) => ApiError::Invalid(r),
+        SubmitError::Store(s) => s.into(),
+    })?;
+    let created = trainyard_control::store_task(
+        &state.store,
+        &state.secrets,
+        &user.name,
+        &task,
+        body.as_bytes(),
+        None,
+        now_ms(),
+    )
+    .await
+    .map_err(|e| match e {
+        SubmitError::Invalid(r) => ApiError::Invalid(r),
+        SubmitError::Store(s) => s.into(),
+    })?;
+    Ok((StatusCode::CREATED, Json(view(&state, created.task(), Spec::This(&task)))).into_response())
+}
+
 /// The API's routes.
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -475,6 +675,10 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/tasks/{id}/events", get(task_events))
         .route("/api/v1/tasks/{id}/stop", post(stop_task))
         .route("/api/v1/tasks/{id}/resubmit", post(resubmit_task))
+        .route("/api/v1/tasks/{id}/clone", post(clone_task))
+        .route("/api/v1/tasks/{id}/shares", post(share_task))
+        .route("/metrics", get(metrics))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), count_requests))
         // A task document is at most MAX_DOCUMENT_BYTES; a little more is read so the validator can say so.
         .layer(DefaultBodyLimit::max(MAX_DOCUMENT_BYTES + 1024))
         .with_state(state)
@@ -486,14 +690,19 @@ pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
 /// Runs the control loop until the process ends: every [`TICK_INTERVAL`], or, when a tick takes long (a deep
 /// queue), after a pause twice its length, so the loop never takes more than about a third of a core from the
 /// API.
-pub fn spawn_control_loop(control: Arc<Mutex<Control<AnyBackend>>>) -> tokio::task::JoinHandle<()> {
+pub fn spawn_control_loop(
+    control: Arc<Mutex<Control<AnyBackend>>>,
+    metrics: Arc<Metrics>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             let started = std::time::Instant::now();
-            if let Err(e) = control.lock().await.tick(now_ms()).await {
-                eprintln!("trainyard: control loop: {e}");
-            }
+            let result = control.lock().await.tick(now_ms()).await;
             let took = started.elapsed();
+            match result {
+                Ok(report) => metrics.tick(&report, took),
+                Err(e) => eprintln!("trainyard: control loop: {e}"),
+            }
             tokio::time::sleep(TICK_INTERVAL.saturating_sub(took).max(2 * took)).await;
         }
     })
@@ -501,7 +710,7 @@ pub fn spawn_control_loop(control: Arc<Mutex<Control<AnyBackend>>>) -> tokio::ta
 
 /// Serves the API on `listener` with the control loop running.
 pub async fn serve(listener: tokio::net::TcpListener, state: AppState) -> std::io::Result<()> {
-    let ticker = spawn_control_loop(state.control.clone());
+    let ticker = spawn_control_loop(state.control.clone(), state.metrics.clone());
     let result = axum::serve(listener, router(state)).await;
     ticker.abort();
     result

@@ -76,6 +76,7 @@ fn server() -> Server {
             secrets: Arc::new(secrets),
             queue: control.queue_board(),
             tokens: Default::default(),
+            metrics: Default::default(),
             control: Arc::new(Mutex::new(control)),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -290,4 +291,47 @@ fn stop_resubmit_and_delete() {
     assert_eq!(code, 204);
     let (_, list) = s.call("GET", "alice", "/api/v1/tasks", None, None);
     assert!(list["items"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn sharing_cloning_and_metrics() {
+    let s = server();
+    let (_, t) = s.call("POST", "alice", "/api/v1/tasks", Some(&task("shared", "nlp", false, "")), None);
+    let id = t["id"].as_str().unwrap().to_owned();
+    // carol (another group) cannot see it, until alice shares it; then she can see but not stop it.
+    assert_eq!(s.call("GET", "carol", &format!("/api/v1/tasks/{id}"), None, None).0, 404);
+    let (code, _) =
+        s.call("POST", "bob", &format!("/api/v1/tasks/{id}/shares"), Some(r#"{"user": "carol"}"#), None);
+    assert_eq!(code, 404, "bob cannot see it, so cannot share it");
+    let (code, _) =
+        s.call("POST", "alice", &format!("/api/v1/tasks/{id}/shares"), Some(r#"{"user": "carol"}"#), None);
+    assert_eq!(code, 204);
+    assert_eq!(s.call("GET", "carol", &format!("/api/v1/tasks/{id}"), None, None).0, 200);
+    assert_eq!(s.call("POST", "carol", &format!("/api/v1/tasks/{id}/clone"), None, None).0, 403);
+    s.call(
+        "POST",
+        "alice",
+        &format!("/api/v1/tasks/{id}/shares"),
+        Some(r#"{"user": "carol", "operate": true}"#),
+        None,
+    );
+    let (code, clone) = s.call("POST", "carol", &format!("/api/v1/tasks/{id}/clone"), None, None);
+    assert_eq!(code, 201, "{clone}");
+    assert_ne!(clone["id"], t["id"]);
+    assert_eq!(clone["owner"], "carol");
+    assert!(clone["name"].as_str().unwrap().starts_with("shared-"));
+    let (code, _) =
+        s.call("POST", "alice", &format!("/api/v1/tasks/{id}/shares"), Some(r#"{"user": "nobody"}"#), None);
+    assert_eq!(code, 400);
+
+    let text =
+        agent().get(&format!("{}/metrics", s.base)).call().unwrap().body_mut().read_to_string().unwrap();
+    assert!(
+        text.contains("trainyard_tasks{status=\"Queued\"}")
+            || text.contains("trainyard_tasks{status=\"Running\"}")
+            || text.contains("trainyard_tasks{status="),
+        "{text}"
+    );
+    assert!(text.contains("route=\"/api/v1/tasks/{id}/clone\",status=\"201\"} 1"), "{text}");
+    assert!(text.contains("trainyard_api_request_duration_seconds_count"), "{text}");
 }

@@ -577,6 +577,14 @@ impl Store {
         rows.iter().map(task_from_row).collect()
     }
 
+    /// Tasks (not deleted) per status.
+    pub async fn count_by_status(&self) -> Result<BTreeMap<String, i64>> {
+        let rows = sqlx::query("SELECT status, COUNT(*) FROM tasks WHERE deleted = 0 GROUP BY status")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect()
+    }
+
     /// Number of stored tasks (deleted ones included).
     pub async fn count_tasks(&self) -> Result<i64> {
         Ok(sqlx::query("SELECT COUNT(*) FROM tasks").fetch_one(&self.pool).await?.try_get(0)?)

@@ -88,6 +88,19 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
             )",
         ],
     ),
+    (
+        4,
+        &[
+            // Filtered lists page by (created_at_ms, id) like the unfiltered one: the indexes carry id too, so
+            // a page is read in index order and never sorted.
+            "DROP INDEX tasks_by_owner",
+            "DROP INDEX tasks_by_group",
+            "DROP INDEX tasks_by_status",
+            "CREATE INDEX tasks_by_owner ON tasks (owner, created_at_ms DESC, id DESC)",
+            "CREATE INDEX tasks_by_group ON tasks (project_group, created_at_ms DESC, id DESC)",
+            "CREATE INDEX tasks_by_status ON tasks (status, created_at_ms DESC, id DESC)",
+        ],
+    ),
 ];
 
 pub(crate) async fn migrate(pool: &AnyPool, dialect: Dialect) -> Result<()> {

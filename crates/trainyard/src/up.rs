@@ -159,6 +159,7 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>) -> R
         secrets: Arc::new(secrets),
         queue: control.queue_board(),
         tokens: Default::default(),
+        metrics: Default::default(),
         control: Arc::new(Mutex::new(control)),
     };
     let listener =

@@ -96,6 +96,7 @@ fn main() {
             secrets: Arc::new(secrets),
             queue: control.queue_board(),
             tokens: Default::default(),
+            metrics: Default::default(),
             control: Arc::new(Mutex::new(control)),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
