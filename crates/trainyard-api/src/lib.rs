@@ -2,7 +2,8 @@
 //! details (mapped from typed errors in one place, [`ApiError`]), and the control loop ticking in the
 //! background.
 //!
-//! Routes (all under `/api/v1` but `/healthz`):
+//! Routes (all under `/api/v1` but `/healthz`, `/metrics`, `/api/openapi.json` and `/api/docs`; the OpenAPI
+//! document lists them all, from [`openapi::OPERATIONS`]):
 //! - `GET /whoami`
 //! - `POST /tasks` (YAML or JSON body; `Idempotency-Key` header), `GET /tasks` (filters, cursor paging)
 //! - `GET /tasks/{id}`, `GET /tasks/{id}/events`, `POST /tasks/{id}/stop`, `POST /tasks/{id}/resubmit`,
@@ -12,6 +13,8 @@
 //! A task the caller may not see answers 404, exactly like one that does not exist, so names do not leak.
 
 #![forbid(unsafe_code)]
+
+pub mod openapi;
 
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
@@ -678,6 +681,11 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/tasks/{id}/clone", post(clone_task))
         .route("/api/v1/tasks/{id}/shares", post(share_task))
         .route("/metrics", get(metrics))
+        .route("/api/openapi.json", get(|| async { Json(openapi::document()) }))
+        .route(
+            "/api/docs",
+            get(|| async { ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], openapi::DOCS_PAGE) }),
+        )
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), count_requests))
         // A task document is at most MAX_DOCUMENT_BYTES; a little more is read so the validator can say so.
         .layer(DefaultBodyLimit::max(MAX_DOCUMENT_BYTES + 1024))

@@ -24,6 +24,9 @@ pub trait Decode: Sized + Default {
 
     /// Decodes `value` found at `path`. Returns `None` after recording a problem.
     fn decode(value: &Value, path: &str, d: &mut Decoder) -> Option<Self>;
+
+    /// The JSON Schema of what `decode` accepts (structure and types; the rules are the validator's).
+    fn schema() -> Value;
 }
 
 /// How a JSON value's type is named in messages.
@@ -149,6 +152,9 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 impl Decode for String {
+    fn schema() -> Value {
+        serde_json::json!({"type": "string"})
+    }
     fn decode(v: &Value, path: &str, d: &mut Decoder) -> Option<Self> {
         match v {
             Value::String(s) => Some(s.clone()),
@@ -161,6 +167,9 @@ impl Decode for String {
 }
 
 impl Decode for bool {
+    fn schema() -> Value {
+        serde_json::json!({"type": "boolean"})
+    }
     fn decode(v: &Value, path: &str, d: &mut Decoder) -> Option<Self> {
         match v {
             Value::Bool(b) => Some(*b),
@@ -203,18 +212,27 @@ fn integer(v: &Value, path: &str, d: &mut Decoder, min: i64, max: i64) -> Option
 }
 
 impl Decode for u32 {
+    fn schema() -> Value {
+        serde_json::json!({"type": "integer", "minimum": 0, "maximum": u32::MAX})
+    }
     fn decode(v: &Value, path: &str, d: &mut Decoder) -> Option<Self> {
         integer(v, path, d, 0, i64::from(u32::MAX)).and_then(|n| u32::try_from(n).ok())
     }
 }
 
 impl Decode for i64 {
+    fn schema() -> Value {
+        serde_json::json!({"type": "integer"})
+    }
     fn decode(v: &Value, path: &str, d: &mut Decoder) -> Option<Self> {
         integer(v, path, d, i64::MIN, i64::MAX)
     }
 }
 
 impl Decode for f64 {
+    fn schema() -> Value {
+        serde_json::json!({"type": "number"})
+    }
     fn decode(v: &Value, path: &str, d: &mut Decoder) -> Option<Self> {
         match v.as_f64() {
             Some(x) if x.is_finite() => Some(x),
@@ -228,6 +246,9 @@ impl Decode for f64 {
 
 impl<T: Decode> Decode for Option<T> {
     const OPTIONAL: bool = true;
+    fn schema() -> Value {
+        T::schema()
+    }
     fn decode(v: &Value, path: &str, d: &mut Decoder) -> Option<Self> {
         T::decode(v, path, d).map(Some)
     }
@@ -235,6 +256,9 @@ impl<T: Decode> Decode for Option<T> {
 
 impl<T: Decode> Decode for Vec<T> {
     const OPTIONAL: bool = true;
+    fn schema() -> Value {
+        serde_json::json!({"type": "array", "items": T::schema()})
+    }
     fn decode(v: &Value, path: &str, d: &mut Decoder) -> Option<Self> {
         let Value::Array(items) = v else {
             d.wrong_type(path, "a list", v);
@@ -259,6 +283,9 @@ impl<T: Decode> Decode for Vec<T> {
 
 impl<T: Decode> Decode for BTreeMap<String, T> {
     const OPTIONAL: bool = true;
+    fn schema() -> Value {
+        serde_json::json!({"type": "object", "additionalProperties": T::schema()})
+    }
     fn decode(v: &Value, path: &str, d: &mut Decoder) -> Option<Self> {
         let Value::Object(map) = v else {
             d.wrong_type(path, "a mapping", v);
@@ -318,6 +345,9 @@ macro_rules! string_enum {
         }
 
         impl $crate::decode::Decode for $ty {
+            fn schema() -> serde_json::Value {
+                serde_json::json!({"type": "string", "enum": Self::NAMES})
+            }
             fn decode(v: &serde_json::Value, path: &str, d: &mut $crate::decode::Decoder) -> Option<Self> {
                 let serde_json::Value::String(s) = v else {
                     d.wrong_type(path, &format!("one of {}", Self::NAMES.join(", ")), v);
@@ -344,6 +374,32 @@ macro_rules! string_enum {
 macro_rules! decode_struct {
     ($ty:ident { $( $field:ident : $fty:ty = $key:literal $(default $def:expr)? ),* $(,)? }) => {
         impl $crate::decode::Decode for $ty {
+            fn schema() -> serde_json::Value {
+                let mut properties = serde_json::Map::new();
+                let mut required: Vec<&str> = Vec::new();
+                $(
+                    let mut field = <$fty as $crate::decode::Decode>::schema();
+                    #[allow(unused_mut, unused_assignments)]
+                    let mut has_default = false;
+                    $(
+                        has_default = true;
+                        let default: $fty = $def;
+                        if let (Some(obj), Ok(v)) = (field.as_object_mut(), serde_json::to_value(&default)) {
+                            obj.insert("default".to_owned(), v);
+                        }
+                    )?
+                    if !has_default && !<$fty as $crate::decode::Decode>::OPTIONAL {
+                        required.push($key);
+                    }
+                    properties.insert($key.to_owned(), field);
+                )*
+                serde_json::json!({
+                    "type": "object",
+                    "additionalProperties": false,
+                    "properties": properties,
+                    "required": required,
+                })
+            }
             fn decode(v: &serde_json::Value, path: &str, d: &mut $crate::decode::Decoder) -> Option<Self> {
                 let map = d.object(v, path, &[$($key),*])?;
                 Some(Self {
@@ -362,6 +418,21 @@ macro_rules! decode_struct {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_schema_follows_the_decoder() {
+        let s = crate::spec::TrainingTask::schema();
+        assert_eq!(s["required"], serde_json::json!(["apiVersion", "kind", "metadata", "spec"]));
+        let compute = &s["properties"]["spec"]["properties"]["compute"];
+        assert_eq!(
+            compute["properties"]["resourceType"]["enum"],
+            serde_json::json!(["Reserved", "Ondemand", "Spot", "Idle"])
+        );
+        assert_eq!(compute["properties"]["priority"]["default"], 5);
+        assert_eq!(compute["additionalProperties"], false);
+        let env = &s["properties"]["spec"]["properties"]["environment"]["properties"]["env"];
+        assert_eq!(env["items"]["required"], serde_json::json!(["name", "value"]));
+    }
 
     #[test]
     fn suggestions() {

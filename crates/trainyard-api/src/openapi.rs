@@ -1,0 +1,195 @@
+//! The OpenAPI 3.1 document, built from the operation table below and the task's JSON Schema (itself
+//! generated from the spec decoder), served at `/api/openapi.json`, and a page that renders it with no
+//! network access at `/api/docs`.
+
+use serde_json::{Value, json};
+use trainyard_core::decode::Decode;
+use trainyard_core::spec::TrainingTask;
+
+/// One operation: method, path, summary, whether it takes the task document, and its success status.
+pub struct Operation {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub summary: &'static str,
+    pub body: Body,
+    pub ok: u16,
+}
+
+pub enum Body {
+    None,
+    Task,
+    Json(&'static str),
+}
+
+/// Every operation the router serves (a test checks the router against this table).
+pub const OPERATIONS: &[Operation] = &[
+    Operation {
+        method: "get",
+        path: "/api/v1/whoami",
+        summary: "The caller: name, role, groups",
+        body: Body::None,
+        ok: 200,
+    },
+    Operation {
+        method: "get",
+        path: "/api/v1/catalog",
+        summary: "The catalog tasks are checked against",
+        body: Body::None,
+        ok: 200,
+    },
+    Operation {
+        method: "post",
+        path: "/api/v1/tasks",
+        summary: "Submit a task (YAML or JSON). Send Idempotency-Key to make retries safe: the same key and body return the first task (200), another body is a 409",
+        body: Body::Task,
+        ok: 201,
+    },
+    Operation {
+        method: "get",
+        path: "/api/v1/tasks",
+        summary: "Tasks visible to the caller, newest first. Query: status, type, group, owner, q (name or id), labels (k=v,...), cursor, limit (≤ 500)",
+        body: Body::None,
+        ok: 200,
+    },
+    Operation {
+        method: "get",
+        path: "/api/v1/tasks/{id}",
+        summary: "One task: spec (hidden values masked), placement, queue position and reason",
+        body: Body::None,
+        ok: 200,
+    },
+    Operation {
+        method: "delete",
+        path: "/api/v1/tasks/{id}",
+        summary: "Stop (with the checkpoint window) and delete; the history is kept",
+        body: Body::None,
+        ok: 204,
+    },
+    Operation {
+        method: "get",
+        path: "/api/v1/tasks/{id}/events",
+        summary: "Every event of the task, in order (query: after=SEQ)",
+        body: Body::None,
+        ok: 200,
+    },
+    Operation {
+        method: "post",
+        path: "/api/v1/tasks/{id}/stop",
+        summary: "Stop: a queued task at once, a running one through Stopping",
+        body: Body::None,
+        ok: 200,
+    },
+    Operation {
+        method: "post",
+        path: "/api/v1/tasks/{id}/resubmit",
+        summary: "Run an ended task again as a new attempt",
+        body: Body::None,
+        ok: 200,
+    },
+    Operation {
+        method: "post",
+        path: "/api/v1/tasks/{id}/clone",
+        summary: "A new task from this one's spec",
+        body: Body::None,
+        ok: 201,
+    },
+    Operation {
+        method: "post",
+        path: "/api/v1/tasks/{id}/shares",
+        summary: "Share with a user: view, or view and operate (owner or admin)",
+        body: Body::Json(
+            r#"{"type": "object", "required": ["user"], "properties": {"user": {"type": "string"}, "operate": {"type": "boolean", "default": false}}}"#,
+        ),
+        ok: 204,
+    },
+    Operation {
+        method: "get",
+        path: "/metrics",
+        summary: "Prometheus metrics of the server",
+        body: Body::None,
+        ok: 200,
+    },
+    Operation { method: "get", path: "/healthz", summary: "Liveness", body: Body::None, ok: 200 },
+];
+
+/// The document.
+pub fn document() -> Value {
+    let mut paths = serde_json::Map::new();
+    for op in OPERATIONS {
+        let mut operation = json!({
+            "summary": op.summary,
+            "responses": {
+                op.ok.to_string(): {"description": "done"},
+                "default": {"description": "a problem", "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+            }
+        });
+        if op.path.contains("{id}") {
+            operation["parameters"] =
+                json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]);
+        }
+        if op.path.starts_with("/api/v1") {
+            operation["security"] = json!([{"bearer": []}]);
+        }
+        match op.body {
+            Body::None => {}
+            Body::Task => {
+                operation["requestBody"] = json!({"required": true, "content": {
+                    "application/json": {"schema": {"$ref": "#/components/schemas/TrainingTask"}},
+                    "application/yaml": {"schema": {"$ref": "#/components/schemas/TrainingTask"}}
+                }});
+            }
+            Body::Json(schema) => {
+                let schema: Value =
+                    serde_json::from_str(schema).expect("the operation table holds valid JSON schemas");
+                operation["requestBody"] =
+                    json!({"required": true, "content": {"application/json": {"schema": schema}}});
+            }
+        }
+        let entry = paths.entry(op.path.to_owned()).or_insert_with(|| json!({}));
+        entry[op.method] = operation;
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {"title": "Trainyard API", "version": env!("CARGO_PKG_VERSION"),
+                 "description": "Submit and run PyTorchJob and RayJob training tasks. Errors are RFC 9457 problem details; a task the caller may not see is a 404."},
+        "paths": paths,
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "TrainingTask": TrainingTask::schema(),
+                "Problem": {"type": "object", "properties": {
+                    "type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"},
+                    "detail": {"type": "string"},
+                    "problems": {"type": "array", "items": {"type": "object", "properties": {
+                        "path": {"type": "string"}, "code": {"type": "string"},
+                        "severity": {"type": "string", "enum": ["error", "warning"]}, "message": {"type": "string"}}}}
+                }}
+            }
+        }
+    })
+}
+
+/// A page that renders the document in the browser, with nothing fetched from anywhere but this server.
+pub const DOCS_PAGE: &str = r#"<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Trainyard API</title>
+<style>body{font:15px/1.5 system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}
+code,pre{font:13px ui-monospace,monospace}pre{background:#f5f5f5;padding:.75rem;overflow:auto;max-height:30rem}
+.m{display:inline-block;min-width:4rem;font-weight:bold;text-transform:uppercase}</style></head>
+<body><h1>Trainyard API</h1><p>The OpenAPI 3.1 document: <a href="/api/openapi.json">/api/openapi.json</a>.</p>
+<div id="ops"></div><h2>TrainingTask schema</h2><pre id="schema"></pre>
+<script>
+fetch('/api/openapi.json').then(r => r.json()).then(doc => {
+  const ops = document.getElementById('ops');
+  for (const [path, item] of Object.entries(doc.paths)) {
+    for (const [method, op] of Object.entries(item)) {
+      const p = document.createElement('p');
+      const m = document.createElement('span'); m.className = 'm'; m.textContent = method;
+      const c = document.createElement('code'); c.textContent = path;
+      p.append(m, c, document.createElement('br'), op.summary);
+      ops.append(p);
+    }
+  }
+  document.getElementById('schema').textContent = JSON.stringify(doc.components.schemas.TrainingTask, null, 2);
+});
+</script></body></html>
+"#;
