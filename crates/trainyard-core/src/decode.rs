@@ -378,6 +378,7 @@ macro_rules! decode_struct {
                 let mut properties = serde_json::Map::new();
                 let mut required: Vec<&str> = Vec::new();
                 $(
+                    #[allow(unused_mut, unused_assignments)]
                     let mut field = <$fty as $crate::decode::Decode>::schema();
                     #[allow(unused_mut, unused_assignments)]
                     let mut has_default = false;
