@@ -7,6 +7,7 @@ use trainyard_core::decode::Decode;
 use trainyard_core::spec::TrainingTask;
 
 /// One operation: method, path, summary, whether it takes the task document, and its success status.
+#[derive(Debug)]
 pub struct Operation {
     pub method: &'static str,
     pub path: &'static str,
@@ -15,6 +16,7 @@ pub struct Operation {
     pub ok: u16,
 }
 
+#[derive(Debug)]
 pub enum Body {
     None,
     Task,
