@@ -716,10 +716,32 @@ pub fn spawn_control_loop(
     })
 }
 
-/// Serves the API on `listener` with the control loop running.
+/// How often queued alarm deliveries are looked at.
+pub const ALARM_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The key alarm webhooks are signed with: derived from the server key, so it survives restarts with it.
+pub fn webhook_key(secrets: &SecretBox) -> Vec<u8> {
+    secrets.digest(b"trainyard webhook signing key").into_bytes()
+}
+
+/// Delivers queued alarms until the process ends.
+pub fn spawn_alarm_delivery(store: Store, key: Vec<u8>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            if let Err(e) = trainyard_control::alarms::deliver_due(&store, &key, now_ms()).await {
+                eprintln!("trainyard: alarm delivery: {e}");
+            }
+            tokio::time::sleep(ALARM_INTERVAL).await;
+        }
+    })
+}
+
+/// Serves the API on `listener` with the control loop and alarm delivery running.
 pub async fn serve(listener: tokio::net::TcpListener, state: AppState) -> std::io::Result<()> {
     let ticker = spawn_control_loop(state.control.clone(), state.metrics.clone());
+    let alarms = spawn_alarm_delivery(state.store.clone(), webhook_key(&state.secrets));
     let result = axum::serve(listener, router(state)).await;
     ticker.abort();
+    alarms.abort();
     result
 }

@@ -11,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod alarms;
 mod place;
 pub mod secrets;
 
@@ -264,11 +265,35 @@ impl<B: Backend> Control<B> {
             placement,
             retries,
         };
+        let message = change.message.clone();
         match self.store.transition(&change).await {
-            Ok(r) => Ok(Some(r)),
+            Ok(r) => {
+                for &event in alarms::events_for(to, reason) {
+                    self.raise(&r, event, &message, now_ms).await?;
+                }
+                Ok(Some(r))
+            }
             Err(StoreError::VersionConflict { .. }) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// Queues an alarm event for the task's subscriptions.
+    async fn raise(
+        &self,
+        t: &TaskRecord,
+        event: trainyard_core::spec::AlarmEvent,
+        message: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let task = match self.specs.get(&t.id) {
+            Some(task) => task.clone(),
+            None => match self.store.get_task(&t.id).await?.map(|full| Self::parse(&full)) {
+                Some(Ok(task)) => std::sync::Arc::new(task),
+                _ => return Ok(()),
+            },
+        };
+        alarms::raise(&self.store, &task, t, event, message, now_ms).await
     }
 
     fn parse(t: &TaskRecord) -> Result<TrainingTask, CommandError> {
@@ -449,6 +474,23 @@ impl<B: Backend> Control<B> {
                 }
             }
         }
+        // Queued longer than a subscription allows: raised once per attempt (the store keeps it once).
+        for (t, task) in tasks.iter().zip(&parsed) {
+            if t.status != "Queued" {
+                continue;
+            }
+            for a in &task.spec.advanced.alarms {
+                if let Some(limit_s) = a.queued_threshold_seconds
+                    && a.events.contains(&trainyard_core::spec::AlarmEvent::QueuedTooLong)
+                    && now_ms - t.updated_at_ms >= i64::from(limit_s) * 1000
+                {
+                    let why = waits.get(&t.id).map_or_else(String::new, |q| q.reason.clone());
+                    let message = format!("queued for more than {limit_s} s: {why}");
+                    let event = trainyard_core::spec::AlarmEvent::QueuedTooLong;
+                    alarms::enqueue(&self.store, a, t, event, &message, now_ms).await?;
+                }
+            }
+        }
         self.waits.replace(waits);
         self.reconcile(&tasks, &parsed).await;
         Ok(report)
@@ -619,8 +661,9 @@ impl<B: Backend> Control<B> {
         Ok(done.is_some())
     }
 
-    /// After a failure: requeue infrastructure failures within the task's budget.
+    /// After a failure: requeue infrastructure failures within the task's budget, and raise the alarms.
     async fn maybe_retry(&self, t: &TaskRecord, reason: Reason, now_ms: i64) -> Result<(), CommandError> {
+        use trainyard_core::spec::AlarmEvent;
         let task = Self::parse(t)?;
         let budget = task
             .spec
@@ -629,31 +672,39 @@ impl<B: Backend> Control<B> {
             .as_ref()
             .filter(|f| f.enabled)
             .map_or(0, |f| f.max_resubmissions);
+        if reason == Reason::PrecheckFailed {
+            self.raise(t, AlarmEvent::PrecheckFailed, "the resource precheck failed", now_ms).await?;
+        }
         if failure_class(reason) == FailureClass::Infrastructure && t.retries < i64::from(budget) {
             let message = format!("automatic resubmission {} of {budget} after {reason}", t.retries + 1);
-            self.apply(
-                t,
-                Step {
-                    to: Status::Queued,
-                    reason: Reason::Requeued,
-                    message,
-                    attempt: t.attempt + 1,
-                    placement: None,
-                    retries: Some(t.retries + 1),
-                },
-                now_ms,
-            )
-            .await?;
-        } else if failure_class(reason) == FailureClass::Infrastructure {
-            self.store
-                .append_event(
-                    &t.id,
-                    t.attempt,
-                    now_ms,
-                    Reason::RetryBudgetSpent.as_str(),
-                    &format!("no automatic resubmission left ({budget} allowed)"),
-                )
-                .await?;
+            let step = Step {
+                to: Status::Queued,
+                reason: Reason::Requeued,
+                message: message.clone(),
+                attempt: t.attempt + 1,
+                placement: None,
+                retries: Some(t.retries + 1),
+            };
+            if let Some(requeued) = self.apply(t, step, now_ms).await? {
+                self.raise(&requeued, AlarmEvent::Resubmitted, &message, now_ms).await?;
+                if reason == Reason::NodeFailed {
+                    self.raise(
+                        &requeued,
+                        AlarmEvent::NodeReplaced,
+                        "the failed node is left out of the next attempt",
+                        now_ms,
+                    )
+                    .await?;
+                }
+            }
+        } else {
+            if failure_class(reason) == FailureClass::Infrastructure {
+                let why = format!("no automatic resubmission left ({budget} allowed)");
+                self.store
+                    .append_event(&t.id, t.attempt, now_ms, Reason::RetryBudgetSpent.as_str(), &why)
+                    .await?;
+            }
+            self.raise(t, AlarmEvent::Failed, &format!("failed: {reason}"), now_ms).await?;
         }
         Ok(())
     }

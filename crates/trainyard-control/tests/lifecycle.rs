@@ -288,3 +288,73 @@ async fn hidden_values_are_sealed_in_the_store_and_opened_for_the_backend() {
     assert_eq!((env[0].name.as_str(), env[0].value.as_str()), ("TOKEN", "s3cr3t-42"));
     assert_eq!(env[1].value, "1");
 }
+
+/// A real HTTP receiver: it fails the first delivery, accepts the next; the signature checks out, and the
+/// delivery log says what happened.
+#[tokio::test]
+async fn alarms_are_delivered_by_signed_webhook_with_retries() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, String)>::new()));
+    let got = received.clone();
+    std::thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let mut stream = stream.unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let (mut length, mut signature) = (0usize, String::new());
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                let line = line.trim_end();
+                if line.is_empty() {
+                    break;
+                }
+                let lower = line.to_ascii_lowercase();
+                if let Some(v) = lower.strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap();
+                }
+                if lower.starts_with("x-trainyard-signature:") {
+                    signature = line.split_once(':').unwrap().1.trim().to_owned();
+                }
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            got.lock().unwrap().push((signature, String::from_utf8(body).unwrap()));
+            let status = if n == 0 { "500 Internal Server Error" } else { "200 OK" };
+            write!(stream, "HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+        }
+    });
+
+    let backend = FakeBackend::new(Script { run_ms: 1_000, ..Script::default() });
+    let (mut c, _) = control(backend).await;
+    let alarms = format!(
+        "  advanced:\n    alarms:\n      - {{events: [succeeded, failed], webhook: \"http://127.0.0.1:{port}/hook\"}}\n"
+    );
+    let id = submit(&c, &task("alarmed", "nlp", "Reserved", 0, &alarms), 0).await;
+    for now in [0, 1, 1_001] {
+        c.tick(now).await.unwrap();
+    }
+    assert_eq!(status(&c, &id).await.0, "Succeeded");
+    let key = b"test-signing-key";
+    // First try at once: refused. The retry is due after the backoff, not before.
+    assert_eq!(trainyard_control::alarms::deliver_due(c.store(), key, 1_001).await.unwrap(), 1);
+    assert_eq!(trainyard_control::alarms::deliver_due(c.store(), key, 1_500).await.unwrap(), 0);
+    assert_eq!(trainyard_control::alarms::deliver_due(c.store(), key, 2_001).await.unwrap(), 1);
+    let log = c.store().task_alarms(&id).await.unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!((log[0].event.as_str(), log[0].state.as_str(), log[0].tries), ("succeeded", "delivered", 2));
+    let received = received.lock().unwrap().clone();
+    assert_eq!(received.len(), 2);
+    for (signature, body) in &received {
+        assert_eq!(
+            signature,
+            &trainyard_control::alarms::signature(key, body.as_bytes()),
+            "signed with the key"
+        );
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!((v["event"].as_str(), v["task"]["id"].as_str()), (Some("succeeded"), Some(id.as_str())));
+    }
+    // Nothing else is due: "failed" was not raised for a task that succeeded.
+    assert_eq!(trainyard_control::alarms::deliver_due(c.store(), key, 100_000).await.unwrap(), 0);
+}

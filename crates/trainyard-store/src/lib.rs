@@ -591,6 +591,116 @@ impl Store {
     }
 }
 
+/// One alarm to deliver (or delivered): also the delivery log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlarmDelivery {
+    pub id: i64,
+    pub task_id: String,
+    pub attempt: i64,
+    pub event: String,
+    pub url: String,
+    pub payload: String,
+    /// `pending`, `delivered` or `failed` (gave up).
+    pub state: String,
+    pub tries: i64,
+    pub next_at_ms: i64,
+    pub last_error: String,
+    pub created_at_ms: i64,
+    pub done_at_ms: i64,
+}
+
+fn delivery_from_row(r: &AnyRow) -> Result<AlarmDelivery> {
+    Ok(AlarmDelivery {
+        id: r.try_get("id")?,
+        task_id: r.try_get("task_id")?,
+        attempt: r.try_get("attempt")?,
+        event: r.try_get("event")?,
+        url: r.try_get("url")?,
+        payload: r.try_get("payload")?,
+        state: r.try_get("state")?,
+        tries: r.try_get("tries")?,
+        next_at_ms: r.try_get("next_at_ms")?,
+        last_error: r.try_get("last_error")?,
+        created_at_ms: r.try_get("created_at_ms")?,
+        done_at_ms: r.try_get("done_at_ms")?,
+    })
+}
+
+const DELIVERY_COLUMNS: &str = "id, task_id, attempt, event, url, payload, state, tries, next_at_ms, last_error, created_at_ms, done_at_ms";
+
+impl Store {
+    /// Queues an alarm, once per (task, attempt, event, url): a repeated call changes nothing.
+    pub async fn enqueue_alarm(
+        &self,
+        task_id: &str,
+        attempt: i64,
+        event: &str,
+        url: &str,
+        payload: &str,
+        at_ms: i64,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO alarm_deliveries (task_id, attempt, event, url, payload, state, tries, next_at_ms, last_error, created_at_ms, done_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, 'pending', 0, $6, '', $6, 0) ON CONFLICT (task_id, attempt, event, url) DO NOTHING",
+        )
+        .bind(task_id)
+        .bind(attempt)
+        .bind(event)
+        .bind(url)
+        .bind(payload)
+        .bind(at_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Pending deliveries due at `now_ms`, oldest first.
+    pub async fn due_alarms(&self, now_ms: i64, limit: u32) -> Result<Vec<AlarmDelivery>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {DELIVERY_COLUMNS} FROM alarm_deliveries WHERE state = 'pending' AND next_at_ms <= $1 ORDER BY next_at_ms, id LIMIT $2"
+        ))
+        .bind(now_ms)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(delivery_from_row).collect()
+    }
+
+    /// Records the outcome of one try.
+    pub async fn record_delivery(
+        &self,
+        id: i64,
+        state: &str,
+        tries: i64,
+        next_at_ms: i64,
+        error: &str,
+        at_ms: i64,
+    ) -> Result<()> {
+        let done = if state == "pending" { 0 } else { at_ms };
+        sqlx::query("UPDATE alarm_deliveries SET state = $1, tries = $2, next_at_ms = $3, last_error = $4, done_at_ms = $5 WHERE id = $6")
+            .bind(state)
+            .bind(tries)
+            .bind(next_at_ms)
+            .bind(error)
+            .bind(done)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// A task's delivery log.
+    pub async fn task_alarms(&self, task_id: &str) -> Result<Vec<AlarmDelivery>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {DELIVERY_COLUMNS} FROM alarm_deliveries WHERE task_id = $1 ORDER BY id"
+        ))
+        .bind(task_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(delivery_from_row).collect()
+    }
+}
+
 /// A user of the platform.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {

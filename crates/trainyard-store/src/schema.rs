@@ -101,6 +101,28 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
             "CREATE INDEX tasks_by_status ON tasks (status, created_at_ms DESC, id DESC)",
         ],
     ),
+    (
+        5,
+        &[
+            // Alarm deliveries: one row per (task, attempt, event, receiver), which is also the delivery log.
+            "CREATE TABLE alarm_deliveries (
+                id {ID},
+                task_id TEXT NOT NULL,
+                attempt BIGINT NOT NULL,
+                event TEXT NOT NULL,
+                url TEXT NOT NULL,
+                payload TEXT NOT NULL,
+                state TEXT NOT NULL,
+                tries BIGINT NOT NULL,
+                next_at_ms BIGINT NOT NULL,
+                last_error TEXT NOT NULL,
+                created_at_ms BIGINT NOT NULL,
+                done_at_ms BIGINT NOT NULL
+            )",
+            "CREATE UNIQUE INDEX alarm_once ON alarm_deliveries (task_id, attempt, event, url)",
+            "CREATE INDEX alarm_due ON alarm_deliveries (state, next_at_ms)",
+        ],
+    ),
 ];
 
 pub(crate) async fn migrate(pool: &AnyPool, dialect: Dialect) -> Result<()> {

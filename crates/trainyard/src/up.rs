@@ -151,6 +151,9 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>) -> R
     let backend =
         AnyBackend::Fake(FakeBackend::new(Script { start_ms: run_ms / 10, run_ms, ..Script::default() }));
     let secrets = server_key(data_dir)?;
+    // Receivers of alarm webhooks check X-Trainyard-Signature (HMAC-SHA256 of the body) with this key.
+    let webhook_key_file = data_dir.join("webhook.key");
+    write_private(&webhook_key_file, &String::from_utf8_lossy(&trainyard_api::webhook_key(&secrets)))?;
     let control =
         Control::new(store.clone(), backend.clone(), catalog.clone(), Config::default(), secrets.clone());
     let state = AppState {
