@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::Mutex;
 use trainyard_control::secrets::SecretBox;
-use trainyard_control::{CommandError, Control, QueueBoard, SubmitError};
+use trainyard_control::{CatalogHandle, CommandError, Control, QueueBoard, SubmitError};
 use trainyard_core::{Catalog, MAX_DOCUMENT_BYTES, Report};
 use trainyard_runtime::AnyBackend;
 use trainyard_store::{Created, Store, StoreError, TaskFilter, TaskRecord, User};
@@ -152,7 +152,8 @@ impl Metrics {
 #[derive(Clone)]
 pub struct AppState {
     pub store: Store,
-    pub catalog: Arc<Catalog>,
+    /// The catalog in force; admins replace it through the API.
+    pub catalog: CatalogHandle,
     pub secrets: Arc<SecretBox>,
     /// Queue positions and wait reasons, readable without waiting for the control loop.
     pub queue: QueueBoard,
@@ -426,7 +427,7 @@ async fn create_task(State(state): State<AppState>, headers: HeaderMap, body: By
         SubmitError::Invalid(r) => ApiError::Invalid(r),
         SubmitError::Store(s) => s.into(),
     };
-    let task = trainyard_control::validate(&state.catalog, &body).map_err(refused)?;
+    let task = trainyard_control::validate(&state.catalog.get(), &body).map_err(refused)?;
     // Membership: a task goes to one of the caller's groups (admins may use any).
     if user.role != "admin" && !user.groups.contains(&task.metadata.project_group) {
         return Err(ApiError::Forbidden(format!(
@@ -574,7 +575,121 @@ async fn delete_task(
 
 async fn catalog(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Json<Catalog>> {
     caller(&state, &headers).await?;
-    Ok(Json((*state.catalog).clone()))
+    Ok(Json((*state.catalog.get()).clone()))
+}
+
+fn admin_only(user: &User) -> ApiResult<()> {
+    if user.role == "admin" { Ok(()) } else { Err(ApiError::Forbidden("only admins may do this".into())) }
+}
+
+/// The store's name for the catalog document.
+pub const CATALOG_SETTING: &str = "catalog";
+
+/// Replaces the catalog (YAML or JSON). It must be consistent in itself; tasks already queued are checked
+/// against it at their next scheduling (a task whose pool or specs are gone stays queued).
+async fn put_catalog(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<Catalog>> {
+    let user = caller(&state, &headers).await?;
+    admin_only(&user)?;
+    let text = String::from_utf8(body.to_vec())
+        .map_err(|_| ApiError::BadRequest("the catalog must be UTF-8".into()))?;
+    let catalog = Catalog::from_yaml(&text).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    state.store.put_setting(CATALOG_SETTING, &text, now_ms()).await?;
+    state.catalog.set(catalog.clone());
+    Ok(Json(catalog))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct NodeStateBody {
+    schedulable: bool,
+}
+
+/// Marks a node schedulable or not (failed, cordoned): it gets no new work; what runs there is not stopped.
+async fn put_node(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
+    let user = caller(&state, &headers).await?;
+    admin_only(&user)?;
+    let body: NodeStateBody = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("the body must be {{\"schedulable\": BOOL}}: {e}")))?;
+    let mut catalog = (*state.catalog.get()).clone();
+    let node = catalog.nodes.get_mut(&name).ok_or(ApiError::NotFound)?;
+    node.schedulable = body.schedulable;
+    let text = serde_json::to_string(&catalog).map_err(|e| ApiError::Internal(e.to_string()))?;
+    state.store.put_setting(CATALOG_SETTING, &text, now_ms()).await?;
+    state.catalog.set(catalog);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize)]
+pub struct UserBody {
+    name: String,
+    role: String,
+    #[serde(default)]
+    groups: Vec<String>,
+}
+
+/// Creates or updates a user.
+async fn put_user(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult<Json<Value>> {
+    let user = caller(&state, &headers).await?;
+    admin_only(&user)?;
+    let body: UserBody = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::BadRequest(format!("the body must be {{\"name\", \"role\", \"groups\"}}: {e}"))
+    })?;
+    if !matches!(body.role.as_str(), "admin" | "member") {
+        return Err(ApiError::BadRequest(format!(
+            "role {:?} does not exist; use admin or member",
+            body.role
+        )));
+    }
+    let catalog = state.catalog.get();
+    if let Some(g) = body.groups.iter().find(|g| !catalog.project_groups.contains_key(*g)) {
+        return Err(ApiError::BadRequest(format!("project group {g:?} is not in the catalog")));
+    }
+    let name_ok = !body.name.is_empty()
+        && body.name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !name_ok {
+        return Err(ApiError::BadRequest("a user name is letters, digits, -, _ and . only".into()));
+    }
+    let u = User { name: body.name, role: body.role, groups: body.groups };
+    state.store.put_user(&u, now_ms()).await?;
+    Ok(Json(json!({ "name": u.name, "role": u.role, "groups": u.groups })))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct TokenBody {
+    #[serde(default)]
+    label: String,
+}
+
+/// A new token for a user, shown in this answer only.
+async fn create_token(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    let user = caller(&state, &headers).await?;
+    if user.role != "admin" && user.name != name {
+        return Err(ApiError::Forbidden("only admins may create tokens for other users".into()));
+    }
+    let label = if body.is_empty() {
+        String::new()
+    } else {
+        serde_json::from_slice::<TokenBody>(&body).map_err(|e| ApiError::BadRequest(e.to_string()))?.label
+    };
+    if state.store.get_user(&name).await?.is_none() {
+        return Err(ApiError::NotFound);
+    }
+    let token = new_token().map_err(|e| ApiError::Internal(e.to_string()))?;
+    state.store.add_token(&token_hash(&token), &name, &label, now_ms()).await?;
+    Ok((StatusCode::CREATED, Json(json!({ "user": name, "token": token, "label": label }))))
 }
 
 async fn healthz() -> &'static str {
@@ -646,7 +761,7 @@ async fn clone_task(
         .ok_or_else(|| ApiError::Internal(format!("stored task {} is unreadable", t.id)))?;
     state.secrets.open(&mut task).map_err(|e| ApiError::Internal(e.to_string()))?;
     let body = task.to_json();
-    let task = trainyard_control::validate(&state.catalog, body.as_bytes()).map_err(|e| match e {
+    let task = trainyard_control::validate(&state.catalog.get(), body.as_bytes()).map_err(|e| match e {
         SubmitError::Invalid(r) => ApiError::Invalid(r),
         SubmitError::Store(s) => s.into(),
     })?;
@@ -680,6 +795,10 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/tasks/{id}/resubmit", post(resubmit_task))
         .route("/api/v1/tasks/{id}/clone", post(clone_task))
         .route("/api/v1/tasks/{id}/shares", post(share_task))
+        .route("/api/v1/admin/catalog", axum::routing::put(put_catalog))
+        .route("/api/v1/admin/nodes/{name}", axum::routing::put(put_node))
+        .route("/api/v1/admin/users", post(put_user))
+        .route("/api/v1/users/{name}/tokens", post(create_token))
         .route("/metrics", get(metrics))
         .route("/api/openapi.json", get(|| async { Json(openapi::document()) }))
         .route(

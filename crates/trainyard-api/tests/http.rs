@@ -68,11 +68,12 @@ fn server() -> Server {
         let backend =
             AnyBackend::Fake(FakeBackend::new(Script { start_ms: 100, run_ms: 300, ..Script::default() }));
         let secrets = SecretBox::generate().unwrap();
+        let handle = trainyard_control::CatalogHandle::new(catalog);
         let control =
-            Control::new(store.clone(), backend, catalog.clone(), Config::default(), secrets.clone());
+            Control::new(store.clone(), backend, handle.clone(), Config::default(), secrets.clone());
         let state = AppState {
             store,
-            catalog: Arc::new(catalog),
+            catalog: handle,
             secrets: Arc::new(secrets),
             queue: control.queue_board(),
             tokens: Default::default(),
@@ -104,12 +105,24 @@ impl Server {
         body: Option<&str>,
         key: Option<&str>,
     ) -> (u16, Value) {
+        self.call_as(method, self.tokens.get(who).map_or("nope", |t| t.as_str()), path, body, key)
+    }
+
+    fn call_as(
+        &self,
+        method: &str,
+        token: &str,
+        path: &str,
+        body: Option<&str>,
+        key: Option<&str>,
+    ) -> (u16, Value) {
         let url = format!("{}{path}", self.base);
-        let auth = format!("Bearer {}", self.tokens.get(who).map_or("nope", |t| t.as_str()));
+        let auth = format!("Bearer {token}");
         let a = agent();
         let mut resp = match method {
             "GET" => a.get(&url).header("Authorization", &auth).call(),
             "DELETE" => a.delete(&url).header("Authorization", &auth).call(),
+            "PUT" => a.put(&url).header("Authorization", &auth).send(body.unwrap_or("").as_bytes()),
             _ => {
                 let mut req = a.post(&url).header("Authorization", &auth);
                 if let Some(k) = key {
@@ -365,4 +378,82 @@ fn the_openapi_document_matches_the_router() {
     }
     let page = a.get(&format!("{}/api/docs", s.base)).call().unwrap().body_mut().read_to_string().unwrap();
     assert!(page.contains("/api/openapi.json") && !page.contains("https://"), "the docs page works offline");
+}
+
+#[test]
+fn admins_manage_users_tokens_nodes_and_the_catalog() {
+    let s = server();
+    // Members may not.
+    let (code, _) =
+        s.call("POST", "alice", "/api/v1/admin/users", Some(r#"{"name": "erin", "role": "member"}"#), None);
+    assert_eq!(code, 403);
+    let (code, _) = s.call("PUT", "alice", "/api/v1/admin/catalog", Some(CATALOG), None);
+    assert_eq!(code, 403);
+    // A new user in a group that does not exist yet is refused; add the group to the catalog, then the user.
+    let (code, p) = s.call(
+        "POST",
+        "root",
+        "/api/v1/admin/users",
+        Some(r#"{"name": "erin", "role": "member", "groups": ["robotics"]}"#),
+        None,
+    );
+    assert_eq!(code, 400, "{p}");
+    let (code, p) = s.call(
+        "PUT",
+        "root",
+        "/api/v1/admin/catalog",
+        Some("regions: {local: {}}\nclusters: {local: {region: nowhere}}\n"),
+        None,
+    );
+    assert_eq!(code, 400, "an inconsistent catalog is refused: {p}");
+    let extended = format!(
+        "{CATALOG}  - {{group: robotics, resourceType: Reserved, pool: default, spec: cpu.small, units: 2}}\n"
+    )
+    .replace("projectGroups: {nlp: {}, cv: {}}", "projectGroups: {nlp: {}, cv: {}, robotics: {}}");
+    let (code, c) = s.call("PUT", "root", "/api/v1/admin/catalog", Some(&extended), None);
+    assert_eq!(code, 200, "{c}");
+    let (code, _) = s.call(
+        "POST",
+        "root",
+        "/api/v1/admin/users",
+        Some(r#"{"name": "erin", "role": "member", "groups": ["robotics"]}"#),
+        None,
+    );
+    assert_eq!(code, 200);
+    let (code, t) = s.call("POST", "root", "/api/v1/users/erin/tokens", Some(r#"{"label": "laptop"}"#), None);
+    assert_eq!(code, 201, "{t}");
+    let erin = t["token"].as_str().unwrap().to_owned();
+    let (_, who) = s.call_as("GET", &erin, "/api/v1/whoami", None, None);
+    assert_eq!(who["name"], "erin");
+    // The new group is usable at once: erin's task is accepted and runs.
+    let (code, task_v) =
+        s.call_as("POST", &erin, "/api/v1/tasks", Some(&task("robot", "robotics", false, "")), None);
+    assert_eq!(code, 201, "{task_v}");
+    // Cordoning the only node: new work waits, with the reason.
+    let (code, _) =
+        s.call("PUT", "root", "/api/v1/admin/nodes/node-0", Some(r#"{"schedulable": false}"#), None);
+    assert_eq!(code, 204);
+    let (_, cat) = s.call("GET", "alice", "/api/v1/catalog", None, None);
+    assert_eq!(cat["nodes"]["node-0"]["schedulable"], false);
+    let (_, queued) =
+        s.call("POST", "alice", "/api/v1/tasks", Some(&task("blocked", "nlp", false, "")), None);
+    let id = queued["id"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, t) = s.call("GET", "alice", &format!("/api/v1/tasks/{id}"), None, None);
+        if let Some(reason) = t["queue"]["reason"].as_str() {
+            assert!(reason.contains("no schedulable"), "{reason}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no wait reason: {t}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (code, _) =
+        s.call("PUT", "root", "/api/v1/admin/nodes/node-0", Some(r#"{"schedulable": true}"#), None);
+    assert_eq!(code, 204);
+    s.wait_status(&id, "Succeeded");
+    assert_eq!(
+        s.call("PUT", "root", "/api/v1/admin/nodes/nope", Some(r#"{"schedulable": true}"#), None).0,
+        404
+    );
 }

@@ -56,6 +56,30 @@ pub struct QueueInfo {
     pub reason: String,
 }
 
+impl From<Catalog> for CatalogHandle {
+    fn from(c: Catalog) -> Self {
+        CatalogHandle::new(c)
+    }
+}
+
+/// The catalog in force, replaceable while the server runs (an admin edits it); readers take a snapshot.
+#[derive(Debug, Clone)]
+pub struct CatalogHandle(std::sync::Arc<std::sync::RwLock<std::sync::Arc<Catalog>>>);
+
+impl CatalogHandle {
+    pub fn new(catalog: Catalog) -> Self {
+        CatalogHandle(std::sync::Arc::new(std::sync::RwLock::new(std::sync::Arc::new(catalog))))
+    }
+
+    pub fn get(&self) -> std::sync::Arc<Catalog> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn set(&self, catalog: Catalog) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = std::sync::Arc::new(catalog);
+    }
+}
+
 /// Queue positions and wait reasons as of the last tick, readable from anywhere without the control loop.
 #[derive(Debug, Clone, Default)]
 pub struct QueueBoard(std::sync::Arc<std::sync::RwLock<BTreeMap<String, QueueInfo>>>);
@@ -188,7 +212,7 @@ pub async fn store_task(
 pub struct Control<B> {
     store: Store,
     backend: B,
-    catalog: Catalog,
+    catalog: CatalogHandle,
     config: Config,
     secrets: SecretBox,
     /// The last wait of every queued task, shared with readers (the API) so they never wait for a tick.
@@ -201,7 +225,14 @@ pub struct Control<B> {
 }
 
 impl<B: Backend> Control<B> {
-    pub fn new(store: Store, backend: B, catalog: Catalog, config: Config, secrets: SecretBox) -> Self {
+    pub fn new(
+        store: Store,
+        backend: B,
+        catalog: impl Into<CatalogHandle>,
+        config: Config,
+        secrets: SecretBox,
+    ) -> Self {
+        let catalog = catalog.into();
         Control {
             store,
             backend,
@@ -224,7 +255,8 @@ impl<B: Backend> Control<B> {
         &self.store
     }
 
-    pub fn catalog(&self) -> &Catalog {
+    /// The catalog handle (shared with the API).
+    pub fn catalog(&self) -> &CatalogHandle {
         &self.catalog
     }
 
@@ -241,7 +273,7 @@ impl<B: Backend> Control<B> {
         idempotency_key: Option<&str>,
         now_ms: i64,
     ) -> Result<Created, SubmitError> {
-        submit(&self.store, &self.catalog, &self.secrets, owner, body, idempotency_key, now_ms).await
+        submit(&self.store, &self.catalog.get(), &self.secrets, owner, body, idempotency_key, now_ms).await
     }
 
     /// Applies one checked transition. `Ok(None)` when a concurrent change won (the next tick retries).
@@ -361,7 +393,8 @@ impl<B: Backend> Control<B> {
                 }
             }
         }
-        let (snap, index) = snapshot_for(&self.catalog, &tasks, &parsed, &self.nominated);
+        let catalog = self.catalog.get();
+        let (snap, index) = snapshot_for(&catalog, &tasks, &parsed, &self.nominated);
         let plan = schedule(&snap, now_ms.max(0) as u64, &self.config);
         let mut waits: BTreeMap<String, QueueInfo> = BTreeMap::new();
         for d in &plan.decisions {

@@ -123,6 +123,13 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
             "CREATE INDEX alarm_due ON alarm_deliveries (state, next_at_ms)",
         ],
     ),
+    (
+        6,
+        &[
+            // Named documents the server keeps (the catalog, as YAML).
+            "CREATE TABLE settings (name TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at_ms BIGINT NOT NULL)",
+        ],
+    ),
 ];
 
 pub(crate) async fn migrate(pool: &AnyPool, dialect: Dialect) -> Result<()> {

@@ -70,7 +70,15 @@ conformance!(
     deleted_tasks_leave_lists_but_keep_history,
     reopening_keeps_everything,
     users_and_tokens,
+    settings,
 );
+
+async fn settings(store: Store, _: String) {
+    assert_eq!(store.get_setting("catalog").await.unwrap(), None);
+    store.put_setting("catalog", "regions: {}", 1).await.unwrap();
+    store.put_setting("catalog", "regions: {a: {}}", 2).await.unwrap();
+    assert_eq!(store.get_setting("catalog").await.unwrap().as_deref(), Some("regions: {a: {}}"));
+}
 
 async fn users_and_tokens(store: Store, _: String) {
     assert_eq!(store.count_users().await.unwrap(), 0);

@@ -53,6 +53,7 @@ impl Conn {
         let result = match method {
             "GET" => agent.get(&url).header("Authorization", &auth).call(),
             "DELETE" => agent.delete(&url).header("Authorization", &auth).call(),
+            "PUT" => agent.put(&url).header("Authorization", &auth).send(body.unwrap_or_default()),
             _ => {
                 let mut req = agent.post(&url).header("Authorization", &auth);
                 if let Some(k) = key {
@@ -326,5 +327,55 @@ pub fn act(c: &Conn, id: &str, verb: &str) -> CallResult<ExitCode> {
         "delete" => println!("deleted {id}"),
         _ => println!("{} is {}", t["name"].as_str().unwrap_or(id), t["status"].as_str().unwrap_or("?")),
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `admin catalog set -f FILE`: replace the catalog.
+pub fn admin_catalog_set(c: &Conn, file: &std::path::Path) -> CallResult<ExitCode> {
+    let body = std::fs::read(file).map_err(|e| usage(format!("cannot read {}: {e}", file.display())))?;
+    let (_, v) = c.call("PUT", "/api/v1/admin/catalog", Some(&body), None)?;
+    let count = |k: &str| v[k].as_object().map_or(0, |m| m.len());
+    println!(
+        "catalog replaced: {} regions, {} clusters, {} pools, {} instance specs, {} nodes, {} project groups",
+        count("regions"),
+        count("clusters"),
+        count("pools"),
+        count("instanceSpecs"),
+        count("nodes"),
+        count("projectGroups")
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `admin catalog get`: the catalog in force.
+pub fn admin_catalog_get(c: &Conn, format: Format) -> CallResult<ExitCode> {
+    let (_, v) = c.call("GET", "/api/v1/catalog", None, None)?;
+    print(&v, if format == Format::Table { Format::Yaml } else { format });
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `admin user add`: create or update a user.
+pub fn admin_user(c: &Conn, name: &str, role: &str, groups: &[String]) -> CallResult<ExitCode> {
+    let body = serde_json::json!({"name": name, "role": role, "groups": groups}).to_string();
+    c.call("POST", "/api/v1/admin/users", Some(body.as_bytes()), None)?;
+    println!("user {name}: {role}, groups {}", groups.join(", "));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `admin token create USER`: a new token, printed once.
+pub fn admin_token(c: &Conn, user: &str, label: &str) -> CallResult<ExitCode> {
+    let body = serde_json::json!({"label": label}).to_string();
+    let (_, v) =
+        c.call("POST", &format!("/api/v1/users/{}/tokens", encode(user)), Some(body.as_bytes()), None)?;
+    println!("{}", v["token"].as_str().unwrap_or(""));
+    eprintln!("token for {user} (shown once; store it now)");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `admin node NAME --cordon|--uncordon`.
+pub fn admin_node(c: &Conn, name: &str, schedulable: bool) -> CallResult<ExitCode> {
+    let body = serde_json::json!({"schedulable": schedulable}).to_string();
+    c.call("PUT", &format!("/api/v1/admin/nodes/{}", encode(name)), Some(body.as_bytes()), None)?;
+    println!("node {name} {}", if schedulable { "takes new work" } else { "takes no new work (cordoned)" });
     Ok(ExitCode::SUCCESS)
 }

@@ -93,6 +93,55 @@ enum Command {
     Resubmit { id: String },
     /// Who the token belongs to.
     Whoami,
+    /// Administration: the catalog, nodes, users and tokens.
+    Admin {
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AdminCommand {
+    /// The catalog: `get` it, or `set` it from a YAML or JSON file.
+    Catalog {
+        #[command(subcommand)]
+        command: CatalogCommand,
+    },
+    /// Create or update a user.
+    User {
+        name: String,
+        #[arg(long, default_value = "member")]
+        role: String,
+        /// A project group the user belongs to (repeatable).
+        #[arg(long = "group")]
+        groups: Vec<String>,
+    },
+    /// A new API token for a user (printed once).
+    Token {
+        user: String,
+        #[arg(long, default_value = "")]
+        label: String,
+    },
+    /// Stop (`--cordon`) or resume (`--uncordon`) placing new work on a node.
+    Node {
+        name: String,
+        #[arg(long, conflicts_with = "uncordon", required_unless_present = "uncordon")]
+        cordon: bool,
+        #[arg(long)]
+        uncordon: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CatalogCommand {
+    Get {
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Yaml)]
+        output: Format,
+    },
+    Set {
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -163,5 +212,16 @@ fn main() -> ExitCode {
         Command::Delete { id } => client::finish(client::act(&conn, &id, "delete")),
         Command::Resubmit { id } => client::finish(client::act(&conn, &id, "resubmit")),
         Command::Whoami => client::finish(client::whoami(&conn)),
+        Command::Admin { command } => client::finish(match command {
+            AdminCommand::Catalog { command: CatalogCommand::Get { output } } => {
+                client::admin_catalog_get(&conn, output)
+            }
+            AdminCommand::Catalog { command: CatalogCommand::Set { file } } => {
+                client::admin_catalog_set(&conn, &file)
+            }
+            AdminCommand::User { name, role, groups } => client::admin_user(&conn, &name, &role, &groups),
+            AdminCommand::Token { user, label } => client::admin_token(&conn, &user, &label),
+            AdminCommand::Node { name, cordon, .. } => client::admin_node(&conn, &name, !cordon),
+        }),
     }
 }

@@ -96,7 +96,8 @@ fn local_catalog(m: &Machine) -> String {
         pool_specs.push(spec);
     }
     format!(
-        "# This machine, as `trainyard up` found it on first start. Edit and restart to change it.\n\
+        "# This machine, as `trainyard up` found it on first start. It seeds the catalog in the store; change\n\
+         # it later with `trainyard admin catalog set -f FILE`.\n\
          regions: {{local: {{displayName: This machine}}}}\n\
          clusters: {{local: {{region: local}}}}\n\
          pools:\n  default: {{cluster: local, instanceSpecs: [{}]}}\n\
@@ -127,11 +128,19 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>) -> R
             machine.gpus.as_ref().map_or(String::new(), |(m, n)| format!(", {n} × {m}"))
         );
     }
-    let catalog = Catalog::from_yaml(&std::fs::read_to_string(&catalog_path)?)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", catalog_path.display()))?;
     let db_path = data_dir.join("trainyard.db");
     let url = database_url.map_or_else(|| format!("sqlite://{}", db_path.display()), str::to_owned);
     let store = Store::connect(&url).await.with_context(|| format!("cannot open the store at {url}"))?;
+    // The catalog lives in the store once an admin may have edited it; the file seeds it on first start.
+    let catalog_text = match store.get_setting(trainyard_api::CATALOG_SETTING).await? {
+        Some(text) => text,
+        None => {
+            let text = std::fs::read_to_string(&catalog_path)?;
+            store.put_setting(trainyard_api::CATALOG_SETTING, &text, now_ms()).await?;
+            text
+        }
+    };
+    let catalog = Catalog::from_yaml(&catalog_text).map_err(|e| anyhow::anyhow!("the catalog: {e}"))?;
 
     if store.count_users().await? == 0 {
         let groups: Vec<String> = catalog.project_groups.keys().cloned().collect();
@@ -154,11 +163,12 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>) -> R
     // Receivers of alarm webhooks check X-Trainyard-Signature (HMAC-SHA256 of the body) with this key.
     let webhook_key_file = data_dir.join("webhook.key");
     write_private(&webhook_key_file, &String::from_utf8_lossy(&trainyard_api::webhook_key(&secrets)))?;
+    let handle = trainyard_control::CatalogHandle::new(catalog);
     let control =
-        Control::new(store.clone(), backend.clone(), catalog.clone(), Config::default(), secrets.clone());
+        Control::new(store.clone(), backend.clone(), handle.clone(), Config::default(), secrets.clone());
     let state = AppState {
         store,
-        catalog: Arc::new(catalog),
+        catalog: handle,
         secrets: Arc::new(secrets),
         queue: control.queue_board(),
         tokens: Default::default(),

@@ -162,6 +162,24 @@ fn up_then_submit_and_wait() {
         .output()
         .unwrap();
     assert_eq!(nobody.status.code(), Some(1));
+    // Administration from the CLI: a user, a token for them, and the catalog.
+    assert_eq!(cli(&["admin", "user", "erin", "--group", "default"]).status.code(), Some(0));
+    let token_out = cli(&["admin", "token", "erin", "--label", "test"]);
+    let erin = String::from_utf8_lossy(&token_out.stdout).trim().to_owned();
+    assert!(erin.starts_with("ty_"), "{erin}");
+    let who = Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(["whoami"])
+        .env("TRAINYARD_SERVER", &api)
+        .env("TRAINYARD_TOKEN", &erin)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&who.stdout).trim(), "erin (member), groups: default");
+    let catalog = cli(&["admin", "catalog", "get", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&catalog.stdout).unwrap();
+    assert_eq!(v["regions"]["local"]["displayName"], "This machine");
+    let node = v["nodes"].as_object().unwrap().keys().next().unwrap().clone();
+    assert_eq!(cli(&["admin", "node", &node, "--cordon"]).status.code(), Some(0));
+    assert_eq!(cli(&["admin", "node", &node, "--uncordon"]).status.code(), Some(0));
     server.kill().unwrap();
     let _ = server.wait();
     let _ = std::fs::remove_dir_all(&dir);

@@ -88,11 +88,12 @@ fn main() {
         let catalog = Catalog::from_yaml(CATALOG).unwrap();
         let backend = AnyBackend::Fake(FakeBackend::new(Script::default()));
         let secrets = SecretBox::generate().unwrap();
+        let handle = trainyard_control::CatalogHandle::new(catalog);
         let control =
-            Control::new(store.clone(), backend, catalog.clone(), Config::default(), secrets.clone());
+            Control::new(store.clone(), backend, handle.clone(), Config::default(), secrets.clone());
         let state = AppState {
             store: store.clone(),
-            catalog: Arc::new(catalog),
+            catalog: handle,
             secrets: Arc::new(secrets),
             queue: control.queue_board(),
             tokens: Default::default(),
