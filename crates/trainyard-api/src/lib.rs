@@ -692,6 +692,84 @@ async fn create_token(
     Ok((StatusCode::CREATED, Json(json!({ "user": name, "token": token, "label": label }))))
 }
 
+/// Admins, or the user themself.
+fn self_or_admin(user: &User, name: &str) -> ApiResult<()> {
+    if user.role == "admin" || user.name == name {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden("only admins may manage other users' TaskEnv".into()))
+    }
+}
+
+/// A user's TaskEnv, hidden values masked.
+async fn list_task_env(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let user = caller(&state, &headers).await?;
+    self_or_admin(&user, &name)?;
+    let vars = state.store.task_env(&name).await?;
+    let items: Vec<Value> = vars
+        .iter()
+        .map(|v| {
+            let value = if v.hidden { trainyard_core::spec::HIDDEN_VALUE_MASK } else { v.value.as_str() };
+            json!({ "name": v.name, "value": value, "hidden": v.hidden })
+        })
+        .collect();
+    Ok(Json(json!({ "items": items })))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct TaskEnvBody {
+    name: String,
+    value: String,
+    #[serde(default)]
+    hidden: bool,
+}
+
+/// Sets one TaskEnv variable (names and values follow the task env rules).
+async fn put_task_env(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
+    let user = caller(&state, &headers).await?;
+    self_or_admin(&user, &name)?;
+    let body: TaskEnvBody = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::BadRequest(format!("the body must be {{\"name\", \"value\", \"hidden\"}}: {e}"))
+    })?;
+    let var = trainyard_core::spec::EnvVar { name: body.name, value: body.value, hidden: body.hidden };
+    let mut report = Report::default();
+    trainyard_core::validate::check_env_list(&mut report, "env", std::slice::from_ref(&var));
+    if !report.is_ok() {
+        return Err(ApiError::Invalid(report));
+    }
+    let value = if var.hidden {
+        state.secrets.seal_value(&var.value).map_err(|e| ApiError::Internal(e.to_string()))?
+    } else {
+        var.value
+    };
+    let stored = trainyard_store::TaskEnvVar { name: var.name, value, hidden: var.hidden };
+    state.store.put_task_env(&name, &stored).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn delete_task_env(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((name, var)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let user = caller(&state, &headers).await?;
+    self_or_admin(&user, &name)?;
+    if state.store.delete_task_env(&name, &var).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound)
+    }
+}
+
 async fn healthz() -> &'static str {
     "ok"
 }
@@ -799,6 +877,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/admin/nodes/{name}", axum::routing::put(put_node))
         .route("/api/v1/admin/users", post(put_user))
         .route("/api/v1/users/{name}/tokens", post(create_token))
+        .route("/api/v1/users/{name}/env", get(list_task_env).put(put_task_env))
+        .route("/api/v1/users/{name}/env/{var}", axum::routing::delete(delete_task_env))
         .route("/metrics", get(metrics))
         .route("/api/openapi.json", get(|| async { Json(openapi::document()) }))
         .route(

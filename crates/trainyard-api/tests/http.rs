@@ -457,3 +457,25 @@ fn admins_manage_users_tokens_nodes_and_the_catalog() {
         404
     );
 }
+
+#[test]
+fn task_env_is_per_user_and_masked() {
+    let s = server();
+    let put = |who: &str, user: &str, body: &str| {
+        s.call("PUT", who, &format!("/api/v1/users/{user}/env"), Some(body), None).0
+    };
+    assert_eq!(put("alice", "alice", r#"{"name": "WANDB_API_KEY", "value": "k-123", "hidden": true}"#), 204);
+    assert_eq!(put("alice", "alice", r#"{"name": "HF_HOME", "value": "/mnt/hf"}"#), 204);
+    assert_eq!(put("alice", "alice", r#"{"name": "BAD NAME", "value": "x"}"#), 422);
+    assert_eq!(put("alice", "alice", r#"{"name": "MASTER_PORT", "value": "1"}"#), 422);
+    assert_eq!(put("bob", "alice", r#"{"name": "X", "value": "1"}"#), 403);
+    assert_eq!(put("root", "alice", r#"{"name": "FROM_ADMIN", "value": "1"}"#), 204);
+    let (code, v) = s.call("GET", "alice", "/api/v1/users/alice/env", None, None);
+    assert_eq!(code, 200);
+    let text = v.to_string();
+    assert!(!text.contains("k-123") && text.contains("/mnt/hf") && text.contains("******"), "{text}");
+    assert_eq!(s.call("DELETE", "alice", "/api/v1/users/alice/env/HF_HOME", None, None).0, 204);
+    assert_eq!(s.call("DELETE", "alice", "/api/v1/users/alice/env/HF_HOME", None, None).0, 404);
+    let bytes = std::fs::read(&s.db).unwrap_or_default();
+    assert!(!bytes.windows(5).any(|w| w == b"k-123"), "hidden TaskEnv values are sealed at rest");
+}

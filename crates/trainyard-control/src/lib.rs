@@ -336,10 +336,27 @@ impl<B: Backend> Control<B> {
         }
     }
 
-    /// What the backend gets: the task with its hidden values opened (only backends ever see them).
-    fn launch_spec(&self, t: &TaskRecord, task: &TrainingTask, placement: &Placement) -> Option<LaunchSpec> {
+    /// What the backend gets: the task with its hidden values opened (only backends ever see them), and the
+    /// owner's TaskEnv added under every name the task does not set itself (the task's own value wins).
+    async fn launch_spec(
+        &self,
+        t: &TaskRecord,
+        task: &TrainingTask,
+        placement: &Placement,
+    ) -> Option<LaunchSpec> {
         let mut task = task.clone();
         self.secrets.open(&mut task).ok()?;
+        for var in self.store.task_env(&t.owner).await.ok()? {
+            if task.spec.environment.env.iter().any(|e| e.name == var.name) {
+                continue;
+            }
+            let value = self.secrets.open_value(&var.value).ok()?;
+            task.spec.environment.env.push(trainyard_core::spec::EnvVar {
+                name: var.name,
+                value,
+                hidden: var.hidden,
+            });
+        }
         Some(LaunchSpec {
             key: AttemptKey { task_id: t.id.clone(), attempt: t.attempt },
             task_name: t.name.clone(),
@@ -444,7 +461,7 @@ impl<B: Backend> Control<B> {
                         continue;
                     };
                     // Committed first; a failed launch is retried by reconciliation on the next tick.
-                    match self.launch_spec(&t, task, &placement) {
+                    match self.launch_spec(&t, task, &placement).await {
                         Some(spec) => {
                             let _ = self.backend.launch(&spec).await;
                         }
@@ -538,7 +555,7 @@ impl<B: Backend> Control<B> {
             match t.status.as_str() {
                 "Starting" | "Prechecking" | "Running" if !alive.contains(&key) => {
                     if let Ok(p) = serde_json::from_str::<Placement>(&t.placement)
-                        && let Some(spec) = self.launch_spec(t, task, &p)
+                        && let Some(spec) = self.launch_spec(t, task, &p).await
                     {
                         let _ = self.backend.launch(&spec).await;
                     }

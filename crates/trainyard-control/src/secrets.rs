@@ -68,7 +68,8 @@ impl SecretBox {
         ChaCha20Poly1305::new(Key::from_slice(&self.key))
     }
 
-    fn seal_value(&self, value: &str) -> std::io::Result<String> {
+    /// Seals one value.
+    pub fn seal_value(&self, value: &str) -> std::io::Result<String> {
         let nonce: [u8; 12] = random()?;
         let sealed = self
             .cipher()
@@ -77,7 +78,8 @@ impl SecretBox {
         Ok(format!("{SEALED_PREFIX}{}{}", hex(&nonce), hex(&sealed)))
     }
 
-    fn open_value(&self, value: &str) -> Result<String, OpenError> {
+    /// Opens one value (a value that was never sealed comes back as it is).
+    pub fn open_value(&self, value: &str) -> Result<String, OpenError> {
         let Some(body) = value.strip_prefix(SEALED_PREFIX) else { return Ok(value.to_owned()) };
         let bytes = unhex(body).ok_or(OpenError)?;
         if bytes.len() < 12 {

@@ -358,3 +358,31 @@ async fn alarms_are_delivered_by_signed_webhook_with_retries() {
     // Nothing else is due: "failed" was not raised for a task that succeeded.
     assert_eq!(trainyard_control::alarms::deliver_due(c.store(), key, 100_000).await.unwrap(), 0);
 }
+
+#[tokio::test]
+async fn task_env_is_added_under_names_the_task_does_not_set() {
+    use trainyard_store::TaskEnvVar;
+    let backend = FakeBackend::default();
+    let (mut c, _) = control(backend.clone()).await;
+    let secrets = SecretBox::new([1; 32]);
+    let sealed = secrets.seal_value("tok-9").unwrap();
+    c.store()
+        .put_task_env("alice", &TaskEnvVar { name: "LR".into(), value: "from-env".into(), hidden: false })
+        .await
+        .unwrap();
+    c.store()
+        .put_task_env("alice", &TaskEnvVar { name: "TOKEN".into(), value: sealed, hidden: true })
+        .await
+        .unwrap();
+    let body = task("te", "nlp", "Reserved", 0, "")
+        .replace("cmd: python3 train.py}", "cmd: python3 train.py, env: [{name: LR, value: from-task}]}");
+    submit(&c, &body, 0).await;
+    c.tick(0).await.unwrap();
+    let env = &backend.launched()[0].task.spec.environment.env;
+    let pairs: Vec<(&str, &str)> = env.iter().map(|e| (e.name.as_str(), e.value.as_str())).collect();
+    assert_eq!(
+        pairs,
+        [("LR", "from-task"), ("TOKEN", "tok-9")],
+        "the task's own value wins; hidden ones are opened"
+    );
+}

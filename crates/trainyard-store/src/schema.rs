@@ -130,6 +130,19 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
             "CREATE TABLE settings (name TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at_ms BIGINT NOT NULL)",
         ],
     ),
+    (
+        7,
+        &[
+            // TaskEnv: a user's persistent env vars, added to each of their tasks unless the task sets the name.
+            "CREATE TABLE task_env (
+                user_name TEXT NOT NULL,
+                name TEXT NOT NULL,
+                value TEXT NOT NULL,
+                hidden BIGINT NOT NULL,
+                PRIMARY KEY (user_name, name)
+            )",
+        ],
+    ),
 ];
 
 pub(crate) async fn migrate(pool: &AnyPool, dialect: Dialect) -> Result<()> {

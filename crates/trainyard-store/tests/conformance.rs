@@ -71,7 +71,20 @@ conformance!(
     reopening_keeps_everything,
     users_and_tokens,
     settings,
+    task_env,
 );
+
+async fn task_env(store: Store, _: String) {
+    let v = |n: &str, val: &str, hidden| TaskEnvVar { name: n.into(), value: val.into(), hidden };
+    store.put_task_env("alice", &v("B", "2", false)).await.unwrap();
+    store.put_task_env("alice", &v("A", "1", true)).await.unwrap();
+    store.put_task_env("alice", &v("A", "one", true)).await.unwrap();
+    store.put_task_env("bob", &v("A", "x", false)).await.unwrap();
+    assert_eq!(store.task_env("alice").await.unwrap(), [v("A", "one", true), v("B", "2", false)]);
+    assert!(store.delete_task_env("alice", "B").await.unwrap());
+    assert!(!store.delete_task_env("alice", "B").await.unwrap());
+    assert_eq!(store.task_env("alice").await.unwrap().len(), 1);
+}
 
 async fn settings(store: Store, _: String) {
     assert_eq!(store.get_setting("catalog").await.unwrap(), None);
