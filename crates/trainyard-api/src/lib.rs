@@ -770,6 +770,14 @@ async fn delete_task_env(
     }
 }
 
+/// Quotas and capacity: the caller's groups (all for admins), from the scheduler's own view.
+async fn quota(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Json<Value>> {
+    let user = caller(&state, &headers).await?;
+    let groups = (user.role != "admin").then_some(user.groups.as_slice());
+    let lines = state.control.lock().await.quota_report(groups);
+    Ok(Json(json!({ "items": lines })))
+}
+
 async fn healthz() -> &'static str {
     "ok"
 }
@@ -879,6 +887,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/users/{name}/tokens", post(create_token))
         .route("/api/v1/users/{name}/env", get(list_task_env).put(put_task_env))
         .route("/api/v1/users/{name}/env/{var}", axum::routing::delete(delete_task_env))
+        .route("/api/v1/quota", get(quota))
         .route("/metrics", get(metrics))
         .route("/api/openapi.json", get(|| async { Json(openapi::document()) }))
         .route(

@@ -479,3 +479,23 @@ fn task_env_is_per_user_and_masked() {
     let bytes = std::fs::read(&s.db).unwrap_or_default();
     assert!(!bytes.windows(5).any(|w| w == b"k-123"), "hidden TaskEnv values are sealed at rest");
 }
+
+#[test]
+fn quota_shows_what_is_left() {
+    let s = server();
+    let (_, t) = s.call("POST", "alice", "/api/v1/tasks", Some(&task("q", "nlp", false, "")), None);
+    let id = t["id"].as_str().unwrap().to_owned();
+    s.wait_status(&id, "Running");
+    // Give the loop a tick with the task running.
+    std::thread::sleep(Duration::from_millis(250));
+    let (code, q) = s.call("GET", "alice", "/api/v1/quota", None, None);
+    assert_eq!(code, 200, "{q}");
+    let items = q["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "alice sees her group's quota only: {q}");
+    assert_eq!((items[0]["group"].as_str(), items[0]["limit"].as_u64()), (Some("nlp"), Some(8)));
+    // 1 master + 1 worker of cpu.small while it runs (6 after it ends).
+    let remaining = items[0]["remaining"].as_u64().unwrap();
+    assert!(remaining == 6 || remaining == 8, "{q}");
+    let (_, all) = s.call("GET", "root", "/api/v1/quota", None, None);
+    assert_eq!(all["items"].as_array().unwrap().len(), 2);
+}

@@ -94,6 +94,24 @@ impl QueueBoard {
     }
 }
 
+/// One quota and the capacity figures of its pool and spec, in spec units.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QuotaLine {
+    pub group: String,
+    pub resource_type: String,
+    pub pool: String,
+    pub spec: String,
+    pub limit: u64,
+    pub remaining: u64,
+    /// Units the pool's free capacity holds now (a reference, not a reservation).
+    pub pool_available: u64,
+    /// Reserved by groups and unused now (what Idle tasks may use).
+    pub idle: u64,
+    /// Not reserved by anyone and not used by Ondemand tasks.
+    pub unreserved: u64,
+}
+
 /// What one tick did, for logs and tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TickReport {
@@ -222,6 +240,8 @@ pub struct Control<B> {
     nominated: BTreeMap<String, Vec<String>>,
     /// Tasks already reported as unreadable.
     unreadable: std::collections::BTreeSet<String>,
+    /// The scheduler's view at the last tick, for the quota figures.
+    last_snapshot: std::sync::Arc<trainyard_sched::Snapshot>,
 }
 
 impl<B: Backend> Control<B> {
@@ -243,7 +263,48 @@ impl<B: Backend> Control<B> {
             specs: BTreeMap::new(),
             nominated: BTreeMap::new(),
             unreadable: Default::default(),
+            last_snapshot: Default::default(),
         }
+    }
+
+    /// Quota and capacity figures from the scheduler's own view at the last tick, for the groups given (all
+    /// when `None`).
+    pub fn quota_report(&self, groups: Option<&[String]>) -> Vec<QuotaLine> {
+        use trainyard_sched::views;
+        let snap = &*self.last_snapshot;
+        let catalog = self.catalog.get();
+        let ix = |list: &[String], name: &str| list.iter().position(|x| x == name);
+        let mut out = Vec::new();
+        for q in &catalog.quotas {
+            if groups.is_some_and(|g| !g.contains(&q.group)) {
+                continue;
+            }
+            let (Some(g), Some(p), Some(s)) = (
+                ix(&snap.groups, &q.group),
+                ix(&snap.pools, &q.pool),
+                snap.specs.iter().position(|x| x.name == q.spec),
+            ) else {
+                continue;
+            };
+            let (g, p, s) = (
+                trainyard_sched::GroupIx(g as u16),
+                trainyard_sched::PoolIx(p as u16),
+                trainyard_sched::SpecIx(s as u16),
+            );
+            let remaining = views::remaining_quota(snap, g, q.resource_type, p, s);
+            out.push(QuotaLine {
+                group: q.group.clone(),
+                resource_type: q.resource_type.to_string(),
+                pool: q.pool.clone(),
+                spec: q.spec.clone(),
+                limit: q.units,
+                remaining: remaining.unwrap_or(q.units),
+                pool_available: views::pool_available(snap, p, s),
+                idle: views::idle_quantity(snap, p, s),
+                unreserved: views::unreserved_available(snap, p, s),
+            });
+        }
+        out
     }
 
     /// A handle on the queue positions and wait reasons, for readers that must not wait for the loop.
@@ -413,6 +474,7 @@ impl<B: Backend> Control<B> {
         let catalog = self.catalog.get();
         let (snap, index) = snapshot_for(&catalog, &tasks, &parsed, &self.nominated);
         let plan = schedule(&snap, now_ms.max(0) as u64, &self.config);
+        self.last_snapshot = std::sync::Arc::new(snap.clone());
         let mut waits: BTreeMap<String, QueueInfo> = BTreeMap::new();
         for d in &plan.decisions {
             match d {

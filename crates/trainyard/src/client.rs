@@ -379,3 +379,31 @@ pub fn admin_node(c: &Conn, name: &str, schedulable: bool) -> CallResult<ExitCod
     println!("node {name} {}", if schedulable { "takes new work" } else { "takes no new work (cordoned)" });
     Ok(ExitCode::SUCCESS)
 }
+
+/// `quota`: quotas and capacity, from the scheduler's own view.
+pub fn quota(c: &Conn, format: Format) -> CallResult<ExitCode> {
+    let (_, v) = c.call("GET", "/api/v1/quota", None, None)?;
+    if format != Format::Table {
+        print(&v, format);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<14} {:<9} {:<12} {:<14} {:>6} {:>9} {:>10} {:>6} {:>10}",
+        "GROUP", "TYPE", "POOL", "SPEC", "QUOTA", "REMAINING", "AVAILABLE", "IDLE", "UNRESERVED"
+    );
+    for q in v["items"].as_array().into_iter().flatten() {
+        println!(
+            "{:<14} {:<9} {:<12} {:<14} {:>6} {:>9} {:>10} {:>6} {:>10}",
+            q["group"].as_str().unwrap_or(""),
+            q["resourceType"].as_str().unwrap_or(""),
+            q["pool"].as_str().unwrap_or(""),
+            q["spec"].as_str().unwrap_or(""),
+            q["limit"],
+            q["remaining"],
+            q["poolAvailable"],
+            q["idle"],
+            q["unreserved"]
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

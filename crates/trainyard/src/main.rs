@@ -14,12 +14,16 @@ use std::process::ExitCode;
 #[derive(Debug, Parser)]
 #[command(name = "trainyard", version, about)]
 struct Cli {
-    /// The server's address.
-    #[arg(long, global = true, env = "TRAINYARD_SERVER", default_value = "http://127.0.0.1:8080")]
-    server: String,
-    /// API token; defaults to the admin token `trainyard up` saved in .trainyard/admin.token.
+    /// The server's address [default: the config file's `server`, else http://127.0.0.1:8080].
+    #[arg(long, global = true, env = "TRAINYARD_SERVER")]
+    server: Option<String>,
+    /// API token [default: the config file's `token`, else the admin token `trainyard up` saved in
+    /// .trainyard/admin.token].
     #[arg(long, global = true, env = "TRAINYARD_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// A YAML file with `server:` and `token:` [default: ~/.config/trainyard/config.yaml].
+    #[arg(long, global = true, env = "TRAINYARD_CONFIG")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -93,6 +97,12 @@ enum Command {
     Resubmit { id: String },
     /// Who the token belongs to.
     Whoami,
+    /// Quotas of your groups (all for admins), what is left, and the pool's available, idle and unreserved
+    /// capacity.
+    Quota {
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
+        output: Format,
+    },
     /// Administration: the catalog, nodes, users and tokens.
     Admin {
         #[command(subcommand)]
@@ -164,12 +174,40 @@ enum Output {
     Json,
 }
 
+/// The CLI's config file: where the server is and which token to use.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    server: Option<String>,
+    token: Option<String>,
+}
+
+fn config_file(path: Option<&std::path::Path>) -> Result<ConfigFile, String> {
+    let default = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config/trainyard/config.yaml"));
+    let explicit = path.is_some();
+    let Some(path) = path.map(PathBuf::from).or(default) else { return Ok(ConfigFile::default()) };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", path.display())),
+        Err(e) if explicit => Err(format!("cannot read {}: {e}", path.display())),
+        Err(_) => Ok(ConfigFile::default()),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let config = match config_file(cli.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("trainyard: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let token = cli
         .token
+        .or(config.token)
         .or_else(|| std::fs::read_to_string(".trainyard/admin.token").ok().map(|t| t.trim().to_owned()));
-    let conn = Conn { server: cli.server, token };
+    let server = cli.server.or(config.server).unwrap_or_else(|| "http://127.0.0.1:8080".to_owned());
+    let conn = Conn { server, token };
     match cli.command {
         Command::Validate(args) => validate::run(&args.files, args.catalog.as_deref(), args.output),
         Command::Up { data_dir, listen, database_url } => {
@@ -212,6 +250,7 @@ fn main() -> ExitCode {
         Command::Delete { id } => client::finish(client::act(&conn, &id, "delete")),
         Command::Resubmit { id } => client::finish(client::act(&conn, &id, "resubmit")),
         Command::Whoami => client::finish(client::whoami(&conn)),
+        Command::Quota { output } => client::finish(client::quota(&conn, output)),
         Command::Admin { command } => client::finish(match command {
             AdminCommand::Catalog { command: CatalogCommand::Get { output } } => {
                 client::admin_catalog_get(&conn, output)

@@ -162,6 +162,22 @@ fn up_then_submit_and_wait() {
         .output()
         .unwrap();
     assert_eq!(nobody.status.code(), Some(1));
+    // Quota from the CLI, with the server and token from a config file instead of the environment.
+    let config = dir.join("cli.yaml");
+    std::fs::write(&config, format!("server: {api}\ntoken: {token}\n")).unwrap();
+    let quota = Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(["quota", "--config"])
+        .arg(&config)
+        .env_remove("TRAINYARD_SERVER")
+        .env_remove("TRAINYARD_TOKEN")
+        .output()
+        .unwrap();
+    let quota_out = String::from_utf8_lossy(&quota.stdout).to_string();
+    assert_eq!(quota.status.code(), Some(0), "{quota_out}{}", String::from_utf8_lossy(&quota.stderr));
+    assert!(
+        quota_out.contains("default") && quota_out.contains("cpu.small") && quota_out.contains("REMAINING"),
+        "{quota_out}"
+    );
     // Administration from the CLI: a user, a token for them, and the catalog.
     assert_eq!(cli(&["admin", "user", "erin", "--group", "default"]).status.code(), Some(0));
     let token_out = cli(&["admin", "token", "erin", "--label", "test"]);
