@@ -778,6 +778,45 @@ async fn quota(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<J
     Ok(Json(json!({ "items": lines })))
 }
 
+/// A user's own alarm subscriptions: they apply to every task the user owns.
+async fn get_user_alarms(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let user = caller(&state, &headers).await?;
+    self_or_admin(&user, &name)?;
+    let subs = trainyard_control::alarms::user_subscriptions(&state.store, &name).await?;
+    Ok(Json(json!({ "items": subs })))
+}
+
+/// Replaces a user's own alarm subscriptions (a JSON list, checked like a task's `advanced.alarms`).
+async fn put_user_alarms(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
+    use trainyard_core::decode::{Decode, Decoder};
+    let user = caller(&state, &headers).await?;
+    self_or_admin(&user, &name)?;
+    let value: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("the body must be a JSON list: {e}")))?;
+    let mut d = Decoder::default();
+    let subs =
+        Vec::<trainyard_core::spec::AlarmSubscription>::decode(&value, "alarms", &mut d).unwrap_or_default();
+    let mut report = d.report;
+    if report.is_ok() {
+        trainyard_core::validate::check_alarms(&mut report, "alarms", &subs);
+    }
+    if !report.is_ok() {
+        return Err(ApiError::Invalid(report));
+    }
+    let text = serde_json::to_string(&subs).map_err(|e| ApiError::Internal(e.to_string()))?;
+    state.store.put_setting(&trainyard_control::alarms::user_setting(&name), &text, now_ms()).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 async fn healthz() -> &'static str {
     "ok"
 }
@@ -886,6 +925,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/admin/users", post(put_user))
         .route("/api/v1/users/{name}/tokens", post(create_token))
         .route("/api/v1/users/{name}/env", get(list_task_env).put(put_task_env))
+        .route("/api/v1/users/{name}/alarms", get(get_user_alarms).put(put_user_alarms))
         .route("/api/v1/users/{name}/env/{var}", axum::routing::delete(delete_task_env))
         .route("/api/v1/quota", get(quota))
         .route("/metrics", get(metrics))

@@ -499,3 +499,30 @@ fn quota_shows_what_is_left() {
     let (_, all) = s.call("GET", "root", "/api/v1/quota", None, None);
     assert_eq!(all["items"].as_array().unwrap().len(), 2);
 }
+
+#[test]
+fn users_subscribe_to_alarms_for_all_their_tasks() {
+    let s = server();
+    let bad = r#"[{"events": ["queuedTooLong"], "webhook": "ftp://x"}]"#;
+    let (code, p) = s.call("PUT", "alice", "/api/v1/users/alice/alarms", Some(bad), None);
+    assert_eq!(code, 422, "{p}");
+    let paths: Vec<&str> =
+        p["problems"].as_array().unwrap().iter().map(|x| x["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["alarms[0].webhook", "alarms[0].queuedThresholdSeconds"]);
+    let good = r#"[{"events": ["succeeded"], "webhook": "http://127.0.0.1:9/hook"}]"#;
+    assert_eq!(s.call("PUT", "alice", "/api/v1/users/alice/alarms", Some(good), None).0, 204);
+    assert_eq!(s.call("PUT", "bob", "/api/v1/users/alice/alarms", Some(good), None).0, 403);
+    let (_, v) = s.call("GET", "alice", "/api/v1/users/alice/alarms", None, None);
+    assert_eq!(v["items"][0]["webhook"], "http://127.0.0.1:9/hook");
+    // alice's task (which subscribes to nothing itself) raises her alarm when it succeeds.
+    let (_, t) = s.call("POST", "alice", "/api/v1/tasks", Some(&task("sub", "nlp", false, "")), None);
+    let id = t["id"].as_str().unwrap().to_owned();
+    s.wait_status(&id, "Succeeded");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let log = rt.block_on(async {
+        let store = Store::connect(&format!("sqlite://{}", s.db.display())).await.unwrap();
+        store.task_alarms(&id).await.unwrap()
+    });
+    assert_eq!(log.iter().map(|d| d.event.as_str()).collect::<Vec<_>>(), ["succeeded"]);
+    assert_eq!(log[0].url, "http://127.0.0.1:9/hook");
+}

@@ -30,6 +30,24 @@ pub fn events_for(to: Status, reason: Reason) -> &'static [AlarmEvent] {
     }
 }
 
+/// The store's name for a user's own alarm subscriptions (a JSON list).
+pub fn user_setting(user: &str) -> String {
+    format!("alarms:{user}")
+}
+
+/// A user's own subscriptions (they apply to every task the user owns).
+pub async fn user_subscriptions(
+    store: &Store,
+    user: &str,
+) -> Result<Vec<trainyard_core::spec::AlarmSubscription>, StoreError> {
+    use trainyard_core::decode::{Decode, Decoder};
+    let Some(text) = store.get_setting(&user_setting(user)).await? else { return Ok(Vec::new()) };
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let mut d = Decoder::default();
+    Ok(Vec::<trainyard_core::spec::AlarmSubscription>::decode(&value, "alarms", &mut d).unwrap_or_default())
+}
+
 /// Queues `event` for every subscription of the task that asks for it.
 pub async fn raise(
     store: &Store,
@@ -39,7 +57,8 @@ pub async fn raise(
     message: &str,
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    for sub in task.spec.advanced.alarms.iter().filter(|a| a.events.contains(&event)) {
+    let mine = user_subscriptions(store, &t.owner).await?;
+    for sub in task.spec.advanced.alarms.iter().chain(&mine).filter(|a| a.events.contains(&event)) {
         enqueue(store, sub, t, event, message, now_ms).await?;
     }
     Ok(())

@@ -586,12 +586,19 @@ impl<B: Backend> Control<B> {
                 }
             }
         }
-        // Queued longer than a subscription allows: raised once per attempt (the store keeps it once).
+        // Queued longer than a subscription (the task's or its owner's) allows: raised once per attempt (the
+        // store keeps it once).
+        let mut owners_alarms: BTreeMap<String, Vec<trainyard_core::spec::AlarmSubscription>> =
+            BTreeMap::new();
         for (t, task) in tasks.iter().zip(&parsed) {
             if t.status != "Queued" {
                 continue;
             }
-            for a in &task.spec.advanced.alarms {
+            let mine = owners_alarms.entry(t.owner.clone()).or_insert(Vec::new());
+            if mine.is_empty() {
+                *mine = alarms::user_subscriptions(&self.store, &t.owner).await?;
+            }
+            for a in task.spec.advanced.alarms.iter().chain(owners_alarms[&t.owner].iter()) {
                 if let Some(limit_s) = a.queued_threshold_seconds
                     && a.events.contains(&trainyard_core::spec::AlarmEvent::QueuedTooLong)
                     && now_ms - t.updated_at_ms >= i64::from(limit_s) * 1000

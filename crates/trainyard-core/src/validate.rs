@@ -839,56 +839,7 @@ impl<'a> V<'a> {
     }
 
     fn alarms(&mut self, base: &str, alarms: &[crate::spec::AlarmSubscription]) {
-        if alarms.len() > ALARMS_MAX {
-            self.report.error(
-                base,
-                Code::TooLong,
-                format!("has {} subscriptions; at most {ALARMS_MAX}", alarms.len()),
-            );
-        }
-        for (i, a) in alarms.iter().enumerate() {
-            let p = index(base, i);
-            let ev = field(&p, "events");
-            if a.events.is_empty() && self.ok(&ev) {
-                self.report.error(
-                    &ev,
-                    Code::Empty,
-                    format!("choose at least one event: {}", AlarmEvent::NAMES.join(", ")),
-                );
-            }
-            let mut seen = BTreeSet::new();
-            for (j, e) in a.events.iter().enumerate() {
-                if !seen.insert(*e) {
-                    self.report.error(
-                        index(&ev, j),
-                        Code::Duplicate,
-                        format!("\"{e}\" is listed twice; list it once"),
-                    );
-                }
-            }
-            if let Err(why) = check_url(&a.webhook) {
-                self.report.error(field(&p, "webhook"), Code::InvalidUrl, why);
-            }
-            let th = field(&p, "queuedThresholdSeconds");
-            match (seen.contains(&AlarmEvent::QueuedTooLong), a.queued_threshold_seconds) {
-                (true, None) => self.report.error(
-                    &th,
-                    Code::Required,
-                    "say how long a task may wait in the queue before queuedTooLong fires",
-                ),
-                (true, Some(s)) if s < ALARM_QUEUED_THRESHOLD_MIN_S => self.report.error(
-                    &th,
-                    Code::OutOfRange,
-                    format!("{s} is too short; use at least {ALARM_QUEUED_THRESHOLD_MIN_S} seconds"),
-                ),
-                (false, Some(_)) => self.report.warning(
-                    &th,
-                    Code::Ignored,
-                    "only applies to the queuedTooLong event, which is not subscribed",
-                ),
-                _ => {}
-            }
-        }
+        check_alarms(&mut self.report, base, alarms);
     }
 
     fn type_specific(&mut self, t: &TrainingTask, place: &Place) {
@@ -1075,6 +1026,48 @@ fn nested<'p>(a: &'p str, b: &'p str, pa: &'p str, pb: &'p str) -> Option<(&'p s
         Some((b, a, pa))
     } else {
         None
+    }
+}
+
+/// Alarm subscriptions (a task's, or a user's own): events, webhook, the queuedTooLong threshold.
+pub fn check_alarms(r: &mut Report, base: &str, alarms: &[crate::spec::AlarmSubscription]) {
+    if alarms.len() > ALARMS_MAX {
+        r.error(base, Code::TooLong, format!("has {} subscriptions; at most {ALARMS_MAX}", alarms.len()));
+    }
+    for (i, a) in alarms.iter().enumerate() {
+        let p = index(base, i);
+        let ev = field(&p, "events");
+        if a.events.is_empty() {
+            r.error(&ev, Code::Empty, format!("choose at least one event: {}", AlarmEvent::NAMES.join(", ")));
+        }
+        let mut seen = BTreeSet::new();
+        for (j, e) in a.events.iter().enumerate() {
+            if !seen.insert(*e) {
+                r.error(index(&ev, j), Code::Duplicate, format!("\"{e}\" is listed twice; list it once"));
+            }
+        }
+        if let Err(why) = check_url(&a.webhook) {
+            r.error(field(&p, "webhook"), Code::InvalidUrl, why);
+        }
+        let th = field(&p, "queuedThresholdSeconds");
+        match (seen.contains(&AlarmEvent::QueuedTooLong), a.queued_threshold_seconds) {
+            (true, None) => r.error(
+                &th,
+                Code::Required,
+                "say how long a task may wait in the queue before queuedTooLong fires",
+            ),
+            (true, Some(s)) if s < ALARM_QUEUED_THRESHOLD_MIN_S => r.error(
+                &th,
+                Code::OutOfRange,
+                format!("{s} is too short; use at least {ALARM_QUEUED_THRESHOLD_MIN_S} seconds"),
+            ),
+            (false, Some(_)) => r.warning(
+                &th,
+                Code::Ignored,
+                "only applies to the queuedTooLong event, which is not subscribed",
+            ),
+            _ => {}
+        }
     }
 }
 
