@@ -594,9 +594,9 @@ impl<B: Backend> Control<B> {
             if t.status != "Queued" {
                 continue;
             }
-            let mine = owners_alarms.entry(t.owner.clone()).or_insert(Vec::new());
-            if mine.is_empty() {
-                *mine = alarms::user_subscriptions(&self.store, &t.owner).await?;
+            if !owners_alarms.contains_key(&t.owner) {
+                let mine = alarms::user_subscriptions(&self.store, &t.owner).await?;
+                owners_alarms.insert(t.owner.clone(), mine);
             }
             for a in task.spec.advanced.alarms.iter().chain(owners_alarms[&t.owner].iter()) {
                 if let Some(limit_s) = a.queued_threshold_seconds
