@@ -123,6 +123,12 @@ pub struct TickReport {
     pub conflicts: u32,
 }
 
+/// Changes committed up to this long before a sync are still picked up by it (commits land a little after
+/// the time they record).
+const SYNC_SKEW_MS: i64 = 2_000;
+/// A full read of the active tasks every this many ticks, whatever the incremental syncs saw.
+const FULL_SYNC_EVERY: u32 = 100;
+
 /// Statuses that the control loop still has work for.
 const ACTIVE: &[&str] = &["Queued", "Admitted", "Starting", "Prechecking", "Running", "Stopping"];
 
@@ -240,6 +246,11 @@ pub struct Control<B> {
     nominated: BTreeMap<String, Vec<String>>,
     /// Tasks already reported as unreadable.
     unreadable: std::collections::BTreeSet<String>,
+    /// The tasks the loop has work for (specs left out), kept up to date from the store incrementally: rows
+    /// changed since the last sync, and a full read every [`FULL_SYNC_EVERY`] ticks as a safety net.
+    active: BTreeMap<String, TaskRecord>,
+    synced_to_ms: Option<i64>,
+    ticks_since_full_sync: u32,
     /// The scheduler's view at the last tick, for the quota figures.
     last_snapshot: std::sync::Arc<trainyard_sched::Snapshot>,
 }
@@ -264,6 +275,41 @@ impl<B: Backend> Control<B> {
             nominated: BTreeMap::new(),
             unreadable: Default::default(),
             last_snapshot: Default::default(),
+            active: BTreeMap::new(),
+            synced_to_ms: None,
+            ticks_since_full_sync: 0,
+        }
+    }
+
+    /// Brings `active` up to date with the store.
+    async fn sync_active(&mut self, now_ms: i64) -> Result<(), StoreError> {
+        match self.synced_to_ms {
+            Some(since) if self.ticks_since_full_sync < FULL_SYNC_EVERY => {
+                for t in self.store.tasks_updated_since(since - SYNC_SKEW_MS).await? {
+                    self.absorb(t);
+                }
+                self.ticks_since_full_sync += 1;
+            }
+            _ => {
+                let all = self.store.tasks_in_status_without_spec(ACTIVE).await?;
+                self.active = all.into_iter().map(|t| (t.id.clone(), t)).collect();
+                self.ticks_since_full_sync = 0;
+            }
+        }
+        self.synced_to_ms = Some(now_ms);
+        Ok(())
+    }
+
+    /// Takes a newer version of a task into `active` (or drops it when the loop has nothing left to do).
+    fn absorb(&mut self, mut t: TaskRecord) {
+        if self.active.get(&t.id).is_some_and(|known| known.version > t.version) {
+            return;
+        }
+        if ACTIVE.contains(&t.status.as_str()) {
+            t.spec_json.clear();
+            self.active.insert(t.id.clone(), t);
+        } else {
+            self.active.remove(&t.id);
         }
     }
 
@@ -441,7 +487,9 @@ impl<B: Backend> Control<B> {
         // loop for every other task.
         let mut tasks = Vec::new();
         let mut parsed = Vec::new();
-        let active = self.store.tasks_in_status_without_spec(ACTIVE).await?;
+        self.sync_active(now_ms).await?;
+        let mut active: Vec<TaskRecord> = self.active.values().cloned().collect();
+        active.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
         let ids: std::collections::BTreeSet<&str> = active.iter().map(|t| t.id.as_str()).collect();
         self.specs.retain(|id, _| ids.contains(id.as_str()));
         for mut t in active {

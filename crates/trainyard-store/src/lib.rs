@@ -555,6 +555,21 @@ impl Store {
         self.tasks_where_status(statuses, &TASK_COLUMNS.replace("spec,", "'' AS spec,")).await
     }
 
+    /// Tasks changed at or after `since_ms` (by `updated_at_ms`), specs left out, deleted ones included as
+    /// their last state: what an incremental reader of the active set needs.
+    pub async fn tasks_updated_since(&self, since_ms: i64) -> Result<Vec<TaskRecord>> {
+        let columns = TASK_COLUMNS
+            .replace("spec,", "'' AS spec,")
+            .replace("status,", "CASE WHEN deleted = 1 THEN 'Deleted' ELSE status END AS status,");
+        let rows = sqlx::query(&format!(
+            "SELECT {columns} FROM tasks WHERE updated_at_ms >= $1 ORDER BY updated_at_ms, id"
+        ))
+        .bind(since_ms)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(task_from_row).collect()
+    }
+
     /// Tasks not deleted whose status is one of `statuses`: what the control loop rebuilds its state from.
     pub async fn tasks_in_status(&self, statuses: &[&str]) -> Result<Vec<TaskRecord>> {
         self.tasks_where_status(statuses, TASK_COLUMNS).await

@@ -143,6 +143,13 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
             )",
         ],
     ),
+    (
+        8,
+        &[
+            // The control loop reads what changed since its last look.
+            "CREATE INDEX tasks_by_update ON tasks (updated_at_ms)",
+        ],
+    ),
 ];
 
 pub(crate) async fn migrate(pool: &AnyPool, dialect: Dialect) -> Result<()> {

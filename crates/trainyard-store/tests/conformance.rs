@@ -72,7 +72,19 @@ conformance!(
     users_and_tokens,
     settings,
     task_env,
+    changes_since,
 );
+
+async fn changes_since(store: Store, _: String) {
+    store.create_task(&new_task("old", "alice", "nlp", 10)).await.unwrap();
+    store.create_task(&new_task("new", "alice", "nlp", 100)).await.unwrap();
+    store.create_task(&new_task("gone", "alice", "nlp", 100)).await.unwrap();
+    store.delete_task("gone", 150).await.unwrap();
+    let changed = store.tasks_updated_since(50).await.unwrap();
+    let seen: Vec<(&str, &str)> = changed.iter().map(|t| (t.id.as_str(), t.status.as_str())).collect();
+    assert_eq!(seen, [("new", "Queued"), ("gone", "Deleted")]);
+    assert!(changed.iter().all(|t| t.spec_json.is_empty()));
+}
 
 async fn task_env(store: Store, _: String) {
     let v = |n: &str, val: &str, hidden| TaskEnvVar { name: n.into(), value: val.into(), hidden };
