@@ -522,7 +522,6 @@ impl<B: Backend> Control<B> {
         let catalog = self.catalog.get();
         let (snap, index) = snapshot_for(&catalog, &tasks, &parsed, &self.nominated);
         let plan = schedule(&snap, now_ms.max(0) as u64, &self.config);
-        self.last_snapshot = std::sync::Arc::new(snap.clone());
         let mut waits: BTreeMap<String, QueueInfo> = BTreeMap::new();
         for d in &plan.decisions {
             match d {
@@ -659,6 +658,8 @@ impl<B: Backend> Control<B> {
             }
         }
         self.waits.replace(waits);
+        // Kept (not copied) for the quota figures until the next tick.
+        self.last_snapshot = std::sync::Arc::new(snap);
         self.reconcile(&tasks, &parsed).await;
         Ok(report)
     }

@@ -286,30 +286,7 @@ impl Store {
     pub async fn import_tasks(&self, tasks: &[NewTask]) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         for t in tasks {
-            let labels = serde_json::to_string(&t.labels).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            sqlx::query(&format!(
-                "INSERT INTO tasks ({TASK_COLUMNS}, deleted) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 1, $10, $10, '', 0, 0)"
-            ))
-            .bind(&t.id)
-            .bind(&t.name)
-            .bind(&t.owner)
-            .bind(&t.project_group)
-            .bind(&t.task_type)
-            .bind(&t.status)
-            .bind(i64::from(t.public))
-            .bind(&labels)
-            .bind(&t.spec_json)
-            .bind(t.created_at_ms)
-            .execute(&mut *tx)
-            .await?;
-            for (k, v) in &t.labels {
-                sqlx::query("INSERT INTO task_labels (task_id, key, value) VALUES ($1, $2, $3)")
-                    .bind(&t.id)
-                    .bind(k)
-                    .bind(v)
-                    .execute(&mut *tx)
-                    .await?;
-            }
+            create_in(&mut tx, t).await?;
         }
         tx.commit().await?;
         Ok(())
