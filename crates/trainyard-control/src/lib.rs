@@ -123,6 +123,27 @@ pub struct TickReport {
     pub conflicts: u32,
 }
 
+/// What the loop keeps of a task's spec between ticks: what scheduling, placement and alarms read. The
+/// environment (env values, mounts, the command) and the Ray runtime env are dropped; a launch reads the full
+/// spec from the store. With tens of thousands queued this is most of the loop's memory.
+fn slim(mut task: TrainingTask) -> TrainingTask {
+    let e = &mut task.spec.environment;
+    e.env = Vec::new();
+    e.volumes = Vec::new();
+    e.datasets = Vec::new();
+    e.models = Vec::new();
+    e.cmd = String::new();
+    task.metadata.labels.clear();
+    task.metadata.description = None;
+    if let Some(p) = task.spec.advanced.precheck.as_mut() {
+        p.env = Vec::new();
+    }
+    if let Some(r) = task.spec.ray.as_mut() {
+        r.runtime_env_yaml = None;
+    }
+    task
+}
+
 /// Changes committed up to this long before a sync are still picked up by it (commits land a little after
 /// the time they record).
 const SYNC_SKEW_MS: i64 = 2_000;
@@ -445,13 +466,11 @@ impl<B: Backend> Control<B> {
 
     /// What the backend gets: the task with its hidden values opened (only backends ever see them), and the
     /// owner's TaskEnv added under every name the task does not set itself (the task's own value wins).
-    async fn launch_spec(
-        &self,
-        t: &TaskRecord,
-        task: &TrainingTask,
-        placement: &Placement,
-    ) -> Option<LaunchSpec> {
-        let mut task = task.clone();
+    ///
+    /// The loop's cache holds slimmed specs, so the full one is read from the store here (once per launch).
+    async fn launch_spec(&self, t: &TaskRecord, placement: &Placement) -> Option<LaunchSpec> {
+        let full = self.store.get_task(&t.id).await.ok()??;
+        let mut task = Self::parse(&full).ok()?;
         self.secrets.open(&mut task).ok()?;
         for var in self.store.task_env(&t.owner).await.ok()? {
             if task.spec.environment.env.iter().any(|e| e.name == var.name) {
@@ -499,7 +518,7 @@ impl<B: Backend> Control<B> {
                 None => match self.store.get_task(&t.id).await? {
                     Some(full) => {
                         t.spec_json = full.spec_json;
-                        Self::parse(&t).map(std::sync::Arc::new)
+                        Self::parse(&t).map(|task| std::sync::Arc::new(slim(task)))
                     }
                     None => continue,
                 },
@@ -570,7 +589,7 @@ impl<B: Backend> Control<B> {
                         continue;
                     };
                     // Committed first; a failed launch is retried by reconciliation on the next tick.
-                    match self.launch_spec(&t, task, &placement).await {
+                    match self.launch_spec(&t, &placement).await {
                         Some(spec) => {
                             let _ = self.backend.launch(&spec).await;
                         }
@@ -660,20 +679,20 @@ impl<B: Backend> Control<B> {
         self.waits.replace(waits);
         // Kept (not copied) for the quota figures until the next tick.
         self.last_snapshot = std::sync::Arc::new(snap);
-        self.reconcile(&tasks, &parsed).await;
+        self.reconcile(&tasks).await;
         Ok(report)
     }
 
     /// Makes the backend match the store: tasks holding resources are launched (again, idempotently), and
     /// stopping ones stopped; lost launches and lost stops are repaired here.
-    async fn reconcile(&self, tasks: &[TaskRecord], parsed: &[std::sync::Arc<TrainingTask>]) {
+    async fn reconcile(&self, tasks: &[TaskRecord]) {
         let alive = self.backend.alive().await;
-        for (t, task) in tasks.iter().zip(parsed) {
+        for t in tasks {
             let key = AttemptKey { task_id: t.id.clone(), attempt: t.attempt };
             match t.status.as_str() {
                 "Starting" | "Prechecking" | "Running" if !alive.contains(&key) => {
                     if let Ok(p) = serde_json::from_str::<Placement>(&t.placement)
-                        && let Some(spec) = self.launch_spec(t, task, &p).await
+                        && let Some(spec) = self.launch_spec(t, &p).await
                     {
                         let _ = self.backend.launch(&spec).await;
                     }
