@@ -162,6 +162,30 @@ pub struct AppState {
     pub control: Arc<Mutex<Control<AnyBackend>>>,
 }
 
+impl AppState {
+    /// Everything the server needs, wired together: the control loop over `store` and `backend`, sharing
+    /// the catalog, the queue board and the secrets with the API.
+    pub fn new(
+        store: Store,
+        catalog: Catalog,
+        backend: AnyBackend,
+        secrets: SecretBox,
+        config: trainyard_sched::Config,
+    ) -> Self {
+        let handle = CatalogHandle::new(catalog);
+        let control = Control::new(store.clone(), backend, handle.clone(), config, secrets.clone());
+        AppState {
+            store,
+            catalog: handle,
+            secrets: Arc::new(secrets),
+            queue: control.queue_board(),
+            tokens: Default::default(),
+            metrics: Default::default(),
+            control: Arc::new(Mutex::new(control)),
+        }
+    }
+}
+
 impl std::fmt::Debug for AppState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AppState").finish_non_exhaustive()

@@ -4,9 +4,7 @@
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Mutex;
 use trainyard_api::{AppState, new_token, token_hash};
-use trainyard_control::Control;
 use trainyard_control::secrets::SecretBox;
 use trainyard_core::Catalog;
 use trainyard_runtime::AnyBackend;
@@ -68,18 +66,7 @@ fn server() -> Server {
         let backend =
             AnyBackend::Fake(FakeBackend::new(Script { start_ms: 100, run_ms: 300, ..Script::default() }));
         let secrets = SecretBox::generate().unwrap();
-        let handle = trainyard_control::CatalogHandle::new(catalog);
-        let control =
-            Control::new(store.clone(), backend, handle.clone(), Config::default(), secrets.clone());
-        let state = AppState {
-            store,
-            catalog: handle,
-            secrets: Arc::new(secrets),
-            queue: control.queue_board(),
-            tokens: Default::default(),
-            metrics: Default::default(),
-            control: Arc::new(Mutex::new(control)),
-        };
+        let state = AppState::new(store, catalog, backend, secrets, Config::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(trainyard_api::serve(listener, state));

@@ -4,10 +4,7 @@
 
 use anyhow::{Context, Result};
 use std::path::Path;
-use std::sync::Arc;
-use tokio::sync::Mutex;
 use trainyard_api::{AppState, new_token, now_ms, token_hash};
-use trainyard_control::Control;
 use trainyard_control::secrets::SecretBox;
 use trainyard_core::Catalog;
 use trainyard_runtime::AnyBackend;
@@ -163,18 +160,7 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>) -> R
     // Receivers of alarm webhooks check X-Trainyard-Signature (HMAC-SHA256 of the body) with this key.
     let webhook_key_file = data_dir.join("webhook.key");
     write_private(&webhook_key_file, &String::from_utf8_lossy(&trainyard_api::webhook_key(&secrets)))?;
-    let handle = trainyard_control::CatalogHandle::new(catalog);
-    let control =
-        Control::new(store.clone(), backend.clone(), handle.clone(), Config::default(), secrets.clone());
-    let state = AppState {
-        store,
-        catalog: handle,
-        secrets: Arc::new(secrets),
-        queue: control.queue_board(),
-        tokens: Default::default(),
-        metrics: Default::default(),
-        control: Arc::new(Mutex::new(control)),
-    };
+    let state = AppState::new(store, catalog, backend.clone(), secrets, Config::default());
     let listener =
         tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr()?;

@@ -11,9 +11,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use tokio::sync::Mutex;
 use trainyard_api::{AppState, new_token, token_hash};
-use trainyard_control::Control;
 use trainyard_control::secrets::SecretBox;
 use trainyard_core::Catalog;
 use trainyard_runtime::AnyBackend;
@@ -117,18 +115,7 @@ fn serve_mode(url: &str) {
         let catalog = Catalog::from_yaml(CATALOG).unwrap();
         let backend = AnyBackend::Fake(FakeBackend::new(Script::default()));
         let secrets = SecretBox::generate().unwrap();
-        let handle = trainyard_control::CatalogHandle::new(catalog);
-        let control =
-            Control::new(store.clone(), backend, handle.clone(), Config::default(), secrets.clone());
-        let state = AppState {
-            store: store.clone(),
-            catalog: handle,
-            secrets: Arc::new(secrets),
-            queue: control.queue_board(),
-            tokens: Default::default(),
-            metrics: Default::default(),
-            control: Arc::new(Mutex::new(control)),
-        };
+        let state = AppState::new(store.clone(), catalog, backend, secrets, Config::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         println!("LISTENING http://{}", listener.local_addr().unwrap());
         trainyard_api::serve(listener, state).await.unwrap();
