@@ -252,6 +252,29 @@ pub async fn store_task(
     Err(SubmitError::Store(last.expect("the loop ran at least once")))
 }
 
+impl Step {
+    /// A transition that changes only status, reason, message and attempt.
+    fn new(to: Status, reason: Reason, message: impl Into<String>, attempt: i64) -> Step {
+        Step { to, reason, message: message.into(), attempt, placement: None, retries: None }
+    }
+
+    fn placement(mut self, json: String) -> Step {
+        self.placement = Some(json);
+        self
+    }
+
+    /// The attempt no longer runs anywhere.
+    fn clear_placement(mut self) -> Step {
+        self.placement = Some(String::new());
+        self
+    }
+
+    fn retries(mut self, n: i64) -> Step {
+        self.retries = Some(n);
+        self
+    }
+}
+
 /// The control loop over a store and a backend.
 #[derive(Debug)]
 pub struct Control<B> {
@@ -554,14 +577,7 @@ impl<B: Backend> Control<B> {
                     let Some(t) = self
                         .apply(
                             t,
-                            Step {
-                                to: Status::Admitted,
-                                reason: Reason::Admitted,
-                                message,
-                                attempt: t.attempt,
-                                placement: Some(json),
-                                retries: None,
-                            },
+                            Step::new(Status::Admitted, Reason::Admitted, message, t.attempt).placement(json),
                             now_ms,
                         )
                         .await?
@@ -573,14 +589,7 @@ impl<B: Backend> Control<B> {
                     let Some(t) = self
                         .apply(
                             &t,
-                            Step {
-                                to: Status::Starting,
-                                reason: Reason::Admitted,
-                                message: "starting replicas".into(),
-                                attempt: t.attempt,
-                                placement: None,
-                                retries: None,
-                            },
+                            Step::new(Status::Starting, Reason::Admitted, "starting replicas", t.attempt),
                             now_ms,
                         )
                         .await?
@@ -607,14 +616,12 @@ impl<B: Backend> Control<B> {
                     let Some(t) = self
                         .apply(
                             t,
-                            Step {
-                                to: Status::Stopping,
-                                reason: Reason::Preempted,
-                                message: format!("preempted for {by}"),
-                                attempt: t.attempt,
-                                placement: None,
-                                retries: None,
-                            },
+                            Step::new(
+                                Status::Stopping,
+                                Reason::Preempted,
+                                format!("preempted for {by}"),
+                                t.attempt,
+                            ),
                             now_ms,
                         )
                         .await?
@@ -719,14 +726,12 @@ impl<B: Backend> Control<B> {
             (Observation::Started { precheck: true, .. }, Status::Starting) => {
                 self.apply(
                     &t,
-                    Step {
-                        to: Status::Prechecking,
-                        reason: Reason::PrecheckStarted,
-                        message: "running the resource precheck".into(),
-                        attempt: t.attempt,
-                        placement: None,
-                        retries: None,
-                    },
+                    Step::new(
+                        Status::Prechecking,
+                        Reason::PrecheckStarted,
+                        "running the resource precheck",
+                        t.attempt,
+                    ),
                     now_ms,
                 )
                 .await?
@@ -734,14 +739,7 @@ impl<B: Backend> Control<B> {
             (Observation::Started { precheck: false, .. }, Status::Starting) => {
                 self.apply(
                     &t,
-                    Step {
-                        to: Status::Running,
-                        reason: Reason::Started,
-                        message: "every replica started".into(),
-                        attempt: t.attempt,
-                        placement: None,
-                        retries: None,
-                    },
+                    Step::new(Status::Running, Reason::Started, "every replica started", t.attempt),
                     now_ms,
                 )
                 .await?
@@ -749,14 +747,7 @@ impl<B: Backend> Control<B> {
             (Observation::PrecheckPassed { message, .. }, Status::Prechecking) => {
                 self.apply(
                     &t,
-                    Step {
-                        to: Status::Running,
-                        reason: Reason::PrecheckPassed,
-                        message: message.clone(),
-                        attempt: t.attempt,
-                        placement: None,
-                        retries: None,
-                    },
+                    Step::new(Status::Running, Reason::PrecheckPassed, message.clone(), t.attempt),
                     now_ms,
                 )
                 .await?
@@ -764,14 +755,7 @@ impl<B: Backend> Control<B> {
             (Observation::Finished { reason: Reason::Completed, message, .. }, Status::Running) => {
                 self.apply(
                     &t,
-                    Step {
-                        to: Status::Succeeded,
-                        reason: Reason::Completed,
-                        message: message.clone(),
-                        attempt: t.attempt,
-                        placement: None,
-                        retries: None,
-                    },
+                    Step::new(Status::Succeeded, Reason::Completed, message.clone(), t.attempt),
                     now_ms,
                 )
                 .await?
@@ -782,14 +766,7 @@ impl<B: Backend> Control<B> {
                 let Some(failed) = self
                     .apply(
                         &t,
-                        Step {
-                            to: Status::Failed,
-                            reason: *reason,
-                            message: message.clone(),
-                            attempt: t.attempt,
-                            placement: Some(String::new()),
-                            retries: None,
-                        },
+                        Step::new(Status::Failed, *reason, message.clone(), t.attempt).clear_placement(),
                         now_ms,
                     )
                     .await?
@@ -811,28 +788,21 @@ impl<B: Backend> Control<B> {
                 if cause.as_deref() == Some("Preempted") || cause.as_deref() == Some("NodeFailed") {
                     self.apply(
                         &t,
-                        Step {
-                            to: Status::Queued,
-                            reason: Reason::Requeued,
-                            message: format!("{message}; back in the queue"),
-                            attempt: t.attempt + 1,
-                            placement: Some(String::new()),
-                            retries: None,
-                        },
+                        Step::new(
+                            Status::Queued,
+                            Reason::Requeued,
+                            format!("{message}; back in the queue"),
+                            t.attempt + 1,
+                        )
+                        .clear_placement(),
                         now_ms,
                     )
                     .await?
                 } else {
                     self.apply(
                         &t,
-                        Step {
-                            to: Status::Stopped,
-                            reason: Reason::Terminated,
-                            message: message.clone(),
-                            attempt: t.attempt,
-                            placement: Some(String::new()),
-                            retries: None,
-                        },
+                        Step::new(Status::Stopped, Reason::Terminated, message.clone(), t.attempt)
+                            .clear_placement(),
                         now_ms,
                     )
                     .await?
@@ -864,14 +834,8 @@ impl<B: Backend> Control<B> {
         }
         if failure_class(reason) == FailureClass::Infrastructure && t.retries < i64::from(budget) {
             let message = format!("automatic resubmission {} of {budget} after {reason}", t.retries + 1);
-            let step = Step {
-                to: Status::Queued,
-                reason: Reason::Requeued,
-                message: message.clone(),
-                attempt: t.attempt + 1,
-                placement: None,
-                retries: Some(t.retries + 1),
-            };
+            let step = Step::new(Status::Queued, Reason::Requeued, message.clone(), t.attempt + 1)
+                .retries(t.retries + 1);
             if let Some(requeued) = self.apply(t, step, now_ms).await? {
                 self.raise(&requeued, AlarmEvent::Resubmitted, &message, now_ms).await?;
                 if reason == Reason::NodeFailed {
@@ -916,24 +880,13 @@ impl<B: Backend> Control<B> {
             }
         };
         let message = if deleting { "deleted by a user" } else { "stopped by a user" };
-        let updated = self
-            .apply(
-                &t,
-                Step {
-                    to,
-                    reason,
-                    message: message.into(),
-                    attempt: t.attempt,
-                    placement: None,
-                    retries: None,
-                },
-                now_ms,
-            )
-            .await?
-            .ok_or_else(|| CommandError::WrongState {
-                name: t.name.clone(),
-                status: t.status.clone(),
-                what: "it changed meanwhile; try again",
+        let updated =
+            self.apply(&t, Step::new(to, reason, message, t.attempt), now_ms).await?.ok_or_else(|| {
+                CommandError::WrongState {
+                    name: t.name.clone(),
+                    status: t.status.clone(),
+                    what: "it changed meanwhile; try again",
+                }
             })?;
         if to == Status::Stopping {
             let cause = if deleting { StopCause::Deleted } else { StopCause::UserStop };
@@ -957,14 +910,8 @@ impl<B: Backend> Control<B> {
         }
         self.apply(
             &t,
-            Step {
-                to: Status::Queued,
-                reason: Reason::Resubmitted,
-                message: "resubmitted by a user".into(),
-                attempt: t.attempt + 1,
-                placement: Some(String::new()),
-                retries: None,
-            },
+            Step::new(Status::Queued, Reason::Resubmitted, "resubmitted by a user", t.attempt + 1)
+                .clear_placement(),
             now_ms,
         )
         .await?
