@@ -640,8 +640,7 @@ async fn put_node(
 ) -> ApiResult<StatusCode> {
     let user = caller(&state, &headers).await?;
     admin_only(&user)?;
-    let body: NodeStateBody = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::BadRequest(format!("the body must be {{\"schedulable\": BOOL}}: {e}")))?;
+    let body: NodeStateBody = json_body(&body, r#"{"schedulable": BOOL}"#)?;
     let mut catalog = (*state.catalog.get()).clone();
     let node = catalog.nodes.get_mut(&name).ok_or(ApiError::NotFound)?;
     node.schedulable = body.schedulable;
@@ -663,9 +662,7 @@ pub struct UserBody {
 async fn put_user(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult<Json<Value>> {
     let user = caller(&state, &headers).await?;
     admin_only(&user)?;
-    let body: UserBody = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::BadRequest(format!("the body must be {{\"name\", \"role\", \"groups\"}}: {e}"))
-    })?;
+    let body: UserBody = json_body(&body, r#"{"name", "role", "groups"}"#)?;
     if !matches!(body.role.as_str(), "admin" | "member") {
         return Err(ApiError::BadRequest(format!(
             "role {:?} does not exist; use admin or member",
@@ -752,6 +749,11 @@ pub struct TaskEnvBody {
     hidden: bool,
 }
 
+/// Parses a JSON request body; `shape` tells the caller what was expected.
+fn json_body<T: serde::de::DeserializeOwned>(body: &[u8], shape: &str) -> ApiResult<T> {
+    serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("the body must be {shape}: {e}")))
+}
+
 /// Sets one TaskEnv variable (names and values follow the task env rules).
 async fn put_task_env(
     State(state): State<AppState>,
@@ -761,9 +763,7 @@ async fn put_task_env(
 ) -> ApiResult<StatusCode> {
     let user = caller(&state, &headers).await?;
     self_or_admin(&user, &name)?;
-    let body: TaskEnvBody = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::BadRequest(format!("the body must be {{\"name\", \"value\", \"hidden\"}}: {e}"))
-    })?;
+    let body: TaskEnvBody = json_body(&body, r#"{"name", "value", "hidden"}"#)?;
     let var = trainyard_core::spec::EnvVar { name: body.name, value: body.value, hidden: body.hidden };
     let mut report = Report::default();
     trainyard_core::validate::check_env_list(&mut report, "env", std::slice::from_ref(&var));
@@ -824,8 +824,7 @@ async fn put_user_alarms(
     use trainyard_core::decode::{Decode, Decoder};
     let user = caller(&state, &headers).await?;
     self_or_admin(&user, &name)?;
-    let value: Value = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::BadRequest(format!("the body must be a JSON list: {e}")))?;
+    let value: Value = json_body(&body, "a JSON list")?;
     let mut d = Decoder::default();
     let subs =
         Vec::<trainyard_core::spec::AlarmSubscription>::decode(&value, "alarms", &mut d).unwrap_or_default();
@@ -883,9 +882,7 @@ async fn share_task(
 ) -> ApiResult<StatusCode> {
     let user = caller(&state, &headers).await?;
     let t = visible_task(&state, &user, &id).await?;
-    let body: ShareBody = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::BadRequest(format!("the body must be {{\"user\": NAME, \"operate\": BOOL}}: {e}"))
-    })?;
+    let body: ShareBody = json_body(&body, r#"{"user": NAME, "operate": BOOL}"#)?;
     if user.role != "admin" && t.owner != user.name {
         return Err(ApiError::Forbidden(format!("only the owner of {} or an admin can share it", t.name)));
     }
