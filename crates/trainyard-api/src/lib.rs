@@ -32,7 +32,7 @@ use tokio::sync::Mutex;
 use trainyard_control::secrets::SecretBox;
 use trainyard_control::{CatalogHandle, CommandError, Control, QueueBoard, SubmitError};
 use trainyard_core::{Catalog, MAX_DOCUMENT_BYTES, Report};
-use trainyard_runtime::AnyBackend;
+use trainyard_runtime::{AnyBackend, LogChunk};
 use trainyard_store::{Created, Store, StoreError, TaskFilter, TaskRecord, User};
 
 /// The server's own figures, served in Prometheus text format at `/metrics`.
@@ -160,6 +160,8 @@ pub struct AppState {
     pub tokens: TokenCache,
     pub metrics: Arc<Metrics>,
     pub control: Arc<Mutex<Control<AnyBackend>>>,
+    /// For reading logs (the control loop owns the rest of the backend's conversation).
+    pub backend: AnyBackend,
 }
 
 impl AppState {
@@ -173,7 +175,7 @@ impl AppState {
         config: trainyard_sched::Config,
     ) -> Self {
         let handle = CatalogHandle::new(catalog);
-        let control = Control::new(store.clone(), backend, handle.clone(), config, secrets.clone());
+        let control = Control::new(store.clone(), backend.clone(), handle.clone(), config, secrets.clone());
         AppState {
             store,
             catalog: handle,
@@ -182,6 +184,7 @@ impl AppState {
             tokens: Default::default(),
             metrics: Default::default(),
             control: Arc::new(Mutex::new(control)),
+            backend,
         }
     }
 }
@@ -215,6 +218,8 @@ pub fn new_token() -> std::io::Result<String> {
 pub enum ApiError {
     Unauthorized,
     NotFound,
+    /// Not found, with a detail that leaks nothing (the task itself is visible).
+    NotFoundWhat(String),
     Forbidden(String),
     Invalid(Report),
     Conflict(String),
@@ -265,6 +270,9 @@ impl IntoResponse for ApiError {
                 "no such task, or it is not visible to you".to_owned(),
                 Value::Null,
             ),
+            ApiError::NotFoundWhat(detail) => {
+                (StatusCode::NOT_FOUND, "not-found", "Not found", detail, Value::Null)
+            }
             ApiError::Forbidden(d) => (StatusCode::FORBIDDEN, "forbidden", "Not allowed", d, Value::Null),
             ApiError::Invalid(report) => {
                 let n = report.errors().count();
@@ -558,6 +566,89 @@ async fn task_events(
     Ok(Json(json!({ "items": items })))
 }
 
+#[derive(Debug, Deserialize)]
+pub struct LogsQuery {
+    replica: Option<String>,
+    attempt: Option<i64>,
+    #[serde(default)]
+    offset: u64,
+    #[serde(default)]
+    follow: bool,
+}
+
+/// Most bytes of log one plain read returns (the response says where to go on).
+const LOG_READ_MAX: usize = 4 << 20;
+
+/// Without `replica`: the replicas of each attempt. With it: that replica's log (`attempt` defaults to the
+/// latest), as plain text from `offset` (`X-Next-Offset` says where to go on), or with `follow=true` as
+/// server-sent events, one `data:` per line, until the replica ends.
+async fn task_logs(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(q): Query<LogsQuery>,
+) -> ApiResult<Response> {
+    use trainyard_runtime::{AttemptKey, Backend};
+    let user = caller(&state, &headers).await?;
+    let t = visible_task(&state, &user, &id).await?;
+    let Some(replica) = q.replica else {
+        let mut attempts = Vec::new();
+        for attempt in (0..=t.attempt).rev() {
+            let key = AttemptKey { task_id: t.id.clone(), attempt };
+            let replicas: Vec<Value> = state
+                .backend
+                .replicas(&key)
+                .await
+                .into_iter()
+                .map(|(name, role)| json!({"name": name, "role": role}))
+                .collect();
+            if !replicas.is_empty() {
+                attempts.push(json!({"attempt": attempt, "replicas": replicas}));
+            }
+        }
+        return Ok(Json(json!({"items": attempts})).into_response());
+    };
+    let key = AttemptKey { task_id: t.id.clone(), attempt: q.attempt.unwrap_or(t.attempt) };
+    let first = state.backend.read_log(&key, &replica, q.offset, LOG_READ_MAX).await;
+    if first.missing {
+        return Err(ApiError::NotFoundWhat(format!(
+            "{} has no replica {replica} in attempt {}; GET /api/v1/tasks/{}/logs lists them",
+            t.name, key.attempt, t.id
+        )));
+    }
+    if !q.follow {
+        let mut r = first.data.into_response();
+        let h = r.headers_mut();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+        h.insert("x-next-offset", HeaderValue::from(first.next));
+        h.insert("x-log-ended", HeaderValue::from_static(if first.ended { "true" } else { "false" }));
+        return Ok(r);
+    }
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let backend = state.backend.clone();
+    let stream = futures_util::stream::unfold(Some(first), move |chunk| {
+        let (backend, key, replica) = (backend.clone(), key.clone(), replica.clone());
+        async move {
+            let mut chunk = chunk?;
+            while chunk.data.is_empty() && !chunk.ended {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                chunk = backend.read_log(&key, &replica, chunk.next, 256 << 10).await;
+            }
+            if chunk.data.is_empty() {
+                let end = Event::default().event("end").data("the replica ended");
+                return Some((vec![Ok::<_, std::convert::Infallible>(end)], None));
+            }
+            let events: Vec<_> =
+                String::from_utf8_lossy(&chunk.data).lines().map(|l| Ok(Event::default().data(l))).collect();
+            let next = LogChunk { data: Vec::new(), next: chunk.next, ended: false, missing: false };
+            Some((events, Some(next)))
+        }
+    });
+    use futures_util::StreamExt;
+    let flat = stream.flat_map(futures_util::stream::iter);
+    Ok(Sse::new(flat).keep_alive(KeepAlive::default()).into_response())
+}
+
 async fn stop_task(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -628,10 +719,12 @@ async fn put_catalog(
 
 #[derive(Debug, Deserialize)]
 pub struct NodeStateBody {
-    schedulable: bool,
+    schedulable: Option<bool>,
+    failed: Option<bool>,
 }
 
-/// Marks a node schedulable or not (failed, cordoned): it gets no new work; what runs there is not stopped.
+/// Cordons a node (`schedulable: false`: no new work; what runs there goes on) or marks it failed
+/// (`failed: true`: no new work, and what runs there is killed and goes through fault tolerance).
 async fn put_node(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -640,10 +733,18 @@ async fn put_node(
 ) -> ApiResult<StatusCode> {
     let user = caller(&state, &headers).await?;
     admin_only(&user)?;
-    let body: NodeStateBody = json_body(&body, r#"{"schedulable": BOOL}"#)?;
+    let body: NodeStateBody = json_body(&body, r#"{"schedulable": BOOL, "failed": BOOL} (either or both)"#)?;
+    if body.schedulable.is_none() && body.failed.is_none() {
+        return Err(ApiError::BadRequest("give \"schedulable\", \"failed\" or both".into()));
+    }
     let mut catalog = (*state.catalog.get()).clone();
     let node = catalog.nodes.get_mut(&name).ok_or(ApiError::NotFound)?;
-    node.schedulable = body.schedulable;
+    if let Some(v) = body.schedulable {
+        node.schedulable = v;
+    }
+    if let Some(v) = body.failed {
+        node.failed = v;
+    }
     let text = serde_json::to_string(&catalog).map_err(|e| ApiError::Internal(e.to_string()))?;
     state.store.put_setting(CATALOG_SETTING, &text, now_ms()).await?;
     state.catalog.set(catalog);
@@ -937,6 +1038,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/tasks", post(create_task).get(list_tasks))
         .route("/api/v1/tasks/{id}", get(get_task).delete(delete_task))
         .route("/api/v1/tasks/{id}/events", get(task_events))
+        .route("/api/v1/tasks/{id}/logs", get(task_logs))
         .route("/api/v1/tasks/{id}/stop", post(stop_task))
         .route("/api/v1/tasks/{id}/resubmit", post(resubmit_task))
         .route("/api/v1/tasks/{id}/clone", post(clone_task))

@@ -512,6 +512,7 @@ impl<B: Backend> Control<B> {
             owner: t.owner.clone(),
             task,
             replicas: placement.replicas.clone(),
+            catalog: self.catalog.get(),
         })
     }
 
@@ -694,8 +695,21 @@ impl<B: Backend> Control<B> {
     /// stopping ones stopped; lost launches and lost stops are repaired here.
     async fn reconcile(&self, tasks: &[TaskRecord]) {
         let alive = self.backend.alive().await;
+        let catalog = self.catalog.get();
+        let failed: std::collections::BTreeSet<&str> =
+            catalog.nodes.iter().filter(|(_, n)| n.failed).map(|(name, _)| name.as_str()).collect();
         for t in tasks {
             let key = AttemptKey { task_id: t.id.clone(), attempt: t.attempt };
+            // A node marked failed takes its replicas down with it: the attempt fails as NodeFailed and the
+            // fault-tolerance path decides what comes next.
+            if !failed.is_empty()
+                && matches!(t.status.as_str(), "Starting" | "Prechecking" | "Running")
+                && let Ok(p) = serde_json::from_str::<Placement>(&t.placement)
+                && p.replicas.iter().any(|r| failed.contains(r.node.as_str()))
+            {
+                let _ = self.backend.stop(&key, StopCause::NodeFailed).await;
+                continue;
+            }
             match t.status.as_str() {
                 "Starting" | "Prechecking" | "Running" if !alive.contains(&key) => {
                     if let Ok(p) = serde_json::from_str::<Placement>(&t.placement)

@@ -104,7 +104,7 @@ pub fn snapshot_for(
     let mut node_ix = BTreeMap::new();
     for (name, n) in &catalog.nodes {
         let cap = Resources { gpus: n.gpus.into(), vcpus: n.vcpus.into(), memory_mib: n.memory_mib };
-        node_ix.insert(name.clone(), b.node(name, &n.pool, n.gpu_model.as_deref(), cap, n.schedulable));
+        node_ix.insert(name.clone(), b.node(name, &n.pool, n.gpu_model.as_deref(), cap, n.takes_work()));
     }
     for q in &catalog.quotas {
         if let Some(s) = b.spec_ix(&q.spec) {

@@ -107,12 +107,32 @@ pub struct Node {
     /// Healthy and not cordoned: takes new work.
     #[serde(default = "yes")]
     pub schedulable: bool,
+    /// Marked failed by an admin (or found broken): gets no work, and what runs there is killed and goes
+    /// through the fault-tolerance path.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_model: Option<String>,
     #[serde(default)]
     pub gpus: u32,
+    /// The machine's GPU indices this node hands out (`CUDA_VISIBLE_DEVICES`); empty means `0..gpus`. Lets
+    /// a config split one machine into several virtual nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_devices: Vec<u32>,
     pub vcpus: u32,
     pub memory_mib: u64,
+}
+
+impl Node {
+    /// Takes new work: schedulable and not failed.
+    pub fn takes_work(&self) -> bool {
+        self.schedulable && !self.failed
+    }
+
+    /// The GPU indices of the machine this node hands out.
+    pub fn devices(&self) -> Vec<u32> {
+        if self.gpu_devices.is_empty() { (0..self.gpus).collect() } else { self.gpu_devices.clone() }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -135,6 +155,10 @@ pub struct Image {
     /// Whether the image carries PyTorch (required by the resource precheck).
     #[serde(default)]
     pub torch: bool,
+    /// For the local backend: the directory holding the image's root file system. `host` needs none (it is
+    /// this machine's root); any other image without one cannot be pulled here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rootfs: Option<String>,
 }
 
 /// A storage volume.
@@ -146,6 +170,9 @@ pub struct Volume {
     /// Whether several pods may mount it read-write at once (required for Ray shared storage).
     #[serde(default)]
     pub multi_pod_read_write: bool,
+    /// For the local backend: the directory backing it (default: `volumes/NAME` in the data dir).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 /// A dataset or a model.
@@ -154,6 +181,10 @@ pub struct Volume {
 pub struct DataAsset {
     #[serde(default)]
     pub clusters: Vec<String>,
+    /// For the local backend: the directory holding it (default: `datasets/NAME` or `models/NAME` in the
+    /// data dir).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 /// The maintained labels, and whether tasks must use them.

@@ -9,6 +9,7 @@
 pub mod catalog;
 pub mod decode;
 pub mod demand;
+pub mod failure;
 pub mod lifecycle;
 pub mod parse;
 pub mod problem;

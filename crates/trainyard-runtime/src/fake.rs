@@ -181,4 +181,13 @@ impl Backend for FakeBackend {
     async fn alive(&self) -> Vec<AttemptKey> {
         self.lock().runs.iter().filter(|(_, r)| !r.done).map(|(k, _)| k.clone()).collect()
     }
+
+    /// The fake runs nothing, so it names no replicas and keeps no logs.
+    async fn replicas(&self, _key: &AttemptKey) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    async fn read_log(&self, _key: &AttemptKey, _replica: &str, _offset: u64, _max: usize) -> LogChunk {
+        LogChunk { ended: true, missing: true, ..LogChunk::default() }
+    }
 }

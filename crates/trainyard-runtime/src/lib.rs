@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod fake;
+pub mod local;
 
 use serde::Serialize;
 use trainyard_core::demand::Resources;
@@ -47,6 +48,9 @@ pub struct LaunchSpec {
     pub owner: String,
     pub task: TrainingTask,
     pub replicas: Vec<ReplicaPlan>,
+    /// The catalog at launch: images, volume, dataset and model homes, node devices.
+    #[serde(skip)]
+    pub catalog: std::sync::Arc<trainyard_core::Catalog>,
 }
 
 /// Why an attempt is being stopped; decides whether the exit checkpoint notice is sent.
@@ -108,6 +112,22 @@ pub trait Backend {
     async fn poll(&self, now_ms: u64) -> Vec<Observation>;
     /// Attempts that still hold processes or resources.
     async fn alive(&self) -> Vec<AttemptKey>;
+    /// The replicas of an attempt, as (name, role), for as long as its logs are kept.
+    async fn replicas(&self, key: &AttemptKey) -> Vec<(String, String)>;
+    /// A replica's log from byte `offset`, at most `max` bytes.
+    async fn read_log(&self, key: &AttemptKey, replica: &str, offset: u64, max: usize) -> LogChunk;
+}
+
+/// Part of a replica's log: lines as `TIMESTAMP O|E TEXT` (stdout or stderr).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct LogChunk {
+    pub data: Vec<u8>,
+    /// Where the next read starts.
+    pub next: u64,
+    /// The replica has ended: nothing more will be written.
+    pub ended: bool,
+    /// There is no such replica (or its log was never written).
+    pub missing: bool,
 }
 
 /// Every backend this build has, as one type, so the control loop and the server need no generics over the
@@ -115,6 +135,7 @@ pub trait Backend {
 #[derive(Debug, Clone)]
 pub enum AnyBackend {
     Fake(fake::FakeBackend),
+    Local(local::LocalBackend),
 }
 
 impl AnyBackend {
@@ -122,6 +143,7 @@ impl AnyBackend {
     pub fn name(&self) -> &'static str {
         match self {
             AnyBackend::Fake(_) => "fake",
+            AnyBackend::Local(_) => "local",
         }
     }
 }
@@ -130,21 +152,37 @@ impl Backend for AnyBackend {
     async fn launch(&self, spec: &LaunchSpec) -> Result<(), BackendError> {
         match self {
             AnyBackend::Fake(b) => b.launch(spec).await,
+            AnyBackend::Local(b) => b.launch(spec).await,
         }
     }
     async fn stop(&self, key: &AttemptKey, cause: StopCause) -> Result<(), BackendError> {
         match self {
             AnyBackend::Fake(b) => b.stop(key, cause).await,
+            AnyBackend::Local(b) => b.stop(key, cause).await,
         }
     }
     async fn poll(&self, now_ms: u64) -> Vec<Observation> {
         match self {
             AnyBackend::Fake(b) => b.poll(now_ms).await,
+            AnyBackend::Local(b) => b.poll(now_ms).await,
         }
     }
     async fn alive(&self) -> Vec<AttemptKey> {
         match self {
             AnyBackend::Fake(b) => b.alive().await,
+            AnyBackend::Local(b) => b.alive().await,
+        }
+    }
+    async fn replicas(&self, key: &AttemptKey) -> Vec<(String, String)> {
+        match self {
+            AnyBackend::Fake(b) => b.replicas(key).await,
+            AnyBackend::Local(b) => b.replicas(key).await,
+        }
+    }
+    async fn read_log(&self, key: &AttemptKey, replica: &str, offset: u64, max: usize) -> LogChunk {
+        match self {
+            AnyBackend::Fake(b) => b.read_log(key, replica, offset, max).await,
+            AnyBackend::Local(b) => b.read_log(key, replica, offset, max).await,
         }
     }
 }

@@ -373,10 +373,19 @@ pub fn admin_token(c: &Conn, user: &str, label: &str) -> CallResult<ExitCode> {
 }
 
 /// `admin node NAME --cordon|--uncordon`.
-pub fn admin_node(c: &Conn, name: &str, schedulable: bool) -> CallResult<ExitCode> {
-    let body = serde_json::json!({"schedulable": schedulable}).to_string();
-    c.call("PUT", &format!("/api/v1/admin/nodes/{}", encode(name)), Some(body.as_bytes()), None)?;
-    println!("node {name} {}", if schedulable { "takes new work" } else { "takes no new work (cordoned)" });
+pub fn admin_node(c: &Conn, name: &str, body: &serde_json::Value) -> CallResult<ExitCode> {
+    let body_text = body.to_string();
+    c.call("PUT", &format!("/api/v1/admin/nodes/{}", encode(name)), Some(body_text.as_bytes()), None)?;
+    let what = match (
+        body.get("schedulable").and_then(|v| v.as_bool()),
+        body.get("failed").and_then(|v| v.as_bool()),
+    ) {
+        (Some(true), _) => "takes new work",
+        (Some(false), _) => "takes no new work (cordoned)",
+        (_, Some(true)) => "is marked failed: its replicas are killed and fault tolerance takes over",
+        _ => "is repaired",
+    };
+    println!("node {name} {what}");
     Ok(ExitCode::SUCCESS)
 }
 

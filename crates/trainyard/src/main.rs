@@ -41,7 +41,18 @@ enum Command {
         /// A PostgreSQL URL to use instead of the SQLite file.
         #[arg(long, env = "TRAINYARD_DATABASE_URL", hide_env_values = true)]
         database_url: Option<String>,
+        /// What runs the replicas: `local` (sandboxed processes; needs bubblewrap), `fake` (nothing runs;
+        /// scripted durations), or `auto` (local when bubblewrap is installed).
+        #[arg(long, env = "TRAINYARD_BACKEND", value_enum, default_value_t = up::BackendChoice::Auto)]
+        backend: up::BackendChoice,
+        /// On first start, split this machine into this many virtual nodes (CPUs, memory and GPUs shared out
+        /// evenly), so gangs, fragmentation and node replacement happen for real on one box.
+        #[arg(long, default_value_t = 1)]
+        nodes: u32,
     },
+    /// Runs one replica under supervision (started by the local backend; not for people).
+    #[command(hide = true)]
+    Supervise { dir: PathBuf },
     /// Check task files against every rule and print their problems, or their resource demand.
     ///
     /// Exit status: 0 when every file is valid (warnings allowed), 1 when any file has errors, 2 when a
@@ -132,13 +143,18 @@ enum AdminCommand {
         #[arg(long, default_value = "")]
         label: String,
     },
-    /// Stop (`--cordon`) or resume (`--uncordon`) placing new work on a node.
+    /// Stop (`--cordon`) or resume (`--uncordon`) placing new work on a node; `--fail` marks it failed
+    /// (its replicas are killed and fault tolerance takes over), `--repair` clears that.
     Node {
         name: String,
-        #[arg(long, conflicts_with = "uncordon", required_unless_present = "uncordon")]
+        #[arg(long, group = "node_action", required = true)]
         cordon: bool,
-        #[arg(long)]
+        #[arg(long, group = "node_action")]
         uncordon: bool,
+        #[arg(long, group = "node_action")]
+        fail: bool,
+        #[arg(long, group = "node_action")]
+        repair: bool,
     },
 }
 
@@ -210,7 +226,8 @@ fn main() -> ExitCode {
     let conn = Conn { server, token };
     match cli.command {
         Command::Validate(args) => validate::run(&args.files, args.catalog.as_deref(), args.output),
-        Command::Up { data_dir, listen, database_url } => {
+        Command::Supervise { dir } => ExitCode::from(trainyard_runtime::local::supervisor::main(&dir) as u8),
+        Command::Up { data_dir, listen, database_url, backend, nodes } => {
             let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
                 Ok(rt) => rt,
                 Err(e) => {
@@ -218,7 +235,8 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            match rt.block_on(up::run(&data_dir, &listen, database_url.as_deref())) {
+            let opts = up::Options { backend, nodes: nodes.max(1) };
+            match rt.block_on(up::run(&data_dir, &listen, database_url.as_deref(), &opts)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("trainyard: {e:#}");
@@ -260,7 +278,15 @@ fn main() -> ExitCode {
             }
             AdminCommand::User { name, role, groups } => client::admin_user(&conn, &name, &role, &groups),
             AdminCommand::Token { user, label } => client::admin_token(&conn, &user, &label),
-            AdminCommand::Node { name, cordon, .. } => client::admin_node(&conn, &name, !cordon),
+            AdminCommand::Node { name, cordon, uncordon, fail, repair } => {
+                let body = match (cordon, uncordon, fail, repair) {
+                    (true, ..) => serde_json::json!({"schedulable": false}),
+                    (_, true, ..) => serde_json::json!({"schedulable": true}),
+                    (_, _, true, _) => serde_json::json!({"failed": true}),
+                    _ => serde_json::json!({"failed": false}),
+                };
+                client::admin_node(&conn, &name, &body)
+            }
         }),
     }
 }

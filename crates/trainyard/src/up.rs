@@ -9,6 +9,22 @@ use trainyard_control::secrets::SecretBox;
 use trainyard_core::Catalog;
 use trainyard_runtime::AnyBackend;
 use trainyard_runtime::fake::{FakeBackend, Script};
+use trainyard_runtime::local::{LocalBackend, LocalConfig, find_bwrap};
+
+/// Which backend `up` starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendChoice {
+    Auto,
+    Local,
+    Fake,
+}
+
+#[derive(Debug)]
+pub struct Options {
+    pub backend: BackendChoice,
+    /// Virtual nodes on first start.
+    pub nodes: u32,
+}
 use trainyard_sched::Config;
 use trainyard_store::{Store, User};
 
@@ -49,8 +65,11 @@ fn detect() -> Machine {
             let model = first.split_whitespace().last().unwrap_or(&first).to_owned();
             Some((model, names.len() as u32))
         });
+    // What a `host` replica sees: this PATH less what the sandbox hides.
+    let path = trainyard_runtime::local::sandbox_path(&std::env::var_os("PATH").unwrap_or_default());
     let has = |module: &str| {
         std::process::Command::new("python3")
+            .env("PATH", &path)
             .args([
                 "-c",
                 &format!(
@@ -60,12 +79,14 @@ fn detect() -> Machine {
             .status()
             .is_ok_and(|s| s.success())
     };
-    Machine { vcpus, memory_mib, gpus, torch: has("torch"), ray: has("ray") }
+    // Replicas of the `host` image see this machine's PATH, so Ray counts when `ray` is on it.
+    let ray = has("ray") && std::env::split_paths(&path).any(|d| d.join("ray").is_file());
+    Machine { vcpus, memory_mib, gpus, torch: has("torch"), ray }
 }
 
 /// A catalog describing this machine: region `local`, cluster `local`, pool `default`, one node, a few specs
 /// and quotas for the `default` group so a first task can be submitted at once.
-fn local_catalog(m: &Machine) -> String {
+fn local_catalog(m: &Machine, n: u32) -> String {
     let mem_per_cpu = (m.memory_mib / u64::from(m.vcpus.max(1))).clamp(512, 4096);
     let mut specs = format!(
         "  cpu.small: {{kind: CPU, vcpus: 1, memoryMib: {mem_per_cpu}}}\n  cpu.large: {{kind: CPU, vcpus: {}, memoryMib: {}}}\n",
@@ -73,8 +94,18 @@ fn local_catalog(m: &Machine) -> String {
         mem_per_cpu * u64::from((m.vcpus / 2).max(1))
     );
     let mut pool_specs = vec!["cpu.small".to_owned(), "cpu.large".to_owned()];
-    let mut nodes =
-        format!("  local-cpu: {{pool: default, vcpus: {}, memoryMib: {}}}\n", m.vcpus, m.memory_mib);
+    let n = n.clamp(1, m.vcpus.max(1));
+    let node_name = |i: u32| if n == 1 { "local-cpu".to_owned() } else { format!("local-{}", i + 1) };
+    let mut nodes: String = (0..n)
+        .map(|i| {
+            format!(
+                "  {}: {{pool: default, vcpus: {}, memoryMib: {}}}\n",
+                node_name(i),
+                m.vcpus / n,
+                m.memory_mib / u64::from(n)
+            )
+        })
+        .collect();
     let mut quotas = format!(
         "  - {{group: default, resourceType: Reserved, pool: default, spec: cpu.small, units: {}}}\n",
         m.vcpus
@@ -83,10 +114,19 @@ fn local_catalog(m: &Machine) -> String {
         let spec = format!("gpu.{}.1", model.to_lowercase());
         let (cpu_per_gpu, mem_per_gpu) = ((m.vcpus / count).max(1), m.memory_mib / u64::from(*count));
         specs.push_str(&format!("  {spec}: {{kind: GPU, gpuModel: {model}, gpus: 1, vcpus: {cpu_per_gpu}, memoryMib: {mem_per_gpu}}}\n"));
-        nodes = format!(
-            "  local-gpu: {{pool: default, gpuModel: {model}, gpus: {count}, vcpus: {}, memoryMib: {}}}\n",
-            m.vcpus, m.memory_mib
-        );
+        let per = (count / n).max(1);
+        nodes = (0..n.min(*count))
+            .map(|i| {
+                let devices: Vec<String> = (i * per..(i + 1) * per).map(|d| d.to_string()).collect();
+                let name = if n == 1 { "local-gpu".to_owned() } else { format!("local-gpu-{}", i + 1) };
+                format!(
+                    "  {name}: {{pool: default, gpuModel: {model}, gpus: {per}, gpuDevices: [{}], vcpus: {}, memoryMib: {}}}\n",
+                    devices.join(", "),
+                    m.vcpus / n.min(*count),
+                    m.memory_mib / u64::from(n.min(*count))
+                )
+            })
+            .collect();
         quotas.push_str(&format!(
             "  - {{group: default, resourceType: Reserved, pool: default, spec: {spec}, units: {count}}}\n"
         ));
@@ -110,13 +150,17 @@ fn local_catalog(m: &Machine) -> String {
     )
 }
 
-pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>) -> Result<()> {
+pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts: &Options) -> Result<()> {
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
+    // Supervisors and sandboxes get absolute paths: they outlive this process and its working dir.
+    let data_dir =
+        &data_dir.canonicalize().with_context(|| format!("cannot resolve {}", data_dir.display()))?;
     let catalog_path = data_dir.join("catalog.yaml");
     if !catalog_path.exists() {
         let machine = detect();
-        std::fs::write(&catalog_path, local_catalog(&machine)).context("cannot write the catalog")?;
+        std::fs::write(&catalog_path, local_catalog(&machine, opts.nodes))
+            .context("cannot write the catalog")?;
         println!(
             "described this machine in {}: {} vCPU, {} MiB{}",
             catalog_path.display(),
@@ -152,10 +196,20 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>) -> R
         );
     }
 
-    // The fake backend's scripted run time; TRAINYARD_FAKE_RUN_MS shortens it for tests and demos.
-    let run_ms = std::env::var("TRAINYARD_FAKE_RUN_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
-    let backend =
-        AnyBackend::Fake(FakeBackend::new(Script { start_ms: run_ms / 10, run_ms, ..Script::default() }));
+    let backend = match (opts.backend, find_bwrap()) {
+        (BackendChoice::Fake, _) => fake_backend(),
+        (BackendChoice::Local | BackendChoice::Auto, Ok(bwrap)) => {
+            let exe = std::env::current_exe().context("cannot find this program (the supervisor is it)")?;
+            let cfg = LocalConfig::new(data_dir, (exe, vec!["supervise".to_owned()]), bwrap);
+            let local = LocalBackend::new(cfg).context("cannot open the runs dir")?;
+            AnyBackend::Local(local)
+        }
+        (BackendChoice::Local, Err(why)) => anyhow::bail!("{why}"),
+        (BackendChoice::Auto, Err(why)) => {
+            println!("note: {why}; until then tasks run on the fake backend (nothing is executed)");
+            fake_backend()
+        }
+    };
     let secrets = server_key(data_dir)?;
     // Receivers of alarm webhooks check X-Trainyard-Signature (HMAC-SHA256 of the body) with this key.
     let webhook_key_file = data_dir.join("webhook.key");
@@ -167,10 +221,15 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>) -> R
     println!("trainyard is up");
     println!("  API:     http://{addr}/api/v1 (health: http://{addr}/healthz)");
     println!("  store:   {url}");
-    println!(
-        "  backend: {} — tasks are scheduled and go through their whole lifecycle, but nothing is executed yet; the local backend (sandboxed processes) replaces it",
-        backend.name()
-    );
+    match &backend {
+        AnyBackend::Local(_) => println!(
+            "  backend: local — every replica runs in a bubblewrap sandbox on this machine; runs and logs in {}",
+            data_dir.join("runs").display()
+        ),
+        AnyBackend::Fake(_) => println!(
+            "  backend: fake — tasks are scheduled and go through their whole lifecycle, but nothing is executed"
+        ),
+    }
     println!(
         "  CLI:     export TRAINYARD_TOKEN=$(cat {}) ; trainyard submit -f examples/local/hello.yaml --wait",
         data_dir.join("admin.token").display()
@@ -180,6 +239,12 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>) -> R
         _ = tokio::signal::ctrl_c() => println!("stopping"),
     }
     Ok(())
+}
+
+/// The fake backend's scripted run time; TRAINYARD_FAKE_RUN_MS shortens it for tests and demos.
+fn fake_backend() -> AnyBackend {
+    let run_ms = std::env::var("TRAINYARD_FAKE_RUN_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    AnyBackend::Fake(FakeBackend::new(Script { start_ms: run_ms / 10, run_ms, ..Script::default() }))
 }
 
 /// The key hidden env values are sealed with: `TRAINYARD_SERVER_KEY` (64 hex characters), else

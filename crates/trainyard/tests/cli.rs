@@ -112,7 +112,7 @@ fn up_then_submit_and_wait() {
     let dir = std::env::temp_dir().join(format!("trainyard-up-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut server = Command::new(env!("CARGO_BIN_EXE_trainyard"))
-        .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
+        .args(["up", "--backend", "fake", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(&dir)
         .env("TRAINYARD_FAKE_RUN_MS", "300")
         .stdout(Stdio::piped())

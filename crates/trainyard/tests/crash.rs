@@ -18,7 +18,7 @@ const TASK: &str = r#"{"apiVersion": "trainyard.dev/v1", "kind": "TrainingTask",
 
 fn start(dir: &std::path::Path, port: u16) -> Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_trainyard"))
-        .args(["up", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .args(["up", "--backend", "fake", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
         .arg(dir)
         .env("TRAINYARD_FAKE_RUN_MS", "200")
         .stdout(Stdio::piped())

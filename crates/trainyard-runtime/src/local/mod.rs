@@ -1,0 +1,1124 @@
+//! The local backend: every admitted replica becomes a sandboxed process tree on this machine, watched by a
+//! supervisor process of our own binary (see [`supervisor`]).
+//!
+//! Layout under the runs dir (kept after the attempt ends, except the scratch dirs):
+//!
+//! ```text
+//! runs/TASK_ID/aN/launch.json      what was launched (no env: hidden values never reach the disk)
+//! runs/TASK_ID/aN/outcome.json     the observation that ended the attempt, once it ended
+//! runs/TASK_ID/aN/hosts            every replica's hostname, bound at /etc/hosts
+//! runs/TASK_ID/aN/ssh/             the attempt's key pair and host key (passwordless SSH)
+//! runs/TASK_ID/aN/REPLICA/         state.json, events.jsonl, log, stop.json, runtime/, scratch/
+//! ```
+//!
+//! The server only reads what supervisors write, so a restarted server rebuilds its view from these files
+//! ([`LocalBackend::new`] reattaches to every attempt without an outcome) and the training goes on.
+
+pub mod procs;
+pub mod sandbox;
+pub mod supervisor;
+
+use crate::*;
+use sandbox::{Mount, RUNTIME_DIR, SandboxPlan};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Seek};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use supervisor::{Event, Phase, ReplicaJob, ReplicaState, StopRequest, now_ms};
+use trainyard_core::failure::{Exit, classify};
+use trainyard_core::spec::TaskType;
+
+/// The precheck program, written into every replica's runtime dir when the precheck is on.
+pub const PRECHECK_PY: &str = include_str!("precheck.py");
+
+/// How the local backend runs.
+#[derive(Debug, Clone)]
+pub struct LocalConfig {
+    /// Where attempts live (`runs/` in the data dir).
+    pub runs_dir: PathBuf,
+    /// Default homes of volumes, datasets and models without a `path` in the catalog.
+    pub data_dir: PathBuf,
+    /// The supervisor: our own binary and the arguments before the replica dir (`trainyard supervise`).
+    pub supervisor: (PathBuf, Vec<String>),
+    pub bwrap: PathBuf,
+    /// Between SIGTERM and SIGKILL on every stop path.
+    pub grace_s: u64,
+    /// `PATH` inside replicas of the `host` image: this server's, less what the sandbox hides.
+    pub host_path: String,
+    /// After a PyTorchJob's master succeeded, how long its workers may take to end by themselves.
+    pub workers_after_master_ms: u64,
+}
+
+impl LocalConfig {
+    pub fn new(data_dir: &Path, supervisor: (PathBuf, Vec<String>), bwrap: PathBuf) -> LocalConfig {
+        LocalConfig {
+            runs_dir: data_dir.join("runs"),
+            data_dir: data_dir.to_owned(),
+            supervisor,
+            bwrap,
+            grace_s: 5,
+            workers_after_master_ms: 10_000,
+            host_path: sandbox_path(&std::env::var_os("PATH").unwrap_or_default()),
+        }
+    }
+}
+
+/// A `PATH` as a `host` replica sees it: the directories the sandbox replaces (`/root`, `/tmp`, `/run`)
+/// left out, and the usual system directories when nothing is left.
+pub fn sandbox_path(path: &std::ffi::OsStr) -> String {
+    let hidden = ["/root", "/tmp", "/run", "/proc", "/dev"];
+    let dirs: Vec<String> = std::env::split_paths(path)
+        .filter(|d| d.is_absolute() && !hidden.iter().any(|h| d.starts_with(h)))
+        .map(|d| d.display().to_string())
+        .collect();
+    if dirs.is_empty() {
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned()
+    } else {
+        dirs.join(":")
+    }
+}
+
+/// `bwrap` on the PATH, or what to install.
+pub fn find_bwrap() -> Result<PathBuf, String> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).map(|d| d.join("bwrap")).find(|p| p.is_file()).ok_or_else(|| {
+        "bubblewrap (bwrap) is not installed; the local backend runs every replica in it. Install it with \
+         `apt-get install bubblewrap` (Debian, Ubuntu) or `dnf install bubblewrap` (Fedora)"
+            .to_owned()
+    })
+}
+
+/// One replica as launched (saved in `launch.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Replica {
+    name: String,
+    role: String,
+    node: String,
+    /// GPU indices handed to it.
+    devices: Vec<u32>,
+}
+
+/// What was launched, without the env.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Launched {
+    task_id: String,
+    attempt: i64,
+    task_type: String,
+    image: String,
+    replicas: Vec<Replica>,
+    mount_paths: Vec<String>,
+    checkpoint: Option<(u64, i32)>,
+    precheck: bool,
+    /// RayJob debug mode: keep the cluster this long after the entrypoint ended.
+    keep_ms: u64,
+    /// Image pull tolerance: -1 never trips, 0 fails at once, N retries.
+    pull_tolerance: i64,
+}
+
+#[derive(Debug)]
+enum Stage {
+    /// Waiting for the image; `tries` failed pulls so far.
+    Pulling {
+        tries: u32,
+        next_at_ms: u64,
+        jobs: Vec<ReplicaJob>,
+        available: String,
+    },
+    Running,
+}
+
+#[derive(Debug)]
+struct Run {
+    dir: PathBuf,
+    l: Launched,
+    stage: Stage,
+    children: Vec<std::process::Child>,
+    started: bool,
+    prechecked: bool,
+    stop: Option<StopCause>,
+    /// The outcome decided while replicas are still ending: (reason, message).
+    verdict: Option<(Reason, String)>,
+    /// When the remaining replicas are told to stop (grace after the master's success, debug retention).
+    stop_others_at: Option<u64>,
+    stopped_others: bool,
+    offsets: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    runs: BTreeMap<AttemptKey, Run>,
+    /// Finished attempts whose outcome is re-reported when launched again (a restart in between).
+    replay: Vec<Observation>,
+}
+
+/// The local backend. Cloning shares the state.
+#[derive(Debug, Clone)]
+pub struct LocalBackend {
+    cfg: Arc<LocalConfig>,
+    inner: Arc<Mutex<Inner>>,
+}
+
+fn attempt_dir(runs: &Path, key: &AttemptKey) -> PathBuf {
+    runs.join(&key.task_id).join(format!("a{}", key.attempt))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_or(0, |a| a.port())
+}
+
+fn signal_number(s: trainyard_core::spec::CheckpointSignal) -> i32 {
+    use trainyard_core::spec::CheckpointSignal as S;
+    match s {
+        S::Sigusr1 => procs::SIGUSR1,
+        S::Sigusr2 => procs::SIGUSR2,
+        S::Sigterm => procs::SIGTERM,
+        S::Sigint => procs::SIGINT,
+    }
+}
+
+fn read_state(dir: &Path) -> Option<ReplicaState> {
+    serde_json::from_slice(&std::fs::read(dir.join("state.json")).ok()?).ok()
+}
+
+/// The last `max` bytes of a replica's log, without the timestamps.
+fn log_tail(dir: &Path, max: u64) -> String {
+    let Ok(mut f) = std::fs::File::open(dir.join("log")) else { return String::new() };
+    let len = f.metadata().map_or(0, |m| m.len());
+    let _ = f.seek(std::io::SeekFrom::Start(len.saturating_sub(max)));
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf)
+        .lines()
+        .map(|l| l.splitn(3, ' ').nth(2).unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl LocalBackend {
+    /// Opens the runs dir and reattaches to every attempt that has not ended.
+    pub fn new(cfg: LocalConfig) -> std::io::Result<LocalBackend> {
+        std::fs::create_dir_all(&cfg.runs_dir)?;
+        let mut inner = Inner::default();
+        for task in std::fs::read_dir(&cfg.runs_dir)?.flatten() {
+            for attempt in std::fs::read_dir(task.path())?.flatten() {
+                let dir = attempt.path();
+                if dir.join("outcome.json").exists() {
+                    continue;
+                }
+                let Some(l) = std::fs::read(dir.join("launch.json"))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<Launched>(&b).ok())
+                else {
+                    continue;
+                };
+                let key = AttemptKey { task_id: l.task_id.clone(), attempt: l.attempt };
+                let offsets = l
+                    .replicas
+                    .iter()
+                    .map(|r| {
+                        let at = std::fs::read_to_string(dir.join(&r.name).join("events.offset"))
+                            .ok()
+                            .and_then(|s| s.trim().parse().ok())
+                            .unwrap_or(0);
+                        (r.name.clone(), at)
+                    })
+                    .collect();
+                let pulling = !dir.join(&l.replicas[0].name).join("state.json").exists()
+                    && !dir.join("spawned").exists();
+                let stage = if pulling {
+                    // The env is gone with the old server; the control loop launches it again.
+                    continue;
+                } else {
+                    Stage::Running
+                };
+                inner.runs.insert(
+                    key,
+                    Run {
+                        dir,
+                        l,
+                        stage,
+                        children: Vec::new(),
+                        started: false,
+                        prechecked: false,
+                        stop: None,
+                        verdict: None,
+                        stop_others_at: None,
+                        stopped_others: false,
+                        offsets,
+                    },
+                );
+            }
+        }
+        Ok(LocalBackend { cfg: Arc::new(cfg), inner: Arc::new(Mutex::new(inner)) })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// GPU indices in use per node by attempts that hold them.
+    fn gpus_in_use(inner: &Inner) -> BTreeMap<String, BTreeSet<u32>> {
+        let mut used: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
+        for run in inner.runs.values() {
+            for r in &run.l.replicas {
+                used.entry(r.node.clone()).or_default().extend(r.devices.iter().copied());
+            }
+        }
+        used
+    }
+
+    /// Builds the attempt's directories, files and supervisor jobs.
+    fn prepare(
+        &self,
+        spec: &LaunchSpec,
+        inner: &Inner,
+    ) -> Result<(PathBuf, Launched, Vec<ReplicaJob>), String> {
+        let task = &spec.task;
+        let s = &task.spec;
+        let catalog = &spec.catalog;
+        let dir = attempt_dir(&self.cfg.runs_dir, &spec.key);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let ray = s.task_type == TaskType::RayJob;
+
+        // Replicas: names, GPUs.
+        let mut used = Self::gpus_in_use(inner);
+        let mut replicas = Vec::new();
+        for p in &spec.replicas {
+            let node = catalog.nodes.get(&p.node);
+            let free: Vec<u32> = node
+                .map(|n| n.devices())
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|d| !used.get(&p.node).is_some_and(|u| u.contains(d)))
+                .collect();
+            let devices: Vec<u32> = free.into_iter().take(p.resources.gpus as usize).collect();
+            used.entry(p.node.clone()).or_default().extend(devices.iter().copied());
+            replicas.push(Replica {
+                name: format!("{}-{}-{}", spec.task_name, p.role, p.index),
+                role: p.role.clone(),
+                node: p.node.clone(),
+                devices,
+            });
+        }
+        if ray && let Some(head) = replicas.first().cloned() {
+            replicas.push(Replica {
+                name: format!("{}-submitter", spec.task_name),
+                role: "submitter".into(),
+                node: head.node,
+                devices: Vec::new(),
+            });
+        }
+        let master = replicas.first().map(|r| r.name.clone()).unwrap_or_default();
+
+        // Mounts.
+        let home_of = |kind: &str, name: &str, path: Option<&String>| -> PathBuf {
+            path.map_or_else(|| self.cfg.data_dir.join(kind).join(name), PathBuf::from)
+        };
+        let mut mounts = Vec::new();
+        for v in &s.environment.volumes {
+            let src =
+                home_of("volumes", &v.volume, catalog.volumes.get(&v.volume).and_then(|x| x.path.as_ref()));
+            let _ = std::fs::create_dir_all(&src);
+            mounts.push(Mount { src, dst: v.mount_path.clone().into(), read_only: v.read_only });
+        }
+        for d in &s.environment.datasets {
+            let src = home_of(
+                "datasets",
+                &d.dataset,
+                catalog.datasets.get(&d.dataset).and_then(|x| x.path.as_ref()),
+            );
+            let _ = std::fs::create_dir_all(&src);
+            mounts.push(Mount { src, dst: d.mount_path.clone().into(), read_only: true });
+        }
+        for m in &s.environment.models {
+            let src = home_of("models", &m.model, catalog.models.get(&m.model).and_then(|x| x.path.as_ref()));
+            let _ = std::fs::create_dir_all(&src);
+            mounts.push(Mount { src, dst: m.mount_path.clone().into(), read_only: true });
+        }
+        let shared = s.ray.as_ref().and_then(|r| r.shared_storage.as_ref());
+        if let Some(sh) = shared {
+            let vol =
+                home_of("volumes", &sh.volume, catalog.volumes.get(&sh.volume).and_then(|x| x.path.as_ref()));
+            let src = vol.join(format!("ray-{}", spec.task_name));
+            let _ = std::fs::create_dir_all(&src);
+            mounts.push(Mount { src, dst: "/tmp/ray".into(), read_only: false });
+        }
+        let mount_paths: Vec<String> = mounts.iter().map(|m| m.dst.display().to_string()).collect();
+
+        // The hosts file: every replica's name on loopback (they share this machine's network).
+        let mut hosts = String::from("127.0.0.1 localhost\n::1 localhost ip6-localhost\n");
+        for r in &replicas {
+            hosts.push_str(&format!("127.0.0.1 {}\n", r.name));
+        }
+        std::fs::write(dir.join("hosts"), hosts).map_err(|e| e.to_string())?;
+
+        // Passwordless SSH: one key pair per attempt, and an sshd port per replica.
+        let ssh = s.advanced.passwordless_ssh;
+        let ssh_ports: Vec<u16> = replicas.iter().map(|_| if ssh { free_port() } else { 0 }).collect();
+        if ssh {
+            make_keys(&dir.join("ssh"))?;
+        }
+
+        let precheck = s.advanced.precheck.as_ref().filter(|p| p.enabled && !ray);
+        let checkpoint = s
+            .advanced
+            .exit_checkpoint
+            .as_ref()
+            .filter(|c| c.enabled && !ray)
+            .map(|c| (u64::from(c.timeout_seconds.min(600)), signal_number(c.signal)));
+        let image = s.environment.image.clone();
+        let root = if image == "host" {
+            Some(PathBuf::from("/"))
+        } else {
+            catalog.images.get(&image).and_then(|i| i.rootfs.as_ref()).map(PathBuf::from)
+        };
+        let master_port = free_port();
+        let ray_port = if ray { free_port() } else { 0 };
+        let world = spec.replicas.len();
+        let procs_per_node = s.pytorch.as_ref().and_then(|p| p.procs_per_node);
+
+        let mut jobs = Vec::new();
+        for (i, r) in replicas.iter().enumerate() {
+            let rdir = dir.join(&r.name);
+            let (tmp, home, runtime) =
+                (rdir.join("scratch/tmp"), rdir.join("scratch/root"), rdir.join("runtime"));
+            for d in [&tmp, &home, &runtime] {
+                std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+            }
+            // Hostfiles list the replicas that train (not Ray's submitter), with their slots.
+            let trainers: Vec<&Replica> = replicas.iter().filter(|r| r.role != "submitter").collect();
+            let slots = procs_per_node.unwrap_or(1).max(1);
+            let hostfile: String = trainers.iter().map(|r| format!("{} slots={slots}\n", r.name)).collect();
+            let names: String = trainers.iter().map(|r| format!("{}\n", r.name)).collect();
+            std::fs::write(home.join("hostfile"), hostfile).map_err(|e| e.to_string())?;
+            std::fs::write(home.join("hostfile.hostname"), names).map_err(|e| e.to_string())?;
+            if ssh {
+                ssh_material(&dir.join("ssh"), &home, &runtime, &replicas, &ssh_ports, i)?;
+            }
+            if precheck.is_some() {
+                std::fs::write(runtime.join("precheck.py"), PRECHECK_PY).map_err(|e| e.to_string())?;
+            }
+            let resources = spec.replicas.get(i).map(|p| p.resources).unwrap_or_default();
+            let mut env: Vec<(String, String)> = vec![
+                (
+                    "PATH".into(),
+                    if image == "host" {
+                        self.cfg.host_path.clone()
+                    } else {
+                        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()
+                    },
+                ),
+                ("HOME".into(), "/root".into()),
+                ("LANG".into(), "C.UTF-8".into()),
+                ("HOSTNAME".into(), r.name.clone()),
+            ];
+            for e in &s.environment.env {
+                env.push((e.name.clone(), e.value.clone()));
+            }
+            if let Some(p) = precheck {
+                for e in &p.env {
+                    env.push((e.name.clone(), e.value.clone()));
+                }
+            }
+            let rank = spec.replicas.get(i).map_or(0, |p| p.rank);
+            let platform: Vec<(&str, String)> = vec![
+                ("X_USER_NAME", spec.owner.clone()),
+                ("X_ORG_NAME", task.metadata.project_group.clone()),
+                ("X_TENANT_ID", task.metadata.project_group.clone()),
+                ("X_REGION", s.placement.region.clone()),
+                ("X_CLUSTER", s.placement.cluster.clone()),
+                ("TASK_UUID", spec.key.task_id.clone()),
+                ("TRAINYARD_TASK_NAME", spec.task_name.clone()),
+                ("TRAINYARD_REPLICA", r.name.clone()),
+                ("TRAINYARD_ROLE", r.role.clone()),
+                ("TRAINYARD_ATTEMPT", spec.key.attempt.to_string()),
+                ("TRAINYARD_NODE", r.node.clone()),
+                ("TRAINYARD_RUNTIME_DIR", RUNTIME_DIR.into()),
+                ("CUDA_VISIBLE_DEVICES", r.devices.iter().map(u32::to_string).collect::<Vec<_>>().join(",")),
+            ];
+            env.extend(platform.into_iter().map(|(k, v)| (k.to_owned(), v)));
+            if !ray {
+                let nproc = procs_per_node.unwrap_or(resources.gpus.max(1) as u32).max(1);
+                for (k, v) in [
+                    ("MASTER_ADDR", master.clone()),
+                    ("MASTER_PORT", master_port.to_string()),
+                    ("WORLD_SIZE", world.to_string()),
+                    ("RANK", rank.to_string()),
+                    // torchrun reads its options from PET_* variables.
+                    ("PET_MASTER_ADDR", master.clone()),
+                    ("PET_MASTER_PORT", master_port.to_string()),
+                    ("PET_NNODES", world.to_string()),
+                    ("PET_NODE_RANK", rank.to_string()),
+                    ("PET_NPROC_PER_NODE", nproc.to_string()),
+                ] {
+                    env.push((k.to_owned(), v));
+                }
+            } else {
+                env.push(("RAY_ADDRESS".into(), format!("127.0.0.1:{ray_port}")));
+                env.push(("RAY_USAGE_STATS_ENABLED".into(), "0".into()));
+            }
+            let cmd = if ray {
+                ray_command(r, &resources, ray_port, &s.environment.cmd, s)
+            } else {
+                s.environment.cmd.clone()
+            };
+            let precheck_cmd = precheck.map(|p| {
+                let mut c = format!(
+                    "python3 {RUNTIME_DIR}/precheck.py --out {RUNTIME_DIR}/precheck.json --timeout-s {}",
+                    p.timeout_seconds
+                );
+                if let Some(t) = p.min_gemm_tflops {
+                    c.push_str(&format!(" --min-gemm-gflops {}", t * 1000.0));
+                }
+                if let Some(g) = p.min_allreduce_gbps {
+                    c.push_str(&format!(" --min-allreduce-gbps {g}"));
+                }
+                c
+            });
+            jobs.push(ReplicaJob {
+                name: r.name.clone(),
+                bwrap: self.cfg.bwrap.clone(),
+                sandbox: SandboxPlan {
+                    // An image without a root file system here: its pull fails (and is retried) in `advance`.
+                    root: root
+                        .clone()
+                        .unwrap_or_else(|| PathBuf::from(format!("/nonexistent/trainyard-image/{image}"))),
+                    hostname: r.name.clone(),
+                    tmp,
+                    home,
+                    runtime,
+                    hosts: dir.join("hosts"),
+                    mounts: mounts.clone(),
+                },
+                env,
+                cmd,
+                precheck: precheck_cmd,
+                sshd: ssh,
+                millicpu: resources.vcpus.max(1) * 1000,
+                memory_mib: resources.memory_mib.max(64),
+            });
+        }
+        let l = Launched {
+            task_id: spec.key.task_id.clone(),
+            attempt: spec.key.attempt,
+            task_type: s.task_type.to_string(),
+            image,
+            replicas,
+            mount_paths,
+            checkpoint,
+            precheck: precheck.is_some(),
+            keep_ms: s
+                .ray
+                .as_ref()
+                .and_then(|r| r.debug.as_ref())
+                .filter(|d| d.enabled)
+                .map_or(0, |d| u64::from(d.retention_seconds) * 1000),
+            pull_tolerance: s.advanced.image_pull_tolerance,
+        };
+        let bytes = serde_json::to_vec_pretty(&l).map_err(|e| e.to_string())?;
+        supervisor::write_atomic(&dir.join("launch.json"), &bytes).map_err(|e| e.to_string())?;
+        Ok((dir, l, jobs))
+    }
+
+    fn spawn(&self, dir: &Path, jobs: &[ReplicaJob]) -> Vec<std::process::Child> {
+        let _ = std::fs::write(dir.join("spawned"), b"");
+        let mut children = Vec::new();
+        for job in jobs {
+            let (exe, args) = &self.cfg.supervisor;
+            let mut c = std::process::Command::new(exe);
+            c.args(args)
+                .arg(dir.join(&job.name))
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            std::os::unix::process::CommandExt::process_group(&mut c, 0);
+            match c.spawn() {
+                Ok(mut child) => {
+                    if let Some(mut stdin) = child.stdin.take() {
+                        let _ = std::io::Write::write_all(
+                            &mut stdin,
+                            &serde_json::to_vec(job).unwrap_or_default(),
+                        );
+                    }
+                    children.push(child);
+                }
+                Err(e) => {
+                    let state = ReplicaState {
+                        supervisor_pid: 0,
+                        supervisor_ticks: 0,
+                        phase: Phase::Exited,
+                        sandbox_pid: None,
+                        started_ms: now_ms(),
+                        exit: Some(supervisor::ExitRecord { code: Some(127), ..Default::default() }),
+                        precheck: None,
+                    };
+                    let rdir = dir.join(&job.name);
+                    let _ = std::fs::write(rdir.join("log"), format!("cannot start the supervisor: {e}\n"));
+                    let _ = supervisor::write_atomic(
+                        &rdir.join("state.json"),
+                        &serde_json::to_vec(&state).unwrap_or_default(),
+                    );
+                }
+            }
+        }
+        children
+    }
+
+    fn available_images(spec: &LaunchSpec) -> String {
+        let mut names: Vec<&str> = vec!["host"];
+        names.extend(
+            spec.catalog
+                .images
+                .iter()
+                .filter(|(n, i)| *n != "host" && i.rootfs.is_some())
+                .map(|(n, _)| n.as_str()),
+        );
+        names.join(", ")
+    }
+
+    /// The replicas of an attempt, by name and role (from its `launch.json`).
+    pub fn replica_names(&self, key: &AttemptKey) -> Vec<(String, String)> {
+        std::fs::read(attempt_dir(&self.cfg.runs_dir, key).join("launch.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Launched>(&b).ok())
+            .map(|l| l.replicas.into_iter().map(|r| (r.name, r.role)).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// A RayJob replica's command: the head and workers run Ray itself; the submitter waits for the cluster and
+/// runs the entrypoint.
+fn ray_command(
+    r: &Replica,
+    res: &trainyard_core::Resources,
+    port: u16,
+    entrypoint: &str,
+    s: &trainyard_core::spec::TaskSpec,
+) -> String {
+    let common = format!(
+        "--block --disable-usage-stats --node-ip-address=127.0.0.1 --num-cpus={} --num-gpus={} --memory={}",
+        res.vcpus.max(1),
+        res.gpus,
+        res.memory_mib * 1024 * 1024
+    );
+    let ports = |p: [u16; 6]| {
+        format!(
+            "--node-manager-port={} --object-manager-port={} --dashboard-agent-listen-port={} --dashboard-agent-grpc-port={} --metrics-export-port={} --runtime-env-agent-port={} --min-worker-port=0 --max-worker-port=0",
+            p[0], p[1], p[2], p[3], p[4], p[5]
+        )
+    };
+    let p6 = || [free_port(), free_port(), free_port(), free_port(), free_port(), free_port()];
+    match r.role.as_str() {
+        "head" => format!(
+            "exec ray start --head --port={port} --include-dashboard=false --ray-client-server-port={} --temp-dir=/tmp/ray/{} {} {common}",
+            free_port(),
+            short(&r.name),
+            ports(p6())
+        ),
+        "worker" => format!(
+            "until python3 -c 'import socket,sys; socket.create_connection((\"127.0.0.1\", {port}), 1)' 2>/dev/null; do sleep 0.2; done\nexec ray start --address=127.0.0.1:{port} --temp-dir=/tmp/ray/{} {} {common}",
+            short(&r.name),
+            ports(p6())
+        ),
+        _ => {
+            let workers = s.compute.workers;
+            let runtime_env = s.ray.as_ref().and_then(|r| r.runtime_env_yaml.as_ref());
+            let mut c = format!(
+                "python3 - <<'EOF'\nimport time, ray\nfor _ in range(600):\n    try:\n        ray.init(address='127.0.0.1:{port}', logging_level='ERROR')\n        break\n    except Exception:\n        time.sleep(0.5)\nfor _ in range(1200):\n    if len([n for n in ray.nodes() if n['Alive']]) >= {}:\n        break\n    time.sleep(0.25)\nray.shutdown()\nEOF\n",
+                workers + 1
+            );
+            if let Some(env) = runtime_env {
+                c.push_str(&format!("cat > /tmp/runtime_env.yaml <<'EOF'\n{env}\nEOF\n"));
+                c.push_str("export TRAINYARD_RAY_RUNTIME_ENV=/tmp/runtime_env.yaml\n");
+            }
+            c.push_str(entrypoint);
+            c
+        }
+    }
+}
+
+/// Ray puts Unix sockets under its temp dir; keep the path short.
+fn short(name: &str) -> String {
+    let h = name.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3));
+    format!("{:x}", h & 0xffff_ffff)
+}
+
+fn keygen(path: &Path) -> Result<(), String> {
+    if path.exists() {
+        return Ok(());
+    }
+    let out = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "trainyard", "-f"])
+        .arg(path)
+        .output()
+        .map_err(|e| format!("passwordless SSH needs ssh-keygen (apt-get install openssh-client): {e}"))?;
+    if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).into_owned()) }
+}
+
+fn make_keys(ssh: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(ssh).map_err(|e| e.to_string())?;
+    keygen(&ssh.join("id_ed25519"))?;
+    keygen(&ssh.join("host_ed25519"))
+}
+
+fn ssh_material(
+    ssh: &Path,
+    home: &Path,
+    runtime: &Path,
+    replicas: &[Replica],
+    ports: &[u16],
+    me: usize,
+) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let io = |e: std::io::Error| e.to_string();
+    let dot = home.join(".ssh");
+    std::fs::create_dir_all(&dot).map_err(io)?;
+    std::fs::set_permissions(&dot, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+    std::fs::copy(ssh.join("id_ed25519"), dot.join("id_ed25519")).map_err(io)?;
+    std::fs::copy(ssh.join("id_ed25519.pub"), dot.join("id_ed25519.pub")).map_err(io)?;
+    std::fs::copy(ssh.join("id_ed25519.pub"), dot.join("authorized_keys")).map_err(io)?;
+    let mut config = String::new();
+    for (r, port) in replicas.iter().zip(ports) {
+        if r.role == "submitter" {
+            continue;
+        }
+        config.push_str(&format!(
+            "Host {}\n  HostName 127.0.0.1\n  Port {port}\n  User root\n  IdentityFile ~/.ssh/id_ed25519\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n",
+            r.name
+        ));
+    }
+    std::fs::write(dot.join("config"), config).map_err(io)?;
+    let sdir = runtime.join("ssh");
+    std::fs::create_dir_all(&sdir).map_err(io)?;
+    std::fs::copy(ssh.join("host_ed25519"), sdir.join("host_ed25519")).map_err(io)?;
+    std::fs::set_permissions(sdir.join("host_ed25519"), std::fs::Permissions::from_mode(0o600))
+        .map_err(io)?;
+    let sshd = format!(
+        "Port {}\nListenAddress 127.0.0.1\nHostKey {RUNTIME_DIR}/ssh/host_ed25519\nPermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\nAuthorizedKeysFile /root/.ssh/authorized_keys\nStrictModes no\nUsePAM no\nPidFile none\nSetEnv TRAINYARD_SSH=1\n",
+        ports[me]
+    );
+    std::fs::write(sdir.join("sshd_config"), sshd).map_err(io)?;
+    Ok(())
+}
+
+impl Run {
+    fn key(&self) -> AttemptKey {
+        AttemptKey { task_id: self.l.task_id.clone(), attempt: self.l.attempt }
+    }
+
+    fn note(&self, out: &mut Vec<Observation>, reason: &str, message: String) {
+        out.push(Observation::Note { key: self.key(), reason: reason.to_owned(), message });
+    }
+
+    fn stop_replicas(&self, which: impl Fn(&Replica) -> bool, req: &StopRequest) {
+        for r in self.l.replicas.iter().filter(|r| which(r)) {
+            let path = self.dir.join(&r.name).join("stop.json");
+            if !path.exists() {
+                let _ = supervisor::write_atomic(&path, &serde_json::to_vec(req).unwrap_or_default());
+            }
+        }
+    }
+
+    /// Collects new supervisor events as notes.
+    fn drain_events(&mut self, out: &mut Vec<Observation>) {
+        let key = self.key();
+        for r in &self.l.replicas {
+            let rdir = self.dir.join(&r.name);
+            let at = self.offsets.get(&r.name).copied().unwrap_or(0);
+            let Ok(mut f) = std::fs::File::open(rdir.join("events.jsonl")) else { continue };
+            if f.metadata().map_or(0, |m| m.len()) <= at || f.seek(std::io::SeekFrom::Start(at)).is_err() {
+                continue;
+            }
+            let mut buf = Vec::new();
+            let _ = f.read_to_end(&mut buf);
+            let complete = buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            for line in buf[..complete].split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+                if let Ok(e) = serde_json::from_slice::<Event>(line) {
+                    out.push(Observation::Note { key: key.clone(), reason: e.reason, message: e.message });
+                }
+            }
+            let next = at + complete as u64;
+            self.offsets.insert(r.name.clone(), next);
+            let _ = std::fs::write(rdir.join("events.offset"), next.to_string());
+        }
+    }
+}
+
+impl LocalBackend {
+    /// One attempt's progress: returns true when it ended (its outcome is in `out`).
+    fn advance(&self, run: &mut Run, now: u64, out: &mut Vec<Observation>) -> bool {
+        let key = run.key();
+        if let Stage::Pulling { tries, next_at_ms, jobs, available } = &mut run.stage {
+            if now < *next_at_ms {
+                return false;
+            }
+            if jobs.first().is_some_and(|j| j.sandbox.root.is_dir()) {
+                let jobs = std::mem::take(jobs);
+                if *tries > 0 {
+                    out.push(Observation::Note {
+                        key: key.clone(),
+                        reason: "ImagePulled".into(),
+                        message: format!("image {} is here after {tries} failed pulls", run.l.image),
+                    });
+                }
+                run.children = self.spawn(&run.dir, &jobs);
+                run.stage = Stage::Running;
+                return false;
+            }
+            *tries += 1;
+            let tol = run.l.pull_tolerance;
+            let why =
+                format!("image {} is not available on this machine (available: {available})", run.l.image);
+            if tol == 0 || (tol > 0 && i64::from(*tries) > tol) {
+                let allowed =
+                    if tol == 0 { "no retries allowed".to_owned() } else { format!("{tol} retries allowed") };
+                out.push(Observation::Finished {
+                    key,
+                    reason: Reason::ImagePullFailed,
+                    message: format!("{why}; gave up after {tries} pulls ({allowed})"),
+                });
+                return true;
+            }
+            let backoff = (1000u64 << (*tries - 1).min(5)).min(30_000);
+            *next_at_ms = now + backoff;
+            out.push(Observation::Note {
+                key,
+                reason: "ImagePullBackOff".into(),
+                message: format!("{why}; pull {tries} failed, next try in {} s", backoff / 1000),
+            });
+            return false;
+        }
+        for c in &mut run.children {
+            let _ = c.try_wait();
+        }
+        run.drain_events(out);
+        let states: Vec<(Replica, Option<ReplicaState>)> =
+            run.l.replicas.iter().map(|r| (r.clone(), read_state(&run.dir.join(&r.name)))).collect();
+        // A supervisor that died without recording an exit (the machine restarted, someone killed it).
+        let lost: Vec<&str> = states
+            .iter()
+            .filter(|(_, s)| match s {
+                Some(s) => {
+                    s.phase != Phase::Exited
+                        && s.supervisor_pid != 0
+                        && !procs::alive(s.supervisor_pid, s.supervisor_ticks)
+                }
+                None => false,
+            })
+            .map(|(r, _)| r.name.as_str())
+            .collect();
+        let trainers = |st: &[(Replica, Option<ReplicaState>)]| -> Vec<Option<Phase>> {
+            st.iter()
+                .filter(|(r, _)| r.role != "submitter")
+                .map(|(_, s)| s.as_ref().map(|s| s.phase))
+                .collect()
+        };
+        let phases = trainers(&states);
+        if !run.started && phases.iter().all(|p| p.is_some_and(|p| p != Phase::Starting)) {
+            run.started = true;
+            out.push(Observation::Started { key: key.clone(), precheck: run.l.precheck });
+        }
+        if run.l.precheck
+            && run.started
+            && !run.prechecked
+            && phases.iter().all(|p| matches!(p, Some(Phase::Running)))
+        {
+            run.prechecked = true;
+            let figures: Vec<String> =
+                states.iter().filter_map(|(_, s)| s.as_ref()?.precheck.clone()).collect();
+            out.push(Observation::PrecheckPassed {
+                key: key.clone(),
+                message: format!("every replica passed the precheck: {}", figures.join("; ")),
+            });
+        }
+
+        // Decide the outcome as replicas end.
+        let ray = run.l.task_type == "RayJob";
+        if run.verdict.is_none() && run.stop.is_none() {
+            if let Some(name) = lost.first() {
+                run.verdict = Some((
+                    Reason::NodeFailed,
+                    format!("the supervisor of {name} is gone without recording how the replica ended"),
+                ));
+            }
+            let mut ended: Vec<&(Replica, Option<ReplicaState>)> =
+                states.iter().filter(|(_, s)| s.as_ref().is_some_and(|s| s.phase == Phase::Exited)).collect();
+            ended.sort_by_key(|(_, s)| s.as_ref().and_then(|s| s.exit.as_ref()).map_or(0, |e| e.at_ms));
+            for (r, s) in ended {
+                let Some(e) = s.as_ref().and_then(|s| s.exit.clone()) else { continue };
+                if e.stopped || run.verdict.is_some() {
+                    continue;
+                }
+                if e.precheck_failed {
+                    let message = s.as_ref().and_then(|s| s.precheck.clone()).unwrap_or_default();
+                    run.verdict = Some((Reason::PrecheckFailed, format!("{}: {message}", r.name)));
+                    if e.code != Some(3) {
+                        run.note(
+                            out,
+                            "NodeSuspect",
+                            format!("node {} failed the precheck of {}", r.node, r.name),
+                        );
+                    }
+                    continue;
+                }
+                let exit = Exit { code: e.code, signal: e.signal, oom_killed: e.oom_killed };
+                let paths: Vec<&str> = run.l.mount_paths.iter().map(String::as_str).collect();
+                let (reason, message) =
+                    classify(&r.name, &exit, &log_tail(&run.dir.join(&r.name), 16 * 1024), &paths);
+                let decides = if ray { r.role == "submitter" } else { r.role == "master" };
+                if reason != Reason::Completed {
+                    run.verdict = Some((reason, message));
+                } else if decides {
+                    run.verdict = Some((Reason::Completed, message));
+                    let wait = if ray { run.l.keep_ms } else { self.cfg.workers_after_master_ms };
+                    if ray && run.l.keep_ms > 0 {
+                        run.note(
+                            out,
+                            "RayClusterKept",
+                            format!(
+                                "the entrypoint ended; debug mode keeps the cluster for {} s",
+                                run.l.keep_ms / 1000
+                            ),
+                        );
+                    }
+                    run.stop_others_at = Some(now + wait);
+                } else if ray {
+                    run.verdict =
+                        Some((Reason::UserError, format!("{} ended before the entrypoint did", r.name)));
+                }
+            }
+            if let Some((reason, _)) = &run.verdict
+                && *reason != Reason::Completed
+            {
+                run.stop_others_at = Some(now);
+            }
+        }
+        if !run.stopped_others && run.stop_others_at.is_some_and(|at| now >= at) {
+            run.stopped_others = true;
+            let req = StopRequest {
+                checkpoint: false,
+                checkpoint_timeout_s: 0,
+                signal: procs::SIGTERM,
+                grace_s: self.cfg.grace_s,
+            };
+            run.stop_replicas(|_| true, &req);
+        }
+        let all_ended = states.iter().all(|(r, s)| {
+            s.as_ref().is_some_and(|s| s.phase == Phase::Exited) || lost.contains(&r.name.as_str())
+        });
+        if !all_ended {
+            return false;
+        }
+        let finished = match (run.stop, &run.verdict) {
+            (Some(StopCause::NodeFailed), _) => Observation::Finished {
+                key,
+                reason: Reason::NodeFailed,
+                message: "a node of this attempt failed; every replica was killed".into(),
+            },
+            (Some(_), _) => Observation::Stopped { key, message: "every replica ended".into() },
+            (None, Some((reason, message))) => {
+                Observation::Finished { key, reason: *reason, message: message.clone() }
+            }
+            (None, None) => Observation::Finished {
+                key,
+                reason: Reason::UserError,
+                message: "every replica ended but none decided the outcome".into(),
+            },
+        };
+        out.push(finished);
+        true
+    }
+
+    fn finish(&self, run: &Run, outcome: &Observation) {
+        let _ = supervisor::write_atomic(
+            &run.dir.join("outcome.json"),
+            &serde_json::to_vec(&Recorded::from(outcome)).unwrap_or_default(),
+        );
+        // The container's local disk goes with the attempt; logs and events stay.
+        for r in &run.l.replicas {
+            let _ = std::fs::remove_dir_all(run.dir.join(&r.name).join("scratch"));
+        }
+    }
+}
+
+/// An outcome as kept in `outcome.json`, to be reported again after a restart.
+#[derive(Debug, Serialize, Deserialize)]
+struct Recorded {
+    stopped: bool,
+    reason: String,
+    message: String,
+}
+
+impl From<&Observation> for Recorded {
+    fn from(o: &Observation) -> Recorded {
+        match o {
+            Observation::Stopped { message, .. } => {
+                Recorded { stopped: true, reason: String::new(), message: message.clone() }
+            }
+            Observation::Finished { reason, message, .. } => {
+                Recorded { stopped: false, reason: reason.to_string(), message: message.clone() }
+            }
+            _ => Recorded { stopped: false, reason: String::new(), message: String::new() },
+        }
+    }
+}
+
+impl Backend for LocalBackend {
+    async fn launch(&self, spec: &LaunchSpec) -> Result<(), BackendError> {
+        let mut inner = self.lock();
+        if inner.runs.contains_key(&spec.key) {
+            return Ok(());
+        }
+        let dir = attempt_dir(&self.cfg.runs_dir, &spec.key);
+        if let Ok(bytes) = std::fs::read(dir.join("outcome.json")) {
+            // It ended while nobody listened: say so again.
+            if let Ok(r) = serde_json::from_slice::<Recorded>(&bytes) {
+                let key = spec.key.clone();
+                let obs = if r.stopped {
+                    Observation::Stopped { key, message: r.message }
+                } else {
+                    let reason = Reason::from_name(&r.reason).unwrap_or(Reason::UserError);
+                    Observation::Finished { key, reason, message: r.message }
+                };
+                inner.replay.push(obs);
+            }
+            return Ok(());
+        }
+        if dir.join("spawned").exists() {
+            // Supervisors were started by an earlier server and are gone without a record: a lost attempt.
+            inner.replay.push(Observation::Finished {
+                key: spec.key.clone(),
+                reason: Reason::NodeFailed,
+                message: "the replicas of this attempt were lost (the machine restarted?)".into(),
+            });
+            return Ok(());
+        }
+        let (dir, l, jobs) = self.prepare(spec, &inner).map_err(BackendError)?;
+        // The pull: `host` and registered root file systems are here at once; anything else is retried (or
+        // fails) as the image pull tolerance says, on the next polls.
+        let (stage, children) = if jobs.first().is_some_and(|j| j.sandbox.root.is_dir()) {
+            let children = self.spawn(&dir, &jobs);
+            (Stage::Running, children)
+        } else {
+            (
+                Stage::Pulling { tries: 0, next_at_ms: 0, jobs, available: Self::available_images(spec) },
+                Vec::new(),
+            )
+        };
+        let offsets = l.replicas.iter().map(|r| (r.name.clone(), 0)).collect();
+        inner.runs.insert(
+            spec.key.clone(),
+            Run {
+                dir,
+                l,
+                stage,
+                children,
+                started: false,
+                prechecked: false,
+                stop: None,
+                verdict: None,
+                stop_others_at: None,
+                stopped_others: false,
+                offsets,
+            },
+        );
+        Ok(())
+    }
+
+    async fn stop(&self, key: &AttemptKey, cause: StopCause) -> Result<(), BackendError> {
+        let mut inner = self.lock();
+        let grace = self.cfg.grace_s;
+        let Some(run) = inner.runs.get_mut(key) else { return Ok(()) };
+        if run.stop.is_some() {
+            return Ok(());
+        }
+        run.stop = Some(cause);
+        if let Stage::Pulling { jobs, .. } = &mut run.stage {
+            // Nothing runs yet; the next poll reports it stopped.
+            jobs.clear();
+            for r in &run.l.replicas {
+                let state = ReplicaState {
+                    supervisor_pid: 0,
+                    supervisor_ticks: 0,
+                    phase: Phase::Exited,
+                    sandbox_pid: None,
+                    started_ms: now_ms(),
+                    exit: Some(supervisor::ExitRecord { stopped: true, ..Default::default() }),
+                    precheck: None,
+                };
+                let _ = supervisor::write_atomic(
+                    &run.dir.join(&r.name).join("state.json"),
+                    &serde_json::to_vec(&state).unwrap_or_default(),
+                );
+            }
+            run.stage = Stage::Running;
+            return Ok(());
+        }
+        let checkpoint = match cause {
+            StopCause::NodeFailed => None,
+            _ => run.l.checkpoint,
+        };
+        let req = StopRequest {
+            checkpoint: checkpoint.is_some(),
+            checkpoint_timeout_s: checkpoint.map_or(0, |c| c.0),
+            signal: checkpoint.map_or(procs::SIGTERM, |c| c.1),
+            grace_s: if cause == StopCause::NodeFailed { 0 } else { grace },
+        };
+        run.stop_replicas(|_| true, &req);
+        Ok(())
+    }
+
+    async fn poll(&self, now_ms: u64) -> Vec<Observation> {
+        let _ = now_ms;
+        let now = supervisor::now_ms();
+        let mut inner = self.lock();
+        let mut out: Vec<Observation> = std::mem::take(&mut inner.replay);
+        let mut ended = Vec::new();
+        for (key, run) in inner.runs.iter_mut() {
+            let before = out.len();
+            if self.advance(run, now, &mut out) {
+                if let Some(last) = out[before..].last() {
+                    self.finish(run, last);
+                }
+                ended.push(key.clone());
+            }
+        }
+        for key in ended {
+            inner.runs.remove(&key);
+        }
+        out
+    }
+
+    async fn alive(&self) -> Vec<AttemptKey> {
+        self.lock().runs.keys().cloned().collect()
+    }
+
+    async fn replicas(&self, key: &AttemptKey) -> Vec<(String, String)> {
+        self.replica_names(key)
+    }
+
+    async fn read_log(&self, key: &AttemptKey, replica: &str, offset: u64, max: usize) -> LogChunk {
+        if !self.replica_names(key).iter().any(|(n, _)| n == replica) {
+            return LogChunk { ended: true, missing: true, ..LogChunk::default() };
+        }
+        let rdir = attempt_dir(&self.cfg.runs_dir, key).join(replica);
+        // Read `ended` first: a replica that ended before the read has its whole log on disk.
+        let ended = read_state(&rdir).is_some_and(|s| s.phase == Phase::Exited)
+            || attempt_dir(&self.cfg.runs_dir, key).join("outcome.json").exists();
+        let mut data = Vec::new();
+        if let Ok(mut f) = std::fs::File::open(rdir.join("log"))
+            && f.seek(std::io::SeekFrom::Start(offset)).is_ok()
+        {
+            let _ = f.by_ref().take(max as u64).read_to_end(&mut data);
+        }
+        // Hand out whole lines only (the rest comes with the next read), unless one line exceeds `max`.
+        let whole = data.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        if whole > 0 {
+            data.truncate(whole);
+        }
+        let next = offset + data.len() as u64;
+        let more = std::fs::metadata(rdir.join("log")).is_ok_and(|m| m.len() > next);
+        LogChunk { data, next, ended: ended && !more, missing: false }
+    }
+}

@@ -1,0 +1,199 @@
+//! Processes on this machine: liveness that survives PID reuse, the processes inside a sandbox's PID
+//! namespace, signals, and the replica's cgroup (v2, or v1 memory + cpu) where the host lets us make one.
+
+use std::path::{Path, PathBuf};
+
+/// The start time of a process in clock ticks since boot (field 22 of `/proc/PID/stat`): with the PID it
+/// names one process for good, even after the PID is reused.
+pub fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether the process (pid, start ticks) still runs (a zombie counts as gone).
+pub fn alive(pid: u32, ticks: u64) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let Some(close) = stat.rfind(')') else { return false };
+    let mut fields = stat[close + 1..].split_whitespace();
+    let state = fields.next().unwrap_or("X");
+    state != "Z" && state != "X" && start_ticks(pid) == Some(ticks)
+}
+
+/// The PID namespace of a process, as the kernel names it (`pid:[4026532xyz]`).
+fn pid_ns(pid: u32) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()
+}
+
+/// The children of a process (needs `CONFIG_PROC_CHILDREN`, present on every common kernel).
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .map(|s| s.split_whitespace().filter_map(|p| p.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// Processes inside the sandbox started by bubblewrap process `bwrap_pid`: everything in its child's PID
+/// namespace, as (host pid, pid inside). The namespace's init (pid 1 inside) comes first.
+pub fn sandbox_processes(bwrap_pid: u32) -> Vec<(u32, u32)> {
+    let mine = pid_ns(std::process::id());
+    let Some(ns) = children(bwrap_pid).into_iter().filter_map(pid_ns).find(|ns| Some(ns) != mine.as_ref())
+    else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return found };
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        if pid_ns(pid).as_ref() != Some(&ns) {
+            continue;
+        }
+        let inner = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("NSpid:"))
+                    .and_then(|l| l.split_whitespace().last()?.parse().ok())
+            })
+            .unwrap_or(0);
+        found.push((pid, inner));
+    }
+    found.sort_by_key(|&(_, inner)| inner);
+    found
+}
+
+/// Sends a signal to one process; a process that is already gone is not an error.
+pub fn signal(pid: u32, sig: i32) {
+    let (Some(pid), Some(sig)) = (rustix::process::Pid::from_raw(pid as i32), signal_of(sig)) else { return };
+    let _ = rustix::process::kill_process(pid, sig);
+}
+
+/// Sends a signal to every process of a process group.
+pub fn signal_group(pgid: u32, sig: i32) {
+    let (Some(pid), Some(sig)) = (rustix::process::Pid::from_raw(pgid as i32), signal_of(sig)) else {
+        return;
+    };
+    let _ = rustix::process::kill_process_group(pid, sig);
+}
+
+fn signal_of(sig: i32) -> Option<rustix::process::Signal> {
+    use rustix::process::Signal;
+    Some(match sig {
+        2 => Signal::INT,
+        9 => Signal::KILL,
+        10 => Signal::USR1,
+        12 => Signal::USR2,
+        15 => Signal::TERM,
+        _ => return None,
+    })
+}
+
+pub const SIGINT: i32 = 2;
+pub const SIGKILL: i32 = 9;
+pub const SIGUSR1: i32 = 10;
+pub const SIGUSR2: i32 = 12;
+pub const SIGTERM: i32 = 15;
+
+/// A replica's cgroup: CPU and memory limits, and whether the OOM killer fired in it.
+#[derive(Debug)]
+pub enum Cgroup {
+    V2(PathBuf),
+    V1 { memory: PathBuf, cpu: Option<PathBuf> },
+}
+
+const CG: &str = "/sys/fs/cgroup";
+
+/// This process's cgroup for a v1 controller (`memory`, `cpu`), or the v2 one for `""`, from
+/// `/proc/self/cgroup`: new cgroups are made below it, so limits nest inside whatever holds Trainyard.
+fn current(controller: &str) -> PathBuf {
+    let text = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, list, path) = (parts.next(), parts.next().unwrap_or(""), parts.next().unwrap_or("/"));
+        let hit =
+            if controller.is_empty() { list.is_empty() } else { list.split(',').any(|c| c == controller) };
+        if hit {
+            let base =
+                if controller.is_empty() { Path::new(CG).to_owned() } else { Path::new(CG).join(controller) };
+            return base.join(path.trim_start_matches('/'));
+        }
+    }
+    if controller.is_empty() { Path::new(CG).to_owned() } else { Path::new(CG).join(controller) }
+}
+
+impl Cgroup {
+    /// Makes `trainyard/NAME` with the limits and moves this process into it (so everything it starts is
+    /// inside from the first instruction). Err says why limits cannot be enforced here.
+    pub fn create(name: &str, millicpu: u64, memory_mib: u64) -> Result<Cgroup, String> {
+        let cg = Path::new(CG);
+        let me = std::process::id().to_string();
+        let bytes = (memory_mib * 1024 * 1024).to_string();
+        let period = 100_000u64;
+        let quota = (millicpu * period / 1000).max(1000);
+        let fail = |what: &str, e: std::io::Error| format!("{what}: {e}");
+        if cg.join("cgroup.controllers").exists() {
+            let here = current("");
+            let parent = here.join("trainyard");
+            std::fs::create_dir_all(&parent).map_err(|e| fail("cannot create a cgroup", e))?;
+            let _ = std::fs::write(here.join("cgroup.subtree_control"), "+cpu +memory");
+            let _ = std::fs::write(parent.join("cgroup.subtree_control"), "+cpu +memory");
+            let dir = parent.join(name);
+            std::fs::create_dir_all(&dir).map_err(|e| fail("cannot create a cgroup", e))?;
+            std::fs::write(dir.join("memory.max"), &bytes).map_err(|e| fail("cannot set memory.max", e))?;
+            std::fs::write(dir.join("cpu.max"), format!("{quota} {period}"))
+                .map_err(|e| fail("cannot set cpu.max", e))?;
+            std::fs::write(dir.join("cgroup.procs"), &me).map_err(|e| fail("cannot enter the cgroup", e))?;
+            return Ok(Cgroup::V2(dir));
+        }
+        let mem_root = cg.join("memory");
+        if !mem_root.join("cgroup.procs").exists() {
+            return Err("this host has no usable cgroup file system".into());
+        }
+        let memory = current("memory").join("trainyard").join(name);
+        std::fs::create_dir_all(&memory).map_err(|e| fail("cannot create a memory cgroup", e))?;
+        std::fs::write(memory.join("memory.limit_in_bytes"), &bytes)
+            .map_err(|e| fail("cannot set memory.limit_in_bytes", e))?;
+        std::fs::write(memory.join("cgroup.procs"), &me)
+            .map_err(|e| fail("cannot enter the memory cgroup", e))?;
+        let cpu = (|| {
+            let dir = current("cpu").join("trainyard").join(name);
+            std::fs::create_dir_all(&dir).ok()?;
+            std::fs::write(dir.join("cpu.cfs_period_us"), period.to_string()).ok()?;
+            std::fs::write(dir.join("cpu.cfs_quota_us"), quota.to_string()).ok()?;
+            std::fs::write(dir.join("cgroup.procs"), &me).ok()?;
+            Some(dir)
+        })();
+        Ok(Cgroup::V1 { memory, cpu })
+    }
+
+    /// Whether the OOM killer killed a process in this cgroup.
+    pub fn oom_killed(&self) -> bool {
+        let (file, key) = match self {
+            Cgroup::V2(dir) => (dir.join("memory.events"), "oom_kill"),
+            Cgroup::V1 { memory, .. } => (memory.join("memory.oom_control"), "oom_kill"),
+        };
+        std::fs::read_to_string(file)
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with(key))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            })
+            .is_some_and(|n| n > 0)
+    }
+
+    /// Leaves the cgroup and removes it (best effort).
+    pub fn remove(&self) {
+        let me = std::process::id().to_string();
+        let dirs: Vec<&PathBuf> = match self {
+            Cgroup::V2(dir) => vec![dir],
+            Cgroup::V1 { memory, cpu } => std::iter::once(memory).chain(cpu.iter()).collect(),
+        };
+        for dir in dirs {
+            if let Some(root) = dir.parent().and_then(Path::parent) {
+                let _ = std::fs::write(root.join("cgroup.procs"), &me);
+            }
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! A real `trainyard up` on the local backend in a temp data dir, driven over its HTTP API, for the
+//! end-to-end tests. Dropping a [`Server`] kills it and every supervisor and sandbox it started.
+
+#![allow(dead_code)]
+
+use serde_json::{Value, json};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Three 3-vCPU nodes (a `cpu.large` replica takes a node of its own) (declared, not real: the replicas are small), the `host` image with torch and Ray,
+/// an image that is not here, a volume and a dataset.
+pub const CATALOG: &str = r#"
+regions: {local: {}}
+clusters: {local: {region: local}}
+pools:
+  default: {cluster: local, instanceSpecs: [cpu.small, cpu.large]}
+instanceSpecs:
+  cpu.small: {kind: CPU, vcpus: 1, memoryMib: 1024}
+  cpu.large: {kind: CPU, vcpus: 2, memoryMib: 4096}
+nodes:
+  node-a: {pool: default, vcpus: 3, memoryMib: 12288}
+  node-b: {pool: default, vcpus: 3, memoryMib: 12288}
+  node-c: {pool: default, vcpus: 3, memoryMib: 12288}
+projectGroups: {default: {}}
+images:
+  host: {torch: true, ray: true}
+  elsewhere: {}
+allowExternalImages: false
+volumes: {out: {multiPodReadWrite: true}, raytmp: {multiPodReadWrite: true}}
+datasets: {data: {}}
+quotas:
+  - {group: default, resourceType: Reserved, pool: default, spec: cpu.small, units: 12}
+  - {group: default, resourceType: Reserved, pool: default, spec: cpu.large, units: 6}
+"#;
+
+pub struct Server {
+    pub dir: PathBuf,
+    pub base: String,
+    pub token: String,
+    child: Option<Child>,
+    agent: ureq::Agent,
+    path: Option<String>,
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into()
+}
+
+fn spawn(dir: &Path, listen: &str, path: Option<&str>) -> (Child, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_trainyard"));
+    cmd.args(["up", "--backend", "local", "--listen", listen, "--data-dir"])
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if let Some(p) = path {
+        cmd.env("PATH", p);
+    }
+    let mut child = cmd.spawn().expect("trainyard up starts");
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut printed = String::new();
+    let mut api = None;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        printed.push_str(&line);
+        printed.push('\n');
+        if let Some(rest) = line.trim().strip_prefix("API:") {
+            api = rest.split_whitespace().next().map(|u| u.trim_end_matches("/api/v1").to_owned());
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    (child, api.unwrap_or_else(|| panic!("no API address in:\n{printed}")))
+}
+
+impl Server {
+    /// Starts a server on a fresh data dir with [`CATALOG`]. `path` is the server's PATH (replicas of the
+    /// `host` image see it).
+    pub fn start(name: &str, path: Option<&str>) -> Server {
+        let dir = std::env::temp_dir().join(format!("ty-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let dir = dir.canonicalize().unwrap();
+        let (child, base) = spawn(&dir, "127.0.0.1:0", path);
+        let token = std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_owned();
+        let s =
+            Server { dir, base, token, child: Some(child), agent: agent(), path: path.map(str::to_owned) };
+        let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(CATALOG));
+        assert_eq!(status, 200, "{body}");
+        s
+    }
+
+    /// SIGKILL, as a crash: supervisors and training go on.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts again on the same data dir and address.
+    pub fn restart(&mut self) {
+        self.kill();
+        let listen = self.base.trim_start_matches("http://").to_owned();
+        let (child, _) = spawn(&self.dir, &listen, self.path.as_deref());
+        self.child = Some(child);
+    }
+
+    pub fn call(&self, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+        let url = format!("{}{path}", self.base);
+        let auth = format!("Bearer {}", self.token);
+        let resp = match (method, body) {
+            ("GET", _) => self.agent.get(&url).header("Authorization", &auth).call(),
+            ("DELETE", _) => self.agent.delete(&url).header("Authorization", &auth).call(),
+            ("PUT", b) => {
+                self.agent.put(&url).header("Authorization", &auth).send(b.unwrap_or("").as_bytes())
+            }
+            (_, b) => self.agent.post(&url).header("Authorization", &auth).send(b.unwrap_or("").as_bytes()),
+        };
+        let mut r = resp.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        (r.status().as_u16(), r.body_mut().read_to_string().unwrap_or_default())
+    }
+
+    pub fn submit(&self, task: &Value) -> String {
+        let (status, body) = self.call("POST", "/api/v1/tasks", Some(&task.to_string()));
+        assert!(status == 201 || status == 200, "{status}: {body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        v["id"].as_str().unwrap().to_owned()
+    }
+
+    pub fn task(&self, id: &str) -> Value {
+        let (status, body) = self.call("GET", &format!("/api/v1/tasks/{id}"), None);
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).unwrap()
+    }
+
+    pub fn events(&self, id: &str) -> Vec<(String, String)> {
+        let (_, body) = self.call("GET", &format!("/api/v1/tasks/{id}/events"), None);
+        let v: Value = serde_json::from_str(&body).unwrap();
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e["reason"].as_str().unwrap().to_owned(), e["message"].as_str().unwrap().to_owned()))
+            .collect()
+    }
+
+    pub fn events_text(&self, id: &str) -> String {
+        self.events(id).iter().map(|(r, m)| format!("  {r}: {m}\n")).collect()
+    }
+
+    /// Waits until the task's status is `want`; panics with its events when it ends otherwise or times out.
+    pub fn wait_status(&self, id: &str, want: &str, timeout: Duration) -> Value {
+        let t0 = Instant::now();
+        loop {
+            let t = self.task(id);
+            let status = t["status"].as_str().unwrap_or("").to_owned();
+            if status == want {
+                return t;
+            }
+            let terminal = ["Succeeded", "Failed", "Stopped"];
+            if terminal.contains(&status.as_str()) && terminal.contains(&want) || t0.elapsed() > timeout {
+                panic!(
+                    "task {id} is {status}, not {want}, after {:?}; events:\n{}\nlogs:\n{}",
+                    t0.elapsed(),
+                    self.events_text(id),
+                    self.all_logs(id)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until an event with `reason` appears.
+    pub fn wait_event(&self, id: &str, reason: &str, timeout: Duration) -> String {
+        let t0 = Instant::now();
+        loop {
+            if let Some((_, m)) = self.events(id).into_iter().find(|(r, _)| r == reason) {
+                return m;
+            }
+            assert!(
+                t0.elapsed() < timeout,
+                "no {reason} event for {id} in {timeout:?}; events:\n{}\nlogs:\n{}",
+                self.events_text(id),
+                self.all_logs(id)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// One replica's log (latest attempt unless given).
+    pub fn log(&self, id: &str, replica: &str, attempt: Option<i64>) -> String {
+        let a = attempt.map_or(String::new(), |a| format!("&attempt={a}"));
+        self.call("GET", &format!("/api/v1/tasks/{id}/logs?replica={replica}{a}"), None).1
+    }
+
+    /// Every replica's log of every attempt, for failure messages.
+    pub fn all_logs(&self, id: &str) -> String {
+        let (_, body) = self.call("GET", &format!("/api/v1/tasks/{id}/logs"), None);
+        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        let mut out = String::new();
+        for a in v["items"].as_array().cloned().unwrap_or_default() {
+            for r in a["replicas"].as_array().cloned().unwrap_or_default() {
+                let name = r["name"].as_str().unwrap_or("");
+                out.push_str(&format!("--- attempt {} {name}\n", a["attempt"]));
+                out.push_str(&self.log(id, name, a["attempt"].as_i64()));
+            }
+        }
+        out
+    }
+
+    /// Waits until a replica's log contains `needle`.
+    pub fn wait_log(&self, id: &str, replica: &str, needle: &str, timeout: Duration) {
+        let t0 = Instant::now();
+        while !self.log(id, replica, None).contains(needle) {
+            assert!(
+                t0.elapsed() < timeout,
+                "{replica} never logged {needle:?}; events:\n{}\nlogs:\n{}",
+                self.events_text(id),
+                self.all_logs(id)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Processes on this machine whose command line contains `needle` (the test's own excepted).
+    pub fn processes_with(needle: &str) -> Vec<u32> {
+        let me = std::process::id();
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&pid| pid != me)
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").contains(needle))
+            })
+            .collect()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+        // Supervisors carry the data dir in their command line; their sandboxes die with them.
+        let dir = self.dir.display().to_string();
+        for pid in Server::processes_with(&dir) {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+    }
+}
+
+/// A PyTorchJob with `workers` workers running `cmd` on the `host` image.
+pub fn pytorch(prefix: &str, workers: u32, cmd: &str) -> Value {
+    pytorch_on("cpu.small", prefix, workers, cmd)
+}
+
+pub fn pytorch_on(spec: &str, prefix: &str, workers: u32, cmd: &str) -> Value {
+    json!({
+        "apiVersion": "trainyard.dev/v1", "kind": "TrainingTask",
+        "metadata": {"namePrefix": prefix, "projectGroup": "default"},
+        "spec": {
+            "type": "PyTorchJob",
+            "placement": {"region": "local", "cluster": "local"},
+            "environment": {"image": "host", "cmd": cmd},
+            "compute": {"resourceType": "Reserved", "pool": "default", "workers": workers,
+                        "instanceSpecs": [{"spec": spec}]}
+        }
+    })
+}
+
+pub fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}

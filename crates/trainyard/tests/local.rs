@@ -1,0 +1,226 @@
+//! The local backend end to end: `trainyard up` runs replicas in bubblewrap sandboxes on this machine, and
+//! these tests drive it through the HTTP API as a user would.
+
+mod common;
+
+use common::{Server, pytorch, pytorch_on, secs};
+use serde_json::json;
+
+/// Rank 0 listens on MASTER_PORT, the others connect and send their rank, all agree on the sum; every
+/// replica checks its hostname and context variables, reads the dataset, fails to write it, and writes its
+/// result into the volume.
+const RENDEZVOUS: &str = r#"python3 - <<'EOF'
+import os, socket, time
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+assert socket.gethostname() == os.environ["TRAINYARD_REPLICA"], socket.gethostname()
+for v in ["X_USER_NAME", "X_ORG_NAME", "X_TENANT_ID", "X_REGION", "X_CLUSTER", "TASK_UUID"]:
+    assert os.environ.get(v), v
+data = open("/mnt/data/input.txt").read().strip()
+try:
+    open("/mnt/data/written-by-a-replica", "w")
+    raise SystemExit("the dataset is writable")
+except OSError as e:
+    print("dataset is read-only:", e.strerror)
+if rank == 0:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port)); s.listen()
+    conns = [s.accept()[0] for _ in range(world - 1)]
+    total = sum(int(c.recv(64)) for c in conns)
+    for c in conns:
+        c.sendall(str(total).encode()); c.close()
+else:
+    for _ in range(600):
+        try:
+            c = socket.create_connection((addr, port)); break
+        except OSError:
+            time.sleep(0.1)
+    c.sendall(str(rank).encode())
+    total = int(c.recv(64))
+assert total == world * (world - 1) // 2, total
+open(f"/mnt/out/rank-{rank}.txt", "w").write(f"{data} {total} {os.environ['X_USER_NAME']}")
+print("agreed on", total, "as rank", rank, "of", world)
+EOF"#;
+
+#[test]
+fn a_pytorchjob_rendezvous_across_three_replicas_with_mounts() {
+    let s = Server::start("rendezvous", None);
+    std::fs::create_dir_all(s.dir.join("datasets/data")).unwrap();
+    std::fs::write(s.dir.join("datasets/data/input.txt"), "hello-from-the-dataset\n").unwrap();
+    // cpu.large takes a node of its own: the gang spreads over the three virtual nodes.
+    let mut task = pytorch_on("cpu.large", "rdv", 2, RENDEZVOUS);
+    task["spec"]["environment"]["datasets"] = json!([{"dataset": "data", "mountPath": "/mnt/data"}]);
+    task["spec"]["environment"]["volumes"] = json!([{"volume": "out", "mountPath": "/mnt/out"}]);
+    let id = s.submit(&task);
+    let t = s.wait_status(&id, "Succeeded", secs(90));
+    let name = t["name"].as_str().unwrap();
+    let reasons: Vec<String> = s.events(&id).into_iter().map(|(r, _)| r).collect();
+    let order = ["Submitted", "Admitted", "Started", "Completed"];
+    let mut at = 0;
+    for r in &reasons {
+        if at < order.len() && r == order[at] {
+            at += 1;
+        }
+    }
+    assert_eq!(at, order.len(), "events in order: {reasons:?}");
+    // The three replicas on three nodes, each with its own log.
+    let nodes: std::collections::BTreeSet<&str> =
+        t["placement"]["replicas"].as_array().unwrap().iter().map(|r| r["node"].as_str().unwrap()).collect();
+    assert_eq!(nodes.len(), 3, "{}", t["placement"]);
+    for (replica, rank) in [("master-0", 0), ("worker-0", 1), ("worker-1", 2)] {
+        let log = s.log(&id, &format!("{name}-{replica}"), None);
+        assert!(log.contains(&format!("agreed on 3 as rank {rank} of 3")), "{replica}: {log}");
+        assert!(log.contains("dataset is read-only"), "{log}");
+        // The volume kept what each replica wrote.
+        let out = std::fs::read_to_string(s.dir.join(format!("volumes/out/rank-{rank}.txt"))).unwrap();
+        assert_eq!(out, "hello-from-the-dataset 3 admin");
+    }
+    assert!(!s.dir.join("datasets/data/written-by-a-replica").exists());
+    // The scratch dirs went with the attempt; the logs stay.
+    let runs = s.dir.join("runs").join(&id).join("a0");
+    assert!(!runs.join(format!("{name}-master-0/scratch")).exists());
+    assert!(runs.join(format!("{name}-master-0/log")).exists());
+}
+
+#[test]
+fn a_failing_command_is_classified_and_names_the_missing_path() {
+    let s = Server::start("classify", None);
+    let mut task = pytorch("bad", 0, "echo starting; cat /mnt/data/nope.csv; exit 4");
+    task["spec"]["environment"]["datasets"] = json!([{"dataset": "data", "mountPath": "/mnt/data"}]);
+    let id = s.submit(&task);
+    s.wait_status(&id, "Failed", secs(60));
+    let (reason, message) =
+        s.events(&id).into_iter().find(|(r, _)| r == "UserError").expect("a UserError event");
+    assert_eq!(reason, "UserError");
+    assert!(message.contains("code 1") || message.contains("code 4"), "{message}");
+    assert!(message.contains("/mnt/data") && message.contains("nope.csv"), "{message}");
+    // A user error is not retried.
+    assert!(!s.events(&id).iter().any(|(r, _)| r == "Requeued"));
+}
+
+/// The exit checkpoint: a script that saves on SIGUSR1 gets its checkpoint into the volume before it is
+/// terminated, every step is an event, and nothing of it is left running.
+#[test]
+fn stop_runs_the_exit_checkpoint_protocol() {
+    let s = Server::start("checkpoint", None);
+    let marker = format!("ckpt-marker-{}", std::process::id());
+    let cmd = format!(
+        r#"python3 - {marker} <<'EOF'
+import os, signal, sys, time
+rt = os.environ["TRAINYARD_RUNTIME_DIR"]
+def save(sig, frame):
+    assert os.path.exists(rt + "/checkpoint-requested")
+    time.sleep(0.5)
+    open("/mnt/out/checkpoint.pt", "w").write("step 42")
+    open(rt + "/checkpoint-done", "w").close()
+    print("checkpoint saved", flush=True)
+signal.signal(signal.SIGUSR1, save)
+print("training", flush=True)
+while True:
+    time.sleep(0.1)
+EOF"#
+    );
+    let mut task = pytorch("ckpt", 0, &cmd);
+    task["spec"]["environment"]["volumes"] = json!([{"volume": "out", "mountPath": "/mnt/out"}]);
+    task["spec"]["advanced"] = json!({"exitCheckpoint": {"enabled": true, "timeoutSeconds": 30}});
+    let id = s.submit(&task);
+    let t = s.wait_status(&id, "Running", secs(60));
+    let master = format!("{}-master-0", t["name"].as_str().unwrap());
+    s.wait_log(&id, &master, "training", secs(30));
+    assert!(!Server::processes_with(&marker).is_empty(), "the training process runs");
+    let (status, body) = s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
+    assert_eq!(status, 200, "{body}");
+    s.wait_status(&id, "Stopped", secs(60));
+    let events = s.events_text(&id);
+    for step in ["StopRequested", "CheckpointRequested", "CheckpointDone", "Terminated"] {
+        assert!(events.contains(step), "no {step} in:\n{events}");
+    }
+    assert_eq!(std::fs::read_to_string(s.dir.join("volumes/out/checkpoint.pt")).unwrap(), "step 42");
+    assert!(s.log(&id, &master, None).contains("checkpoint saved"));
+    assert!(Server::processes_with(&marker).is_empty(), "no process of the task survives the stop");
+}
+
+#[test]
+fn an_image_that_is_not_here_fails_its_pull_after_the_tolerance() {
+    let s = Server::start("pull", None);
+    let mut task = pytorch("pull", 0, "true");
+    task["spec"]["environment"]["image"] = json!("elsewhere");
+    task["spec"]["advanced"] = json!({"imagePullTolerance": 1});
+    let id = s.submit(&task);
+    s.wait_status(&id, "Failed", secs(60));
+    let events = s.events(&id);
+    let backoff = events.iter().find(|(r, _)| r == "ImagePullBackOff").expect("one retry");
+    assert!(backoff.1.contains("available: host"), "{}", backoff.1);
+    let failed = events.iter().find(|(r, _)| r == "ImagePullFailed").expect("the pull failed");
+    assert!(failed.1.contains("elsewhere") && failed.1.contains("1 retries allowed"), "{}", failed.1);
+    // The resources are released: the task holds no placement, and the quota shows nothing in use.
+    assert!(s.task(&id)["placement"].is_null() || s.task(&id)["placement"] == json!(""));
+}
+
+/// An admin marks the node of a running replica failed: its replicas are killed, the attempt fails as
+/// NodeFailed, and fault tolerance resubmits it on another node.
+#[test]
+fn a_failed_node_is_replaced_and_the_task_resubmitted() {
+    let s = Server::start("nodefail", None);
+    let mut task = pytorch("nf", 0, "echo attempt $TRAINYARD_ATTEMPT on $TRAINYARD_NODE; sleep 600");
+    task["spec"]["advanced"] =
+        json!({"faultTolerance": {"enabled": true, "maxResubmissions": 2, "nodeReplacement": true}});
+    let id = s.submit(&task);
+    let t = s.wait_status(&id, "Running", secs(60));
+    let node = t["placement"]["replicas"][0]["node"].as_str().unwrap().to_owned();
+    let (status, body) = s.call("PUT", &format!("/api/v1/admin/nodes/{node}"), Some(r#"{"failed": true}"#));
+    assert_eq!(status, 204, "{body}");
+    s.wait_event(&id, "Requeued", secs(60));
+    let t = s.wait_status(&id, "Running", secs(60));
+    assert_eq!(t["attempt"], 1, "{t}");
+    let now_on = t["placement"]["replicas"][0]["node"].as_str().unwrap();
+    assert_ne!(now_on, node, "the failed node is left out");
+    let events = s.events_text(&id);
+    assert!(events.contains("NodeFailed"), "{events}");
+    let master = format!("{}-master-0", t["name"].as_str().unwrap());
+    s.wait_log(&id, &master, &format!("attempt 1 on {now_on}"), secs(30));
+    // The first attempt's log is still there.
+    assert!(s.log(&id, &master, Some(0)).contains(&format!("attempt 0 on {node}")));
+    s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
+    s.wait_status(&id, "Stopped", secs(60));
+}
+
+/// The server is killed with SIGKILL while a task runs and started again: the training goes on under its
+/// supervisor, the new server reattaches, and the task completes with its whole log.
+#[test]
+fn restarting_the_server_mid_run_loses_nothing() {
+    let mut s = Server::start("restart", None);
+    let task = pytorch("rs", 1, "echo begin $RANK; sleep 4; echo end $RANK");
+    let id = s.submit(&task);
+    let t = s.wait_status(&id, "Running", secs(60));
+    let master = format!("{}-master-0", t["name"].as_str().unwrap());
+    s.wait_log(&id, &master, "begin 0", secs(30));
+    s.kill();
+    std::thread::sleep(secs(1));
+    s.restart();
+    let t = s.wait_status(&id, "Succeeded", secs(60));
+    assert_eq!(t["attempt"], 0, "the same attempt completed: {t}");
+    let log = s.log(&id, &master, None);
+    assert!(log.contains("begin 0") && log.contains("end 0"), "{log}");
+    let reasons: Vec<String> = s.events(&id).into_iter().map(|(r, _)| r).collect();
+    assert_eq!(reasons.iter().filter(|r| *r == "Completed").count(), 1, "{reasons:?}");
+}
+
+/// Logs follow over server-sent events until the replica ends.
+#[test]
+fn logs_follow_over_server_sent_events() {
+    let s = Server::start("follow", None);
+    let id = s.submit(&pytorch("sse", 0, "for i in 1 2 3; do echo line $i; sleep 0.3; done"));
+    let t = s.wait_status(&id, "Running", secs(60));
+    let master = format!("{}-master-0", t["name"].as_str().unwrap());
+    let (status, body) =
+        s.call("GET", &format!("/api/v1/tasks/{id}/logs?replica={master}&follow=true"), None);
+    assert_eq!(status, 200);
+    for i in 1..=3 {
+        assert!(body.contains(&format!(" O line {i}")), "{body}");
+    }
+    assert!(body.contains("event: end"), "{body}");
+    let (status, _) = s.call("GET", &format!("/api/v1/tasks/{id}/logs?replica=nope"), None);
+    assert_eq!(status, 404);
+}
