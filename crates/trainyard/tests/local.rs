@@ -224,3 +224,86 @@ fn logs_follow_over_server_sent_events() {
     let (status, _) = s.call("GET", &format!("/api/v1/tasks/{id}/logs?replica=nope"), None);
     assert_eq!(status, 404);
 }
+
+/// Real `torchrun` with a gloo all-reduce over a master and a worker (Debian's CPU `python3-torch`), with
+/// the resource precheck on: its figures are events, and the task succeeds. (`--redirects 1 --tee 1`: Debian's
+/// torch 1.13 under Python 3.11 cannot parse torchrun's default `0` for these, an enum change in 3.11.)
+#[test]
+fn torchrun_gloo_all_reduce_with_the_precheck() {
+    let s = Server::start("torchrun", None);
+    let cmd = r#"cat > /tmp/allreduce.py <<'PY'
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+n = dist.get_world_size()
+assert t.item() == n * (n + 1) / 2, t
+print("all-reduce gave", t.item(), "over", n, "ranks", flush=True)
+dist.destroy_process_group()
+PY
+torchrun --redirects 1 --tee 1 /tmp/allreduce.py"#;
+    let mut task = pytorch_on("cpu.large", "torch", 1, cmd);
+    task["spec"]["advanced"] = json!({"precheck": {"enabled": true, "timeoutSeconds": 120}});
+    let id = s.submit(&task);
+    let t = s.wait_status(&id, "Succeeded", secs(240));
+    let events = s.events(&id);
+    let figures: Vec<&String> =
+        events.iter().filter(|(r, _)| r == "PrecheckResult").map(|(_, m)| m).collect();
+    assert_eq!(figures.len(), 2, "one precheck result per replica: {events:?}");
+    for m in &figures {
+        assert!(m.contains("gloo init") && m.contains("GFLOP/s") && m.contains("GB/s"), "{m}");
+    }
+    assert!(events.iter().any(|(r, _)| r == "PrecheckPassed"), "{events:?}");
+    let master = format!("{}-master-0", t["name"].as_str().unwrap());
+    let log = s.log(&id, &master, None);
+    assert!(log.contains("all-reduce gave 3.0 over 2 ranks"), "{log}");
+}
+
+/// The precheck needs torch: where `import torch` fails (here a dataset shadows it on PYTHONPATH, as an
+/// image without torch would), the attempt fails before the command runs, with a message that says so.
+#[test]
+fn the_precheck_without_torch_fails_clearly() {
+    let s = Server::start("notorch", None);
+    std::fs::create_dir_all(s.dir.join("datasets/data")).unwrap();
+    std::fs::write(s.dir.join("datasets/data/torch.py"), "raise ImportError(\"No module named 'torch'\")\n")
+        .unwrap();
+    let mut task = pytorch("nt", 0, "echo the command ran");
+    task["spec"]["environment"]["datasets"] = json!([{"dataset": "data", "mountPath": "/mnt/shadow"}]);
+    task["spec"]["environment"]["env"] = json!([{"name": "PYTHONPATH", "value": "/mnt/shadow"}]);
+    task["spec"]["advanced"] = json!({"precheck": {"enabled": true, "timeoutSeconds": 30}});
+    let id = s.submit(&task);
+    let t = s.wait_status(&id, "Failed", secs(120));
+    let events = s.events(&id);
+    let failed = events.iter().find(|(r, _)| r == "PrecheckFailed").expect("PrecheckFailed");
+    assert!(failed.1.contains("no usable torch"), "{}", failed.1);
+    // The image's fault, not the node's: the node is not suspected.
+    assert!(!events.iter().any(|(r, _)| r == "NodeSuspect"), "{events:?}");
+    let master = format!("{}-master-0", t["name"].as_str().unwrap());
+    assert!(!s.log(&id, &master, None).contains("the command ran"));
+}
+
+/// Passwordless SSH between replicas: a key pair per task, an ssh config naming every replica, hostfiles,
+/// and the image's sshd (Debian's openssh-server) in every replica.
+#[test]
+fn passwordless_ssh_between_replicas() {
+    let s = Server::start("ssh", None);
+    let cmd = r#"cat /root/hostfile.hostname; grep -c slots /root/hostfile
+if [ "$RANK" = 0 ]; then
+  peer=$(sed -n 2p /root/hostfile.hostname)
+  for i in $(seq 1 100); do ssh -o BatchMode=yes -o ConnectTimeout=2 "$peer" hostname > /tmp/peer 2>/tmp/err && break; sleep 0.2; done
+  echo "peer says: $(cat /tmp/peer)"; cat /tmp/err
+  test "$(cat /tmp/peer)" = "$peer"
+  touch /mnt/out/ssh-done-$TASK_UUID
+else
+  while [ ! -e /mnt/out/ssh-done-$TASK_UUID ]; do sleep 0.2; done
+fi"#;
+    let mut task = pytorch("ssh", 1, cmd);
+    task["spec"]["environment"]["volumes"] = json!([{"volume": "out", "mountPath": "/mnt/out"}]);
+    task["spec"]["advanced"] = json!({"passwordlessSsh": true});
+    let id = s.submit(&task);
+    let t = s.wait_status(&id, "Succeeded", secs(120));
+    let name = t["name"].as_str().unwrap();
+    let log = s.log(&id, &format!("{name}-master-0"), None);
+    assert!(log.contains(&format!("peer says: {name}-worker-0")), "{log}");
+    assert!(log.contains(&format!("O {name}-master-0")) && log.contains(" O 2"), "hostfiles: {log}");
+}
