@@ -1,6 +1,6 @@
 //! Fuzzes the whole path from bytes to problems: `check` against the example catalog never panics and
 //! always returns a task or a problem; a task that comes back serialises, and its YAML reads back as the
-//! same task with no decoding problem.
+//! same task with no decoding problem. The same bytes go through the Prometheus text reader.
 
 #![no_main]
 
@@ -14,6 +14,10 @@ static CATALOG: LazyLock<Catalog> = LazyLock::new(|| {
 });
 
 fuzz_target!(|data: &[u8]| {
+    // The metrics monitor's reader of scraped pages shares the input: it must never panic either, and
+    // keeps no more than its limit.
+    let page = trainyard_core::promtext::parse(&String::from_utf8_lossy(data));
+    assert!(page.samples.len() <= trainyard_core::promtext::MAX_SAMPLES);
     let checked = check(data, &CATALOG);
     assert!(checked.task.is_some() || !checked.report.problems.is_empty(), "no task and no problem");
     if let Some(task) = &checked.task {

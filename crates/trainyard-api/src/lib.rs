@@ -649,6 +649,49 @@ async fn task_logs(
     Ok(Sse::new(flat).keep_alive(KeepAlive::default()).into_response())
 }
 
+#[derive(Debug, Deserialize)]
+pub struct MetricsQuery {
+    attempt: Option<i64>,
+    /// Only samples after this Unix time (ms).
+    #[serde(default)]
+    since: u64,
+    /// Only this metric.
+    name: Option<String>,
+}
+
+/// The task's metrics (latest attempt unless `attempt`): one series per replica, metric and label set, each
+/// with its `[atMs, value]` points. Preset resource metrics are named `trainyard_*`.
+async fn task_metrics(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(q): Query<MetricsQuery>,
+) -> ApiResult<Json<Value>> {
+    use trainyard_runtime::{AttemptKey, Backend};
+    let user = caller(&state, &headers).await?;
+    let t = visible_task(&state, &user, &id).await?;
+    let key = AttemptKey { task_id: t.id.clone(), attempt: q.attempt.unwrap_or(t.attempt) };
+    let mut series: BTreeMap<(String, String, String), (Value, Vec<Value>)> = BTreeMap::new();
+    for p in state.backend.read_metrics(&key, q.since).await {
+        if q.name.as_ref().is_some_and(|n| *n != p.name) {
+            continue;
+        }
+        let labels = serde_json::to_string(&p.labels).unwrap_or_default();
+        let entry = series.entry((p.replica.clone(), p.name.clone(), labels)).or_insert_with(|| {
+            (json!({"replica": p.replica, "name": p.name, "labels": p.labels}), Vec::new())
+        });
+        entry.1.push(json!([p.at_ms, p.value]));
+    }
+    let items: Vec<Value> = series
+        .into_values()
+        .map(|(mut head, points)| {
+            head["points"] = Value::Array(points);
+            head
+        })
+        .collect();
+    Ok(Json(json!({"attempt": key.attempt, "series": items})))
+}
+
 async fn stop_task(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -1039,6 +1082,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/tasks/{id}", get(get_task).delete(delete_task))
         .route("/api/v1/tasks/{id}/events", get(task_events))
         .route("/api/v1/tasks/{id}/logs", get(task_logs))
+        .route("/api/v1/tasks/{id}/metrics", get(task_metrics))
         .route("/api/v1/tasks/{id}/stop", post(stop_task))
         .route("/api/v1/tasks/{id}/resubmit", post(resubmit_task))
         .route("/api/v1/tasks/{id}/clone", post(clone_task))

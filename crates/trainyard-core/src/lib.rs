@@ -13,6 +13,7 @@ pub mod failure;
 pub mod lifecycle;
 pub mod parse;
 pub mod problem;
+pub mod promtext;
 pub mod runtime_env;
 pub mod spec;
 pub mod validate;

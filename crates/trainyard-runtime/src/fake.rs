@@ -187,6 +187,10 @@ impl Backend for FakeBackend {
         Vec::new()
     }
 
+    async fn read_metrics(&self, _key: &AttemptKey, _since_ms: u64) -> Vec<MetricPoint> {
+        Vec::new()
+    }
+
     async fn read_log(&self, _key: &AttemptKey, _replica: &str, _offset: u64, _max: usize) -> LogChunk {
         LogChunk { ended: true, missing: true, ..LogChunk::default() }
     }

@@ -116,6 +116,18 @@ pub trait Backend {
     async fn replicas(&self, key: &AttemptKey) -> Vec<(String, String)>;
     /// A replica's log from byte `offset`, at most `max` bytes.
     async fn read_log(&self, key: &AttemptKey, replica: &str, offset: u64, max: usize) -> LogChunk;
+    /// The metrics samples of an attempt's replicas taken after `since_ms`, oldest first per replica.
+    async fn read_metrics(&self, key: &AttemptKey, since_ms: u64) -> Vec<MetricPoint>;
+}
+
+/// One metrics sample of one replica: a preset resource metric (`trainyard_*`) or a scraped one.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MetricPoint {
+    pub replica: String,
+    pub at_ms: u64,
+    pub name: String,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub value: f64,
 }
 
 /// Part of a replica's log: lines as `TIMESTAMP O|E TEXT` (stdout or stderr).
@@ -177,6 +189,12 @@ impl Backend for AnyBackend {
         match self {
             AnyBackend::Fake(b) => b.replicas(key).await,
             AnyBackend::Local(b) => b.replicas(key).await,
+        }
+    }
+    async fn read_metrics(&self, key: &AttemptKey, since_ms: u64) -> Vec<MetricPoint> {
+        match self {
+            AnyBackend::Fake(b) => b.read_metrics(key, since_ms).await,
+            AnyBackend::Local(b) => b.read_metrics(key, since_ms).await,
         }
     }
     async fn read_log(&self, key: &AttemptKey, replica: &str, offset: u64, max: usize) -> LogChunk {

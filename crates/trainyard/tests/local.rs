@@ -307,3 +307,63 @@ fi"#;
     assert!(log.contains(&format!("peer says: {name}-worker-0")), "{log}");
     assert!(log.contains(&format!("O {name}-master-0")) && log.contains(" O 2"), "hostfiles: {log}");
 }
+
+/// The metrics monitor scrapes the replica's endpoint and records the preset resource metrics; both are
+/// served per task over the API.
+#[test]
+fn custom_and_preset_metrics_are_collected_and_served() {
+    let s = Server::start("metrics", None);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let cmd = format!(
+        r#"python3 - <<'PY'
+import http.server, threading, time
+step = [0]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ('# TYPE train_loss gauge\ntrain_loss{{phase="train"}} %f\ntrain_step %d\n' % (1.0 / (1 + step[0]), step[0])).encode()
+        self.send_response(200); self.send_header("Content-Type", "text/plain"); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+srv = http.server.HTTPServer(("127.0.0.1", {port}), H)
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+print("serving", flush=True)
+t0 = time.time()
+while time.time() - t0 < 11.5:
+    step[0] += 1
+    sum(i * i for i in range(20000))
+PY"#
+    );
+    let mut task = pytorch("metrics", 0, &cmd);
+    task["spec"]["advanced"] = json!({"metrics": {"enabled": true, "intervalSeconds": 5, "endpoints": [{"port": port, "path": "/metrics"}]}});
+    let id = s.submit(&task);
+    s.wait_status(&id, "Succeeded", secs(60));
+    let (status, body) = s.call("GET", &format!("/api/v1/tasks/{id}/metrics"), None);
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let series = v["series"].as_array().unwrap();
+    let find = |name: &str| {
+        series.iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("no {name} in {body}"))
+    };
+    let loss = find("train_loss");
+    assert_eq!(loss["labels"]["phase"], "train");
+    let points = loss["points"].as_array().unwrap();
+    assert!(points.len() >= 2, "sampled every 5 s: {loss}");
+    let steps: Vec<f64> =
+        find("train_step")["points"].as_array().unwrap().iter().map(|p| p[1].as_f64().unwrap()).collect();
+    assert!(steps.windows(2).all(|w| w[0] <= w[1]) && steps.last() > steps.first(), "{steps:?}");
+    // Preset: the replica's CPU (it was busy) and resident memory.
+    let cpu = find("trainyard_cpu_cores")["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[1].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!(cpu > 0.2, "a busy replica uses CPU: {cpu}");
+    let rss = find("trainyard_memory_rss_bytes")["points"][0][1].as_f64().unwrap();
+    assert!(rss > 1e6, "{rss}");
+    let (_, only) = s.call("GET", &format!("/api/v1/tasks/{id}/metrics?name=train_step"), None);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&only).unwrap()["series"].as_array().unwrap().len(),
+        1
+    );
+}

@@ -14,6 +14,7 @@
 //! The server only reads what supervisors write, so a restarted server rebuilds its view from these files
 //! ([`LocalBackend::new`] reattaches to every attempt without an outcome) and the training goes on.
 
+pub mod metrics;
 pub mod procs;
 pub mod sandbox;
 pub mod supervisor;
@@ -31,6 +32,9 @@ use trainyard_core::spec::TaskType;
 
 /// The precheck program, written into every replica's runtime dir when the precheck is on.
 pub const PRECHECK_PY: &str = include_str!("precheck.py");
+
+/// How often the preset metrics are sampled when the task configures no interval of its own.
+pub const PRESET_INTERVAL_S: u64 = 10;
 
 /// How the local backend runs.
 #[derive(Debug, Clone)]
@@ -497,6 +501,22 @@ impl LocalBackend {
                 sshd: ssh,
                 millicpu: resources.vcpus.max(1) * 1000,
                 memory_mib: resources.memory_mib.max(64),
+                monitor: metrics::MonitorJob {
+                    endpoints: s
+                        .advanced
+                        .metrics
+                        .as_ref()
+                        .filter(|m| m.enabled)
+                        .map(|m| m.endpoints.iter().map(|e| (e.port as u16, e.path.clone())).collect())
+                        .unwrap_or_default(),
+                    interval_s: s
+                        .advanced
+                        .metrics
+                        .as_ref()
+                        .filter(|m| m.enabled)
+                        .map_or(PRESET_INTERVAL_S, |m| u64::from(m.interval_seconds)),
+                    gpus: r.devices.clone(),
+                },
             });
         }
         let l = Launched {
@@ -1096,6 +1116,30 @@ impl Backend for LocalBackend {
 
     async fn replicas(&self, key: &AttemptKey) -> Vec<(String, String)> {
         self.replica_names(key)
+    }
+
+    async fn read_metrics(&self, key: &AttemptKey, since_ms: u64) -> Vec<MetricPoint> {
+        let dir = attempt_dir(&self.cfg.runs_dir, key);
+        let mut out = Vec::new();
+        for (replica, _) in self.replica_names(key) {
+            let Ok(text) = std::fs::read_to_string(dir.join(&replica).join("metrics.jsonl")) else {
+                continue;
+            };
+            for line in text.lines() {
+                if let Ok(p) = serde_json::from_str::<metrics::Point>(line)
+                    && p.t > since_ms
+                {
+                    out.push(MetricPoint {
+                        replica: replica.clone(),
+                        at_ms: p.t,
+                        name: p.n,
+                        labels: p.l,
+                        value: p.v,
+                    });
+                }
+            }
+        }
+        out
     }
 
     async fn read_log(&self, key: &AttemptKey, replica: &str, offset: u64, max: usize) -> LogChunk {

@@ -33,6 +33,9 @@ pub struct ReplicaJob {
     pub sshd: bool,
     pub millicpu: u64,
     pub memory_mib: u64,
+    /// Preset and custom metrics.
+    #[serde(default)]
+    pub monitor: super::metrics::MonitorJob,
 }
 
 /// What the stop protocol does, from `stop.json`.
@@ -121,6 +124,8 @@ struct Sup {
     dir: PathBuf,
     state: ReplicaState,
     events: std::fs::File,
+    /// The running sandbox's bwrap pid (0 between phases), for the metrics monitor.
+    sandbox: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl Sup {
@@ -162,8 +167,15 @@ pub fn main(dir: &Path) -> i32 {
             precheck: None,
         },
         events,
+        sandbox: Arc::default(),
     };
     sup.save();
+    let stop_monitor = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let monitor = {
+        let (dir, job, pid, stop) =
+            (dir.to_owned(), job.monitor.clone(), sup.sandbox.clone(), stop_monitor.clone());
+        std::thread::spawn(move || super::metrics::monitor(&dir, &job, &pid, &stop))
+    };
     let cgroup = match Cgroup::create(&cgroup_name(dir), job.millicpu, job.memory_mib) {
         Ok(cg) => Some(cg),
         Err(why) => {
@@ -202,6 +214,8 @@ pub fn main(dir: &Path) -> i32 {
         sup.save();
         exit = run_phase(&mut sup, &job, &job.cmd, &log, &cgroup);
     }
+    stop_monitor.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = monitor.join();
     if let Some(cg) = &cgroup {
         exit.oom_killed |= cg.oom_killed();
         cg.remove();
@@ -271,6 +285,7 @@ fn run_phase(
         }
     };
     sup.state.sandbox_pid = Some(child.id());
+    sup.sandbox.store(child.id(), std::sync::atomic::Ordering::Relaxed);
     sup.save();
     let readers: Vec<_> = [
         child.stdout.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
@@ -306,6 +321,7 @@ fn run_phase(
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    sup.sandbox.store(0, std::sync::atomic::Ordering::Relaxed);
     for r in readers {
         let _ = r.join();
     }
