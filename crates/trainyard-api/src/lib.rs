@@ -162,6 +162,8 @@ pub struct AppState {
     pub control: Arc<Mutex<Control<AnyBackend>>>,
     /// For reading logs (the control loop owns the rest of the backend's conversation).
     pub backend: AnyBackend,
+    /// Wakes the control loop at once (a task was created, stopped or resubmitted).
+    pub wake: Arc<tokio::sync::Notify>,
 }
 
 impl AppState {
@@ -185,6 +187,7 @@ impl AppState {
             metrics: Default::default(),
             control: Arc::new(Mutex::new(control)),
             backend,
+            wake: Arc::default(),
         }
     }
 }
@@ -479,6 +482,7 @@ async fn create_task(State(state): State<AppState>, headers: HeaderMap, body: By
     )
     .await
     .map_err(refused)?;
+    state.wake.notify_one();
     let (status, spec) = match &created {
         Created::New(_) => (StatusCode::CREATED, Spec::This(&task)),
         Created::Existing(_) => (StatusCode::OK, Spec::Stored),
@@ -700,6 +704,7 @@ async fn stop_task(
     let user = caller(&state, &headers).await?;
     let t = operable_task(&state, &user, &id).await?;
     let updated = state.control.lock().await.stop(&t.id, false, now_ms()).await?;
+    state.wake.notify_one();
     Ok(Json(view(&state, &updated, Spec::Stored)))
 }
 
@@ -711,6 +716,7 @@ async fn resubmit_task(
     let user = caller(&state, &headers).await?;
     let t = operable_task(&state, &user, &id).await?;
     let updated = state.control.lock().await.resubmit(&t.id, now_ms()).await?;
+    state.wake.notify_one();
     Ok(Json(view(&state, &updated, Spec::Stored)))
 }
 
@@ -1110,23 +1116,40 @@ pub fn router(state: AppState) -> Router {
 /// How often the control loop runs without being asked.
 pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
 
-/// Runs the control loop until the process ends: every [`TICK_INTERVAL`], or, when a tick takes long (a deep
-/// queue), after a pause twice its length, so the loop never takes more than about a third of a core from the
-/// API.
+/// Between ticks while an attempt is starting or stopping, or after a wake-up.
+pub const SETTLING_INTERVAL: Duration = Duration::from_millis(5);
+
+/// Runs the control loop until the process ends: every [`TICK_INTERVAL`], sooner when woken (a task was
+/// created or stopped) or while attempts are starting or stopping ([`SETTLING_INTERVAL`]); when a tick takes
+/// long (a deep queue), never sooner than twice its length after it, so the loop takes at most about a third
+/// of a core from the API.
 pub fn spawn_control_loop(
     control: Arc<Mutex<Control<AnyBackend>>>,
     metrics: Arc<Metrics>,
+    wake: Arc<tokio::sync::Notify>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             let started = std::time::Instant::now();
             let result = control.lock().await.tick(now_ms()).await;
             let took = started.elapsed();
-            match result {
-                Ok(report) => metrics.tick(&report, took),
-                Err(e) => eprintln!("trainyard: control loop: {e}"),
+            let settling = match result {
+                Ok(report) => {
+                    metrics.tick(&report, took);
+                    report.settling > 0
+                }
+                Err(e) => {
+                    eprintln!("trainyard: control loop: {e}");
+                    false
+                }
+            };
+            let floor = 2 * took;
+            if settling {
+                tokio::time::sleep(SETTLING_INTERVAL.max(floor)).await;
+                continue;
             }
-            tokio::time::sleep(TICK_INTERVAL.saturating_sub(took).max(2 * took)).await;
+            tokio::time::sleep(floor).await;
+            let _ = tokio::time::timeout(TICK_INTERVAL.saturating_sub(took + floor), wake.notified()).await;
         }
     })
 }
@@ -1153,7 +1176,7 @@ pub fn spawn_alarm_delivery(store: Store, key: Vec<u8>) -> tokio::task::JoinHand
 
 /// Serves the API on `listener` with the control loop and alarm delivery running.
 pub async fn serve(listener: tokio::net::TcpListener, state: AppState) -> std::io::Result<()> {
-    let ticker = spawn_control_loop(state.control.clone(), state.metrics.clone());
+    let ticker = spawn_control_loop(state.control.clone(), state.metrics.clone(), state.wake.clone());
     let alarms = spawn_alarm_delivery(state.store.clone(), webhook_key(&state.secrets));
     let result = axum::serve(listener, router(state)).await;
     ticker.abort();

@@ -121,6 +121,9 @@ pub struct TickReport {
     pub observations: u32,
     /// Transitions lost to a concurrent change (retried next tick).
     pub conflicts: u32,
+    /// Attempts about to change status soon by themselves (admitted, starting, stopping): the loop looks
+    /// again sooner while there are any, so a task shows Running within milliseconds of its processes.
+    pub settling: u32,
 }
 
 /// What the loop keeps of a task's spec between ticks: what scheduling, placement and alarms read. The
@@ -532,6 +535,10 @@ impl<B: Backend> Control<B> {
         let mut parsed = Vec::new();
         self.sync_active(now_ms).await?;
         let mut active: Vec<TaskRecord> = self.active.values().cloned().collect();
+        report.settling = active
+            .iter()
+            .filter(|t| matches!(t.status.as_str(), "Admitted" | "Starting" | "Stopping"))
+            .count() as u32;
         active.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
         let ids: std::collections::BTreeSet<&str> = active.iter().map(|t| t.id.as_str()).collect();
         self.specs.retain(|id, _| ids.contains(id.as_str()));
@@ -688,6 +695,8 @@ impl<B: Backend> Control<B> {
         // Kept (not copied) for the quota figures until the next tick.
         self.last_snapshot = std::sync::Arc::new(snap);
         self.reconcile(&tasks).await;
+        // What this tick admitted or preempted starts or stops next.
+        report.settling += report.admitted + report.preempted;
         Ok(report)
     }
 

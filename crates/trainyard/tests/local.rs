@@ -367,3 +367,24 @@ PY"#
         1
     );
 }
+
+/// A stop that arrives while the sandbox is still being set up (before the command exists) still ends
+/// every process: the command that appears afterwards is terminated too.
+#[test]
+fn a_stop_during_start_up_leaves_nothing_running() {
+    let s = Server::start("earlystop", None);
+    for round in 0..5 {
+        let marker = format!("early-stop-{}-{round}", std::process::id());
+        let id = s.submit(&pytorch("early", 3, &format!("exec sleep 600 # {marker}")));
+        // As early as the API lets us: the moment the attempt is admitted.
+        let t0 = std::time::Instant::now();
+        while !["Starting", "Running"].contains(&s.task(&id)["status"].as_str().unwrap_or("")) {
+            assert!(t0.elapsed() < secs(30));
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let (status, body) = s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
+        assert_eq!(status, 200, "{body}");
+        s.wait_status(&id, "Stopped", secs(60));
+        assert!(Server::processes_with(&marker).is_empty(), "round {round}: a process of the task survived");
+    }
+}

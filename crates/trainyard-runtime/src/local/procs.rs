@@ -33,14 +33,21 @@ fn children(pid: u32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// The PID namespace of the sandbox bubblewrap process `bwrap_pid` started (its child's), once it exists.
+pub fn sandbox_ns(bwrap_pid: u32) -> Option<PathBuf> {
+    let mine = pid_ns(std::process::id());
+    children(bwrap_pid).into_iter().filter_map(pid_ns).find(|ns| Some(ns) != mine.as_ref())
+}
+
 /// Processes inside the sandbox started by bubblewrap process `bwrap_pid`: everything in its child's PID
 /// namespace, as (host pid, pid inside). The namespace's init (pid 1 inside) comes first.
 pub fn sandbox_processes(bwrap_pid: u32) -> Vec<(u32, u32)> {
-    let mine = pid_ns(std::process::id());
-    let Some(ns) = children(bwrap_pid).into_iter().filter_map(pid_ns).find(|ns| Some(ns) != mine.as_ref())
-    else {
-        return Vec::new();
-    };
+    sandbox_ns(bwrap_pid).map(|ns| ns_processes(&ns)).unwrap_or_default()
+}
+
+/// Every process in a PID namespace, as (host pid, pid inside), init (pid 1 inside) first.
+pub fn ns_processes(ns: &Path) -> Vec<(u32, u32)> {
+    let ns = ns.to_owned();
     let mut found = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else { return found };
     for entry in dir.flatten() {

@@ -284,6 +284,18 @@ fn run_phase(
             return ExitRecord { code: Some(127), ..ExitRecord::default() };
         }
     };
+    // The sandbox's PID namespace names its processes for every signal from here on (never bubblewrap's own
+    // process: killing it would orphan the sandbox). It exists within milliseconds unless bwrap failed.
+    let t0 = Instant::now();
+    let ns = loop {
+        if let Some(ns) = procs::sandbox_ns(child.id()) {
+            break Some(ns);
+        }
+        if matches!(child.try_wait(), Ok(Some(_))) || t0.elapsed() > Duration::from_secs(5) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
     sup.state.sandbox_pid = Some(child.id());
     sup.sandbox.store(child.id(), std::sync::atomic::Ordering::Relaxed);
     sup.save();
@@ -314,7 +326,7 @@ fn run_phase(
         }
         if !stopped && let Some(req) = read_stop(&sup.dir) {
             stopped = true;
-            stop_protocol(sup, job, &mut child, &req);
+            stop_protocol(sup, job, &mut child, ns.as_deref(), &req);
             if let Ok(status) = child.wait() {
                 break status;
             }
@@ -322,6 +334,12 @@ fn run_phase(
         std::thread::sleep(Duration::from_millis(20));
     };
     sup.sandbox.store(0, std::sync::atomic::Ordering::Relaxed);
+    // Whatever is left in the sandbox goes with it (killing its init takes every process in it along).
+    if let Some(ns) = &ns {
+        for (pid, _) in procs::ns_processes(ns) {
+            procs::signal(pid, procs::SIGKILL);
+        }
+    }
     for r in readers {
         let _ = r.join();
     }
@@ -348,12 +366,12 @@ fn append_log(log: &Arc<Mutex<std::fs::File>>, tag: char, text: &str) {
 
 /// Signal + request file, wait for `checkpoint-done` or exit, then SIGTERM, grace, SIGKILL of every process
 /// in the sandbox. Each step is an event with its duration.
-fn stop_protocol(sup: &mut Sup, job: &ReplicaJob, child: &mut Child, req: &StopRequest) {
-    let bwrap = child.id();
+fn stop_protocol(sup: &mut Sup, job: &ReplicaJob, child: &mut Child, ns: Option<&Path>, req: &StopRequest) {
     let runtime = sup.dir.join("runtime");
     let name = job.name.clone();
     let exited = |child: &mut Child| matches!(child.try_wait(), Ok(Some(_)));
-    let user_processes = || procs::sandbox_processes(bwrap).into_iter().filter(|&(_, inner)| inner != 1);
+    let in_sandbox = || ns.map(procs::ns_processes).unwrap_or_default();
+    let user_processes = || in_sandbox().into_iter().filter(|&(_, inner)| inner != 1);
     if req.checkpoint {
         let t0 = Instant::now();
         let _ = std::fs::write(runtime.join("checkpoint-requested"), now_ms().to_string());
@@ -394,34 +412,37 @@ fn stop_protocol(sup: &mut Sup, job: &ReplicaJob, child: &mut Child, req: &StopR
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+    // SIGTERM to every process of the command (again to any that appear: the sandbox may still be starting),
+    // until the sandbox is gone or the grace period is over; then SIGKILL of everything in it.
     let t1 = Instant::now();
-    let targets: Vec<u32> = user_processes().map(|(pid, _)| pid).collect();
-    for pid in &targets {
-        procs::signal(*pid, procs::SIGTERM);
-    }
-    if targets.is_empty() {
-        procs::signal_group(bwrap, procs::SIGTERM);
-    }
     let grace = Duration::from_secs(req.grace_s);
-    while !exited(child) && t1.elapsed() < grace {
-        if user_processes().next().is_none() {
+    let mut termed = std::collections::BTreeSet::new();
+    loop {
+        if exited(child) {
+            sup.event(
+                "Terminated",
+                format!("{name}: ended {:.1} s after SIGTERM", t1.elapsed().as_secs_f64()),
+            );
+            return;
+        }
+        if t1.elapsed() >= grace {
             break;
+        }
+        for (pid, _) in user_processes() {
+            if termed.insert(pid) {
+                procs::signal(pid, procs::SIGTERM);
+            }
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    if exited(child) || user_processes().next().is_none() {
-        sup.event("Terminated", format!("{name}: ended {:.1} s after SIGTERM", t1.elapsed().as_secs_f64()));
-    } else {
-        // Killing the namespace's init takes every process in the sandbox with it.
-        for (pid, _) in procs::sandbox_processes(bwrap) {
-            procs::signal(pid, procs::SIGKILL);
-        }
-        procs::signal_group(bwrap, procs::SIGKILL);
-        sup.event(
-            "Killed",
-            format!("{name}: still running {} s after SIGTERM; killed with SIGKILL", req.grace_s),
-        );
+    // Killing the namespace's init takes every process in the sandbox with it.
+    for (pid, _) in in_sandbox() {
+        procs::signal(pid, procs::SIGKILL);
     }
+    sup.event(
+        "Killed",
+        format!("{name}: still running {} s after SIGTERM; killed with SIGKILL", req.grace_s),
+    );
 }
 
 #[cfg(test)]

@@ -1,0 +1,223 @@
+//! The local backend's benchmark: submit-to-running latency of a trivial 1-replica task and of an
+//! 8-replica gang with free capacity, and the platform's CPU and memory overhead per running replica (the
+//! supervisor and the sandbox's own processes, not the user's command; and the server's share).
+//!
+//!   cargo run --release -p trainyard --bin local-bench [-- --runs N]
+//!
+//! It starts `trainyard up --backend local` (the binary next to this one) on a temp data dir, and drives it
+//! over HTTP as a client would, polling the task until it is Running.
+
+use serde_json::{Value, json};
+use std::io::BufRead;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CATALOG: &str = r#"
+regions: {local: {}}
+clusters: {local: {region: local}}
+pools: {default: {cluster: local, instanceSpecs: [cpu.tiny]}}
+instanceSpecs: {cpu.tiny: {kind: CPU, vcpus: 1, memoryMib: 256}}
+nodes:
+  node-a: {pool: default, vcpus: 16, memoryMib: 8192}
+  node-b: {pool: default, vcpus: 16, memoryMib: 8192}
+projectGroups: {default: {}}
+images: {host: {}}
+quotas: [{group: default, resourceType: Reserved, pool: default, spec: cpu.tiny, units: 32}]
+"#;
+
+struct Api {
+    base: String,
+    auth: String,
+    agent: ureq::Agent,
+}
+
+impl Api {
+    fn call(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+        let url = format!("{}{path}", self.base);
+        let r = match method {
+            "GET" => self.agent.get(&url).header("Authorization", &self.auth).call(),
+            "PUT" => {
+                self.agent.put(&url).header("Authorization", &self.auth).send(body.unwrap_or("").as_bytes())
+            }
+            _ => {
+                self.agent.post(&url).header("Authorization", &self.auth).send(body.unwrap_or("").as_bytes())
+            }
+        };
+        let mut r = r.expect("the server answers");
+        let text = r.body_mut().read_to_string().unwrap_or_default();
+        (r.status().as_u16(), serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    fn status(&self, id: &str) -> String {
+        self.call("GET", &format!("/api/v1/tasks/{id}"), None).1["status"].as_str().unwrap_or("").to_owned()
+    }
+
+    fn wait(&self, id: &str, want: &str) -> Duration {
+        let t0 = Instant::now();
+        loop {
+            let s = self.status(id);
+            if s == want {
+                return t0.elapsed();
+            }
+            assert!(
+                !["Failed", "Succeeded", "Stopped"].contains(&s.as_str()) || s == want,
+                "task {id} is {s}"
+            );
+            assert!(t0.elapsed() < Duration::from_secs(60), "task {id} stuck in {s}");
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+}
+
+fn task(workers: u32) -> String {
+    json!({
+        "apiVersion": "trainyard.dev/v1", "kind": "TrainingTask",
+        "metadata": {"namePrefix": "bench", "projectGroup": "default"},
+        "spec": {"type": "PyTorchJob", "placement": {"region": "local", "cluster": "local"},
+                 "environment": {"image": "host", "cmd": "exec sleep 1000"},
+                 "compute": {"resourceType": "Reserved", "pool": "default", "workers": workers,
+                             "instanceSpecs": [{"spec": "cpu.tiny"}]}}
+    })
+    .to_string()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// (cpu seconds, rss bytes) of a process.
+fn usage(pid: u32) -> Option<(f64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let f: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    let cpu = (f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?) / 100.0;
+    Some((cpu, f.get(21)?.parse::<u64>().ok()? * 4096))
+}
+
+/// The platform's processes for running replicas: supervisors and bubblewrap (outer and the sandbox's init).
+fn platform_pids(data_dir: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if (cmd.contains(" supervise ") && cmd.contains(data_dir))
+            || (cmd.contains("bwrap --die-with-parent") && cmd.contains(data_dir))
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn main() {
+    let runs: usize =
+        std::env::args().skip_while(|a| a != "--runs").nth(1).and_then(|n| n.parse().ok()).unwrap_or(40);
+    let exe = std::env::current_exe().unwrap().with_file_name("trainyard");
+    let dir = std::env::temp_dir().join(format!("ty-local-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.canonicalize().unwrap();
+    let mut server: Child = Command::new(&exe)
+        .args(["up", "--backend", "local", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("trainyard up starts (build it first: cargo build --release -p trainyard)");
+    let mut lines = std::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    let base = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("API:")
+                .map(|r| r.split_whitespace().next().unwrap().trim_end_matches("/api/v1").to_owned())
+        })
+        .expect("the API address");
+    std::thread::spawn(move || for _ in lines {});
+    let token = std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_owned();
+    let api = Api {
+        base,
+        auth: format!("Bearer {token}"),
+        agent: ureq::Agent::config_builder().http_status_as_error(false).build().into(),
+    };
+    assert_eq!(api.call("PUT", "/api/v1/admin/catalog", Some(CATALOG)).0, 200);
+
+    println!("local backend, {runs} runs each, submit until the API shows Running (free capacity):");
+    println!("{:<26} {:>9} {:>9} {:>9}   target", "", "p50 ms", "p99 ms", "max ms");
+    for (label, workers, target) in
+        [("1 replica", 0u32, (50.0, 200.0)), ("8-replica gang", 7, (f64::NAN, f64::NAN))]
+    {
+        let body = task(workers);
+        let mut ms = Vec::new();
+        for _ in 0..runs {
+            let t0 = Instant::now();
+            let (status, v) = api.call("POST", "/api/v1/tasks", Some(&body));
+            assert_eq!(status, 201, "{v}");
+            let id = v["id"].as_str().unwrap().to_owned();
+            api.wait(&id, "Running");
+            ms.push(t0.elapsed().as_secs_f64() * 1000.0);
+            api.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
+            api.wait(&id, "Stopped");
+        }
+        ms.sort_by(f64::total_cmp);
+        let (p50, p99) = (percentile(&ms, 0.5), percentile(&ms, 0.99));
+        let t = if target.0.is_nan() {
+            "(none set)".to_owned()
+        } else {
+            format!(
+                "p50 ≤ {} ms ({:.2}×), p99 ≤ {} ms ({:.2}×)",
+                target.0,
+                p50 / target.0,
+                target.1,
+                p99 / target.1
+            )
+        };
+        println!("{label:<26} {p50:>9.1} {p99:>9.1} {:>9.1}   {t}", ms[ms.len() - 1]);
+    }
+
+    // Overhead: 16 replicas running `sleep`, measured over 10 s.
+    let gangs: Vec<String> = (0..2)
+        .map(|_| {
+            let (_, v) = api.call("POST", "/api/v1/tasks", Some(&task(7)));
+            let id = v["id"].as_str().unwrap().to_owned();
+            api.wait(&id, "Running");
+            id
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let d = dir.display().to_string();
+    let pids = platform_pids(&d);
+    let before: Vec<(f64, u64)> = pids.iter().filter_map(|&p| usage(p)).collect();
+    let server_before = usage(server.id()).unwrap();
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(10));
+    let secs = t0.elapsed().as_secs_f64();
+    let after: Vec<(f64, u64)> = pids.iter().filter_map(|&p| usage(p)).collect();
+    let server_after = usage(server.id()).unwrap();
+    let replicas = 16.0;
+    let cpu: f64 = after.iter().map(|a| a.0).sum::<f64>() - before.iter().map(|b| b.0).sum::<f64>();
+    let rss: u64 = after.iter().map(|a| a.1).sum();
+    println!(
+        "\noverhead with 16 replicas running ({} platform processes: supervisors and bubblewrap):",
+        pids.len()
+    );
+    println!(
+        "  per replica: {:.2} MiB resident, {:.3} % of a core (supervisor + sandbox)",
+        rss as f64 / replicas / 1048576.0,
+        cpu / secs / replicas * 100.0
+    );
+    println!(
+        "  server: {:.1} MiB resident, {:.2} % of a core in all ({:.3} % per replica)",
+        server_after.1 as f64 / 1048576.0,
+        (server_after.0 - server_before.0) / secs * 100.0,
+        (server_after.0 - server_before.0) / secs / replicas * 100.0
+    );
+    for id in gangs {
+        api.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
+        api.wait(&id, "Stopped");
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
