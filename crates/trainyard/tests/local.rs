@@ -388,3 +388,61 @@ fn a_stop_during_start_up_leaves_nothing_running() {
         assert!(Server::processes_with(&marker).is_empty(), "round {round}: a process of the task survived");
     }
 }
+
+/// A PATH whose `ray` and `python3` are the Ray venv's (`.ci/run` makes it; `TRAINYARD_RAY_VENV` names it).
+fn ray_path() -> String {
+    let venv = std::env::var("TRAINYARD_RAY_VENV").unwrap_or_else(|_| "/opt/trainyard-ray".to_owned());
+    assert!(
+        std::path::Path::new(&venv).join("bin/ray").exists(),
+        "Ray is not installed in {venv}; .ci/run installs it (python3 -m venv --system-site-packages {venv} && {venv}/bin/pip install 'ray[default]')"
+    );
+    format!("{venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+}
+
+/// A RayJob on real Ray: a head and two workers, each its own sandbox and Ray node; the entrypoint spreads
+/// tasks so every node runs some, with the runtime env passed to Ray, and shared storage at /tmp/ray.
+#[test]
+fn a_rayjob_runs_tasks_on_every_node() {
+    let s = Server::start("ray", Some(&ray_path()));
+    let entrypoint = r#"python3 - <<'PY'
+import os, ray
+ray.init()
+@ray.remote(num_cpus=1)
+def where():
+    import time
+    time.sleep(0.3)
+    return ray.get_runtime_context().get_node_id(), os.environ.get("FROM_RUNTIME_ENV")
+got = ray.get([where.options(scheduling_strategy="SPREAD").remote() for _ in range(9)])
+nodes = {n for n, _ in got}
+print("ran on", len(nodes), "nodes; runtime env says", {e for _, e in got})
+assert len(nodes) == 3, nodes
+assert {e for _, e in got} == {"yes"}
+assert os.path.isdir("/tmp/ray"), "shared storage"
+PY"#;
+    let task = json!({
+        "apiVersion": "trainyard.dev/v1", "kind": "TrainingTask",
+        "metadata": {"namePrefix": "ray", "projectGroup": "default"},
+        "spec": {
+            "type": "RayJob",
+            "placement": {"region": "local", "cluster": "local"},
+            "environment": {"image": "host", "cmd": entrypoint},
+            "compute": {"resourceType": "Reserved", "pool": "default", "workers": 2,
+                        "instanceSpecs": [{"spec": "cpu.large"}]},
+            "ray": {
+                "runtimeEnvYaml": "env_vars:\n  FROM_RUNTIME_ENV: \"yes\"\n",
+                "sharedStorage": {"volume": "raytmp", "cleanupOnExit": true}
+            }
+        }
+    });
+    let id = s.submit(&task);
+    let t = s.wait_status(&id, "Succeeded", secs(300));
+    let name = t["name"].as_str().unwrap();
+    let log = s.log(&id, &format!("{name}-head-0"), None);
+    assert!(log.contains("the Ray cluster is up with 3 nodes"), "{log}");
+    assert!(log.contains("ran on 3 nodes; runtime env says {'yes'}"), "{log}");
+    // Shared storage was cleaned up on exit, as asked.
+    assert!(!s.dir.join(format!("volumes/raytmp/ray-{name}")).exists());
+    let nodes: std::collections::BTreeSet<&str> =
+        t["placement"]["replicas"].as_array().unwrap().iter().map(|r| r["node"].as_str().unwrap()).collect();
+    assert_eq!(nodes.len(), 3, "a Ray node per virtual node: {}", t["placement"]);
+}

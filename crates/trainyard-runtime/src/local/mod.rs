@@ -33,6 +33,12 @@ use trainyard_core::spec::TaskType;
 /// The precheck program, written into every replica's runtime dir when the precheck is on.
 pub const PRECHECK_PY: &str = include_str!("precheck.py");
 
+/// Reads a Ray cluster's nodes and pending demand from its GCS (the head waits on it; autoscaling reads it).
+pub const RAY_PROBE_PY: &str = include_str!("ray_probe.py");
+
+/// Ray clusters take blocks of 100 ports each per node, from here up.
+const RAY_PORTS: std::ops::Range<u16> = 30_000..60_000;
+
 /// How often the preset metrics are sampled when the task configures no interval of its own.
 pub const PRESET_INTERVAL_S: u64 = 10;
 
@@ -118,6 +124,12 @@ struct Launched {
     keep_ms: u64,
     /// Image pull tolerance: -1 never trips, 0 fails at once, N retries.
     pull_tolerance: i64,
+    /// RayJob: the first of the cluster's ports (node i uses base + 100·i onwards).
+    #[serde(default)]
+    ray_base: u16,
+    /// RayJob shared storage dir, removed when the attempt ends if asked.
+    #[serde(default)]
+    cleanup: Option<PathBuf>,
 }
 
 #[derive(Debug)]
@@ -272,6 +284,27 @@ impl LocalBackend {
         used
     }
 
+    /// The lowest block of ports for a Ray cluster of `nodes` nodes that no running cluster holds and that
+    /// is free on this machine.
+    fn ray_base(inner: &Inner, nodes: usize) -> u16 {
+        let span = 100 * nodes as u16;
+        let taken: Vec<(u16, u16)> = inner
+            .runs
+            .values()
+            .filter(|r| r.l.ray_base != 0)
+            .map(|r| (r.l.ray_base, r.l.ray_base + 100 * r.l.replicas.len() as u16))
+            .collect();
+        let mut base = RAY_PORTS.start;
+        while base + span < RAY_PORTS.end {
+            let clash = taken.iter().any(|&(a, b)| base < b && a < base + span);
+            if !clash && std::net::TcpListener::bind(("127.0.0.1", base + 1)).is_ok() {
+                return base;
+            }
+            base += 100;
+        }
+        RAY_PORTS.start
+    }
+
     /// Builds the attempt's directories, files and supervisor jobs.
     fn prepare(
         &self,
@@ -303,14 +336,6 @@ impl LocalBackend {
                 role: p.role.clone(),
                 node: p.node.clone(),
                 devices,
-            });
-        }
-        if ray && let Some(head) = replicas.first().cloned() {
-            replicas.push(Replica {
-                name: format!("{}-submitter", spec.task_name),
-                role: "submitter".into(),
-                node: head.node,
-                devices: Vec::new(),
             });
         }
         let master = replicas.first().map(|r| r.name.clone()).unwrap_or_default();
@@ -378,7 +403,13 @@ impl LocalBackend {
             catalog.images.get(&image).and_then(|i| i.rootfs.as_ref()).map(PathBuf::from)
         };
         let master_port = free_port();
-        let ray_port = if ray { free_port() } else { 0 };
+        let ray_base = if ray { Self::ray_base(inner, replicas.len()) } else { 0 };
+        let ray_env = if ray { ray_job_config(s)? } else { None };
+        let shared_dir = shared.map(|sh| {
+            let vol =
+                home_of("volumes", &sh.volume, catalog.volumes.get(&sh.volume).and_then(|x| x.path.as_ref()));
+            (vol.join(format!("ray-{}", spec.task_name)), sh.cleanup_on_exit)
+        });
         let world = spec.replicas.len();
         let procs_per_node = s.pytorch.as_ref().and_then(|p| p.procs_per_node);
 
@@ -390,8 +421,8 @@ impl LocalBackend {
             for d in [&tmp, &home, &runtime] {
                 std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
             }
-            // Hostfiles list the replicas that train (not Ray's submitter), with their slots.
-            let trainers: Vec<&Replica> = replicas.iter().filter(|r| r.role != "submitter").collect();
+            // Hostfiles list every replica with its slots.
+            let trainers: Vec<&Replica> = replicas.iter().collect();
             let slots = procs_per_node.unwrap_or(1).max(1);
             let hostfile: String = trainers.iter().map(|r| format!("{} slots={slots}\n", r.name)).collect();
             let names: String = trainers.iter().map(|r| format!("{}\n", r.name)).collect();
@@ -459,11 +490,25 @@ impl LocalBackend {
                     env.push((k.to_owned(), v));
                 }
             } else {
-                env.push(("RAY_ADDRESS".into(), format!("127.0.0.1:{ray_port}")));
+                env.push(("RAY_ADDRESS".into(), format!("127.0.0.1:{}", ray_base + 1)));
                 env.push(("RAY_USAGE_STATS_ENABLED".into(), "0".into()));
+                env.push(("TRAINYARD_ENTRYPOINT".into(), s.environment.cmd.clone()));
+                if let Some(cfg) = &ray_env {
+                    // The driver's job config, as Ray's own job submission hands it over: the runtime env.
+                    env.push(("RAY_JOB_CONFIG_JSON_ENV_VAR".into(), cfg.clone()));
+                }
+                if r.role == "head" {
+                    std::fs::write(runtime.join("ray_probe.py"), RAY_PROBE_PY).map_err(|e| e.to_string())?;
+                }
             }
+            let keep_s = s
+                .ray
+                .as_ref()
+                .and_then(|r| r.debug.as_ref())
+                .filter(|d| d.enabled)
+                .map_or(0, |d| d.retention_seconds);
             let cmd = if ray {
-                ray_command(r, &resources, ray_port, &s.environment.cmd, s)
+                ray_command(r, i, &resources, ray_base, replicas.len(), keep_s)
             } else {
                 s.environment.cmd.clone()
             };
@@ -535,6 +580,8 @@ impl LocalBackend {
                 .filter(|d| d.enabled)
                 .map_or(0, |d| u64::from(d.retention_seconds) * 1000),
             pull_tolerance: s.advanced.image_pull_tolerance,
+            ray_base,
+            cleanup: shared_dir.filter(|(_, clean)| *clean).map(|(dir, _)| dir),
         };
         let bytes = serde_json::to_vec_pretty(&l).map_err(|e| e.to_string())?;
         supervisor::write_atomic(&dir.join("launch.json"), &bytes).map_err(|e| e.to_string())?;
@@ -607,55 +654,92 @@ impl LocalBackend {
     }
 }
 
-/// A RayJob replica's command: the head and workers run Ray itself; the submitter waits for the cluster and
-/// runs the entrypoint.
+/// The runtime env of a RayJob as Ray's driver reads it from `RAY_JOB_CONFIG_JSON_ENV_VAR`.
+fn ray_job_config(s: &trainyard_core::spec::TaskSpec) -> Result<Option<String>, String> {
+    let Some(text) =
+        s.ray.as_ref().and_then(|r| r.runtime_env_yaml.as_ref()).filter(|t| !t.trim().is_empty())
+    else {
+        return Ok(None);
+    };
+    let env = trainyard_core::parse::yaml_to_value(text).map_err(|e| format!("the Ray runtime env: {e}"))?;
+    Ok(Some(serde_json::json!({ "runtime_env": env }).to_string()))
+}
+
+/// Ports of node `i` of a Ray cluster whose ports start at `base`: (node manager, object manager, metrics,
+/// dashboard agent HTTP, dashboard agent gRPC, runtime env agent, first and last worker port).
+fn ray_node_ports(base: u16, i: usize) -> String {
+    let o = base + 100 * i as u16;
+    format!(
+        "--node-manager-port={} --object-manager-port={} --metrics-export-port={} --dashboard-agent-listen-port={} --dashboard-agent-grpc-port={} --runtime-env-agent-port={} --min-worker-port={} --max-worker-port={}",
+        o + 10,
+        o + 11,
+        o + 12,
+        o + 13,
+        o + 14,
+        o + 15,
+        o + 20,
+        o + 99
+    )
+}
+
+/// A RayJob replica's command. The head starts Ray, waits for every worker, then runs the entrypoint in its
+/// own sandbox (a driver must see its node's raylet): the entrypoint's output is the head's log and its exit
+/// status the task's. Workers join the head and run until stopped.
 fn ray_command(
     r: &Replica,
+    i: usize,
     res: &trainyard_core::Resources,
-    port: u16,
-    entrypoint: &str,
-    s: &trainyard_core::spec::TaskSpec,
+    base: u16,
+    nodes: usize,
+    keep_s: u32,
 ) -> String {
+    let gcs = base + 1;
     let common = format!(
-        "--block --disable-usage-stats --node-ip-address=127.0.0.1 --num-cpus={} --num-gpus={} --memory={}",
+        "--block --disable-usage-stats --node-ip-address=127.0.0.1 --temp-dir=/tmp/ray/{} --num-cpus={} --num-gpus={} --memory={} {}",
+        short(&r.name),
         res.vcpus.max(1),
         res.gpus,
-        res.memory_mib * 1024 * 1024
+        res.memory_mib * 1024 * 1024,
+        ray_node_ports(base, i)
     );
-    let ports = |p: [u16; 6]| {
-        format!(
-            "--node-manager-port={} --object-manager-port={} --dashboard-agent-listen-port={} --dashboard-agent-grpc-port={} --metrics-export-port={} --runtime-env-agent-port={} --min-worker-port=0 --max-worker-port=0",
-            p[0], p[1], p[2], p[3], p[4], p[5]
-        )
-    };
-    let p6 = || [free_port(), free_port(), free_port(), free_port(), free_port(), free_port()];
-    match r.role.as_str() {
-        "head" => format!(
-            "exec ray start --head --port={port} --include-dashboard=false --ray-client-server-port={} --temp-dir=/tmp/ray/{} {} {common}",
-            free_port(),
-            short(&r.name),
-            ports(p6())
-        ),
-        "worker" => format!(
-            "until python3 -c 'import socket,sys; socket.create_connection((\"127.0.0.1\", {port}), 1)' 2>/dev/null; do sleep 0.2; done\nexec ray start --address=127.0.0.1:{port} --temp-dir=/tmp/ray/{} {} {common}",
-            short(&r.name),
-            ports(p6())
-        ),
-        _ => {
-            let workers = s.compute.workers;
-            let runtime_env = s.ray.as_ref().and_then(|r| r.runtime_env_yaml.as_ref());
-            let mut c = format!(
-                "python3 - <<'EOF'\nimport time, ray\nfor _ in range(600):\n    try:\n        ray.init(address='127.0.0.1:{port}', logging_level='ERROR')\n        break\n    except Exception:\n        time.sleep(0.5)\nfor _ in range(1200):\n    if len([n for n in ray.nodes() if n['Alive']]) >= {}:\n        break\n    time.sleep(0.25)\nray.shutdown()\nEOF\n",
-                workers + 1
-            );
-            if let Some(env) = runtime_env {
-                c.push_str(&format!("cat > /tmp/runtime_env.yaml <<'EOF'\n{env}\nEOF\n"));
-                c.push_str("export TRAINYARD_RAY_RUNTIME_ENV=/tmp/runtime_env.yaml\n");
-            }
-            c.push_str(entrypoint);
-            c
-        }
+    if r.role != "head" {
+        return format!(
+            "until python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {gcs}), 1)' 2>/dev/null; do sleep 0.2; done\nexec ray start --address=127.0.0.1:{gcs} {common}"
+        );
     }
+    let keep = if keep_s > 0 {
+        format!("echo \"trainyard: debug mode keeps the Ray cluster for {keep_s} s\"\nsleep {keep_s}\n")
+    } else {
+        String::new()
+    };
+    format!(
+        r#"ray start --head --port={gcs} --ray-client-server-port={client} --include-dashboard=false {common} > {RUNTIME_DIR}/ray-head.log 2>&1 &
+ray_pid=$!
+python3 - {RUNTIME_DIR} 127.0.0.1:{gcs} {nodes} <<'PY' || {{ tail -20 {RUNTIME_DIR}/ray-head.log >&2; exit 1; }}
+import sys, time
+sys.path.insert(0, sys.argv[1])
+import ray_probe
+addr, need, t0 = sys.argv[2], int(sys.argv[3]), time.time()
+while time.time() - t0 < 600:
+    try:
+        n = sum(1 for x in ray_probe.probe(addr, 2.0, 10)["nodes"] if x["alive"])
+    except Exception:
+        n = 0
+    if n >= need:
+        print(f"trainyard: the Ray cluster is up with {{n}} nodes after {{time.time() - t0:.1f}} s", flush=True)
+        sys.exit(0)
+    time.sleep(0.3)
+sys.exit("trainyard: the Ray cluster did not come up within 600 s")
+PY
+bash -c "$TRAINYARD_ENTRYPOINT"
+code=$?
+echo "trainyard: the entrypoint exited with code $code"
+{keep}kill -TERM $ray_pid 2>/dev/null
+for _ in $(seq 1 100); do kill -0 $ray_pid 2>/dev/null || break; sleep 0.1; done
+exit $code
+"#,
+        client = base + 2,
+    )
 }
 
 /// Ray puts Unix sockets under its temp dir; keep the path short.
@@ -700,9 +784,6 @@ fn ssh_material(
     std::fs::copy(ssh.join("id_ed25519.pub"), dot.join("authorized_keys")).map_err(io)?;
     let mut config = String::new();
     for (r, port) in replicas.iter().zip(ports) {
-        if r.role == "submitter" {
-            continue;
-        }
         config.push_str(&format!(
             "Host {}\n  HostName 127.0.0.1\n  Port {port}\n  User root\n  IdentityFile ~/.ssh/id_ed25519\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n",
             r.name
@@ -886,7 +967,7 @@ impl LocalBackend {
                 let paths: Vec<&str> = run.l.mount_paths.iter().map(String::as_str).collect();
                 let (reason, message) =
                     classify(&r.name, &exit, &log_tail(&run.dir.join(&r.name), 16 * 1024), &paths);
-                let decides = if ray { r.role == "submitter" } else { r.role == "master" };
+                let decides = if ray { r.role == "head" } else { r.role == "master" };
                 if reason != Reason::Completed {
                     run.verdict = Some((reason, message));
                 } else if decides {
@@ -958,6 +1039,9 @@ impl LocalBackend {
         // The container's local disk goes with the attempt; logs and events stay.
         for r in &run.l.replicas {
             let _ = std::fs::remove_dir_all(run.dir.join(&r.name).join("scratch"));
+        }
+        if let Some(dir) = &run.l.cleanup {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }
