@@ -291,6 +291,8 @@ pub struct Control<B> {
     /// Parsed specs by task id: a stored spec never changes, so it is parsed once.
     specs: BTreeMap<String, std::sync::Arc<TrainingTask>>,
     nominated: BTreeMap<String, Vec<String>>,
+    /// Autoscaling RayJobs that want more workers, and how many (within their bounds).
+    scale_wants: BTreeMap<String, u32>,
     /// Tasks already reported as unreadable.
     unreadable: std::collections::BTreeSet<String>,
     /// The tasks the loop has work for (specs left out), kept up to date from the store incrementally: rows
@@ -320,6 +322,7 @@ impl<B: Backend> Control<B> {
             waits: QueueBoard::default(),
             specs: BTreeMap::new(),
             nominated: BTreeMap::new(),
+            scale_wants: BTreeMap::new(),
             unreadable: Default::default(),
             last_snapshot: Default::default(),
             active: BTreeMap::new(),
@@ -542,6 +545,7 @@ impl<B: Backend> Control<B> {
         active.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
         let ids: std::collections::BTreeSet<&str> = active.iter().map(|t| t.id.as_str()).collect();
         self.specs.retain(|id, _| ids.contains(id.as_str()));
+        self.scale_wants.retain(|id, _| ids.contains(id.as_str()));
         for mut t in active {
             let cached = self.specs.get(&t.id).cloned();
             let p = match cached {
@@ -570,11 +574,18 @@ impl<B: Backend> Control<B> {
             }
         }
         let catalog = self.catalog.get();
-        let (snap, index) = snapshot_for(&catalog, &tasks, &parsed, &self.nominated);
+        let (snap, index) = snapshot_for(&catalog, &tasks, &parsed, &self.nominated, &self.scale_wants);
         let plan = schedule(&snap, now_ms.max(0) as u64, &self.config);
         let mut waits: BTreeMap<String, QueueInfo> = BTreeMap::new();
         for d in &plan.decisions {
             match d {
+                Decision::Admit(a) if index.scale_ups.contains(&a.pending_index) => {
+                    let i = index.pending[a.pending_index];
+                    self.scale_wants.remove(&tasks[i].id);
+                    self.grow(&tasks[i], &snap, a, now_ms).await?;
+                    report.admitted += 1;
+                }
+                Decision::Wait(w) if index.scale_ups.contains(&w.pending_index) => {}
                 Decision::Admit(a) => {
                     let i = index.pending[a.pending_index];
                     let (t, task) = (&tasks[i], &parsed[i]);
@@ -736,7 +747,7 @@ impl<B: Backend> Control<B> {
     }
 
     /// Turns one observation into transitions. Returns false when a concurrent change won.
-    async fn observe(&self, obs: &Observation, now_ms: i64) -> Result<bool, CommandError> {
+    async fn observe(&mut self, obs: &Observation, now_ms: i64) -> Result<bool, CommandError> {
         let key = obs.key();
         let Some(t) = self.store.get_task(&key.task_id).await? else { return Ok(true) };
         if t.attempt != key.attempt {
@@ -835,10 +846,124 @@ impl<B: Backend> Control<B> {
                 self.store.append_event(&t.id, t.attempt, now_ms, reason, message).await?;
                 Some(t.clone())
             }
+            (Observation::ScaleUp { workers, message, .. }, Status::Running) => {
+                let (current, bounds) = self.workers_and_bounds(&t)?;
+                if let Some((_, max)) = bounds {
+                    let extra = (*workers).min(max.saturating_sub(current));
+                    if extra > 0 && self.scale_wants.get(&t.id) != Some(&extra) {
+                        let why = format!(
+                            "{message}; asking for {extra} more workers ({current} of at most {max})"
+                        );
+                        self.store.append_event(&t.id, t.attempt, now_ms, "ScaleUpRequested", &why).await?;
+                    }
+                    if extra > 0 {
+                        self.scale_wants.insert(t.id.clone(), extra);
+                    }
+                }
+                Some(t.clone())
+            }
+            (Observation::ScaleDown { replica, message, .. }, Status::Running) => {
+                let (current, bounds) = self.workers_and_bounds(&t)?;
+                match bounds {
+                    Some((min, _)) if current > min => self.shrink(&t, replica, message, now_ms).await?,
+                    _ => Some(t.clone()),
+                }
+            }
             // Anything else is stale (the task moved on); nothing to do.
             _ => Some(t.clone()),
         };
         Ok(done.is_some())
+    }
+
+    /// A running task's worker count and, for an autoscaling RayJob, its (min, max) workers.
+    fn workers_and_bounds(&self, t: &TaskRecord) -> Result<(u32, Option<(u32, u32)>), CommandError> {
+        let task = Self::parse(t)?;
+        let bounds = task
+            .spec
+            .ray
+            .as_ref()
+            .and_then(|r| r.autoscaling.as_ref())
+            .filter(|a| a.enabled)
+            .map(|a| (a.min_workers, a.max_workers));
+        let current = serde_json::from_str::<Placement>(&t.placement)
+            .map_or(0, |p| p.replicas.iter().filter(|r| r.role == "worker").count() as u32);
+        Ok((current, bounds))
+    }
+
+    /// Autoscaling admitted more workers: the placement grows and the backend starts them.
+    async fn grow(
+        &self,
+        t: &TaskRecord,
+        snap: &trainyard_sched::Snapshot,
+        a: &trainyard_sched::Admission,
+        now_ms: i64,
+    ) -> Result<(), CommandError> {
+        let Ok(p) = serde_json::from_str::<Placement>(&t.placement) else { return Ok(()) };
+        let grown = p.grown(snap, a);
+        let nodes: Vec<&str> = grown.replicas[p.replicas.len()..].iter().map(|r| r.node.as_str()).collect();
+        let message = format!("{} more workers on {}", nodes.len(), nodes.join(", "));
+        self.rescale(t, &grown, "ScaledUp", message, now_ms).await
+    }
+
+    /// Autoscaling takes an idle worker away: the placement shrinks (its resources are free at once) and the
+    /// backend stops it.
+    async fn shrink(
+        &self,
+        t: &TaskRecord,
+        replica: &str,
+        why: &str,
+        now_ms: i64,
+    ) -> Result<Option<TaskRecord>, CommandError> {
+        let Ok(p) = serde_json::from_str::<Placement>(&t.placement) else { return Ok(Some(t.clone())) };
+        let Some(index) = replica.rsplit('-').next().and_then(|i| i.parse::<u32>().ok()) else {
+            return Ok(Some(t.clone()));
+        };
+        let task = Self::parse(t)?;
+        let Some(choice) = task.spec.compute.instance_specs.get(p.option) else { return Ok(Some(t.clone())) };
+        let Some(worker) = p.replicas.iter().find(|r| r.role == "worker" && r.index == index) else {
+            return Ok(Some(t.clone()));
+        };
+        let spec = self.catalog.get().instance_specs.get(&choice.spec).cloned();
+        let units = spec.map_or(u64::from(choice.count_per_node), |s| {
+            let per = if s.gpus > 0 { u64::from(s.gpus) } else { u64::from(s.vcpus.max(1)) };
+            let need = if s.gpus > 0 { worker.resources.gpus } else { worker.resources.vcpus };
+            need.div_ceil(per).max(1)
+        });
+        let shrunk = p.shrunk(index, units, &choice.spec);
+        self.rescale(t, &shrunk, "ScaledDown", format!("{why}; {replica} removed"), now_ms).await?;
+        Ok(Some(t.clone()))
+    }
+
+    async fn rescale(
+        &self,
+        t: &TaskRecord,
+        placement: &Placement,
+        reason: &str,
+        message: String,
+        now_ms: i64,
+    ) -> Result<(), CommandError> {
+        let json = serde_json::to_string(placement).expect("a placement always serialises");
+        let change = trainyard_store::Transition {
+            task_id: t.id.clone(),
+            expected_version: t.version,
+            status: t.status.clone(),
+            attempt: t.attempt,
+            at_ms: now_ms,
+            reason: reason.to_owned(),
+            message,
+            placement: Some(json),
+            retries: None,
+        };
+        match self.store.transition(&change).await {
+            Ok(updated) => {
+                if let Some(spec) = self.launch_spec(&updated, placement).await {
+                    let _ = self.backend.scale(&spec).await;
+                }
+                Ok(())
+            }
+            Err(StoreError::VersionConflict { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// After a failure: requeue infrastructure failures within the task's budget, and raise the alarms.

@@ -74,11 +74,63 @@ fn class_of(name: &str) -> Option<UsageClass> {
 pub struct Index {
     pub pending: Vec<usize>,
     pub running: Vec<usize>,
+    /// Pending positions that are autoscaling requests of running RayJobs (more workers), not queued tasks.
+    pub scale_ups: std::collections::BTreeSet<usize>,
 }
+
+/// Attempt ids of autoscaling requests: the task's position with this bit set, so they never equal the
+/// running attempt they grow.
+pub const SCALE_UP_BIT: u64 = 1 << 40;
 
 impl Index {
     pub fn name_of(&self, tasks: &[TaskRecord], id: AttemptId) -> String {
-        tasks.get(id.0 as usize).map_or_else(|| format!("{id:?}"), |t| t.name.clone())
+        tasks.get((id.0 & !SCALE_UP_BIT) as usize).map_or_else(|| format!("{id:?}"), |t| t.name.clone())
+    }
+}
+
+impl Placement {
+    /// The placement grown by the replicas an autoscaling admission placed (`admission.placements`, all
+    /// workers), with their units added.
+    pub fn grown(&self, snap: &Snapshot, a: &Admission) -> Placement {
+        let mut p = self.clone();
+        let mut next_index =
+            p.replicas.iter().filter(|r| r.role == "worker").map(|r| r.index + 1).max().unwrap_or(0);
+        let mut next_rank = p.replicas.iter().map(|r| r.rank + 1).max().unwrap_or(0);
+        for pl in &a.placements {
+            p.replicas.push(ReplicaPlan {
+                role: "worker".to_owned(),
+                index: next_index,
+                rank: next_rank,
+                node: snap.nodes[pl.node.ix()].name.clone(),
+                resources: pl.need,
+            });
+            next_index += 1;
+            next_rank += 1;
+        }
+        for u in &a.units {
+            let (spec, class) = (snap.specs[u.spec.ix()].name.clone(), format!("{:?}", u.class));
+            match p.units.iter_mut().find(|(s, c, _)| *s == spec && *c == class) {
+                Some(entry) => entry.2 += u.units,
+                None => p.units.push((spec, class, u.units)),
+            }
+        }
+        p
+    }
+
+    /// The placement without one worker replica, its units taken back (borrowed or idle ones first).
+    pub fn shrunk(&self, replica_index: u32, units_per_worker: u64, spec: &str) -> Placement {
+        let mut p = self.clone();
+        p.replicas.retain(|r| !(r.role == "worker" && r.index == replica_index));
+        let mut left = units_per_worker;
+        for class in ["Idle", "Spot", "Borrowed", "Ondemand", "Reserved"] {
+            for u in p.units.iter_mut().filter(|(s, c, _)| s == spec && c == class) {
+                let take = u.2.min(left);
+                u.2 -= take;
+                left -= take;
+            }
+        }
+        p.units.retain(|u| u.2 > 0);
+        p
     }
 }
 
@@ -89,6 +141,7 @@ pub fn snapshot_for(
     tasks: &[TaskRecord],
     parsed: &[std::sync::Arc<TrainingTask>],
     nominated: &BTreeMap<String, Vec<String>>,
+    scale_wants: &BTreeMap<String, u32>,
 ) -> (Snapshot, Index) {
     let mut b = SnapshotBuilder::new();
     for (name, s) in &catalog.instance_specs {
@@ -154,6 +207,36 @@ pub fn snapshot_for(
                     .map(|(s, c, u)| Some(UnitUse { spec: b.spec_ix(s)?, class: class_of(c)?, units: *u }))
                     .collect();
                 let (Some(replicas), Some(units)) = (replicas, units) else { continue };
+                // An autoscaling RayJob that wants more workers: a gang of those workers, through the same
+                // quota and placement rules as any task.
+                if t.status == "Running"
+                    && let Some(&extra) = scale_wants.get(&t.id)
+                    && let Some(choice) = c.instance_specs.get(p.option)
+                    && let Some(worker) = b.spec_ix(&choice.spec)
+                {
+                    b.pending(PendingAttempt {
+                        id: AttemptId(SCALE_UP_BIT | i as u64),
+                        name: format!("{} (autoscaling)", t.name),
+                        group,
+                        pool,
+                        resource_type: c.resource_type,
+                        guarantee: c.guarantee,
+                        idle_supplement: c.idle_supplement,
+                        priority: c.priority,
+                        submitted_at_ms: t.updated_at_ms.max(0) as u64,
+                        options: vec![GangOption {
+                            roles: vec![Role {
+                                spec: worker,
+                                count_per_node: choice.count_per_node,
+                                replicas: extra,
+                            }],
+                        }],
+                        excluded: vec![],
+                        nominated: vec![],
+                    });
+                    index.scale_ups.insert(index.pending.len());
+                    index.pending.push(i);
+                }
                 b.running(RunningAttempt {
                     id,
                     name: t.name.clone(),

@@ -126,6 +126,16 @@ impl Backend for FakeBackend {
         Ok(())
     }
 
+    /// The fake's replicas are not real: a new shape is remembered as launched.
+    async fn scale(&self, spec: &LaunchSpec) -> Result<(), BackendError> {
+        let mut inner = self.lock();
+        if let Some(run) = inner.runs.get_mut(&spec.key) {
+            run.nodes = spec.replicas.iter().map(|r| r.node.clone()).collect();
+        }
+        inner.specs.push(spec.clone());
+        Ok(())
+    }
+
     async fn stop(&self, key: &AttemptKey, _cause: StopCause) -> Result<(), BackendError> {
         let mut inner = self.lock();
         let now = inner.now_ms;

@@ -75,6 +75,10 @@ pub enum Observation {
     Stopped { key: AttemptKey, message: String },
     /// An informative event (a figure, a step of a stop), with no change of status.
     Note { key: AttemptKey, reason: String, message: String },
+    /// An autoscaling RayJob has work waiting that about this many more workers would take.
+    ScaleUp { key: AttemptKey, workers: u32, message: String },
+    /// An autoscaling RayJob's worker has been idle past the idle timeout.
+    ScaleDown { key: AttemptKey, replica: String, message: String },
 }
 
 impl Observation {
@@ -84,7 +88,9 @@ impl Observation {
             | Observation::PrecheckPassed { key, .. }
             | Observation::Finished { key, .. }
             | Observation::Stopped { key, .. }
-            | Observation::Note { key, .. } => key,
+            | Observation::Note { key, .. }
+            | Observation::ScaleUp { key, .. }
+            | Observation::ScaleDown { key, .. } => key,
         }
     }
 }
@@ -106,6 +112,9 @@ impl std::error::Error for BackendError {}
 pub trait Backend {
     /// Starts every replica of the attempt. Idempotent.
     async fn launch(&self, spec: &LaunchSpec) -> Result<(), BackendError>;
+    /// Makes a running attempt's replicas those of `spec` (autoscaling): starts the new ones, stops the ones
+    /// no longer listed. Idempotent.
+    async fn scale(&self, spec: &LaunchSpec) -> Result<(), BackendError>;
     /// Starts the stop path (checkpoint notice when enabled, then termination). Idempotent.
     async fn stop(&self, key: &AttemptKey, cause: StopCause) -> Result<(), BackendError>;
     /// What happened since the last call, in order. `now_ms` is the control loop's clock.
@@ -165,6 +174,12 @@ impl Backend for AnyBackend {
         match self {
             AnyBackend::Fake(b) => b.launch(spec).await,
             AnyBackend::Local(b) => b.launch(spec).await,
+        }
+    }
+    async fn scale(&self, spec: &LaunchSpec) -> Result<(), BackendError> {
+        match self {
+            AnyBackend::Fake(b) => b.scale(spec).await,
+            AnyBackend::Local(b) => b.scale(spec).await,
         }
     }
     async fn stop(&self, key: &AttemptKey, cause: StopCause) -> Result<(), BackendError> {

@@ -406,16 +406,16 @@ fn a_rayjob_runs_tasks_on_every_node() {
     let s = Server::start("ray", Some(&ray_path()));
     let entrypoint = r#"python3 - <<'PY'
 import os, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 ray.init()
 @ray.remote(num_cpus=1)
 def where():
-    import time
-    time.sleep(0.3)
     return ray.get_runtime_context().get_node_id(), os.environ.get("FROM_RUNTIME_ENV")
-got = ray.get([where.options(scheduling_strategy="SPREAD").remote() for _ in range(9)])
+alive = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+got = ray.get([where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote() for n in alive])
 nodes = {n for n, _ in got}
 print("ran on", len(nodes), "nodes; runtime env says", {e for _, e in got})
-assert len(nodes) == 3, nodes
+assert len(nodes) == 3 and nodes == set(alive), nodes
 assert {e for _, e in got} == {"yes"}
 assert os.path.isdir("/tmp/ray"), "shared storage"
 PY"#;
@@ -445,4 +445,57 @@ PY"#;
     let nodes: std::collections::BTreeSet<&str> =
         t["placement"]["replicas"].as_array().unwrap().iter().map(|r| r["node"].as_str().unwrap()).collect();
     assert_eq!(nodes.len(), 3, "a Ray node per virtual node: {}", t["placement"]);
+}
+
+/// RayJob autoscaling: work that does not fit makes the platform add a worker (admitted by the scheduler
+/// like any gang), and an idle worker goes away after the idle timeout, within min and max.
+#[test]
+fn a_rayjob_grows_under_load_and_shrinks_when_idle() {
+    let s = Server::start("rayscale", Some(&ray_path()));
+    let entrypoint = r#"python3 - <<'PY'
+import time, ray
+ray.init()
+def alive():
+    return sum(1 for n in ray.nodes() if n["Alive"])
+print("start with", alive(), "nodes", flush=True)
+@ray.remote(num_cpus=1)
+def work():
+    time.sleep(8)
+    return 1
+refs = [work.remote() for _ in range(8)]
+t0 = time.time()
+while alive() < 3:
+    assert time.time() - t0 < 120, "never grew"
+    time.sleep(0.5)
+print("grew to", alive(), "nodes", flush=True)
+assert sum(ray.get(refs)) == 8
+t0 = time.time()
+while alive() > 2:
+    assert time.time() - t0 < 120, "never shrank"
+    time.sleep(0.5)
+print("shrank to", alive(), "nodes", flush=True)
+PY"#;
+    let task = json!({
+        "apiVersion": "trainyard.dev/v1", "kind": "TrainingTask",
+        "metadata": {"namePrefix": "rayscale", "projectGroup": "default"},
+        "spec": {
+            "type": "RayJob",
+            "placement": {"region": "local", "cluster": "local"},
+            "environment": {"image": "host", "cmd": entrypoint},
+            "compute": {"resourceType": "Reserved", "pool": "default", "workers": 1,
+                        "instanceSpecs": [{"spec": "cpu.large"}]},
+            "ray": {"autoscaling": {"enabled": true, "minWorkers": 1, "maxWorkers": 2, "idleTimeoutSeconds": 5}}
+        }
+    });
+    let id = s.submit(&task);
+    let t = s.wait_status(&id, "Succeeded", secs(400));
+    let name = t["name"].as_str().unwrap();
+    let log = s.log(&id, &format!("{name}-head-0"), None);
+    for line in ["start with 2 nodes", "grew to 3 nodes", "shrank to 2 nodes"] {
+        assert!(log.contains(line), "no {line:?} in:\n{log}");
+    }
+    let events = s.events_text(&id);
+    for reason in ["ScaleUpRequested", "ScaledUp", "ScaledDown"] {
+        assert!(events.contains(reason), "no {reason} in:\n{events}");
+    }
 }

@@ -130,6 +130,19 @@ struct Launched {
     /// RayJob shared storage dir, removed when the attempt ends if asked.
     #[serde(default)]
     cleanup: Option<PathBuf>,
+    /// RayJob autoscaling.
+    #[serde(default)]
+    autoscale: Option<Autoscale>,
+}
+
+/// A RayJob's autoscaling, as the backend applies it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Autoscale {
+    idle_timeout_s: u64,
+    /// Most workers asked for at once (Conservative: 1).
+    step: u32,
+    /// vCPUs of one worker, to turn pending CPU demand into workers.
+    worker_vcpus: u64,
 }
 
 #[derive(Debug)]
@@ -159,6 +172,11 @@ struct Run {
     stop_others_at: Option<u64>,
     stopped_others: bool,
     offsets: BTreeMap<String, u64>,
+    /// Replicas taken away by autoscaling: their end is not a failure.
+    removed: BTreeSet<String>,
+    /// Autoscaling: when demand was last reported, and the idle workers already reported.
+    demand_reported_ms: u64,
+    idle_reported: BTreeSet<String>,
 }
 
 #[derive(Debug, Default)]
@@ -262,6 +280,9 @@ impl LocalBackend {
                         stop_others_at: None,
                         stopped_others: false,
                         offsets,
+                        removed: BTreeSet::new(),
+                        demand_reported_ms: 0,
+                        idle_reported: BTreeSet::new(),
                     },
                 );
             }
@@ -292,15 +313,28 @@ impl LocalBackend {
             .runs
             .values()
             .filter(|r| r.l.ray_base != 0)
-            .map(|r| (r.l.ray_base, r.l.ray_base + 100 * r.l.replicas.len() as u16))
+            .map(|r| (r.l.ray_base, r.l.ray_base + 100 * r.l.replicas.len().max(1) as u16))
             .collect();
-        let mut base = RAY_PORTS.start;
-        while base + span < RAY_PORTS.end {
+        // Start the search at a random block, so two servers on one machine rarely try the same one; a block
+        // is taken only when its first ports are free now.
+        use std::hash::{BuildHasher, Hasher};
+        let blocks = (RAY_PORTS.end - RAY_PORTS.start) / 100;
+        let start =
+            std::collections::hash_map::RandomState::new().build_hasher().finish() % u64::from(blocks);
+        for k in 0..blocks {
+            let base = RAY_PORTS.start + 100 * ((start as u16 + k) % blocks);
+            if base + span >= RAY_PORTS.end {
+                continue;
+            }
             let clash = taken.iter().any(|&(a, b)| base < b && a < base + span);
-            if !clash && std::net::TcpListener::bind(("127.0.0.1", base + 1)).is_ok() {
+            let free = (0..nodes as u16).all(|i| {
+                [1, 2, 10, 11]
+                    .iter()
+                    .all(|d| std::net::TcpListener::bind(("127.0.0.1", base + 100 * i + d)).is_ok())
+            });
+            if !clash && free {
                 return base;
             }
-            base += 100;
         }
         RAY_PORTS.start
     }
@@ -310,6 +344,7 @@ impl LocalBackend {
         &self,
         spec: &LaunchSpec,
         inner: &Inner,
+        ray_base: Option<u16>,
     ) -> Result<(PathBuf, Launched, Vec<ReplicaJob>), String> {
         let task = &spec.task;
         let s = &task.spec;
@@ -403,7 +438,13 @@ impl LocalBackend {
             catalog.images.get(&image).and_then(|i| i.rootfs.as_ref()).map(PathBuf::from)
         };
         let master_port = free_port();
-        let ray_base = if ray { Self::ray_base(inner, replicas.len()) } else { 0 };
+        let autoscale = s.ray.as_ref().and_then(|r| r.autoscaling.as_ref()).filter(|a| a.enabled);
+        let most_nodes = 1 + autoscale.map_or(0, |a| a.max_workers as usize).max(replicas.len() - 1);
+        let ray_base = match ray_base {
+            Some(b) => b,
+            None if ray => Self::ray_base(inner, most_nodes),
+            None => 0,
+        };
         let ray_env = if ray { ray_job_config(s)? } else { None };
         let shared_dir = shared.map(|sh| {
             let vol =
@@ -499,6 +540,9 @@ impl LocalBackend {
                 }
                 if r.role == "head" {
                     std::fs::write(runtime.join("ray_probe.py"), RAY_PROBE_PY).map_err(|e| e.to_string())?;
+                    if autoscale.is_some() {
+                        env.push(("TRAINYARD_RAY_AUTOSCALE".into(), "1".into()));
+                    }
                 }
             }
             let keep_s = s
@@ -582,6 +626,19 @@ impl LocalBackend {
             pull_tolerance: s.advanced.image_pull_tolerance,
             ray_base,
             cleanup: shared_dir.filter(|(_, clean)| *clean).map(|(dir, _)| dir),
+            autoscale: autoscale.map(|a| Autoscale {
+                idle_timeout_s: u64::from(a.idle_timeout_seconds),
+                step: if a.mode == trainyard_core::spec::AutoscalingMode::Conservative {
+                    1
+                } else {
+                    a.max_workers
+                },
+                worker_vcpus: spec
+                    .replicas
+                    .iter()
+                    .find(|p| p.role == "worker")
+                    .map_or(1, |p| p.resources.vcpus.max(1)),
+            }),
         };
         let bytes = serde_json::to_vec_pretty(&l).map_err(|e| e.to_string())?;
         supervisor::write_atomic(&dir.join("launch.json"), &bytes).map_err(|e| e.to_string())?;
@@ -703,8 +760,10 @@ fn ray_command(
         ray_node_ports(base, i)
     );
     if r.role != "head" {
+        // A custom resource names the replica, so idle Ray nodes can be matched to replicas.
         return format!(
-            "until python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {gcs}), 1)' 2>/dev/null; do sleep 0.2; done\nexec ray start --address=127.0.0.1:{gcs} {common}"
+            "until python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {gcs}), 1)' 2>/dev/null; do sleep 0.2; done\nexec ray start --address=127.0.0.1:{gcs} --resources='{{\"TY:{}\": 1}}' {common}",
+            r.name
         );
     }
     let keep = if keep_s > 0 {
@@ -731,6 +790,23 @@ while time.time() - t0 < 600:
     time.sleep(0.3)
 sys.exit("trainyard: the Ray cluster did not come up within 600 s")
 PY
+if [ -n "${{TRAINYARD_RAY_AUTOSCALE:-}}" ]; then
+python3 - {RUNTIME_DIR} 127.0.0.1:{gcs} <<'PY' &
+import json, os, sys, time
+sys.path.insert(0, sys.argv[1])
+import ray_probe
+out = os.path.join(sys.argv[1], "ray-state.json")
+while True:
+    try:
+        state = ray_probe.probe(sys.argv[2], 2.0, 1000)
+        with open(out + ".tmp", "w") as f:
+            json.dump(state, f)
+        os.replace(out + ".tmp", out)
+    except Exception as e:
+        print("trainyard: the Ray probe failed:", e, file=sys.stderr, flush=True)
+    time.sleep(2)
+PY
+fi
 bash -c "$TRAINYARD_ENTRYPOINT"
 code=$?
 echo "trainyard: the entrypoint exited with code $code"
@@ -934,6 +1010,9 @@ impl LocalBackend {
             });
         }
 
+        if run.started && run.stop.is_none() && run.verdict.is_none() {
+            self.autoscale(run, now, out);
+        }
         // Decide the outcome as replicas end.
         let ray = run.l.task_type == "RayJob";
         if run.verdict.is_none() && run.stop.is_none() {
@@ -1031,6 +1110,54 @@ impl LocalBackend {
         true
     }
 
+    /// Autoscaling: turns the head's view of Ray (pending demand, idle nodes) into scale requests; the
+    /// control loop decides within the bounds, through the scheduler.
+    fn autoscale(&self, run: &mut Run, now: u64, out: &mut Vec<Observation>) {
+        let Some(a) = run.l.autoscale.clone() else { return };
+        let Some(head) = run.l.replicas.iter().find(|r| r.role == "head") else { return };
+        let Ok(bytes) = std::fs::read(run.dir.join(&head.name).join("runtime/ray-state.json")) else {
+            return;
+        };
+        let Ok(state) = serde_json::from_slice::<serde_json::Value>(&bytes) else { return };
+        let key = run.key();
+        let pending = state["pending"].as_array().cloned().unwrap_or_default();
+        if !pending.is_empty() && now >= run.demand_reported_ms + 5_000 {
+            let cpus: f64 = pending.iter().map(|p| p["CPU"].as_f64().unwrap_or(0.0)).sum();
+            let workers = ((cpus / a.worker_vcpus as f64).ceil() as u32).clamp(1, a.step.max(1));
+            run.demand_reported_ms = now;
+            out.push(Observation::ScaleUp {
+                key: key.clone(),
+                workers,
+                message: format!("{} Ray tasks or actors are waiting for {cpus} CPUs in all", pending.len()),
+            });
+        }
+        for node in state["nodes"].as_array().cloned().unwrap_or_default() {
+            let Some(replica) = node["resources_total"]
+                .as_object()
+                .and_then(|r| r.keys().find_map(|k| k.strip_prefix("TY:").map(str::to_owned)))
+            else {
+                continue;
+            };
+            let idle_s = node["idle_s"].as_f64().unwrap_or(0.0);
+            let idle = node["alive"].as_bool() == Some(true) && node["status"] == "IDLE";
+            if !idle {
+                run.idle_reported.remove(&replica);
+            } else if idle_s >= a.idle_timeout_s as f64
+                && !run.removed.contains(&replica)
+                && run.idle_reported.insert(replica.clone())
+            {
+                out.push(Observation::ScaleDown {
+                    key: key.clone(),
+                    message: format!(
+                        "{replica} has been idle for {idle_s:.0} s (idle timeout {} s)",
+                        a.idle_timeout_s
+                    ),
+                    replica,
+                });
+            }
+        }
+    }
+
     fn finish(&self, run: &Run, outcome: &Observation) {
         let _ = supervisor::write_atomic(
             &run.dir.join("outcome.json"),
@@ -1069,6 +1196,47 @@ impl From<&Observation> for Recorded {
 }
 
 impl Backend for LocalBackend {
+    async fn scale(&self, spec: &LaunchSpec) -> Result<(), BackendError> {
+        let mut inner = self.lock();
+        let Some(run) = inner.runs.get(&spec.key) else { return Ok(()) };
+        if run.stop.is_some() || run.verdict.is_some() || !matches!(run.stage, Stage::Running) {
+            return Ok(());
+        }
+        let (base, have) = (run.l.ray_base, run.l.replicas.clone());
+        let (_, mut l, jobs) = self.prepare(spec, &inner, Some(base)).map_err(BackendError)?;
+        let run = inner.runs.get_mut(&spec.key).expect("checked above");
+        // Replicas that stay keep what they were given (their GPUs above all).
+        for r in l.replicas.iter_mut() {
+            if let Some(old) = have.iter().find(|o| o.name == r.name) {
+                *r = old.clone();
+            }
+        }
+        let known: BTreeSet<&str> = have.iter().map(|r| r.name.as_str()).collect();
+        let wanted: BTreeSet<String> = l.replicas.iter().map(|r| r.name.clone()).collect();
+        let new: Vec<ReplicaJob> = jobs.into_iter().filter(|j| !known.contains(j.name.as_str())).collect();
+        for j in &new {
+            run.offsets.insert(j.name.clone(), 0);
+        }
+        // Replicas leaving: stopped like any stop, and remembered so their end is no failure.
+        let req = StopRequest {
+            checkpoint: false,
+            checkpoint_timeout_s: 0,
+            signal: procs::SIGTERM,
+            grace_s: self.cfg.grace_s,
+        };
+        for r in have.iter().filter(|r| !wanted.contains(&r.name)) {
+            run.removed.insert(r.name.clone());
+            l.replicas.push(r.clone());
+        }
+        run.stop_replicas(|r| run.removed.contains(&r.name), &req);
+        run.l = l;
+        let bytes = serde_json::to_vec_pretty(&run.l).map_err(|e| BackendError(e.to_string()))?;
+        let _ = supervisor::write_atomic(&run.dir.join("launch.json"), &bytes);
+        let children = self.spawn(&run.dir, &new);
+        run.children.extend(children);
+        Ok(())
+    }
+
     async fn launch(&self, spec: &LaunchSpec) -> Result<(), BackendError> {
         let mut inner = self.lock();
         if inner.runs.contains_key(&spec.key) {
@@ -1098,7 +1266,7 @@ impl Backend for LocalBackend {
             });
             return Ok(());
         }
-        let (dir, l, jobs) = self.prepare(spec, &inner).map_err(BackendError)?;
+        let (dir, l, jobs) = self.prepare(spec, &inner, None).map_err(BackendError)?;
         // The pull: `host` and registered root file systems are here at once; anything else is retried (or
         // fails) as the image pull tolerance says, on the next polls.
         let (stage, children) = if jobs.first().is_some_and(|j| j.sandbox.root.is_dir()) {
@@ -1125,6 +1293,9 @@ impl Backend for LocalBackend {
                 stop_others_at: None,
                 stopped_others: false,
                 offsets,
+                removed: BTreeSet::new(),
+                demand_reported_ms: 0,
+                idle_reported: BTreeSet::new(),
             },
         );
         Ok(())
