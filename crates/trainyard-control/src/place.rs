@@ -93,19 +93,17 @@ impl Placement {
     /// workers), with their units added.
     pub fn grown(&self, snap: &Snapshot, a: &Admission) -> Placement {
         let mut p = self.clone();
-        let mut next_index =
+        let first_index =
             p.replicas.iter().filter(|r| r.role == "worker").map(|r| r.index + 1).max().unwrap_or(0);
-        let mut next_rank = p.replicas.iter().map(|r| r.rank + 1).max().unwrap_or(0);
-        for pl in &a.placements {
+        let first_rank = p.replicas.iter().map(|r| r.rank + 1).max().unwrap_or(0);
+        for (k, pl) in (0u32..).zip(&a.placements) {
             p.replicas.push(ReplicaPlan {
                 role: "worker".to_owned(),
-                index: next_index,
-                rank: next_rank,
+                index: first_index + k,
+                rank: first_rank + k,
                 node: snap.nodes[pl.node.ix()].name.clone(),
                 resources: pl.need,
             });
-            next_index += 1;
-            next_rank += 1;
         }
         for u in &a.units {
             let (spec, class) = (snap.specs[u.spec.ix()].name.clone(), format!("{:?}", u.class));
