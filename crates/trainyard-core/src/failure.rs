@@ -63,6 +63,10 @@ pub fn classify(replica: &str, exit: &Exit, log_tail: &str, mount_paths: &[&str]
     let last_line = log_tail.lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
     let how = match (exit.code, exit.signal) {
         (Some(0), _) => return (Reason::Completed, format!("{replica} exited with code 0")),
+        // A shell reports a child killed by a signal as 128 + the signal.
+        (Some(c), _) if (129..160).contains(&c) => {
+            format!("exited with code {c} (killed by {})", signal_name(c - 128))
+        }
         (Some(c), _) => format!("exited with code {c}"),
         (None, Some(s)) => format!("was killed by {}", signal_name(s)),
         (None, None) => "ended without an exit status".to_owned(),
@@ -124,6 +128,8 @@ mod tests {
         let (r, m) = classify("m-0", &code(3), "Traceback\nValueError: bad lr\n", &[]);
         assert_eq!(r, Reason::UserError);
         assert!(m.contains("code 3") && m.contains("ValueError: bad lr"), "{m}");
+        let (_, m) = classify("m-0", &code(137), "", &[]);
+        assert!(m.contains("code 137 (killed by SIGKILL)"), "{m}");
         let (r, m) = classify("m-0", &Exit { signal: Some(11), ..Exit::default() }, "", &[]);
         assert_eq!(r, Reason::UserError);
         assert!(m.contains("SIGSEGV"), "{m}");

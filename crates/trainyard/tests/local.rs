@@ -499,3 +499,30 @@ PY"#;
         assert!(events.contains(reason), "no {reason} in:\n{events}");
     }
 }
+
+/// Memory limits through cgroups: a replica that uses more memory than its instance spec gives is killed by
+/// the kernel and the task fails as OutOfMemory with a message that says what to change. Where the host
+/// allows no cgroups, the task says so in an event instead.
+#[test]
+fn a_replica_over_its_memory_limit_fails_as_out_of_memory() {
+    let s = Server::start("oom", None);
+    // cpu.small gives 1 GiB; this touches 3 GiB.
+    let id = s.submit(&pytorch("oom", 0, "python3 -c 'x = bytearray(3 * 1024**3); print(len(x))'"));
+    let t0 = std::time::Instant::now();
+    loop {
+        let status = s.task(&id)["status"].as_str().unwrap_or("").to_owned();
+        if ["Failed", "Succeeded"].contains(&status.as_str()) {
+            break;
+        }
+        assert!(t0.elapsed() < secs(120), "still {status}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let events = s.events(&id);
+    if let Some((_, why)) = events.iter().find(|(r, _)| r == "LimitsNotEnforced") {
+        eprintln!("this host enforces no memory limit: {why}");
+        return;
+    }
+    let (_, message) =
+        events.iter().find(|(r, _)| r == "OutOfMemory").unwrap_or_else(|| panic!("{events:?}"));
+    assert!(message.contains("larger instance spec"), "{message}");
+}

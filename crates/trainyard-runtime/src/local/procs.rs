@@ -182,8 +182,9 @@ impl Cgroup {
         std::fs::read_to_string(file)
             .ok()
             .and_then(|s| {
+                // `oom_kill N`, not `oom_kill_disable 0` (cgroup v1 lists both).
                 s.lines()
-                    .find(|l| l.starts_with(key))
+                    .find(|l| l.split_whitespace().next() == Some(key))
                     .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
             })
             .is_some_and(|n| n > 0)
