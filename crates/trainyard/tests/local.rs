@@ -526,3 +526,57 @@ fn a_replica_over_its_memory_limit_fails_as_out_of_memory() {
         events.iter().find(|(r, _)| r == "OutOfMemory").unwrap_or_else(|| panic!("{events:?}"));
     assert!(message.contains("larger instance spec"), "{message}");
 }
+
+/// A minimal root file system: bash and cat with the libraries they link, and a marker file.
+fn tiny_rootfs(dir: &std::path::Path) {
+    let mut files = vec!["/usr/bin/bash".to_owned(), "/usr/bin/cat".to_owned()];
+    for bin in ["/usr/bin/bash", "/usr/bin/cat"] {
+        let out = std::process::Command::new("ldd").arg(bin).output().unwrap();
+        for word in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+            if word.starts_with('/') {
+                files.push(word.to_owned());
+            }
+        }
+    }
+    for f in files {
+        let real = std::fs::canonicalize(&f).unwrap();
+        for p in [std::path::PathBuf::from(&f), real.clone()] {
+            let to = dir.join(p.strip_prefix("/").unwrap());
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            let _ = std::fs::copy(&real, &to);
+        }
+    }
+    // The merged-/usr layout the host has: /bin, /lib and /lib64 point into /usr.
+    for (link, target) in [("bin", "usr/bin"), ("lib", "usr/lib"), ("lib64", "usr/lib64")] {
+        if !dir.join(link).exists() {
+            let _ = std::os::unix::fs::symlink(target, dir.join(link));
+        }
+    }
+    std::fs::create_dir_all(dir.join("etc")).unwrap();
+    std::fs::write(dir.join("etc/image-marker"), "tiny image\n").unwrap();
+}
+
+/// An admin-registered image: the replica runs on that root file system (read-only), not the host's.
+#[test]
+fn a_registered_image_is_the_replicas_root() {
+    let s = Server::start("image", None);
+    let root = s.dir.join("images/tiny");
+    tiny_rootfs(&root);
+    let (_, catalog) = s.call("GET", "/api/v1/catalog", None);
+    let mut catalog: serde_json::Value = serde_json::from_str(&catalog).unwrap();
+    catalog["images"]["tiny"] = json!({"rootfs": root.display().to_string()});
+    let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(&catalog.to_string()));
+    assert_eq!(status, 200, "{body}");
+    let mut task = pytorch(
+        "img",
+        0,
+        "cat /etc/image-marker; test -e /usr/bin/python3 || echo no python here; echo x > /usr/x || echo read-only root",
+    );
+    task["spec"]["environment"]["image"] = json!("tiny");
+    let id = s.submit(&task);
+    let t = s.wait_status(&id, "Succeeded", secs(60));
+    let log = s.log(&id, &format!("{}-master-0", t["name"].as_str().unwrap()), None);
+    for line in ["O tiny image", "O no python here", "O read-only root"] {
+        assert!(log.contains(line), "no {line:?} in:\n{log}");
+    }
+}
