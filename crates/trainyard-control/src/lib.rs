@@ -291,6 +291,8 @@ pub struct Control<B> {
     /// Parsed specs by task id: a stored spec never changes, so it is parsed once.
     specs: BTreeMap<String, std::sync::Arc<TrainingTask>>,
     nominated: BTreeMap<String, Vec<String>>,
+    /// Nodes each task's next attempts avoid (node replacement), from the backend's suspicions.
+    excluded: BTreeMap<String, std::collections::BTreeSet<String>>,
     /// Autoscaling RayJobs that want more workers, and how many (within their bounds).
     scale_wants: BTreeMap<String, u32>,
     /// Tasks already reported as unreadable.
@@ -323,6 +325,7 @@ impl<B: Backend> Control<B> {
             specs: BTreeMap::new(),
             nominated: BTreeMap::new(),
             scale_wants: BTreeMap::new(),
+            excluded: BTreeMap::new(),
             unreadable: Default::default(),
             last_snapshot: Default::default(),
             active: BTreeMap::new(),
@@ -546,6 +549,7 @@ impl<B: Backend> Control<B> {
         let ids: std::collections::BTreeSet<&str> = active.iter().map(|t| t.id.as_str()).collect();
         self.specs.retain(|id, _| ids.contains(id.as_str()));
         self.scale_wants.retain(|id, _| ids.contains(id.as_str()));
+        self.excluded.retain(|id, _| ids.contains(id.as_str()));
         for mut t in active {
             let cached = self.specs.get(&t.id).cloned();
             let p = match cached {
@@ -574,7 +578,8 @@ impl<B: Backend> Control<B> {
             }
         }
         let catalog = self.catalog.get();
-        let (snap, index) = snapshot_for(&catalog, &tasks, &parsed, &self.nominated, &self.scale_wants);
+        let (snap, index) =
+            snapshot_for(&catalog, &tasks, &parsed, &self.nominated, &self.scale_wants, &self.excluded);
         let plan = schedule(&snap, now_ms.max(0) as u64, &self.config);
         let mut waits: BTreeMap<String, QueueInfo> = BTreeMap::new();
         for d in &plan.decisions {
@@ -844,6 +849,18 @@ impl<B: Backend> Control<B> {
             }
             (Observation::Note { reason, message, .. }, _) => {
                 self.store.append_event(&t.id, t.attempt, now_ms, reason, message).await?;
+                Some(t.clone())
+            }
+            (Observation::NodeSuspect { node, message, .. }, _) => {
+                let task = Self::parse(&t)?;
+                let replace = task.spec.advanced.fault_tolerance.as_ref().is_none_or(|f| f.node_replacement);
+                let what = if replace {
+                    self.excluded.entry(t.id.clone()).or_default().insert(node.clone());
+                    format!("{message}; the next attempts of this task leave it out")
+                } else {
+                    format!("{message}; node replacement is off, so it may be used again")
+                };
+                self.store.append_event(&t.id, t.attempt, now_ms, "NodeSuspect", &what).await?;
                 Some(t.clone())
             }
             (Observation::ScaleUp { workers, message, .. }, Status::Running) => {

@@ -140,6 +140,7 @@ pub fn snapshot_for(
     parsed: &[std::sync::Arc<TrainingTask>],
     nominated: &BTreeMap<String, Vec<String>>,
     scale_wants: &BTreeMap<String, u32>,
+    excluded: &BTreeMap<String, std::collections::BTreeSet<String>>,
 ) -> (Snapshot, Index) {
     let mut b = SnapshotBuilder::new();
     for (name, s) in &catalog.instance_specs {
@@ -184,7 +185,10 @@ pub fn snapshot_for(
                     priority: c.priority,
                     submitted_at_ms: t.created_at_ms.max(0) as u64,
                     options,
-                    excluded: vec![],
+                    excluded: excluded
+                        .get(&t.id)
+                        .map(|ns| ns.iter().filter_map(|n| node_ix.get(n).copied()).collect())
+                        .unwrap_or_default(),
                     nominated: nominated
                         .get(&t.id)
                         .map(|ns| ns.iter().filter_map(|n| node_ix.get(n).copied()).collect())

@@ -75,6 +75,9 @@ pub enum Observation {
     Stopped { key: AttemptKey, message: String },
     /// An informative event (a figure, a step of a stop), with no change of status.
     Note { key: AttemptKey, reason: String, message: String },
+    /// A node looks broken for this task (a failed precheck, a hardware error in a replica's log): with node
+    /// replacement on, the next attempt avoids it.
+    NodeSuspect { key: AttemptKey, node: String, message: String },
     /// An autoscaling RayJob has work waiting that about this many more workers would take.
     ScaleUp { key: AttemptKey, workers: u32, message: String },
     /// An autoscaling RayJob's worker has been idle past the idle timeout.
@@ -89,6 +92,7 @@ impl Observation {
             | Observation::Finished { key, .. }
             | Observation::Stopped { key, .. }
             | Observation::Note { key, .. }
+            | Observation::NodeSuspect { key, .. }
             | Observation::ScaleUp { key, .. }
             | Observation::ScaleDown { key, .. } => key,
         }

@@ -580,3 +580,30 @@ fn a_registered_image_is_the_replicas_root() {
         assert!(log.contains(line), "no {line:?} in:\n{log}");
     }
 }
+
+/// A hardware error in a replica's log fails the attempt as the node's fault: with fault tolerance the task
+/// is resubmitted, and node replacement keeps the next attempt off that node.
+#[test]
+fn a_hardware_error_resubmits_on_another_node() {
+    let s = Server::start("hwerror", None);
+    let cmd = r#"if [ "$TRAINYARD_ATTEMPT" = 0 ]; then echo "NCCL error: unhandled system error"; exit 1; fi
+echo "attempt $TRAINYARD_ATTEMPT on $TRAINYARD_NODE""#;
+    let mut task = pytorch("hw", 0, cmd);
+    task["spec"]["advanced"] =
+        json!({"faultTolerance": {"enabled": true, "maxResubmissions": 1, "nodeReplacement": true}});
+    let id = s.submit(&task);
+    let t = s.wait_status(&id, "Succeeded", secs(60));
+    assert_eq!(t["attempt"], 1, "{t}");
+    let events = s.events(&id);
+    let suspect = events.iter().find(|(r, _)| r == "NodeSuspect").unwrap_or_else(|| panic!("{events:?}"));
+    let bad = suspect.1.split_whitespace().nth(1).unwrap().trim_end_matches(':').to_owned();
+    assert!(suspect.1.contains("leave it out"), "{}", suspect.1);
+    assert!(events.iter().any(|(r, m)| r == "NodeFailed" && m.contains("hardware error")), "{events:?}");
+    let now_on = t["placement"]
+        .get("replicas")
+        .map_or(String::new(), |r| r[0]["node"].as_str().unwrap_or("").to_owned());
+    let log = s.log(&id, &format!("{}-master-0", t["name"].as_str().unwrap()), None);
+    assert!(log.contains("attempt 1 on node-"), "{log}");
+    assert!(!log.contains(&format!("on {bad}")), "the suspect node {bad} was used again: {log}");
+    let _ = now_on;
+}

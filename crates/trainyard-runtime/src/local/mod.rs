@@ -884,10 +884,6 @@ impl Run {
         AttemptKey { task_id: self.l.task_id.clone(), attempt: self.l.attempt }
     }
 
-    fn note(&self, out: &mut Vec<Observation>, reason: &str, message: String) {
-        out.push(Observation::Note { key: self.key(), reason: reason.to_owned(), message });
-    }
-
     fn stop_replicas(&self, which: impl Fn(&Replica) -> bool, req: &StopRequest) {
         for r in self.l.replicas.iter().filter(|r| which(r)) {
             let path = self.dir.join(&r.name).join("stop.json");
@@ -1033,12 +1029,13 @@ impl LocalBackend {
                 if e.precheck_failed {
                     let message = s.as_ref().and_then(|s| s.precheck.clone()).unwrap_or_default();
                     run.verdict = Some((Reason::PrecheckFailed, format!("{}: {message}", r.name)));
+                    // Exit 3: the image has no torch, which is no fault of the node.
                     if e.code != Some(3) {
-                        run.note(
-                            out,
-                            "NodeSuspect",
-                            format!("node {} failed the precheck of {}", r.node, r.name),
-                        );
+                        out.push(Observation::NodeSuspect {
+                            key: key.clone(),
+                            node: r.node.clone(),
+                            message: format!("node {} failed the precheck of {}", r.node, r.name),
+                        });
                     }
                     continue;
                 }
@@ -1047,21 +1044,20 @@ impl LocalBackend {
                 let (reason, message) =
                     classify(&r.name, &exit, &log_tail(&run.dir.join(&r.name), 16 * 1024), &paths);
                 let decides = if ray { r.role == "head" } else { r.role == "master" };
+                if reason == Reason::NodeFailed {
+                    out.push(Observation::NodeSuspect {
+                        key: key.clone(),
+                        node: r.node.clone(),
+                        message: format!("node {}: {message}", r.node),
+                    });
+                }
                 if reason != Reason::Completed {
                     run.verdict = Some((reason, message));
                 } else if decides {
                     run.verdict = Some((Reason::Completed, message));
-                    let wait = if ray { run.l.keep_ms } else { self.cfg.workers_after_master_ms };
-                    if ray && run.l.keep_ms > 0 {
-                        run.note(
-                            out,
-                            "RayClusterKept",
-                            format!(
-                                "the entrypoint ended; debug mode keeps the cluster for {} s",
-                                run.l.keep_ms / 1000
-                            ),
-                        );
-                    }
+                    // Ray's workers have nothing left to do once the head (and its entrypoint, and the debug
+                    // retention) ended; a PyTorchJob's workers get a moment to end by themselves.
+                    let wait = if ray { 0 } else { self.cfg.workers_after_master_ms };
                     run.stop_others_at = Some(now + wait);
                 } else if ray {
                     run.verdict =
