@@ -599,11 +599,7 @@ echo "attempt $TRAINYARD_ATTEMPT on $TRAINYARD_NODE""#;
     let bad = suspect.1.split_whitespace().nth(1).unwrap().trim_end_matches(':').to_owned();
     assert!(suspect.1.contains("leave it out"), "{}", suspect.1);
     assert!(events.iter().any(|(r, m)| r == "NodeFailed" && m.contains("hardware error")), "{events:?}");
-    let now_on = t["placement"]
-        .get("replicas")
-        .map_or(String::new(), |r| r[0]["node"].as_str().unwrap_or("").to_owned());
     let log = s.log(&id, &format!("{}-master-0", t["name"].as_str().unwrap()), None);
     assert!(log.contains("attempt 1 on node-"), "{log}");
     assert!(!log.contains(&format!("on {bad}")), "the suspect node {bad} was used again: {log}");
-    let _ = now_on;
 }
