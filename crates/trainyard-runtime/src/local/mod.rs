@@ -774,12 +774,16 @@ fn ray_command(
     format!(
         r#"ray start --head --port={gcs} --ray-client-server-port={client} --include-dashboard=false {common} > {RUNTIME_DIR}/ray-head.log 2>&1 &
 ray_pid=$!
-python3 - {RUNTIME_DIR} 127.0.0.1:{gcs} {nodes} <<'PY' || {{ tail -20 {RUNTIME_DIR}/ray-head.log >&2; exit 1; }}
-import sys, time
+python3 - {RUNTIME_DIR} 127.0.0.1:{gcs} {nodes} $ray_pid <<'PY' || {{ tail -20 {RUNTIME_DIR}/ray-head.log >&2; exit 1; }}
+import os, sys, time
 sys.path.insert(0, sys.argv[1])
 import ray_probe
-addr, need, t0 = sys.argv[2], int(sys.argv[3]), time.time()
+addr, need, head, t0 = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), time.time()
 while time.time() - t0 < 600:
+    try:
+        os.kill(head, 0)
+    except ProcessLookupError:
+        sys.exit("trainyard: the Ray head did not start; the end of its log follows")
     try:
         n = sum(1 for x in ray_probe.probe(addr, 2.0, 10)["nodes"] if x["alive"])
     except Exception:
