@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod console;
 pub mod openapi;
 
 use axum::body::Bytes;
@@ -452,6 +453,27 @@ async fn operable_task(state: &AppState, user: &User, id: &str) -> ApiResult<Tas
 async fn whoami(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Json<Value>> {
     let u = caller(&state, &headers).await?;
     Ok(Json(json!({ "name": u.name, "role": u.role, "groups": u.groups })))
+}
+
+/// Checks a task document without creating it: every problem, and the demand of each instance-spec option
+/// when it is valid. The console calls it as the user types.
+async fn validate_task(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    caller(&state, &headers).await?;
+    let catalog = state.catalog.get();
+    let checked = trainyard_core::check(&body, &catalog);
+    let demand = checked.valid_task().map(|task| {
+        let lookup = |name: &str| catalog.instance_specs.get(name);
+        trainyard_core::demand_options(&task.spec, &lookup).ok()
+    });
+    Ok(Json(json!({
+        "valid": checked.report.is_ok(),
+        "problems": checked.report.problems,
+        "demand": demand.flatten(),
+    })))
 }
 
 async fn create_task(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult<Response> {
@@ -1085,6 +1107,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/whoami", get(whoami))
         .route("/api/v1/catalog", get(catalog))
         .route("/api/v1/tasks", post(create_task).get(list_tasks))
+        .route("/api/v1/validate", post(validate_task))
         .route("/api/v1/tasks/{id}", get(get_task).delete(delete_task))
         .route("/api/v1/tasks/{id}/events", get(task_events))
         .route("/api/v1/tasks/{id}/logs", get(task_logs))
@@ -1107,6 +1130,7 @@ pub fn router(state: AppState) -> Router {
             "/api/docs",
             get(|| async { ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], openapi::DOCS_PAGE) }),
         )
+        .merge(console::routes())
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), count_requests))
         // A task document is at most MAX_DOCUMENT_BYTES; a little more is read so the validator can say so.
         .layer(DefaultBodyLimit::max(MAX_DOCUMENT_BYTES + 1024))

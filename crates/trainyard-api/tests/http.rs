@@ -349,11 +349,14 @@ fn the_openapi_document_matches_the_router() {
     );
     let a = agent();
     for op in trainyard_api::openapi::OPERATIONS {
-        let url = format!("{}{}", s.base, op.path.replace("{id}", "no-such-task"));
+        let path =
+            op.path.replace("{id}", "no-such-task").replace("{name}", "nobody").replace("{var}", "NOPE");
+        let url = format!("{}{path}", s.base);
         let auth = format!("Bearer {}", s.tokens["alice"]);
         let mut resp = match op.method {
             "get" => a.get(&url).header("Authorization", &auth).call(),
             "delete" => a.delete(&url).header("Authorization", &auth).call(),
+            "put" => a.put(&url).header("Authorization", &auth).send(&b"{}"[..]),
             _ => a.post(&url).header("Authorization", &auth).send(&b"{}"[..]),
         }
         .unwrap();

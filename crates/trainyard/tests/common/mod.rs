@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod webdriver;
+
 use serde_json::{Value, json};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,109 @@
+//! The web console in a real browser (Debian's headless chromium through chromedriver), against a real
+//! `trainyard up` on the local backend. Screenshots go to `target/console-screenshots/` (or
+//! `TRAINYARD_SCREENSHOTS`).
+
+mod common;
+
+use common::webdriver::Browser;
+use common::{Server, secs};
+use serde_json::json;
+
+fn shots() -> std::path::PathBuf {
+    std::env::var_os("TRAINYARD_SCREENSHOTS").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/console-screenshots"),
+        std::path::PathBuf::from,
+    )
+}
+
+fn sign_in(b: &Browser, s: &Server) {
+    b.goto(&format!("{}/", s.base));
+    let token = b.find("#token");
+    b.type_into(&token, &s.token);
+    b.click(&b.find("#signin"));
+    b.wait("the user's name", || (b.text_of("#who-name") == "admin").then_some(()));
+    assert!(b.text_of("#who").contains("admin"), "role shown: {}", b.text_of("#who"));
+}
+
+const DOC: &str = r#"apiVersion: trainyard.dev/v1
+kind: TrainingTask
+metadata: {namePrefix: webui, projectGroup: default}
+spec:
+  type: PyTorchJob
+  placement: {region: local, cluster: local}
+  environment:
+    image: host
+    env: [{name: "LR RATE", value: "0.1"}]
+    cmd: echo hello from $RANK; sleep 1
+  compute:
+    resourceType: Reserved
+    pool: default
+    workers: 1
+    instanceSpecs: [{spec: cpu.small}]
+"#;
+
+/// Sign in; write a task with a mistake and see the problem at its field; fix it and see the demand; submit
+/// twice fast and get one task; watch it run to success on its page (events, log) and in the list.
+#[test]
+fn submit_a_task_from_the_console_and_watch_it_run() {
+    let s = Server::start("console", None);
+    let b = Browser::start();
+    sign_in(&b, &s);
+
+    b.goto(&format!("{}/#/new", s.base));
+    let doc = b.find("#doc");
+    b.type_into(&doc, DOC);
+    let problem = b.find("#problems li[data-path='spec.environment.env[0].name']");
+    assert!(b.text(&problem).contains("space"), "{}", b.text(&problem));
+    b.screenshot(&shots().join("new-task-with-a-problem.png"));
+    // Fix the name: set the whole document again, without the space.
+    b.clear(&doc);
+    b.type_into(&doc, &DOC.replace("LR RATE", "LR_RATE"));
+    b.wait("the problem to go and the demand to show", || {
+        let clean = b.try_find("#problems li").is_none();
+        let demand = b.text_of("#demand");
+        (clean && demand.contains("2 replicas")).then_some(())
+    });
+    // Two clicks in a row: one task.
+    let submit = b.find("#submit");
+    b.script("arguments[0].click(); arguments[0].click();", json!([submit.reference()]));
+    b.wait("the task page", || b.url().contains("#/tasks/").then_some(()));
+    let id = b.url().rsplit('/').next().unwrap().to_owned();
+    b.wait("success", || (b.text_of("h1 .badge") == "Succeeded").then_some(()));
+    let events = b.text_of("#events");
+    for reason in ["Submitted", "Admitted", "Started", "Completed"] {
+        assert!(events.contains(reason), "{reason} not in {events}");
+    }
+    b.wait("the log", || b.text_of("#log").contains("hello from").then_some(()));
+    b.screenshot(&shots().join("task-details.png"));
+
+    let (_, list) = s.call("GET", "/api/v1/tasks?q=webui", None);
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    assert_eq!(list["items"].as_array().unwrap().len(), 1, "one task for two clicks: {list}");
+    assert_eq!(list["items"][0]["id"], id);
+
+    b.goto(&format!("{}/#/tasks?q=webui", s.base));
+    let row = b.find(&format!("tr[data-id='{id}'] [data-status]"));
+    assert_eq!(b.text(&row), "Succeeded");
+    b.screenshot(&shots().join("task-list.png"));
+}
+
+/// Stop a running task from its page (the confirmation accepted): the checkpoint steps show up as events.
+#[test]
+fn stop_a_running_task_from_its_page() {
+    let s = Server::start("console-stop", None);
+    let cmd = "python3 -c \"import os,signal,time\nrt=os.environ['TRAINYARD_RUNTIME_DIR']\ndef save(*a):\n    open(rt+'/checkpoint-done','w').close()\nsignal.signal(signal.SIGUSR1, save)\nprint('training', flush=True)\nwhile True: time.sleep(0.1)\"";
+    let mut task = common::pytorch("uistop", 0, cmd);
+    task["spec"]["advanced"] = json!({"exitCheckpoint": {"enabled": true, "timeoutSeconds": 30}});
+    let id = s.submit(&task);
+    s.wait_status(&id, "Running", secs(60));
+    let b = Browser::start();
+    sign_in(&b, &s);
+    b.goto(&format!("{}/#/tasks/{id}", s.base));
+    b.wait("the log", || b.text_of("#log").contains("training").then_some(()));
+    b.click(&b.find("#act-stop"));
+    b.wait("stopped", || (b.text_of("h1 .badge") == "Stopped").then_some(()));
+    let events = b.text_of("#events");
+    for reason in ["StopRequested", "CheckpointRequested", "CheckpointDone"] {
+        assert!(events.contains(reason), "{reason} not in {events}");
+    }
+}
