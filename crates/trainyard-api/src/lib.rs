@@ -469,10 +469,25 @@ async fn validate_task(
         let lookup = |name: &str| catalog.instance_specs.get(name);
         trainyard_core::demand_options(&task.spec, &lookup).ok()
     });
+    let admission = match checked.valid_task() {
+        Some(task) => {
+            let (now, why) = state.control.lock().await.would_admit(task, now_ms().max(0) as u64);
+            json!({"now": now, "reason": why})
+        }
+        None => Value::Null,
+    };
+    // The document as the decoder read it (defaults filled in), as JSON for a form and as YAML for an editor.
+    let (task, yaml) = match &checked.task {
+        Some(t) => (serde_json::to_value(t).unwrap_or(Value::Null), Value::String(t.to_yaml())),
+        None => (Value::Null, Value::Null),
+    };
     Ok(Json(json!({
         "valid": checked.report.is_ok(),
         "problems": checked.report.problems,
         "demand": demand.flatten(),
+        "admission": admission,
+        "task": task,
+        "yaml": yaml,
     })))
 }
 

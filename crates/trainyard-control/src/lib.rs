@@ -366,6 +366,36 @@ impl<B: Backend> Control<B> {
         }
     }
 
+    /// Whether a task would be admitted now, and if not why, from the scheduler's own code over its view at
+    /// the last tick (every queued task included: a task behind others waits).
+    pub fn would_admit(&self, task: &TrainingTask, now_ms: u64) -> (bool, String) {
+        let snap = &*self.last_snapshot;
+        let Some(candidate) = place::candidate(snap, task, now_ms) else {
+            return (
+                false,
+                "its project group, pool or instance specs are not in the scheduler's view yet".into(),
+            );
+        };
+        let group = candidate.group;
+        match trainyard_sched::views::would_admit(snap, candidate, now_ms, &self.config) {
+            Decision::Admit(a) => {
+                let nodes: Vec<&str> =
+                    a.placements.iter().map(|p| snap.nodes[p.node.ix()].name.as_str()).collect();
+                (true, format!("would be admitted now with option {} on {}", a.option + 1, nodes.join(", ")))
+            }
+            Decision::Wait(w) => {
+                let name_of = |id: trainyard_sched::AttemptId| {
+                    let pending = snap.pending.iter().find(|p| p.id == id).map(|p| p.name.clone());
+                    pending
+                        .or_else(|| snap.running.iter().find(|r| r.id == id).map(|r| r.name.clone()))
+                        .unwrap_or_else(|| "another task".to_owned())
+                };
+                (false, w.reason.describe(snap, group, name_of))
+            }
+            Decision::Preempt(_) => (false, "would wait".into()),
+        }
+    }
+
     /// Quota and capacity figures from the scheduler's own view at the last tick, for the groups given (all
     /// when `None`).
     pub fn quota_report(&self, groups: Option<&[String]>) -> Vec<QuotaLine> {

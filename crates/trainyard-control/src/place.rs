@@ -260,9 +260,13 @@ pub fn snapshot_for(
 
 /// The gang for each instance-spec option, or `None` if a spec is missing from the catalog.
 fn options(b: &SnapshotBuilder, task: &TrainingTask) -> Option<Vec<GangOption>> {
+    options_with(&|name| b.spec_ix(name), task)
+}
+
+fn options_with(spec_ix: &dyn Fn(&str) -> Option<SpecIx>, task: &TrainingTask) -> Option<Vec<GangOption>> {
     let c = &task.spec.compute;
     let role = |spec: &str, count: u32, replicas: u32| {
-        Some(Role { spec: b.spec_ix(spec)?, count_per_node: count, replicas })
+        Some(Role { spec: spec_ix(spec)?, count_per_node: count, replicas })
     };
     c.instance_specs
         .iter()
@@ -282,4 +286,27 @@ fn options(b: &SnapshotBuilder, task: &TrainingTask) -> Option<Vec<GangOption>> 
             Some(GangOption { roles })
         })
         .collect()
+}
+
+/// A task not yet submitted as the scheduler would see it in `snap`, for "would it be admitted now?".
+/// `None` when its group, pool or specs are not in the snapshot.
+pub fn candidate(snap: &Snapshot, task: &TrainingTask, now_ms: u64) -> Option<PendingAttempt> {
+    let c = &task.spec.compute;
+    let group = snap.groups.iter().position(|g| *g == task.metadata.project_group)?;
+    let pool = snap.pools.iter().position(|p| *p == c.pool)?;
+    let spec_ix = |name: &str| snap.specs.iter().position(|s| s.name == name).map(|i| SpecIx(i as _));
+    Some(PendingAttempt {
+        id: AttemptId(u64::MAX),
+        name: "this task".to_owned(),
+        group: GroupIx(group as _),
+        pool: PoolIx(pool as _),
+        resource_type: c.resource_type,
+        guarantee: c.guarantee,
+        idle_supplement: c.idle_supplement,
+        priority: c.priority,
+        submitted_at_ms: now_ms,
+        options: options_with(&spec_ix, task)?,
+        excluded: vec![],
+        nominated: vec![],
+    })
 }

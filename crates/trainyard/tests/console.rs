@@ -107,3 +107,62 @@ fn stop_a_running_task_from_its_page() {
         assert!(events.contains(reason), "{reason} not in {events}");
     }
 }
+
+/// Chooses an option of a select by value, as a user picking it would (a change event).
+fn pick(b: &Browser, css: &str, value: &str) {
+    let el = b.find(css);
+    b.script(
+        "arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('change', {bubbles: true}));",
+        json!([el.reference(), value]),
+    );
+}
+
+fn input_id(path: &str) -> String {
+    format!("[id='in-{path}']")
+}
+
+/// The sectioned Create Training form: a mistake shows at its field, the fix brings the demand and the
+/// scheduler's answer, Create twice makes one task, which runs; choosing RayJob shows the Ray part.
+#[test]
+fn the_create_training_form() {
+    let s = Server::start("console-form", None);
+    let b = Browser::start();
+    sign_in(&b, &s);
+    b.goto(&format!("{}/#/create", s.base));
+    let prefix = b.find(&input_id("metadata.namePrefix"));
+    b.type_into(&prefix, "Bad Name");
+    let problem = b.find("[data-path='metadata.namePrefix'] .field-problem");
+    assert!(!b.text(&problem).is_empty());
+    let cmd = b.find(&input_id("spec.environment.cmd"));
+    b.type_into(&cmd, "echo formed $RANK of $WORLD_SIZE");
+    pick(&b, &input_id("spec.compute.instanceSpecs.0.spec"), "cpu.small");
+    b.screenshot(&shots().join("create-form-with-a-problem.png"));
+    b.clear(&prefix);
+    b.type_into(&prefix, "formed");
+    b.wait("no problem, the demand and the admission answer", || {
+        let clean = b.try_find(".field-problem").is_none();
+        let admission = b.text_of("#admission");
+        (clean && b.text_of("#summary").contains("1 replica,") && admission.contains("would be admitted now"))
+            .then_some(())
+    });
+    b.screenshot(&shots().join("create-form.png"));
+    let create = b.find("#create-submit");
+    b.script("arguments[0].click(); arguments[0].click();", json!([create.reference()]));
+    b.wait("the task page", || b.url().contains("#/tasks/").then_some(()));
+    b.wait("success", || (b.text_of("h1 .badge") == "Succeeded").then_some(()));
+    let (_, list) = s.call("GET", "/api/v1/tasks?q=formed", None);
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    assert_eq!(list["items"].as_array().unwrap().len(), 1, "{list}");
+
+    // Clone pre-fills the form from the task; switch it to a RayJob.
+    b.click(&b.find("#act-clone"));
+    b.wait("the form, pre-filled", || {
+        b.try_find(&input_id("metadata.namePrefix")).and_then(|e| {
+            (b.script("return arguments[0].value", json!([e.reference()])) == "formed").then_some(())
+        })
+    });
+    pick(&b, &input_id("spec.type"), "RayJob");
+    b.find(&input_id("spec.ray.head.instanceSpec.spec"));
+    assert!(b.try_find(&input_id("spec.advanced.precheck.enabled")).is_none(), "no precheck for RayJob");
+    b.wait("the RayJob demand", || b.text_of("#summary").contains("head 1 ×").then_some(()));
+}

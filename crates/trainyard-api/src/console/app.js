@@ -321,7 +321,7 @@ async function taskPage(id) {
       actions.replaceChildren(
         running ? h("button", { type: "button", id: "act-stop", onclick: () => act("stop", "POST", `/api/v1/tasks/${id}/stop`, `Stop ${t.name}? Replicas get the checkpoint notice if it is on.`) }, "Stop") : "",
         !running ? h("button", { type: "button", id: "act-resubmit", onclick: () => act("resubmit", "POST", `/api/v1/tasks/${id}/resubmit`, `Resubmit ${t.name} as a new attempt?`) }, "Resubmit") : "",
-        h("button", { type: "button", id: "act-clone", onclick: () => act("clone", "POST", `/api/v1/tasks/${id}/clone`, `Create a new task from ${t.name}'s spec?`) }, "Clone"),
+        h("button", { type: "button", id: "act-clone", onclick: () => { location.hash = `#/create?from=${encodeURIComponent(id)}`; } }, "Clone"),
         h("button", { type: "button", id: "act-delete", class: "danger", onclick: () => act("delete", "DELETE", `/api/v1/tasks/${id}`, `Delete ${t.name}? Its history stays, the task leaves the list.`) }, "Delete"),
       );
       await Promise.all([loadLogs(), loadMetrics()]);
@@ -413,6 +413,269 @@ function newTask() {
   doc.focus();
 }
 
+// ---- the Create Training form ----------------------------------------------------------------------------
+// Sections in the order of the product page: basic information, environment, compute resources, advanced
+// options, then the PyTorchJob or RayJob part. Every input is bound to a path in the task document; the
+// server's validator answers as the user types and each problem is shown at the field its path names.
+
+function getPath(obj, path) {
+  return path.split(".").reduce((o, k) => (o == null ? undefined : o[k]), obj);
+}
+
+function setPath(obj, path, value) {
+  const keys = path.split(".");
+  let o = obj;
+  for (const k of keys.slice(0, -1)) {
+    if (o[k] == null || typeof o[k] !== "object") o[k] = /^\d+$/.test(k) ? [] : {};
+    o = o[k];
+  }
+  const last = keys[keys.length - 1];
+  if (value === undefined) {
+    if (Array.isArray(o)) o.splice(Number(last), 1);
+    else delete o[last];
+  } else o[last] = value;
+}
+
+// `a.b[2].c` (the validator's paths) to `a.b.2.c` (ours).
+const dotted = (p) => p.replace(/\[(\d+)\]/g, ".$1");
+
+function defaultDoc(cat, me) {
+  const region = Object.keys(cat.regions)[0] || "";
+  const cluster = Object.entries(cat.clusters).find(([, c]) => c.region === region)?.[0] || "";
+  const pool = Object.entries(cat.pools).find(([, p]) => p.cluster === cluster)?.[0] || "";
+  const spec = cat.pools[pool]?.instanceSpecs?.[0] || "";
+  return {
+    apiVersion: "trainyard.dev/v1",
+    kind: "TrainingTask",
+    metadata: { namePrefix: "", projectGroup: me?.groups?.[0] || Object.keys(cat.projectGroups)[0] || "", public: false, labels: {} },
+    spec: {
+      type: "PyTorchJob",
+      placement: { region, cluster },
+      environment: { image: cat.images.host ? "host" : Object.keys(cat.images)[0] || "", env: [], volumes: [], datasets: [], models: [], cmd: "" },
+      compute: { resourceType: "Reserved", pool, workers: 0, instanceSpecs: [{ spec, countPerNode: 1 }] },
+      advanced: { imagePullTolerance: 3, passwordlessSsh: false, alarms: [] },
+    },
+  };
+}
+
+async function createPage(params) {
+  const [{ data: cat }, { data: me }] = await Promise.all([api("GET", "/api/v1/catalog"), api("GET", "/api/v1/whoami")]);
+  let doc = defaultDoc(cat, me);
+  const from = params.get("from");
+  if (from) {
+    const { data: t } = await api("GET", `/api/v1/tasks/${encodeURIComponent(from)}`);
+    doc = t.spec;
+  } else if (sessionStorage.getItem("trainyard.form")) {
+    doc = JSON.parse(sessionStorage.getItem("trainyard.form"));
+    sessionStorage.removeItem("trainyard.form");
+  }
+  let key = crypto.randomUUID();
+  let timer = null;
+  const form = h("form", { id: "create", novalidate: true });
+  const problems = h("ul", { id: "problems", class: "problems", "aria-live": "polite" });
+  const summary = h("div", { id: "summary", class: "card" });
+  let quota = [];
+  api("GET", "/api/v1/quota").then(({ data }) => { quota = data.items; check(); }).catch(() => {});
+
+  const changed = (rerender) => {
+    key = crypto.randomUUID();
+    if (rerender) render();
+    clearTimeout(timer);
+    timer = setTimeout(check, 250);
+  };
+  const field = (path, label, input, hint) =>
+    h("div", { class: "field", "data-path": path }, h("label", { for: `in-${path}` }, label), input, hint ? h("div", { class: "muted" }, hint) : "");
+  const text = (path, label, opts = {}) => {
+    const v = getPath(doc, path);
+    const input = h(opts.multiline ? "textarea" : "input", { id: `in-${path}`, value: opts.multiline ? undefined : v ?? "", rows: opts.rows, placeholder: opts.placeholder, spellcheck: "false" });
+    if (opts.multiline) input.value = v ?? "";
+    input.addEventListener("input", () => { setPath(doc, path, input.value === "" && opts.optional ? undefined : input.value); changed(false); });
+    return field(path, label, input, opts.hint);
+  };
+  const num = (path, label, opts = {}) => {
+    const v = getPath(doc, path);
+    const input = h("input", { id: `in-${path}`, type: "number", value: v ?? "", min: opts.min, step: opts.step || 1, placeholder: opts.placeholder });
+    input.addEventListener("input", () => { setPath(doc, path, input.value === "" ? undefined : Number(input.value)); changed(false); });
+    return field(path, label, input, opts.hint);
+  };
+  const check1 = (path, label, rerender) => {
+    const input = h("input", { id: `in-${path}`, type: "checkbox", checked: !!getPath(doc, path) });
+    input.addEventListener("change", () => { setPath(doc, path, input.checked); changed(rerender); });
+    return h("div", { class: "field check", "data-path": path }, input, h("label", { for: `in-${path}` }, label));
+  };
+  const select = (path, label, options, rerender, hint) => {
+    const v = getPath(doc, path);
+    const input = h("select", { id: `in-${path}` }, options.map((o) => h("option", { value: o, selected: o === v }, o)));
+    if (!options.includes(v) && options.length) setPath(doc, path, input.value);
+    input.addEventListener("change", () => { setPath(doc, path, input.value); changed(rerender); });
+    return field(path, label, input, hint);
+  };
+  // An optional block (precheck, fault tolerance, ...): present in the document only when switched on.
+  const block = (path, label, defaults, body) => {
+    const on = getPath(doc, path) != null && getPath(doc, path).enabled !== false;
+    const input = h("input", { id: `in-${path}.enabled`, type: "checkbox", checked: on });
+    input.addEventListener("change", () => { setPath(doc, path, input.checked ? { enabled: true, ...defaults } : undefined); changed(true); });
+    return h("fieldset", { "data-path": path }, h("legend", {}, input, h("label", { for: `in-${path}.enabled` }, label)), on ? body() : "");
+  };
+  const list = (path, label, make, row) => {
+    const items = getPath(doc, path) || [];
+    return h("fieldset", { "data-path": path }, h("legend", {}, label),
+      items.map((_, i) => h("div", { class: "row-item", "data-path": `${path}.${i}` }, row(`${path}.${i}`),
+        h("button", { type: "button", class: "link", "aria-label": `remove ${label} ${i + 1}`, onclick: () => { items.splice(i, 1); setPath(doc, path, items); changed(true); } }, "Remove"))),
+      h("button", { type: "button", class: "add", id: `add-${path}`, onclick: () => { items.push(make()); setPath(doc, path, items); changed(true); } }, `Add ${label.toLowerCase().replace(/s$/, "")}`));
+  };
+  const inCluster = (m) => Object.entries(m || {}).filter(([, x]) => !x.clusters?.length || x.clusters.includes(doc.spec.placement.cluster)).map(([k]) => k);
+
+  function render() {
+    const s = doc.spec;
+    const ray = s.type === "RayJob";
+    const clusters = Object.entries(cat.clusters).filter(([, c]) => c.region === s.placement.region).map(([k]) => k);
+    const pools = Object.entries(cat.pools).filter(([, p]) => p.cluster === s.placement.cluster).map(([k]) => k);
+    const specs = cat.pools[s.compute.pool]?.instanceSpecs || [];
+    const specHint = (name) => {
+      const x = cat.instanceSpecs[name];
+      return x ? `${x.gpus ? `${x.gpus} × ${x.gpuModel} GPU, ` : ""}${x.vcpus} vCPU, ${x.memoryMib} MiB per unit` : "";
+    };
+    const labelRows = Object.entries(doc.metadata.labels || {});
+    const maintained = Object.keys(cat.labels?.maintained || {});
+    form.replaceChildren(
+      h("section", { "aria-labelledby": "sec-basic" }, h("h2", { id: "sec-basic" }, "Basic information"),
+        select("spec.placement.region", "Region", Object.keys(cat.regions), true),
+        select("spec.placement.cluster", "Cluster", clusters, true),
+        select("metadata.projectGroup", "Project group", me.role === "admin" ? Object.keys(cat.projectGroups) : me.groups, false),
+        text("metadata.namePrefix", "Task name prefix", { hint: "lowercase letters, digits and hyphens; a unique suffix is added" }),
+        select("spec.type", "Task type", ["PyTorchJob", "RayJob"], true),
+        check1("metadata.public", "Public within the project group"),
+        h("fieldset", { "data-path": "metadata.labels" }, h("legend", {}, "Labels", cat.labels?.validation ? h("span", { class: "muted" }, " (maintained labels only)") : ""),
+          labelRows.map(([k, v], i) => {
+            const kin = h("input", { "aria-label": `label ${i + 1} key`, value: k, list: "maintained-labels" });
+            const vin = h("input", { "aria-label": `label ${i + 1} value`, value: v });
+            const update = () => { const rows = Object.entries(doc.metadata.labels); rows[i] = [kin.value, vin.value]; doc.metadata.labels = Object.fromEntries(rows); changed(false); };
+            kin.addEventListener("change", update); vin.addEventListener("change", update);
+            return h("div", { class: "row-item", "data-path": `metadata.labels.${k}` }, kin, "=", vin,
+              h("button", { type: "button", class: "link", onclick: () => { delete doc.metadata.labels[k]; changed(true); } }, "Remove"));
+          }),
+          h("datalist", { id: "maintained-labels" }, maintained.map((k) => h("option", { value: k }))),
+          h("button", { type: "button", class: "add", onclick: () => { doc.metadata.labels[`key${labelRows.length + 1}`] = ""; changed(true); } }, "Add label"))),
+      h("section", { "aria-labelledby": "sec-env" }, h("h2", { id: "sec-env" }, "Environment"),
+        select("spec.environment.image", "Image", inCluster(cat.images), false, ray ? "RayJob needs an image with Ray" : ""),
+        list("spec.environment.env", "Environment variables", () => ({ name: "", value: "" }), (p) => [
+          text(`${p}.name`, "Name"), text(`${p}.value`, "Value"), check1(`${p}.hidden`, "Hidden (write-only)")]),
+        list("spec.environment.volumes", "Volumes", () => ({ volume: inCluster(cat.volumes)[0] || "", mountPath: "/volume/" }), (p) => [
+          select(`${p}.volume`, "Volume", inCluster(cat.volumes)), text(`${p}.mountPath`, "Mount path"), check1(`${p}.readOnly`, "Read-only")]),
+        list("spec.environment.datasets", "Datasets", () => ({ dataset: inCluster(cat.datasets)[0] || "", mountPath: "/mnt/data" }), (p) => [
+          select(`${p}.dataset`, "Dataset", inCluster(cat.datasets)), text(`${p}.mountPath`, "Mount path")]),
+        list("spec.environment.models", "Models", () => ({ model: inCluster(cat.models)[0] || "", mountPath: "/mnt/model" }), (p) => [
+          select(`${p}.model`, "Model", inCluster(cat.models)), text(`${p}.mountPath`, "Mount path")]),
+        text("spec.environment.cmd", ray ? "Entrypoint (run with bash -c on the head)" : "cmd (run with bash -c)", { multiline: true, rows: 4, hint: ray ? "" : "MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK are set in every replica" })),
+      h("section", { "aria-labelledby": "sec-compute" }, h("h2", { id: "sec-compute" }, "Compute resources"),
+        select("spec.compute.resourceType", "Resource type", ["Reserved", "Ondemand", "Spot", "Idle"], true),
+        select("spec.compute.pool", "Resource pool", pools, true),
+        num("spec.compute.workers", ray ? "Workers (plus one head)" : "Workers (plus one master)", { min: 0 }),
+        list("spec.compute.instanceSpecs", "Instance specs, in order of preference", () => ({ spec: specs[0] || "", countPerNode: 1 }), (p) => [
+          select(`${p}.spec`, "Instance spec", specs, false, specHint(getPath(doc, `${p}.spec`))), num(`${p}.countPerNode`, "Count per node", { min: 1 })]),
+        num("spec.compute.priority", "Priority", { min: 0, placeholder: "5" }),
+        check1("spec.compute.guarantee", "Guarantee (no Spot or Idle capacity; never preempted)"),
+        s.compute.resourceType === "Reserved" ? check1("spec.compute.idleSupplement", "Supplement with idle resources when quota runs short") : ""),
+      h("section", { "aria-labelledby": "sec-adv" }, h("h2", { id: "sec-adv" }, "Advanced options"),
+        !ray ? block("spec.advanced.precheck", "Resource precheck before the command", { timeoutSeconds: 300 }, () => [
+          num("spec.advanced.precheck.timeoutSeconds", "Timeout, seconds", { min: 1 }),
+          num("spec.advanced.precheck.minGemmTflops", "Minimum GEMM TFLOP/s", { step: "any" }),
+          num("spec.advanced.precheck.minAllreduceGbps", "Minimum all-reduce GB/s", { step: "any" })]) : "",
+        block("spec.advanced.faultTolerance", "Fault tolerance", { maxResubmissions: 3, nodeReplacement: true }, () => [
+          num("spec.advanced.faultTolerance.maxResubmissions", "Maximum automatic resubmissions", { min: 0 }),
+          check1("spec.advanced.faultTolerance.nodeReplacement", "Replace a failed node")]),
+        !ray ? block("spec.advanced.exitCheckpoint", "Exit checkpoint notice", { timeoutSeconds: 300, signal: "SIGUSR1" }, () => [
+          num("spec.advanced.exitCheckpoint.timeoutSeconds", "Wait at most, seconds (≤ 600)", { min: 1 }),
+          select("spec.advanced.exitCheckpoint.signal", "Signal", ["SIGUSR1", "SIGUSR2", "SIGTERM", "SIGINT"])]) : "",
+        block("spec.advanced.metrics", "Custom metrics", { intervalSeconds: 15, endpoints: [{ port: 8000, path: "/metrics" }] }, () => [
+          num("spec.advanced.metrics.intervalSeconds", "Scrape every, seconds", { min: 5 }),
+          list("spec.advanced.metrics.endpoints", "Endpoints", () => ({ port: 8000, path: "/metrics" }), (p) => [num(`${p}.port`, "Port", { min: 1 }), text(`${p}.path`, "Path")])]),
+        num("spec.advanced.imagePullTolerance", "Image pull tolerance", { min: -1, hint: "-1 never gives up, 0 fails at the first failed pull, N retries" }),
+        check1("spec.advanced.passwordlessSsh", "Passwordless SSH between replicas"),
+        list("spec.advanced.alarms", "Alarm subscriptions", () => ({ events: ["failed"], webhook: "http://" }), (p) => [
+          text(`${p}.webhook`, "Webhook URL"),
+          text(`${p}.events`, "Events (comma-separated)", { hint: "failed, succeeded, stopped, preempted, resubmitted, nodeReplaced, precheckFailed, queuedTooLong" }),
+          num(`${p}.queuedThresholdSeconds`, "Queued longer than, seconds")])),
+      !ray
+        ? h("section", { "aria-labelledby": "sec-type" }, h("h2", { id: "sec-type" }, "PyTorchJob"),
+          num("spec.pytorch.procsPerNode", "Processes per replica (torchrun --nproc_per_node)", { min: 1, placeholder: "one per GPU" }))
+        : h("section", { "aria-labelledby": "sec-type" }, h("h2", { id: "sec-type" }, "RayJob"),
+          select("spec.ray.head.instanceSpec.spec", "Head instance spec", specs, false),
+          text("spec.ray.runtimeEnvYaml", "Runtime env (YAML)", { multiline: true, rows: 4, optional: true }),
+          block("spec.ray.sharedStorage", "Shared storage at /tmp/ray", { volume: Object.entries(cat.volumes || {}).find(([, v]) => v.multiPodReadWrite)?.[0] || "", cleanupOnExit: false }, () => [
+            select("spec.ray.sharedStorage.volume", "Volume (multi-pod read-write)", Object.entries(cat.volumes || {}).filter(([, v]) => v.multiPodReadWrite).map(([k]) => k)),
+            check1("spec.ray.sharedStorage.cleanupOnExit", "Clean up this task's data when it ends")]),
+          block("spec.ray.debug", "Debug mode (keep the cluster after the job)", { retentionSeconds: 600 }, () => [num("spec.ray.debug.retentionSeconds", "Keep for, seconds", { min: 1 })]),
+          block("spec.ray.autoscaling", "Autoscaling", { minWorkers: 0, maxWorkers: Math.max(1, s.compute.workers || 1), idleTimeoutSeconds: 60, mode: "Default" }, () => [
+            num("spec.ray.autoscaling.minWorkers", "Minimum workers", { min: 0 }), num("spec.ray.autoscaling.maxWorkers", "Maximum workers", { min: 1 }),
+            num("spec.ray.autoscaling.idleTimeoutSeconds", "Idle timeout, seconds", { min: 1 }),
+            select("spec.ray.autoscaling.mode", "Mode", ["Default", "Aggressive", "Conservative"])])),
+      h("div", { class: "row" },
+        h("button", { type: "button", id: "as-yaml", onclick: () => { sessionStorage.setItem("trainyard.clone", JSON.stringify(toDoc(), null, 2)); location.hash = "#/new"; } }, "Edit as YAML"),
+        h("button", { type: "submit", id: "create-submit" }, "Create")),
+    );
+    if (ray && !s.ray) s.ray = {};
+    if (!ray) delete s.ray;
+    if (ray) delete s.pytorch;
+  }
+
+  // The alarm events field is edited as text; the document wants a list.
+  function toDoc() {
+    const d = JSON.parse(JSON.stringify(doc));
+    for (const a of d.spec.advanced?.alarms || []) if (typeof a.events === "string") a.events = a.events.split(",").map((e) => e.trim()).filter(Boolean);
+    if (d.spec.ray?.head && !d.spec.ray.head.instanceSpec?.spec) delete d.spec.ray.head;
+    return d;
+  }
+
+  async function check() {
+    let data;
+    try {
+      ({ data } = await api("POST", "/api/v1/validate", JSON.stringify(toDoc())));
+    } catch (e) {
+      summary.replaceChildren(fail(e));
+      return;
+    }
+    for (const old of form.querySelectorAll(".field-problem")) old.remove();
+    problems.replaceChildren(...data.problems.map((p) => h("li", { class: p.severity, "data-path": p.path }, h("code", {}, p.path || "(document)"), ` ${p.message}`)));
+    for (const p of data.problems) {
+      let path = dotted(p.path);
+      let at = null;
+      while (path && !(at = form.querySelector(`[data-path="${CSS.escape(path)}"]`))) path = path.includes(".") ? path.slice(0, path.lastIndexOf(".")) : "";
+      (at || form).append(h("div", { class: `field-problem ${p.severity}`, role: "alert", "data-for": p.path }, p.message));
+    }
+    const c = doc.spec.compute;
+    const lines = (quota || []).filter((q) => q.group === doc.metadata.projectGroup && q.pool === c.pool && q.resourceType === c.resourceType && (c.instanceSpecs || []).some((s) => s.spec === q.spec));
+    summary.replaceChildren(
+      h("h2", {}, "Demand and quota"),
+      ...(data.demand || []).map((d) => h("p", { class: "demand" }, h("strong", {}, `Option ${d.option + 1}: `),
+        d.roles.map((r) => `${r.role} ${r.replicas} × ${r.spec} (${r.countPerNode} per replica)`).join("; "),
+        ` — ${d.replicas} replica${d.replicas === 1 ? "" : "s"}, ${d.total.gpus} GPUs, ${d.total.vcpus} vCPU, ${d.total.memoryMib} MiB`)),
+      lines.length ? h("table", { class: "quota", id: "quota" }, h("thead", {}, h("tr", {}, ["Spec", "Quota", "Remaining", "Pool available", "Idle", "Unreserved"].map((x) => h("th", { scope: "col" }, x)))),
+        h("tbody", {}, lines.map((q) => h("tr", {}, h("td", {}, q.spec), h("td", {}, q.limit), h("td", {}, q.remaining), h("td", {}, q.poolAvailable), h("td", {}, q.idle), h("td", {}, q.unreserved))))) : h("p", { class: "muted" }, "No quota lines for this group, pool, resource type and specs."),
+      data.admission ? h("p", { id: "admission", class: data.admission.now ? "ok" : "warn" }, data.admission.now ? "✓ " : "⏳ ", data.admission.reason) : h("p", { class: "muted" }, "Fix the problems to see whether it would be admitted."),
+    );
+  }
+
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const button = document.getElementById("create-submit");
+    button.disabled = true;
+    try {
+      const { data } = await api("POST", "/api/v1/tasks", JSON.stringify(toDoc()), { "Idempotency-Key": key, "Content-Type": "application/json" });
+      location.hash = `#/tasks/${data.id}`;
+    } catch (e) {
+      problems.replaceChildren(fail(e));
+      check();
+    } finally {
+      button.disabled = false;
+    }
+  });
+  render();
+  show(h("h1", {}, "Create Training"), h("div", { class: "create" }, form, h("aside", {}, summary, h("h2", {}, "Problems"), problems)));
+  check();
+}
+
 // ---- routing ---------------------------------------------------------------------------------------------
 
 async function route() {
@@ -423,6 +686,7 @@ async function route() {
   const m = path.match(/^\/tasks\/([^/]+)$/);
   if (m) return taskPage(decodeURIComponent(m[1]));
   if (path === "/new") return newTask();
+  if (path === "/create") return createPage(new URLSearchParams(query || ""));
   return taskList(new URLSearchParams(query || ""));
 }
 
