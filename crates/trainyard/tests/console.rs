@@ -166,3 +166,32 @@ fn the_create_training_form() {
     assert!(b.try_find(&input_id("spec.advanced.precheck.enabled")).is_none(), "no precheck for RayJob");
     b.wait("the RayJob demand", || b.text_of("#summary").contains("head 1 ×").then_some(()));
 }
+
+/// The admin page marks the node of a running task failed (confirmation accepted); the task's page shows the
+/// node failure and the resubmission on another node.
+#[test]
+fn admin_marks_a_node_failed_and_the_task_is_replaced() {
+    let s = Server::start("console-admin", None);
+    let mut task = common::pytorch("uinode", 0, "echo on $TRAINYARD_NODE; sleep 600");
+    task["spec"]["advanced"] = json!({"faultTolerance": {"enabled": true, "maxResubmissions": 1}});
+    let id = s.submit(&task);
+    let t = s.wait_status(&id, "Running", secs(60));
+    let node = t["placement"]["replicas"][0]["node"].as_str().unwrap().to_owned();
+    let b = Browser::start();
+    sign_in(&b, &s);
+    b.goto(&format!("{}/#/admin", s.base));
+    b.click(&b.find(&format!("tr[data-node='{node}'] [data-action='fail']")));
+    b.wait("the node shown failed", || {
+        (b.text_of(&format!("tr[data-node='{node}'] [data-state]")) == "failed").then_some(())
+    });
+    b.screenshot(&shots().join("admin.png"));
+    b.goto(&format!("{}/#/tasks/{id}", s.base));
+    b.wait("the replacement in the events", || {
+        let events = b.text_of("#events");
+        (events.contains("NodeFailed") && events.contains("Requeued") && b.text_of("h1 .badge") == "Running")
+            .then_some(())
+    });
+    let t = s.task(&id);
+    assert_ne!(t["placement"]["replicas"][0]["node"].as_str().unwrap(), node);
+    s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
+}

@@ -82,6 +82,7 @@ async function whoami() {
   try {
     const { data } = await api("GET", "/api/v1/whoami");
     nav.hidden = false;
+    document.getElementById("nav-admin").hidden = data.role !== "admin";
     who.replaceChildren(
       h("span", { id: "who-name" }, data.name),
       h("span", { class: "muted" }, ` ${data.role} · ${data.groups.join(", ") || "no group"} `),
@@ -676,6 +677,105 @@ async function createPage(params) {
   check();
 }
 
+// ---- admin -----------------------------------------------------------------------------------------------
+
+async function adminPage() {
+  const msg = h("p", { role: "status", "aria-live": "polite", id: "admin-msg" });
+  const say = (text, bad) => { msg.textContent = text; msg.className = bad ? "error" : "ok"; };
+  const nodes = h("tbody", { id: "nodes" });
+  const quota = h("tbody", { id: "quota-lines" });
+  const catalogText = h("textarea", { id: "catalog", rows: 18, spellcheck: "false", "aria-label": "catalog (JSON or YAML)" });
+  const labelSwitch = h("input", { type: "checkbox", id: "label-validation" });
+  let cat = null;
+
+  async function load() {
+    ({ data: cat } = await api("GET", "/api/v1/catalog"));
+    const { data: q } = await api("GET", "/api/v1/quota");
+    catalogText.value = JSON.stringify(cat, null, 2);
+    labelSwitch.checked = !!cat.labels?.validation;
+    nodes.replaceChildren(...Object.entries(cat.nodes).map(([name, n]) => {
+      const state = n.failed ? "failed" : n.schedulable === false ? "cordoned" : "healthy";
+      const put = (body, what) => async () => {
+        if (!confirm(`${what} node ${name}?`)) return;
+        try {
+          await api("PUT", `/api/v1/admin/nodes/${encodeURIComponent(name)}`, JSON.stringify(body), { "Content-Type": "application/json" });
+          say(`node ${name}: ${what.toLowerCase()} done`);
+          load();
+        } catch (e) { say(e.message, true); }
+      };
+      return h("tr", { "data-node": name },
+        h("td", {}, name), h("td", {}, n.pool), h("td", {}, `${n.gpus ? `${n.gpus} × ${n.gpuModel}, ` : ""}${n.vcpus} vCPU, ${n.memoryMib} MiB`),
+        h("td", {}, h("span", { class: `badge ${state === "healthy" ? "succeeded" : state === "failed" ? "failed" : "queued"}`, "data-state": state }, state)),
+        h("td", {},
+          n.schedulable === false ? h("button", { type: "button", onclick: put({ schedulable: true }, "Uncordon") }, "Uncordon") : h("button", { type: "button", onclick: put({ schedulable: false }, "Cordon") }, "Cordon"), " ",
+          n.failed ? h("button", { type: "button", onclick: put({ failed: false }, "Repair") }, "Repair") : h("button", { type: "button", class: "danger", "data-action": "fail", onclick: put({ failed: true }, "Mark failed") }, "Mark failed")));
+    }));
+    quota.replaceChildren(...q.items.map((l) => h("tr", {}, [l.group, l.resourceType, l.pool, l.spec, l.limit, l.limit - l.remaining, l.remaining, l.poolAvailable, l.idle].map((v) => h("td", {}, v)))));
+  }
+
+  async function saveCatalog(text) {
+    try {
+      await api("PUT", "/api/v1/admin/catalog", text);
+      say("catalog saved");
+      load();
+    } catch (e) { say(e.message, true); }
+  }
+  labelSwitch.addEventListener("change", () => {
+    const c = JSON.parse(JSON.stringify(cat));
+    c.labels = { ...(c.labels || {}), validation: labelSwitch.checked };
+    saveCatalog(JSON.stringify(c));
+  });
+
+  const user = { name: h("input", { id: "user-name", "aria-label": "user name" }), role: h("select", { id: "user-role", "aria-label": "role" }, h("option", {}, "member"), h("option", {}, "admin")), groups: h("input", { id: "user-groups", "aria-label": "project groups", placeholder: "group-a, group-b" }) };
+  const tokenOut = h("pre", { id: "new-token" });
+  const envUser = h("input", { id: "env-user", "aria-label": "user", placeholder: "user" });
+  const envRows = h("tbody", {});
+  const envNew = { name: h("input", { "aria-label": "variable name", placeholder: "NAME" }), value: h("input", { "aria-label": "value", placeholder: "value" }), hidden: h("input", { type: "checkbox", "aria-label": "hidden" }) };
+  async function loadEnv() {
+    try {
+      const { data } = await api("GET", `/api/v1/users/${encodeURIComponent(envUser.value)}/env`);
+      envRows.replaceChildren(...(data.items || []).map((v) => h("tr", {}, h("td", { class: "mono" }, v.name), h("td", {}, v.hidden ? "(hidden)" : v.value),
+        h("td", {}, h("button", { type: "button", class: "link", onclick: async () => { await api("DELETE", `/api/v1/users/${encodeURIComponent(envUser.value)}/env/${encodeURIComponent(v.name)}`); loadEnv(); } }, "Remove")))));
+    } catch (e) { say(e.message, true); }
+  }
+
+  show(
+    h("h1", {}, "Admin"), msg,
+    h("section", {}, h("h2", {}, "Nodes"), h("table", {}, h("thead", {}, h("tr", {}, ["Node", "Pool", "Capacity", "Health", "Actions"].map((c) => h("th", { scope: "col" }, c)))), nodes)),
+    h("section", {}, h("h2", {}, "Quotas and usage"), h("table", {}, h("thead", {}, h("tr", {}, ["Group", "Type", "Pool", "Spec", "Quota", "Used", "Remaining", "Pool available", "Idle"].map((c) => h("th", { scope: "col" }, c)))), quota)),
+    h("section", {}, h("h2", {}, "Labels"), h("div", { class: "field check" }, labelSwitch, h("label", { for: "label-validation" }, "Tasks must use maintained labels")),
+      h("p", { class: "muted" }, "Maintained labels are in the catalog below, under labels.maintained.")),
+    h("section", {}, h("h2", {}, "Catalog"), catalogText, h("div", { class: "row" }, h("span", { class: "muted" }, "Regions, clusters, pools, nodes, instance specs, quotas, images, volumes, datasets, models, labels."),
+      h("button", { type: "button", id: "save-catalog", onclick: () => { if (confirm("Replace the catalog?")) saveCatalog(catalogText.value); } }, "Save catalog"))),
+    h("section", {}, h("h2", {}, "Users and tokens"),
+      h("div", { class: "row-item" }, user.name, user.role, user.groups,
+        h("button", { type: "button", onclick: async () => {
+          try {
+            const groups = user.groups.value.split(",").map((g) => g.trim()).filter(Boolean);
+            await api("POST", "/api/v1/admin/users", JSON.stringify({ name: user.name.value, role: user.role.value, groups }), { "Content-Type": "application/json" });
+            say(`user ${user.name.value} saved`);
+          } catch (e) { say(e.message, true); }
+        } }, "Save user"),
+        h("button", { type: "button", onclick: async () => {
+          try {
+            const { data } = await api("POST", `/api/v1/users/${encodeURIComponent(user.name.value)}/tokens`, JSON.stringify({ label: "console" }), { "Content-Type": "application/json" });
+            tokenOut.textContent = `token for ${user.name.value} (shown once): ${data.token}`;
+          } catch (e) { say(e.message, true); }
+        } }, "New token")),
+      tokenOut),
+    h("section", {}, h("h2", {}, "TaskEnv"), h("div", { class: "row-item" }, envUser, h("button", { type: "button", onclick: loadEnv }, "Show")),
+      h("table", {}, h("tbody", {}, envRows)),
+      h("div", { class: "row-item" }, envNew.name, envNew.value, h("label", {}, envNew.hidden, " hidden"),
+        h("button", { type: "button", onclick: async () => {
+          try {
+            await api("PUT", `/api/v1/users/${encodeURIComponent(envUser.value)}/env`, JSON.stringify({ name: envNew.name.value, value: envNew.value.value, hidden: envNew.hidden.checked }), { "Content-Type": "application/json" });
+            loadEnv();
+          } catch (e) { say(e.message, true); }
+        } }, "Set"))),
+  );
+  await load();
+}
+
 // ---- routing ---------------------------------------------------------------------------------------------
 
 async function route() {
@@ -687,6 +787,7 @@ async function route() {
   if (m) return taskPage(decodeURIComponent(m[1]));
   if (path === "/new") return newTask();
   if (path === "/create") return createPage(new URLSearchParams(query || ""));
+  if (path === "/admin") return adminPage();
   return taskList(new URLSearchParams(query || ""));
 }
 
