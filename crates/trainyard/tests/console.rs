@@ -128,7 +128,12 @@ fn the_create_training_form() {
     let s = Server::start("console-form", None);
     let b = Browser::start();
     sign_in(&b, &s);
+    // A TaskEnv variable of the user's shows in the form as inherited.
+    let (status, body) =
+        s.call("PUT", "/api/v1/users/admin/env", Some(r#"{"name": "WANDB_PROJECT", "value": "demo"}"#));
+    assert_eq!(status, 204, "{body}");
     b.goto(&format!("{}/#/create", s.base));
+    b.find("#inherited-env [data-name='WANDB_PROJECT']");
     let prefix = b.find(&input_id("metadata.namePrefix"));
     b.type_into(&prefix, "Bad Name");
     let problem = b.find("[data-path='metadata.namePrefix'] .field-problem");
@@ -165,6 +170,26 @@ fn the_create_training_form() {
     b.find(&input_id("spec.ray.head.instanceSpec.spec"));
     assert!(b.try_find(&input_id("spec.advanced.precheck.enabled")).is_none(), "no precheck for RayJob");
     b.wait("the RayJob demand", || b.text_of("#summary").contains("head 1 ×").then_some(()));
+
+    // To YAML and back, then create the RayJob.
+    b.click(&b.find("#as-yaml"));
+    b.wait("the YAML editor", || {
+        b.try_find("#doc").and_then(|e| {
+            let v = b.script("return arguments[0].value", json!([e.reference()]));
+            v.as_str().is_some_and(|t| t.contains("type: RayJob")).then_some(())
+        })
+    });
+    b.click(&b.find("#to-form"));
+    b.find(&input_id("spec.ray.head.instanceSpec.spec"));
+    let prefix = b.find(&input_id("metadata.namePrefix"));
+    b.clear(&prefix);
+    b.type_into(&prefix, "formray");
+    b.wait("a valid RayJob", || b.text_of("#summary").contains("head 1 ×").then_some(()));
+    b.click(&b.find("#create-submit"));
+    b.wait("the RayJob's page", || b.text_of(".overview").contains("RayJob").then_some(()));
+    let id = b.url().rsplit('/').next().unwrap().to_owned();
+    assert_eq!(s.task(&id)["type"], "RayJob");
+    s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
 }
 
 /// The admin page marks the node of a running task failed (confirmation accepted); the task's page shows the

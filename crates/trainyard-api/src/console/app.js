@@ -323,6 +323,15 @@ async function taskPage(id) {
         running ? h("button", { type: "button", id: "act-stop", onclick: () => act("stop", "POST", `/api/v1/tasks/${id}/stop`, `Stop ${t.name}? Replicas get the checkpoint notice if it is on.`) }, "Stop") : "",
         !running ? h("button", { type: "button", id: "act-resubmit", onclick: () => act("resubmit", "POST", `/api/v1/tasks/${id}/resubmit`, `Resubmit ${t.name} as a new attempt?`) }, "Resubmit") : "",
         h("button", { type: "button", id: "act-clone", onclick: () => { location.hash = `#/create?from=${encodeURIComponent(id)}`; } }, "Clone"),
+        h("button", { type: "button", id: "act-share", onclick: async () => {
+          const user = prompt(`Share ${t.name} with which user?`);
+          if (!user) return;
+          const operate = confirm(`May ${user} also operate it (stop, resubmit, delete)? OK for view and operate, Cancel for view only.`);
+          try {
+            await api("POST", `/api/v1/tasks/${id}/shares`, JSON.stringify({ user, operate }), { "Content-Type": "application/json" });
+            actions.append(h("span", { class: "muted" }, ` shared with ${user}${operate ? " (view and operate)" : " (view)"}`));
+          } catch (e) { actions.append(fail(e)); }
+        } }, "Share"),
         h("button", { type: "button", id: "act-delete", class: "danger", onclick: () => act("delete", "DELETE", `/api/v1/tasks/${id}`, `Delete ${t.name}? Its history stays, the task leaves the list.`) }, "Delete"),
       );
       await Promise.all([loadLogs(), loadMetrics()]);
@@ -406,7 +415,14 @@ function newTask() {
     },
   },
     h("label", { for: "doc" }, "Task document (YAML or JSON)"), doc,
-    h("div", { class: "row" }, h("label", {}, "Import a file ", file), submit),
+    h("div", { class: "row" }, h("label", {}, "Import a file ", file),
+      h("button", { type: "button", id: "to-form", onclick: async () => {
+        const { data } = await api("POST", "/api/v1/validate", doc.value);
+        if (!data.task) { problems.replaceChildren(h("li", {}, "The document cannot be read; fix the problems first.")); return; }
+        sessionStorage.setItem("trainyard.form", JSON.stringify(data.task));
+        location.hash = "#/create";
+      } }, "Open in the form"),
+      submit),
   );
   show(h("h1", {}, "New task"), form, h("h2", {}, "Problems"), problems, h("h2", {}, "Demand"), demand);
   const from = sessionStorage.getItem("trainyard.clone");
@@ -476,6 +492,8 @@ async function createPage(params) {
   const problems = h("ul", { id: "problems", class: "problems", "aria-live": "polite" });
   const summary = h("div", { id: "summary", class: "card" });
   let quota = [];
+  let inherited = [];
+  api("GET", `/api/v1/users/${encodeURIComponent(me.name)}/env`).then(({ data }) => { inherited = data.items || []; render(); }).catch(() => {});
   api("GET", "/api/v1/quota").then(({ data }) => { quota = data.items; check(); }).catch(() => {});
 
   const changed = (rerender) => {
@@ -560,6 +578,8 @@ async function createPage(params) {
           h("button", { type: "button", class: "add", onclick: () => { doc.metadata.labels[`key${labelRows.length + 1}`] = ""; changed(true); } }, "Add label"))),
       h("section", { "aria-labelledby": "sec-env" }, h("h2", { id: "sec-env" }, "Environment"),
         select("spec.environment.image", "Image", inCluster(cat.images), false, ray ? "RayJob needs an image with Ray" : ""),
+        inherited.length ? h("div", { class: "inherited", id: "inherited-env" }, h("span", { class: "muted" }, "Inherited from your TaskEnv (a variable of the same name below wins): "),
+          inherited.map((v) => h("span", { class: "label", "data-name": v.name }, v.hidden ? `${v.name} (hidden)` : `${v.name}=${v.value}`))) : "",
         list("spec.environment.env", "Environment variables", () => ({ name: "", value: "" }), (p) => [
           text(`${p}.name`, "Name"), text(`${p}.value`, "Value"), check1(`${p}.hidden`, "Hidden (write-only)")]),
         list("spec.environment.volumes", "Volumes", () => ({ volume: inCluster(cat.volumes)[0] || "", mountPath: "/volume/" }), (p) => [
@@ -613,7 +633,11 @@ async function createPage(params) {
             num("spec.ray.autoscaling.idleTimeoutSeconds", "Idle timeout, seconds", { min: 1 }),
             select("spec.ray.autoscaling.mode", "Mode", ["Default", "Aggressive", "Conservative"])])),
       h("div", { class: "row" },
-        h("button", { type: "button", id: "as-yaml", onclick: () => { sessionStorage.setItem("trainyard.clone", JSON.stringify(toDoc(), null, 2)); location.hash = "#/new"; } }, "Edit as YAML"),
+        h("button", { type: "button", id: "as-yaml", onclick: async () => {
+          const { data } = await api("POST", "/api/v1/validate", JSON.stringify(toDoc()));
+          sessionStorage.setItem("trainyard.clone", data.yaml || JSON.stringify(toDoc(), null, 2));
+          location.hash = "#/new";
+        } }, "Edit as YAML"),
         h("button", { type: "submit", id: "create-submit" }, "Create")),
     );
     if (ray && !s.ray) s.ray = {};
