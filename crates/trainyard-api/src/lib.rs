@@ -539,6 +539,8 @@ pub struct ListQuery {
     labels: Option<String>,
     cursor: Option<String>,
     limit: Option<u32>,
+    /// newest (default), oldest, name, updated
+    sort: Option<String>,
 }
 
 async fn list_tasks(
@@ -554,7 +556,14 @@ async fn list_tasks(
             .ok_or_else(|| ApiError::BadRequest(format!("label selector {pair:?} must be key=value")))?;
         labels.push((k.to_owned(), v.to_owned()));
     }
+    let sort = match q.sort.as_deref() {
+        None | Some("") => trainyard_store::SortOrder::Newest,
+        Some(s) => trainyard_store::SortOrder::from_name(s).ok_or_else(|| {
+            ApiError::BadRequest(format!("sort {s:?} is not one of newest, oldest, name, updated"))
+        })?,
+    };
     let filter = TaskFilter {
+        sort,
         visible_to: Some(user.viewer()),
         owner: q.owner,
         project_group: q.group,

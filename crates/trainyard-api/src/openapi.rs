@@ -49,7 +49,7 @@ pub const OPERATIONS: &[Operation] = &[
     Operation {
         method: "get",
         path: "/api/v1/tasks",
-        summary: "Tasks visible to the caller, newest first. Query: status, type, group, owner, q (name or id), labels (k=v,...), cursor, limit (≤ 500)",
+        summary: "Tasks visible to the caller (newest first unless sort says otherwise). Query: status, type, group, owner, q (name or id), labels (k=v,...), sort (newest, oldest, name, updated), cursor, limit (≤ 500)",
         body: Body::None,
         ok: 200,
     },

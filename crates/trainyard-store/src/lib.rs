@@ -126,6 +126,40 @@ pub struct TaskFilter {
     pub search: Option<String>,
     /// `key=value` label selectors, all of which must hold.
     pub labels: Vec<(String, String)>,
+    pub sort: SortOrder,
+}
+
+/// The order of a list. Newest and oldest first use the index the list is built on; by name and by last
+/// change sort the matching rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SortOrder {
+    #[default]
+    Newest,
+    Oldest,
+    Name,
+    Updated,
+}
+
+impl SortOrder {
+    pub fn from_name(s: &str) -> Option<SortOrder> {
+        Some(match s {
+            "newest" => SortOrder::Newest,
+            "oldest" => SortOrder::Oldest,
+            "name" => SortOrder::Name,
+            "updated" => SortOrder::Updated,
+            _ => return None,
+        })
+    }
+
+    /// (column, ascending)
+    fn key(self) -> (&'static str, bool) {
+        match self {
+            SortOrder::Newest => ("t.created_at_ms", false),
+            SortOrder::Oldest => ("t.created_at_ms", true),
+            SortOrder::Name => ("t.name", true),
+            SortOrder::Updated => ("t.updated_at_ms", false),
+        }
+    }
 }
 
 /// One page of a list, newest first, and the cursor of the next page.
@@ -220,10 +254,6 @@ fn is_unique_violation(e: &sqlx::Error) -> bool {
 }
 
 /// Cursor: `<created_at_ms>.<id>` of the last item of the previous page.
-fn parse_cursor(c: &str) -> Option<(i64, String)> {
-    let (ms, id) = c.split_once('.')?;
-    Some((ms.parse().ok()?, id.to_owned()))
-}
 
 impl Store {
     /// Opens `sqlite://PATH` (created if missing) or `postgres://...`, and brings the schema up to date.
@@ -406,15 +436,24 @@ impl Store {
                 vec![Arg::Text(k.clone()), Arg::Text(v.clone())],
             );
         }
+        let (col, asc) = filter.sort.key();
         if let Some(c) = cursor {
-            let (ms, id) = parse_cursor(c).ok_or_else(|| StoreError::Corrupt(format!("bad cursor {c:?}")))?;
+            let (key, id) =
+                c.split_once('.').ok_or_else(|| StoreError::Corrupt(format!("bad cursor {c:?}")))?;
+            let key = if filter.sort == SortOrder::Name {
+                Arg::Text(key.to_owned())
+            } else {
+                Arg::Int(key.parse().map_err(|_| StoreError::Corrupt(format!("bad cursor {c:?}")))?)
+            };
+            let op = if asc { ">" } else { "<" };
             push(
                 &mut sql,
-                "(t.created_at_ms < ? OR (t.created_at_ms = ? AND t.id < ?))",
-                vec![Arg::Int(ms), Arg::Int(ms), Arg::Text(id)],
+                &format!("({col} {op} ? OR ({col} = ? AND t.id {op} ?))"),
+                vec![key.clone(), key, Arg::Text(id.to_owned())],
             );
         }
-        sql.push_str(&format!(" ORDER BY t.created_at_ms DESC, t.id DESC LIMIT {}", limit + 1));
+        let dir = if asc { "ASC" } else { "DESC" };
+        sql.push_str(&format!(" ORDER BY {col} {dir}, t.id {dir} LIMIT {}", limit + 1));
         let mut q = sqlx::query(&sql);
         for a in &args {
             q = match a {
@@ -426,7 +465,14 @@ impl Store {
         let mut items = rows.iter().map(task_from_row).collect::<Result<Vec<_>>>()?;
         let next_cursor = if items.len() > limit as usize {
             items.truncate(limit as usize);
-            items.last().map(|t| format!("{}.{}", t.created_at_ms, t.id))
+            items.last().map(|t| {
+                let key = match filter.sort {
+                    SortOrder::Newest | SortOrder::Oldest => t.created_at_ms.to_string(),
+                    SortOrder::Updated => t.updated_at_ms.to_string(),
+                    SortOrder::Name => t.name.clone(),
+                };
+                format!("{key}.{}", t.id)
+            })
         } else {
             None
         };
@@ -1014,6 +1060,7 @@ async fn writer(pool: AnyPool, mut jobs: tokio::sync::mpsc::Receiver<Job>) {
     }
 }
 
+#[derive(Clone)]
 enum Arg {
     Text(String),
     Int(i64),

@@ -65,6 +65,7 @@ conformance!(
     create_get_and_idempotency,
     concurrent_retries_create_one_task,
     list_pages_newest_first_with_filters,
+    list_pages_in_every_sort_order,
     visibility_is_decided_in_the_query,
     transitions_check_the_version_and_record_events,
     deleted_tasks_leave_lists_but_keep_history,
@@ -198,6 +199,45 @@ async fn concurrent_retries_create_one_task(store: Store, _: String) {
     }
     assert_eq!((new, ids.len()), (1, 1), "exactly one task, returned to every retry");
     assert_eq!(store.count_tasks().await.unwrap(), 1);
+}
+
+async fn list_pages_in_every_sort_order(store: Store, _: String) {
+    use trainyard_store::SortOrder;
+    // Names out of creation order, and several tasks at one time.
+    for i in 0..17 {
+        let mut t = new_task(&format!("s{i:02}"), "alice", "cv", 1000 + i / 3);
+        t.name = format!("n{:02}", (i * 7) % 17);
+        store.create_task(&t).await.unwrap();
+    }
+    for sort in [SortOrder::Newest, SortOrder::Oldest, SortOrder::Name, SortOrder::Updated] {
+        let filter = TaskFilter { sort, ..Default::default() };
+        let mut seen = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = store.list_tasks(&filter, cursor.as_deref(), 4).await.unwrap();
+            seen.extend(page.items);
+            match page.next_cursor {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        assert_eq!(seen.len(), 17, "{sort:?}: every task once");
+        let keys: Vec<(String, String)> = seen
+            .iter()
+            .map(|t| match sort {
+                SortOrder::Newest | SortOrder::Oldest => (format!("{:020}", t.created_at_ms), t.id.clone()),
+                SortOrder::Updated => (format!("{:020}", t.updated_at_ms), t.id.clone()),
+                SortOrder::Name => (t.name.clone(), t.id.clone()),
+            })
+            .collect();
+        let mut want = keys.clone();
+        want.sort();
+        if matches!(sort, SortOrder::Newest | SortOrder::Updated) {
+            want.reverse();
+        }
+        assert_eq!(keys, want, "{sort:?}");
+    }
+    assert!(store.list_tasks(&TaskFilter::default(), Some("nonsense"), 4).await.is_err());
 }
 
 async fn list_pages_newest_first_with_filters(store: Store, _: String) {

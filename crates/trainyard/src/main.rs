@@ -87,6 +87,9 @@ enum Command {
         /// Search by name or ID.
         #[arg(short = 'q', long)]
         query: Option<String>,
+        /// newest (default), oldest, name or updated.
+        #[arg(long)]
+        sort: Option<String>,
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
         output: Format,
     },
@@ -247,7 +250,7 @@ fn main() -> ExitCode {
         Command::Submit { file, idempotency_key, wait, output } => {
             client::finish(client::submit(&conn, &file, idempotency_key.as_deref(), wait, output))
         }
-        Command::List { status, task_type, group, owner, labels, query, output } => {
+        Command::List { status, task_type, group, owner, labels, query, sort, output } => {
             client::finish(client::list(
                 &conn,
                 &[
@@ -257,6 +260,7 @@ fn main() -> ExitCode {
                     ("owner", owner),
                     ("labels", labels),
                     ("q", query),
+                    ("sort", sort),
                 ],
                 output,
             ))

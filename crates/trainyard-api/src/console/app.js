@@ -124,7 +124,7 @@ function signin() {
 
 // ---- task list -------------------------------------------------------------------------------------------
 
-const FILTERS = ["q", "status", "type", "owner", "group", "labels"];
+const FILTERS = ["q", "status", "type", "owner", "group", "labels", "sort"];
 
 function taskList(params) {
   const field = (name, label, control) => h("label", {}, label, control);
@@ -147,6 +147,7 @@ function taskList(params) {
     field("owner", "Owner", input("owner", "user")),
     field("group", "Project group", input("group", "group")),
     field("labels", "Labels", input("labels", "key=value,...")),
+    field("sort", "Sort", h("select", { name: "sort", id: "f-sort" }, [["newest", "newest first"], ["oldest", "oldest first"], ["name", "by name"], ["updated", "last changed"]].map(([v, t]) => h("option", { value: v, selected: (params.get("sort") || "newest") === v }, t)))),
     h("button", { type: "submit" }, "Search"),
     h("button", { type: "button", id: "refresh", onclick: () => load(null, true) }, "Refresh"),
   );
