@@ -253,8 +253,6 @@ fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
 }
 
-/// Cursor: `<created_at_ms>.<id>` of the last item of the previous page.
-
 impl Store {
     /// Opens `sqlite://PATH` (created if missing) or `postgres://...`, and brings the schema up to date.
     pub async fn connect(url: &str) -> Result<Store> {
@@ -436,6 +434,7 @@ impl Store {
                 vec![Arg::Text(k.clone()), Arg::Text(v.clone())],
             );
         }
+        // A cursor is `<sort key>.<id>` of the last item of the previous page (names hold no dot).
         let (col, asc) = filter.sort.key();
         if let Some(c) = cursor {
             let (key, id) =
