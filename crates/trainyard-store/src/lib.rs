@@ -434,7 +434,7 @@ impl Store {
                 vec![Arg::Text(k.clone()), Arg::Text(v.clone())],
             );
         }
-        // A cursor is `<sort key>.<id>` of the last item of the previous page (names hold no dot).
+        // A cursor is `<sort key>.<id>` of the last item of the previous page (ids hold no dot).
         let (col, asc) = filter.sort.key();
         if let Some(c) = cursor {
             let (key, id) =
