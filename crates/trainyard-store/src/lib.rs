@@ -438,7 +438,7 @@ impl Store {
         let (col, asc) = filter.sort.key();
         if let Some(c) = cursor {
             let (key, id) =
-                c.split_once('.').ok_or_else(|| StoreError::Corrupt(format!("bad cursor {c:?}")))?;
+                c.rsplit_once('.').ok_or_else(|| StoreError::Corrupt(format!("bad cursor {c:?}")))?;
             let key = if filter.sort == SortOrder::Name {
                 Arg::Text(key.to_owned())
             } else {
