@@ -469,12 +469,18 @@ async fn validate_task(
         let lookup = |name: &str| catalog.instance_specs.get(name);
         trainyard_core::demand_options(&task.spec, &lookup).ok()
     });
-    let admission = match checked.valid_task() {
+    let (admission, fragmentation) = match checked.valid_task() {
         Some(task) => {
-            let (now, why) = state.control.lock().await.would_admit(task, now_ms().max(0) as u64);
-            json!({"now": now, "reason": why})
+            let control = state.control.lock().await;
+            let (now, why) = control.would_admit(task, now_ms().max(0) as u64);
+            let frag: Vec<Value> = control
+                .fragmentation(task)
+                .into_iter()
+                .map(|(spec, f)| json!({"spec": spec, "replicasFit": f.replicas_fit, "nodesWithRoom": f.nodes_with_room, "freeUnits": f.free_units_histogram}))
+                .collect();
+            (json!({"now": now, "reason": why}), Value::Array(frag))
         }
-        None => Value::Null,
+        None => (Value::Null, Value::Null),
     };
     // The document as the decoder read it (defaults filled in), as JSON for a form and as YAML for an editor.
     let (task, yaml) = match &checked.task {
@@ -486,6 +492,7 @@ async fn validate_task(
         "problems": checked.report.problems,
         "demand": demand.flatten(),
         "admission": admission,
+        "fragmentation": fragmentation,
         "task": task,
         "yaml": yaml,
     })))

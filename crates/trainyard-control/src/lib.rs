@@ -396,6 +396,30 @@ impl<B: Backend> Control<B> {
         }
     }
 
+    /// How fragmented the task's pool is for each of its instance-spec options, from the last tick's view:
+    /// how many replicas of that size fit now, on how many nodes, and the free blocks.
+    pub fn fragmentation(&self, task: &TrainingTask) -> Vec<(String, trainyard_sched::views::Fragmentation)> {
+        let snap = &*self.last_snapshot;
+        let Some(pool) = snap.pools.iter().position(|p| *p == task.spec.compute.pool) else {
+            return Vec::new();
+        };
+        task.spec
+            .compute
+            .instance_specs
+            .iter()
+            .filter_map(|c| {
+                let spec = snap.specs.iter().position(|s| s.name == c.spec)?;
+                let f = trainyard_sched::views::fragmentation(
+                    snap,
+                    trainyard_sched::PoolIx(pool as u16),
+                    trainyard_sched::SpecIx(spec as u16),
+                    c.count_per_node,
+                );
+                Some((c.spec.clone(), f))
+            })
+            .collect()
+    }
+
     /// Quota and capacity figures from the scheduler's own view at the last tick, for the groups given (all
     /// when `None`).
     pub fn quota_report(&self, groups: Option<&[String]>) -> Vec<QuotaLine> {

@@ -679,6 +679,8 @@ async function createPage(params) {
         ` — ${d.replicas} replica${d.replicas === 1 ? "" : "s"}, ${d.total.gpus} GPUs, ${d.total.vcpus} vCPU, ${d.total.memoryMib} MiB`)),
       lines.length ? h("table", { class: "quota", id: "quota" }, h("thead", {}, h("tr", {}, ["Spec", "Quota", "Remaining", "Pool available", "Idle", "Unreserved"].map((x) => h("th", { scope: "col" }, x)))),
         h("tbody", {}, lines.map((q) => h("tr", {}, h("td", {}, q.spec), h("td", {}, q.limit), h("td", {}, q.remaining), h("td", {}, q.poolAvailable), h("td", {}, q.idle), h("td", {}, q.unreserved))))) : h("p", { class: "muted" }, "No quota lines for this group, pool, resource type and specs."),
+      ...(data.fragmentation || []).map((f) => h("p", { class: "muted fragmentation" }, `${f.spec}: ${f.replicasFit} replicas of this size fit now on ${f.nodesWithRoom} nodes; free blocks `,
+        Object.entries(f.freeUnits).map(([units, nodes]) => `${units} unit${units === "1" ? "" : "s"} × ${nodes} node${nodes === 1 ? "" : "s"}`).join(", ") || "none")),
       data.admission ? h("p", { id: "admission", class: data.admission.now ? "ok" : "warn" }, data.admission.now ? "✓ " : "⏳ ", data.admission.reason) : h("p", { class: "muted" }, "Fix the problems to see whether it would be admitted."),
     );
   }
