@@ -592,6 +592,8 @@ echo "attempt $TRAINYARD_ATTEMPT on $TRAINYARD_NODE""#;
     task["spec"]["advanced"] =
         json!({"faultTolerance": {"enabled": true, "maxResubmissions": 1, "nodeReplacement": true}});
     let id = s.submit(&task);
+    // Failed for a moment, then requeued: wait for the requeue before waiting for success.
+    s.wait_event(&id, "Requeued", secs(60));
     let t = s.wait_status(&id, "Succeeded", secs(60));
     assert_eq!(t["attempt"], 1, "{t}");
     let events = s.events(&id);
