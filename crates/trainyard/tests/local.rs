@@ -419,21 +419,15 @@ assert len(nodes) == 3 and nodes == set(alive), nodes
 assert {e for _, e in got} == {"yes"}
 assert os.path.isdir("/tmp/ray"), "shared storage"
 PY"#;
-    let task = json!({
-        "apiVersion": "trainyard.dev/v1", "kind": "TrainingTask",
-        "metadata": {"namePrefix": "ray", "projectGroup": "default"},
-        "spec": {
-            "type": "RayJob",
-            "placement": {"region": "local", "cluster": "local"},
-            "environment": {"image": "host", "cmd": entrypoint},
-            "compute": {"resourceType": "Reserved", "pool": "default", "workers": 2,
-                        "instanceSpecs": [{"spec": "cpu.large"}]},
-            "ray": {
-                "runtimeEnvYaml": "env_vars:\n  FROM_RUNTIME_ENV: \"yes\"\n",
-                "sharedStorage": {"volume": "raytmp", "cleanupOnExit": true}
-            }
-        }
-    });
+    let task = common::rayjob(
+        "ray",
+        2,
+        entrypoint,
+        json!({
+            "runtimeEnvYaml": "env_vars:\n  FROM_RUNTIME_ENV: \"yes\"\n",
+            "sharedStorage": {"volume": "raytmp", "cleanupOnExit": true}
+        }),
+    );
     let id = s.submit(&task);
     let t = s.wait_status(&id, "Succeeded", secs(300));
     let name = t["name"].as_str().unwrap();
@@ -475,18 +469,12 @@ while alive() > 2:
     time.sleep(0.5)
 print("shrank to", alive(), "nodes", flush=True)
 PY"#;
-    let task = json!({
-        "apiVersion": "trainyard.dev/v1", "kind": "TrainingTask",
-        "metadata": {"namePrefix": "rayscale", "projectGroup": "default"},
-        "spec": {
-            "type": "RayJob",
-            "placement": {"region": "local", "cluster": "local"},
-            "environment": {"image": "host", "cmd": entrypoint},
-            "compute": {"resourceType": "Reserved", "pool": "default", "workers": 1,
-                        "instanceSpecs": [{"spec": "cpu.large"}]},
-            "ray": {"autoscaling": {"enabled": true, "minWorkers": 1, "maxWorkers": 2, "idleTimeoutSeconds": 5}}
-        }
-    });
+    let task = common::rayjob(
+        "rayscale",
+        1,
+        entrypoint,
+        json!({"autoscaling": {"enabled": true, "minWorkers": 1, "maxWorkers": 2, "idleTimeoutSeconds": 5}}),
+    );
     let id = s.submit(&task);
     let t = s.wait_status(&id, "Succeeded", secs(400));
     let name = t["name"].as_str().unwrap();

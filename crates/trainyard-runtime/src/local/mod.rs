@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Seek};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use supervisor::{Event, Phase, ReplicaJob, ReplicaState, StopRequest, now_ms};
+use supervisor::{Event, Phase, ReplicaJob, ReplicaState, StopRequest};
 use trainyard_core::failure::{Exit, classify};
 use trainyard_core::spec::TaskType;
 
@@ -120,8 +120,6 @@ struct Launched {
     mount_paths: Vec<String>,
     checkpoint: Option<(u64, i32)>,
     precheck: bool,
-    /// RayJob debug mode: keep the cluster this long after the entrypoint ended.
-    keep_ms: u64,
     /// Image pull tolerance: -1 never trips, 0 fails at once, N retries.
     pull_tolerance: i64,
     /// RayJob: the first of the cluster's ports (node i uses base + 100·i onwards).
@@ -258,33 +256,13 @@ impl LocalBackend {
                         (r.name.clone(), at)
                     })
                     .collect();
-                let pulling = !dir.join(&l.replicas[0].name).join("state.json").exists()
-                    && !dir.join("spawned").exists();
-                let stage = if pulling {
-                    // The env is gone with the old server; the control loop launches it again.
+                // Never spawned (still waiting for its image): the env went with the old server, so the control
+                // loop launches it again.
+                if !dir.join("spawned").exists() {
                     continue;
-                } else {
-                    Stage::Running
-                };
-                inner.runs.insert(
-                    key,
-                    Run {
-                        dir,
-                        l,
-                        stage,
-                        children: Vec::new(),
-                        started: false,
-                        prechecked: false,
-                        stop: None,
-                        verdict: None,
-                        stop_others_at: None,
-                        stopped_others: false,
-                        offsets,
-                        removed: BTreeSet::new(),
-                        demand_reported_ms: 0,
-                        idle_reported: BTreeSet::new(),
-                    },
-                );
+                }
+                let stage = Stage::Running;
+                inner.runs.insert(key, Run::new(dir, l, stage, Vec::new(), offsets));
             }
         }
         Ok(LocalBackend { cfg: Arc::new(cfg), inner: Arc::new(Mutex::new(inner)) })
@@ -617,12 +595,6 @@ impl LocalBackend {
             mount_paths,
             checkpoint,
             precheck: precheck.is_some(),
-            keep_ms: s
-                .ray
-                .as_ref()
-                .and_then(|r| r.debug.as_ref())
-                .filter(|d| d.enabled)
-                .map_or(0, |d| u64::from(d.retention_seconds) * 1000),
             pull_tolerance: s.advanced.image_pull_tolerance,
             ray_base,
             cleanup: shared_dir.filter(|(_, clean)| *clean).map(|(dir, _)| dir),
@@ -668,21 +640,10 @@ impl LocalBackend {
                     children.push(child);
                 }
                 Err(e) => {
-                    let state = ReplicaState {
-                        supervisor_pid: 0,
-                        supervisor_ticks: 0,
-                        phase: Phase::Exited,
-                        sandbox_pid: None,
-                        started_ms: now_ms(),
-                        exit: Some(supervisor::ExitRecord { code: Some(127), ..Default::default() }),
-                        precheck: None,
-                    };
                     let rdir = dir.join(&job.name);
                     let _ = std::fs::write(rdir.join("log"), format!("cannot start the supervisor: {e}\n"));
-                    let _ = supervisor::write_atomic(
-                        &rdir.join("state.json"),
-                        &serde_json::to_vec(&state).unwrap_or_default(),
-                    );
+                    ReplicaState::ended(supervisor::ExitRecord { code: Some(127), ..Default::default() })
+                        .write(&rdir);
                 }
             }
         }
@@ -884,6 +845,31 @@ fn ssh_material(
 }
 
 impl Run {
+    fn new(
+        dir: PathBuf,
+        l: Launched,
+        stage: Stage,
+        children: Vec<std::process::Child>,
+        offsets: BTreeMap<String, u64>,
+    ) -> Run {
+        Run {
+            dir,
+            l,
+            stage,
+            children,
+            started: false,
+            prechecked: false,
+            stop: None,
+            verdict: None,
+            stop_others_at: None,
+            stopped_others: false,
+            offsets,
+            removed: BTreeSet::new(),
+            demand_reported_ms: 0,
+            idle_reported: BTreeSet::new(),
+        }
+    }
+
     fn key(&self) -> AttemptKey {
         AttemptKey { task_id: self.l.task_id.clone(), attempt: self.l.attempt }
     }
@@ -1279,25 +1265,7 @@ impl Backend for LocalBackend {
             )
         };
         let offsets = l.replicas.iter().map(|r| (r.name.clone(), 0)).collect();
-        inner.runs.insert(
-            spec.key.clone(),
-            Run {
-                dir,
-                l,
-                stage,
-                children,
-                started: false,
-                prechecked: false,
-                stop: None,
-                verdict: None,
-                stop_others_at: None,
-                stopped_others: false,
-                offsets,
-                removed: BTreeSet::new(),
-                demand_reported_ms: 0,
-                idle_reported: BTreeSet::new(),
-            },
-        );
+        inner.runs.insert(spec.key.clone(), Run::new(dir, l, stage, children, offsets));
         Ok(())
     }
 
@@ -1313,19 +1281,8 @@ impl Backend for LocalBackend {
             // Nothing runs yet; the next poll reports it stopped.
             jobs.clear();
             for r in &run.l.replicas {
-                let state = ReplicaState {
-                    supervisor_pid: 0,
-                    supervisor_ticks: 0,
-                    phase: Phase::Exited,
-                    sandbox_pid: None,
-                    started_ms: now_ms(),
-                    exit: Some(supervisor::ExitRecord { stopped: true, ..Default::default() }),
-                    precheck: None,
-                };
-                let _ = supervisor::write_atomic(
-                    &run.dir.join(&r.name).join("state.json"),
-                    &serde_json::to_vec(&state).unwrap_or_default(),
-                );
+                ReplicaState::ended(supervisor::ExitRecord { stopped: true, ..Default::default() })
+                    .write(&run.dir.join(&r.name));
             }
             run.stage = Stage::Running;
             return Ok(());

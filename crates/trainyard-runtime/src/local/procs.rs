@@ -75,14 +75,6 @@ pub fn signal(pid: u32, sig: i32) {
     let _ = rustix::process::kill_process(pid, sig);
 }
 
-/// Sends a signal to every process of a process group.
-pub fn signal_group(pgid: u32, sig: i32) {
-    let (Some(pid), Some(sig)) = (rustix::process::Pid::from_raw(pgid as i32), signal_of(sig)) else {
-        return;
-    };
-    let _ = rustix::process::kill_process_group(pid, sig);
-}
-
 fn signal_of(sig: i32) -> Option<rustix::process::Signal> {
     use rustix::process::Signal;
     Some(match sig {

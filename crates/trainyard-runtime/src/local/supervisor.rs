@@ -81,6 +81,27 @@ pub struct ReplicaState {
     pub precheck: Option<String>,
 }
 
+impl ReplicaState {
+    /// The record of a replica that ended without a supervisor of its own (it could not start, or it was
+    /// stopped before its image was there).
+    pub fn ended(exit: ExitRecord) -> ReplicaState {
+        ReplicaState {
+            supervisor_pid: 0,
+            supervisor_ticks: 0,
+            phase: Phase::Exited,
+            sandbox_pid: None,
+            started_ms: now_ms(),
+            exit: Some(ExitRecord { at_ms: now_ms(), ..exit }),
+            precheck: None,
+        }
+    }
+
+    /// Writes `state.json` into a replica dir, atomically.
+    pub fn write(&self, replica_dir: &Path) {
+        let _ = write_atomic(&replica_dir.join("state.json"), &serde_json::to_vec(self).unwrap_or_default());
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub at_ms: u64,
@@ -130,8 +151,7 @@ struct Sup {
 
 impl Sup {
     fn save(&self) {
-        let _ =
-            write_atomic(&self.dir.join("state.json"), &serde_json::to_vec(&self.state).unwrap_or_default());
+        self.state.write(&self.dir);
     }
     fn event(&mut self, reason: &str, message: String) {
         let e = Event { at_ms: now_ms(), reason: reason.to_owned(), message };

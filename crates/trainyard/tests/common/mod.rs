@@ -276,6 +276,15 @@ pub fn pytorch_on(spec: &str, prefix: &str, workers: u32, cmd: &str) -> Value {
     })
 }
 
+/// A RayJob with `workers` workers on `cpu.large` (a node each) running `entrypoint`, with these `ray`
+/// settings.
+pub fn rayjob(prefix: &str, workers: u32, entrypoint: &str, ray: Value) -> Value {
+    let mut t = pytorch_on("cpu.large", prefix, workers, entrypoint);
+    t["spec"]["type"] = json!("RayJob");
+    t["spec"]["ray"] = ray;
+    t
+}
+
 pub fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
 }
