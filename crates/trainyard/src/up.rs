@@ -219,6 +219,7 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
         tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr()?;
     println!("trainyard is up");
+    println!("  console: http://{addr}/ (sign in with the admin token)");
     println!("  API:     http://{addr}/api/v1 (health: http://{addr}/healthz)");
     println!("  store:   {url}");
     match &backend {
