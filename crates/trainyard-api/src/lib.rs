@@ -9,6 +9,7 @@
 //! - `GET /tasks/{id}`, `GET /tasks/{id}/events`, `POST /tasks/{id}/stop`, `POST /tasks/{id}/resubmit`,
 //!   `DELETE /tasks/{id}`
 //! - `GET /catalog`
+//! - admin: `PUT /admin/catalog`, `PUT /admin/nodes/{name}`, `GET`/`POST /admin/users`
 //!
 //! A task the caller may not see answers 404, exactly like one that does not exist, so names do not leak.
 
@@ -861,6 +862,21 @@ pub struct UserBody {
     groups: Vec<String>,
 }
 
+/// Every user with their role and project groups (admin). Never a token or a hash: tokens are kept as hashes
+/// in a table of their own and shown once, when made.
+async fn list_users(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Json<Value>> {
+    let user = caller(&state, &headers).await?;
+    admin_only(&user)?;
+    let items: Vec<Value> = state
+        .store
+        .list_users()
+        .await?
+        .into_iter()
+        .map(|u| json!({ "name": u.name, "role": u.role, "groups": u.groups }))
+        .collect();
+    Ok(Json(json!({ "items": items })))
+}
+
 /// Creates or updates a user.
 async fn put_user(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult<Json<Value>> {
     let user = caller(&state, &headers).await?;
@@ -1149,7 +1165,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/tasks/{id}/shares", post(share_task))
         .route("/api/v1/admin/catalog", axum::routing::put(put_catalog))
         .route("/api/v1/admin/nodes/{name}", axum::routing::put(put_node))
-        .route("/api/v1/admin/users", post(put_user))
+        .route("/api/v1/admin/users", post(put_user).get(list_users))
         .route("/api/v1/users/{name}/tokens", post(create_token))
         .route("/api/v1/users/{name}/env", get(list_task_env).put(put_task_env))
         .route("/api/v1/users/{name}/alarms", get(get_user_alarms).put(put_user_alarms))

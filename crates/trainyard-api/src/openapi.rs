@@ -149,6 +149,13 @@ pub const OPERATIONS: &[Operation] = &[
         ok: 204,
     },
     Operation {
+        method: "get",
+        path: "/api/v1/admin/users",
+        summary: "Every user: name, role and project groups, by name (admin; never tokens)",
+        body: Body::None,
+        ok: 200,
+    },
+    Operation {
         method: "post",
         path: "/api/v1/admin/users",
         summary: "Create or update a user (admin)",

@@ -370,6 +370,46 @@ fn the_openapi_document_matches_the_router() {
     assert!(page.contains("/api/openapi.json") && !page.contains("https://"), "the docs page works offline");
 }
 
+/// Admins list the users with their roles and groups (never a token or its hash); members get 403, as on
+/// every admin route, and no token gets 401.
+#[test]
+fn admins_list_users_and_members_may_not() {
+    let s = server();
+    let (code, p) = s.call("GET", "alice", "/api/v1/admin/users", None, None);
+    assert_eq!(code, 403, "{p}");
+    assert_eq!(p["type"], "https://trainyard.dev/problems/forbidden", "{p}");
+    assert_eq!(s.call_as("GET", "nope", "/api/v1/admin/users", None, None).0, 401);
+    // A token made for a user changes nothing in the list but is never in it.
+    let (code, t) = s.call("POST", "root", "/api/v1/users/alice/tokens", Some(r#"{"label": "ci"}"#), None);
+    assert_eq!(code, 201, "{t}");
+    let token = t["token"].as_str().unwrap().to_owned();
+    let (code, list) = s.call("GET", "root", "/api/v1/admin/users", None, None);
+    assert_eq!(code, 200, "{list}");
+    let items = list["items"].as_array().unwrap();
+    let names: Vec<&str> = items.iter().map(|u| u["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["alice", "bob", "carol", "dave", "root"], "by name: {list}");
+    assert_eq!(items[0], serde_json::json!({"name": "alice", "role": "member", "groups": ["nlp"]}));
+    assert_eq!(items[4], serde_json::json!({"name": "root", "role": "admin", "groups": []}));
+    let text = list.to_string();
+    for secret in
+        [token.as_str(), &token_hash(&token), s.tokens["alice"].as_str(), &token_hash(&s.tokens["root"])]
+    {
+        assert!(!text.contains(secret), "a token or hash leaked: {text}");
+    }
+    // A user saved by an admin shows at once, with the groups given.
+    let (code, _) = s.call(
+        "POST",
+        "root",
+        "/api/v1/admin/users",
+        Some(r#"{"name": "erin", "role": "member", "groups": ["cv", "nlp"]}"#),
+        None,
+    );
+    assert_eq!(code, 200);
+    let (_, list) = s.call("GET", "root", "/api/v1/admin/users", None, None);
+    let erin = list["items"].as_array().unwrap().iter().find(|u| u["name"] == "erin").cloned();
+    assert_eq!(erin, Some(serde_json::json!({"name": "erin", "role": "member", "groups": ["cv", "nlp"]})));
+}
+
 #[test]
 fn admins_manage_users_tokens_nodes_and_the_catalog() {
     let s = server();

@@ -868,6 +868,23 @@ impl Store {
         Ok(sqlx::query("SELECT COUNT(*) FROM users").fetch_one(&self.pool).await?.try_get(0)?)
     }
 
+    /// Every user, by name (name, role and groups only: tokens are elsewhere, as hashes).
+    pub async fn list_users(&self) -> Result<Vec<User>> {
+        let rows =
+            sqlx::query("SELECT name, role, groups FROM users ORDER BY name").fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| {
+                let groups: String = r.try_get(2)?;
+                Ok(User {
+                    name: r.try_get(0)?,
+                    role: r.try_get(1)?,
+                    groups: serde_json::from_str(&groups)
+                        .map_err(|e| StoreError::Corrupt(format!("groups: {e}")))?,
+                })
+            })
+            .collect()
+    }
+
     /// Records a token by its hash.
     pub async fn add_token(&self, hash: &str, user: &str, label: &str, at_ms: i64) -> Result<()> {
         sqlx::query("INSERT INTO tokens (hash, user_name, label, created_at_ms) VALUES ($1, $2, $3, $4)")
