@@ -359,6 +359,157 @@ async fn alarms_are_delivered_by_signed_webhook_with_retries() {
     assert_eq!(trainyard_control::alarms::deliver_due(c.store(), key, 100_000).await.unwrap(), 0);
 }
 
+/// A CA made for one test, and a server certificate it signed for 127.0.0.1 and localhost.
+struct TestPki {
+    ca_pem: String,
+    server: rustls::ServerConfig,
+}
+
+fn test_pki() -> TestPki {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(DnType::CommonName, "Trainyard test CA");
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let server_key = KeyPair::generate().unwrap();
+    let mut leaf = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
+    leaf.distinguished_name.push(DnType::CommonName, "receiver");
+    let leaf_cert = leaf.signed_by(&server_key, &issuer).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf_cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(server_key.serialize_der().into()),
+        )
+        .unwrap();
+    TestPki { ca_pem: ca_cert.pem(), server }
+}
+
+/// What an https receiver saw on one connection.
+#[derive(Debug)]
+enum Seen {
+    /// The TLS handshake failed (the client refused the certificate), with the server's side of the error.
+    Refused(String),
+    /// A request: its X-Trainyard-Signature and its body.
+    Request(String, String),
+}
+
+/// An https receiver on 127.0.0.1 answering 200 to every request; what each connection brought is sent on.
+fn https_receiver(config: rustls::ServerConfig) -> (u16, std::sync::mpsc::Receiver<Seen>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let config = std::sync::Arc::new(config);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let mut tcp = stream.unwrap();
+            let mut conn = rustls::ServerConnection::new(config.clone()).unwrap();
+            let handshake = conn.complete_io(&mut tcp);
+            if let Err(e) = handshake {
+                let _ = tx.send(Seen::Refused(e.to_string()));
+                continue;
+            }
+            let mut tls = rustls::StreamOwned::new(conn, tcp);
+            let mut reader = BufReader::new(&mut tls);
+            let (mut length, mut signature) = (0usize, String::new());
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                let line = line.trim_end();
+                if line.is_empty() {
+                    break;
+                }
+                let lower = line.to_ascii_lowercase();
+                if let Some(v) = lower.strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap();
+                }
+                if lower.starts_with("x-trainyard-signature:") {
+                    signature = line.split_once(':').unwrap().1.trim().to_owned();
+                }
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            drop(reader);
+            write!(tls, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+            tls.flush().unwrap();
+            tls.conn.send_close_notify();
+            let _ = tls.conn.complete_io(&mut tls.sock);
+            let _ = tx.send(Seen::Request(signature, String::from_utf8(body).unwrap()));
+        }
+    });
+    (port, rx)
+}
+
+/// A real https receiver whose certificate comes from a private CA: without that CA the delivery fails with
+/// the certificate problem in the delivery log and nothing reaches the receiver; the retry, sent by a server
+/// that trusts the CA (`--webhook-ca`), arrives signed.
+#[tokio::test]
+async fn https_alarms_verify_the_receiver_certificate_against_the_configured_ca() {
+    use trainyard_control::alarms::{Webhooks, deliver_due_with, signature};
+    let pki = test_pki();
+    let (port, seen) = https_receiver(pki.server);
+    let backend = FakeBackend::new(Script { run_ms: 1_000, ..Script::default() });
+    let (mut c, _) = control(backend).await;
+    let alarms = format!(
+        "  advanced:\n    alarms:\n      - {{events: [succeeded], webhook: \"https://127.0.0.1:{port}/hook\"}}\n"
+    );
+    let id = submit(&c, &task("tls", "nlp", "Reserved", 0, &alarms), 0).await;
+    for now in [0, 1, 1_001] {
+        c.tick(now).await.unwrap();
+    }
+    assert_eq!(status(&c, &id).await.0, "Succeeded");
+    let key = b"test-signing-key";
+    let recv =
+        || seen.recv_timeout(std::time::Duration::from_secs(60)).expect("the receiver saw a connection");
+
+    // The system's trust alone: the private CA is not in it.
+    let system_only = Webhooks::new(None).unwrap();
+    assert_eq!(deliver_due_with(c.store(), &system_only, key, 1_001).await.unwrap(), 1);
+    let log = c.store().task_alarms(&id).await.unwrap();
+    assert_eq!((log[0].state.as_str(), log[0].tries, log[0].next_at_ms), ("pending", 1, 2_001), "{log:?}");
+    assert!(
+        log[0].last_error.contains("certificate was refused") && log[0].last_error.contains("UnknownIssuer"),
+        "{}",
+        log[0].last_error
+    );
+    match recv() {
+        // The client hangs up mid-handshake (ureq does not send rustls' alert): no request gets through.
+        Seen::Refused(_) => {}
+        other => panic!("the receiver got a request without a verified certificate: {other:?}"),
+    }
+
+    // With the CA given: the retry (not before its backoff) is delivered.
+    let dir = std::env::temp_dir().join(format!("trainyard-webhook-ca-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, &pki.ca_pem).unwrap();
+    let with_ca = Webhooks::new(Some(&ca_file)).unwrap();
+    assert!(with_ca.trust().contains("ca.pem (1 CA)"), "{}", with_ca.trust());
+    assert_eq!(deliver_due_with(c.store(), &with_ca, key, 1_500).await.unwrap(), 0);
+    assert_eq!(deliver_due_with(c.store(), &with_ca, key, 2_001).await.unwrap(), 1);
+    let log = c.store().task_alarms(&id).await.unwrap();
+    assert_eq!((log[0].state.as_str(), log[0].tries, log[0].last_error.as_str()), ("delivered", 2, ""));
+    match recv() {
+        Seen::Request(sig, body) => {
+            assert_eq!(sig, signature(key, body.as_bytes()), "signed with the key");
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(
+                (v["event"].as_str(), v["task"]["id"].as_str()),
+                (Some("succeeded"), Some(id.as_str()))
+            );
+        }
+        Seen::Refused(e) => panic!("the handshake failed with the CA configured: {e}"),
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[tokio::test]
 async fn task_env_is_added_under_names_the_task_does_not_set() {
     use trainyard_store::TaskEnvVar;

@@ -49,6 +49,10 @@ enum Command {
         /// evenly), so gangs, fragmentation and node replacement happen for real on one box.
         #[arg(long, default_value_t = 1)]
         nodes: u32,
+        /// A PEM file of extra CA certificates to trust for https alarm webhooks (a receiver with a private
+        /// CA), beside the system's trust store.
+        #[arg(long, env = "TRAINYARD_WEBHOOK_CA", value_name = "FILE")]
+        webhook_ca: Option<PathBuf>,
     },
     /// Runs one replica under supervision (started by the local backend; not for people).
     #[command(hide = true)]
@@ -230,7 +234,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Validate(args) => validate::run(&args.files, args.catalog.as_deref(), args.output),
         Command::Supervise { dir } => ExitCode::from(trainyard_runtime::local::supervisor::main(&dir) as u8),
-        Command::Up { data_dir, listen, database_url, backend, nodes } => {
+        Command::Up { data_dir, listen, database_url, backend, nodes, webhook_ca } => {
             let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
                 Ok(rt) => rt,
                 Err(e) => {
@@ -238,7 +242,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let opts = up::Options { backend, nodes: nodes.max(1) };
+            let opts = up::Options { backend, nodes: nodes.max(1), webhook_ca };
             match rt.block_on(up::run(&data_dir, &listen, database_url.as_deref(), &opts)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

@@ -24,6 +24,8 @@ pub struct Options {
     pub backend: BackendChoice,
     /// Virtual nodes on first start.
     pub nodes: u32,
+    /// A PEM bundle of CAs trusted for https alarm webhooks, beside the system's.
+    pub webhook_ca: Option<std::path::PathBuf>,
 }
 use trainyard_sched::Config;
 use trainyard_store::{Store, User};
@@ -151,6 +153,12 @@ fn local_catalog(m: &Machine, n: u32) -> String {
 }
 
 pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts: &Options) -> Result<()> {
+    // Checked before anything is written, so a bad CA file stops the start with its reason.
+    let webhooks = trainyard_control::alarms::Webhooks::new(opts.webhook_ca.as_deref())
+        .context("the CAs trusted for https alarm webhooks (--webhook-ca)")?;
+    let webhook_trust = webhooks.trust().to_owned();
+    // What the alarm delivery started by `serve` sends with.
+    let _ = trainyard_control::alarms::install(webhooks);
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
     // Supervisors and sandboxes get absolute paths: they outlive this process and its working dir.
@@ -222,6 +230,7 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
     println!("  console: http://{addr}/ (sign in with the admin token)");
     println!("  API:     http://{addr}/api/v1 (health: http://{addr}/healthz)");
     println!("  store:   {url}");
+    println!("  alarms:  https webhooks are checked against {webhook_trust}");
     match &backend {
         AnyBackend::Local(_) => println!(
             "  backend: local — every replica runs in a bubblewrap sandbox on this machine; runs and logs in {}",

@@ -105,6 +105,39 @@ fn an_oversized_document_is_refused_with_a_clear_problem() {
     assert!(stdout(&o).contains("error[too-large]"), "{}", stdout(&o));
 }
 
+/// A webhook CA file `up` cannot use stops it at start-up with the file and the reason, before the data dir is
+/// made: from the flag (a missing file) and from TRAINYARD_WEBHOOK_CA (a file with no certificate in it).
+#[test]
+fn up_refuses_a_webhook_ca_file_it_cannot_use() {
+    let dir = std::env::temp_dir().join(format!("trainyard-up-ca-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let missing = dir.with_extension("missing.pem");
+    let not_pem = dir.with_extension("txt");
+    std::fs::write(&not_pem, "not a certificate\n").unwrap();
+    let up = |ca_flag: Option<&PathBuf>, ca_env: Option<&PathBuf>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_trainyard"));
+        cmd.args(["up", "--backend", "fake", "--listen", "127.0.0.1:0", "--data-dir"]).arg(&dir);
+        cmd.env_remove("TRAINYARD_WEBHOOK_CA");
+        if let Some(f) = ca_flag {
+            cmd.arg("--webhook-ca").arg(f);
+        }
+        if let Some(f) = ca_env {
+            cmd.env("TRAINYARD_WEBHOOK_CA", f);
+        }
+        let o = cmd.output().unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).to_string())
+    };
+    let (code, err) = up(Some(&missing), None);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--webhook-ca") && err.contains(&*missing.to_string_lossy()), "{err}");
+    assert!(err.contains("cannot read the CA bundle") && !err.contains("panicked"), "{err}");
+    let (code, err) = up(None, Some(&not_pem));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains(&*not_pem.to_string_lossy()) && err.contains("holds no certificates"), "{err}");
+    assert!(!dir.exists(), "nothing was written");
+    std::fs::remove_file(&not_pem).unwrap();
+}
+
 /// `trainyard up` on an empty data dir, then the CLI against it: whoami, submit --wait, list, describe.
 #[test]
 fn up_then_submit_and_wait() {
