@@ -205,6 +205,18 @@ fn admin_marks_a_node_failed_and_the_task_is_replaced() {
     let b = Browser::start();
     sign_in(&b, &s);
     b.goto(&format!("{}/#/admin", s.base));
+    // Users and project groups: the admin is listed; a user saved from the form appears in both lists.
+    b.wait("the users", || b.text_of("#users tr[data-user='admin']").contains("admin").then_some(()));
+    b.type_into(&b.find("#user-name"), "erin");
+    b.type_into(&b.find("#user-groups"), "default");
+    b.click(&b.find("#save-user"));
+    b.wait("erin in the users and in the group", || {
+        let row = b.text_of("#users tr[data-user='erin']");
+        let members = b.text_of("#project-groups tr[data-group='default'] .members");
+        (row.contains("member") && row.contains("default") && members.contains("erin")).then_some(())
+    });
+    scroll_to(&b, "#users");
+    b.screenshot(&shots().join("admin-users-and-groups.png"));
     b.click(&b.find(&format!("tr[data-node='{node}'] [data-action='fail']")));
     b.wait("the node shown failed", || {
         (b.text_of(&format!("tr[data-node='{node}'] [data-state]")) == "failed").then_some(())
@@ -217,6 +229,145 @@ fn admin_marks_a_node_failed_and_the_task_is_replaced() {
             .then_some(())
     });
     let t = s.task(&id);
-    assert_ne!(t["placement"]["replicas"][0]["node"].as_str().unwrap(), node);
+    let new_node = t["placement"]["replicas"][0]["node"].as_str().unwrap().to_owned();
+    assert_ne!(new_node, node);
+    // The attempts table: the first ended on the failed node and was requeued, the second runs elsewhere.
+    b.wait("both attempts in the table", || {
+        let first = b.text_of("#attempts tr[data-attempt='0']");
+        let second = b.text_of("#attempts tr[data-attempt='1']");
+        (first.contains("Requeued") && first.contains("NodeFailed") && second.contains("Running"))
+            .then_some(())
+    });
+    assert_eq!(b.text_of("#attempts tr[data-attempt='0'] .nodes"), node);
+    assert_eq!(b.text_of("#attempts tr[data-attempt='1'] .nodes"), new_node);
+    scroll_to(&b, "#attempts");
+    b.screenshot(&shots().join("attempts-after-node-failure.png"));
     s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
+}
+
+/// Scrolls an element to the top of the viewport, for a screenshot of it.
+fn scroll_to(b: &Browser, css: &str) {
+    let el = b.find(css);
+    b.script("arguments[0].closest('section').scrollIntoView({block: 'start'});", json!([el.reference()]));
+}
+
+/// The group's quota is full with a first task, so a second waits: the list shows it Queued with its place and
+/// the scheduler's reason; when the first is stopped the second runs (Running in the list) and, told to finish,
+/// succeeds, in the list and on its page, whose attempts table shows the one attempt and how it ended.
+#[test]
+fn a_queued_task_shows_its_place_and_reason_then_runs_and_succeeds() {
+    let s = Server::start("console-queue", None);
+    let one_unit = common::CATALOG.replace("spec: cpu.small, units: 12", "spec: cpu.small, units: 1");
+    let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(&one_unit));
+    assert_eq!(status, 200, "{body}");
+    let first = s.submit(&common::pytorch("hog", 0, "echo holding; sleep 600"));
+    s.wait_status(&first, "Running", secs(60));
+    // The second runs until the test lets it finish (a file in the shared volume): no timing involved.
+    let mut waiter = common::pytorch(
+        "waiter",
+        0,
+        "echo waiting; while [ ! -e /mnt/out/go-waiter ]; do sleep 0.1; done; echo went",
+    );
+    waiter["spec"]["environment"]["volumes"] = json!([{"volume": "out", "mountPath": "/mnt/out"}]);
+    let second = s.submit(&waiter);
+
+    let b = Browser::start();
+    sign_in(&b, &s);
+    b.goto(&format!("{}/#/tasks", s.base));
+    let row = format!("tr[data-id='{second}']");
+    let queue = b.wait("the second task queued with its place and reason", || {
+        let status = b.text_of(&format!("{row} [data-status]"));
+        let queue = b.text_of(&format!("{row} td.queue"));
+        (status == "Queued" && queue.contains("#1") && queue.contains("has 0 left")).then_some(queue)
+    });
+    assert!(queue.contains("in group"), "{queue}");
+    assert_eq!(b.text_of(&format!("tr[data-id='{first}'] [data-status]")), "Running");
+    b.screenshot(&shots().join("task-list-queued.png"));
+
+    s.call("POST", &format!("/api/v1/tasks/{first}/stop"), None);
+    b.wait("the second task running in the list, its queue cell empty", || {
+        b.click(&b.find("#refresh"));
+        let running = b.text_of(&format!("{row} [data-status]")) == "Running";
+        (running && b.text_of(&format!("{row} td.queue")).is_empty()).then_some(())
+    });
+    assert_eq!(b.text_of(&format!("tr[data-id='{first}'] [data-status]")), "Stopped");
+    b.screenshot(&shots().join("task-list-running.png"));
+
+    let master = format!("{}-master-0", s.task(&second)["name"].as_str().unwrap());
+    s.wait_log(&second, &master, "waiting", secs(30));
+    let volume = s.dir.join("volumes/out");
+    std::fs::create_dir_all(&volume).unwrap();
+    std::fs::write(volume.join("go-waiter"), "").unwrap();
+    b.wait("the second task succeeded in the list", || {
+        b.click(&b.find("#refresh"));
+        (b.text_of(&format!("{row} [data-status]")) == "Succeeded").then_some(())
+    });
+    b.click(&b.find(&format!("{row} a")));
+    b.wait("its page, succeeded", || (b.text_of("h1 .badge") == "Succeeded").then_some(()));
+    let attempt = b.text_of("#attempts tr[data-attempt='0']");
+    assert!(attempt.contains("Succeeded") && attempt.contains("Completed"), "{attempt}");
+    assert!(b.try_find("#attempts tr[data-attempt='1']").is_none(), "one attempt");
+    assert!(!b.text_of("#attempts tr[data-attempt='0'] .nodes").starts_with('—'), "{attempt}");
+    let events = b.text_of("#events");
+    for reason in ["Submitted", "Admitted", "Started", "Completed"] {
+        assert!(events.contains(reason), "{reason} not in {events}");
+    }
+    scroll_to(&b, "#attempts");
+    b.screenshot(&shots().join("attempts.png"));
+}
+
+/// The labels editor offers the catalog's maintained keys; a key with allowed values offers them as choices
+/// (label validation on: a select), and the validator's problem for a wrong label shows at its row.
+#[test]
+fn maintained_labels_are_offered_with_their_values() {
+    let s = Server::start("console-labels", None);
+    let catalog = format!(
+        "{}labels:\n  validation: true\n  maintained: {{team: [nlp, vision], note: []}}\n",
+        common::CATALOG
+    );
+    let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(&catalog));
+    assert_eq!(status, 200, "{body}");
+    let b = Browser::start();
+    sign_in(&b, &s);
+    b.goto(&format!("{}/#/create", s.base));
+    let add = b.find("#add-label");
+    let keys = b.script(
+        "return [...document.querySelectorAll('#maintained-labels option')].map(o => o.value)",
+        json!([]),
+    );
+    assert_eq!(keys, json!(["note", "team"]), "the maintained keys are offered");
+    // The first maintained key not in use comes with a new row: note, which takes any value (a text input).
+    b.click(&add);
+    let value = b.find("#label-value-0");
+    assert_eq!(b.script("return arguments[0].tagName", json!([value.reference()])), "INPUT");
+    b.type_into(&value, "first-run\u{E004}");
+    // Then team, whose values are choices; with no value chosen yet the validator says so at the row.
+    b.click(&b.find("#add-label"));
+    let choices = b.script(
+        "return [...document.querySelectorAll('#label-value-1 option')].map(o => o.value)",
+        json!([]),
+    );
+    assert_eq!(choices, json!(["", "nlp", "vision"]), "the allowed values are the choices");
+    let problem = b.find("[data-key='team'] .field-problem");
+    assert!(b.text(&problem).contains("not an allowed value"), "{}", b.text(&problem));
+    pick(&b, "#label-value-1", "vision");
+    b.wait("the team problem to go", || {
+        b.try_find("[data-key='team'] .field-problem").is_none().then_some(())
+    });
+    // A key that is not maintained: the problem shows at its row, naming the maintained ones.
+    // Clearing the key is a change too (the row is drawn again), so the input is found again to type.
+    b.clear(&b.find("#label-key-0"));
+    b.type_into(&b.find("#label-key-0"), "colour\u{E004}");
+    let problem = b.find("[data-key='colour'] .field-problem");
+    assert!(b.text(&problem).contains("not maintained"), "{}", b.text(&problem));
+    scroll_to(&b, "#labels");
+    b.screenshot(&shots().join("create-form-labels.png"));
+    b.clear(&b.find("#label-key-0"));
+    b.type_into(&b.find("#label-key-0"), "note\u{E004}");
+    b.wait("no label problem", || b.try_find("#labels .field-problem").is_none().then_some(()));
+    let labels = b.script(
+        "return [...document.querySelectorAll('#labels .label-row')].map(r => r.dataset.key)",
+        json!([]),
+    );
+    assert_eq!(labels, json!(["note", "team"]));
 }

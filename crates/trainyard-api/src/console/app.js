@@ -159,6 +159,7 @@ function taskList(params) {
     body);
   let cursor = null;
   async function load(from, replace) {
+    const started = performance.now();
     const q = new URLSearchParams();
     for (const f of FILTERS) if (params.get(f)) q.set(f, params.get(f));
     q.set("limit", "50");
@@ -180,6 +181,9 @@ function taskList(params) {
       cursor = data.nextCursor;
       more.hidden = !cursor;
       status.textContent = body.children.length ? `${body.children.length} tasks shown` : "No tasks match.";
+      // For measuring: when a page of the list is in the document, and when its request began (console-bench
+      // reads both).
+      performance.mark("trainyard:tasks-rendered", { detail: { started } });
     } catch (e) {
       status.replaceChildren(fail(e));
     }
@@ -213,11 +217,51 @@ function sparkline(points) {
   return svg;
 }
 
+// What ended an attempt: the first of these among its events (a NodeFailed is followed by Terminated, say).
+const ENDINGS = ["Completed", "UserError", "OutOfMemory", "ImagePullFailed", "PrecheckFailed", "NodeFailed", "Preempted", "StopRequested", "Deleted", "RetryBudgetSpent", "Terminated"];
+
+// The attempts of a task from its events (each carries its attempt number) and, for the current attempt, its
+// placement: when it was queued, admitted, running, when it ended and why, and on which nodes. An earlier
+// attempt's nodes are read from its Admitted event ("on node-a, node-b with ...").
+function attemptsOf(t, events) {
+  const by = new Map();
+  for (const e of events) {
+    if (!by.has(e.attempt)) by.set(e.attempt, []);
+    by.get(e.attempt).push(e);
+  }
+  if (!by.has(t.attempt)) by.set(t.attempt, []);
+  return [...by.keys()].sort((a, b) => a - b).map((n) => {
+    const evs = by.get(n);
+    const at = (...reasons) => evs.find((e) => reasons.includes(e.reason));
+    const admitted = at("Admitted");
+    const running = at("Started", "PrecheckPassed");
+    const cause = evs.find((e) => ENDINGS.includes(e.reason));
+    const current = n === t.attempt;
+    let nodes = [];
+    if (current && t.placement?.replicas) nodes = [...new Set(t.placement.replicas.map((r) => r.node))];
+    else if (admitted) nodes = (admitted.message.match(/^on (.+?) with /)?.[1] || "").split(", ").filter(Boolean);
+    // Ended: an earlier attempt always; the current one once the task is done.
+    const ended = !current || TERMINAL.includes(t.status);
+    const last = evs[evs.length - 1];
+    // An earlier attempt was retried (Requeued opens the next one) or had ended before a person resubmitted.
+    const next = by.get([...by.keys()].filter((k) => k > n).sort((a, b) => a - b)[0])?.[0];
+    let outcome = t.status;
+    if (!current) {
+      if (next?.reason === "Requeued") outcome = "Requeued";
+      else if (cause?.reason === "Completed") outcome = "Succeeded";
+      else if (["StopRequested", "Deleted", "Terminated"].includes(cause?.reason)) outcome = "Stopped";
+      else outcome = "Failed";
+    }
+    return { n, current, queuedAt: evs[0]?.atMs, admittedAt: admitted?.atMs, runningAt: running?.atMs, endedAt: ended ? last?.atMs : null, outcome, cause, nodes };
+  });
+}
+
 async function taskPage(id) {
   const head = h("div", { class: "task-head" });
   const overview = h("dl", { class: "overview" });
   const actions = h("div", { class: "actions" });
   const replicas = h("tbody", {});
+  const attempts = h("tbody", { id: "attempts" });
   const events = h("ol", { class: "events", id: "events" });
   const spec = h("pre", { class: "spec" });
   const metrics = h("tbody", {});
@@ -317,6 +361,14 @@ async function taskPage(id) {
         ...dd("Resources", t.placement?.units ? t.placement.units.map(([s, c, u]) => `${u} ${c} units of ${s}`).join(", ") : "—"),
       );
       replicas.replaceChildren(...(t.placement?.replicas || []).map((r) => h("tr", {}, h("td", {}, `${r.role}-${r.index}`), h("td", {}, r.rank), h("td", {}, r.node), h("td", {}, `${r.resources.vcpus} vCPU, ${r.resources.memoryMib} MiB, ${r.resources.gpus} GPU`))));
+      const time = (ms) => (ms ? h("time", { datetime: new Date(ms).toISOString() }, when(ms)) : "—");
+      attempts.replaceChildren(...attemptsOf(t, ev.items).reverse().map((a) => h("tr", { "data-attempt": a.n, class: a.current ? "current" : "" },
+        h("td", {}, String(a.n), a.current ? h("span", { class: "muted" }, " (current)") : ""),
+        h("td", {}, time(a.queuedAt)),
+        h("td", {}, time(a.admittedAt), a.runningAt ? h("div", { class: "muted" }, "running ", time(a.runningAt)) : ""),
+        h("td", {}, a.endedAt ? time(a.endedAt) : "—"),
+        h("td", { class: "outcome" }, badge(a.outcome), a.cause ? [" ", h("strong", { "data-reason": a.cause.reason }, a.cause.reason), h("div", { class: "muted" }, a.cause.message)] : ""),
+        h("td", { class: "nodes" }, a.nodes.join(", ") || "—"))));
       events.replaceChildren(...ev.items.map((e) => h("li", { "data-reason": e.reason }, h("time", {}, when(e.atMs)), " ", h("strong", {}, e.reason), ` (attempt ${e.attempt}) `, e.message)));
       spec.textContent = JSON.stringify(t.spec, null, 2);
       const running = !TERMINAL.includes(t.status);
@@ -356,6 +408,7 @@ async function taskPage(id) {
   show(
     head, actions,
     h("section", {}, h("h2", {}, "Overview"), overview),
+    h("section", {}, h("h2", { id: "attempts-title" }, "Attempts"), h("table", { class: "attempts", "aria-labelledby": "attempts-title" }, h("thead", {}, h("tr", {}, ["Attempt", "Queued", "Started", "Ended", "How it ended", "Nodes"].map((c) => h("th", { scope: "col" }, c)))), attempts)),
     h("section", {}, h("h2", {}, "Replicas"), h("table", {}, h("thead", {}, h("tr", {}, ["Replica", "Rank", "Node", "Resources"].map((c) => h("th", { scope: "col" }, c)))), replicas)),
     h("section", {}, h("h2", {}, "Events"), events),
     h("section", {}, h("h2", {}, "Logs"), h("div", { class: "log-bar" }, logSelect, h("label", {}, follow, " follow"), download), log),
@@ -493,8 +546,9 @@ async function createPage(params) {
   const problems = h("ul", { id: "problems", class: "problems", "aria-live": "polite" });
   const summary = h("div", { id: "summary", class: "card" });
   let quota = [];
-  let inherited = [];
-  api("GET", `/api/v1/users/${encodeURIComponent(me.name)}/env`).then(({ data }) => { inherited = data.items || []; render(); }).catch(() => {});
+  // The user's TaskEnv before the first render: drawing the form again when it arrives would replace the
+  // inputs under the user's hands.
+  const inherited = await api("GET", `/api/v1/users/${encodeURIComponent(me.name)}/env`).then(({ data }) => data.items || [], () => []);
   api("GET", "/api/v1/quota").then(({ data }) => { quota = data.items; check(); }).catch(() => {});
 
   const changed = (rerender) => {
@@ -546,7 +600,59 @@ async function createPage(params) {
   };
   const inCluster = (m) => Object.entries(m || {}).filter(([, x]) => !x.clusters?.length || x.clusters.includes(doc.spec.placement.cluster)).map(([k]) => k);
 
+  // The validator's path for a label key: `metadata.labels.team`, or `metadata.labels["app.io/x"]` for keys
+  // that are not plain identifiers (as `trainyard_core::problem::key` writes them), so problems land on the row.
+  const labelPath = (k) => (/^[A-Za-z_][A-Za-z0-9_]*$/.test(k) ? `metadata.labels.${k}` : `metadata.labels[${JSON.stringify(k)}]`);
+
+  // Labels: keys offered from the catalog's maintained labels; a maintained key with allowed values offers them
+  // as choices (a select while label validation is on, suggestions while it is off). A value that is not
+  // allowed (from a clone or an imported document) stays visible, and the validator's problem shows at its row.
+  function labelsEditor() {
+    const policy = cat.labels || {};
+    const maintained = policy.maintained || {};
+    const rows = Object.entries(doc.metadata.labels || {});
+    const put = (i, k, v, rerender) => {
+      const next = Object.entries(doc.metadata.labels || {});
+      next[i] = [k, v];
+      doc.metadata.labels = Object.fromEntries(next);
+      changed(rerender);
+    };
+    return h("fieldset", { "data-path": "metadata.labels", id: "labels" },
+      h("legend", {}, "Labels", policy.validation ? h("span", { class: "muted" }, " (maintained labels only)") : ""),
+      rows.map(([k, v], i) => {
+        const allowed = maintained[k] || [];
+        const kin = h("input", { id: `label-key-${i}`, "aria-label": `label ${i + 1} key`, value: k, list: "maintained-labels", spellcheck: "false" });
+        // A new key may bring other choices for the value: render again.
+        kin.addEventListener("change", () => put(i, kin.value.trim(), v, true));
+        let vin;
+        if (allowed.length && policy.validation) {
+          vin = h("select", { id: `label-value-${i}`, "aria-label": `label ${i + 1} value` },
+            allowed.includes(v) ? "" : h("option", { value: v, selected: true }, v === "" ? "choose a value" : `${v} (not allowed)`),
+            allowed.map((a) => h("option", { value: a, selected: a === v }, a)));
+        } else {
+          vin = h("input", { id: `label-value-${i}`, "aria-label": `label ${i + 1} value`, value: v, list: allowed.length ? `label-values-${i}` : undefined, spellcheck: "false" });
+        }
+        vin.addEventListener("change", () => put(i, kin.value.trim(), vin.value, false));
+        return h("div", { class: "row-item label-row", "data-path": labelPath(k), "data-key": k }, kin, "=", vin,
+          allowed.length && !policy.validation ? h("datalist", { id: `label-values-${i}` }, allowed.map((a) => h("option", { value: a }))) : "",
+          maintained[k] ? h("span", { class: "muted" }, allowed.length ? `one of ${allowed.join(", ")}` : "any value") : "",
+          h("button", { type: "button", class: "link", "aria-label": `remove label ${k || i + 1}`, onclick: () => { delete doc.metadata.labels[k]; changed(true); } }, "Remove"));
+      }),
+      h("datalist", { id: "maintained-labels" }, Object.entries(maintained).map(([k, vs]) => h("option", { value: k }, vs.length ? vs.join(", ") : "any value"))),
+      h("button", { type: "button", class: "add", id: "add-label", onclick: () => {
+        doc.metadata.labels = doc.metadata.labels || {};
+        const unused = Object.keys(maintained).find((k) => !(k in doc.metadata.labels));
+        let k = unused;
+        for (let n = rows.length + 1; !k || k in doc.metadata.labels; n++) k = `key${n}`;
+        doc.metadata.labels[k] = "";
+        changed(true);
+        document.getElementById(`label-key-${rows.length}`)?.focus();
+      } }, "Add label"));
+  }
+
   function render() {
+    // Rendering again replaces the inputs: keep the keyboard where it was.
+    const focused = form.contains(document.activeElement) ? document.activeElement.id : "";
     const s = doc.spec;
     const ray = s.type === "RayJob";
     const clusters = Object.entries(cat.clusters).filter(([, c]) => c.region === s.placement.region).map(([k]) => k);
@@ -556,8 +662,6 @@ async function createPage(params) {
       const x = cat.instanceSpecs[name];
       return x ? `${x.gpus ? `${x.gpus} × ${x.gpuModel} GPU, ` : ""}${x.vcpus} vCPU, ${x.memoryMib} MiB per unit` : "";
     };
-    const labelRows = Object.entries(doc.metadata.labels || {});
-    const maintained = Object.keys(cat.labels?.maintained || {});
     form.replaceChildren(
       h("section", { "aria-labelledby": "sec-basic" }, h("h2", { id: "sec-basic" }, "Basic information"),
         select("spec.placement.region", "Region", Object.keys(cat.regions), true),
@@ -566,17 +670,7 @@ async function createPage(params) {
         text("metadata.namePrefix", "Task name prefix", { hint: "lowercase letters, digits and hyphens; a unique suffix is added" }),
         select("spec.type", "Task type", ["PyTorchJob", "RayJob"], true),
         check1("metadata.public", "Public within the project group"),
-        h("fieldset", { "data-path": "metadata.labels" }, h("legend", {}, "Labels", cat.labels?.validation ? h("span", { class: "muted" }, " (maintained labels only)") : ""),
-          labelRows.map(([k, v], i) => {
-            const kin = h("input", { "aria-label": `label ${i + 1} key`, value: k, list: "maintained-labels" });
-            const vin = h("input", { "aria-label": `label ${i + 1} value`, value: v });
-            const update = () => { const rows = Object.entries(doc.metadata.labels); rows[i] = [kin.value, vin.value]; doc.metadata.labels = Object.fromEntries(rows); changed(false); };
-            kin.addEventListener("change", update); vin.addEventListener("change", update);
-            return h("div", { class: "row-item", "data-path": `metadata.labels.${k}` }, kin, "=", vin,
-              h("button", { type: "button", class: "link", onclick: () => { delete doc.metadata.labels[k]; changed(true); } }, "Remove"));
-          }),
-          h("datalist", { id: "maintained-labels" }, maintained.map((k) => h("option", { value: k }))),
-          h("button", { type: "button", class: "add", onclick: () => { doc.metadata.labels[`key${labelRows.length + 1}`] = ""; changed(true); } }, "Add label"))),
+        labelsEditor()),
       h("section", { "aria-labelledby": "sec-env" }, h("h2", { id: "sec-env" }, "Environment"),
         select("spec.environment.image", "Image", inCluster(cat.images), false, ray ? "RayJob needs an image with Ray" : ""),
         inherited.length ? h("div", { class: "inherited", id: "inherited-env" }, h("span", { class: "muted" }, "Inherited from your TaskEnv (a variable of the same name below wins): "),
@@ -644,6 +738,7 @@ async function createPage(params) {
     if (ray && !s.ray) s.ray = {};
     if (!ray) delete s.ray;
     if (ray) delete s.pytorch;
+    if (focused) document.getElementById(focused)?.focus();
   }
 
   // The alarm events field is edited as text; the document wants a list.
@@ -713,11 +808,34 @@ async function adminPage() {
   const quota = h("tbody", { id: "quota-lines" });
   const catalogText = h("textarea", { id: "catalog", rows: 18, spellcheck: "false", "aria-label": "catalog (JSON or YAML)" });
   const labelSwitch = h("input", { type: "checkbox", id: "label-validation" });
+  const users = h("tbody", { id: "users" });
+  const groups = h("tbody", { id: "project-groups" });
   let cat = null;
+
+  // Users (name, role, groups) and the project groups with their members, from the same list.
+  async function loadUsers() {
+    const { data } = await api("GET", "/api/v1/admin/users");
+    users.replaceChildren(...data.items.map((u) => h("tr", { "data-user": u.name },
+      h("td", {}, u.name), h("td", {}, u.role), h("td", {}, u.groups.join(", ") || h("span", { class: "muted" }, "none")),
+      h("td", {}, h("button", { type: "button", class: "link", "aria-label": `edit ${u.name}`, onclick: () => {
+        user.name.value = u.name; user.role.value = u.role; user.groups.value = u.groups.join(", "); user.name.focus();
+      } }, "Edit")))));
+    const names = [...new Set([...Object.keys(cat?.projectGroups || {}), ...data.items.flatMap((u) => u.groups)])].sort();
+    groups.replaceChildren(...names.map((g) => {
+      const members = data.items.filter((u) => u.groups.includes(g)).map((u) => u.name);
+      const known = g in (cat?.projectGroups || {});
+      const lines = (q?.items || []).filter((l) => l.group === g);
+      return h("tr", { "data-group": g },
+        h("td", {}, g, known ? "" : h("span", { class: "muted" }, " (not in the catalog)")),
+        h("td", { class: "members" }, members.join(", ") || h("span", { class: "muted" }, "no members")),
+        h("td", {}, lines.length ? lines.map((l) => h("span", { class: "label" }, `${l.resourceType} ${l.spec}: ${l.limit - l.remaining}/${l.limit}`)) : h("span", { class: "muted" }, "no quota")));
+    }));
+  }
+  let q = null;
 
   async function load() {
     ({ data: cat } = await api("GET", "/api/v1/catalog"));
-    const { data: q } = await api("GET", "/api/v1/quota");
+    ({ data: q } = await api("GET", "/api/v1/quota"));
     catalogText.value = JSON.stringify(cat, null, 2);
     labelSwitch.checked = !!cat.labels?.validation;
     nodes.replaceChildren(...Object.entries(cat.nodes).map(([name, n]) => {
@@ -738,6 +856,7 @@ async function adminPage() {
           n.failed ? h("button", { type: "button", onclick: put({ failed: false }, "Repair") }, "Repair") : h("button", { type: "button", class: "danger", "data-action": "fail", onclick: put({ failed: true }, "Mark failed") }, "Mark failed")));
     }));
     quota.replaceChildren(...q.items.map((l) => h("tr", {}, [l.group, l.resourceType, l.pool, l.spec, l.limit, l.limit - l.remaining, l.remaining, l.poolAvailable, l.idle].map((v) => h("td", {}, v)))));
+    await loadUsers();
   }
 
   async function saveCatalog(text) {
@@ -774,22 +893,28 @@ async function adminPage() {
       h("p", { class: "muted" }, "Maintained labels are in the catalog below, under labels.maintained.")),
     h("section", {}, h("h2", {}, "Catalog"), catalogText, h("div", { class: "row" }, h("span", { class: "muted" }, "Regions, clusters, pools, nodes, instance specs, quotas, images, volumes, datasets, models, labels."),
       h("button", { type: "button", id: "save-catalog", onclick: () => { if (confirm("Replace the catalog?")) saveCatalog(catalogText.value); } }, "Save catalog"))),
-    h("section", {}, h("h2", {}, "Users and tokens"),
-      h("div", { class: "row-item" }, user.name, user.role, user.groups,
-        h("button", { type: "button", onclick: async () => {
+    h("section", {}, h("h2", { id: "users-title" }, "Users and tokens"),
+      h("table", { "aria-labelledby": "users-title" }, h("thead", {}, h("tr", {}, ["User", "Role", "Project groups", ""].map((c) => h("th", { scope: "col" }, c)))), users),
+      h("h3", {}, "Add or change a user"),
+      h("div", { class: "row-item" }, h("label", {}, "Name ", user.name), h("label", {}, "Role ", user.role), h("label", {}, "Project groups ", user.groups),
+        h("button", { type: "button", id: "save-user", onclick: async () => {
           try {
             const groups = user.groups.value.split(",").map((g) => g.trim()).filter(Boolean);
             await api("POST", "/api/v1/admin/users", JSON.stringify({ name: user.name.value, role: user.role.value, groups }), { "Content-Type": "application/json" });
             say(`user ${user.name.value} saved`);
+            await loadUsers();
           } catch (e) { say(e.message, true); }
         } }, "Save user"),
-        h("button", { type: "button", onclick: async () => {
+        h("button", { type: "button", id: "new-token-for-user", onclick: async () => {
           try {
             const { data } = await api("POST", `/api/v1/users/${encodeURIComponent(user.name.value)}/tokens`, JSON.stringify({ label: "console" }), { "Content-Type": "application/json" });
             tokenOut.textContent = `token for ${user.name.value} (shown once): ${data.token}`;
           } catch (e) { say(e.message, true); }
         } }, "New token")),
       tokenOut),
+    h("section", {}, h("h2", { id: "groups-title" }, "Project groups"),
+      h("table", { "aria-labelledby": "groups-title" }, h("thead", {}, h("tr", {}, ["Group", "Members", "Quota"].map((c) => h("th", { scope: "col" }, c)))), groups),
+      h("p", { class: "muted" }, "Groups are in the catalog (projectGroups); a user's groups are set above.")),
     h("section", {}, h("h2", {}, "TaskEnv"), h("div", { class: "row-item" }, envUser, h("button", { type: "button", onclick: loadEnv }, "Show")),
       h("table", {}, h("tbody", {}, envRows)),
       h("div", { class: "row-item" }, envNew.name, envNew.value, h("label", {}, envNew.hidden, " hidden"),
