@@ -64,6 +64,7 @@ macro_rules! conformance {
 conformance!(
     create_get_and_idempotency,
     concurrent_retries_create_one_task,
+    a_burst_of_creates_answers_each_alone,
     list_pages_newest_first_with_filters,
     list_pages_in_every_sort_order,
     visibility_is_decided_in_the_query,
@@ -199,6 +200,82 @@ async fn concurrent_retries_create_one_task(store: Store, _: String) {
     }
     assert_eq!((new, ids.len()), (1, 1), "exactly one task, returned to every retry");
     assert_eq!(store.count_tasks().await.unwrap(), 1);
+}
+
+/// Creates that arrive together are written by one group commit (multi-row statements when all are new);
+/// a retried key, a reused key with another body or a taken name in the same burst is answered alone and
+/// costs the others nothing.
+async fn a_burst_of_creates_answers_each_alone(store: Store, _: String) {
+    let mut taken = new_task("t0", "dave", "nlp", 300);
+    taken.name = "taken".into();
+    store.create_task(&taken).await.unwrap();
+    let mut old = new_task("k0", "dave", "nlp", 300);
+    old.idempotency = Some(("old-key".into(), "body-a".into()));
+    store.create_task(&old).await.unwrap();
+
+    for round in 0..2 {
+        // Round 0: only new tasks (the multi-row path). Round 1: new tasks mixed with every kind of conflict.
+        let mut burst = Vec::new();
+        for i in 0..150 {
+            let mut t = new_task(&format!("r{round}-{i}"), "dave", "nlp", 400 + i);
+            t.labels.insert("burst".into(), format!("{round}"));
+            t.labels.insert("i".into(), format!("{i}"));
+            t.idempotency = Some((format!("key-{round}-{i}"), "body".into()));
+            burst.push(t);
+        }
+        if round == 1 {
+            let mut retry = new_task("r1-retry", "dave", "nlp", 600);
+            retry.idempotency = Some(("old-key".into(), "body-a".into()));
+            let mut conflict = new_task("r1-conflict", "dave", "nlp", 601);
+            conflict.idempotency = Some(("old-key".into(), "body-b".into()));
+            let mut name = new_task("r1-name", "dave", "nlp", 602);
+            name.name = "taken".into();
+            let mut twice = new_task("r1-twice", "dave", "nlp", 603);
+            twice.idempotency = Some(("key-1-7".into(), "body".into()));
+            burst.splice(40..40, [retry, conflict, name, twice]);
+        }
+        let handles: Vec<_> = burst
+            .into_iter()
+            .map(|t| {
+                let store = store.clone();
+                tokio::spawn(async move { (t.id.clone(), store.create_task(&t).await) })
+            })
+            .collect();
+        for h in handles {
+            let (id, got) = h.await.unwrap();
+            match (id.as_str(), got) {
+                ("r1-retry", Ok(Created::Existing(t))) => assert_eq!(t.id, "k0"),
+                ("r1-conflict", Err(StoreError::IdempotencyConflict)) => {}
+                ("r1-name", Err(StoreError::NameTaken(n))) => assert_eq!(n, "taken"),
+                // The same key twice in one burst: whichever came second gets the first one's task.
+                ("r1-twice", Ok(Created::Existing(t))) => assert_eq!(t.id, "r1-7"),
+                ("r1-7", Ok(Created::Existing(t))) => assert_eq!(t.id, "r1-twice"),
+                (id, Ok(Created::New(t))) if id.starts_with('r') => {
+                    assert_eq!(t.id, id);
+                    let got = store.get_task(id).await.unwrap().expect("a created task is stored");
+                    assert_eq!(got, t);
+                    assert_eq!(got.labels.len(), 2, "{id}");
+                    let events = store.list_events(id, 0, 10).await.unwrap();
+                    assert_eq!(events.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>(), ["Queued"]);
+                }
+                (id, other) => panic!("{id}: {other:?}"),
+            }
+        }
+    }
+    // 2 before, 150 + 150 new, plus one of the same-key pair counted once.
+    assert_eq!(store.count_tasks().await.unwrap(), 2 + 150 + 150 + 1 - 1);
+    for name in ["r1-conflict", "r1-name"] {
+        assert_eq!(store.get_task(name).await.unwrap(), None, "a refused create writes nothing");
+    }
+    let labelled = store
+        .list_tasks(
+            &TaskFilter { labels: vec![("burst".into(), "1".into())], ..Default::default() },
+            None,
+            500,
+        )
+        .await
+        .unwrap();
+    assert_eq!(labelled.items.len(), 150, "label rows of every new task in the burst are written");
 }
 
 async fn list_pages_in_every_sort_order(store: Store, _: String) {

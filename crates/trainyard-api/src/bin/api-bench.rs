@@ -6,7 +6,8 @@
 //! 3. the server's resident memory with 1,000,000 tasks stored (the server runs in a process of its own, on
 //!    the same database file, so the load generator's memory is not counted).
 //!
-//! Run: `cargo run --release -p trainyard-api --bin api-bench` (`-- --quick` for a small smoke run).
+//! Run: `cargo run --release -p trainyard-api --bin api-bench` (`-- --quick` for a small smoke run,
+//! `-- --creates-only` for the creates alone).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -122,6 +123,31 @@ fn serve_mode(url: &str) {
     });
 }
 
+/// CPU time another process has used (user + system), in seconds.
+fn cpu_of_s(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name (which may hold spaces) start at its closing parenthesis.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    // utime and stime are fields 14 and 15 of the line; `f` starts at field 4 (the state letter is skipped).
+    f.get(10).zip(f.get(11)).map_or(0.0, |(u, s)| (u + s) / 100.0)
+}
+
+/// The control loop's tick count and time spent in ticks (seconds), from the server's `/metrics`.
+fn control_ticks(base: &str) -> (f64, f64) {
+    let text = ureq::get(&format!("{base}/metrics"))
+        .call()
+        .ok()
+        .and_then(|mut r| r.body_mut().read_to_string().ok())
+        .unwrap_or_default();
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (value("trainyard_control_tick_seconds_count"), value("trainyard_control_tick_seconds_sum"))
+}
+
 /// Resident memory of another process, in MB.
 fn rss_of_mb(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -140,6 +166,7 @@ fn main() {
         return serve_mode(&args[i + 1]);
     }
     let quick = args.iter().any(|a| a == "--quick");
+    let creates_only = args.iter().any(|a| a == "--creates-only");
     let (create_secs, stored) = if quick { (3, 20_000) } else { (10, 1_000_000) };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let dir = std::env::temp_dir().join(format!("trainyard-api-bench-{}", std::process::id()));
@@ -183,6 +210,8 @@ fn main() {
         Arc::new(serde_json::to_string(&task.expect("the benchmark task parses")).unwrap())
     };
     let stop = Arc::new(AtomicBool::new(false));
+    let cpu_before = cpu_of_s(server.id());
+    let ticks_before = control_ticks(&base);
     let clients: Vec<_> = (0..64)
         .map(|c| {
             let (base, token, stop, body) = (base.clone(), admin.clone(), stop.clone(), json_task.clone());
@@ -207,6 +236,11 @@ fn main() {
     std::thread::sleep(Duration::from_secs(create_secs));
     stop.store(true, Ordering::Relaxed);
     let lat: Vec<Duration> = clients.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    let server_cpu = cpu_of_s(server.id()) - cpu_before;
+    let ticks = {
+        let (n1, s1) = control_ticks(&base);
+        (n1 - ticks_before.0, s1 - ticks_before.1)
+    };
     let rate = lat.len() as f64 / create_secs as f64;
     row(
         "creates/s, 64 concurrent clients, durable (acknowledged = committed)",
@@ -215,7 +249,29 @@ fn main() {
         rate / 5000.0,
     );
     row("create latency p50 ms", format!("{:.2}", ms(pct(lat.clone(), 0.5))), "", 0.0);
-    row("create latency p99 ms", format!("{:.2}", ms(pct(lat, 0.99))), "", 0.0);
+    row("create latency p99 ms", format!("{:.2}", ms(pct(lat.clone(), 0.99))), "", 0.0);
+    // The server's own CPU per create: what the rate costs, less sensitive than the rate itself to whatever
+    // else this machine runs meanwhile.
+    row(
+        "server CPU per create, µs (all threads: HTTP, validation, store, control loop)",
+        format!("{:.0}", server_cpu * 1e6 / lat.len() as f64),
+        "",
+        0.0,
+    );
+    println!(
+        "    control loop meanwhile: {:.0} ticks, {:.2} ms each on average, {:.0}% of one core",
+        ticks.0,
+        ticks.1 * 1e3 / ticks.0.max(1.0),
+        ticks.1 * 100.0 / create_secs as f64
+    );
+
+    if creates_only {
+        println!("    server resident memory {:.0} MB", rss_of_mb(server.id()));
+        let _ = server.kill();
+        let _ = server.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
 
     // 2. Fill to the stored count, then list.
     let have = rt.block_on(store.count_tasks()).unwrap() as usize;
