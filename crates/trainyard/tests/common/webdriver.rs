@@ -1,5 +1,6 @@
 //! A small W3C WebDriver client over HTTP for the console tests: Debian's `chromedriver` driving headless
 //! `chromium`. Just what the tests use: navigate, find, click, type, read, run a script, take a screenshot.
+//! `src/bin/console-bench.rs` uses it too (included by path), so it needs only the crate's own dependencies.
 
 #![allow(dead_code)]
 
@@ -27,21 +28,34 @@ impl El {
 
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
-fn find_program(names: &[&str]) -> String {
+fn which(names: &[&str]) -> Option<String> {
     for n in names {
         for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
             if dir.join(n).is_file() {
-                return dir.join(n).display().to_string();
+                return Some(dir.join(n).display().to_string());
             }
         }
     }
-    panic!("none of {names:?} is installed; .ci/run installs Debian's chromium and chromium-driver")
+    None
 }
 
+fn find_program(names: &[&str]) -> String {
+    which(names).unwrap_or_else(|| {
+        panic!("none of {names:?} is installed; .ci/run installs Debian's chromium and chromium-driver")
+    })
+}
+
+const CHROMIUM: &[&str] = &["chromium", "chromium-browser", "google-chrome"];
+
 impl Browser {
+    /// Whether chromedriver and a chromium are on PATH.
+    pub fn installed() -> bool {
+        which(&["chromedriver"]).is_some() && which(CHROMIUM).is_some()
+    }
+
     pub fn start() -> Browser {
         let chromedriver = find_program(&["chromedriver"]);
-        let chromium = find_program(&["chromium", "chromium-browser", "google-chrome"]);
+        let chromium = find_program(CHROMIUM);
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let driver = Command::new(chromedriver)
             .arg(format!("--port={port}"))
@@ -145,6 +159,11 @@ impl Browser {
 
     pub fn script(&self, js: &str, args: Value) -> Value {
         self.post(&self.s("/execute/sync"), json!({"script": js, "args": args}))
+    }
+
+    /// Runs an asynchronous script: it ends by calling its last argument with the result.
+    pub fn script_async(&self, js: &str, args: Value) -> Value {
+        self.post(&self.s("/execute/async"), json!({"script": js, "args": args}))
     }
 
     pub fn url(&self) -> String {
