@@ -166,6 +166,8 @@ pub struct AppState {
     pub backend: AnyBackend,
     /// Wakes the control loop at once (a task was created, stopped or resubmitted).
     pub wake: Arc<tokio::sync::Notify>,
+    /// Hands created tasks to the control loop (with their parsed specs) without a store read.
+    pub arrivals: trainyard_control::Arrivals,
 }
 
 impl AppState {
@@ -185,6 +187,7 @@ impl AppState {
             catalog: handle,
             secrets: Arc::new(secrets),
             queue: control.queue_board(),
+            arrivals: control.arrivals(),
             tokens: Default::default(),
             metrics: Default::default(),
             control: Arc::new(Mutex::new(control)),
@@ -408,7 +411,7 @@ fn view(state: &AppState, t: &TaskRecord, spec: Spec) -> TaskView {
         state.queue.get(&t.id).map(|q| QueueView {
             position: q.position,
             position_in_group: q.position_in_group,
-            reason: q.reason.clone(),
+            reason: q.reason.to_string(),
         })
     } else {
         None
@@ -527,6 +530,9 @@ async fn create_task(State(state): State<AppState>, headers: HeaderMap, body: By
     )
     .await
     .map_err(refused)?;
+    if let Created::New(t) = &created {
+        state.arrivals.push(t, &task);
+    }
     state.wake.notify_one();
     let (status, spec) = match &created {
         Created::New(_) => (StatusCode::CREATED, Spec::This(&task)),
@@ -1144,6 +1150,8 @@ async fn clone_task(
         SubmitError::Invalid(r) => ApiError::Invalid(r),
         SubmitError::Store(s) => s.into(),
     })?;
+    state.arrivals.push(created.task(), &task);
+    state.wake.notify_one();
     Ok((StatusCode::CREATED, Json(view(&state, created.task(), Spec::This(&task)))).into_response())
 }
 
@@ -1187,13 +1195,17 @@ pub fn router(state: AppState) -> Router {
 /// How often the control loop runs without being asked.
 pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
 
+/// After a tick, the loop rests at least this many times as long as the tick took.
+pub const TICK_REST: u32 = 4;
+
 /// Between ticks while an attempt is starting or stopping, or after a wake-up.
 pub const SETTLING_INTERVAL: Duration = Duration::from_millis(5);
 
 /// Runs the control loop until the process ends: every [`TICK_INTERVAL`], sooner when woken (a task was
 /// created or stopped) or while attempts are starting or stopping ([`SETTLING_INTERVAL`]); when a tick takes
-/// long (a deep queue), never sooner than twice its length after it, so the loop takes at most about a third
-/// of a core from the API.
+/// long (a deep queue), never sooner than [`TICK_REST`] times its length after it, so that under a stream of
+/// submissions the loop takes at most about a fifth of a core from the API and batches what arrived
+/// meanwhile into its next tick.
 pub fn spawn_control_loop(
     control: Arc<Mutex<Control<AnyBackend>>>,
     metrics: Arc<Metrics>,
@@ -1214,7 +1226,7 @@ pub fn spawn_control_loop(
                     false
                 }
             };
-            let floor = 2 * took;
+            let floor = TICK_REST * took;
             if settling {
                 tokio::time::sleep(SETTLING_INTERVAL.max(floor)).await;
                 continue;

@@ -17,8 +17,9 @@ pub mod secrets;
 
 use place::{Placement, snapshot_for};
 use secrets::SecretBox;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
 use trainyard_core::lifecycle::{FailureClass, Reason, Status, failure_class, transition};
 use trainyard_core::spec::TrainingTask;
 use trainyard_core::{Catalog, Report, check};
@@ -53,7 +54,8 @@ pub enum CommandError {
 pub struct QueueInfo {
     pub position: u32,
     pub position_in_group: u32,
-    pub reason: String,
+    /// Shared by the tasks that wait for the same reason.
+    pub reason: Arc<str>,
 }
 
 impl From<Catalog> for CatalogHandle {
@@ -82,16 +84,55 @@ impl CatalogHandle {
 
 /// Queue positions and wait reasons as of the last tick, readable from anywhere without the control loop.
 #[derive(Debug, Clone, Default)]
-pub struct QueueBoard(std::sync::Arc<std::sync::RwLock<BTreeMap<String, QueueInfo>>>);
+pub struct QueueBoard(Arc<std::sync::RwLock<HashMap<Arc<str>, QueueInfo>>>);
 
 impl QueueBoard {
     pub fn get(&self, task_id: &str) -> Option<QueueInfo> {
         self.0.read().unwrap_or_else(|e| e.into_inner()).get(task_id).cloned()
     }
 
-    fn replace(&self, waits: BTreeMap<String, QueueInfo>) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = waits;
+    /// Puts this tick's waits up and hands back the last tick's, for the caller to drop outside the lock.
+    fn replace(&self, waits: HashMap<Arc<str>, QueueInfo>) -> HashMap<Arc<str>, QueueInfo> {
+        std::mem::replace(&mut *self.0.write().unwrap_or_else(|e| e.into_inner()), waits)
     }
+}
+
+/// Tasks this process has just created, handed to the control loop with their parsed specs, so that it
+/// neither waits for its next read of the store to see them nor reads and parses their specs again.
+#[derive(Debug, Clone, Default)]
+pub struct Arrivals(Arc<std::sync::Mutex<Vec<Arrival>>>);
+
+/// A created task's record and its slimmed spec.
+type Arrival = (TaskRecord, Arc<TrainingTask>);
+
+impl Arrivals {
+    /// A task just committed to the store, and its spec as validated.
+    pub fn push(&self, record: &TaskRecord, task: &TrainingTask) {
+        let mut record = record.clone();
+        record.spec_json = String::new();
+        let spec = Arc::new(slim(task.clone()));
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push((record, spec));
+    }
+
+    fn take(&self) -> Vec<Arrival> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// A task the loop has work for: its record (spec left out) and, once read, its slimmed spec (a stored spec
+/// never changes, so it is read and parsed once).
+#[derive(Debug)]
+struct Entry {
+    id: Arc<str>,
+    record: Arc<TaskRecord>,
+    spec: Option<Arc<TrainingTask>>,
+}
+
+/// Where a task sits in [`Control::active`]: queue order (submission time, then id).
+type ActiveKey = (i64, String);
+
+fn active_key(t: &TaskRecord) -> ActiveKey {
+    (t.created_at_ms, t.id.clone())
 }
 
 /// One quota and the capacity figures of its pool and spec, in spec units.
@@ -148,10 +189,14 @@ fn slim(mut task: TrainingTask) -> TrainingTask {
 }
 
 /// Changes committed up to this long before a sync are still picked up by it (commits land a little after
-/// the time they record).
-const SYNC_SKEW_MS: i64 = 2_000;
-/// A full read of the active tasks every this many ticks, whatever the incremental syncs saw.
-const FULL_SYNC_EVERY: u32 = 100;
+/// the time they record). Every tick looks back [`SYNC_SKEW_MS`]; at most every [`WIDE_SYNC_EVERY_MS`] a
+/// sync looks back [`WIDE_SYNC_SKEW_MS`], for commits that took long (a stalled disk, another server on the
+/// same database). Creates made by this process do not depend on either: they arrive by [`Arrivals`].
+const SYNC_SKEW_MS: i64 = 250;
+const WIDE_SYNC_SKEW_MS: i64 = 2_000;
+const WIDE_SYNC_EVERY_MS: i64 = 1_000;
+/// A full read of the active tasks at least this often, whatever the incremental syncs saw.
+const FULL_SYNC_EVERY_MS: i64 = 10_000;
 
 /// Statuses that the control loop still has work for.
 const ACTIVE: &[&str] = &["Queued", "Admitted", "Starting", "Prechecking", "Running", "Stopping"];
@@ -163,6 +208,21 @@ fn random_u64() -> u64 {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
     );
     h.finish()
+}
+
+/// A new task id: 16 hex digits, the submission time in milliseconds (44 bits) then a per-process counter
+/// (20 bits) that starts at a random value. Ids of one process never repeat (up to a million a
+/// millisecond), two servers on one database almost never collide (a collision is retried like a taken
+/// name), and ids grow with time, so the store's indexes on them take new tasks at their end instead of
+/// at random places (fewer pages written per commit).
+fn task_id(now_ms: i64) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(random_u64);
+    let n = start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) & 0xF_FFFF;
+    let ms = (now_ms.max(0) as u64) & ((1 << 44) - 1);
+    format!("{:016x}", (ms << 20) | n)
 }
 
 fn suffix(n: u64) -> String {
@@ -234,7 +294,7 @@ pub async fn store_task(
     for _ in 0..NAME_TRIES {
         let r = random_u64();
         let new = NewTask {
-            id: format!("{r:016x}"),
+            id: task_id(now_ms),
             name: format!("{}-{}", task.metadata.name_prefix, suffix(r.rotate_left(17))),
             owner: owner.to_owned(),
             project_group: task.metadata.project_group.clone(),
@@ -288,8 +348,8 @@ pub struct Control<B> {
     secrets: SecretBox,
     /// The last wait of every queued task, shared with readers (the API) so they never wait for a tick.
     waits: QueueBoard,
-    /// Parsed specs by task id: a stored spec never changes, so it is parsed once.
-    specs: BTreeMap<String, std::sync::Arc<TrainingTask>>,
+    /// Tasks created by this process since the last tick.
+    arrivals: Arrivals,
     nominated: BTreeMap<String, Vec<String>>,
     /// Nodes each task's next attempts avoid (node replacement), from the backend's suspicions.
     excluded: BTreeMap<String, std::collections::BTreeSet<String>>,
@@ -297,11 +357,13 @@ pub struct Control<B> {
     scale_wants: BTreeMap<String, u32>,
     /// Tasks already reported as unreadable.
     unreadable: std::collections::BTreeSet<String>,
-    /// The tasks the loop has work for (specs left out), kept up to date from the store incrementally: rows
-    /// changed since the last sync, and a full read every [`FULL_SYNC_EVERY`] ticks as a safety net.
-    active: BTreeMap<String, TaskRecord>,
+    /// The tasks the loop has work for, in queue order, kept up to date incrementally: this process's
+    /// arrivals, rows changed since the last sync, and a full read every [`FULL_SYNC_EVERY_MS`] as a safety
+    /// net. Records are shared with the tick that reads them, not copied.
+    active: BTreeMap<ActiveKey, Entry>,
     synced_to_ms: Option<i64>,
-    ticks_since_full_sync: u32,
+    wide_synced_ms: i64,
+    full_synced_ms: i64,
     /// The scheduler's view at the last tick, for the quota figures.
     last_snapshot: std::sync::Arc<trainyard_sched::Snapshot>,
 }
@@ -322,7 +384,7 @@ impl<B: Backend> Control<B> {
             config,
             secrets,
             waits: QueueBoard::default(),
-            specs: BTreeMap::new(),
+            arrivals: Arrivals::default(),
             nominated: BTreeMap::new(),
             scale_wants: BTreeMap::new(),
             excluded: BTreeMap::new(),
@@ -330,23 +392,42 @@ impl<B: Backend> Control<B> {
             last_snapshot: Default::default(),
             active: BTreeMap::new(),
             synced_to_ms: None,
-            ticks_since_full_sync: 0,
+            wide_synced_ms: 0,
+            full_synced_ms: 0,
         }
     }
 
     /// Brings `active` up to date with the store.
     async fn sync_active(&mut self, now_ms: i64) -> Result<(), StoreError> {
         match self.synced_to_ms {
-            Some(since) if self.ticks_since_full_sync < FULL_SYNC_EVERY => {
-                for t in self.store.tasks_updated_since(since - SYNC_SKEW_MS).await? {
-                    self.absorb(t);
+            Some(since) if now_ms - self.full_synced_ms < FULL_SYNC_EVERY_MS => {
+                let skew = if now_ms - self.wide_synced_ms >= WIDE_SYNC_EVERY_MS {
+                    self.wide_synced_ms = now_ms;
+                    WIDE_SYNC_SKEW_MS
+                } else {
+                    SYNC_SKEW_MS
+                };
+                for t in self.store.tasks_updated_since(since - skew).await? {
+                    self.absorb(t, None);
                 }
-                self.ticks_since_full_sync += 1;
             }
             _ => {
                 let all = self.store.tasks_in_status_without_spec(ACTIVE).await?;
-                self.active = all.into_iter().map(|t| (t.id.clone(), t)).collect();
-                self.ticks_since_full_sync = 0;
+                // Specs already read are kept: they never change.
+                let mut old = std::mem::take(&mut self.active);
+                for t in all {
+                    let key = active_key(&t);
+                    let (id, spec) = match old.remove(&key) {
+                        Some(e) => (e.id, e.spec),
+                        None => (Arc::from(t.id.as_str()), None),
+                    };
+                    self.active.insert(key, Entry { id, record: Arc::new(t), spec });
+                }
+                for (_, gone) in old {
+                    self.forget(&gone.id);
+                }
+                self.full_synced_ms = now_ms;
+                self.wide_synced_ms = now_ms;
             }
         }
         self.synced_to_ms = Some(now_ms);
@@ -354,16 +435,71 @@ impl<B: Backend> Control<B> {
     }
 
     /// Takes a newer version of a task into `active` (or drops it when the loop has nothing left to do).
-    fn absorb(&mut self, mut t: TaskRecord) {
-        if self.active.get(&t.id).is_some_and(|known| known.version > t.version) {
-            return;
+    fn absorb(&mut self, mut t: TaskRecord, spec: Option<Arc<TrainingTask>>) {
+        let key = active_key(&t);
+        let keep = ACTIVE.contains(&t.status.as_str());
+        match self.active.get_mut(&key) {
+            Some(known) if known.record.version >= t.version => {
+                known.spec = known.spec.take().or(spec);
+            }
+            Some(known) if keep => {
+                t.spec_json = String::new();
+                known.record = Arc::new(t);
+                known.spec = known.spec.take().or(spec);
+            }
+            Some(_) => {
+                self.active.remove(&key);
+                self.forget(&t.id);
+            }
+            None if keep => {
+                t.spec_json = String::new();
+                let id = Arc::from(t.id.as_str());
+                self.active.insert(key, Entry { id, record: Arc::new(t), spec });
+            }
+            None => {}
         }
-        if ACTIVE.contains(&t.status.as_str()) {
-            t.spec_json.clear();
-            self.active.insert(t.id.clone(), t);
-        } else {
-            self.active.remove(&t.id);
+    }
+
+    /// Drops what the loop kept about a task that has left the active set.
+    fn forget(&mut self, id: &str) {
+        self.nominated.remove(id);
+        self.scale_wants.remove(id);
+        self.excluded.remove(id);
+    }
+
+    /// Reads and parses, in bulk, the specs of active tasks not yet known (those created by another process,
+    /// or read back after a restart). A spec that cannot be parsed is reported once and its task left out.
+    async fn read_missing_specs(&mut self, now_ms: i64) -> Result<(), StoreError> {
+        let missing: Vec<&str> = self
+            .active
+            .values()
+            .filter(|e| e.spec.is_none() && !self.unreadable.contains(&*e.id))
+            .map(|e| &*e.id)
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
         }
+        let mut specs = self.store.specs_of(&missing).await?;
+        let mut unreadable = Vec::new();
+        for e in self.active.values_mut().filter(|e| e.spec.is_none()) {
+            let Some(json) = specs.remove(&*e.id) else { continue };
+            let t = TaskRecord { spec_json: json, ..(*e.record).clone() };
+            match Self::parse(&t) {
+                Ok(task) => e.spec = Some(Arc::new(slim(task))),
+                Err(err) => unreadable.push((e.record.clone(), err)),
+            }
+        }
+        for (t, err) in unreadable {
+            if self.unreadable.insert(t.id.clone()) {
+                self.store.append_event(&t.id, t.attempt, now_ms, "InternalError", &err.to_string()).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The handle through which this process's API hands new tasks to the loop.
+    pub fn arrivals(&self) -> Arrivals {
+        self.arrivals.clone()
     }
 
     /// Whether a task would be admitted now, and if not why, from the scheduler's own code over its view at
@@ -487,7 +623,14 @@ impl<B: Backend> Control<B> {
         idempotency_key: Option<&str>,
         now_ms: i64,
     ) -> Result<Created, SubmitError> {
-        submit(&self.store, &self.catalog.get(), &self.secrets, owner, body, idempotency_key, now_ms).await
+        let catalog = self.catalog.get();
+        let task = validate(&catalog, body)?;
+        let created =
+            store_task(&self.store, &self.secrets, owner, &task, body, idempotency_key, now_ms).await?;
+        if let Created::New(t) = &created {
+            self.arrivals.push(t, &task);
+        }
+        Ok(created)
     }
 
     /// Applies one checked transition. `Ok(None)` when a concurrent change won (the next tick retries).
@@ -524,6 +667,125 @@ impl<B: Backend> Control<B> {
         }
     }
 
+    /// Commits this tick's admissions, each task taken to Admitted (with its placement) and on to Starting,
+    /// all in one transaction, then launches them. A task changed meanwhile is left for the next tick.
+    async fn admit(
+        &mut self,
+        tasks: &[Arc<TaskRecord>],
+        admits: Vec<(usize, Placement)>,
+        now_ms: i64,
+        report: &mut TickReport,
+    ) -> Result<(), StoreError> {
+        if admits.is_empty() {
+            return Ok(());
+        }
+        let chains: Vec<(&TaskRecord, Vec<Step>)> = admits
+            .iter()
+            .map(|(i, placement)| {
+                let t = &*tasks[*i];
+                let json = serde_json::to_string(placement).expect("a placement always serialises");
+                let nodes: Vec<&str> = placement.replicas.iter().map(|r| r.node.as_str()).collect();
+                let message = format!("on {} with {}", nodes.join(", "), placement.spec_summary());
+                let steps = vec![
+                    Step::new(Status::Admitted, Reason::Admitted, message, t.attempt).placement(json),
+                    Step::new(Status::Starting, Reason::Admitted, "starting replicas", t.attempt),
+                ];
+                (t, steps)
+            })
+            .collect();
+        let done = self.apply_chains(&chains, now_ms).await?;
+        for ((_, placement), t) in admits.iter().zip(done) {
+            let Some(t) = t else {
+                report.conflicts += 1;
+                continue;
+            };
+            self.nominated.remove(&t.id);
+            // Committed first; a failed launch is retried by reconciliation on the next tick.
+            match self.launch_spec(&t, placement).await {
+                Some(spec) => {
+                    let _ = self.backend.launch(&spec).await;
+                }
+                None => {
+                    let why = "a hidden value cannot be opened with this server's key (was the key changed?)";
+                    self.store.append_event(&t.id, t.attempt, now_ms, "InternalError", why).await?;
+                }
+            }
+            report.admitted += 1;
+        }
+        Ok(())
+    }
+
+    /// Applies chains of checked transitions, several tasks at once, in one transaction: each task's steps
+    /// in order. A task's answer is its record after its last step, or `None` when a concurrent change won
+    /// (its steps then wrote nothing: the transaction runs them back to back on the row it locked).
+    async fn apply_chains(
+        &self,
+        chains: &[(&TaskRecord, Vec<Step>)],
+        now_ms: i64,
+    ) -> Result<Vec<Option<TaskRecord>>, StoreError> {
+        let mut changes = Vec::new();
+        let mut spans = Vec::with_capacity(chains.len());
+        for (t, steps) in chains {
+            let mut from = Status::from_name(&t.status)
+                .ok_or_else(|| StoreError::Corrupt(format!("status {:?}", t.status)))?;
+            let mut illegal = None;
+            for step in steps {
+                if let Err(e) = transition(from, step.to, step.reason) {
+                    illegal = Some(e);
+                    break;
+                }
+                from = step.to;
+            }
+            if let Some(e) = illegal {
+                // The control loop only asks for legal transitions; reaching this is a bug, recorded.
+                self.store.append_event(&t.id, t.attempt, now_ms, "InternalError", &e.to_string()).await?;
+                spans.push(None);
+                continue;
+            }
+            let first = changes.len();
+            for (k, step) in (0i64..).zip(steps) {
+                changes.push(Transition {
+                    task_id: t.id.clone(),
+                    expected_version: t.version + k,
+                    status: step.to.to_string(),
+                    attempt: step.attempt,
+                    at_ms: now_ms,
+                    reason: step.reason.to_string(),
+                    message: step.message.clone(),
+                    placement: step.placement.clone(),
+                    retries: step.retries,
+                });
+            }
+            spans.push(Some(first..changes.len()));
+        }
+        let answers = self.store.transitions(&changes).await?;
+        let mut out = Vec::with_capacity(chains.len());
+        for ((_, steps), span) in chains.iter().zip(spans) {
+            let Some(span) = span else {
+                out.push(None);
+                continue;
+            };
+            let mut last = None;
+            for (step, answer) in steps.iter().zip(&answers[span]) {
+                match answer {
+                    Ok(r) => {
+                        for &event in alarms::events_for(step.to, step.reason) {
+                            self.raise(r, event, &step.message, now_ms).await?;
+                        }
+                        last = Some(r.clone());
+                    }
+                    Err(StoreError::VersionConflict { .. } | StoreError::NotFound(_)) => {
+                        last = None;
+                        break;
+                    }
+                    Err(e) => return Err(StoreError::Corrupt(e.to_string())),
+                }
+            }
+            out.push(last);
+        }
+        Ok(out)
+    }
+
     /// Queues an alarm event for the task's subscriptions.
     async fn raise(
         &self,
@@ -532,10 +794,10 @@ impl<B: Backend> Control<B> {
         message: &str,
         now_ms: i64,
     ) -> Result<(), StoreError> {
-        let task = match self.specs.get(&t.id) {
-            Some(task) => task.clone(),
+        let task = match self.active.get(&active_key(t)).and_then(|e| e.spec.clone()) {
+            Some(task) => task,
             None => match self.store.get_task(&t.id).await?.map(|full| Self::parse(&full)) {
-                Some(Ok(task)) => std::sync::Arc::new(task),
+                Some(Ok(task)) => Arc::new(task),
                 _ => return Ok(()),
             },
         };
@@ -589,53 +851,36 @@ impl<B: Backend> Control<B> {
             }
         }
 
+        for (t, spec) in self.arrivals.take() {
+            self.absorb(t, Some(spec));
+        }
+        self.sync_active(now_ms).await?;
         // A stored task that cannot be read any more is left alone (and reported once); it must not stop the
         // loop for every other task.
-        let mut tasks = Vec::new();
-        let mut parsed = Vec::new();
-        self.sync_active(now_ms).await?;
-        let mut active: Vec<TaskRecord> = self.active.values().cloned().collect();
-        report.settling = active
+        self.read_missing_specs(now_ms).await?;
+        let mut tasks: Vec<Arc<TaskRecord>> = Vec::with_capacity(self.active.len());
+        let mut parsed: Vec<Arc<TrainingTask>> = Vec::with_capacity(self.active.len());
+        let mut ids: Vec<Arc<str>> = Vec::with_capacity(self.active.len());
+        for e in self.active.values() {
+            if let Some(spec) = &e.spec {
+                tasks.push(e.record.clone());
+                parsed.push(spec.clone());
+                ids.push(e.id.clone());
+            }
+        }
+        report.settling = tasks
             .iter()
             .filter(|t| matches!(t.status.as_str(), "Admitted" | "Starting" | "Stopping"))
             .count() as u32;
-        active.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
-        let ids: std::collections::BTreeSet<&str> = active.iter().map(|t| t.id.as_str()).collect();
-        self.specs.retain(|id, _| ids.contains(id.as_str()));
-        self.scale_wants.retain(|id, _| ids.contains(id.as_str()));
-        self.excluded.retain(|id, _| ids.contains(id.as_str()));
-        for mut t in active {
-            let cached = self.specs.get(&t.id).cloned();
-            let p = match cached {
-                Some(p) => Ok(p),
-                None => match self.store.get_task(&t.id).await? {
-                    Some(full) => {
-                        t.spec_json = full.spec_json;
-                        Self::parse(&t).map(|task| std::sync::Arc::new(slim(task)))
-                    }
-                    None => continue,
-                },
-            };
-            match p {
-                Ok(p) => {
-                    self.specs.insert(t.id.clone(), p.clone());
-                    tasks.push(t);
-                    parsed.push(p);
-                }
-                Err(e) => {
-                    if self.unreadable.insert(t.id.clone()) {
-                        self.store
-                            .append_event(&t.id, t.attempt, now_ms, "InternalError", &e.to_string())
-                            .await?;
-                    }
-                }
-            }
-        }
         let catalog = self.catalog.get();
         let (snap, index) =
             snapshot_for(&catalog, &tasks, &parsed, &self.nominated, &self.scale_wants, &self.excluded);
         let plan = schedule(&snap, now_ms.max(0) as u64, &self.config);
-        let mut waits: BTreeMap<String, QueueInfo> = BTreeMap::new();
+        // Admissions are committed together after the other decisions: one transaction for all of them.
+        let mut admits: Vec<(usize, Placement)> = Vec::new();
+        let mut waits: HashMap<Arc<str>, QueueInfo> = HashMap::with_capacity(snap.pending.len());
+        // Tasks behind a full quota mostly wait for the same reason: described once, shared.
+        let mut described: Vec<(trainyard_sched::GroupIx, &WaitReason, Arc<str>)> = Vec::new();
         for d in &plan.decisions {
             match d {
                 Decision::Admit(a) if index.scale_ups.contains(&a.pending_index) => {
@@ -647,45 +892,8 @@ impl<B: Backend> Control<B> {
                 Decision::Wait(w) if index.scale_ups.contains(&w.pending_index) => {}
                 Decision::Admit(a) => {
                     let i = index.pending[a.pending_index];
-                    let (t, task) = (&tasks[i], &parsed[i]);
-                    let placement = Placement::from_admission(&snap, task, a);
-                    let json = serde_json::to_string(&placement).expect("a placement always serialises");
-                    let nodes: Vec<&str> = placement.replicas.iter().map(|r| r.node.as_str()).collect();
-                    let message = format!("on {} with {}", nodes.join(", "), placement.spec_summary());
-                    let Some(t) = self
-                        .apply(
-                            t,
-                            Step::new(Status::Admitted, Reason::Admitted, message, t.attempt).placement(json),
-                            now_ms,
-                        )
-                        .await?
-                    else {
-                        report.conflicts += 1;
-                        continue;
-                    };
-                    self.nominated.remove(&t.id);
-                    let Some(t) = self
-                        .apply(
-                            &t,
-                            Step::new(Status::Starting, Reason::Admitted, "starting replicas", t.attempt),
-                            now_ms,
-                        )
-                        .await?
-                    else {
-                        report.conflicts += 1;
-                        continue;
-                    };
-                    // Committed first; a failed launch is retried by reconciliation on the next tick.
-                    match self.launch_spec(&t, &placement).await {
-                        Some(spec) => {
-                            let _ = self.backend.launch(&spec).await;
-                        }
-                        None => {
-                            let why = "a hidden value cannot be opened with this server's key (was the key changed?)";
-                            self.store.append_event(&t.id, t.attempt, now_ms, "InternalError", why).await?;
-                        }
-                    }
-                    report.admitted += 1;
+                    let placement = Placement::from_admission(&snap, &parsed[i], a);
+                    admits.push((i, placement));
                 }
                 Decision::Preempt(p) => {
                     let i = index.running[p.running_index];
@@ -717,7 +925,20 @@ impl<B: Backend> Control<B> {
                     let i = index.pending[w.pending_index];
                     let t = &tasks[i];
                     let p = &snap.pending[w.pending_index];
-                    let reason = w.reason.describe(&snap, p.group, |id| index.name_of(&tasks, id));
+                    let reason = match described.iter().find(|(g, r, _)| *g == p.group && **r == w.reason) {
+                        Some((_, _, text)) => text.clone(),
+                        None => {
+                            let text: Arc<str> =
+                                w.reason.describe(&snap, p.group, |id| index.name_of(&tasks, id)).into();
+                            // A handful of distinct reasons at a time; a preemptor's (naming its victims) is
+                            // its own.
+                            if described.len() == 8 {
+                                described.remove(0);
+                            }
+                            described.push((p.group, &w.reason, text.clone()));
+                            text
+                        }
+                    };
                     match &w.reason {
                         WaitReason::Preempting { nodes, .. } => {
                             self.nominated.insert(
@@ -730,13 +951,14 @@ impl<B: Backend> Control<B> {
                         }
                     }
                     waits.insert(
-                        t.id.clone(),
+                        ids[i].clone(),
                         QueueInfo { position: w.position, position_in_group: w.position_in_group, reason },
                     );
                     report.waiting += 1;
                 }
             }
         }
+        self.admit(&tasks, admits, now_ms, &mut report).await?;
         // Queued longer than a subscription (the task's or its owner's) allows: raised once per attempt (the
         // store keeps it once).
         let mut owners_alarms: BTreeMap<String, Vec<trainyard_core::spec::AlarmSubscription>> =
@@ -754,14 +976,14 @@ impl<B: Backend> Control<B> {
                     && a.events.contains(&trainyard_core::spec::AlarmEvent::QueuedTooLong)
                     && now_ms - t.updated_at_ms >= i64::from(limit_s) * 1000
                 {
-                    let why = waits.get(&t.id).map_or_else(String::new, |q| q.reason.clone());
+                    let why = waits.get(t.id.as_str()).map_or_else(String::new, |q| q.reason.to_string());
                     let message = format!("queued for more than {limit_s} s: {why}");
                     let event = trainyard_core::spec::AlarmEvent::QueuedTooLong;
                     alarms::enqueue(&self.store, a, t, event, &message, now_ms).await?;
                 }
             }
         }
-        self.waits.replace(waits);
+        drop(self.waits.replace(waits));
         // Kept (not copied) for the quota figures until the next tick.
         self.last_snapshot = std::sync::Arc::new(snap);
         self.reconcile(&tasks).await;
@@ -772,7 +994,7 @@ impl<B: Backend> Control<B> {
 
     /// Makes the backend match the store: tasks holding resources are launched (again, idempotently), and
     /// stopping ones stopped; lost launches and lost stops are repaired here.
-    async fn reconcile(&self, tasks: &[TaskRecord]) {
+    async fn reconcile(&self, tasks: &[Arc<TaskRecord>]) {
         let alive = self.backend.alive().await;
         let catalog = self.catalog.get();
         let failed: std::collections::BTreeSet<&str> =
@@ -1139,5 +1361,20 @@ impl<B: Backend> Control<B> {
             status: t.status.clone(),
             what: "it changed meanwhile; try again",
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_ids_are_unique_and_grow_with_time() {
+        let same_ms: std::collections::BTreeSet<String> =
+            (0..100_000).map(|_| task_id(1_764_000_000_000)).collect();
+        assert_eq!(same_ms.len(), 100_000, "no repeats within one millisecond");
+        assert!(same_ms.iter().all(|id| id.len() == 16 && id.chars().all(|c| c.is_ascii_hexdigit())));
+        let (earlier, later) = (task_id(1_764_000_000_000), task_id(1_764_000_000_001));
+        assert!(earlier < later, "{earlier} < {later}: a later millisecond sorts after");
     }
 }

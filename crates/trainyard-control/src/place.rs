@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use trainyard_core::Catalog;
 use trainyard_core::demand::Resources;
 use trainyard_core::spec::{TaskType, TrainingTask};
@@ -83,7 +84,7 @@ pub struct Index {
 pub const SCALE_UP_BIT: u64 = 1 << 40;
 
 impl Index {
-    pub fn name_of(&self, tasks: &[TaskRecord], id: AttemptId) -> String {
+    pub fn name_of(&self, tasks: &[Arc<TaskRecord>], id: AttemptId) -> String {
         tasks.get((id.0 & !SCALE_UP_BIT) as usize).map_or_else(|| format!("{id:?}"), |t| t.name.clone())
     }
 }
@@ -136,8 +137,8 @@ impl Placement {
 /// left out (it stays queued).
 pub fn snapshot_for(
     catalog: &Catalog,
-    tasks: &[TaskRecord],
-    parsed: &[std::sync::Arc<TrainingTask>],
+    tasks: &[Arc<TaskRecord>],
+    parsed: &[Arc<TrainingTask>],
     nominated: &BTreeMap<String, Vec<String>>,
     scale_wants: &BTreeMap<String, u32>,
     excluded: &BTreeMap<String, std::collections::BTreeSet<String>>,

@@ -196,7 +196,7 @@ async fn stopping_a_queued_and_a_running_task() {
     c.tick(1).await.unwrap();
     assert_eq!(status(&c, &running).await.0, "Running");
     let info = c.queue_info(&queued).unwrap();
-    assert_eq!(info.reason, "needs 1 unit of cpu.small (Reserved); group nlp has 0 left");
+    assert_eq!(&*info.reason, "needs 1 unit of cpu.small (Reserved); group nlp has 0 left");
 
     c.stop(&queued, false, 10).await.unwrap();
     assert_eq!(status(&c, &queued).await.0, "Stopped");

@@ -86,6 +86,13 @@ async fn changes_since(store: Store, _: String) {
     let seen: Vec<(&str, &str)> = changed.iter().map(|t| (t.id.as_str(), t.status.as_str())).collect();
     assert_eq!(seen, [("new", "Queued"), ("gone", "Deleted")]);
     assert!(changed.iter().all(|t| t.spec_json.is_empty()));
+    // Their specs, in bulk, by id (unknown ids left out); more ids than one query takes.
+    let mut ids: Vec<String> = (0..1200).map(|i| format!("none-{i}")).collect();
+    ids.extend(["old".to_owned(), "new".to_owned()]);
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let specs = store.specs_of(&refs).await.unwrap();
+    assert_eq!(specs.keys().collect::<Vec<_>>(), ["new", "old"]);
+    assert_eq!(specs["new"], "{\"id\":\"new\"}");
 }
 
 async fn task_env(store: Store, _: String) {
@@ -455,6 +462,32 @@ async fn transitions_check_the_version_and_record_events(store: Store, _: String
     assert_eq!(after.len(), 4);
     let running = store.tasks_in_status(&["Running", "Queued"]).await.unwrap();
     assert_eq!(running.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["x"]);
+
+    // Several in one commit: y through two steps (the second names the version after the first), a stale
+    // change to x refused on its own, z unknown; the others still apply.
+    store.create_task(&new_task("y", "alice", "nlp", 11)).await.unwrap();
+    let on = |id: &str, v: i64, status: &str| Transition { task_id: id.into(), ..step(v, status, status) };
+    let answers = store
+        .transitions(&[
+            on("y", 1, "Admitted"),
+            on("x", 1, "Stopping"),
+            on("y", 2, "Starting"),
+            on("z", 1, "Admitted"),
+        ])
+        .await
+        .unwrap();
+    assert!(matches!(&answers[0], Ok(t) if t.version == 2 && t.status == "Admitted"));
+    assert!(matches!(answers[1], Err(StoreError::VersionConflict { expected: 1 })));
+    assert!(matches!(&answers[2], Ok(t) if t.version == 3 && t.status == "Starting"));
+    assert!(matches!(answers[3], Err(StoreError::NotFound(_))));
+    let y: Vec<String> = store.list_events("y", 0, 10).await.unwrap().into_iter().map(|e| e.reason).collect();
+    assert_eq!(y, ["Queued", "Admitted", "Starting"]);
+    assert_eq!(
+        store.get_task("x").await.unwrap().unwrap().status,
+        "Running",
+        "the refused change wrote nothing"
+    );
+    assert!(store.transitions(&[]).await.unwrap().is_empty());
 }
 
 async fn deleted_tasks_leave_lists_but_keep_history(store: Store, _: String) {

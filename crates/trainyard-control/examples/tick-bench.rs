@@ -1,0 +1,116 @@
+//! What one control-loop tick costs with a deep queue: the store is SQLite, the backend the fake one, and the
+//! queue `--queued N` tasks (default 40,000) that one project group's quota cannot all admit, as after a
+//! burst of submissions. It prints the first tick (which reads and parses every spec), steady ticks with
+//! nothing new, and ticks that each take in a batch of new arrivals, as p50/max over several ticks.
+//!
+//! Run: `cargo run --release -p trainyard-control --example tick-bench [-- --queued N]`.
+
+use std::time::{Duration, Instant};
+use trainyard_control::Control;
+use trainyard_control::secrets::SecretBox;
+use trainyard_core::Catalog;
+use trainyard_runtime::fake::{FakeBackend, Script};
+use trainyard_sched::Config;
+use trainyard_store::{NewTask, Store};
+
+const CATALOG: &str = r#"
+regions: {local: {}}
+clusters: {local: {region: local}}
+pools: {default: {cluster: local, instanceSpecs: [cpu.small]}}
+instanceSpecs: {cpu.small: {kind: CPU, vcpus: 1, memoryMib: 1024}}
+nodes: {node-0: {pool: default, vcpus: 64, memoryMib: 262144}}
+projectGroups: {nlp: {}}
+images: {host: {}}
+quotas:
+  - {group: nlp, resourceType: Reserved, pool: default, spec: cpu.small, units: 32}
+"#;
+
+const TASK: &str = r#"apiVersion: trainyard.dev/v1
+kind: TrainingTask
+metadata: {namePrefix: bench, projectGroup: nlp}
+spec:
+  type: PyTorchJob
+  placement: {region: local, cluster: local}
+  environment: {image: host, cmd: python3 train.py}
+  compute: {resourceType: Reserved, pool: default, workers: 1, instanceSpecs: [{spec: cpu.small}]}
+"#;
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+fn queued(spec_json: &str, k: usize, at_ms: i64) -> NewTask {
+    NewTask {
+        id: format!("{k:016x}"),
+        name: format!("bench-{k}"),
+        owner: "alice".into(),
+        project_group: "nlp".into(),
+        task_type: "PyTorchJob".into(),
+        status: "Queued".into(),
+        public: false,
+        labels: Default::default(),
+        spec_json: spec_json.to_owned(),
+        created_at_ms: at_ms,
+        idempotency: None,
+        first_event: None,
+    }
+}
+
+fn summary(mut v: Vec<Duration>) -> String {
+    v.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    format!("p50 {:>8.2} ms   max {:>8.2} ms   ({} ticks)", ms(v[v.len() / 2]), ms(v[v.len() - 1]), v.len())
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let n: usize = args
+        .iter()
+        .position(|a| a == "--queued")
+        .and_then(|i| args.get(i + 1)?.parse().ok())
+        .unwrap_or(40_000);
+    let dir = std::env::temp_dir().join(format!("trainyard-tick-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = Store::connect(&format!("sqlite://{}", dir.join("db").display())).await.unwrap();
+    let spec_json = {
+        let (task, _) = trainyard_core::parse(TASK.as_bytes());
+        serde_json::to_string(&task.expect("the bench task parses")).unwrap()
+    };
+    let start = now_ms() - 60_000;
+    let batch: Vec<NewTask> = (0..n).map(|k| queued(&spec_json, k, start + (k / 100) as i64)).collect();
+    for chunk in batch.chunks(10_000) {
+        store.import_tasks(chunk).await.unwrap();
+    }
+    let catalog = Catalog::from_yaml(CATALOG).unwrap();
+    let backend = FakeBackend::new(Script { start_ms: 0, run_ms: 3_600_000, ..Script::default() });
+    let mut control =
+        Control::new(store.clone(), backend, catalog, Config::default(), SecretBox::generate().unwrap());
+
+    println!("control-loop tick, {n} queued tasks (32 admitted by quota), SQLite, fake backend");
+    let t = Instant::now();
+    control.tick(now_ms()).await.unwrap();
+    println!("first tick (reads every spec)          {:>8.2} ms", t.elapsed().as_secs_f64() * 1e3);
+    let mut steady = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        control.tick(now_ms()).await.unwrap();
+        steady.push(t.elapsed());
+    }
+    println!("steady, nothing new                    {}", summary(steady));
+    let mut arrivals = Vec::new();
+    let mut k = n;
+    for _ in 0..10 {
+        let at = now_ms();
+        let fresh: Vec<NewTask> = (k..k + 500).map(|k| queued(&spec_json, k, at)).collect();
+        k += 500;
+        store.import_tasks(&fresh).await.unwrap();
+        let t = Instant::now();
+        control.tick(now_ms()).await.unwrap();
+        arrivals.push(t.elapsed());
+    }
+    println!("500 new arrivals before each tick      {}", summary(arrivals));
+    let info = control.queue_info(&format!("{:016x}", k - 1));
+    println!("    (the last arrival waits at {:?})", info.map(|q| (q.position, q.reason)));
+    let _ = std::fs::remove_dir_all(&dir);
+}
