@@ -15,7 +15,7 @@ pub mod alarms;
 mod place;
 pub mod secrets;
 
-use place::{Placement, snapshot_for};
+use place::{OptionsCache, Placement, snapshot_for};
 use secrets::SecretBox;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hasher};
@@ -124,8 +124,33 @@ impl Arrivals {
 #[derive(Debug)]
 struct Entry {
     id: Arc<str>,
+    name: Arc<str>,
     record: Arc<TaskRecord>,
     spec: Option<Arc<TrainingTask>>,
+}
+
+/// Identical slimmed specs (tasks submitted from one template differ mostly in what slimming drops) are
+/// kept once: with tens of thousands queued, specs are most of the loop's memory.
+#[derive(Debug, Default)]
+struct SpecInterner {
+    by_json: HashMap<String, std::sync::Weak<TrainingTask>>,
+    /// Entries at the last sweep of dead ones; the next sweep comes when the map has doubled.
+    swept_at: usize,
+}
+
+impl SpecInterner {
+    fn intern(&mut self, spec: Arc<TrainingTask>) -> Arc<TrainingTask> {
+        let key = serde_json::to_string(&*spec).expect("a TrainingTask always serialises");
+        if let Some(known) = self.by_json.get(&key).and_then(std::sync::Weak::upgrade) {
+            return known;
+        }
+        if self.by_json.len() >= 2 * self.swept_at.max(512) {
+            self.by_json.retain(|_, w| w.strong_count() > 0);
+            self.swept_at = self.by_json.len();
+        }
+        self.by_json.insert(key, Arc::downgrade(&spec));
+        spec
+    }
 }
 
 /// Where a task sits in [`Control::active`]: queue order (submission time, then id).
@@ -350,6 +375,8 @@ pub struct Control<B> {
     waits: QueueBoard,
     /// Tasks created by this process since the last tick.
     arrivals: Arrivals,
+    specs: SpecInterner,
+    options: OptionsCache,
     nominated: BTreeMap<String, Vec<String>>,
     /// Nodes each task's next attempts avoid (node replacement), from the backend's suspicions.
     excluded: BTreeMap<String, std::collections::BTreeSet<String>>,
@@ -385,6 +412,8 @@ impl<B: Backend> Control<B> {
             secrets,
             waits: QueueBoard::default(),
             arrivals: Arrivals::default(),
+            specs: SpecInterner::default(),
+            options: OptionsCache::default(),
             nominated: BTreeMap::new(),
             scale_wants: BTreeMap::new(),
             excluded: BTreeMap::new(),
@@ -417,11 +446,11 @@ impl<B: Backend> Control<B> {
                 let mut old = std::mem::take(&mut self.active);
                 for t in all {
                     let key = active_key(&t);
-                    let (id, spec) = match old.remove(&key) {
-                        Some(e) => (e.id, e.spec),
-                        None => (Arc::from(t.id.as_str()), None),
+                    let (id, name, spec) = match old.remove(&key) {
+                        Some(e) => (e.id, e.name, e.spec),
+                        None => (Arc::from(t.id.as_str()), Arc::from(t.name.as_str()), None),
                     };
-                    self.active.insert(key, Entry { id, record: Arc::new(t), spec });
+                    self.active.insert(key, Entry { id, name, record: Arc::new(t), spec });
                 }
                 for (_, gone) in old {
                     self.forget(&gone.id);
@@ -437,6 +466,7 @@ impl<B: Backend> Control<B> {
     /// Takes a newer version of a task into `active` (or drops it when the loop has nothing left to do).
     fn absorb(&mut self, mut t: TaskRecord, spec: Option<Arc<TrainingTask>>) {
         let key = active_key(&t);
+        let spec = spec.map(|s| self.specs.intern(s));
         let keep = ACTIVE.contains(&t.status.as_str());
         match self.active.get_mut(&key) {
             Some(known) if known.record.version >= t.version => {
@@ -453,8 +483,8 @@ impl<B: Backend> Control<B> {
             }
             None if keep => {
                 t.spec_json = String::new();
-                let id = Arc::from(t.id.as_str());
-                self.active.insert(key, Entry { id, record: Arc::new(t), spec });
+                let (id, name) = (Arc::from(t.id.as_str()), Arc::from(t.name.as_str()));
+                self.active.insert(key, Entry { id, name, record: Arc::new(t), spec });
             }
             None => {}
         }
@@ -485,7 +515,7 @@ impl<B: Backend> Control<B> {
             let Some(json) = specs.remove(&*e.id) else { continue };
             let t = TaskRecord { spec_json: json, ..(*e.record).clone() };
             match Self::parse(&t) {
-                Ok(task) => e.spec = Some(Arc::new(slim(task))),
+                Ok(task) => e.spec = Some(self.specs.intern(Arc::new(slim(task)))),
                 Err(err) => unreadable.push((e.record.clone(), err)),
             }
         }
@@ -521,7 +551,7 @@ impl<B: Backend> Control<B> {
             }
             Decision::Wait(w) => {
                 let name_of = |id: trainyard_sched::AttemptId| {
-                    let pending = snap.pending.iter().find(|p| p.id == id).map(|p| p.name.clone());
+                    let pending = snap.pending.iter().find(|p| p.id == id).map(|p| p.name.to_string());
                     pending
                         .or_else(|| snap.running.iter().find(|r| r.id == id).map(|r| r.name.clone()))
                         .unwrap_or_else(|| "another task".to_owned())
@@ -861,11 +891,13 @@ impl<B: Backend> Control<B> {
         let mut tasks: Vec<Arc<TaskRecord>> = Vec::with_capacity(self.active.len());
         let mut parsed: Vec<Arc<TrainingTask>> = Vec::with_capacity(self.active.len());
         let mut ids: Vec<Arc<str>> = Vec::with_capacity(self.active.len());
+        let mut names: Vec<Arc<str>> = Vec::with_capacity(self.active.len());
         for e in self.active.values() {
             if let Some(spec) = &e.spec {
                 tasks.push(e.record.clone());
                 parsed.push(spec.clone());
                 ids.push(e.id.clone());
+                names.push(e.name.clone());
             }
         }
         report.settling = tasks
@@ -873,8 +905,16 @@ impl<B: Backend> Control<B> {
             .filter(|t| matches!(t.status.as_str(), "Admitted" | "Starting" | "Stopping"))
             .count() as u32;
         let catalog = self.catalog.get();
-        let (snap, index) =
-            snapshot_for(&catalog, &tasks, &parsed, &self.nominated, &self.scale_wants, &self.excluded);
+        let (snap, index) = snapshot_for(
+            &catalog,
+            &tasks,
+            &parsed,
+            &names,
+            &mut self.options,
+            &self.nominated,
+            &self.scale_wants,
+            &self.excluded,
+        );
         let plan = schedule(&snap, now_ms.max(0) as u64, &self.config);
         // Admissions are committed together after the other decisions: one transaction for all of them.
         let mut admits: Vec<(usize, Placement)> = Vec::new();

@@ -133,16 +133,54 @@ impl Placement {
     }
 }
 
+/// The gang options of each (interned) spec under one catalog, kept from tick to tick: tasks submitted from
+/// one template share one spec and so one list of options, and a queued task's options are worked out once.
+#[derive(Debug, Default)]
+pub struct OptionsCache {
+    catalog: Option<Arc<Catalog>>,
+    /// By the spec's address; the spec is held so that the address is not reused while cached.
+    by_spec: std::collections::HashMap<usize, (Arc<TrainingTask>, Arc<[GangOption]>)>,
+    used: std::collections::HashMap<usize, (Arc<TrainingTask>, Arc<[GangOption]>)>,
+}
+
+impl OptionsCache {
+    /// Starts a snapshot under `catalog`: what the last one used is kept, the rest dropped, and all of it
+    /// when the catalog changed.
+    fn start(&mut self, catalog: &Arc<Catalog>) {
+        let same = self.catalog.as_ref().is_some_and(|c| Arc::ptr_eq(c, catalog));
+        self.by_spec = std::mem::take(&mut self.used);
+        if !same {
+            self.by_spec.clear();
+            self.catalog = Some(catalog.clone());
+        }
+    }
+
+    fn get(&mut self, b: &SnapshotBuilder, task: &Arc<TrainingTask>) -> Option<Arc<[GangOption]>> {
+        let key = Arc::as_ptr(task) as usize;
+        let entry = match self.by_spec.remove(&key) {
+            Some(e) => e,
+            None => (task.clone(), options(b, task)?.into()),
+        };
+        let options = entry.1.clone();
+        self.used.insert(key, entry);
+        Some(options)
+    }
+}
+
 /// The scheduler's view of the catalog and the active tasks. A task whose pool or specs left the catalog is
 /// left out (it stays queued).
+#[allow(clippy::too_many_arguments)]
 pub fn snapshot_for(
-    catalog: &Catalog,
+    catalog: &Arc<Catalog>,
     tasks: &[Arc<TaskRecord>],
     parsed: &[Arc<TrainingTask>],
+    names: &[Arc<str>],
+    cache: &mut OptionsCache,
     nominated: &BTreeMap<String, Vec<String>>,
     scale_wants: &BTreeMap<String, u32>,
     excluded: &BTreeMap<String, std::collections::BTreeSet<String>>,
 ) -> (Snapshot, Index) {
+    cache.start(catalog);
     let mut b = SnapshotBuilder::new();
     for (name, s) in &catalog.instance_specs {
         let per_unit = Resources { gpus: s.gpus.into(), vcpus: s.vcpus.into(), memory_mib: s.memory_mib };
@@ -174,10 +212,10 @@ pub fn snapshot_for(
         let (group, pool) = (b.group(&t.project_group), b.pool(&c.pool));
         match t.status.as_str() {
             "Queued" => {
-                let Some(options) = options(&b, task) else { continue };
+                let Some(options) = cache.get(&b, task) else { continue };
                 b.pending(PendingAttempt {
                     id,
-                    name: t.name.clone(),
+                    name: names[i].clone(),
                     group,
                     pool,
                     resource_type: c.resource_type,
@@ -219,7 +257,7 @@ pub fn snapshot_for(
                 {
                     b.pending(PendingAttempt {
                         id: AttemptId(SCALE_UP_BIT | i as u64),
-                        name: format!("{} (autoscaling)", t.name),
+                        name: format!("{} (autoscaling)", t.name).into(),
                         group,
                         pool,
                         resource_type: c.resource_type,
@@ -233,7 +271,8 @@ pub fn snapshot_for(
                                 count_per_node: choice.count_per_node,
                                 replicas: extra,
                             }],
-                        }],
+                        }]
+                        .into(),
                         excluded: vec![],
                         nominated: vec![],
                     });
@@ -298,7 +337,7 @@ pub fn candidate(snap: &Snapshot, task: &TrainingTask, now_ms: u64) -> Option<Pe
     let spec_ix = |name: &str| snap.specs.iter().position(|s| s.name == name).map(|i| SpecIx(i as _));
     Some(PendingAttempt {
         id: AttemptId(u64::MAX),
-        name: "this task".to_owned(),
+        name: "this task".into(),
         group: GroupIx(group as _),
         pool: PoolIx(pool as _),
         resource_type: c.resource_type,
@@ -306,7 +345,7 @@ pub fn candidate(snap: &Snapshot, task: &TrainingTask, now_ms: u64) -> Option<Pe
         idle_supplement: c.idle_supplement,
         priority: c.priority,
         submitted_at_ms: now_ms,
-        options: options_with(&spec_ix, task)?,
+        options: options_with(&spec_ix, task)?.into(),
         excluded: vec![],
         nominated: vec![],
     })

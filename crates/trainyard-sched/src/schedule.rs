@@ -317,7 +317,7 @@ fn process(
                 let block = match behind(st, a, i, option) {
                     Some(holder) => OptionBlock::Behind {
                         holder: snap.pending[holder].id,
-                        name: snap.pending[holder].name.clone(),
+                        name: snap.pending[holder].name.to_string(),
                     },
                     None => OptionBlock::NoFit {
                         role,

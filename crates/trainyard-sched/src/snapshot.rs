@@ -95,8 +95,8 @@ pub struct GangOption {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingAttempt {
     pub id: AttemptId,
-    /// For messages ("waiting behind llama-sft-x7k2p").
-    pub name: String,
+    /// For messages ("waiting behind llama-sft-x7k2p"); shared with the caller's copy of the name.
+    pub name: std::sync::Arc<str>,
     pub group: GroupIx,
     pub pool: PoolIx,
     pub resource_type: ResourceType,
@@ -106,8 +106,8 @@ pub struct PendingAttempt {
     /// When the task was submitted; preempted and retried attempts keep their task's time, so they do not
     /// lose their place.
     pub submitted_at_ms: u64,
-    /// In the user's priority order.
-    pub options: Vec<GangOption>,
+    /// In the user's priority order; shared by the attempts of tasks that ask for the same.
+    pub options: std::sync::Arc<[GangOption]>,
     /// Nodes this task must not use (after a hardware failure on them).
     pub excluded: Vec<NodeIx>,
     /// Nodes a previous cycle chose for it while its victims stop (from [`crate::WaitReason::Preempting`]).

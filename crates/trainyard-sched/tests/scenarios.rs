@@ -136,7 +136,7 @@ impl Fixture {
         let excluded = t.excluded.iter().map(|n| self.node_ix(n)).collect();
         self.b.pending(PendingAttempt {
             id,
-            name: t.name,
+            name: t.name.into(),
             group,
             pool,
             resource_type: t.rtype,
@@ -144,7 +144,7 @@ impl Fixture {
             idle_supplement: t.idle_supplement,
             priority: t.priority,
             submitted_at_ms: t.submitted,
-            options,
+            options: options.into(),
             excluded,
             nominated: vec![],
         });
@@ -215,7 +215,7 @@ fn name_of(snap: &Snapshot, id: AttemptId) -> String {
     snap.pending
         .iter()
         .find(|a| a.id == id)
-        .map(|a| a.name.clone())
+        .map(|a| a.name.to_string())
         .or_else(|| snap.running.iter().find(|a| a.id == id).map(|a| a.name.clone()))
         .unwrap()
 }
@@ -611,7 +611,8 @@ fn console_figures_come_from_the_same_state() {
         idle_supplement: false,
         priority: 5,
         submitted_at_ms: 0,
-        options: vec![GangOption { roles: vec![Role { spec: a100, count_per_node: units, replicas: 1 }] }],
+        options: vec![GangOption { roles: vec![Role { spec: a100, count_per_node: units, replicas: 1 }] }]
+            .into(),
         excluded: vec![],
         nominated: vec![],
     };

@@ -355,7 +355,7 @@ impl Sim {
             match &t.state {
                 State::Queued => b.pending(PendingAttempt {
                     id,
-                    name: t.name.clone(),
+                    name: t.name.clone().into(),
                     group: groups[t.group],
                     pool,
                     resource_type: t.rtype,

@@ -94,7 +94,7 @@ pub fn gang_of(
     };
     PendingAttempt {
         id: AttemptId(id),
-        name: format!("gang-{id}"),
+        name: format!("gang-{id}").into(),
         group: *rng.pick(&fleet.groups),
         pool: fleet.pool,
         resource_type,
@@ -115,7 +115,7 @@ pub fn gang_of(
 pub fn running_from(a: &PendingAttempt, adm: &Admission, started_at_ms: u64) -> RunningAttempt {
     RunningAttempt {
         id: a.id,
-        name: a.name.clone(),
+        name: a.name.to_string(),
         group: a.group,
         pool: a.pool,
         resource_type: a.resource_type,

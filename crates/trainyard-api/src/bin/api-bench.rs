@@ -10,6 +10,10 @@
 //! `-- --creates-only` for the creates alone).
 
 use std::sync::Arc;
+
+/// The allocator the server binary uses (see `crates/trainyard/src/main.rs`), so the figures are its.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use trainyard_api::{AppState, new_token, token_hash};

@@ -209,7 +209,9 @@ fn victims(sizes: &Sizes) {
     let mut last_victims = 0;
     for run in 0..sizes.victim_runs {
         let mut gang = gang.clone();
-        gang.options[0].roles[0].spec = fleet.specs[run % fleet.specs.len()];
+        let mut options = gang.options.to_vec();
+        options[0].roles[0].spec = fleet.specs[run % fleet.specs.len()];
+        gang.options = options.into();
         let snap = workload::snapshot(&fleet, &running, std::slice::from_ref(&gang));
         let t = Instant::now();
         let plan = schedule(&snap, 1, &Config::default());
@@ -269,7 +271,8 @@ fn victim_scenario(sizes: &Sizes) -> (Fleet, Vec<RunningAttempt>, PendingAttempt
         submitted_at_ms: 0,
         options: vec![GangOption {
             roles: vec![Role { spec: fleet.specs[0], count_per_node: 8, replicas: 64 }],
-        }],
+        }]
+        .into(),
         excluded: vec![],
         nominated: vec![],
     };
