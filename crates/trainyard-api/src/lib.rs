@@ -168,6 +168,8 @@ pub struct AppState {
     pub wake: Arc<tokio::sync::Notify>,
     /// Hands created tasks to the control loop (with their parsed specs) without a store read.
     pub arrivals: trainyard_control::Arrivals,
+    /// How alarm webhooks are sent (whom https receivers' certificates are checked against).
+    pub webhooks: trainyard_control::alarms::Webhooks,
 }
 
 impl AppState {
@@ -188,6 +190,7 @@ impl AppState {
             secrets: Arc::new(secrets),
             queue: control.queue_board(),
             arrivals: control.arrivals(),
+            webhooks: trainyard_control::alarms::Webhooks::system(),
             tokens: Default::default(),
             metrics: Default::default(),
             control: Arc::new(Mutex::new(control)),
@@ -1246,10 +1249,16 @@ pub fn webhook_key(secrets: &SecretBox) -> Vec<u8> {
 }
 
 /// Delivers queued alarms until the process ends.
-pub fn spawn_alarm_delivery(store: Store, key: Vec<u8>) -> tokio::task::JoinHandle<()> {
+pub fn spawn_alarm_delivery(
+    store: Store,
+    webhooks: trainyard_control::alarms::Webhooks,
+    key: Vec<u8>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
-            if let Err(e) = trainyard_control::alarms::deliver_due(&store, &key, now_ms()).await {
+            if let Err(e) =
+                trainyard_control::alarms::deliver_due_with(&store, &webhooks, &key, now_ms()).await
+            {
                 eprintln!("trainyard: alarm delivery: {e}");
             }
             tokio::time::sleep(ALARM_INTERVAL).await;
@@ -1260,7 +1269,8 @@ pub fn spawn_alarm_delivery(store: Store, key: Vec<u8>) -> tokio::task::JoinHand
 /// Serves the API on `listener` with the control loop and alarm delivery running.
 pub async fn serve(listener: tokio::net::TcpListener, state: AppState) -> std::io::Result<()> {
     let ticker = spawn_control_loop(state.control.clone(), state.metrics.clone(), state.wake.clone());
-    let alarms = spawn_alarm_delivery(state.store.clone(), webhook_key(&state.secrets));
+    let alarms =
+        spawn_alarm_delivery(state.store.clone(), state.webhooks.clone(), webhook_key(&state.secrets));
     let result = axum::serve(listener, router(state)).await;
     ticker.abort();
     alarms.abort();

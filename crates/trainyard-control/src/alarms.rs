@@ -256,27 +256,22 @@ fn explain(e: &ureq::Error) -> String {
     }
 }
 
-static INSTALLED: OnceLock<Webhooks> = OnceLock::new();
-
-/// Makes `webhooks` what `deliver_due` sends with, for the rest of the process (`trainyard up` calls it once at
-/// start-up, before serving). Gives `webhooks` back if another was installed (or the default used) first.
-pub fn install(webhooks: Webhooks) -> Result<(), Webhooks> {
-    INSTALLED.set(webhooks)
-}
-
-/// The installed `Webhooks`, else the system's trust alone.
-fn installed() -> &'static Webhooks {
-    INSTALLED.get_or_init(|| {
+impl Webhooks {
+    /// The system's trust alone (the bundled Mozilla roots where the system has no CA bundle): what a
+    /// server started without `--webhook-ca` sends with.
+    pub fn system() -> Webhooks {
         Webhooks::new(None).unwrap_or_else(|e| {
             eprintln!("trainyard: alarm delivery: {e}; https receivers are checked against the bundled Mozilla roots");
             Webhooks::with_roots(RootCerts::WebPki, "the bundled Mozilla roots".to_owned())
         })
-    })
+    }
 }
 
-/// Delivers what is due with the installed `Webhooks` (see `install`). Returns how many deliveries were tried.
+/// Delivers what is due with the system's trust ([`Webhooks::system`]). Returns how many deliveries were
+/// tried.
 pub async fn deliver_due(store: &Store, key: &[u8], now_ms: i64) -> Result<usize, StoreError> {
-    deliver_due_with(store, installed(), key, now_ms).await
+    static SYSTEM: OnceLock<Webhooks> = OnceLock::new();
+    deliver_due_with(store, SYSTEM.get_or_init(Webhooks::system), key, now_ms).await
 }
 
 /// Delivers what is due with `webhooks`. Returns how many deliveries were tried.

@@ -379,10 +379,34 @@ impl Store {
         })
     }
 
-    /// Tasks matching `filter`, newest first, `limit` (at most [`MAX_PAGE`]) at a time.
+    /// Tasks matching `filter` in its order, `limit` (at most [`MAX_PAGE`]) at a time. Specs are left out
+    /// (a list shows none; [`Store::get_task`] has it).
+    ///
+    /// A search that is exactly a task's id or name (what a user pastes) finds that task alone, through
+    /// the unique indexes, instead of scanning every name for the text.
     pub async fn list_tasks(&self, filter: &TaskFilter, cursor: Option<&str>, limit: u32) -> Result<Page> {
+        if let Some(s) = &filter.search
+            && cursor.is_none()
+        {
+            let exact = self.list_page(filter, None, limit, Search::Exact(s)).await?;
+            if !exact.items.is_empty() {
+                return Ok(exact);
+            }
+        }
+        let search = filter.search.as_deref().map_or(Search::None, Search::Substring);
+        self.list_page(filter, cursor, limit, search).await
+    }
+
+    async fn list_page(
+        &self,
+        filter: &TaskFilter,
+        cursor: Option<&str>,
+        limit: u32,
+        search: Search<'_>,
+    ) -> Result<Page> {
         let limit = limit.clamp(1, MAX_PAGE);
-        let mut sql = format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE deleted = 0");
+        let columns = TASK_COLUMNS.replace("spec,", "'' AS spec,");
+        let mut sql = format!("SELECT {columns} FROM tasks t WHERE deleted = 0");
         let mut args: Vec<Arg> = Vec::new();
         let mut push = |sql: &mut String, clause: &str, values: Vec<Arg>| {
             // Each `?` in `clause` becomes the next `$N`.
@@ -426,13 +450,24 @@ impl Store {
                 push(&mut sql, &format!("{col} = ?"), vec![Arg::Text(v.clone())]);
             }
         }
-        if let Some(s) = &filter.search {
-            let pattern = format!("%{}%", s.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
-            push(
-                &mut sql,
-                "(t.id = ? OR t.name LIKE ? ESCAPE '\\')",
-                vec![Arg::Text(s.clone()), Arg::Text(pattern)],
-            );
+        match search {
+            Search::None => {}
+            Search::Exact(s) => {
+                push(
+                    &mut sql,
+                    "(t.id = ? OR t.name = ?)",
+                    vec![Arg::Text(s.to_owned()), Arg::Text(s.to_owned())],
+                );
+            }
+            Search::Substring(s) => {
+                let pattern =
+                    format!("%{}%", s.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
+                push(
+                    &mut sql,
+                    "(t.id = ? OR t.name LIKE ? ESCAPE '\\')",
+                    vec![Arg::Text(s.to_owned()), Arg::Text(pattern)],
+                );
+            }
         }
         for (k, v) in &filter.labels {
             push(
@@ -1176,6 +1211,16 @@ async fn insert_many(conn: &mut sqlx::AnyConnection, batch: &[Job]) -> Result<bo
 }
 
 type Job = (NewTask, tokio::sync::oneshot::Sender<Result<Created>>);
+
+/// How a list matches its search text.
+#[derive(Clone, Copy)]
+enum Search<'a> {
+    None,
+    /// The task whose id or name this is.
+    Exact(&'a str),
+    /// Tasks whose name holds this (or whose id it is).
+    Substring(&'a str),
+}
 
 /// The most creates one group commit takes.
 const GROUP_COMMIT_MAX: usize = 512;

@@ -368,6 +368,21 @@ async fn list_pages_newest_first_with_filters(store: Store, _: String) {
     assert_eq!(count(TaskFilter { search: Some("t07".into()), ..Default::default() }).await, 1);
     // LIKE wildcards in a search are literal.
     assert_eq!(count(TaskFilter { search: Some("t_".into()), ..Default::default() }).await, 0);
+    // A whole id or name finds that task alone (and only where the other filters let it through).
+    let found = |f: TaskFilter| {
+        let store = store.clone();
+        async move {
+            let items = store.list_tasks(&f, None, 100).await.unwrap().items;
+            assert!(items.iter().all(|t| t.spec_json.is_empty()), "lists leave specs out");
+            items.into_iter().map(|t| t.id).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(found(TaskFilter { search: Some("name-t12".into()), ..Default::default() }).await, ["t12"]);
+    assert_eq!(found(TaskFilter { search: Some("t12".into()), ..Default::default() }).await, ["t12"]);
+    let other_owner =
+        TaskFilter { search: Some("t12".into()), owner: Some("bob".into()), ..Default::default() };
+    assert!(found(other_owner).await.is_empty(), "t12 is alice's");
+    assert_eq!(found(TaskFilter { search: Some("name-t1".into()), ..Default::default() }).await.len(), 10);
     assert_eq!(
         count(TaskFilter { labels: vec![("exp".into(), "e1".into())], ..Default::default() }).await,
         6

@@ -157,8 +157,6 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
     let webhooks = trainyard_control::alarms::Webhooks::new(opts.webhook_ca.as_deref())
         .context("the CAs trusted for https alarm webhooks (--webhook-ca)")?;
     let webhook_trust = webhooks.trust().to_owned();
-    // What the alarm delivery started by `serve` sends with.
-    let _ = trainyard_control::alarms::install(webhooks);
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
     // Supervisors and sandboxes get absolute paths: they outlive this process and its working dir.
@@ -222,7 +220,9 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
     // Receivers of alarm webhooks check X-Trainyard-Signature (HMAC-SHA256 of the body) with this key.
     let webhook_key_file = data_dir.join("webhook.key");
     write_private(&webhook_key_file, &String::from_utf8_lossy(&trainyard_api::webhook_key(&secrets)))?;
-    let state = AppState::new(store, catalog, backend.clone(), secrets, Config::default());
+    let mut state = AppState::new(store, catalog, backend.clone(), secrets, Config::default());
+    // What the alarm delivery started by `serve` sends with.
+    state.webhooks = webhooks;
     let listener =
         tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr()?;
