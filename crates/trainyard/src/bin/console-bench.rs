@@ -193,8 +193,9 @@ fn main() {
         ("type=PyTorchJob&group=nlp&owner=member", &admin, "type=PyTorchJob&owner=member&group=nlp".into()),
         ("labels=team=vision", &admin, "labels=team%3Dvision".into()),
         ("q=llama (a common name)", &admin, "q=llama".into()),
-        ("q=<one task's name> (matches one: scans the table)", &admin, format!("q={rare}")),
-        ("q=<one task's id> (id = ? OR name LIKE ?: scans too)", &admin, format!("q={rare_id}")),
+        ("q=<one task's whole name> (the unique index)", &admin, format!("q={rare}")),
+        ("q=<one task's id> (the primary key)", &admin, format!("q={rare_id}")),
+        ("q=<part of one task's name> (a substring: scans names)", &admin, format!("q={:06}", total / 3)),
         ("sort=name", &admin, "sort=name".into()),
         ("sort=updated", &admin, "sort=updated".into()),
     ];
