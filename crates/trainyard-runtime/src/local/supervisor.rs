@@ -459,10 +459,13 @@ fn stop_protocol(sup: &mut Sup, job: &ReplicaJob, child: &mut Child, ns: Option<
     for (pid, _) in in_sandbox() {
         procs::signal(pid, procs::SIGKILL);
     }
-    sup.event(
-        "Killed",
-        format!("{name}: still running {} s after SIGTERM; killed with SIGKILL", req.grace_s),
-    );
+    let why = if req.grace_s == 0 {
+        // A failed node gives no grace: its replicas are gone at once.
+        format!("{name}: killed with SIGKILL at once (no grace period)")
+    } else {
+        format!("{name}: still running {} s after SIGTERM; killed with SIGKILL", req.grace_s)
+    };
+    sup.event("Killed", why);
 }
 
 #[cfg(test)]
