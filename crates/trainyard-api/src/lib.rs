@@ -170,6 +170,8 @@ pub struct AppState {
     pub arrivals: trainyard_control::Arrivals,
     /// How alarm webhooks are sent (whom https receivers' certificates are checked against).
     pub webhooks: trainyard_control::alarms::Webhooks,
+    /// The scheduler's view at the last tick (would-admit, fragmentation, quota), without the loop's lock.
+    pub views: trainyard_control::SchedViews,
 }
 
 impl AppState {
@@ -190,6 +192,7 @@ impl AppState {
             secrets: Arc::new(secrets),
             queue: control.queue_board(),
             arrivals: control.arrivals(),
+            views: control.views(),
             webhooks: trainyard_control::alarms::Webhooks::system(),
             tokens: Default::default(),
             metrics: Default::default(),
@@ -478,10 +481,15 @@ async fn validate_task(
     });
     let (admission, fragmentation) = match checked.valid_task() {
         Some(task) => {
-            let control = state.control.lock().await;
-            let (now, why) = control.would_admit(task, now_ms().max(0) as u64);
-            let frag: Vec<Value> = control
-                .fragmentation(task)
+            // A scheduling cycle over the last tick's view: CPU work that grows with the queue, so it runs off
+            // the async workers, and without the control loop's lock.
+            let (views, task) = (state.views.clone(), task.clone());
+            let ((now, why), frag) = tokio::task::spawn_blocking(move || {
+                (views.would_admit(&task, now_ms().max(0) as u64), views.fragmentation(&task))
+            })
+            .await
+            .map_err(|e| ApiError::Internal(format!("the admission check failed: {e}")))?;
+            let frag: Vec<Value> = frag
                 .into_iter()
                 .map(|(spec, f)| json!({"spec": spec, "replicasFit": f.replicas_fit, "nodesWithRoom": f.nodes_with_room, "freeUnits": f.free_units_histogram}))
                 .collect();
@@ -1026,7 +1034,7 @@ async fn delete_task_env(
 async fn quota(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Json<Value>> {
     let user = caller(&state, &headers).await?;
     let groups = (user.role != "admin").then_some(user.groups.as_slice());
-    let lines = state.control.lock().await.quota_report(groups);
+    let lines = state.views.quota_report(groups);
     Ok(Json(json!({ "items": lines })))
 }
 

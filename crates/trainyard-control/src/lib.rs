@@ -160,6 +160,127 @@ fn active_key(t: &TaskRecord) -> ActiveKey {
     (t.created_at_ms, t.id.clone())
 }
 
+/// The scheduler's snapshot as of the last tick, shared with readers.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotBoard(Arc<std::sync::RwLock<Arc<trainyard_sched::Snapshot>>>);
+
+impl SnapshotBoard {
+    pub fn get(&self) -> Arc<trainyard_sched::Snapshot> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set(&self, snap: Arc<trainyard_sched::Snapshot>) {
+        // The old snapshot is dropped after the lock is released.
+        let old = std::mem::replace(&mut *self.0.write().unwrap_or_else(|e| e.into_inner()), snap);
+        drop(old);
+    }
+}
+
+/// Questions answered from the scheduler's view at the last tick, by the scheduler's own code, without the
+/// control loop's lock: the API asks them while the user types, whatever the loop is doing.
+#[derive(Debug, Clone)]
+pub struct SchedViews {
+    snapshot: SnapshotBoard,
+    config: Config,
+    catalog: CatalogHandle,
+}
+
+impl SchedViews {
+    /// Whether a task would be admitted now, and if not why, from the scheduler's own code over its view at
+    /// the last tick (every queued task included: a task behind others waits).
+    pub fn would_admit(&self, task: &TrainingTask, now_ms: u64) -> (bool, String) {
+        let snap = &*self.snapshot.get();
+        let Some(candidate) = place::candidate(snap, task, now_ms) else {
+            return (
+                false,
+                "its project group, pool or instance specs are not in the scheduler's view yet".into(),
+            );
+        };
+        let group = candidate.group;
+        match trainyard_sched::views::would_admit(snap, candidate, now_ms, &self.config) {
+            Decision::Admit(a) => {
+                let nodes: Vec<&str> =
+                    a.placements.iter().map(|p| snap.nodes[p.node.ix()].name.as_str()).collect();
+                (true, format!("would be admitted now with option {} on {}", a.option + 1, nodes.join(", ")))
+            }
+            Decision::Wait(w) => {
+                let name_of = |id: trainyard_sched::AttemptId| {
+                    let pending = snap.pending.iter().find(|p| p.id == id).map(|p| p.name.to_string());
+                    pending
+                        .or_else(|| snap.running.iter().find(|r| r.id == id).map(|r| r.name.clone()))
+                        .unwrap_or_else(|| "another task".to_owned())
+                };
+                (false, w.reason.describe(snap, group, name_of))
+            }
+            Decision::Preempt(_) => (false, "would wait".into()),
+        }
+    }
+
+    /// How fragmented the task's pool is for each of its instance-spec options, from the last tick's view:
+    /// how many replicas of that size fit now, on how many nodes, and the free blocks.
+    pub fn fragmentation(&self, task: &TrainingTask) -> Vec<(String, trainyard_sched::views::Fragmentation)> {
+        let snap = &*self.snapshot.get();
+        let Some(pool) = snap.pools.iter().position(|p| *p == task.spec.compute.pool) else {
+            return Vec::new();
+        };
+        task.spec
+            .compute
+            .instance_specs
+            .iter()
+            .filter_map(|c| {
+                let spec = snap.specs.iter().position(|s| s.name == c.spec)?;
+                let f = trainyard_sched::views::fragmentation(
+                    snap,
+                    trainyard_sched::PoolIx(pool as u16),
+                    trainyard_sched::SpecIx(spec as u16),
+                    c.count_per_node,
+                );
+                Some((c.spec.clone(), f))
+            })
+            .collect()
+    }
+
+    /// Quota and capacity figures from the scheduler's own view at the last tick, for the groups given (all
+    /// when `None`).
+    pub fn quota_report(&self, groups: Option<&[String]>) -> Vec<QuotaLine> {
+        use trainyard_sched::views;
+        let snap = &*self.snapshot.get();
+        let catalog = self.catalog.get();
+        let ix = |list: &[String], name: &str| list.iter().position(|x| x == name);
+        let mut out = Vec::new();
+        for q in &catalog.quotas {
+            if groups.is_some_and(|g| !g.contains(&q.group)) {
+                continue;
+            }
+            let (Some(g), Some(p), Some(s)) = (
+                ix(&snap.groups, &q.group),
+                ix(&snap.pools, &q.pool),
+                snap.specs.iter().position(|x| x.name == q.spec),
+            ) else {
+                continue;
+            };
+            let (g, p, s) = (
+                trainyard_sched::GroupIx(g as u16),
+                trainyard_sched::PoolIx(p as u16),
+                trainyard_sched::SpecIx(s as u16),
+            );
+            let remaining = views::remaining_quota(snap, g, q.resource_type, p, s);
+            out.push(QuotaLine {
+                group: q.group.clone(),
+                resource_type: q.resource_type.to_string(),
+                pool: q.pool.clone(),
+                spec: q.spec.clone(),
+                limit: q.units,
+                remaining: remaining.unwrap_or(q.units),
+                pool_available: views::pool_available(snap, p, s),
+                idle: views::idle_quantity(snap, p, s),
+                unreserved: views::unreserved_available(snap, p, s),
+            });
+        }
+        out
+    }
+}
+
 /// One quota and the capacity figures of its pool and spec, in spec units.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -392,7 +513,7 @@ pub struct Control<B> {
     wide_synced_ms: i64,
     full_synced_ms: i64,
     /// The scheduler's view at the last tick, for the quota figures.
-    last_snapshot: std::sync::Arc<trainyard_sched::Snapshot>,
+    views: SchedViews,
 }
 
 impl<B: Backend> Control<B> {
@@ -403,7 +524,12 @@ impl<B: Backend> Control<B> {
         config: Config,
         secrets: SecretBox,
     ) -> Self {
-        let catalog = catalog.into();
+        let catalog: CatalogHandle = catalog.into();
+        let views = SchedViews {
+            snapshot: SnapshotBoard::default(),
+            config: config.clone(),
+            catalog: catalog.clone(),
+        };
         Control {
             store,
             backend,
@@ -418,7 +544,7 @@ impl<B: Backend> Control<B> {
             scale_wants: BTreeMap::new(),
             excluded: BTreeMap::new(),
             unreadable: Default::default(),
-            last_snapshot: Default::default(),
+            views,
             active: BTreeMap::new(),
             synced_to_ms: None,
             wide_synced_ms: 0,
@@ -532,98 +658,25 @@ impl<B: Backend> Control<B> {
         self.arrivals.clone()
     }
 
-    /// Whether a task would be admitted now, and if not why, from the scheduler's own code over its view at
-    /// the last tick (every queued task included: a task behind others waits).
+    /// The scheduler's view at the last tick, for readers that must not wait for the loop (would-admit,
+    /// fragmentation, quota figures).
+    pub fn views(&self) -> SchedViews {
+        self.views.clone()
+    }
+
+    /// See [`SchedViews::would_admit`].
     pub fn would_admit(&self, task: &TrainingTask, now_ms: u64) -> (bool, String) {
-        let snap = &*self.last_snapshot;
-        let Some(candidate) = place::candidate(snap, task, now_ms) else {
-            return (
-                false,
-                "its project group, pool or instance specs are not in the scheduler's view yet".into(),
-            );
-        };
-        let group = candidate.group;
-        match trainyard_sched::views::would_admit(snap, candidate, now_ms, &self.config) {
-            Decision::Admit(a) => {
-                let nodes: Vec<&str> =
-                    a.placements.iter().map(|p| snap.nodes[p.node.ix()].name.as_str()).collect();
-                (true, format!("would be admitted now with option {} on {}", a.option + 1, nodes.join(", ")))
-            }
-            Decision::Wait(w) => {
-                let name_of = |id: trainyard_sched::AttemptId| {
-                    let pending = snap.pending.iter().find(|p| p.id == id).map(|p| p.name.to_string());
-                    pending
-                        .or_else(|| snap.running.iter().find(|r| r.id == id).map(|r| r.name.clone()))
-                        .unwrap_or_else(|| "another task".to_owned())
-                };
-                (false, w.reason.describe(snap, group, name_of))
-            }
-            Decision::Preempt(_) => (false, "would wait".into()),
-        }
+        self.views.would_admit(task, now_ms)
     }
 
-    /// How fragmented the task's pool is for each of its instance-spec options, from the last tick's view:
-    /// how many replicas of that size fit now, on how many nodes, and the free blocks.
+    /// See [`SchedViews::fragmentation`].
     pub fn fragmentation(&self, task: &TrainingTask) -> Vec<(String, trainyard_sched::views::Fragmentation)> {
-        let snap = &*self.last_snapshot;
-        let Some(pool) = snap.pools.iter().position(|p| *p == task.spec.compute.pool) else {
-            return Vec::new();
-        };
-        task.spec
-            .compute
-            .instance_specs
-            .iter()
-            .filter_map(|c| {
-                let spec = snap.specs.iter().position(|s| s.name == c.spec)?;
-                let f = trainyard_sched::views::fragmentation(
-                    snap,
-                    trainyard_sched::PoolIx(pool as u16),
-                    trainyard_sched::SpecIx(spec as u16),
-                    c.count_per_node,
-                );
-                Some((c.spec.clone(), f))
-            })
-            .collect()
+        self.views.fragmentation(task)
     }
 
-    /// Quota and capacity figures from the scheduler's own view at the last tick, for the groups given (all
-    /// when `None`).
+    /// See [`SchedViews::quota_report`].
     pub fn quota_report(&self, groups: Option<&[String]>) -> Vec<QuotaLine> {
-        use trainyard_sched::views;
-        let snap = &*self.last_snapshot;
-        let catalog = self.catalog.get();
-        let ix = |list: &[String], name: &str| list.iter().position(|x| x == name);
-        let mut out = Vec::new();
-        for q in &catalog.quotas {
-            if groups.is_some_and(|g| !g.contains(&q.group)) {
-                continue;
-            }
-            let (Some(g), Some(p), Some(s)) = (
-                ix(&snap.groups, &q.group),
-                ix(&snap.pools, &q.pool),
-                snap.specs.iter().position(|x| x.name == q.spec),
-            ) else {
-                continue;
-            };
-            let (g, p, s) = (
-                trainyard_sched::GroupIx(g as u16),
-                trainyard_sched::PoolIx(p as u16),
-                trainyard_sched::SpecIx(s as u16),
-            );
-            let remaining = views::remaining_quota(snap, g, q.resource_type, p, s);
-            out.push(QuotaLine {
-                group: q.group.clone(),
-                resource_type: q.resource_type.to_string(),
-                pool: q.pool.clone(),
-                spec: q.spec.clone(),
-                limit: q.units,
-                remaining: remaining.unwrap_or(q.units),
-                pool_available: views::pool_available(snap, p, s),
-                idle: views::idle_quantity(snap, p, s),
-                unreserved: views::unreserved_available(snap, p, s),
-            });
-        }
-        out
+        self.views.quota_report(groups)
     }
 
     /// A handle on the queue positions and wait reasons, for readers that must not wait for the loop.
@@ -1025,7 +1078,7 @@ impl<B: Backend> Control<B> {
         }
         drop(self.waits.replace(waits));
         // Kept (not copied) for the quota figures until the next tick.
-        self.last_snapshot = std::sync::Arc::new(snap);
+        self.views.snapshot.set(Arc::new(snap));
         self.reconcile(&tasks).await;
         // What this tick admitted or preempted starts or stops next.
         report.settling += report.admitted + report.preempted;
