@@ -311,6 +311,9 @@ pub struct TickReport {
     /// Attempts about to change status soon by themselves (admitted, starting, stopping): the loop looks
     /// again sooner while there are any, so a task shows Running within milliseconds of its processes.
     pub settling: u32,
+    /// Whether this tick ran a scheduling cycle (false: nothing the plan reads had changed, the last one
+    /// stands).
+    pub planned: bool,
 }
 
 /// What the loop keeps of a task's spec between ticks: what scheduling, placement and alarms read. The
@@ -343,6 +346,9 @@ const WIDE_SYNC_SKEW_MS: i64 = 2_000;
 const WIDE_SYNC_EVERY_MS: i64 = 1_000;
 /// A full read of the active tasks at least this often, whatever the incremental syncs saw.
 const FULL_SYNC_EVERY_MS: i64 = 10_000;
+
+/// How often queued tasks are checked against queued-too-long alarms (their thresholds are in seconds).
+const QUEUE_ALARM_EVERY_MS: i64 = 1_000;
 
 /// Statuses that the control loop still has work for.
 const ACTIVE: &[&str] = &["Queued", "Admitted", "Starting", "Prechecking", "Running", "Stopping"];
@@ -498,6 +504,16 @@ pub struct Control<B> {
     arrivals: Arrivals,
     specs: SpecInterner,
     options: OptionsCache,
+    /// Something the plan reads changed since the last one (see `tick`).
+    dirty: bool,
+    /// The catalog the last plan was made under.
+    planned_for: Option<Arc<Catalog>>,
+    /// Until when the clock alone leaves the last plan standing (starvation thresholds).
+    quiet_until_ms: i64,
+    /// Tasks waiting in the last plan.
+    last_waiting: u32,
+    /// When queued tasks are next checked against their queued-too-long alarms.
+    queue_alarms_at_ms: i64,
     nominated: BTreeMap<String, Vec<String>>,
     /// Nodes each task's next attempts avoid (node replacement), from the backend's suspicions.
     excluded: BTreeMap<String, std::collections::BTreeSet<String>>,
@@ -540,6 +556,11 @@ impl<B: Backend> Control<B> {
             arrivals: Arrivals::default(),
             specs: SpecInterner::default(),
             options: OptionsCache::default(),
+            dirty: true,
+            planned_for: None,
+            quiet_until_ms: 0,
+            last_waiting: 0,
+            queue_alarms_at_ms: 0,
             nominated: BTreeMap::new(),
             scale_wants: BTreeMap::new(),
             excluded: BTreeMap::new(),
@@ -572,11 +593,19 @@ impl<B: Backend> Control<B> {
                 let mut old = std::mem::take(&mut self.active);
                 for t in all {
                     let key = active_key(&t);
-                    let (id, name, spec) = match old.remove(&key) {
-                        Some(e) => (e.id, e.name, e.spec),
-                        None => (Arc::from(t.id.as_str()), Arc::from(t.name.as_str()), None),
+                    let entry = match old.remove(&key) {
+                        Some(e) if e.record.version == t.version => e,
+                        Some(e) => {
+                            self.dirty = true;
+                            Entry { record: Arc::new(t), ..e }
+                        }
+                        None => {
+                            self.dirty = true;
+                            let (id, name) = (Arc::from(t.id.as_str()), Arc::from(t.name.as_str()));
+                            Entry { id, name, record: Arc::new(t), spec: None }
+                        }
                     };
-                    self.active.insert(key, Entry { id, name, record: Arc::new(t), spec });
+                    self.active.insert(key, entry);
                 }
                 for (_, gone) in old {
                     self.forget(&gone.id);
@@ -595,13 +624,17 @@ impl<B: Backend> Control<B> {
         let spec = spec.map(|s| self.specs.intern(s));
         let keep = ACTIVE.contains(&t.status.as_str());
         match self.active.get_mut(&key) {
-            Some(known) if known.record.version >= t.version => {
-                known.spec = known.spec.take().or(spec);
+            // Known already at this version: only a spec it lacked is news.
+            Some(known) if known.record.version >= t.version && known.spec.is_none() && spec.is_some() => {
+                known.spec = spec;
+                self.dirty = true;
             }
+            Some(known) if known.record.version >= t.version => {}
             Some(known) if keep => {
                 t.spec_json = String::new();
                 known.record = Arc::new(t);
                 known.spec = known.spec.take().or(spec);
+                self.dirty = true;
             }
             Some(_) => {
                 self.active.remove(&key);
@@ -611,6 +644,7 @@ impl<B: Backend> Control<B> {
                 t.spec_json = String::new();
                 let (id, name) = (Arc::from(t.id.as_str()), Arc::from(t.name.as_str()));
                 self.active.insert(key, Entry { id, name, record: Arc::new(t), spec });
+                self.dirty = true;
             }
             None => {}
         }
@@ -618,6 +652,7 @@ impl<B: Backend> Control<B> {
 
     /// Drops what the loop kept about a task that has left the active set.
     fn forget(&mut self, id: &str) {
+        self.dirty = true;
         self.nominated.remove(id);
         self.scale_wants.remove(id);
         self.excluded.remove(id);
@@ -641,7 +676,10 @@ impl<B: Backend> Control<B> {
             let Some(json) = specs.remove(&*e.id) else { continue };
             let t = TaskRecord { spec_json: json, ..(*e.record).clone() };
             match Self::parse(&t) {
-                Ok(task) => e.spec = Some(self.specs.intern(Arc::new(slim(task)))),
+                Ok(task) => {
+                    e.spec = Some(self.specs.intern(Arc::new(slim(task))));
+                    self.dirty = true;
+                }
                 Err(err) => unreadable.push((e.record.clone(), err)),
             }
         }
@@ -957,12 +995,76 @@ impl<B: Backend> Control<B> {
             .iter()
             .filter(|t| matches!(t.status.as_str(), "Admitted" | "Starting" | "Stopping"))
             .count() as u32;
+        // The plan is a function of the active tasks, the catalog, the loop's own hints (nominated nodes,
+        // excluded nodes, autoscaling wants) and, through starvation, the clock: while none of them changed, it
+        // would come out the same, and the last one stands (a deep queue that nothing moves costs no cycle).
         let catalog = self.catalog.get();
+        let unchanged = !self.dirty
+            && self.planned_for.as_ref().is_some_and(|c| Arc::ptr_eq(c, &catalog))
+            && now_ms < self.quiet_until_ms;
+        if unchanged {
+            report.waiting = self.last_waiting;
+        } else {
+            self.dirty = false;
+            self.planned_for = Some(catalog.clone());
+            self.plan(&catalog, &tasks, &parsed, &ids, &names, now_ms, &mut report).await?;
+            report.planned = true;
+            self.last_waiting = report.waiting;
+        }
+        // Queued longer than a subscription (the task's or its owner's) allows: raised once per attempt (the
+        // store keeps it once).
+        // Thresholds are in seconds: looked at about once a second, not on every tick.
+        let mut owners_alarms: BTreeMap<String, Vec<trainyard_core::spec::AlarmSubscription>> =
+            BTreeMap::new();
+        let look =
+            now_ms >= self.queue_alarms_at_ms || now_ms < self.queue_alarms_at_ms - QUEUE_ALARM_EVERY_MS;
+        if look {
+            self.queue_alarms_at_ms = now_ms + QUEUE_ALARM_EVERY_MS;
+        }
+        for (t, task) in tasks.iter().zip(&parsed).filter(|_| look) {
+            if t.status != "Queued" {
+                continue;
+            }
+            if !owners_alarms.contains_key(&t.owner) {
+                let mine = alarms::user_subscriptions(&self.store, &t.owner).await?;
+                owners_alarms.insert(t.owner.clone(), mine);
+            }
+            for a in task.spec.advanced.alarms.iter().chain(owners_alarms[&t.owner].iter()) {
+                if let Some(limit_s) = a.queued_threshold_seconds
+                    && a.events.contains(&trainyard_core::spec::AlarmEvent::QueuedTooLong)
+                    && now_ms - t.updated_at_ms >= i64::from(limit_s) * 1000
+                {
+                    let why = self.waits.get(&t.id).map_or_else(String::new, |q| q.reason.to_string());
+                    let message = format!("queued for more than {limit_s} s: {why}");
+                    let event = trainyard_core::spec::AlarmEvent::QueuedTooLong;
+                    alarms::enqueue(&self.store, a, t, event, &message, now_ms).await?;
+                }
+            }
+        }
+        self.reconcile(&tasks).await;
+        // What this tick admitted or preempted starts or stops next.
+        report.settling += report.admitted + report.preempted;
+        Ok(report)
+    }
+
+    /// Builds the scheduler's snapshot, runs a cycle and commits its decisions: admissions (one transaction),
+    /// preemptions, and the queue board's places and reasons.
+    #[allow(clippy::too_many_arguments)]
+    async fn plan(
+        &mut self,
+        catalog: &Arc<Catalog>,
+        tasks: &[Arc<TaskRecord>],
+        parsed: &[Arc<TrainingTask>],
+        ids: &[Arc<str>],
+        names: &[Arc<str>],
+        now_ms: i64,
+        report: &mut TickReport,
+    ) -> Result<(), CommandError> {
         let (snap, index) = snapshot_for(
-            &catalog,
-            &tasks,
-            &parsed,
-            &names,
+            catalog,
+            tasks,
+            parsed,
+            names,
             &mut self.options,
             &self.nominated,
             &self.scale_wants,
@@ -979,6 +1081,7 @@ impl<B: Backend> Control<B> {
                 Decision::Admit(a) if index.scale_ups.contains(&a.pending_index) => {
                     let i = index.pending[a.pending_index];
                     self.scale_wants.remove(&tasks[i].id);
+                    self.dirty = true;
                     self.grow(&tasks[i], &snap, a, now_ms).await?;
                     report.admitted += 1;
                 }
@@ -991,7 +1094,7 @@ impl<B: Backend> Control<B> {
                 Decision::Preempt(p) => {
                     let i = index.running[p.running_index];
                     let t = &tasks[i];
-                    let by = index.name_of(&tasks, p.preemptor);
+                    let by = index.name_of(tasks, p.preemptor);
                     let Some(t) = self
                         .apply(
                             t,
@@ -1022,7 +1125,7 @@ impl<B: Backend> Control<B> {
                         Some((_, _, text)) => text.clone(),
                         None => {
                             let text: Arc<str> =
-                                w.reason.describe(&snap, p.group, |id| index.name_of(&tasks, id)).into();
+                                w.reason.describe(&snap, p.group, |id| index.name_of(tasks, id)).into();
                             // A handful of distinct reasons at a time; a preemptor's (naming its victims) is
                             // its own.
                             if described.len() == 8 {
@@ -1034,13 +1137,16 @@ impl<B: Backend> Control<B> {
                     };
                     match &w.reason {
                         WaitReason::Preempting { nodes, .. } => {
+                            self.dirty = true;
                             self.nominated.insert(
                                 t.id.clone(),
                                 nodes.iter().map(|n| snap.nodes[n.ix()].name.clone()).collect(),
                             );
                         }
                         WaitReason::Blocked { .. } => {
-                            self.nominated.remove(&t.id);
+                            if self.nominated.remove(&t.id).is_some() {
+                                self.dirty = true;
+                            }
                         }
                     }
                     waits.insert(
@@ -1051,38 +1157,21 @@ impl<B: Backend> Control<B> {
                 }
             }
         }
-        self.admit(&tasks, admits, now_ms, &mut report).await?;
-        // Queued longer than a subscription (the task's or its owner's) allows: raised once per attempt (the
-        // store keeps it once).
-        let mut owners_alarms: BTreeMap<String, Vec<trainyard_core::spec::AlarmSubscription>> =
-            BTreeMap::new();
-        for (t, task) in tasks.iter().zip(&parsed) {
-            if t.status != "Queued" {
-                continue;
-            }
-            if !owners_alarms.contains_key(&t.owner) {
-                let mine = alarms::user_subscriptions(&self.store, &t.owner).await?;
-                owners_alarms.insert(t.owner.clone(), mine);
-            }
-            for a in task.spec.advanced.alarms.iter().chain(owners_alarms[&t.owner].iter()) {
-                if let Some(limit_s) = a.queued_threshold_seconds
-                    && a.events.contains(&trainyard_core::spec::AlarmEvent::QueuedTooLong)
-                    && now_ms - t.updated_at_ms >= i64::from(limit_s) * 1000
-                {
-                    let why = waits.get(t.id.as_str()).map_or_else(String::new, |q| q.reason.to_string());
-                    let message = format!("queued for more than {limit_s} s: {why}");
-                    let event = trainyard_core::spec::AlarmEvent::QueuedTooLong;
-                    alarms::enqueue(&self.store, a, t, event, &message, now_ms).await?;
-                }
-            }
-        }
+        self.admit(tasks, admits, now_ms, report).await?;
+        // When the clock alone would change the plan: the next queued task to reach the starvation threshold.
+        let threshold = self.config.starvation_after_ms;
+        self.quiet_until_ms = snap
+            .pending
+            .iter()
+            .filter(|a| a.nominated.is_empty())
+            .map(|a| a.submitted_at_ms.saturating_add(threshold).min(i64::MAX as u64) as i64)
+            .filter(|&at| at > now_ms)
+            .min()
+            .unwrap_or(i64::MAX);
         drop(self.waits.replace(waits));
-        // Kept (not copied) for the quota figures until the next tick.
+        // Kept (not copied) for the quota figures until the next plan.
         self.views.snapshot.set(Arc::new(snap));
-        self.reconcile(&tasks).await;
-        // What this tick admitted or preempted starts or stops next.
-        report.settling += report.admitted + report.preempted;
-        Ok(report)
+        Ok(())
     }
 
     /// Makes the backend match the store: tasks holding resources are launched (again, idempotently), and
@@ -1093,6 +1182,9 @@ impl<B: Backend> Control<B> {
         let failed: std::collections::BTreeSet<&str> =
             catalog.nodes.iter().filter(|(_, n)| n.failed).map(|(name, _)| name.as_str()).collect();
         for t in tasks {
+            if t.status == "Queued" {
+                continue;
+            }
             let key = AttemptKey { task_id: t.id.clone(), attempt: t.attempt };
             // A node marked failed takes its replicas down with it: the attempt fails as NodeFailed and the
             // fault-tolerance path decides what comes next.
@@ -1225,6 +1317,7 @@ impl<B: Backend> Control<B> {
                 let replace = task.spec.advanced.fault_tolerance.as_ref().is_none_or(|f| f.node_replacement);
                 let what = if replace {
                     self.excluded.entry(t.id.clone()).or_default().insert(node.clone());
+                    self.dirty = true;
                     format!("{message}; the next attempts of this task leave it out")
                 } else {
                     format!("{message}; node replacement is off, so it may be used again")
@@ -1244,6 +1337,7 @@ impl<B: Backend> Control<B> {
                     }
                     if extra > 0 {
                         self.scale_wants.insert(t.id.clone(), extra);
+                        self.dirty = true;
                     }
                 }
                 Some(t.clone())

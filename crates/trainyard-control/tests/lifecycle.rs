@@ -537,3 +537,49 @@ async fn task_env_is_added_under_names_the_task_does_not_set() {
         "the task's own value wins; hidden ones are opened"
     );
 }
+
+/// A queue that nothing moves costs no scheduling cycle: the last plan (places and reasons) stands until a
+/// task changes or arrives, or the clock reaches a starvation threshold; then the plan is made again.
+#[tokio::test]
+async fn an_unchanged_queue_is_not_planned_again() {
+    let backend = FakeBackend::new(Script { run_ms: 100_000_000, stop_ms: 1_000, ..Script::default() });
+    let (mut c, _) = control(backend.clone()).await;
+    let running = submit(&c, &task("long", "nlp", "Reserved", 3, ""), 0).await;
+    let mut queued = Vec::new();
+    for i in 1..=3 {
+        queued.push(submit(&c, &task("later", "nlp", "Reserved", 0, ""), i).await);
+    }
+    for now in 0..5 {
+        c.tick(now).await.unwrap();
+    }
+    assert_eq!(status(&c, &running).await.0, "Running");
+
+    let r = c.tick(10).await.unwrap();
+    assert!(!r.planned, "nothing changed: {r:?}");
+    assert_eq!(r.waiting, 3, "the last plan's waiting tasks are still reported");
+    assert_eq!(c.queue_info(&queued[2]).unwrap().position, 3);
+
+    // An arrival is news; then quiet again.
+    let fourth = submit(&c, &task("later", "nlp", "Reserved", 0, ""), 11).await;
+    assert!(c.tick(12).await.unwrap().planned);
+    assert_eq!(c.queue_info(&fourth).unwrap().position, 4);
+    assert!(!c.tick(13).await.unwrap().planned);
+
+    // The clock alone: the first queued task reaches the starvation threshold.
+    let starving_at = 1 + i64::try_from(Config::default().starvation_after_ms).unwrap();
+    assert!(!c.tick(starving_at - 1).await.unwrap().planned);
+    assert!(c.tick(starving_at).await.unwrap().planned);
+
+    // A stop frees the quota (4 units): the four one-unit tasks run once the running one is gone.
+    c.stop(&running, false, starving_at + 1).await.unwrap();
+    queued.push(fourth);
+    let mut now = starving_at + 2;
+    for id in &queued {
+        while status(&c, id).await.0 != "Running" {
+            c.tick(now).await.unwrap();
+            now += 500;
+            assert!(now < starving_at + 60_000, "{id} never ran");
+        }
+        assert!(c.queue_info(id).is_none(), "{id} runs and has no place in the queue");
+    }
+}
