@@ -1007,7 +1007,11 @@ impl<B: Backend> Control<B> {
         } else {
             self.dirty = false;
             self.planned_for = Some(catalog.clone());
-            self.plan(&catalog, &tasks, &parsed, &ids, &names, now_ms, &mut report).await?;
+            if let Err(e) = self.plan(&catalog, &tasks, &parsed, &ids, &names, now_ms, &mut report).await {
+                // A plan cut short is made again next tick.
+                self.dirty = true;
+                return Err(e);
+            }
             report.planned = true;
             self.last_waiting = report.waiting;
         }
