@@ -672,12 +672,22 @@ impl<B: Backend> Control<B> {
         }
         let mut specs = self.store.specs_of(&missing).await?;
         let mut unreadable = Vec::new();
+        // Tasks submitted from one document store the same text: it is parsed once (a restart with a deep
+        // queue of a sweep's tasks reads them all).
+        let mut parsed: HashMap<String, Arc<TrainingTask>> = HashMap::new();
         for e in self.active.values_mut().filter(|e| e.spec.is_none()) {
             let Some(json) = specs.remove(&*e.id) else { continue };
+            if let Some(spec) = parsed.get(&json) {
+                e.spec = Some(spec.clone());
+                self.dirty = true;
+                continue;
+            }
             let t = TaskRecord { spec_json: json, ..(*e.record).clone() };
             match Self::parse(&t) {
                 Ok(task) => {
-                    e.spec = Some(self.specs.intern(Arc::new(slim(task))));
+                    let spec = self.specs.intern(Arc::new(slim(task)));
+                    parsed.insert(t.spec_json, spec.clone());
+                    e.spec = Some(spec);
                     self.dirty = true;
                 }
                 Err(err) => unreadable.push((e.record.clone(), err)),
