@@ -610,6 +610,15 @@ impl<B: Backend> Control<B> {
                 for (_, gone) in old {
                     self.forget(&gone.id);
                 }
+                // Nodes the active tasks leave out, as recorded (after a restart, the only copy).
+                let mut excluded: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+                for (task, node) in self.store.avoided_nodes(ACTIVE).await? {
+                    excluded.entry(task).or_default().insert(node);
+                }
+                if excluded != self.excluded {
+                    self.excluded = excluded;
+                    self.dirty = true;
+                }
                 self.full_synced_ms = now_ms;
                 self.wide_synced_ms = now_ms;
             }
@@ -1330,6 +1339,8 @@ impl<B: Backend> Control<B> {
                 let task = Self::parse(&t)?;
                 let replace = task.spec.advanced.fault_tolerance.as_ref().is_none_or(|f| f.node_replacement);
                 let what = if replace {
+                    // Kept in the store first, so a restarted loop still leaves the node out.
+                    self.store.avoid_node(&t.id, node, now_ms).await?;
                     self.excluded.entry(t.id.clone()).or_default().insert(node.clone());
                     self.dirty = true;
                     format!("{message}; the next attempts of this task leave it out")

@@ -583,3 +583,39 @@ async fn an_unchanged_queue_is_not_planned_again() {
         assert!(c.queue_info(id).is_none(), "{id} runs and has no place in the queue");
     }
 }
+
+/// Nodes a task's next attempts leave out (node replacement) are kept in the store: a restarted loop reads
+/// them back and still leaves them out. Each task avoids a different node, so where each lands shows it.
+#[tokio::test]
+async fn avoided_nodes_are_still_avoided_after_a_restart() {
+    let one = "nodes: {node-0: {pool: default, vcpus: 8, memoryMib: 16384}}";
+    assert!(CATALOG.contains(one));
+    let two = CATALOG.replace(
+        one,
+        "nodes: {node-0: {pool: default, vcpus: 8, memoryMib: 16384}, node-1: {pool: default, vcpus: 8, memoryMib: 16384}}",
+    );
+    let backend = FakeBackend::new(Script { run_ms: 1_000_000, ..Script::default() });
+    let (c, url) = control(backend.clone()).await;
+    let a = submit(&c, &task("avoids0", "nlp", "Reserved", 0, ""), 0).await;
+    let b = submit(&c, &task("avoids1", "nlp", "Reserved", 0, ""), 1).await;
+    // As a NodeSuspect of an earlier attempt records it.
+    c.store().avoid_node(&a, "node-0", 1).await.unwrap();
+    c.store().avoid_node(&b, "node-1", 1).await.unwrap();
+    drop(c);
+
+    let store = Store::connect(&url).await.unwrap();
+    let mut c = Control::new(
+        store.clone(),
+        backend.clone(),
+        Catalog::from_yaml(&two).unwrap(),
+        Config::default(),
+        SecretBox::new([1; 32]),
+    );
+    c.tick(2).await.unwrap();
+    c.tick(3).await.unwrap();
+    for (id, avoided, other) in [(&a, "node-0", "node-1"), (&b, "node-1", "node-0")] {
+        let t = store.get_task(id).await.unwrap().unwrap();
+        assert_eq!(t.status, "Running");
+        assert!(t.placement.contains(other) && !t.placement.contains(avoided), "{id}: {}", t.placement);
+    }
+}

@@ -655,6 +655,40 @@ impl Store {
         rows.iter().map(task_from_row).collect()
     }
 
+    /// Records that a task's next attempts leave `node` out (node replacement after a hardware error or a
+    /// failed precheck). Recording it again changes nothing.
+    pub async fn avoid_node(&self, task_id: &str, node: &str, at_ms: i64) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO task_avoided_nodes (task_id, node, at_ms) VALUES ($1, $2, $3) \
+             ON CONFLICT (task_id, node) DO NOTHING",
+        )
+        .bind(task_id)
+        .bind(node)
+        .bind(at_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The nodes avoided by tasks (not deleted) whose status is one of `statuses`, as (task id, node).
+    pub async fn avoided_nodes(&self, statuses: &[&str]) -> Result<Vec<(String, String)>> {
+        if statuses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let marks: Vec<String> = (1..=statuses.len()).map(|i| format!("${i}")).collect();
+        let sql = format!(
+            "SELECT a.task_id, a.node FROM task_avoided_nodes a JOIN tasks t ON t.id = a.task_id \
+             WHERE t.deleted = 0 AND t.status IN ({}) ORDER BY a.task_id, a.node",
+            marks.join(", ")
+        );
+        let mut q = sqlx::query(&sql);
+        for s in statuses {
+            q = q.bind(*s);
+        }
+        let rows = q.fetch_all(&self.pool).await?;
+        rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect()
+    }
+
     /// The stored specs of the tasks given (those that exist), by id: one query per few hundred ids.
     pub async fn specs_of(&self, ids: &[&str]) -> Result<BTreeMap<String, String>> {
         const IDS_PER_QUERY: usize = 500;

@@ -160,6 +160,18 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
             "CREATE INDEX tasks_by_time ON tasks (created_at_ms DESC, id DESC, deleted, name)",
         ],
     ),
+    (
+        10,
+        &[
+            // Nodes a task's next attempts leave out (node replacement), kept across restarts.
+            "CREATE TABLE task_avoided_nodes (
+            task_id TEXT NOT NULL REFERENCES tasks (id),
+            node TEXT NOT NULL,
+            at_ms BIGINT NOT NULL,
+            PRIMARY KEY (task_id, node)
+        )",
+        ],
+    ),
 ];
 
 pub(crate) async fn migrate(pool: &AnyPool, dialect: Dialect) -> Result<()> {

@@ -93,6 +93,16 @@ async fn changes_since(store: Store, _: String) {
     let specs = store.specs_of(&refs).await.unwrap();
     assert_eq!(specs.keys().collect::<Vec<_>>(), ["new", "old"]);
     assert_eq!(specs["new"], "{\"id\":\"new\"}");
+
+    // Avoided nodes: recorded once, read back for tasks in the statuses asked for.
+    store.avoid_node("new", "node-b", 120).await.unwrap();
+    store.avoid_node("new", "node-b", 121).await.unwrap();
+    store.avoid_node("new", "node-a", 122).await.unwrap();
+    store.avoid_node("gone", "node-c", 160).await.unwrap();
+    let avoided = store.avoided_nodes(&["Queued", "Running"]).await.unwrap();
+    let pair = |t: &str, n: &str| (t.to_owned(), n.to_owned());
+    assert_eq!(avoided, [pair("new", "node-a"), pair("new", "node-b")], "a deleted task's are left out");
+    assert!(store.avoided_nodes(&["Running"]).await.unwrap().is_empty());
 }
 
 async fn task_env(store: Store, _: String) {
