@@ -836,7 +836,9 @@ impl<B: Backend> Control<B> {
         let done = self.apply_chains(&chains, now_ms).await?;
         for ((_, placement), t) in admits.iter().zip(done) {
             let Some(t) = t else {
+                // Its record here is behind the store's: planned again once it is read back.
                 report.conflicts += 1;
+                self.dirty = true;
                 continue;
             };
             self.nominated.remove(&t.id);
@@ -1132,6 +1134,7 @@ impl<B: Backend> Control<B> {
                         .await?
                     else {
                         report.conflicts += 1;
+                        self.dirty = true;
                         continue;
                     };
                     let _ = self
