@@ -721,21 +721,6 @@ impl<B: Backend> Control<B> {
         self.views.clone()
     }
 
-    /// See [`SchedViews::would_admit`].
-    pub fn would_admit(&self, task: &TrainingTask, now_ms: u64) -> (bool, String) {
-        self.views.would_admit(task, now_ms)
-    }
-
-    /// See [`SchedViews::fragmentation`].
-    pub fn fragmentation(&self, task: &TrainingTask) -> Vec<(String, trainyard_sched::views::Fragmentation)> {
-        self.views.fragmentation(task)
-    }
-
-    /// See [`SchedViews::quota_report`].
-    pub fn quota_report(&self, groups: Option<&[String]>) -> Vec<QuotaLine> {
-        self.views.quota_report(groups)
-    }
-
     /// A handle on the queue positions and wait reasons, for readers that must not wait for the loop.
     pub fn queue_board(&self) -> QueueBoard {
         self.waits.clone()

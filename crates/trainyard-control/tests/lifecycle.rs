@@ -293,7 +293,7 @@ async fn hidden_values_are_sealed_in_the_store_and_opened_for_the_backend() {
 /// delivery log says what happened.
 #[tokio::test]
 async fn alarms_are_delivered_by_signed_webhook_with_retries() {
-    use std::io::{BufRead, BufReader, Read, Write};
+    use std::io::{BufReader, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, String)>::new()));
@@ -302,25 +302,8 @@ async fn alarms_are_delivered_by_signed_webhook_with_retries() {
         for (n, stream) in listener.incoming().enumerate() {
             let mut stream = stream.unwrap();
             let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let (mut length, mut signature) = (0usize, String::new());
-            loop {
-                let mut line = String::new();
-                reader.read_line(&mut line).unwrap();
-                let line = line.trim_end();
-                if line.is_empty() {
-                    break;
-                }
-                let lower = line.to_ascii_lowercase();
-                if let Some(v) = lower.strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap();
-                }
-                if lower.starts_with("x-trainyard-signature:") {
-                    signature = line.split_once(':').unwrap().1.trim().to_owned();
-                }
-            }
-            let mut body = vec![0; length];
-            reader.read_exact(&mut body).unwrap();
-            got.lock().unwrap().push((signature, String::from_utf8(body).unwrap()));
+            let (signature, body) = read_webhook(&mut reader);
+            got.lock().unwrap().push((signature, body));
             let status = if n == 0 { "500 Internal Server Error" } else { "200 OK" };
             write!(stream, "HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
         }
@@ -402,7 +385,7 @@ enum Seen {
 
 /// An https receiver on 127.0.0.1 answering 200 to every request; what each connection brought is sent on.
 fn https_receiver(config: rustls::ServerConfig) -> (u16, std::sync::mpsc::Receiver<Seen>) {
-    use std::io::{BufRead, BufReader, Read, Write};
+    use std::io::{BufReader, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let config = std::sync::Arc::new(config);
@@ -418,30 +401,13 @@ fn https_receiver(config: rustls::ServerConfig) -> (u16, std::sync::mpsc::Receiv
             }
             let mut tls = rustls::StreamOwned::new(conn, tcp);
             let mut reader = BufReader::new(&mut tls);
-            let (mut length, mut signature) = (0usize, String::new());
-            loop {
-                let mut line = String::new();
-                reader.read_line(&mut line).unwrap();
-                let line = line.trim_end();
-                if line.is_empty() {
-                    break;
-                }
-                let lower = line.to_ascii_lowercase();
-                if let Some(v) = lower.strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap();
-                }
-                if lower.starts_with("x-trainyard-signature:") {
-                    signature = line.split_once(':').unwrap().1.trim().to_owned();
-                }
-            }
-            let mut body = vec![0; length];
-            reader.read_exact(&mut body).unwrap();
+            let (signature, body) = read_webhook(&mut reader);
             drop(reader);
             write!(tls, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
             tls.flush().unwrap();
             tls.conn.send_close_notify();
             let _ = tls.conn.complete_io(&mut tls.sock);
-            let _ = tx.send(Seen::Request(signature, String::from_utf8(body).unwrap()));
+            let _ = tx.send(Seen::Request(signature, body));
         }
     });
     (port, rx)
@@ -618,4 +584,27 @@ async fn avoided_nodes_are_still_avoided_after_a_restart() {
         assert_eq!(t.status, "Running");
         assert!(t.placement.contains(other) && !t.placement.contains(avoided), "{id}: {}", t.placement);
     }
+}
+
+/// Reads one webhook request from a test receiver's connection: its signature header and its body.
+fn read_webhook(reader: &mut impl std::io::BufRead) -> (String, String) {
+    let (mut length, mut signature) = (0usize, String::new());
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        let lower = line.to_ascii_lowercase();
+        if let Some(v) = lower.strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap();
+        }
+        if lower.starts_with("x-trainyard-signature:") {
+            signature = line.split_once(':').unwrap().1.trim().to_owned();
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).unwrap();
+    (signature, String::from_utf8(body).unwrap())
 }

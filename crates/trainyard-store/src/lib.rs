@@ -217,6 +217,16 @@ impl fmt::Debug for Store {
 const TASK_COLUMNS: &str = "id, name, owner, project_group, task_type, status, public, labels, spec, attempt, \
                             version, created_at_ms, updated_at_ms, placement, retries";
 
+/// A user from `SELECT name, role, groups`.
+fn user_from_row(r: &AnyRow) -> Result<User> {
+    let groups: String = r.try_get(2)?;
+    Ok(User {
+        name: r.try_get(0)?,
+        role: r.try_get(1)?,
+        groups: serde_json::from_str(&groups).map_err(|e| StoreError::Corrupt(format!("groups: {e}")))?,
+    })
+}
+
 fn task_from_row(r: &AnyRow) -> Result<TaskRecord> {
     let labels: String = r.try_get("labels")?;
     Ok(TaskRecord {
@@ -495,14 +505,7 @@ impl Store {
         }
         let dir = if asc { "ASC" } else { "DESC" };
         sql.push_str(&format!(" ORDER BY {col} {dir}, t.id {dir} LIMIT {}", limit + 1));
-        let mut q = sqlx::query(&sql);
-        for a in &args {
-            q = match a {
-                Arg::Text(s) => q.bind(s.as_str()),
-                Arg::Int(i) => q.bind(*i),
-            };
-        }
-        let rows = q.fetch_all(&self.pool).await?;
+        let rows = bind_all(sqlx::query(&sql), &args).fetch_all(&self.pool).await?;
         let mut items = rows.iter().map(task_from_row).collect::<Result<Vec<_>>>()?;
         let next_cursor = if items.len() > limit as usize {
             items.truncate(limit as usize);
@@ -675,11 +678,11 @@ impl Store {
         if statuses.is_empty() {
             return Ok(Vec::new());
         }
-        let marks: Vec<String> = (1..=statuses.len()).map(|i| format!("${i}")).collect();
+        let marks = placeholders(statuses.len());
         let sql = format!(
             "SELECT a.task_id, a.node FROM task_avoided_nodes a JOIN tasks t ON t.id = a.task_id \
              WHERE t.deleted = 0 AND t.status IN ({}) ORDER BY a.task_id, a.node",
-            marks.join(", ")
+            marks
         );
         let mut q = sqlx::query(&sql);
         for s in statuses {
@@ -694,8 +697,8 @@ impl Store {
         const IDS_PER_QUERY: usize = 500;
         let mut out = BTreeMap::new();
         for chunk in ids.chunks(IDS_PER_QUERY) {
-            let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
-            let sql = format!("SELECT id, spec FROM tasks WHERE id IN ({})", marks.join(", "));
+            let marks = placeholders(chunk.len());
+            let sql = format!("SELECT id, spec FROM tasks WHERE id IN ({})", marks);
             let mut q = sqlx::query(&sql);
             for id in chunk {
                 q = q.bind(*id);
@@ -716,10 +719,10 @@ impl Store {
         if statuses.is_empty() {
             return Ok(Vec::new());
         }
-        let marks: Vec<String> = (1..=statuses.len()).map(|i| format!("${i}")).collect();
+        let marks = placeholders(statuses.len());
         let sql = format!(
             "SELECT {columns} FROM tasks WHERE deleted = 0 AND status IN ({}) ORDER BY created_at_ms, id",
-            marks.join(", ")
+            marks
         );
         let mut q = sqlx::query(&sql);
         for s in statuses {
@@ -967,16 +970,7 @@ impl Store {
             .bind(name)
             .fetch_optional(&self.pool)
             .await?;
-        row.map(|r| {
-            let groups: String = r.try_get(2)?;
-            Ok(User {
-                name: r.try_get(0)?,
-                role: r.try_get(1)?,
-                groups: serde_json::from_str(&groups)
-                    .map_err(|e| StoreError::Corrupt(format!("groups: {e}")))?,
-            })
-        })
-        .transpose()
+        row.as_ref().map(user_from_row).transpose()
     }
 
     pub async fn count_users(&self) -> Result<i64> {
@@ -987,17 +981,7 @@ impl Store {
     pub async fn list_users(&self) -> Result<Vec<User>> {
         let rows =
             sqlx::query("SELECT name, role, groups FROM users ORDER BY name").fetch_all(&self.pool).await?;
-        rows.iter()
-            .map(|r| {
-                let groups: String = r.try_get(2)?;
-                Ok(User {
-                    name: r.try_get(0)?,
-                    role: r.try_get(1)?,
-                    groups: serde_json::from_str(&groups)
-                        .map_err(|e| StoreError::Corrupt(format!("groups: {e}")))?,
-                })
-            })
-            .collect()
+        rows.iter().map(user_from_row).collect()
     }
 
     /// Records a token by its hash.
@@ -1151,14 +1135,8 @@ async fn insert_rows(
             n += r.len();
         }
         sql.push_str(tail);
-        let mut q = sqlx::query(&sql);
-        for a in chunk.iter().flatten() {
-            q = match a {
-                Arg::Text(s) => q.bind(s.as_str()),
-                Arg::Int(i) => q.bind(*i),
-            };
-        }
-        inserted += q.execute(&mut *conn).await?.rows_affected();
+        inserted +=
+            bind_all(sqlx::query(&sql), chunk.iter().flatten()).execute(&mut *conn).await?.rows_affected();
     }
     Ok(inserted)
 }
@@ -1341,4 +1319,22 @@ async fn writer(pool: AnyPool, mut jobs: tokio::sync::mpsc::Receiver<Job>) {
 enum Arg {
     Text(String),
     Int(i64),
+}
+
+type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
+
+/// Binds `args` in order to the query's `$1`, `$2`, ...
+fn bind_all<'q>(mut q: AnyQuery<'q>, args: impl IntoIterator<Item = &'q Arg>) -> AnyQuery<'q> {
+    for a in args {
+        q = match a {
+            Arg::Text(s) => q.bind(s.as_str()),
+            Arg::Int(i) => q.bind(*i),
+        };
+    }
+    q
+}
+
+/// `$1, $2, ..., $n`: the placeholders of an `IN (...)` list.
+fn placeholders(n: usize) -> String {
+    (1..=n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
 }

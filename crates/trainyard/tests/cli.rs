@@ -1,5 +1,7 @@
 //! `trainyard validate` as a user runs it: exit codes, the demand table, problems with paths, JSON output.
 
+mod common;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -141,7 +143,6 @@ fn up_refuses_a_webhook_ca_file_it_cannot_use() {
 /// `trainyard up` on an empty data dir, then the CLI against it: whoami, submit --wait, list, describe.
 #[test]
 fn up_then_submit_and_wait() {
-    use std::io::BufRead;
     let dir = std::env::temp_dir().join(format!("trainyard-up-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut server = Command::new(env!("CARGO_BIN_EXE_trainyard"))
@@ -152,19 +153,7 @@ fn up_then_submit_and_wait() {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let mut lines = std::io::BufReader::new(server.stdout.take().unwrap()).lines();
-    let mut api = None;
-    let mut printed = String::new();
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        printed.push_str(&line);
-        printed.push('\n');
-        if let Some(rest) = line.trim().strip_prefix("API:") {
-            api = rest.split_whitespace().next().map(|u| u.trim_end_matches("/api/v1").to_owned());
-            break;
-        }
-    }
-    let api = api.unwrap_or_else(|| panic!("no API address in:\n{printed}"));
+    let (api, printed) = common::api_address(&mut server);
     let token = std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_owned();
     assert!(printed.contains(&token), "the token is printed once at bootstrap");
     let cli = |args: &[&str]| {

@@ -64,7 +64,14 @@ fn spawn(dir: &Path, listen: &str, path: Option<&str>) -> (Child, String) {
         cmd.env("PATH", p);
     }
     let mut child = cmd.spawn().expect("trainyard up starts");
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let (api, _) = api_address(&mut child);
+    (child, api)
+}
+
+/// Reads what a `trainyard up` started with piped stdout prints until its API address: the address (without
+/// `/api/v1`) and everything printed up to it. The rest of its output is drained in the background.
+pub fn api_address(child: &mut Child) -> (String, String) {
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout is piped")).lines();
     let mut printed = String::new();
     let mut api = None;
     for line in lines.by_ref() {
@@ -77,7 +84,7 @@ fn spawn(dir: &Path, listen: &str, path: Option<&str>) -> (Child, String) {
         }
     }
     std::thread::spawn(move || for _ in lines {});
-    (child, api.unwrap_or_else(|| panic!("no API address in:\n{printed}")))
+    (api.unwrap_or_else(|| panic!("no API address in:\n{printed}")), printed)
 }
 
 impl Server {
