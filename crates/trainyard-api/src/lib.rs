@@ -513,6 +513,24 @@ async fn validate_task(
     })))
 }
 
+/// Membership: a task goes to one of the caller's groups (admins may use any). The one check for create and
+/// clone.
+fn may_use_group(user: &User, group: &str) -> ApiResult<()> {
+    if user.role == "admin" || user.groups.iter().any(|g| g == group) {
+        return Ok(());
+    }
+    let yours = if user.groups.is_empty() { "none".to_owned() } else { user.groups.join(", ") };
+    Err(ApiError::Forbidden(format!(
+        "you are not a member of project group {group}; your groups: {yours} (a clone goes to one of them: \
+         POST .../clone with {{\"projectGroup\": GROUP}})"
+    )))
+}
+
+/// What the catalog keeps from some users beyond the validator's group rules: nothing yet.
+fn may_use_catalog(_state: &AppState, _user: &User, _task: &trainyard_core::TrainingTask) -> ApiResult<()> {
+    Ok(())
+}
+
 async fn create_task(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult<Response> {
     let user = caller(&state, &headers).await?;
     let key = headers.get("idempotency-key").map(|v| v.to_str().map(str::to_owned)).transpose();
@@ -522,14 +540,8 @@ async fn create_task(State(state): State<AppState>, headers: HeaderMap, body: By
         SubmitError::Store(s) => s.into(),
     };
     let task = trainyard_control::validate(&state.catalog.get(), &body).map_err(refused)?;
-    // Membership: a task goes to one of the caller's groups (admins may use any).
-    if user.role != "admin" && !user.groups.contains(&task.metadata.project_group) {
-        return Err(ApiError::Forbidden(format!(
-            "you are not a member of project group {}; your groups: {}",
-            task.metadata.project_group,
-            user.groups.join(", ")
-        )));
-    }
+    may_use_group(&user, &task.metadata.project_group)?;
+    may_use_catalog(&state, &user, &task)?;
     let created = trainyard_control::store_task(
         &state.store,
         &state.secrets,
@@ -1007,7 +1019,9 @@ async fn put_task_env(
         return Err(ApiError::Invalid(report));
     }
     let value = if var.hidden {
-        state.secrets.seal_value(&var.value).map_err(|e| ApiError::Internal(e.to_string()))?
+        // Bound to this user and name: copied into another user's TaskEnv or a task, it does not open.
+        let binding = trainyard_control::secrets::Binding::TaskEnv { user: &name, name: &var.name };
+        state.secrets.seal_value(&var.value, &binding).map_err(|e| ApiError::Internal(e.to_string()))?
     } else {
         var.value
     };
@@ -1129,24 +1143,59 @@ async fn share_task(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// A new task from this one's spec (a new name, queued). Whoever may operate the task may clone it; hidden
-/// values come along sealed, as they were.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CloneBody {
+    /// The project group the copy goes to (default: the original's). It must be one of the caller's.
+    project_group: Option<String>,
+    /// Values for the original's hidden variables, by name (env and precheck env alike): a copy never
+    /// carries them, so each must be given again.
+    #[serde(default)]
+    hidden_values: BTreeMap<String, String>,
+}
+
+/// A new task from this one's spec (a new name, queued), owned by the caller. Whoever may operate the task
+/// may clone it, into a project group they belong to (admins: any), as for a create. Hidden values are never
+/// copied: each is the mask until the body's `hiddenValues` gives it, and a mask is refused (422,
+/// `masked-value`, at the variable's path), so one user's secret never runs under another's name.
 async fn clone_task(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    body: Bytes,
 ) -> ApiResult<Response> {
     let user = caller(&state, &headers).await?;
     let t = operable_task(&state, &user, &id).await?;
+    let body: CloneBody = if body.iter().all(u8::is_ascii_whitespace) {
+        CloneBody::default()
+    } else {
+        json_body(&body, r#"{"projectGroup": GROUP, "hiddenValues": {NAME: VALUE}} (both optional)"#)?
+    };
     let mut task = trainyard_core::parse(t.spec_json.as_bytes())
         .0
         .ok_or_else(|| ApiError::Internal(format!("stored task {} is unreadable", t.id)))?;
-    state.secrets.open(&mut task).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let mut hidden = task.spec.environment.env.iter_mut().collect::<Vec<_>>();
+    if let Some(p) = task.spec.advanced.precheck.as_mut() {
+        hidden.extend(p.env.iter_mut());
+    }
+    for v in hidden.into_iter().filter(|v| v.hidden) {
+        v.value = body
+            .hidden_values
+            .get(&v.name)
+            .cloned()
+            .unwrap_or_else(|| trainyard_core::spec::HIDDEN_VALUE_MASK.to_owned());
+    }
+    if let Some(group) = body.project_group {
+        task.metadata.project_group = group;
+    }
+    may_use_group(&user, &task.metadata.project_group)?;
     let body = task.to_json();
-    let task = trainyard_control::validate(&state.catalog.get(), body.as_bytes()).map_err(|e| match e {
+    let refused = |e| match e {
         SubmitError::Invalid(r) => ApiError::Invalid(r),
         SubmitError::Store(s) => s.into(),
-    })?;
+    };
+    let task = trainyard_control::validate(&state.catalog.get(), body.as_bytes()).map_err(refused)?;
+    may_use_catalog(&state, &user, &task)?;
     let created = trainyard_control::store_task(
         &state.store,
         &state.secrets,
@@ -1157,10 +1206,7 @@ async fn clone_task(
         now_ms(),
     )
     .await
-    .map_err(|e| match e {
-        SubmitError::Invalid(r) => ApiError::Invalid(r),
-        SubmitError::Store(s) => s.into(),
-    })?;
+    .map_err(refused)?;
     state.arrivals.push(created.task(), &task);
     state.wake.notify_one();
     Ok((StatusCode::CREATED, Json(view(&state, created.task(), Spec::This(&task)))).into_response())
@@ -1274,8 +1320,19 @@ pub fn spawn_alarm_delivery(
     })
 }
 
-/// Serves the API on `listener` with the control loop and alarm delivery running.
+/// Serves the API on `listener` with the control loop and alarm delivery running. First, once per store,
+/// hidden values sealed by an earlier version without a binding are re-sealed bound to their records
+/// ([`trainyard_control::secrets::reseal_legacy`]).
 pub async fn serve(listener: tokio::net::TcpListener, state: AppState) -> std::io::Result<()> {
+    let resealed = trainyard_control::secrets::reseal_legacy(&state.store, &state.secrets, now_ms())
+        .await
+        .map_err(|e| std::io::Error::other(format!("re-sealing hidden values: {e}")))?;
+    if resealed != Default::default() {
+        eprintln!(
+            "trainyard: re-sealed the hidden values of {} task(s) and {} TaskEnv variable(s), bound to their records",
+            resealed.tasks, resealed.task_env
+        );
+    }
     let ticker = spawn_control_loop(state.control.clone(), state.metrics.clone(), state.wake.clone());
     let alarms =
         spawn_alarm_delivery(state.store.clone(), state.webhooks.clone(), webhook_key(&state.secrets));

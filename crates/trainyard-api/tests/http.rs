@@ -27,6 +27,8 @@ quotas:
 
 struct Server {
     base: String,
+    /// The server's backend: what it was asked to launch, with hidden values opened.
+    fake: FakeBackend,
     tokens: std::collections::BTreeMap<&'static str, String>,
     db: std::path::PathBuf,
     _rt: tokio::runtime::Runtime,
@@ -42,6 +44,7 @@ fn server() -> Server {
     std::fs::create_dir_all(&dir).unwrap();
     let db = dir.join("t.db");
     let url = format!("sqlite://{}", db.display());
+    let fake = FakeBackend::new(Script { start_ms: 100, run_ms: 300, ..Script::default() });
     let (base, tokens) = rt.block_on(async {
         let store = Store::connect(&url).await.unwrap();
         let mut tokens = std::collections::BTreeMap::new();
@@ -63,8 +66,7 @@ fn server() -> Server {
             tokens.insert(name, token);
         }
         let catalog = Catalog::from_yaml(CATALOG).unwrap();
-        let backend =
-            AnyBackend::Fake(FakeBackend::new(Script { start_ms: 100, run_ms: 300, ..Script::default() }));
+        let backend = AnyBackend::Fake(fake.clone());
         let secrets = SecretBox::generate().unwrap();
         let state = AppState::new(store, catalog, backend, secrets, Config::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -72,7 +74,7 @@ fn server() -> Server {
         tokio::spawn(trainyard_api::serve(listener, state));
         (base, tokens)
     });
-    Server { base, tokens, db, _rt: rt }
+    Server { base, fake, tokens, db, _rt: rt }
 }
 
 fn agent() -> ureq::Agent {
@@ -315,7 +317,8 @@ fn sharing_cloning_and_metrics() {
         Some(r#"{"user": "carol", "operate": true}"#),
         None,
     );
-    let (code, clone) = s.call("POST", "carol", &format!("/api/v1/tasks/{id}/clone"), None, None);
+    let into_cv = Some(r#"{"projectGroup": "cv"}"#);
+    let (code, clone) = s.call("POST", "carol", &format!("/api/v1/tasks/{id}/clone"), into_cv, None);
     assert_eq!(code, 201, "{clone}");
     assert_ne!(clone["id"], t["id"]);
     assert_eq!(clone["owner"], "carol");
@@ -555,4 +558,161 @@ fn users_subscribe_to_alarms_for_all_their_tasks() {
     });
     assert_eq!(log.iter().map(|d| d.event.as_str()).collect::<Vec<_>>(), ["succeeded"]);
     assert_eq!(log[0].url, "http://127.0.0.1:9/hook");
+}
+
+impl Server {
+    /// The env the backend was given for a task's latest launch (hidden values opened), once launched.
+    fn launched_env(&self, id: &str) -> Vec<(String, String)> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(spec) = self.fake.launched().into_iter().rev().find(|l| l.key.task_id == id) {
+                let env = &spec.task.spec.environment.env;
+                return env.iter().map(|e| (e.name.clone(), e.value.clone())).collect();
+            }
+            assert!(Instant::now() < deadline, "task {id} was never launched");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Runs `f` on a second connection to the server's database (what someone with a copy of it sees).
+    fn with_store<T>(&self, f: impl AsyncFnOnce(Store) -> T) -> T {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let store = Store::connect(&format!("sqlite://{}", self.db.display())).await.unwrap();
+            f(store).await
+        })
+    }
+}
+
+fn value_of<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    env.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+}
+
+/// Finding 7: TaskEnv is not a decryption oracle. bob copies alice's sealed TaskEnv value out of the database
+/// into his own TaskEnv, as a plain value, as a hidden one (through the API) and straight into the database
+/// as a hidden row; none of them opens to alice's secret at his launch. alice's own value still opens.
+#[test]
+fn a_sealed_value_copied_into_another_record_never_opens() {
+    let s = server();
+    let secret = "alice-wandb-secret";
+    let put = |who: &str, body: &str| s.call("PUT", who, &format!("/api/v1/users/{who}/env"), Some(body), None);
+    let (code, p) = put("alice", &format!(r#"{{"name": "WANDB_API_KEY", "value": "{secret}", "hidden": true}}"#));
+    assert_eq!(code, 204, "{p}");
+    let sealed = s.with_store(async |st| st.task_env("alice").await.unwrap()[0].value.clone());
+    assert!(sealed.starts_with("sealed:v2:") && !sealed.contains(secret), "{sealed}");
+    assert_eq!(put("bob", &format!(r#"{{"name": "STOLEN_PLAIN", "value": "{sealed}"}}"#)).0, 204);
+    assert_eq!(put("bob", &format!(r#"{{"name": "STOLEN_HIDDEN", "value": "{sealed}", "hidden": true}}"#)).0, 204);
+    let (_, t) = s.call("POST", "bob", "/api/v1/tasks", Some(&task("bob", "nlp", false, "")), None);
+    let env = s.launched_env(t["id"].as_str().unwrap());
+    assert_eq!(value_of(&env, "STOLEN_PLAIN"), Some(sealed.as_str()), "a plain value stays plain text");
+    assert_eq!(value_of(&env, "STOLEN_HIDDEN"), Some(sealed.as_str()), "opened once: back to what bob typed");
+    assert!(!format!("{env:?}").contains(secret), "{env:?}");
+
+    // Someone who can write the database puts alice's sealed value into bob's TaskEnv as a hidden row: it is
+    // bound to alice, so bob's launch is refused (an event says why) instead of opening it.
+    s.with_store(async |st| {
+        let row = trainyard_store::TaskEnvVar { name: "REPLAYED".into(), value: sealed.clone(), hidden: true };
+        st.put_task_env("bob", &row).await.unwrap();
+    });
+    let (_, t) = s.call("POST", "bob", "/api/v1/tasks", Some(&task("replay", "nlp", false, "")), None);
+    let id = t["id"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, ev) = s.call("GET", "bob", &format!("/api/v1/tasks/{id}/events"), None, None);
+        if ev.to_string().contains("cannot be opened") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no refusal: {ev}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!s.fake.launched().iter().any(|l| l.key.task_id == id), "the replayed value was never launched");
+
+    // The legitimate path: alice's own task gets her value.
+    let (_, t) = s.call("POST", "alice", "/api/v1/tasks", Some(&task("mine", "nlp", false, "")), None);
+    assert_eq!(value_of(&s.launched_env(t["id"].as_str().unwrap()), "WANDB_API_KEY"), Some(secret));
+}
+
+/// Finding 7, for a task's own hidden values: one copied from another task's stored spec does not open.
+#[test]
+fn a_hidden_value_copied_between_tasks_does_not_open() {
+    let s = server();
+    let env = r#", {name: API_KEY, value: "alice-task-secret", hidden: true}"#;
+    let (_, a) = s.call("POST", "alice", "/api/v1/tasks", Some(&task("a", "nlp", false, env)), None);
+    let a = a["id"].as_str().unwrap().to_owned();
+    assert_eq!(value_of(&s.launched_env(&a), "API_KEY"), Some("alice-task-secret"), "the owner's launch");
+    // bob's task, with its stored hidden value replaced by alice's sealed one (a database write).
+    let bob_env = r#", {name: API_KEY, value: "bobs-own", hidden: true}"#;
+    s.call("PUT", "root", "/api/v1/admin/nodes/node-0", Some(r#"{"schedulable": false}"#), None);
+    let (_, b) = s.call("POST", "bob", "/api/v1/tasks", Some(&task("b", "nlp", false, bob_env)), None);
+    let b = b["id"].as_str().unwrap().to_owned();
+    s.with_store(async |st| {
+        let alice_spec = st.get_task(&a).await.unwrap().unwrap().spec_json;
+        let sealed: Value = serde_json::from_str(&alice_spec).unwrap();
+        let sealed = sealed["spec"]["environment"]["env"][1]["value"].as_str().unwrap().to_owned();
+        let bob_spec = st.get_task(&b).await.unwrap().unwrap().spec_json;
+        let mut v: Value = serde_json::from_str(&bob_spec).unwrap();
+        v["spec"]["environment"]["env"][1]["value"] = Value::String(sealed);
+        st.replace_spec(&b, &v.to_string()).await.unwrap();
+    });
+    s.call("PUT", "root", "/api/v1/admin/nodes/node-0", Some(r#"{"schedulable": true}"#), None);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, ev) = s.call("GET", "bob", &format!("/api/v1/tasks/{b}/events"), None, None);
+        if ev.to_string().contains("cannot be opened") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no refusal: {ev}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let launched = s.fake.launched();
+    assert!(!launched.iter().any(|l| l.key.task_id == b), "bob's task never ran with alice's value");
+}
+
+/// Findings 6 and 10: a clone by another user goes only to a group the cloner belongs to, and never carries
+/// hidden values; a mask (`******`, or any run of asterisks) as a hidden value is a 422 at its field.
+#[test]
+fn clones_stay_in_the_cloners_groups_and_never_carry_hidden_values() {
+    let s = server();
+    let env = r#", {name: API_KEY, value: "alice-only", hidden: true}"#;
+    let (_, t) = s.call("POST", "alice", "/api/v1/tasks", Some(&task("src", "nlp", false, env)), None);
+    let id = t["id"].as_str().unwrap().to_owned();
+    let share = |user: &str| {
+        let body = format!(r#"{{"user": "{user}", "operate": true}}"#);
+        assert_eq!(s.call("POST", "alice", &format!("/api/v1/tasks/{id}/shares"), Some(&body), None).0, 204);
+    };
+    share("carol");
+    share("bob");
+    let clone = |who: &str, body: &str| s.call("POST", who, &format!("/api/v1/tasks/{id}/clone"), Some(body), None);
+    // carol (cv) may not put a copy into nlp, where she could not create a task either.
+    let (code, p) = clone("carol", "");
+    assert_eq!(code, 403, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("not a member of project group nlp"), "{p}");
+    let (code, p) = clone("carol", r#"{"projectGroup": "nlp"}"#);
+    assert_eq!(code, 403, "{p}");
+    // Into her own group: the hidden value is not carried; the 422 names the field and says what to do.
+    let (code, p) = clone("carol", r#"{"projectGroup": "cv"}"#);
+    assert_eq!(code, 422, "{p}");
+    assert_eq!(p["problems"][0]["path"], "spec.environment.env[1].value", "{p}");
+    assert_eq!(p["problems"][0]["code"], "masked-value", "{p}");
+    assert!(p["problems"][0]["message"].as_str().unwrap().contains("enter the value of API_KEY again"), "{p}");
+    // bob (nlp, the same group) gets no secret either.
+    assert_eq!(clone("bob", "").0, 422);
+    // With her own value: created in cv, and her value is what runs.
+    let (code, c) = clone("carol", r#"{"projectGroup": "cv", "hiddenValues": {"API_KEY": "carols-own"}}"#);
+    assert_eq!(code, 201, "{c}");
+    assert_eq!((c["owner"].as_str(), c["projectGroup"].as_str()), (Some("carol"), Some("cv")));
+    assert_eq!(value_of(&s.launched_env(c["id"].as_str().unwrap()), "API_KEY"), Some("carols-own"));
+    assert!(!s.fake.launched().iter().any(|l| l.owner != "alice" && format!("{:?}", l.task).contains("alice-only")));
+    // The mask itself is refused on create, whatever its length; an admin clones into any group.
+    for mask in ["******", "***", "*"] {
+        let body = task("masked", "nlp", false, &format!(r#", {{name: K, value: "{mask}", hidden: true}}"#));
+        let (code, p) = s.call("POST", "alice", "/api/v1/tasks", Some(&body), None);
+        assert_eq!((code, p["problems"][0]["code"].as_str()), (422, Some("masked-value")), "{p}");
+    }
+    let plain = task("stars", "nlp", false, r#", {name: K, value: "***"}"#);
+    assert_eq!(s.call("POST", "alice", "/api/v1/tasks", Some(&plain), None).0, 201, "a plain value may be stars");
+    let (code, c) = clone("root", r#"{"projectGroup": "cv", "hiddenValues": {"API_KEY": "x"}}"#);
+    assert_eq!(code, 201, "{c}");
+    // Unknown fields in the clone body are refused, not ignored.
+    assert_eq!(clone("alice", r#"{"group": "cv"}"#).0, 400);
 }

@@ -435,9 +435,12 @@ pub async fn store_task(
     idempotency_key: Option<&str>,
     now_ms: i64,
 ) -> Result<Created, SubmitError> {
+    // The id is chosen before sealing: hidden values are bound to it (and to the owner), so they cannot be
+    // replayed into another task's record.
+    let id = task_id(now_ms);
     let mut sealed = task.clone();
     secrets
-        .seal(&mut sealed)
+        .seal(&mut sealed, &id, owner)
         .map_err(|e| SubmitError::Store(StoreError::Corrupt(format!("cannot seal hidden values: {e}"))))?;
     let spec_json = serde_json::to_string(&sealed).expect("a TrainingTask always serialises");
     // A name taken by chance gets another suffix; the bound keeps a broken store from looping.
@@ -446,7 +449,7 @@ pub async fn store_task(
     for _ in 0..NAME_TRIES {
         let r = random_u64();
         let new = NewTask {
-            id: task_id(now_ms),
+            id: id.clone(),
             name: format!("{}-{}", task.metadata.name_prefix, suffix(r.rotate_left(17))),
             owner: owner.to_owned(),
             project_group: task.metadata.project_group.clone(),
@@ -833,7 +836,7 @@ impl<B: Backend> Control<B> {
                     let _ = self.backend.launch(&spec).await;
                 }
                 None => {
-                    let why = "a hidden value cannot be opened with this server's key (was the key changed?)";
+                    let why = "a hidden value (the task's or the owner's TaskEnv) cannot be opened: it was sealed under another server key or for another record; set it again";
                     self.store.append_event(&t.id, t.attempt, now_ms, "InternalError", why).await?;
                 }
             }
@@ -946,12 +949,19 @@ impl<B: Backend> Control<B> {
     async fn launch_spec(&self, t: &TaskRecord, placement: &Placement) -> Option<LaunchSpec> {
         let full = self.store.get_task(&t.id).await.ok()??;
         let mut task = Self::parse(&full).ok()?;
-        self.secrets.open(&mut task).ok()?;
+        self.secrets.open(&mut task, &t.id, &t.owner).ok()?;
         for var in self.store.task_env(&t.owner).await.ok()? {
             if task.spec.environment.env.iter().any(|e| e.name == var.name) {
                 continue;
             }
-            let value = self.secrets.open_value(&var.value).ok()?;
+            // Only a value stored as hidden is opened, and only if it was sealed for this user and name: a
+            // plain value that looks sealed (copied from the database) stays the text it is.
+            let value = if var.hidden {
+                let binding = secrets::Binding::TaskEnv { user: &t.owner, name: &var.name };
+                self.secrets.open_value(&var.value, &binding).ok()?
+            } else {
+                var.value
+            };
             task.spec.environment.env.push(trainyard_core::spec::EnvVar {
                 name: var.name,
                 value,

@@ -1,14 +1,47 @@
-//! Hidden env values at rest: sealed with ChaCha20-Poly1305 under the server key before a task is stored,
-//! opened only to hand the task to a backend. The API masks them and never needs the key.
+//! Hidden env values at rest: sealed with ChaCha20-Poly1305 under the server key before they are stored,
+//! opened only to hand a task to a backend. The API masks them and never needs the key.
+//!
+//! Every sealed value is bound to the record it belongs to ([`Binding`]: a task's id, owner and variable
+//! name; or a TaskEnv variable's user and name) as AEAD associated data. A sealed string copied out of the
+//! database into another record (another task, another user's TaskEnv, a plain value) does not open, so
+//! the server is not a decryption oracle for anyone holding a copy of its database. Only values stored as
+//! hidden are ever opened; callers never pass a plain value to [`SecretBox::open_value`].
+//!
+//! Values sealed by earlier versions (`sealed:v1:`, no binding) are re-sealed in place once at start-up
+//! ([`reseal_legacy`]); after that a `v1` value is refused like a damaged one.
 
-use chacha20poly1305::aead::{Aead, KeyInit};
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use sha2::{Digest, Sha256};
 use std::io::Read;
 use trainyard_core::spec::{EnvVar, TrainingTask};
 
-/// How a sealed value starts: version, then hex of nonce and ciphertext.
-const SEALED_PREFIX: &str = "sealed:v1:";
+/// How a sealed value starts: version, then hex of nonce and ciphertext. `v2` values carry a binding.
+const SEALED_PREFIX: &str = "sealed:v2:";
+
+/// Values sealed before bindings existed; opened only by [`reseal_legacy`].
+const LEGACY_PREFIX: &str = "sealed:v1:";
+
+/// The record a sealed value belongs to. It is the associated data of the AEAD: opening with any other
+/// binding fails the tag check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binding<'a> {
+    /// A hidden env value (`spec.environment.env` or the precheck's env) of one task.
+    Task { id: &'a str, owner: &'a str, name: &'a str },
+    /// A hidden TaskEnv variable of one user.
+    TaskEnv { user: &'a str, name: &'a str },
+}
+
+impl Binding<'_> {
+    /// The associated data: a JSON array, so no choice of names can make two bindings' bytes equal.
+    fn aad(&self) -> Vec<u8> {
+        let fields = match self {
+            Binding::Task { id, owner, name } => ["task", id, owner, name],
+            Binding::TaskEnv { user, name } => ["task-env", user, name, ""],
+        };
+        serde_json::to_vec(&fields).expect("an array of strings always serialises")
+    }
+}
 
 /// The server key.
 #[derive(Clone)]
@@ -68,26 +101,40 @@ impl SecretBox {
         ChaCha20Poly1305::new(Key::from_slice(&self.key))
     }
 
-    /// Seals one value.
-    pub fn seal_value(&self, value: &str) -> std::io::Result<String> {
+    /// Seals one value for the record `binding` names.
+    pub fn seal_value(&self, value: &str, binding: &Binding) -> std::io::Result<String> {
         let nonce: [u8; 12] = random()?;
+        let aad = binding.aad();
         let sealed = self
             .cipher()
-            .encrypt(Nonce::from_slice(&nonce), value.as_bytes())
+            .encrypt(Nonce::from_slice(&nonce), Payload { msg: value.as_bytes(), aad: &aad })
             .map_err(|_| std::io::Error::other("encryption failed"))?;
         Ok(format!("{SEALED_PREFIX}{}{}", hex(&nonce), hex(&sealed)))
     }
 
-    /// Opens one value (a value that was never sealed comes back as it is).
-    pub fn open_value(&self, value: &str) -> Result<String, OpenError> {
-        let Some(body) = value.strip_prefix(SEALED_PREFIX) else { return Ok(value.to_owned()) };
+    /// Opens a value sealed for the record `binding` names. Anything else is refused: a value sealed for
+    /// another record, under another key, damaged, sealed by an old version, or never sealed at all (a
+    /// hidden value is always stored sealed, so a plain one there was put in the database by hand).
+    pub fn open_value(&self, value: &str, binding: &Binding) -> Result<String, OpenError> {
+        let body = value.strip_prefix(SEALED_PREFIX).ok_or(OpenError)?;
+        self.decrypt(body, &binding.aad())
+    }
+
+    fn decrypt(&self, body: &str, aad: &[u8]) -> Result<String, OpenError> {
         let bytes = unhex(body).ok_or(OpenError)?;
         if bytes.len() < 12 {
             return Err(OpenError);
         }
         let (nonce, sealed) = bytes.split_at(12);
-        let plain = self.cipher().decrypt(Nonce::from_slice(nonce), sealed).map_err(|_| OpenError)?;
+        let plain =
+            self.cipher().decrypt(Nonce::from_slice(nonce), Payload { msg: sealed, aad }).map_err(|_| OpenError)?;
         String::from_utf8(plain).map_err(|_| OpenError)
+    }
+
+    /// Opens a value sealed by an earlier version (no binding), for [`reseal_legacy`] only. `None` when the
+    /// value is not in the old format.
+    fn open_legacy(&self, value: &str) -> Option<Result<String, OpenError>> {
+        value.strip_prefix(LEGACY_PREFIX).map(|body| self.decrypt(body, b""))
     }
 
     fn each_hidden(task: &mut TrainingTask, mut f: impl FnMut(&mut EnvVar)) {
@@ -97,20 +144,21 @@ impl SecretBox {
         }
     }
 
-    /// Seals every hidden value of the task in place.
-    pub fn seal(&self, task: &mut TrainingTask) -> std::io::Result<()> {
+    /// Seals every hidden value of the task in place, bound to the task's id and owner.
+    pub fn seal(&self, task: &mut TrainingTask, id: &str, owner: &str) -> std::io::Result<()> {
         let mut result = Ok(());
-        Self::each_hidden(task, |v| match self.seal_value(&v.value) {
+        Self::each_hidden(task, |v| match self.seal_value(&v.value, &Binding::Task { id, owner, name: &v.name }) {
             Ok(s) => v.value = s,
             Err(e) => result = Err(e),
         });
         result
     }
 
-    /// Opens every sealed value of the task in place.
-    pub fn open(&self, task: &mut TrainingTask) -> Result<(), OpenError> {
+    /// Opens every hidden value of the task in place (plain values are left as they are, whatever they look
+    /// like); each must have been sealed for this task and owner.
+    pub fn open(&self, task: &mut TrainingTask, id: &str, owner: &str) -> Result<(), OpenError> {
         let mut result = Ok(());
-        Self::each_hidden(task, |v| match self.open_value(&v.value) {
+        Self::each_hidden(task, |v| match self.open_value(&v.value, &Binding::Task { id, owner, name: &v.name }) {
             Ok(s) => v.value = s,
             Err(e) => result = Err(e),
         });
@@ -126,24 +174,118 @@ impl SecretBox {
     }
 }
 
+/// The setting that records that [`reseal_legacy`] has run on this store, so later starts skip the scan.
+pub const SEALED_FORMAT_SETTING: &str = "sealed-format";
+
+/// What [`reseal_legacy`] changed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Resealed {
+    pub tasks: usize,
+    pub task_env: usize,
+}
+
+/// Re-seals, bound to their records, every hidden value an earlier version sealed without a binding
+/// (`sealed:v1:`): in tasks' specs and in TaskEnv. Only values stored as hidden are opened (a plain value
+/// that merely looks sealed stays plain text). Runs once per store (recorded in [`SEALED_FORMAT_SETTING`]);
+/// a value that does not open under this key is left as it is, and refused at launch like before.
+pub async fn reseal_legacy(
+    store: &trainyard_store::Store,
+    secrets: &SecretBox,
+    now_ms: i64,
+) -> Result<Resealed, trainyard_store::StoreError> {
+    let mut done = Resealed::default();
+    if store.get_setting(SEALED_FORMAT_SETTING).await?.as_deref() == Some("v2") {
+        return Ok(done);
+    }
+    let corrupt = |e: std::io::Error| trainyard_store::StoreError::Corrupt(format!("cannot seal: {e}"));
+    for t in store.tasks_with_spec_containing(LEGACY_PREFIX).await? {
+        let (Some(mut task), _) = trainyard_core::parse(t.spec_json.as_bytes()) else { continue };
+        let mut changed = false;
+        let mut failed = None;
+        SecretBox::each_hidden(&mut task, |v| {
+            if let Some(Ok(plain)) = secrets.open_legacy(&v.value) {
+                match secrets.seal_value(&plain, &Binding::Task { id: &t.id, owner: &t.owner, name: &v.name }) {
+                    Ok(s) => {
+                        v.value = s;
+                        changed = true;
+                    }
+                    Err(e) => failed = Some(e),
+                }
+            }
+        });
+        if let Some(e) = failed {
+            return Err(corrupt(e));
+        }
+        if changed {
+            let spec_json = serde_json::to_string(&task).expect("a TrainingTask always serialises");
+            store.replace_spec(&t.id, &spec_json).await?;
+            done.tasks += 1;
+        }
+    }
+    for (user, mut var) in store.hidden_task_env().await? {
+        if let Some(Ok(plain)) = secrets.open_legacy(&var.value) {
+            var.value = secrets
+                .seal_value(&plain, &Binding::TaskEnv { user: &user, name: &var.name })
+                .map_err(corrupt)?;
+            store.put_task_env(&user, &var).await?;
+            done.task_env += 1;
+        }
+    }
+    store.put_setting(SEALED_FORMAT_SETTING, "v2", now_ms).await?;
+    Ok(done)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const TASK: Binding = Binding::Task { id: "t1", owner: "alice", name: "TOKEN" };
+
     #[test]
     fn seal_and_open() {
         let b = SecretBox::new([7; 32]);
-        let sealed = b.seal_value("s3cret").unwrap();
+        let sealed = b.seal_value("s3cret", &TASK).unwrap();
         assert!(sealed.starts_with(SEALED_PREFIX) && !sealed.contains("s3cret"));
-        assert_ne!(sealed, b.seal_value("s3cret").unwrap(), "a fresh nonce each time");
-        assert_eq!(b.open_value(&sealed).unwrap(), "s3cret");
-        assert!(SecretBox::new([8; 32]).open_value(&sealed).is_err(), "another key cannot open it");
+        assert_ne!(sealed, b.seal_value("s3cret", &TASK).unwrap(), "a fresh nonce each time");
+        assert_eq!(b.open_value(&sealed, &TASK).unwrap(), "s3cret");
+        assert!(SecretBox::new([8; 32]).open_value(&sealed, &TASK).is_err(), "another key cannot open it");
         // One hex digit changed: the tag no longer matches, so it is refused rather than opened to garbage.
         let mut damaged = sealed.clone();
         let last = damaged.pop().unwrap();
         damaged.push(if last == '0' { '1' } else { '0' });
-        assert!(b.open_value(&damaged).is_err());
+        assert!(b.open_value(&damaged, &TASK).is_err());
         assert_eq!(SecretBox::from_hex(&b.to_hex()).unwrap().key, b.key);
-        assert_eq!(b.open_value("plain").unwrap(), "plain");
+        assert!(b.open_value("plain", &TASK).is_err(), "a hidden value is never stored in clear");
+    }
+
+    /// A sealed value copied into another record does not open there.
+    #[test]
+    fn a_sealed_value_opens_only_for_its_own_record() {
+        let b = SecretBox::new([7; 32]);
+        let sealed = b.seal_value("s3cret", &TASK).unwrap();
+        for other in [
+            Binding::Task { id: "t2", owner: "alice", name: "TOKEN" },
+            Binding::Task { id: "t1", owner: "mallory", name: "TOKEN" },
+            Binding::Task { id: "t1", owner: "alice", name: "OTHER" },
+            Binding::TaskEnv { user: "alice", name: "TOKEN" },
+            Binding::TaskEnv { user: "t1", name: "alice" },
+        ] {
+            assert!(b.open_value(&sealed, &other).is_err(), "{other:?} opened a value sealed for {TASK:?}");
+        }
+        let env = b.seal_value("k", &Binding::TaskEnv { user: "alice", name: "K" }).unwrap();
+        assert_eq!(b.open_value(&env, &Binding::TaskEnv { user: "alice", name: "K" }).unwrap(), "k");
+        assert!(b.open_value(&env, &Binding::TaskEnv { user: "mallory", name: "K" }).is_err());
+    }
+
+    /// An old, unbound value is refused at launch; only the one-time migration opens it.
+    #[test]
+    fn legacy_values_open_only_for_the_migration() {
+        let b = SecretBox::new([7; 32]);
+        let nonce = [3u8; 12];
+        let ct = b.cipher().encrypt(Nonce::from_slice(&nonce), &b"old"[..]).unwrap();
+        let legacy = format!("{LEGACY_PREFIX}{}{}", hex(&nonce), hex(&ct));
+        assert!(b.open_value(&legacy, &TASK).is_err());
+        assert_eq!(b.open_legacy(&legacy).unwrap().unwrap(), "old");
+        assert!(b.open_legacy("plain").is_none());
     }
 }

@@ -281,7 +281,7 @@ async fn hidden_values_are_sealed_in_the_store_and_opened_for_the_backend() {
     let id = submit(&c, &body, 0).await;
     let stored = c.store().get_task(&id).await.unwrap().unwrap();
     assert!(!stored.spec_json.contains("s3cr3t-42"), "{}", stored.spec_json);
-    assert!(stored.spec_json.contains("sealed:v1:"));
+    assert!(stored.spec_json.contains("sealed:v2:"));
     c.tick(0).await.unwrap();
     let launched = backend.launched();
     let env = &launched[0].task.spec.environment.env;
@@ -482,7 +482,8 @@ async fn task_env_is_added_under_names_the_task_does_not_set() {
     let backend = FakeBackend::default();
     let (mut c, _) = control(backend.clone()).await;
     let secrets = SecretBox::new([1; 32]);
-    let sealed = secrets.seal_value("tok-9").unwrap();
+    let binding = trainyard_control::secrets::Binding::TaskEnv { user: "alice", name: "TOKEN" };
+    let sealed = secrets.seal_value("tok-9", &binding).unwrap();
     c.store()
         .put_task_env("alice", &TaskEnvVar { name: "LR".into(), value: "from-env".into(), hidden: false })
         .await
@@ -607,4 +608,65 @@ fn read_webhook(reader: &mut impl std::io::BufRead) -> (String, String) {
     let mut body = vec![0; length];
     reader.read_exact(&mut body).unwrap();
     (signature, String::from_utf8(body).unwrap())
+}
+
+/// A value in the format of earlier versions (`sealed:v1:`, no binding), as they stored it.
+fn legacy_sealed(key: [u8; 32], value: &str) -> String {
+    use chacha20poly1305::aead::{Aead, KeyInit};
+    let cipher = chacha20poly1305::ChaCha20Poly1305::new(chacha20poly1305::Key::from_slice(&key));
+    let nonce = [9u8; 12];
+    let ct = cipher.encrypt(chacha20poly1305::Nonce::from_slice(&nonce), value.as_bytes()).unwrap();
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    format!("sealed:v1:{}{}", hex(&nonce), hex(&ct))
+}
+
+/// A database from before bindings: hidden values sealed as `v1` are re-sealed in place once, bound to their
+/// records, and still reach the backend; a plain TaskEnv value that looks sealed stays plain; the second run
+/// finds nothing to do; an unbound `v1` value put in later is never opened.
+#[tokio::test]
+async fn values_sealed_by_an_earlier_version_are_resealed_once_and_bound() {
+    use trainyard_control::secrets::{SecretBox, reseal_legacy};
+    use trainyard_store::TaskEnvVar;
+    let backend = FakeBackend::default();
+    let (mut c, _) = control(backend.clone()).await;
+    let key = [1; 32];
+    let secrets = SecretBox::new(key);
+    let old_task = legacy_sealed(key, "task-secret");
+    let old_env = legacy_sealed(key, "env-secret");
+    let body = task("old", "nlp", "Reserved", 0, "").replace(
+        "cmd: python3 train.py}",
+        "cmd: python3 train.py, env: [{name: TOKEN, value: placeholder, hidden: true}]}",
+    );
+    let id = submit(&c, &body, 0).await;
+    let mut v: serde_json::Value =
+        serde_json::from_str(&c.store().get_task(&id).await.unwrap().unwrap().spec_json).unwrap();
+    v["spec"]["environment"]["env"][0]["value"] = serde_json::Value::String(old_task.clone());
+    c.store().replace_spec(&id, &v.to_string()).await.unwrap();
+    let put = |name: &str, value: &str, hidden| TaskEnvVar { name: name.into(), value: value.into(), hidden };
+    c.store().put_task_env("alice", &put("OLD_HIDDEN", &old_env, true)).await.unwrap();
+    c.store().put_task_env("alice", &put("LOOKS_SEALED", &old_env, false)).await.unwrap();
+
+    let done = reseal_legacy(c.store(), &secrets, 0).await.unwrap();
+    assert_eq!((done.tasks, done.task_env), (1, 1), "{done:?}");
+    let stored = c.store().get_task(&id).await.unwrap().unwrap().spec_json;
+    assert!(!stored.contains("sealed:v1:") && stored.contains("sealed:v2:"), "{stored}");
+    let env = c.store().task_env("alice").await.unwrap();
+    assert_eq!(env.iter().find(|v| v.name == "LOOKS_SEALED").unwrap().value, old_env, "plain stays plain");
+    assert!(env.iter().find(|v| v.name == "OLD_HIDDEN").unwrap().value.starts_with("sealed:v2:"));
+    assert_eq!(reseal_legacy(c.store(), &secrets, 1).await.unwrap(), Default::default(), "once");
+
+    c.tick(0).await.unwrap();
+    let launched = backend.launched();
+    let env = &launched[0].task.spec.environment.env;
+    let pairs: Vec<(&str, &str)> = env.iter().map(|e| (e.name.as_str(), e.value.as_str())).collect();
+    assert_eq!(
+        pairs,
+        [("TOKEN", "task-secret"), ("LOOKS_SEALED", old_env.as_str()), ("OLD_HIDDEN", "env-secret")]
+    );
+
+    // After the migration, an unbound value planted as hidden is refused, not opened.
+    c.store().put_task_env("alice", &put("PLANTED", &old_env, true)).await.unwrap();
+    submit(&c, &task("later", "nlp", "Reserved", 0, ""), 10).await;
+    c.tick(10).await.unwrap();
+    assert_eq!(backend.launched().len(), 1, "nothing launched with a value that does not open");
 }

@@ -93,6 +93,12 @@ codes! {
     UnknownRuntimeEnvField = "unknown-runtime-env-field",
     /// A URL that is not an absolute http(s) URL.
     InvalidUrl = "invalid-url",
+    /// A hidden env value that is the mask shown in its place (`******`), not a value: copies of a task
+    /// (clone, the console's form) never carry hidden values, so they must be entered again.
+    MaskedValue = "masked-value",
+    /// A catalog entry (image, volume, dataset, model) that exists but is not offered to the task's
+    /// project group.
+    NotInGroup = "not-in-group",
 }
 
 impl fmt::Display for Code {

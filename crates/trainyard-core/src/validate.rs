@@ -9,7 +9,8 @@ use crate::demand::Resources;
 use crate::problem::{Code, Report, field, index, is_under, key};
 use crate::runtime_env;
 use crate::spec::{
-    API_VERSION, AlarmEvent, EnvVar, InstanceSpecChoice, KIND, ResourceType, TaskType, TrainingTask,
+    API_VERSION, AlarmEvent, EnvVar, HIDDEN_VALUE_MASK, InstanceSpecChoice, KIND, ResourceType, TaskType,
+    TrainingTask,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -1182,6 +1183,11 @@ pub fn check_env_name(name: &str) -> Result<(), String> {
 }
 
 /// A list of env vars: every name and value, duplicates, and names the platform reserves.
+/// Whether a value is a mask (only asterisks), as the API and the console show hidden values.
+pub fn is_mask(value: &str) -> bool {
+    !value.is_empty() && value.bytes().all(|b| b == b'*')
+}
+
 pub fn check_env_list(r: &mut Report, base: &str, vars: &[EnvVar]) {
     if vars.len() > ENV_VARS_MAX {
         r.error(base, Code::TooLong, format!("has {} variables; at most {ENV_VARS_MAX}", vars.len()));
@@ -1209,7 +1215,16 @@ pub fn check_env_list(r: &mut Report, base: &str, vars: &[EnvVar]) {
             }
         }
         let vp = field(&p, "value");
-        if v.value.is_empty() {
+        if v.hidden && is_mask(&v.value) {
+            r.error(
+                &vp,
+                Code::MaskedValue,
+                format!(
+                    "is the mask {HIDDEN_VALUE_MASK} that stands in for a hidden value, not the value itself: copies of a task never carry hidden values; enter the value of {} again",
+                    v.name
+                ),
+            );
+        } else if v.value.is_empty() {
             r.error(&vp, Code::Empty, "is empty; give a value (\"0\" is fine) or remove the variable");
         } else if v.value.contains('\0') {
             r.error(

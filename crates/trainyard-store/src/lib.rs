@@ -624,6 +624,28 @@ impl Store {
         rows.iter().map(event_from_row).collect()
     }
 
+    /// Tasks (deleted ones included) whose stored spec contains `needle` (no `%` or `_` in it): a full
+    /// scan, for one-time migrations of stored specs.
+    pub async fn tasks_with_spec_containing(&self, needle: &str) -> Result<Vec<TaskRecord>> {
+        let rows = sqlx::query(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE spec LIKE $1 ORDER BY id"))
+            .bind(format!("%{needle}%"))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(task_from_row).collect()
+    }
+
+    /// Rewrites a task's stored spec (a migration of how it is stored, never a change of what it says:
+    /// specs are otherwise immutable, and readers may keep them).
+    pub async fn replace_spec(&self, id: &str, spec_json: &str) -> Result<()> {
+        let changed = sqlx::query("UPDATE tasks SET spec = $1 WHERE id = $2")
+            .bind(spec_json)
+            .bind(id)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        if changed == 0 { Err(StoreError::NotFound(id.to_owned())) } else { Ok(()) }
+    }
+
     /// Marks a task deleted: it leaves lists, its record and history stay.
     pub async fn delete_task(&self, id: &str, at_ms: i64) -> Result<()> {
         let changed = sqlx::query(
@@ -913,6 +935,18 @@ impl Store {
             .await?
             .rows_affected();
         Ok(n > 0)
+    }
+
+    /// Every hidden TaskEnv variable of every user (value as stored, sealed), for re-sealing at start-up.
+    pub async fn hidden_task_env(&self) -> Result<Vec<(String, TaskEnvVar)>> {
+        let rows = sqlx::query(
+            "SELECT user_name, name, value FROM task_env WHERE hidden = 1 ORDER BY user_name, name",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get(0)?, TaskEnvVar { name: r.try_get(1)?, value: r.try_get(2)?, hidden: true })))
+            .collect()
     }
 
     /// A user's persistent env vars, by name.

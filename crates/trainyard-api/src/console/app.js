@@ -533,9 +533,19 @@ async function createPage(params) {
   const [{ data: cat }, { data: me }] = await Promise.all([api("GET", "/api/v1/catalog"), api("GET", "/api/v1/whoami")]);
   let doc = defaultDoc(cat, me);
   const from = params.get("from");
+  let cloneNote = "";
   if (from) {
     const { data: t } = await api("GET", `/api/v1/tasks/${encodeURIComponent(from)}`);
     doc = t.spec;
+    // A copy never carries hidden values (the API shows them masked and refuses a mask as a value): each
+    // starts empty, and the form asks for it again.
+    const asked = [];
+    for (const v of [...(doc.spec.environment?.env || []), ...(doc.spec.advanced?.precheck?.env || [])]) {
+      if (v.hidden) { v.value = ""; asked.push(v.name); }
+    }
+    if (asked.length) cloneNote = `Hidden values are not copied: enter ${asked.join(", ")} again.`;
+    // A copy goes to one of your own project groups (admins: any), as a new task would.
+    if (me.role !== "admin" && !me.groups.includes(doc.metadata.projectGroup)) doc.metadata.projectGroup = me.groups[0] || "";
   } else if (sessionStorage.getItem("trainyard.form")) {
     doc = JSON.parse(sessionStorage.getItem("trainyard.form"));
     sessionStorage.removeItem("trainyard.form");
@@ -676,7 +686,8 @@ async function createPage(params) {
         inherited.length ? h("div", { class: "inherited", id: "inherited-env" }, h("span", { class: "muted" }, "Inherited from your TaskEnv (a variable of the same name below wins): "),
           inherited.map((v) => h("span", { class: "label", "data-name": v.name }, v.hidden ? `${v.name} (hidden)` : `${v.name}=${v.value}`))) : "",
         list("spec.environment.env", "Environment variables", () => ({ name: "", value: "" }), (p) => [
-          text(`${p}.name`, "Name"), text(`${p}.value`, "Value"), check1(`${p}.hidden`, "Hidden (write-only)")]),
+          text(`${p}.name`, "Name"), text(`${p}.value`, "Value", { placeholder: getPath(doc, `${p}.hidden`) && !getPath(doc, `${p}.value`) ? "hidden: enter the value" : undefined }),
+          check1(`${p}.hidden`, "Hidden (write-only)")]),
         list("spec.environment.volumes", "Volumes", () => ({ volume: inCluster(cat.volumes)[0] || "", mountPath: "/volume/" }), (p) => [
           select(`${p}.volume`, "Volume", inCluster(cat.volumes)), text(`${p}.mountPath`, "Mount path"), check1(`${p}.readOnly`, "Read-only")]),
         list("spec.environment.datasets", "Datasets", () => ({ dataset: inCluster(cat.datasets)[0] || "", mountPath: "/mnt/data" }), (p) => [
@@ -795,7 +806,7 @@ async function createPage(params) {
     }
   });
   render();
-  show(h("h1", {}, "Create Training"), h("div", { class: "create" }, form, h("aside", {}, summary, h("h2", {}, "Problems"), problems)));
+  show(h("h1", {}, "Create Training"), cloneNote ? h("p", { id: "clone-note", class: "card" }, cloneNote) : "", h("div", { class: "create" }, form, h("aside", {}, summary, h("h2", {}, "Problems"), problems)));
   check();
 }
 
