@@ -231,6 +231,8 @@ pub fn new_token() -> std::io::Result<String> {
 #[derive(Debug)]
 pub enum ApiError {
     Unauthorized,
+    /// The token is good but its user is disabled.
+    Disabled(String),
     NotFound,
     /// Not found, with a detail that leaks nothing (the task itself is visible).
     NotFoundWhat(String),
@@ -275,6 +277,13 @@ impl IntoResponse for ApiError {
                 "unauthorized",
                 "Missing or unknown token",
                 "send `Authorization: Bearer <token>`".to_owned(),
+                Value::Null,
+            ),
+            ApiError::Disabled(name) => (
+                StatusCode::FORBIDDEN,
+                "account-disabled",
+                "Account disabled",
+                format!("user {name} is disabled, and so are its tokens; an admin can enable it again"),
                 Value::Null,
             ),
             ApiError::NotFound => (
@@ -331,18 +340,26 @@ async fn caller(state: &AppState, headers: &HeaderMap) -> ApiResult<User> {
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or(ApiError::Unauthorized)?;
     let hash = token_hash(token.trim());
-    if let Some(user) = state.tokens.get(&hash) {
-        return Ok(user);
+    let (user, disabled) = match state.tokens.get(&hash) {
+        Some(found) => found,
+        None => {
+            let found = state.store.token_account(&hash).await?.ok_or(ApiError::Unauthorized)?;
+            state.tokens.put(hash, found.clone());
+            found
+        }
+    };
+    if disabled {
+        return Err(ApiError::Disabled(user.name));
     }
-    let user = state.store.user_for_token(&hash).await?.ok_or(ApiError::Unauthorized)?;
-    state.tokens.put(hash, user.clone());
     Ok(user)
 }
 
-/// Recently seen tokens and their users, so a request costs no store lookup to authenticate. An entry lives
-/// [`TOKEN_CACHE_TTL`]: a revoked token or a changed role takes effect within that time.
+/// Recently seen tokens and their users (and whether the user is disabled), so a request costs no store
+/// lookup to authenticate. An entry lives [`TOKEN_CACHE_TTL`]: a revoked token, a disabled user or a changed
+/// role takes effect within that time on every server sharing the store, and at once on the server that
+/// made the change ([`TokenCache::forget_user`]).
 #[derive(Debug, Clone, Default)]
-pub struct TokenCache(Arc<std::sync::RwLock<BTreeMap<String, (User, std::time::Instant)>>>);
+pub struct TokenCache(Arc<std::sync::RwLock<BTreeMap<String, ((User, bool), std::time::Instant)>>>);
 
 /// How long an authenticated token is trusted without asking the store again.
 pub const TOKEN_CACHE_TTL: Duration = Duration::from_secs(5);
@@ -350,12 +367,18 @@ pub const TOKEN_CACHE_TTL: Duration = Duration::from_secs(5);
 const TOKEN_CACHE_MAX: usize = 10_000;
 
 impl TokenCache {
-    fn get(&self, hash: &str) -> Option<User> {
+    fn get(&self, hash: &str) -> Option<(User, bool)> {
         let map = self.0.read().unwrap_or_else(|e| e.into_inner());
         map.get(hash).filter(|(_, at)| at.elapsed() < TOKEN_CACHE_TTL).map(|(u, _)| u.clone())
     }
 
-    fn put(&self, hash: String, user: User) {
+    /// Drops every cached token of a user (their tokens or their account changed).
+    pub fn forget_user(&self, name: &str) {
+        let mut map = self.0.write().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, ((u, _), _)| u.name != name);
+    }
+
+    fn put(&self, hash: String, user: (User, bool)) {
         let mut map = self.0.write().unwrap_or_else(|e| e.into_inner());
         if map.len() >= TOKEN_CACHE_MAX {
             map.clear();
@@ -896,12 +919,16 @@ pub struct UserBody {
 async fn list_users(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Json<Value>> {
     let user = caller(&state, &headers).await?;
     admin_only(&user)?;
+    let disabled = state.store.disabled_users().await?;
     let items: Vec<Value> = state
         .store
         .list_users()
         .await?
         .into_iter()
-        .map(|u| json!({ "name": u.name, "role": u.role, "groups": u.groups }))
+        .map(|u| {
+            let off = disabled.contains(&u.name);
+            json!({ "name": u.name, "role": u.role, "groups": u.groups, "disabled": off })
+        })
         .collect();
     Ok(Json(json!({ "items": items })))
 }
@@ -953,12 +980,75 @@ async fn create_token(
     } else {
         serde_json::from_slice::<TokenBody>(&body).map_err(|e| ApiError::BadRequest(e.to_string()))?.label
     };
-    if state.store.get_user(&name).await?.is_none() {
-        return Err(ApiError::NotFound);
-    }
+    known_user(&state, &name).await?;
     let token = new_token().map_err(|e| ApiError::Internal(e.to_string()))?;
-    state.store.add_token(&token_hash(&token), &name, &label, now_ms()).await?;
-    Ok((StatusCode::CREATED, Json(json!({ "user": name, "token": token, "label": label }))))
+    let hash = token_hash(&token);
+    state.store.add_token(&hash, &name, &label, now_ms()).await?;
+    let id = &hash[..trainyard_store::TOKEN_ID_LEN];
+    Ok((StatusCode::CREATED, Json(json!({ "user": name, "token": token, "id": id, "label": label }))))
+}
+
+/// The user, or a 404 that says there is no such user.
+async fn known_user(state: &AppState, name: &str) -> ApiResult<User> {
+    state.store.get_user(name).await?.ok_or_else(|| ApiError::NotFoundWhat(format!("no such user {name:?}")))
+}
+
+/// A user's tokens (admins, or the user themself): id, label and creation time, never the token.
+async fn list_tokens(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let user = caller(&state, &headers).await?;
+    if user.role != "admin" && user.name != name {
+        return Err(ApiError::Forbidden("only admins may list other users' tokens".into()));
+    }
+    known_user(&state, &name).await?;
+    let items: Vec<Value> = state
+        .store
+        .list_tokens(&name)
+        .await?
+        .into_iter()
+        .map(|t| json!({ "id": t.id, "label": t.label, "createdAtMs": t.created_at_ms }))
+        .collect();
+    Ok(Json(json!({ "items": items })))
+}
+
+/// Revokes one of a user's tokens by its id (admins, or the user themself). Refused from then on by this
+/// server, and by others sharing the store within [`TOKEN_CACHE_TTL`].
+async fn revoke_token(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((name, id)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let user = caller(&state, &headers).await?;
+    if user.role != "admin" && user.name != name {
+        return Err(ApiError::Forbidden("only admins may revoke other users' tokens".into()));
+    }
+    known_user(&state, &name).await?;
+    if !state.store.revoke_token(&name, &id).await? {
+        return Err(ApiError::NotFoundWhat(format!(
+            "user {name} has no token {id:?}; GET /api/v1/users/{name}/tokens lists their ids"
+        )));
+    }
+    state.tokens.forget_user(&name);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Disables (`disable`) or enables (`enable`) a user (admins): a disabled user's every token is refused
+/// with a 403 that says so, within [`TOKEN_CACHE_TTL`]; their tasks and data stay. Admins cannot disable
+/// themselves (there would be no one left to undo it, perhaps).
+async fn set_user_disabled(state: AppState, headers: HeaderMap, name: String, disabled: bool) -> ApiResult<StatusCode> {
+    let user = caller(&state, &headers).await?;
+    admin_only(&user)?;
+    if disabled && name == user.name {
+        return Err(ApiError::Conflict("you cannot disable yourself; ask another admin".into()));
+    }
+    if !state.store.set_user_disabled(&name, disabled).await? {
+        return Err(ApiError::NotFoundWhat(format!("no such user {name:?}")));
+    }
+    state.tokens.forget_user(&name);
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Admins, or the user themself.
@@ -1231,7 +1321,16 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/admin/catalog", axum::routing::put(put_catalog))
         .route("/api/v1/admin/nodes/{name}", axum::routing::put(put_node))
         .route("/api/v1/admin/users", post(put_user).get(list_users))
-        .route("/api/v1/users/{name}/tokens", post(create_token))
+        .route("/api/v1/users/{name}/tokens", post(create_token).get(list_tokens))
+        .route("/api/v1/users/{name}/tokens/{token}", axum::routing::delete(revoke_token))
+        .route(
+            "/api/v1/admin/users/{name}/disable",
+            post(|State(s), h, Path(name)| set_user_disabled(s, h, name, true)),
+        )
+        .route(
+            "/api/v1/admin/users/{name}/enable",
+            post(|State(s), h, Path(name)| set_user_disabled(s, h, name, false)),
+        )
         .route("/api/v1/users/{name}/env", get(list_task_env).put(put_task_env))
         .route("/api/v1/users/{name}/alarms", get(get_user_alarms).put(put_user_alarms))
         .route("/api/v1/users/{name}/env/{var}", axum::routing::delete(delete_task_env))

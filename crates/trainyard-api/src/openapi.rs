@@ -112,8 +112,10 @@ pub const OPERATIONS: &[Operation] = &[
     Operation {
         method: "post",
         path: "/api/v1/tasks/{id}/clone",
-        summary: "A new task from this one's spec",
-        body: Body::None,
+        summary: "A new task from this one's spec, owned by the caller, in one of the caller's project groups (admins: any). Hidden values are never copied: give each in hiddenValues, or the answer is a 422 (masked-value) naming the variable",
+        body: Body::Json(
+            r#"{"type": "object", "properties": {"projectGroup": {"type": "string"}, "hiddenValues": {"type": "object", "additionalProperties": {"type": "string"}}}}"#,
+        ),
         ok: 201,
     },
     Operation {
@@ -170,6 +172,34 @@ pub const OPERATIONS: &[Operation] = &[
         summary: "A new API token for the user (shown once; the user or an admin)",
         body: Body::Json(r#"{"type": "object", "properties": {"label": {"type": "string"}}}"#),
         ok: 201,
+    },
+    Operation {
+        method: "get",
+        path: "/api/v1/users/{name}/tokens",
+        summary: "The user's tokens: id, label and creation time, never the token (the user or an admin)",
+        body: Body::None,
+        ok: 200,
+    },
+    Operation {
+        method: "delete",
+        path: "/api/v1/users/{name}/tokens/{token}",
+        summary: "Revoke a token by its id (the user or an admin); refused from then on (other servers: within the token cache's 5 s)",
+        body: Body::None,
+        ok: 204,
+    },
+    Operation {
+        method: "post",
+        path: "/api/v1/admin/users/{name}/disable",
+        summary: "Disable a user: every token of theirs is refused with a 403 (account-disabled); tasks stay (admin)",
+        body: Body::None,
+        ok: 204,
+    },
+    Operation {
+        method: "post",
+        path: "/api/v1/admin/users/{name}/enable",
+        summary: "Enable a disabled user again (admin)",
+        body: Body::None,
+        ok: 204,
     },
     Operation {
         method: "get",

@@ -391,8 +391,11 @@ fn admins_list_users_and_members_may_not() {
     let items = list["items"].as_array().unwrap();
     let names: Vec<&str> = items.iter().map(|u| u["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["alice", "bob", "carol", "dave", "root"], "by name: {list}");
-    assert_eq!(items[0], serde_json::json!({"name": "alice", "role": "member", "groups": ["nlp"]}));
-    assert_eq!(items[4], serde_json::json!({"name": "root", "role": "admin", "groups": []}));
+    assert_eq!(
+        items[0],
+        serde_json::json!({"name": "alice", "role": "member", "groups": ["nlp"], "disabled": false})
+    );
+    assert_eq!(items[4], serde_json::json!({"name": "root", "role": "admin", "groups": [], "disabled": false}));
     let text = list.to_string();
     for secret in
         [token.as_str(), &token_hash(&token), s.tokens["alice"].as_str(), &token_hash(&s.tokens["root"])]
@@ -410,7 +413,10 @@ fn admins_list_users_and_members_may_not() {
     assert_eq!(code, 200);
     let (_, list) = s.call("GET", "root", "/api/v1/admin/users", None, None);
     let erin = list["items"].as_array().unwrap().iter().find(|u| u["name"] == "erin").cloned();
-    assert_eq!(erin, Some(serde_json::json!({"name": "erin", "role": "member", "groups": ["cv", "nlp"]})));
+    assert_eq!(
+        erin,
+        Some(serde_json::json!({"name": "erin", "role": "member", "groups": ["cv", "nlp"], "disabled": false}))
+    );
 }
 
 #[test]
@@ -715,4 +721,57 @@ fn clones_stay_in_the_cloners_groups_and_never_carry_hidden_values() {
     assert_eq!(code, 201, "{c}");
     // Unknown fields in the clone body are refused, not ignored.
     assert_eq!(clone("alice", r#"{"group": "cv"}"#).0, 400);
+}
+
+/// Finding 11: a token can be revoked (by its user or an admin) and a user disabled (by an admin); both are
+/// refused at once on this server, and within the token cache's TTL when the change comes from elsewhere
+/// (another server sharing the store). The refusal is a problem that says what happened.
+#[test]
+fn tokens_are_revoked_and_users_disabled() {
+    let s = server();
+    let (code, t) = s.call("POST", "alice", "/api/v1/users/alice/tokens", Some(r#"{"label": "ci"}"#), None);
+    assert_eq!(code, 201, "{t}");
+    let (ci, ci_id) = (t["token"].as_str().unwrap().to_owned(), t["id"].as_str().unwrap().to_owned());
+    assert_eq!(s.call_as("GET", &ci, "/api/v1/whoami", None, None).0, 200);
+    let (code, list) = s.call("GET", "alice", "/api/v1/users/alice/tokens", None, None);
+    assert_eq!(code, 200, "{list}");
+    let ids: Vec<&str> = list["items"].as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap()).collect();
+    assert!(ids.contains(&ci_id.as_str()) && ids.len() == 2, "{list}");
+    assert!(!list.to_string().contains(&ci) && !list.to_string().contains(&token_hash(&ci)), "{list}");
+    // bob may neither list nor revoke alice's tokens.
+    assert_eq!(s.call("GET", "bob", "/api/v1/users/alice/tokens", None, None).0, 403);
+    assert_eq!(s.call("DELETE", "bob", &format!("/api/v1/users/alice/tokens/{ci_id}"), None, None).0, 403);
+    let (code, p) = s.call("DELETE", "alice", "/api/v1/users/alice/tokens/0000000000000000", None, None);
+    assert_eq!(code, 404, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("has no token"), "{p}");
+    // Revoked: refused at once, though it was just used (and cached).
+    assert_eq!(s.call("DELETE", "alice", &format!("/api/v1/users/alice/tokens/{ci_id}"), None, None).0, 204);
+    let (code, p) = s.call_as("GET", &ci, "/api/v1/whoami", None, None);
+    assert_eq!((code, p["type"].as_str()), (401, Some("https://trainyard.dev/problems/unauthorized")), "{p}");
+    assert_eq!(s.call("GET", "alice", "/api/v1/whoami", None, None).0, 200, "her other token still works");
+
+    // Disabled by an admin: every token of bob's answers 403 with a problem saying so; members may not.
+    assert_eq!(s.call("POST", "alice", "/api/v1/admin/users/bob/disable", None, None).0, 403);
+    assert_eq!(s.call("GET", "bob", "/api/v1/whoami", None, None).0, 200);
+    assert_eq!(s.call("POST", "root", "/api/v1/admin/users/bob/disable", None, None).0, 204);
+    let (code, p) = s.call("GET", "bob", "/api/v1/tasks", None, None);
+    assert_eq!(code, 403, "{p}");
+    assert_eq!(p["type"], "https://trainyard.dev/problems/account-disabled", "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("user bob is disabled"), "{p}");
+    let (_, users) = s.call("GET", "root", "/api/v1/admin/users", None, None);
+    assert_eq!(users["items"][1]["disabled"], true, "{users}");
+    assert_eq!(s.call("POST", "root", "/api/v1/admin/users/bob/enable", None, None).0, 204);
+    assert_eq!(s.call("GET", "bob", "/api/v1/whoami", None, None).0, 200);
+    let (code, p) = s.call("POST", "root", "/api/v1/admin/users/nobody/disable", None, None);
+    assert_eq!((code, p["detail"].as_str()), (404, Some("no such user \"nobody\"")), "{p}");
+    assert_eq!(s.call("POST", "root", "/api/v1/admin/users/root/disable", None, None).0, 409, "not yourself");
+
+    // A change made elsewhere (another server on this store) takes effect within the cache's TTL.
+    assert_eq!(s.call("GET", "carol", "/api/v1/whoami", None, None).0, 200);
+    s.with_store(async |st| assert!(st.set_user_disabled("carol", true).await.unwrap()));
+    let deadline = Instant::now() + trainyard_api::TOKEN_CACHE_TTL + Duration::from_secs(2);
+    while s.call("GET", "carol", "/api/v1/whoami", None, None).0 != 403 {
+        assert!(Instant::now() < deadline, "carol's token still works after the cache TTL");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

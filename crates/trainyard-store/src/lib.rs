@@ -967,6 +967,18 @@ impl Store {
     }
 }
 
+/// How many hex characters of a token's hash name it (64 bits: ids of one user's tokens never collide in
+/// practice, and they say nothing usable about the token).
+pub const TOKEN_ID_LEN: usize = 16;
+
+/// A token as it is listed: its id, label and creation time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenInfo {
+    pub id: String,
+    pub label: String,
+    pub created_at_ms: i64,
+}
+
 /// A user of the platform.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
@@ -1028,6 +1040,72 @@ impl Store {
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    /// The user a token hash belongs to, and whether that user is disabled (one read: the API asks on every
+    /// request its token cache cannot answer).
+    pub async fn token_account(&self, hash: &str) -> Result<Option<(User, bool)>> {
+        let row = sqlx::query(
+            "SELECT u.name, u.role, u.groups, u.disabled FROM tokens t JOIN users u ON u.name = t.user_name \
+             WHERE t.hash = $1",
+        )
+        .bind(hash)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| Ok((user_from_row(&r)?, r.try_get::<i64, _>(3)? != 0))).transpose()
+    }
+
+    /// Disables or enables a user; false when there is no such user.
+    pub async fn set_user_disabled(&self, name: &str, disabled: bool) -> Result<bool> {
+        let n = sqlx::query("UPDATE users SET disabled = $1 WHERE name = $2")
+            .bind(i64::from(disabled))
+            .bind(name)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(n > 0)
+    }
+
+    /// The names of disabled users.
+    pub async fn disabled_users(&self) -> Result<std::collections::BTreeSet<String>> {
+        let rows = sqlx::query("SELECT name FROM users WHERE disabled = 1").fetch_all(&self.pool).await?;
+        rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+    }
+
+    /// A user's tokens, oldest first: never the token or its full hash, only an id ([`TOKEN_ID_LEN`] hex
+    /// characters of the hash) to revoke it by.
+    pub async fn list_tokens(&self, user: &str) -> Result<Vec<TokenInfo>> {
+        let rows = sqlx::query(
+            "SELECT hash, label, created_at_ms FROM tokens WHERE user_name = $1 ORDER BY created_at_ms, hash",
+        )
+        .bind(user)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let hash: String = r.try_get(0)?;
+                Ok(TokenInfo {
+                    id: hash.chars().take(TOKEN_ID_LEN).collect(),
+                    label: r.try_get(1)?,
+                    created_at_ms: r.try_get(2)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Revokes (deletes) a user's token by its id; false when the user has no such token.
+    pub async fn revoke_token(&self, user: &str, id: &str) -> Result<bool> {
+        if id.len() != TOKEN_ID_LEN || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Ok(false);
+        }
+        let sql = format!("DELETE FROM tokens WHERE user_name = $1 AND substr(hash, 1, {TOKEN_ID_LEN}) = $2");
+        let n = sqlx::query(&sql)
+            .bind(user)
+            .bind(id.to_ascii_lowercase())
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(n > 0)
     }
 
     /// The user a token hash belongs to.

@@ -172,6 +172,13 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
         )",
         ],
     ),
+    (
+        11,
+        &[
+            // A disabled user's tokens are refused (the user and their tasks stay).
+            "ALTER TABLE users ADD COLUMN disabled BIGINT NOT NULL DEFAULT 0",
+        ],
+    ),
 ];
 
 pub(crate) async fn migrate(pool: &AnyPool, dialect: Dialect) -> Result<()> {

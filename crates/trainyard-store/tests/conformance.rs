@@ -75,7 +75,61 @@ conformance!(
     settings,
     task_env,
     changes_since,
+    tokens_are_revoked_and_users_disabled,
+    specs_and_hidden_task_env_for_resealing,
 );
+
+/// Revoking deletes one token of its user only; a disabled user's tokens still say whose they are (so the
+/// API can answer "disabled", not "unknown"), and enabling restores them.
+async fn tokens_are_revoked_and_users_disabled(store: Store, _: String) {
+    use trainyard_store::TOKEN_ID_LEN;
+    for name in ["alice", "bob"] {
+        let u = User { name: name.into(), role: "member".into(), groups: vec![] };
+        store.put_user(&u, 1).await.unwrap();
+    }
+    let hash = |c: char| c.to_string().repeat(64);
+    store.add_token(&hash('a'), "alice", "laptop", 2).await.unwrap();
+    store.add_token(&hash('b'), "alice", "ci", 3).await.unwrap();
+    store.add_token(&hash('c'), "bob", "", 4).await.unwrap();
+    let listed = store.list_tokens("alice").await.unwrap();
+    let ids: Vec<&str> = listed.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, [&hash('a')[..TOKEN_ID_LEN], &hash('b')[..TOKEN_ID_LEN]]);
+    assert_eq!((listed[1].label.as_str(), listed[1].created_at_ms), ("ci", 3));
+    // bob cannot revoke alice's token through his own name; a short or odd id matches nothing.
+    assert!(!store.revoke_token("bob", &listed[0].id).await.unwrap());
+    assert!(!store.revoke_token("alice", "aaaa").await.unwrap());
+    assert!(!store.revoke_token("alice", &"%".repeat(TOKEN_ID_LEN)).await.unwrap());
+    assert!(store.revoke_token("alice", &listed[0].id).await.unwrap());
+    assert_eq!(store.token_account(&hash('a')).await.unwrap(), None, "revoked");
+    assert_eq!(store.token_account(&hash('b')).await.unwrap().map(|(u, d)| (u.name, d)), Some(("alice".into(), false)));
+    assert!(store.set_user_disabled("alice", true).await.unwrap());
+    assert!(!store.set_user_disabled("nobody", true).await.unwrap());
+    assert_eq!(store.token_account(&hash('b')).await.unwrap().map(|(_, d)| d), Some(true));
+    assert_eq!(store.token_account(&hash('c')).await.unwrap().map(|(_, d)| d), Some(false), "bob is not");
+    assert_eq!(store.disabled_users().await.unwrap().into_iter().collect::<Vec<_>>(), ["alice"]);
+    assert!(store.set_user_disabled("alice", false).await.unwrap());
+    assert_eq!(store.token_account(&hash('b')).await.unwrap().map(|(_, d)| d), Some(false));
+}
+
+/// What the one-time re-sealing of hidden values reads and writes.
+async fn specs_and_hidden_task_env_for_resealing(store: Store, _: String) {
+    use trainyard_store::TaskEnvVar;
+    let mut t = new_task("t1", "alice", "nlp", 1);
+    t.spec_json = r#"{"v": "sealed:v1:00"}"#.into();
+    store.create_task(&t).await.unwrap();
+    store.create_task(&new_task("t2", "alice", "nlp", 2)).await.unwrap();
+    let found = store.tasks_with_spec_containing("sealed:v1:").await.unwrap();
+    assert_eq!(found.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["t1"]);
+    store.replace_spec("t1", r#"{"v": "sealed:v2:00"}"#).await.unwrap();
+    assert!(store.tasks_with_spec_containing("sealed:v1:").await.unwrap().is_empty());
+    assert_eq!(store.get_task("t1").await.unwrap().unwrap().spec_json, r#"{"v": "sealed:v2:00"}"#);
+    assert!(store.replace_spec("nope", "{}").await.is_err());
+    let var = |n: &str, hidden| TaskEnvVar { name: n.into(), value: "x".into(), hidden };
+    store.put_task_env("alice", &var("A", true)).await.unwrap();
+    store.put_task_env("alice", &var("B", false)).await.unwrap();
+    let hidden = store.hidden_task_env().await.unwrap();
+    assert_eq!(hidden, [("alice".to_owned(), var("A", true))]);
+}
 
 async fn changes_since(store: Store, _: String) {
     store.create_task(&new_task("old", "alice", "nlp", 10)).await.unwrap();
