@@ -59,6 +59,8 @@ enum Command {
         /// CA), beside the system's trust store.
         #[arg(long, env = "TRAINYARD_WEBHOOK_CA", value_name = "FILE")]
         webhook_ca: Option<PathBuf>,
+        #[command(flatten)]
+        sandbox: up::SandboxFlags,
     },
     /// Runs one replica under supervision (started by the local backend; not for people).
     #[command(hide = true)]
@@ -240,7 +242,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Validate(args) => validate::run(&args.files, args.catalog.as_deref(), args.output),
         Command::Supervise { dir } => ExitCode::from(trainyard_runtime::local::supervisor::main(&dir) as u8),
-        Command::Up { data_dir, listen, database_url, backend, nodes, webhook_ca } => {
+        Command::Up { data_dir, listen, database_url, backend, nodes, webhook_ca, sandbox } => {
             let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
                 Ok(rt) => rt,
                 Err(e) => {
@@ -248,7 +250,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let opts = up::Options { backend, nodes: nodes.max(1), webhook_ca };
+            let opts = up::Options { backend, nodes: nodes.max(1), webhook_ca, sandbox };
             match rt.block_on(up::run(&data_dir, &listen, database_url.as_deref(), &opts)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

@@ -9,7 +9,7 @@ use trainyard_control::secrets::SecretBox;
 use trainyard_core::Catalog;
 use trainyard_runtime::AnyBackend;
 use trainyard_runtime::fake::{FakeBackend, Script};
-use trainyard_runtime::local::{LocalBackend, LocalConfig, find_bwrap};
+use trainyard_runtime::local::{self, LocalBackend, LocalConfig, find_bwrap};
 
 /// Which backend `up` starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -26,6 +26,25 @@ pub struct Options {
     pub nodes: u32,
     /// A PEM bundle of CAs trusted for https alarm webhooks, beside the system's.
     pub webhook_ca: Option<std::path::PathBuf>,
+    pub sandbox: SandboxFlags,
+}
+
+/// What the admin decides about the local backend's sandboxes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SandboxFlags {
+    /// The replicas' addresses: each task's replicas share a bridge of their own, unreachable from anything
+    /// else (not routed, no egress), so every task uses the same range.
+    #[arg(long, env = "TRAINYARD_SANDBOX_NETWORK", default_value = trainyard_runtime::local::netns::DEFAULT_RANGE)]
+    pub sandbox_network: String,
+    /// Processes and threads one replica may have (its cgroup's pids.max).
+    #[arg(long, default_value_t = trainyard_runtime::local::supervisor::DEFAULT_PIDS_MAX)]
+    pub replica_pids_max: u64,
+    /// Scratch (/tmp and /root) one replica may fill, in MiB; over it the replica is ended.
+    #[arg(long, default_value_t = trainyard_runtime::local::supervisor::DEFAULT_SCRATCH_MIB)]
+    pub replica_scratch_mib: u64,
+    /// Size of one replica's log file in KiB before it rotates (the previous file is kept, older ones go).
+    #[arg(long, default_value_t = trainyard_runtime::local::supervisor::DEFAULT_LOG_BYTES / 1024)]
+    pub replica_log_kib: u64,
 }
 use trainyard_sched::Config;
 use trainyard_store::{Store, User};
@@ -157,6 +176,8 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
     let webhooks = trainyard_control::alarms::Webhooks::new(opts.webhook_ca.as_deref())
         .context("the CAs trusted for https alarm webhooks (--webhook-ca)")?;
     let webhook_trust = webhooks.trust().to_owned();
+    // The store, keys, tokens and logs are the server's alone.
+    local::private_umask();
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
     // Supervisors and sandboxes get absolute paths: they outlive this process and its working dir.
@@ -202,11 +223,24 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
         );
     }
 
-    let backend = match (opts.backend, find_bwrap()) {
+    let mut isolation = Vec::new();
+    let backend = match (opts.backend, find_bwrap().and_then(|b| local::isolation_ready().map(|()| b))) {
         (BackendChoice::Fake, _) => fake_backend(),
         (BackendChoice::Local | BackendChoice::Auto, Ok(bwrap)) => {
             let exe = std::env::current_exe().context("cannot find this program (the supervisor is it)")?;
-            let cfg = LocalConfig::new(data_dir, (exe, vec!["supervise".to_owned()]), bwrap);
+            let mut cfg = LocalConfig::new(data_dir, (exe, vec!["supervise".to_owned()]), bwrap);
+            let f = &opts.sandbox;
+            cfg.network = local::netns::Range::parse(&f.sandbox_network)
+                .map_err(|e| anyhow::anyhow!("--sandbox-network: {e}"))?;
+            cfg.limits = local::supervisor::Limits {
+                pids_max: f.replica_pids_max.max(16),
+                scratch_mib: f.replica_scratch_mib.max(1),
+                log_bytes: f.replica_log_kib.max(4) * 1024,
+            };
+            // The way from the data dir to each replica's own dirs: passable by the sandboxes, listable by
+            // nobody; everything else the server writes is its own (mode 0600/0700).
+            local::make_passage(data_dir).map_err(|e| anyhow::anyhow!("the data dir: {e}"))?;
+            isolation = local::describe_isolation(&cfg);
             let local = LocalBackend::new(cfg).context("cannot open the runs dir")?;
             AnyBackend::Local(local)
         }
@@ -232,10 +266,15 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
     println!("  store:   {url}");
     println!("  alarms:  https webhooks are checked against {webhook_trust}");
     match &backend {
-        AnyBackend::Local(_) => println!(
-            "  backend: local — every replica runs in a bubblewrap sandbox on this machine; runs and logs in {}",
-            data_dir.join("runs").display()
-        ),
+        AnyBackend::Local(_) => {
+            println!(
+                "  backend: local — every replica runs in a bubblewrap sandbox on this machine; runs and logs in {}",
+                data_dir.join("runs").display()
+            );
+            for line in &isolation {
+                println!("  sandbox: {line}");
+            }
+        }
         AnyBackend::Fake(_) => println!(
             "  backend: fake — tasks are scheduled and go through their whole lifecycle, but nothing is executed"
         ),

@@ -136,7 +136,9 @@ EOF"#
     for step in ["StopRequested", "CheckpointRequested", "CheckpointDone", "Terminated"] {
         assert!(events.contains(step), "no {step} in:\n{events}");
     }
-    assert_eq!(std::fs::read_to_string(s.dir.join("volumes/out/checkpoint.pt")).unwrap(), "step 42");
+    let saved = std::fs::read_to_string(s.dir.join("volumes/out/checkpoint.pt"))
+        .unwrap_or_else(|e| panic!("no checkpoint ({e}); events:\n{events}\nlogs:\n{}", s.all_logs(&id)));
+    assert_eq!(saved, "step 42");
     assert!(s.log(&id, &master, None).contains("checkpoint saved"));
     assert!(Server::processes_with(&marker).is_empty(), "no process of the task survives the stop");
 }

@@ -73,15 +73,19 @@ fn gpu_points(gpus: &[u32], t: u64, out: &mut Vec<Point>) {
         return;
     }
     let ids: Vec<String> = gpus.iter().map(u32::to_string).collect();
-    let Ok(o) = std::process::Command::new("nvidia-smi")
-        .args([
-            "--query-gpu=index,utilization.gpu,memory.used",
-            "--format=csv,noheader,nounits",
-            "-i",
-            &ids.join(","),
-        ])
-        .output()
-    else {
+    let mut c = std::process::Command::new("nvidia-smi");
+    c.args([
+        "--query-gpu=index,utilization.gpu,memory.used",
+        "--format=csv,noheader,nounits",
+        "-i",
+        &ids.join(","),
+    ])
+    .env_clear()
+    .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::null());
+    let Ok(o) = super::supervisor::spawn_helper(&mut c) else {
         return;
     };
     for line in String::from_utf8_lossy(&o.stdout).lines() {
@@ -107,6 +111,8 @@ pub fn monitor(dir: &Path, job: &MonitorJob, sandbox: &Arc<AtomicU32>, stop: &Ar
     let interval = Duration::from_secs(job.interval_s.max(1));
     let mut last_cpu: Option<(Instant, f64)> = None;
     let mut next = Instant::now() + Duration::from_millis(500);
+    // The sandbox whose network namespace this thread is in: custom metrics are served on its loopback.
+    let mut entered = 0u32;
     while !stop.load(Ordering::Relaxed) {
         if Instant::now() < next {
             std::thread::sleep(Duration::from_millis(50));
@@ -141,6 +147,12 @@ pub fn monitor(dir: &Path, job: &MonitorJob, sandbox: &Arc<AtomicU32>, stop: &Ar
             });
         }
         gpu_points(&job.gpus, t, &mut points);
+        if pid != 0 && pid != entered && !job.endpoints.is_empty() {
+            let init = procs::sandbox_processes(pid).first().map(|&(p, _)| p);
+            if init.and_then(|p| procs::enter_netns_of(p).ok()).is_some() {
+                entered = pid;
+            }
+        }
         for (port, path) in &job.endpoints {
             let up = match http_get(*port, path) {
                 Ok(body) => {

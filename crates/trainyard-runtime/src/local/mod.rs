@@ -6,17 +6,26 @@
 //! ```text
 //! runs/TASK_ID/aN/launch.json      what was launched (no env: hidden values never reach the disk)
 //! runs/TASK_ID/aN/outcome.json     the observation that ended the attempt, once it ended
-//! runs/TASK_ID/aN/hosts            every replica's hostname, bound at /etc/hosts
+//! runs/TASK_ID/aN/hosts            every replica's hostname and address, bound at /etc/hosts
+//! runs/TASK_ID/aN/passwd, group    the sandbox's users (the image's and `trainyard`)
 //! runs/TASK_ID/aN/ssh/             the attempt's key pair and host key (passwordless SSH)
 //! runs/TASK_ID/aN/REPLICA/         state.json, events.jsonl, log, stop.json, runtime/, scratch/
 //! ```
 //!
 //! The server only reads what supervisors write, so a restarted server rebuilds its view from these files
 //! ([`LocalBackend::new`] reattaches to every attempt without an outcome) and the training goes on.
+//!
+//! Ownership: the data dir and everything on the way to a replica's own dirs is `root:SANDBOX_GID` mode
+//! 0710 (the sandboxes' bubblewrap, running as their uid with that gid, may pass through, nobody may list);
+//! logs, state and keys are root's, 0600/0644 in those dirs; a replica's scratch and runtime dir belong to
+//! the attempt's uid ([`UID_BASE`] + a slot no live attempt holds). Volumes Trainyard creates are
+//! `root:SANDBOX_GID` 2770, so the next attempts (other uids) can write what earlier ones wrote.
 
 pub mod metrics;
+pub mod netns;
 pub mod procs;
 pub mod sandbox;
+pub mod seccomp;
 pub mod supervisor;
 
 use crate::*;
@@ -42,6 +51,17 @@ const RAY_PORTS: std::ops::Range<u16> = 30_000..60_000;
 /// How often the preset metrics are sampled when the task configures no interval of its own.
 pub const PRESET_INTERVAL_S: u64 = 10;
 
+/// The gid every sandbox runs with (never a group of the host's users), and the first of the attempts'
+/// uids: above the ranges distributions hand out to users and to containers (systemd's container range
+/// ends at 1,879,048,191).
+pub const SANDBOX_GID: u32 = 1_900_000_000;
+pub const UID_BASE: u32 = 1_900_000_001;
+/// How many attempts may run at once on one machine (each holds a uid).
+pub const UID_SLOTS: u32 = 1_000_000;
+
+/// Where torchrun's store listens in every PyTorchJob (each replica has its own network namespace).
+pub const MASTER_PORT: u16 = 29_500;
+
 /// How the local backend runs.
 #[derive(Debug, Clone)]
 pub struct LocalConfig {
@@ -58,6 +78,15 @@ pub struct LocalConfig {
     pub host_path: String,
     /// After a PyTorchJob's master succeeded, how long its workers may take to end by themselves.
     pub workers_after_master_ms: u64,
+    /// iproute2's `ip`, for the replicas' network; None: each replica alone in an empty network namespace
+    /// (replicas of one task cannot reach each other then).
+    pub ip: Option<PathBuf>,
+    /// The replicas' addresses (every attempt on a segment of its own, so all use the same range).
+    pub network: netns::Range,
+    /// Processes, scratch and log size per replica.
+    pub limits: supervisor::Limits,
+    /// Host paths a `host` replica never sees (the data dir).
+    pub hide: Vec<PathBuf>,
 }
 
 impl LocalConfig {
@@ -70,8 +99,119 @@ impl LocalConfig {
             grace_s: 5,
             workers_after_master_ms: 10_000,
             host_path: sandbox_path(&std::env::var_os("PATH").unwrap_or_default()),
+            ip: netns::find_ip().ok(),
+            network: netns::Range::default(),
+            limits: supervisor::Limits::default(),
+            hide: vec![data_dir.to_owned()],
         }
     }
+}
+
+/// Files and dirs this process creates are its own (mode 0600/0700) unless it says otherwise.
+pub fn private_umask() {
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+}
+
+/// Whether this process can give replicas identities of their own (it must be root to switch uids, make
+/// network namespaces and cgroups).
+pub fn isolation_ready() -> Result<(), String> {
+    if rustix::process::geteuid().is_root() {
+        Ok(())
+    } else {
+        Err("the local backend runs every replica as a uid of its own in its own network namespace, which \
+             needs root: start `trainyard up` as root (or use `--backend fake`)"
+            .to_owned())
+    }
+}
+
+/// What the sandboxes enforce on this host, and what they cannot, one line each for `up`'s start-up output.
+pub fn describe_isolation(cfg: &LocalConfig) -> Vec<String> {
+    let mut out = vec![format!(
+        "each attempt runs as a uid of its own ({UID_BASE} and up, group {SANDBOX_GID}) in a user namespace, \
+         without capabilities, with no_new_privs and a seccomp filter"
+    )];
+    let range = cfg.network;
+    out.push(match &cfg.ip {
+        Some(_) => format!(
+            "each task's replicas share a bridge of their own in {}/{}; nothing else is reachable (not this \
+             machine, not other tasks, no egress)",
+            std::net::Ipv4Addr::from(range.base),
+            range.prefix
+        ),
+        None => "NOT networked: iproute2 (ip) is missing, so each replica runs alone in an empty network \
+                 namespace and replicas of one task cannot reach each other (apt-get install iproute2)"
+            .to_owned(),
+    });
+    let cg = Path::new("/sys/fs/cgroup");
+    let v2 = cg.join("cgroup.controllers").exists();
+    let limits = format!(
+        "{} processes, {} MiB of scratch and a {} KiB log (rotated) per replica",
+        cfg.limits.pids_max,
+        cfg.limits.scratch_mib,
+        cfg.limits.log_bytes / 1024
+    );
+    if !v2 && !cg.join("memory/cgroup.procs").exists() {
+        out.push(format!(
+            "limits: CPU, memory and process counts are NOT enforced (no usable cgroup file system); {}",
+            "scratch and log limits are"
+        ));
+    } else if !v2 && !cg.join("pids/cgroup.procs").exists() {
+        out.push(format!(
+            "limits: CPU and memory per replica; the number of processes is NOT limited (no pids cgroup); {limits}"
+        ));
+    } else {
+        out.push(format!("limits: CPU and memory as the instance spec says; {limits}"));
+    }
+    out.push(format!(
+        "the `host` image shows /{} of this machine, without its shadow files, SSH host keys or the data dir",
+        sandbox::HOST_VIEW.join(", /")
+    ));
+    out
+}
+
+/// Sets a path's owner and mode (a link is never followed).
+fn own(path: &Path, uid: u32, gid: u32, mode: u32) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if meta.file_type().is_symlink() {
+        return Err(format!("{} is a symbolic link", path.display()));
+    }
+    std::os::unix::fs::lchown(path, Some(uid), Some(gid)).map_err(|e| format!("{}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Gives a tree the server just wrote (nothing else has touched it yet) to the attempt's uid.
+fn own_tree(path: &Path, uid: u32, gid: u32) -> Result<(), String> {
+    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    std::os::unix::fs::lchown(path, Some(uid), Some(gid)).map_err(|e| format!("{}: {e}", path.display()))?;
+    if meta.is_dir() {
+        for e in std::fs::read_dir(path).map_err(|e| e.to_string())?.flatten() {
+            own_tree(&e.path(), uid, gid)?;
+        }
+    }
+    Ok(())
+}
+
+/// Makes a dir on the way to the replicas' own dirs: the sandboxes pass through, nobody lists it.
+pub fn make_passage(path: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    own(path, 0, SANDBOX_GID, 0o710)
+}
+
+/// A volume dir Trainyard keeps (under the data dir): created shared by the sandboxes' group; one that
+/// exists keeps its owner and mode unless it still is a plain root dir.
+fn volume_dir(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::create_dir_all(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let meta = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_dir() {
+        return Err(format!("{} is not a directory", path.display()));
+    }
+    if meta.uid() == 0 && meta.gid() != SANDBOX_GID {
+        own(path, 0, SANDBOX_GID, 0o2770)?;
+    }
+    Ok(())
 }
 
 /// A `PATH` as a `host` replica sees it: the directories the sandbox replaces (`/root`, `/tmp`, `/run`)
@@ -107,6 +247,9 @@ struct Replica {
     node: String,
     /// GPU indices handed to it.
     devices: Vec<u32>,
+    /// Its place in the attempt's network range (its address, its port on the bridge); kept for its life.
+    #[serde(default)]
+    slot: usize,
 }
 
 /// What was launched, without the env.
@@ -114,6 +257,12 @@ struct Replica {
 struct Launched {
     task_id: String,
     attempt: i64,
+    /// The attempt's host uid (its replicas' processes and their own dirs).
+    #[serde(default)]
+    uid: u32,
+    /// The attempt has a network of its own (more than one replica, or autoscaling).
+    #[serde(default)]
+    networked: bool,
     task_type: String,
     image: String,
     replicas: Vec<Replica>,
@@ -193,10 +342,6 @@ pub struct LocalBackend {
 
 fn attempt_dir(runs: &Path, key: &AttemptKey) -> PathBuf {
     runs.join(&key.task_id).join(format!("a{}", key.attempt))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_or(0, |a| a.port())
 }
 
 fn signal_number(s: trainyard_core::spec::CheckpointSignal) -> i32 {
@@ -317,6 +462,23 @@ impl LocalBackend {
         RAY_PORTS.start
     }
 
+    /// A dataset's or model's dir: one under the data dir is made readable by the sandboxes (an admin's own
+    /// path is left as the admin set it).
+    fn data_asset_dir(&self, path: &Path, kind: &str, ours: bool) -> Result<(), String> {
+        use std::os::unix::fs::MetadataExt;
+        if !ours {
+            let _ = std::fs::create_dir_all(path);
+            return Ok(());
+        }
+        make_passage(&self.cfg.data_dir.join(kind))?;
+        std::fs::create_dir_all(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        let meta = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
+        if meta.uid() == 0 && meta.gid() != SANDBOX_GID && meta.is_dir() {
+            own(path, 0, SANDBOX_GID, 0o2750)?;
+        }
+        Ok(())
+    }
+
     /// Builds the attempt's directories, files and supervisor jobs.
     fn prepare(
         &self,
@@ -328,8 +490,22 @@ impl LocalBackend {
         let s = &task.spec;
         let catalog = &spec.catalog;
         let dir = attempt_dir(&self.cfg.runs_dir, &spec.key);
-        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        for d in [&self.cfg.runs_dir, dir.parent().unwrap_or(&dir), &dir] {
+            make_passage(d)?;
+        }
         let ray = s.task_type == TaskType::RayJob;
+        // A running attempt being resized keeps its uid and its replicas' places.
+        let have: Vec<Replica> = inner.runs.get(&spec.key).map(|r| r.l.replicas.clone()).unwrap_or_default();
+        let uid = match inner.runs.get(&spec.key) {
+            Some(run) => run.l.uid,
+            None => {
+                let taken: BTreeSet<u32> = inner.runs.values().map(|r| r.l.uid).collect();
+                (UID_BASE..UID_BASE + UID_SLOTS)
+                    .find(|u| !taken.contains(u))
+                    .ok_or("every sandbox uid is taken: too many attempts run at once on this machine")?
+            }
+        };
+        let gid = SANDBOX_GID;
 
         // Replicas: names, GPUs.
         let mut used = Self::gpus_in_use(inner);
@@ -344,14 +520,41 @@ impl LocalBackend {
                 .collect();
             let devices: Vec<u32> = free.into_iter().take(p.resources.gpus as usize).collect();
             used.entry(p.node.clone()).or_default().extend(devices.iter().copied());
+            let name = format!("{}-{}-{}", spec.task_name, p.role, p.index);
+            let slot = have.iter().find(|r| r.name == name).map(|r| r.slot);
             replicas.push(Replica {
-                name: format!("{}-{}-{}", spec.task_name, p.role, p.index),
+                name,
                 role: p.role.clone(),
                 node: p.node.clone(),
                 devices,
+                slot: slot.unwrap_or(0),
             });
         }
+        // Places on the network: kept ones stay, new ones take the lowest free.
+        let mut taken: BTreeSet<usize> = have.iter().map(|r| r.slot).collect();
+        for r in replicas.iter_mut() {
+            if !have.iter().any(|h| h.name == r.name) {
+                let free = (0..).find(|i| !taken.contains(i)).unwrap_or(0);
+                taken.insert(free);
+                r.slot = free;
+            }
+        }
         let master = replicas.first().map(|r| r.name.clone()).unwrap_or_default();
+        let autoscaling = s.ray.as_ref().and_then(|r| r.autoscaling.as_ref()).is_some_and(|a| a.enabled);
+        let networked = self.cfg.ip.is_some() && (replicas.len() > 1 || autoscaling);
+        let switch = netns::attempt_name(&spec.key.task_id, spec.key.attempt);
+        let address = |r: &Replica| -> Result<std::net::Ipv4Addr, String> {
+            if !networked {
+                return Ok(std::net::Ipv4Addr::LOCALHOST);
+            }
+            self.cfg.network.address(r.slot).ok_or_else(|| {
+                format!("the replicas' network range holds {} replicas per task", self.cfg.network.capacity())
+            })
+        };
+        if networked && let Some(ip) = &self.cfg.ip {
+            netns::create_switch(ip, &switch)
+                .map_err(|e| format!("cannot make the attempt's network: {e}"))?;
+        }
 
         // Mounts.
         let home_of = |kind: &str, name: &str, path: Option<&String>| -> PathBuf {
@@ -359,45 +562,59 @@ impl LocalBackend {
         };
         let mut mounts = Vec::new();
         for v in &s.environment.volumes {
-            let src =
-                home_of("volumes", &v.volume, catalog.volumes.get(&v.volume).and_then(|x| x.path.as_ref()));
-            let _ = std::fs::create_dir_all(&src);
+            let own_path = catalog.volumes.get(&v.volume).and_then(|x| x.path.as_ref());
+            let src = home_of("volumes", &v.volume, own_path);
+            if own_path.is_none() {
+                make_passage(&self.cfg.data_dir.join("volumes"))?;
+                volume_dir(&src)?;
+            } else {
+                let _ = std::fs::create_dir_all(&src);
+            }
             mounts.push(Mount { src, dst: v.mount_path.clone().into(), read_only: v.read_only });
         }
         for d in &s.environment.datasets {
-            let src = home_of(
-                "datasets",
-                &d.dataset,
-                catalog.datasets.get(&d.dataset).and_then(|x| x.path.as_ref()),
-            );
-            let _ = std::fs::create_dir_all(&src);
+            let own_path = catalog.datasets.get(&d.dataset).and_then(|x| x.path.as_ref());
+            let src = home_of("datasets", &d.dataset, own_path);
+            self.data_asset_dir(&src, "datasets", own_path.is_none())?;
             mounts.push(Mount { src, dst: d.mount_path.clone().into(), read_only: true });
         }
         for m in &s.environment.models {
-            let src = home_of("models", &m.model, catalog.models.get(&m.model).and_then(|x| x.path.as_ref()));
-            let _ = std::fs::create_dir_all(&src);
+            let own_path = catalog.models.get(&m.model).and_then(|x| x.path.as_ref());
+            let src = home_of("models", &m.model, own_path);
+            self.data_asset_dir(&src, "models", own_path.is_none())?;
             mounts.push(Mount { src, dst: m.mount_path.clone().into(), read_only: true });
         }
         let shared = s.ray.as_ref().and_then(|r| r.shared_storage.as_ref());
         if let Some(sh) = shared {
-            let vol =
-                home_of("volumes", &sh.volume, catalog.volumes.get(&sh.volume).and_then(|x| x.path.as_ref()));
+            let own_path = catalog.volumes.get(&sh.volume).and_then(|x| x.path.as_ref());
+            let vol = home_of("volumes", &sh.volume, own_path);
+            if own_path.is_none() {
+                make_passage(&self.cfg.data_dir.join("volumes"))?;
+            }
+            volume_dir(&vol)?;
+            // Inside a volume other tasks write to: made fresh, never a link someone planted.
             let src = vol.join(format!("ray-{}", spec.task_name));
-            let _ = std::fs::create_dir_all(&src);
+            match std::fs::symlink_metadata(&src) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => return Err(format!("{} is not a directory", src.display())),
+                Err(_) => {
+                    std::fs::create_dir(&src).map_err(|e| format!("cannot create {}: {e}", src.display()))?
+                }
+            }
+            own(&src, uid, gid, 0o2770)?;
             mounts.push(Mount { src, dst: "/tmp/ray".into(), read_only: false });
         }
         let mount_paths: Vec<String> = mounts.iter().map(|m| m.dst.display().to_string()).collect();
 
-        // The hosts file: every replica's name on loopback (they share this machine's network).
+        // The hosts file: every replica's name at its address (written in place: running replicas bind it).
         let mut hosts = String::from("127.0.0.1 localhost\n::1 localhost ip6-localhost\n");
         for r in &replicas {
-            hosts.push_str(&format!("127.0.0.1 {}\n", r.name));
+            hosts.push_str(&format!("{} {}\n", address(r)?, r.name));
         }
         std::fs::write(dir.join("hosts"), hosts).map_err(|e| e.to_string())?;
+        own(&dir.join("hosts"), 0, 0, 0o644)?;
 
-        // Passwordless SSH: one key pair per attempt, and an sshd port per replica.
         let ssh = s.advanced.passwordless_ssh;
-        let ssh_ports: Vec<u16> = replicas.iter().map(|_| if ssh { free_port() } else { 0 }).collect();
         if ssh {
             make_keys(&dir.join("ssh"))?;
         }
@@ -410,12 +627,13 @@ impl LocalBackend {
             .filter(|c| c.enabled && !ray)
             .map(|c| (u64::from(c.timeout_seconds.min(600)), signal_number(c.signal)));
         let image = s.environment.image.clone();
-        let root = if image == "host" {
+        let host_view = image == "host";
+        let root = if host_view {
             Some(PathBuf::from("/"))
         } else {
             catalog.images.get(&image).and_then(|i| i.rootfs.as_ref()).map(PathBuf::from)
         };
-        let master_port = free_port();
+        let master_port = MASTER_PORT;
         let autoscale = s.ray.as_ref().and_then(|r| r.autoscaling.as_ref()).filter(|a| a.enabled);
         let most_nodes = 1 + autoscale.map_or(0, |a| a.max_workers as usize).max(replicas.len() - 1);
         let ray_base = match ray_base {
@@ -431,27 +649,45 @@ impl LocalBackend {
         });
         let world = spec.replicas.len();
         let procs_per_node = s.pytorch.as_ref().and_then(|p| p.procs_per_node);
+        // The sandbox's users: the image's, and the one replicas run as.
+        let image_file =
+            |name: &str| root.as_ref().and_then(|r| std::fs::read_to_string(r.join("etc").join(name)).ok());
+        let (passwd, group) = (dir.join("passwd"), dir.join("group"));
+        std::fs::write(&passwd, sandbox::identity_file(image_file("passwd").as_deref(), true))
+            .map_err(|e| e.to_string())?;
+        std::fs::write(&group, sandbox::identity_file(image_file("group").as_deref(), false))
+            .map_err(|e| e.to_string())?;
+        own(&passwd, 0, 0, 0o644)?;
+        own(&group, 0, 0, 0o644)?;
+        let head_address =
+            replicas.first().map(&address).transpose()?.unwrap_or(std::net::Ipv4Addr::LOCALHOST);
 
         let mut jobs = Vec::new();
         for (i, r) in replicas.iter().enumerate() {
             let rdir = dir.join(&r.name);
-            let (tmp, home, runtime) =
-                (rdir.join("scratch/tmp"), rdir.join("scratch/root"), rdir.join("runtime"));
-            for d in [&tmp, &home, &runtime] {
-                std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
-            }
-            // Hostfiles list every replica with its slots.
-            let trainers: Vec<&Replica> = replicas.iter().collect();
-            let slots = procs_per_node.unwrap_or(1).max(1);
-            let hostfile: String = trainers.iter().map(|r| format!("{} slots={slots}\n", r.name)).collect();
-            let names: String = trainers.iter().map(|r| format!("{}\n", r.name)).collect();
-            std::fs::write(home.join("hostfile"), hostfile).map_err(|e| e.to_string())?;
-            std::fs::write(home.join("hostfile.hostname"), names).map_err(|e| e.to_string())?;
-            if ssh {
-                ssh_material(&dir.join("ssh"), &home, &runtime, &replicas, &ssh_ports, i)?;
-            }
-            if precheck.is_some() {
-                std::fs::write(runtime.join("precheck.py"), PRECHECK_PY).map_err(|e| e.to_string())?;
+            let (scratch, runtime) = (rdir.join("scratch"), rdir.join("runtime"));
+            let (tmp, home) = (scratch.join("tmp"), scratch.join("root"));
+            // A replica that already runs (the attempt is being resized) has its dirs, and they are its own
+            // now: nothing of the server's is written into them again.
+            let fresh = !rdir.exists();
+            if fresh {
+                make_passage(&rdir)?;
+                for d in [&scratch, &tmp, &home, &runtime] {
+                    std::fs::create_dir(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+                }
+                // Hostfiles list every replica with its slots.
+                let slots = procs_per_node.unwrap_or(1).max(1);
+                let hostfile: String =
+                    replicas.iter().map(|r| format!("{} slots={slots}\n", r.name)).collect();
+                let names: String = replicas.iter().map(|r| format!("{}\n", r.name)).collect();
+                std::fs::write(home.join("hostfile"), hostfile).map_err(|e| e.to_string())?;
+                std::fs::write(home.join("hostfile.hostname"), names).map_err(|e| e.to_string())?;
+                if ssh {
+                    ssh_material(&dir.join("ssh"), &home, &runtime, &replicas)?;
+                }
+                if precheck.is_some() {
+                    std::fs::write(runtime.join("precheck.py"), PRECHECK_PY).map_err(|e| e.to_string())?;
+                }
             }
             let resources = spec.replicas.get(i).map(|p| p.resources).unwrap_or_default();
             let mut env: Vec<(String, String)> = vec![
@@ -509,14 +745,14 @@ impl LocalBackend {
                     env.push((k.to_owned(), v));
                 }
             } else {
-                env.push(("RAY_ADDRESS".into(), format!("127.0.0.1:{}", ray_base + 1)));
+                env.push(("RAY_ADDRESS".into(), format!("{head_address}:{}", ray_base + 1)));
                 env.push(("RAY_USAGE_STATS_ENABLED".into(), "0".into()));
                 env.push(("TRAINYARD_ENTRYPOINT".into(), s.environment.cmd.clone()));
                 if let Some(cfg) = &ray_env {
                     // The driver's job config, as Ray's own job submission hands it over: the runtime env.
                     env.push(("RAY_JOB_CONFIG_JSON_ENV_VAR".into(), cfg.clone()));
                 }
-                if r.role == "head" {
+                if r.role == "head" && fresh {
                     std::fs::write(runtime.join("ray_probe.py"), RAY_PROBE_PY).map_err(|e| e.to_string())?;
                     if autoscale.is_some() {
                         env.push(("TRAINYARD_RAY_AUTOSCALE".into(), "1".into()));
@@ -529,8 +765,16 @@ impl LocalBackend {
                 .and_then(|r| r.debug.as_ref())
                 .filter(|d| d.enabled)
                 .map_or(0, |d| d.retention_seconds);
+            if fresh {
+                for d in [&scratch, &tmp, &home, &runtime] {
+                    own(d, uid, gid, 0o700)?;
+                }
+                own_tree(&home, uid, gid)?;
+                own_tree(&runtime, uid, gid)?;
+            }
             let cmd = if ray {
-                ray_command(r, i, &resources, ray_base, replicas.len(), keep_s)
+                let at = RayAt { base: ray_base, me: address(r)?, head: head_address };
+                ray_command(r, i, &resources, &at, replicas.len(), keep_s)
             } else {
                 s.environment.cmd.clone()
             };
@@ -555,13 +799,28 @@ impl LocalBackend {
                     root: root
                         .clone()
                         .unwrap_or_else(|| PathBuf::from(format!("/nonexistent/trainyard-image/{image}"))),
+                    host_view,
                     hostname: r.name.clone(),
                     tmp,
                     home,
                     runtime,
                     hosts: dir.join("hosts"),
+                    passwd: Some(passwd.clone()),
+                    group: Some(group.clone()),
+                    hide: self.cfg.hide.clone(),
                     mounts: mounts.clone(),
                 },
+                uid,
+                gid,
+                net: networked.then(|| netns::ReplicaNet {
+                    switch: switch.clone(),
+                    name: format!("{switch}-{}", r.slot),
+                    index: r.slot,
+                    address: address(r).unwrap_or(std::net::Ipv4Addr::LOCALHOST),
+                    prefix: self.cfg.network.prefix,
+                }),
+                ip: self.cfg.ip.clone(),
+                limits: self.cfg.limits,
                 env,
                 cmd,
                 precheck: precheck_cmd,
@@ -589,6 +848,8 @@ impl LocalBackend {
         let l = Launched {
             task_id: spec.key.task_id.clone(),
             attempt: spec.key.attempt,
+            uid,
+            networked,
             task_type: s.task_type.to_string(),
             image,
             replicas,
@@ -623,8 +884,11 @@ impl LocalBackend {
         for job in jobs {
             let (exe, args) = &self.cfg.supervisor;
             let mut c = std::process::Command::new(exe);
+            // A fixed environment: nothing of the server's (its token, a preload) reaches the supervisor.
             c.args(args)
                 .arg(dir.join(&job.name))
+                .env_clear()
+                .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
                 .stdin(std::process::Stdio::piped())
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null());
@@ -703,17 +967,25 @@ fn ray_node_ports(base: u16, i: usize) -> String {
 /// A RayJob replica's command. The head starts Ray, waits for every worker, then runs the entrypoint in its
 /// own sandbox (a driver must see its node's raylet): the entrypoint's output is the head's log and its exit
 /// status the task's. Workers join the head and run until stopped.
+/// Where a Ray node is: its cluster's first port, its own address and the head's.
+struct RayAt {
+    base: u16,
+    me: std::net::Ipv4Addr,
+    head: std::net::Ipv4Addr,
+}
+
 fn ray_command(
     r: &Replica,
     i: usize,
     res: &trainyard_core::Resources,
-    base: u16,
+    at: &RayAt,
     nodes: usize,
     keep_s: u32,
 ) -> String {
+    let (base, me, head) = (at.base, at.me, at.head);
     let gcs = base + 1;
     let common = format!(
-        "--block --disable-usage-stats --node-ip-address=127.0.0.1 --temp-dir=/tmp/ray/{} --num-cpus={} --num-gpus={} --memory={} {}",
+        "--block --disable-usage-stats --node-ip-address={me} --temp-dir=/tmp/ray/{} --num-cpus={} --num-gpus={} --memory={} {}",
         short(&r.name),
         res.vcpus.max(1),
         res.gpus,
@@ -723,7 +995,7 @@ fn ray_command(
     if r.role != "head" {
         // A custom resource names the replica, so idle Ray nodes can be matched to replicas.
         return format!(
-            "until python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {gcs}), 1)' 2>/dev/null; do sleep 0.2; done\nexec ray start --address=127.0.0.1:{gcs} --resources='{{\"TY:{}\": 1}}' {common}",
+            "until python3 -c 'import socket; socket.create_connection((\"{head}\", {gcs}), 1)' 2>/dev/null; do sleep 0.2; done\nexec ray start --address={head}:{gcs} --resources='{{\"TY:{}\": 1}}' {common}",
             r.name
         );
     }
@@ -735,7 +1007,7 @@ fn ray_command(
     format!(
         r#"ray start --head --port={gcs} --ray-client-server-port={client} --include-dashboard=false {common} > {RUNTIME_DIR}/ray-head.log 2>&1 &
 ray_pid=$!
-python3 - {RUNTIME_DIR} 127.0.0.1:{gcs} {nodes} $ray_pid <<'PY' || {{ tail -20 {RUNTIME_DIR}/ray-head.log >&2; exit 1; }}
+python3 - {RUNTIME_DIR} {head}:{gcs} {nodes} $ray_pid <<'PY' || {{ tail -20 {RUNTIME_DIR}/ray-head.log >&2; exit 1; }}
 import os, sys, time
 sys.path.insert(0, sys.argv[1])
 import ray_probe
@@ -756,7 +1028,7 @@ while time.time() - t0 < 600:
 sys.exit("trainyard: the Ray cluster did not come up within 600 s")
 PY
 if [ -n "${{TRAINYARD_RAY_AUTOSCALE:-}}" ]; then
-python3 - {RUNTIME_DIR} 127.0.0.1:{gcs} <<'PY' &
+python3 - {RUNTIME_DIR} {head}:{gcs} <<'PY' &
 import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 import ray_probe
@@ -807,14 +1079,9 @@ fn make_keys(ssh: &Path) -> Result<(), String> {
     keygen(&ssh.join("host_ed25519"))
 }
 
-fn ssh_material(
-    ssh: &Path,
-    home: &Path,
-    runtime: &Path,
-    replicas: &[Replica],
-    ports: &[u16],
-    me: usize,
-) -> Result<(), String> {
+/// The attempt's keys and each replica's sshd: port 22 in the replica's own network namespace, the user the
+/// replicas run as, keys in its home (scratch, which the server just made).
+fn ssh_material(ssh: &Path, home: &Path, runtime: &Path, replicas: &[Replica]) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     let io = |e: std::io::Error| e.to_string();
     let dot = home.join(".ssh");
@@ -824,10 +1091,11 @@ fn ssh_material(
     std::fs::copy(ssh.join("id_ed25519.pub"), dot.join("id_ed25519.pub")).map_err(io)?;
     std::fs::copy(ssh.join("id_ed25519.pub"), dot.join("authorized_keys")).map_err(io)?;
     let mut config = String::new();
-    for (r, port) in replicas.iter().zip(ports) {
+    for r in replicas {
         config.push_str(&format!(
-            "Host {}\n  HostName 127.0.0.1\n  Port {port}\n  User root\n  IdentityFile ~/.ssh/id_ed25519\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n",
-            r.name
+            "Host {name}\n  HostName {name}\n  Port 22\n  User {user}\n  IdentityFile ~/.ssh/id_ed25519\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n",
+            name = r.name,
+            user = sandbox::INNER_USER,
         ));
     }
     std::fs::write(dot.join("config"), config).map_err(io)?;
@@ -837,8 +1105,7 @@ fn ssh_material(
     std::fs::set_permissions(sdir.join("host_ed25519"), std::fs::Permissions::from_mode(0o600))
         .map_err(io)?;
     let sshd = format!(
-        "Port {}\nListenAddress 127.0.0.1\nHostKey {RUNTIME_DIR}/ssh/host_ed25519\nPermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\nAuthorizedKeysFile /root/.ssh/authorized_keys\nStrictModes no\nUsePAM no\nPidFile none\nSetEnv TRAINYARD_SSH=1\n",
-        ports[me]
+        "Port 22\nListenAddress 0.0.0.0\nHostKey {RUNTIME_DIR}/ssh/host_ed25519\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\nAuthorizedKeysFile /root/.ssh/authorized_keys\nStrictModes no\nUsePAM no\nPidFile none\nSetEnv TRAINYARD_SSH=1\n"
     );
     std::fs::write(sdir.join("sshd_config"), sshd).map_err(io)?;
     Ok(())
@@ -1029,6 +1296,22 @@ impl LocalBackend {
                     }
                     continue;
                 }
+                if e.killed_outside {
+                    // Nothing in the sandbox can signal bubblewrap: the machine (or its admin) killed it.
+                    run.verdict = Some((
+                        Reason::NodeFailed,
+                        format!(
+                            "{}: its sandbox was killed from outside, by {}",
+                            r.name,
+                            trainyard_core::failure::signal_name(e.signal.unwrap_or(9))
+                        ),
+                    ));
+                    continue;
+                }
+                if let Some(why) = &e.evicted {
+                    run.verdict = Some((Reason::UserError, format!("{}: {why}", r.name)));
+                    continue;
+                }
                 let exit = Exit { code: e.code, signal: e.signal, oom_killed: e.oom_killed };
                 let paths: Vec<&str> = run.l.mount_paths.iter().map(String::as_str).collect();
                 let (reason, message) =
@@ -1101,7 +1384,10 @@ impl LocalBackend {
     fn autoscale(&self, run: &mut Run, now: u64, out: &mut Vec<Observation>) {
         let Some(a) = run.l.autoscale.clone() else { return };
         let Some(head) = run.l.replicas.iter().find(|r| r.role == "head") else { return };
-        let Ok(bytes) = std::fs::read(run.dir.join(&head.name).join("runtime/ray-state.json")) else {
+        // Written by the replica: read through the runtime dir's descriptor, never following a link.
+        let Some(bytes) =
+            supervisor::RuntimeDir::open(&run.dir.join(&head.name)).and_then(|rt| rt.read("ray-state.json"))
+        else {
             return;
         };
         let Ok(state) = serde_json::from_slice::<serde_json::Value>(&bytes) else { return };
@@ -1149,9 +1435,16 @@ impl LocalBackend {
             &run.dir.join("outcome.json"),
             &serde_json::to_vec(&Recorded::from(outcome)).unwrap_or_default(),
         );
-        // The container's local disk goes with the attempt; logs and events stay.
+        // The container's local disk goes with the attempt, and so do its network and any cgroup a killed
+        // supervisor left; logs and events stay.
         for r in &run.l.replicas {
             let _ = std::fs::remove_dir_all(run.dir.join(&r.name).join("scratch"));
+            supervisor::remove_cgroups(&run.dir.join(&r.name));
+        }
+        if run.l.networked
+            && let Some(ip) = &self.cfg.ip
+        {
+            netns::delete_switch(ip, &netns::attempt_name(&run.l.task_id, run.l.attempt));
         }
         if let Some(dir) = &run.l.cleanup {
             let _ = std::fs::remove_dir_all(dir);

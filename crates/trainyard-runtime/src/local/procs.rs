@@ -69,6 +69,31 @@ pub fn ns_processes(ns: &Path) -> Vec<(u32, u32)> {
     found
 }
 
+/// Whether a process has a handler for a signal (its `SigCgt` mask in `/proc/PID/status`).
+pub fn catches(pid: u32, sig: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return false };
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .unwrap_or(0);
+    (1..=64).contains(&sig) && mask & (1u64 << (sig - 1)) != 0
+}
+
+/// Moves the calling thread into the network namespace of a process (to read a sandbox's loopback).
+pub fn enter_netns_of(pid: u32) -> std::io::Result<()> {
+    let fd = rustix::fs::open(
+        format!("/proc/{pid}/ns/net").as_str(),
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    rustix::thread::move_into_link_name_space(
+        std::os::fd::AsFd::as_fd(&fd),
+        Some(rustix::thread::LinkNameSpaceType::Network),
+    )?;
+    Ok(())
+}
+
 /// Sends a signal to one process; a process that is already gone is not an error.
 pub fn signal(pid: u32, sig: i32) {
     let (Some(pid), Some(sig)) = (rustix::process::Pid::from_raw(pid as i32), signal_of(sig)) else { return };
@@ -97,7 +122,7 @@ pub const SIGTERM: i32 = 15;
 #[derive(Debug)]
 pub enum Cgroup {
     V2(PathBuf),
-    V1 { memory: PathBuf, cpu: Option<PathBuf> },
+    V1 { memory: PathBuf, cpu: Option<PathBuf>, pids: Option<PathBuf> },
 }
 
 const CG: &str = "/sys/fs/cgroup";
@@ -120,10 +145,21 @@ fn current(controller: &str) -> PathBuf {
     if controller.is_empty() { Path::new(CG).to_owned() } else { Path::new(CG).join(controller) }
 }
 
+/// Makes a cgroup dir that the replica's sandbox (another uid) can bind and read: its limits are shown to it
+/// read-only at `/sys/fs/cgroup`.
+fn make_cgroup_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    for d in [dir.parent(), Some(dir)].into_iter().flatten() {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755))?;
+    }
+    Ok(())
+}
+
 impl Cgroup {
     /// Makes `trainyard/NAME` with the limits and moves this process into it (so everything it starts is
     /// inside from the first instruction). Err says why limits cannot be enforced here.
-    pub fn create(name: &str, millicpu: u64, memory_mib: u64) -> Result<Cgroup, String> {
+    pub fn create(name: &str, millicpu: u64, memory_mib: u64, pids_max: u64) -> Result<Cgroup, String> {
         let cg = Path::new(CG);
         let me = std::process::id().to_string();
         let bytes = (memory_mib * 1024 * 1024).to_string();
@@ -133,14 +169,16 @@ impl Cgroup {
         if cg.join("cgroup.controllers").exists() {
             let here = current("");
             let parent = here.join("trainyard");
-            std::fs::create_dir_all(&parent).map_err(|e| fail("cannot create a cgroup", e))?;
-            let _ = std::fs::write(here.join("cgroup.subtree_control"), "+cpu +memory");
-            let _ = std::fs::write(parent.join("cgroup.subtree_control"), "+cpu +memory");
+            make_cgroup_dir(&parent).map_err(|e| fail("cannot create a cgroup", e))?;
+            let _ = std::fs::write(here.join("cgroup.subtree_control"), "+cpu +memory +pids");
+            let _ = std::fs::write(parent.join("cgroup.subtree_control"), "+cpu +memory +pids");
             let dir = parent.join(name);
-            std::fs::create_dir_all(&dir).map_err(|e| fail("cannot create a cgroup", e))?;
+            make_cgroup_dir(&dir).map_err(|e| fail("cannot create a cgroup", e))?;
             std::fs::write(dir.join("memory.max"), &bytes).map_err(|e| fail("cannot set memory.max", e))?;
             std::fs::write(dir.join("cpu.max"), format!("{quota} {period}"))
                 .map_err(|e| fail("cannot set cpu.max", e))?;
+            std::fs::write(dir.join("pids.max"), pids_max.to_string())
+                .map_err(|e| fail("cannot set pids.max", e))?;
             std::fs::write(dir.join("cgroup.procs"), &me).map_err(|e| fail("cannot enter the cgroup", e))?;
             return Ok(Cgroup::V2(dir));
         }
@@ -149,20 +187,64 @@ impl Cgroup {
             return Err("this host has no usable cgroup file system".into());
         }
         let memory = current("memory").join("trainyard").join(name);
-        std::fs::create_dir_all(&memory).map_err(|e| fail("cannot create a memory cgroup", e))?;
+        make_cgroup_dir(&memory).map_err(|e| fail("cannot create a memory cgroup", e))?;
         std::fs::write(memory.join("memory.limit_in_bytes"), &bytes)
             .map_err(|e| fail("cannot set memory.limit_in_bytes", e))?;
         std::fs::write(memory.join("cgroup.procs"), &me)
             .map_err(|e| fail("cannot enter the memory cgroup", e))?;
         let cpu = (|| {
             let dir = current("cpu").join("trainyard").join(name);
-            std::fs::create_dir_all(&dir).ok()?;
+            make_cgroup_dir(&dir).ok()?;
             std::fs::write(dir.join("cpu.cfs_period_us"), period.to_string()).ok()?;
             std::fs::write(dir.join("cpu.cfs_quota_us"), quota.to_string()).ok()?;
             std::fs::write(dir.join("cgroup.procs"), &me).ok()?;
             Some(dir)
         })();
-        Ok(Cgroup::V1 { memory, cpu })
+        let pids = (|| -> Result<PathBuf, String> {
+            if !cg.join("pids").join("cgroup.procs").exists() {
+                return Err("this host has no pids cgroup controller".into());
+            }
+            let dir = current("pids").join("trainyard").join(name);
+            make_cgroup_dir(&dir).map_err(|e| fail("cannot create a pids cgroup", e))?;
+            std::fs::write(dir.join("pids.max"), pids_max.to_string())
+                .map_err(|e| fail("cannot set pids.max", e))?;
+            std::fs::write(dir.join("cgroup.procs"), &me)
+                .map_err(|e| fail("cannot enter the pids cgroup", e))?;
+            Ok(dir)
+        })()
+        .ok();
+        Ok(Cgroup::V1 { memory, cpu, pids })
+    }
+
+    /// Whether the number of processes is limited.
+    pub fn limits_pids(&self) -> bool {
+        !matches!(self, Cgroup::V1 { pids: None, .. })
+    }
+
+    /// The cgroup's dirs with the name each has under `/sys/fs/cgroup` inside the sandbox.
+    pub fn dirs(&self) -> Vec<(PathBuf, String)> {
+        match self {
+            Cgroup::V2(dir) => vec![(dir.clone(), String::new())],
+            Cgroup::V1 { memory, cpu, pids } => std::iter::once((memory.clone(), "memory".to_owned()))
+                .chain(cpu.iter().map(|d| (d.clone(), "cpu".to_owned())))
+                .chain(pids.iter().map(|d| (d.clone(), "pids".to_owned())))
+                .collect(),
+        }
+    }
+
+    /// Removes the cgroups named `name` wherever [`Cgroup::create`] makes them, when they are empty (a
+    /// supervisor that was killed leaves its own behind).
+    pub fn remove_named(name: &str) {
+        let cg = Path::new(CG);
+        let mut dirs = vec![current("").join("trainyard").join(name)];
+        for ctl in ["memory", "cpu", "pids"] {
+            dirs.push(current(ctl).join("trainyard").join(name));
+        }
+        for d in dirs {
+            if d.starts_with(cg) && d.is_dir() {
+                let _ = std::fs::remove_dir(&d);
+            }
+        }
     }
 
     /// Whether the OOM killer killed a process in this cgroup.
@@ -187,7 +269,9 @@ impl Cgroup {
         let me = std::process::id().to_string();
         let dirs: Vec<&PathBuf> = match self {
             Cgroup::V2(dir) => vec![dir],
-            Cgroup::V1 { memory, cpu } => std::iter::once(memory).chain(cpu.iter()).collect(),
+            Cgroup::V1 { memory, cpu, pids } => {
+                std::iter::once(memory).chain(cpu.iter()).chain(pids.iter()).collect()
+            }
         };
         for dir in dirs {
             if let Some(root) = dir.parent().and_then(Path::parent) {

@@ -1,11 +1,23 @@
 //! The bubblewrap command line of one replica: the image root read-only, the replica's scratch as `/tmp`
 //! and `/root`, its runtime dir at `/run/trainyard`, volumes read-write and datasets and models read-only at
-//! their mount paths, its own PID, UTS and IPC namespaces, and its hostname.
+//! their mount paths, and every namespace of its own.
+//!
+//! The sandbox is what a container runtime gives an unprivileged container: bubblewrap itself runs as the
+//! attempt's unprivileged host uid (the supervisor drops to it), makes a user namespace in which that uid is
+//! [`INNER_UID`], drops every capability, forbids further user namespaces, and loads the seccomp filter
+//! ([`super::seccomp`]) before the command's first instruction; PID, IPC, UTS and cgroup namespaces are new,
+//! and the network namespace is the replica's own (entered by the supervisor before bubblewrap starts).
+//! `/proc/sys` is read-only (bubblewrap covers it) and the kernel's sensitive `/proc` and `/sys` files are
+//! masked; `/sys/fs/cgroup` shows the replica's own cgroups only.
 //!
 //! A mount path that does not exist in the image (say `/mnt/data` in an image without it) cannot be
 //! created inside a read-only bind, so the directories on the way to it are *carved*: each becomes a tmpfs
 //! holding read-only binds of the image's entries, plus the new mount point, and is made read-only again
 //! once every mount is in place.
+//!
+//! The `host` image is an allow-list view of this machine ([`HOST_VIEW`]: the system directories, never
+//! `/home`, `/root`, `/srv` or `/var`), with the shadow files and SSH host keys masked and Trainyard's own
+//! data dir hidden should it lie under one of them.
 
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
@@ -22,14 +34,48 @@ pub struct Mount {
 /// Where the runtime dir appears inside every replica (`TRAINYARD_RUNTIME_DIR`).
 pub const RUNTIME_DIR: &str = "/run/trainyard";
 
+/// The uid and gid a replica's processes have inside their user namespace (the attempt's host uid outside).
+/// Not 0: a user namespace that maps one uid cannot switch users, and sshd runs only as a plain user then.
+pub const INNER_UID: u32 = 1000;
+
+/// The user's name inside replicas (in the sandbox's `/etc/passwd`, home `/root`).
+pub const INNER_USER: &str = "trainyard";
+
 /// Top-level entries of an image that the sandbox provides itself (or that belong to the host only).
 const OWN_TOP_LEVEL: &[&str] = &["proc", "dev", "sys", "tmp", "root", "run", "lost+found"];
+
+/// What a replica of the `host` image sees of this machine: its system directories only.
+pub const HOST_VIEW: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "opt"];
+
+/// Files of the host's `/etc` that no replica reads, even where their mode would let it.
+const HOST_MASKED_FILES: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/security/opasswd",
+];
+
+/// Kernel files a container runtime masks: kernel memory, key and timer listings, and hardware details.
+const PROC_MASKED_FILES: &[&str] = &[
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/timer_list",
+    "/proc/sched_debug",
+    "/proc/latency_stats",
+    "/proc/kallsyms",
+];
+const PROC_MASKED_DIRS: &[&str] = &["/proc/acpi", "/proc/scsi", "/proc/asound", "/sys/firmware"];
 
 /// What the sandbox of one replica holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxPlan {
     /// The image's root file system (`/` for `host`).
     pub root: PathBuf,
+    /// The root is this machine's: show [`HOST_VIEW`] only.
+    #[serde(default)]
+    pub host_view: bool,
     pub hostname: String,
     /// Writable dirs on the host: bound at `/tmp` and `/root`.
     pub tmp: PathBuf,
@@ -38,8 +84,28 @@ pub struct SandboxPlan {
     pub runtime: PathBuf,
     /// The attempt's hosts file, bound at `/etc/hosts`.
     pub hosts: PathBuf,
+    /// The attempt's `/etc/passwd` and `/etc/group` (the image's, plus [`INNER_USER`]).
+    #[serde(default)]
+    pub passwd: Option<PathBuf>,
+    #[serde(default)]
+    pub group: Option<PathBuf>,
+    /// Host paths hidden (an empty tmpfs over them) should the view show them: Trainyard's data dir.
+    #[serde(default)]
+    pub hide: Vec<PathBuf>,
     /// Volumes, datasets, models and shared storage, in order.
     pub mounts: Vec<Mount>,
+}
+
+/// What only the supervisor knows when it starts bubblewrap.
+#[derive(Debug, Clone, Default)]
+pub struct Start {
+    /// The fd holding the seccomp program.
+    pub seccomp_fd: Option<i32>,
+    /// The replica's cgroup dirs: (host path, name under `/sys/fs/cgroup`).
+    pub cgroups: Vec<(PathBuf, String)>,
+    /// Whether the process already is in the replica's network namespace; if not, bubblewrap makes an
+    /// empty one (loopback only), never the host's.
+    pub in_netns: bool,
 }
 
 fn arg(v: &mut Vec<OsString>, parts: &[&dyn AsRef<std::ffi::OsStr>]) {
@@ -49,42 +115,129 @@ fn arg(v: &mut Vec<OsString>, parts: &[&dyn AsRef<std::ffi::OsStr>]) {
 impl SandboxPlan {
     /// The bwrap arguments before the command. Reads the image's directories (to bind their entries and to
     /// carve around missing mount points).
-    pub fn args(&self) -> Vec<OsString> {
+    pub fn args(&self, start: &Start) -> Vec<OsString> {
         let mut a: Vec<OsString> = Vec::new();
-        arg(&mut a, &[&"--die-with-parent", &"--unshare-pid", &"--unshare-uts", &"--unshare-ipc"]);
+        let inner = INNER_UID.to_string();
+        arg(&mut a, &[&"--die-with-parent", &"--unshare-user", &"--uid", &inner, &"--gid", &inner]);
+        arg(&mut a, &[&"--disable-userns", &"--cap-drop", &"ALL"]);
+        arg(&mut a, &[&"--unshare-pid", &"--unshare-uts", &"--unshare-ipc", &"--unshare-cgroup"]);
+        if !start.in_netns {
+            arg(&mut a, &[&"--unshare-net"]);
+        }
         arg(&mut a, &[&"--hostname", &self.hostname]);
         arg(&mut a, &[&"--tmpfs", &"/"]);
         // Mount points that need a directory the image lacks.
         let mut targets: Vec<PathBuf> = self.mounts.iter().map(|m| m.dst.clone()).collect();
         targets.push(PathBuf::from("/etc/hosts"));
+        if self.passwd.is_some() {
+            targets.push(PathBuf::from("/etc/passwd"));
+        }
+        if self.group.is_some() {
+            targets.push(PathBuf::from("/etc/group"));
+        }
         let missing: Vec<PathBuf> =
             targets.into_iter().filter(|t| !self.root.join(strip_root(t)).exists()).collect();
         let mut carved = Vec::new();
         let top: Vec<PathBuf> = read_dir_sorted(&self.root);
         for entry in top {
             let name = entry.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            if OWN_TOP_LEVEL.contains(&name.as_str()) {
+            if OWN_TOP_LEVEL.contains(&name.as_str())
+                || (self.host_view && !HOST_VIEW.contains(&name.as_str()))
+            {
                 continue;
             }
             carve(&self.root, &Path::new("/").join(&name), &missing, &mut a, &mut carved);
         }
+        let mut masked_dirs: Vec<PathBuf> = Vec::new();
+        if self.host_view {
+            for f in HOST_MASKED_FILES.iter().map(PathBuf::from).chain(ssh_host_keys()) {
+                if f.exists() {
+                    arg(&mut a, &[&"--ro-bind", &"/dev/null", &f]);
+                }
+            }
+            for h in &self.hide {
+                if HOST_VIEW.iter().any(|top| h.starts_with(Path::new("/").join(top))) && h.is_dir() {
+                    arg(&mut a, &[&"--tmpfs", h]);
+                    masked_dirs.push(h.clone());
+                }
+            }
+        }
         arg(&mut a, &[&"--proc", &"/proc", &"--dev", &"/dev", &"--tmpfs", &"/run"]);
+        for f in PROC_MASKED_FILES {
+            if Path::new(f).exists() {
+                arg(&mut a, &[&"--ro-bind", &"/dev/null", f]);
+            }
+        }
         arg(&mut a, &[&"--bind", &self.tmp, &"/tmp", &"--bind", &self.home, &"/root"]);
         arg(&mut a, &[&"--bind", &self.runtime, &RUNTIME_DIR]);
         arg(&mut a, &[&"--ro-bind", &self.hosts, &"/etc/hosts"]);
+        if let Some(p) = &self.passwd {
+            arg(&mut a, &[&"--ro-bind", p, &"/etc/passwd"]);
+        }
+        if let Some(g) = &self.group {
+            arg(&mut a, &[&"--ro-bind", g, &"/etc/group"]);
+        }
         if Path::new("/sys").exists() {
             arg(&mut a, &[&"--ro-bind", &"/sys", &"/sys"]);
+            // The host's cgroup tree names every other task; the replica sees its own cgroups only.
+            if Path::new("/sys/fs/cgroup").is_dir() {
+                arg(&mut a, &[&"--tmpfs", &"/sys/fs/cgroup"]);
+                for (host, name) in &start.cgroups {
+                    let inside = Path::new("/sys/fs/cgroup").join(name);
+                    arg(&mut a, &[&"--ro-bind", host, &inside]);
+                }
+                masked_dirs.push(PathBuf::from("/sys/fs/cgroup"));
+            }
+        }
+        for d in PROC_MASKED_DIRS {
+            if Path::new(d).is_dir() {
+                arg(&mut a, &[&"--tmpfs", d]);
+                masked_dirs.push(PathBuf::from(d));
+            }
         }
         for m in &self.mounts {
             let how = if m.read_only { "--ro-bind" } else { "--bind" };
             arg(&mut a, &[&how, &m.src, &m.dst]);
         }
-        for dir in carved.iter().rev() {
+        for dir in carved.iter().rev().chain(masked_dirs.iter()) {
             arg(&mut a, &[&"--remount-ro", dir]);
+        }
+        if let Some(fd) = start.seccomp_fd {
+            arg(&mut a, &[&"--seccomp", &fd.to_string()]);
         }
         arg(&mut a, &[&"--remount-ro", &"/", &"--chdir", &"/root"]);
         a
     }
+}
+
+/// The host's SSH host keys (private and public), masked in the `host` view.
+fn ssh_host_keys() -> Vec<PathBuf> {
+    read_dir_sorted(Path::new("/etc/ssh"))
+        .into_iter()
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("ssh_host_")))
+        .collect()
+}
+
+/// The sandbox's `/etc/passwd` or `/etc/group`: the image's entries (without any that claims the inner
+/// uid or the inner user's name) and the inner user's own, whose home is `/root`.
+pub fn identity_file(image_file: Option<&str>, passwd: bool) -> String {
+    let inner = INNER_UID.to_string();
+    let mut out = String::new();
+    for line in image_file.unwrap_or("").lines() {
+        let mut f = line.split(':');
+        let (name, id) = (f.next().unwrap_or(""), f.nth(1).unwrap_or(""));
+        if line.trim().is_empty() || name == INNER_USER || id == inner {
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    if passwd {
+        out.push_str(&format!("{INNER_USER}:x:{inner}:{inner}:Trainyard task:/root:/bin/bash\n"));
+    } else {
+        out.push_str(&format!("{INNER_USER}:x:{inner}:\n"));
+    }
+    out
 }
 
 fn strip_root(p: &Path) -> &Path {
@@ -136,6 +289,10 @@ mod tests {
             home: "/x/home".into(),
             runtime: "/x/run".into(),
             hosts: "/x/hosts".into(),
+            passwd: None,
+            group: None,
+            hide: Vec::new(),
+            host_view: false,
             mounts,
         }
     }
@@ -157,7 +314,7 @@ mod tests {
             Mount { src: "/data/ds".into(), dst: "/mnt/data".into(), read_only: true },
             Mount { src: "/data/vol".into(), dst: "/mnt/existing".into(), read_only: false },
         ];
-        let a = joined(&plan(&root, mounts).args());
+        let a = joined(&plan(&root, mounts).args(&Start::default()));
         let r = root.display();
         assert!(a.contains("--symlink usr/bin /bin"), "{a}");
         assert!(a.contains(&format!("--ro-bind {r}/usr /usr")), "{a}");

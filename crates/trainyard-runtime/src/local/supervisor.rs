@@ -7,12 +7,23 @@
 //! Files in the replica dir (the server reads them; only the supervisor writes them):
 //! - `state.json`: [`ReplicaState`], replaced atomically on every change;
 //! - `events.jsonl`: [`Event`]s, appended (precheck figures, every step of a stop with its duration);
-//! - `log`: `2026-11-30T04:00:00.123Z O text` per line (`O` stdout, `E` stderr).
+//! - `log`: `2026-11-30T04:00:00.123Z O text` per line (`O` stdout, `E` stderr); at
+//!   [`Limits::log_bytes`] it is rotated to `log.1` (the older `log.1` dropped), `log.base` says at which
+//!   offset of the whole output `log` starts, and a `LogRotated` event says what was dropped.
+//!
+//! The supervisor runs as root on the host, so it never trusts what the replica can write: the runtime dir
+//! is the only place both write, and the supervisor reaches into it only through a directory descriptor,
+//! never following a link, never blocking on a FIFO, reading at most a bounded size ([`RuntimeDir`]).
+//! bubblewrap starts with a fixed environment as the attempt's unprivileged uid; the replica's variables
+//! reach the sandbox through a sealed memory file that only the sandbox's first shell reads.
 
+use super::netns::{self, ReplicaNet};
 use super::procs::{self, Cgroup};
-use super::sandbox::{RUNTIME_DIR, SandboxPlan};
+use super::sandbox::{RUNTIME_DIR, SandboxPlan, Start};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -36,6 +47,47 @@ pub struct ReplicaJob {
     /// Preset and custom metrics.
     #[serde(default)]
     pub monitor: super::metrics::MonitorJob,
+    /// The attempt's unprivileged host uid, and the gid every sandbox shares (it opens the data dir's path
+    /// to the replica's own dirs, and the volumes).
+    pub uid: u32,
+    pub gid: u32,
+    /// The replica's place on its attempt's network; None: an empty network namespace of its own.
+    #[serde(default)]
+    pub net: Option<ReplicaNet>,
+    /// iproute2's `ip`, for the network.
+    #[serde(default)]
+    pub ip: Option<PathBuf>,
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// What one replica may use beyond CPU and memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Processes and threads in its cgroup (a fork bomb stops here).
+    pub pids_max: u64,
+    /// Its scratch (`/tmp` and `/root`), checked every [`SCRATCH_CHECK_EVERY`]; over it, the replica is
+    /// ended as the kubelet evicts a pod over its ephemeral storage.
+    pub scratch_mib: u64,
+    /// Its log file; then the log rotates.
+    pub log_bytes: u64,
+}
+
+/// Defaults of [`Limits`] (`trainyard up` can change them).
+pub const DEFAULT_PIDS_MAX: u64 = 4096;
+pub const DEFAULT_SCRATCH_MIB: u64 = 50 * 1024;
+pub const DEFAULT_LOG_BYTES: u64 = 64 * 1024 * 1024;
+
+/// How often the scratch dirs are measured.
+pub const SCRATCH_CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// The most the supervisor reads of a file the replica wrote.
+const RUNTIME_FILE_MAX_BYTES: u64 = 1024 * 1024;
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { pids_max: DEFAULT_PIDS_MAX, scratch_mib: DEFAULT_SCRATCH_MIB, log_bytes: DEFAULT_LOG_BYTES }
+    }
 }
 
 /// What the stop protocol does, from `stop.json`.
@@ -66,6 +118,13 @@ pub struct ExitRecord {
     pub stopped: bool,
     /// The precheck failed (the command never ran).
     pub precheck_failed: bool,
+    /// The sandbox itself was killed from outside (bubblewrap ended by a signal nobody in the sandbox can
+    /// send): the machine's doing, not the task's.
+    #[serde(default)]
+    pub killed_outside: bool,
+    /// Ended for using more than a limit allows (scratch): what it used.
+    #[serde(default)]
+    pub evicted: Option<String>,
     pub at_ms: u64,
 }
 
@@ -147,6 +206,12 @@ struct Sup {
     events: std::fs::File,
     /// The running sandbox's bwrap pid (0 between phases), for the metrics monitor.
     sandbox: Arc<std::sync::atomic::AtomicU32>,
+    /// The replica's network namespace, kept open for every phase.
+    netns: Option<Arc<OwnedFd>>,
+    /// The replica's cgroup dirs, shown read-only inside.
+    cgroups: Vec<(PathBuf, String)>,
+    /// Set by the scratch watcher when the replica used more scratch than it may.
+    evict: Arc<Mutex<Option<String>>>,
 }
 
 impl Sup {
@@ -165,6 +230,8 @@ impl Sup {
 /// `trainyard supervise DIR`: runs one replica to its end. The exit code is 0 whenever the outcome was
 /// recorded (the replica's own status is in `state.json`).
 pub fn main(dir: &Path) -> i32 {
+    // Nothing this process starts gains privileges by exec (bubblewrap is not set-uid here).
+    let _ = rustix::thread::set_no_new_privs(true);
     let mut input = String::new();
     if std::io::Read::read_to_string(&mut std::io::stdin(), &mut input).is_err() {
         return 2;
@@ -188,43 +255,73 @@ pub fn main(dir: &Path) -> i32 {
         },
         events,
         sandbox: Arc::default(),
+        netns: None,
+        cgroups: Vec::new(),
+        evict: Arc::default(),
     };
     sup.save();
+    let cgroup = match Cgroup::create(&cgroup_name(dir), job.millicpu, job.memory_mib, job.limits.pids_max) {
+        Ok(cg) => {
+            sup.cgroups = cg.dirs();
+            if !cg.limits_pids() {
+                sup.event(
+                    "LimitsNotEnforced",
+                    format!(
+                        "{}: the number of processes is not limited (this host has no pids cgroup)",
+                        job.name
+                    ),
+                );
+            }
+            Some(cg)
+        }
+        Err(why) => {
+            sup.event(
+                "LimitsNotEnforced",
+                format!("{}: CPU, memory and process limits are not enforced: {why}", job.name),
+            );
+            None
+        }
+    };
+    if let (Some(net), Some(ip)) = (&job.net, &job.ip) {
+        match netns::create_replica(ip, net) {
+            Ok(fd) => sup.netns = Some(Arc::new(fd)),
+            Err(why) => sup.event(
+                "NetworkNotReady",
+                format!(
+                    "{}: no address on the attempt's network, so it reaches no other replica: {why}",
+                    job.name
+                ),
+            ),
+        }
+    }
     let stop_monitor = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let monitor = {
         let (dir, job, pid, stop) =
             (dir.to_owned(), job.monitor.clone(), sup.sandbox.clone(), stop_monitor.clone());
         std::thread::spawn(move || super::metrics::monitor(&dir, &job, &pid, &stop))
     };
-    let cgroup = match Cgroup::create(&cgroup_name(dir), job.millicpu, job.memory_mib) {
-        Ok(cg) => Some(cg),
-        Err(why) => {
-            sup.event(
-                "LimitsNotEnforced",
-                format!("{}: CPU and memory limits are not enforced: {why}", job.name),
-            );
-            None
-        }
+    let watcher = {
+        let (scratch, limit, evict, stop) =
+            (dir.join("scratch"), job.limits.scratch_mib, sup.evict.clone(), stop_monitor.clone());
+        std::thread::spawn(move || watch_scratch(&scratch, limit, &evict, &stop))
     };
-    let log = match std::fs::OpenOptions::new().create(true).append(true).open(dir.join("log")) {
-        Ok(f) => Arc::new(Mutex::new(f)),
-        Err(_) => return 2,
-    };
+    let Ok(log) = LogFile::open(dir, job.limits.log_bytes) else { return 2 };
+    let log = Arc::new(Mutex::new(log));
 
     let mut exit = ExitRecord::default();
     if let Some(pre) = &job.precheck {
         sup.state.phase = Phase::Prechecking;
         sup.save();
         let out = run_phase(&mut sup, &job, pre, &log, &cgroup);
-        let result = std::fs::read_to_string(dir.join("runtime").join("precheck.json")).ok();
+        let result = RuntimeDir::open(dir).and_then(|rt| rt.read("precheck.json"));
         let message = result
             .as_deref()
-            .and_then(|r| serde_json::from_str::<serde_json::Value>(r).ok())
+            .and_then(|r| serde_json::from_slice::<serde_json::Value>(r).ok())
             .and_then(|v| v["message"].as_str().map(str::to_owned))
             .unwrap_or_else(|| "the precheck wrote no result".to_owned());
         sup.state.precheck = Some(message.clone());
         if out.code != Some(0) {
-            exit = ExitRecord { precheck_failed: !out.stopped, ..out };
+            exit = ExitRecord { precheck_failed: !out.stopped && !out.killed_outside, ..out };
         } else {
             sup.event("PrecheckResult", format!("{}: {message}", job.name));
         }
@@ -236,6 +333,11 @@ pub fn main(dir: &Path) -> i32 {
     }
     stop_monitor.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = monitor.join();
+    let _ = watcher.join();
+    let events = log.lock().map(|mut l| l.take_events()).unwrap_or_default();
+    for (reason, message) in events {
+        sup.event(&reason, format!("{}: {message}", job.name));
+    }
     if let Some(cg) = &cgroup {
         exit.oom_killed |= cg.oom_killed();
         cg.remove();
@@ -261,48 +363,95 @@ fn cgroup_name(dir: &Path) -> String {
     parts.join("-")
 }
 
-/// The shell that starts the replica inside the sandbox: ignores the checkpoint signals itself (so only the
-/// user's processes answer them), starts sshd when asked, then runs the command.
-fn wrapper(sshd: bool) -> String {
-    let mut s = String::from("trap '' USR1 USR2\n");
+/// Removes the cgroups of a replica whose supervisor did not (it was killed), once they are empty.
+pub fn remove_cgroups(replica_dir: &Path) {
+    Cgroup::remove_named(&cgroup_name(replica_dir));
+}
+
+/// The shell that starts the replica inside the sandbox: reads the replica's variables from `env_fd` (a
+/// NUL-separated `NAME=value` list: they never are bubblewrap's own), catches the checkpoint signals while
+/// it runs (a handler, not "ignore": an ignored signal stays ignored across exec, and the user's command
+/// must receive them), starts sshd when asked, then becomes the command.
+fn wrapper(sshd: bool, env_fd: i32) -> String {
+    let mut s = String::from("trap : USR1 USR2\n");
+    s.push_str(&format!(
+        "while IFS= read -r -d '' kv; do export \"$kv\" 2>/dev/null || true; done <&{env_fd}\nexec {env_fd}<&-\n"
+    ));
+    // Files in shared volumes stay writable by the group's next attempts (they run as other uids).
+    s.push_str("umask 0002\n");
     if sshd {
         s.push_str(&format!(
-            "if [ -x /usr/sbin/sshd ]; then mkdir -p /run/sshd && /usr/sbin/sshd -f {RUNTIME_DIR}/ssh/sshd_config -E {RUNTIME_DIR}/ssh/sshd.log || echo 'trainyard: sshd did not start' >&2; else echo 'trainyard: passwordless SSH is on but the image has no /usr/sbin/sshd' >&2; fi\n"
+            "if [ -x /usr/sbin/sshd ]; then /usr/sbin/sshd -f {RUNTIME_DIR}/ssh/sshd_config -E {RUNTIME_DIR}/ssh/sshd.log || echo 'trainyard: sshd did not start' >&2; else echo 'trainyard: passwordless SSH is on but the image has no /usr/sbin/sshd' >&2; fi\n"
         ));
     }
-    s.push_str("bash -c \"$TRAINYARD_CMD\"\n");
+    s.push_str("exec bash -c \"$TRAINYARD_CMD\"\n");
     s
 }
+
+/// A sealed memory file holding `bytes`, for bubblewrap to read (`--seccomp FD`, the env).
+fn memfd(name: &str, bytes: &[u8]) -> std::io::Result<OwnedFd> {
+    use rustix::fs::{MemfdFlags, SealFlags};
+    let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
+    let mut f = std::fs::File::from(fd);
+    f.write_all(bytes)?;
+    std::io::Seek::rewind(&mut f)?;
+    let fd = OwnedFd::from(f);
+    rustix::fs::fcntl_add_seals(
+        &fd,
+        SealFlags::WRITE | SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL,
+    )?;
+    Ok(fd)
+}
+
+/// The environment of every process the supervisor starts on the host: fixed, nothing of the replica's.
+const HOST_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Runs one sandboxed command to its end (or through the stop protocol), with its output in the log.
 fn run_phase(
     sup: &mut Sup,
     job: &ReplicaJob,
     cmd: &str,
-    log: &Arc<Mutex<std::fs::File>>,
+    log: &Arc<Mutex<LogFile>>,
     cgroup: &Option<Cgroup>,
 ) -> ExitRecord {
-    let script = wrapper(job.sshd && sup.state.phase == Phase::Running);
+    let fail = |log: &Arc<Mutex<LogFile>>, why: String| {
+        append_log(log, 'E', &format!("trainyard: cannot start the sandbox: {why}"));
+        ExitRecord { code: Some(127), ..ExitRecord::default() }
+    };
+    let seccomp = match memfd("trainyard-seccomp", &super::seccomp::filter_bytes()) {
+        Ok(fd) => fd,
+        Err(e) => return fail(log, format!("cannot hold the seccomp filter: {e}")),
+    };
+    let mut env_bytes = Vec::new();
+    for (k, v) in job.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).chain([("TRAINYARD_CMD", cmd)]) {
+        env_bytes.extend_from_slice(k.as_bytes());
+        env_bytes.push(b'=');
+        env_bytes.extend_from_slice(v.as_bytes());
+        env_bytes.push(0);
+    }
+    let env = match memfd("trainyard-env", &env_bytes) {
+        Ok(fd) => fd,
+        Err(e) => return fail(log, format!("cannot hold the environment: {e}")),
+    };
+    let start = Start {
+        seccomp_fd: Some(seccomp.as_raw_fd()),
+        cgroups: sup.cgroups.clone(),
+        in_netns: sup.netns.is_some(),
+    };
+    let script = wrapper(job.sshd && sup.state.phase == Phase::Running, env.as_raw_fd());
     let mut c = Command::new(&job.bwrap);
-    c.args(job.sandbox.args())
+    c.args(job.sandbox.args(&start))
         .args(["bash", "-c", &script])
         .env_clear()
-        .envs(job.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .env("TRAINYARD_CMD", cmd)
+        .env("PATH", HOST_PATH)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     std::os::unix::process::CommandExt::process_group(&mut c, 0);
-    let mut child = match c.spawn() {
+    let id = Identity { netns: sup.netns.as_deref(), uid: job.uid, gid: job.gid, keep: [seccomp, env] };
+    let mut child = match spawn_as(c, id) {
         Ok(child) => child,
-        Err(e) => {
-            append_log(
-                log,
-                'E',
-                &format!("trainyard: cannot start the sandbox ({}): {e}", job.bwrap.display()),
-            );
-            return ExitRecord { code: Some(127), ..ExitRecord::default() };
-        }
+        Err(e) => return fail(log, format!("{}: {e}", job.bwrap.display())),
     };
     // The sandbox's PID namespace names its processes for every signal from here on (never bubblewrap's own
     // process: killing it would orphan the sandbox). It exists within milliseconds unless bwrap failed.
@@ -340,9 +489,26 @@ fn run_phase(
     })
     .collect();
     let mut stopped = false;
+    let mut evicted = None;
     let status = loop {
         if let Ok(Some(status)) = child.try_wait() {
             break status;
+        }
+        if evicted.is_none()
+            && let Some(why) = sup.evict.lock().ok().and_then(|mut e| e.take())
+        {
+            // Over a limit: the whole sandbox goes at once, as an evicted pod's containers do.
+            sup.event("Evicted", format!("{}: {why}; ended", job.name));
+            if let Some(ns) = &ns {
+                for (pid, _) in procs::ns_processes(ns) {
+                    procs::signal(pid, procs::SIGKILL);
+                }
+            }
+            evicted = Some(why);
+        }
+        let rotated = log.lock().map(|mut l| l.take_events()).unwrap_or_default();
+        for (reason, message) in rotated {
+            sup.event(&reason, format!("{}: {message}", job.name));
         }
         if !stopped && let Some(req) = read_stop(&sup.dir) {
             stopped = true;
@@ -369,33 +535,325 @@ fn run_phase(
         signal: status.signal(),
         oom_killed: cgroup.as_ref().is_some_and(Cgroup::oom_killed),
         stopped,
+        // bubblewrap passes the command's end on as an exit code (128 + signal); bubblewrap itself ended by
+        // a signal means someone on the host killed the sandbox.
+        killed_outside: status.signal().is_some() && !stopped && evicted.is_none(),
+        evicted,
         ..ExitRecord::default()
     }
+}
+
+/// Who the sandbox's first process is.
+struct Identity<'a> {
+    /// The replica's network namespace.
+    netns: Option<&'a OwnedFd>,
+    uid: u32,
+    gid: u32,
+    /// Descriptors bubblewrap must inherit (the seccomp filter, the env), under the numbers its arguments
+    /// name.
+    keep: [OwnedFd; 2],
+}
+
+/// Every process the supervisor starts goes through here, so descriptors meant for one child reach no other.
+static SPAWN_LOCK: Mutex<()> = Mutex::new(());
+
+/// Starts bubblewrap in the replica's network namespace as the attempt's unprivileged uid with the
+/// sandboxes' gid and no supplementary groups (`no_new_privs` is the supervisor's since its start), with only
+/// the descriptors it reads open besides its pipes.
+///
+/// The start happens on one thread that lives as long as the supervisor: a thread's network namespace is its
+/// own and a child starts in its parent thread's; and bubblewrap's `--die-with-parent` fires when the thread
+/// that started it ends, not the process.
+fn spawn_as(c: Command, id: Identity<'_>) -> std::io::Result<Child> {
+    use rustix::io::{FdFlags, fcntl_setfd};
+    static SPAWNER: std::sync::OnceLock<Mutex<std::sync::mpsc::Sender<SpawnRequest>>> =
+        std::sync::OnceLock::new();
+    let mut c = c;
+    c.uid(id.uid).gid(id.gid);
+    let netns = match id.netns {
+        Some(ns) => Some(ns.try_clone()?),
+        None => None,
+    };
+    let keep: Vec<OwnedFd> = id.keep.into();
+    let (reply, answer) = std::sync::mpsc::channel();
+    let tx = SPAWNER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<SpawnRequest>();
+        std::thread::spawn(move || {
+            let mut current: Option<OwnedFd> = None;
+            for mut req in rx {
+                let result = (|| {
+                    if let Some(ns) = &req.netns
+                        && current.as_ref().is_none_or(|c| !same_file(c, ns))
+                    {
+                        netns::enter(ns).map_err(std::io::Error::other)?;
+                        current = Some(ns.try_clone()?);
+                    }
+                    let _only_child = SPAWN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+                    for fd in &req.keep {
+                        fcntl_setfd(fd, FdFlags::empty())?;
+                    }
+                    let child = req.cmd.spawn();
+                    for fd in &req.keep {
+                        let _ = fcntl_setfd(fd, FdFlags::CLOEXEC);
+                    }
+                    child
+                })();
+                let _ = req.reply.send(result);
+            }
+        });
+        Mutex::new(tx)
+    });
+    let req = SpawnRequest { cmd: c, netns, keep, reply };
+    tx.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send(req)
+        .map_err(|_| std::io::Error::other("no spawner"))?;
+    answer.recv().map_err(|_| std::io::Error::other("the spawner is gone"))?
+}
+
+struct SpawnRequest {
+    cmd: Command,
+    netns: Option<OwnedFd>,
+    keep: Vec<OwnedFd>,
+    reply: std::sync::mpsc::Sender<std::io::Result<Child>>,
+}
+
+fn same_file(a: &OwnedFd, b: &OwnedFd) -> bool {
+    match (rustix::fs::fstat(a), rustix::fs::fstat(b)) {
+        (Ok(x), Ok(y)) => x.st_dev == y.st_dev && x.st_ino == y.st_ino,
+        _ => false,
+    }
+}
+
+/// Runs a host-side helper (`nvidia-smi`) under the same lock as the sandbox's start.
+pub fn spawn_helper(c: &mut Command) -> std::io::Result<std::process::Output> {
+    let child = {
+        let _only_child = SPAWN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        c.spawn()?
+    };
+    child.wait_with_output()
 }
 
 fn read_stop(dir: &Path) -> Option<StopRequest> {
     serde_json::from_slice(&std::fs::read(dir.join("stop.json")).ok()?).ok()
 }
 
-fn append_log(log: &Arc<Mutex<std::fs::File>>, tag: char, text: &str) {
+/// The replica's log file, rotated at its limit.
+struct LogFile {
+    dir: PathBuf,
+    file: std::fs::File,
+    /// Bytes in `log` now.
+    len: u64,
+    max: u64,
+    /// Offset of `log`'s first byte in the whole output.
+    base: u64,
+    /// Events to report (rotations), drained at the end and as they happen.
+    events: Vec<(String, String)>,
+}
+
+impl LogFile {
+    fn open(dir: &Path, max: u64) -> std::io::Result<LogFile> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(dir.join("log"))?;
+        let len = file.metadata()?.len();
+        let base = std::fs::read_to_string(dir.join("log.base")).ok().and_then(|s| s.trim().parse().ok());
+        Ok(LogFile {
+            dir: dir.to_owned(),
+            file,
+            len,
+            max: max.max(4096),
+            base: base.unwrap_or(0),
+            events: Vec::new(),
+        })
+    }
+
+    fn write(&mut self, line: &[u8]) {
+        if self.len > 0 && self.len + line.len() as u64 > self.max {
+            self.rotate();
+        }
+        if self.file.write_all(line).is_ok() {
+            self.len += line.len() as u64;
+        }
+    }
+
+    fn rotate(&mut self) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let (log, old) = (self.dir.join("log"), self.dir.join("log.1"));
+        let dropped = std::fs::metadata(&old).map_or(0, |m| m.len());
+        if std::fs::rename(&log, &old).is_err() {
+            return;
+        }
+        let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&log) else {
+            return;
+        };
+        self.base += self.len;
+        let _ = write_atomic(&self.dir.join("log.base"), self.base.to_string().as_bytes());
+        self.file = file;
+        self.len = 0;
+        self.events.push((
+            "LogRotated".into(),
+            format!(
+                "the log reached {} MiB and was rotated; {} MiB of its oldest lines were dropped",
+                self.max / (1024 * 1024),
+                dropped / (1024 * 1024)
+            ),
+        ));
+    }
+
+    fn take_events(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.events)
+    }
+}
+
+fn append_log(log: &Arc<Mutex<LogFile>>, tag: char, text: &str) {
     let line = format!("{} {tag} {text}\n", rfc3339_ms(now_ms()));
     if let Ok(mut f) = log.lock() {
-        let _ = f.write_all(line.as_bytes());
+        f.write(line.as_bytes());
     }
+}
+
+/// The replica's runtime dir, as the supervisor may touch it: through a descriptor of the directory (its
+/// parent is the supervisor's and never the replica's), creating only fresh files and never following a link
+/// or opening anything but a regular file.
+#[derive(Debug)]
+pub struct RuntimeDir {
+    fd: OwnedFd,
+}
+
+impl RuntimeDir {
+    pub fn open(replica_dir: &Path) -> Option<RuntimeDir> {
+        use rustix::fs::{Mode, OFlags};
+        let fd = rustix::fs::open(
+            &replica_dir.join("runtime"),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        Some(RuntimeDir { fd })
+    }
+
+    /// Whether `name` exists (whatever it is; a link is not followed).
+    pub fn exists(&self, name: &str) -> bool {
+        rustix::fs::statat(&self.fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok()
+    }
+
+    /// Replaces `name` with a new file holding `bytes`, owned by `owner` (whatever was there is removed,
+    /// never written through).
+    pub fn create(&self, name: &str, bytes: &[u8], owner: Option<(u32, u32)>) -> std::io::Result<()> {
+        use rustix::fs::{Mode, OFlags};
+        let _ = rustix::fs::unlinkat(&self.fd, name, rustix::fs::AtFlags::empty());
+        let fd = rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+        )?;
+        if let Some((uid, gid)) = owner {
+            rustix::fs::fchown(
+                &fd,
+                Some(rustix::fs::Uid::from_raw(uid)),
+                Some(rustix::fs::Gid::from_raw(gid)),
+            )?;
+        }
+        std::fs::File::from(fd).write_all(bytes)
+    }
+
+    /// Reads `name` when it is a regular file (at most [`RUNTIME_FILE_MAX_BYTES`]).
+    pub fn read(&self, name: &str) -> Option<Vec<u8>> {
+        read_regular_at(&self.fd, name)
+    }
+}
+
+/// Reads a regular file under a directory descriptor without following a link or blocking on a FIFO.
+pub fn read_regular_at(dir: impl AsFd, name: &str) -> Option<Vec<u8>> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let st = rustix::fs::fstat(&fd).ok()?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return None;
+    }
+    let mut buf = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(std::fs::File::from(fd), RUNTIME_FILE_MAX_BYTES),
+        &mut buf,
+    )
+    .ok()?;
+    Some(buf)
+}
+
+/// Measures the scratch dirs every [`SCRATCH_CHECK_EVERY`] and asks for the replica's end when they hold
+/// more than `limit_mib` (space allocated on disk, links not followed, each inode counted once).
+fn watch_scratch(
+    dir: &Path,
+    limit_mib: u64,
+    evict: &Mutex<Option<String>>,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    let mut last = Instant::now();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        if last.elapsed() < SCRATCH_CHECK_EVERY {
+            continue;
+        }
+        last = Instant::now();
+        let used = disk_usage(dir);
+        if used > limit_mib * 1024 * 1024 {
+            if let Ok(mut e) = evict.lock() {
+                *e = Some(format!(
+                    "its scratch (/tmp and /root) holds {} MiB, over its limit of {limit_mib} MiB",
+                    used / (1024 * 1024)
+                ));
+            }
+            return;
+        }
+    }
+}
+
+/// Bytes allocated under `dir`, without following links (hard links counted once).
+pub fn disk_usage(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashSet::new();
+    let mut total = 0u64;
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.nlink() > 1 && !m.is_dir() && !seen.insert((m.dev(), m.ino())) {
+                continue;
+            }
+            total += m.blocks() * 512;
+            if m.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    total
 }
 
 /// Signal + request file, wait for `checkpoint-done` or exit, then SIGTERM, grace, SIGKILL of every process
 /// in the sandbox. Each step is an event with its duration.
 fn stop_protocol(sup: &mut Sup, job: &ReplicaJob, child: &mut Child, ns: Option<&Path>, req: &StopRequest) {
-    let runtime = sup.dir.join("runtime");
+    let runtime = RuntimeDir::open(&sup.dir);
     let name = job.name.clone();
     let exited = |child: &mut Child| matches!(child.try_wait(), Ok(Some(_)));
     let in_sandbox = || ns.map(procs::ns_processes).unwrap_or_default();
     let user_processes = || in_sandbox().into_iter().filter(|&(_, inner)| inner != 1);
     if req.checkpoint {
         let t0 = Instant::now();
-        let _ = std::fs::write(runtime.join("checkpoint-requested"), now_ms().to_string());
-        for (pid, _) in user_processes() {
+        if let Some(rt) = &runtime {
+            let _ =
+                rt.create("checkpoint-requested", now_ms().to_string().as_bytes(), Some((job.uid, job.gid)));
+        }
+        // The notice goes to the processes that handle it (a trap in a shell, a handler in Python): one
+        // that does not would just die of it, and take the replica with it before anything was saved.
+        for (pid, _) in user_processes().filter(|&(pid, _)| procs::catches(pid, req.signal)) {
             procs::signal(pid, req.signal);
         }
         sup.event(
@@ -408,7 +866,7 @@ fn stop_protocol(sup: &mut Sup, job: &ReplicaJob, child: &mut Child, ns: Option<
         );
         let deadline = Duration::from_secs(req.checkpoint_timeout_s);
         loop {
-            if runtime.join("checkpoint-done").exists() {
+            if runtime.as_ref().is_some_and(|rt| rt.exists("checkpoint-done")) {
                 sup.event(
                     "CheckpointDone",
                     format!("{name}: checkpoint reported done after {:.1} s", t0.elapsed().as_secs_f64()),
