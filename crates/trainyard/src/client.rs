@@ -372,6 +372,40 @@ pub fn admin_token(c: &Conn, user: &str, label: &str) -> CallResult<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `admin user NAME --disable|--enable`.
+pub fn admin_user_disabled(c: &Conn, name: &str, disabled: bool) -> CallResult<ExitCode> {
+    let action = if disabled { "disable" } else { "enable" };
+    c.call("POST", &format!("/api/v1/admin/users/{}/{action}", encode(name)), None, None)?;
+    if disabled {
+        println!("user {name} is disabled: their tokens are refused (within seconds on every server)");
+    } else {
+        println!("user {name} is enabled");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `admin token USER --list`: the user's tokens by id (never the tokens themselves).
+pub fn admin_token_list(c: &Conn, user: &str) -> CallResult<ExitCode> {
+    let (_, v) = c.call("GET", &format!("/api/v1/users/{}/tokens", encode(user)), None, None)?;
+    println!("{:<18} {:<24} CREATED (ms since 1970)", "ID", "LABEL");
+    for t in v["items"].as_array().into_iter().flatten() {
+        println!(
+            "{:<18} {:<24} {}",
+            t["id"].as_str().unwrap_or(""),
+            t["label"].as_str().unwrap_or(""),
+            t["createdAtMs"]
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `admin token USER --revoke ID`.
+pub fn admin_token_revoke(c: &Conn, user: &str, id: &str) -> CallResult<ExitCode> {
+    c.call("DELETE", &format!("/api/v1/users/{}/tokens/{}", encode(user), encode(id)), None, None)?;
+    println!("token {id} of {user} is revoked");
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `admin node NAME --cordon|--uncordon`.
 pub fn admin_node(c: &Conn, name: &str, body: &serde_json::Value) -> CallResult<ExitCode> {
     let body_text = body.to_string();

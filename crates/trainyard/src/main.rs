@@ -143,7 +143,8 @@ enum AdminCommand {
         #[command(subcommand)]
         command: CatalogCommand,
     },
-    /// Create or update a user.
+    /// Create or update a user; `--disable` refuses every token of theirs (their tasks stay), `--enable`
+    /// undoes it.
     User {
         name: String,
         #[arg(long, default_value = "member")]
@@ -151,12 +152,20 @@ enum AdminCommand {
         /// A project group the user belongs to (repeatable).
         #[arg(long = "group")]
         groups: Vec<String>,
+        #[arg(long, conflicts_with_all = ["enable", "groups"])]
+        disable: bool,
+        #[arg(long, conflicts_with = "groups")]
+        enable: bool,
     },
-    /// A new API token for a user (printed once).
+    /// A new API token for a user (printed once); `--list` shows their tokens' ids, `--revoke ID` revokes one.
     Token {
         user: String,
         #[arg(long, default_value = "")]
         label: String,
+        #[arg(long, conflicts_with = "revoke")]
+        list: bool,
+        #[arg(long, value_name = "ID")]
+        revoke: Option<String>,
     },
     /// Stop (`--cordon`) or resume (`--uncordon`) placing new work on a node; `--fail` marks it failed
     /// (its replicas are killed and fault tolerance takes over), `--repair` clears that.
@@ -292,8 +301,12 @@ fn main() -> ExitCode {
             AdminCommand::Catalog { command: CatalogCommand::Set { file } } => {
                 client::admin_catalog_set(&conn, &file)
             }
-            AdminCommand::User { name, role, groups } => client::admin_user(&conn, &name, &role, &groups),
-            AdminCommand::Token { user, label } => client::admin_token(&conn, &user, &label),
+            AdminCommand::User { name, disable: true, .. } => client::admin_user_disabled(&conn, &name, true),
+            AdminCommand::User { name, enable: true, .. } => client::admin_user_disabled(&conn, &name, false),
+            AdminCommand::User { name, role, groups, .. } => client::admin_user(&conn, &name, &role, &groups),
+            AdminCommand::Token { user, list: true, .. } => client::admin_token_list(&conn, &user),
+            AdminCommand::Token { user, revoke: Some(id), .. } => client::admin_token_revoke(&conn, &user, &id),
+            AdminCommand::Token { user, label, .. } => client::admin_token(&conn, &user, &label),
             AdminCommand::Node { name, cordon, uncordon, fail, repair } => {
                 let body = match (cordon, uncordon, fail, repair) {
                     (true, ..) => serde_json::json!({"schedulable": false}),

@@ -826,11 +826,25 @@ async function adminPage() {
   // Users (name, role, groups) and the project groups with their members, from the same list.
   async function loadUsers() {
     const { data } = await api("GET", "/api/v1/admin/users");
-    users.replaceChildren(...data.items.map((u) => h("tr", { "data-user": u.name },
+    // Disabling refuses every token of the user (within seconds on every server); their tasks stay.
+    const setDisabled = (u, off) => async () => {
+      if (off && !confirm(`Disable ${u.name}? Every token of theirs is refused until enabled again.`)) return;
+      try {
+        await api("POST", `/api/v1/admin/users/${encodeURIComponent(u.name)}/${off ? "disable" : "enable"}`);
+        say(`user ${u.name} ${off ? "disabled" : "enabled"}`);
+        await loadUsers();
+      } catch (e) { say(e.message, true); }
+    };
+    users.replaceChildren(...data.items.map((u) => h("tr", { "data-user": u.name, "data-disabled": String(!!u.disabled) },
       h("td", {}, u.name), h("td", {}, u.role), h("td", {}, u.groups.join(", ") || h("span", { class: "muted" }, "none")),
+      h("td", {}, h("span", { class: `badge ${u.disabled ? "failed" : "succeeded"}` }, u.disabled ? "disabled" : "active")),
       h("td", {}, h("button", { type: "button", class: "link", "aria-label": `edit ${u.name}`, onclick: () => {
         user.name.value = u.name; user.role.value = u.role; user.groups.value = u.groups.join(", "); user.name.focus();
-      } }, "Edit")))));
+      } }, "Edit"), " ",
+      h("button", { type: "button", class: "link", "aria-label": `tokens of ${u.name}`, onclick: () => loadTokens(u.name) }, "Tokens"), " ",
+      u.disabled
+        ? h("button", { type: "button", "data-action": "enable", "aria-label": `enable ${u.name}`, onclick: setDisabled(u, false) }, "Enable")
+        : h("button", { type: "button", class: "danger", "data-action": "disable", "aria-label": `disable ${u.name}`, onclick: setDisabled(u, true) }, "Disable")))));
     const names = [...new Set([...Object.keys(cat?.projectGroups || {}), ...data.items.flatMap((u) => u.groups)])].sort();
     groups.replaceChildren(...names.map((g) => {
       const members = data.items.filter((u) => u.groups.includes(g)).map((u) => u.name);
@@ -843,6 +857,27 @@ async function adminPage() {
     }));
   }
   let q = null;
+
+  // A user's tokens by id (never the token itself), each with Revoke.
+  const tokensTitle = h("h3", { id: "tokens-title" });
+  const tokenRows = h("tbody", { id: "tokens" });
+  async function loadTokens(name) {
+    try {
+      const { data } = await api("GET", `/api/v1/users/${encodeURIComponent(name)}/tokens`);
+      tokensTitle.textContent = `Tokens of ${name}`;
+      tokenRows.replaceChildren(...data.items.map((t) => h("tr", { "data-token": t.id },
+        h("td", { class: "mono" }, t.id), h("td", {}, t.label || h("span", { class: "muted" }, "no label")),
+        h("td", {}, new Date(t.createdAtMs).toLocaleString()),
+        h("td", {}, h("button", { type: "button", class: "danger", "aria-label": `revoke token ${t.id}`, onclick: async () => {
+          if (!confirm(`Revoke token ${t.id} of ${name}?`)) return;
+          try {
+            await api("DELETE", `/api/v1/users/${encodeURIComponent(name)}/tokens/${encodeURIComponent(t.id)}`);
+            say(`token ${t.id} of ${name} revoked`);
+            await loadTokens(name);
+          } catch (e) { say(e.message, true); }
+        } }, "Revoke")))));
+    } catch (e) { say(e.message, true); }
+  }
 
   async function load() {
     ({ data: cat } = await api("GET", "/api/v1/catalog"));
@@ -905,7 +940,7 @@ async function adminPage() {
     h("section", {}, h("h2", {}, "Catalog"), catalogText, h("div", { class: "row" }, h("span", { class: "muted" }, "Regions, clusters, pools, nodes, instance specs, quotas, images, volumes, datasets, models, labels."),
       h("button", { type: "button", id: "save-catalog", onclick: () => { if (confirm("Replace the catalog?")) saveCatalog(catalogText.value); } }, "Save catalog"))),
     h("section", {}, h("h2", { id: "users-title" }, "Users and tokens"),
-      h("table", { "aria-labelledby": "users-title" }, h("thead", {}, h("tr", {}, ["User", "Role", "Project groups", ""].map((c) => h("th", { scope: "col" }, c)))), users),
+      h("table", { "aria-labelledby": "users-title" }, h("thead", {}, h("tr", {}, ["User", "Role", "Project groups", "State", ""].map((c) => h("th", { scope: "col" }, c)))), users),
       h("h3", {}, "Add or change a user"),
       h("div", { class: "row-item" }, h("label", {}, "Name ", user.name), h("label", {}, "Role ", user.role), h("label", {}, "Project groups ", user.groups),
         h("button", { type: "button", id: "save-user", onclick: async () => {
@@ -922,7 +957,7 @@ async function adminPage() {
             tokenOut.textContent = `token for ${user.name.value} (shown once): ${data.token}`;
           } catch (e) { say(e.message, true); }
         } }, "New token")),
-      tokenOut),
+      tokenOut, tokensTitle, h("table", { "aria-labelledby": "tokens-title" }, tokenRows)),
     h("section", {}, h("h2", { id: "groups-title" }, "Project groups"),
       h("table", { "aria-labelledby": "groups-title" }, h("thead", {}, h("tr", {}, ["Group", "Members", "Quota"].map((c) => h("th", { scope: "col" }, c)))), groups),
       h("p", { class: "muted" }, "Groups are in the catalog (projectGroups); a user's groups are set above.")),
