@@ -775,3 +775,25 @@ fn tokens_are_revoked_and_users_disabled() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Finding 16: a deleted task cannot be resubmitted (it would sit queued forever, in no list): 409, and it
+/// stays as it was; an ended task that was not deleted still can be.
+#[test]
+fn a_deleted_task_cannot_be_resubmitted() {
+    let s = server();
+    let (_, t) = s.call("POST", "alice", "/api/v1/tasks", Some(&task("gone", "nlp", false, "")), None);
+    let id = t["id"].as_str().unwrap().to_owned();
+    s.wait_status(&id, "Succeeded");
+    assert_eq!(s.call("DELETE", "alice", &format!("/api/v1/tasks/{id}"), None, None).0, 204);
+    let (code, p) = s.call("POST", "alice", &format!("/api/v1/tasks/{id}/resubmit"), None, None);
+    assert_eq!(code, 409, "{p}");
+    assert_eq!(p["type"], "https://trainyard.dev/problems/conflict", "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("a deleted task cannot be resubmitted"), "{p}");
+    let (_, after) = s.call("GET", "alice", &format!("/api/v1/tasks/{id}"), None, None);
+    assert_eq!((after["status"].as_str(), after["attempt"].as_i64()), (Some("Succeeded"), Some(0)), "{after}");
+    // The legitimate path: an ended task that is not deleted runs again.
+    let (_, t) = s.call("POST", "alice", "/api/v1/tasks", Some(&task("again", "nlp", false, "")), None);
+    let id = t["id"].as_str().unwrap().to_owned();
+    s.wait_status(&id, "Succeeded");
+    assert_eq!(s.call("POST", "alice", &format!("/api/v1/tasks/{id}/resubmit"), None, None).0, 200);
+}

@@ -1552,6 +1552,15 @@ impl<B: Backend> Control<B> {
             self.store.get_task(task_id).await?.ok_or_else(|| CommandError::NotFound(task_id.to_owned()))?;
         let status = Status::from_name(&t.status)
             .ok_or_else(|| CommandError::Corrupt(t.id.clone(), t.status.clone()))?;
+        // A deleted task is out of every list and view the loop keeps: queued again it would wait forever,
+        // unseen. (A delete racing this call bumps the version, so the transition below then conflicts.)
+        if self.store.is_deleted(&t.id).await? {
+            return Err(CommandError::WrongState {
+                name: t.name.clone(),
+                status: "deleted".into(),
+                what: "a deleted task cannot be resubmitted; clone it to run its spec again",
+            });
+        }
         if !status.is_terminal() {
             return Err(CommandError::WrongState {
                 name: t.name.clone(),

@@ -646,6 +646,12 @@ impl Store {
         if changed == 0 { Err(StoreError::NotFound(id.to_owned())) } else { Ok(()) }
     }
 
+    /// Whether a task was deleted (false for one that does not exist).
+    pub async fn is_deleted(&self, id: &str) -> Result<bool> {
+        let row = sqlx::query("SELECT deleted FROM tasks WHERE id = $1").bind(id).fetch_optional(&self.pool).await?;
+        Ok(row.map(|r| r.try_get::<i64, _>(0)).transpose()?.is_some_and(|d| d != 0))
+    }
+
     /// Marks a task deleted: it leaves lists, its record and history stay.
     pub async fn delete_task(&self, id: &str, at_ms: i64) -> Result<()> {
         let changed = sqlx::query(

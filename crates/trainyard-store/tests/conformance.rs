@@ -571,7 +571,10 @@ async fn transitions_check_the_version_and_record_events(store: Store, _: String
 
 async fn deleted_tasks_leave_lists_but_keep_history(store: Store, _: String) {
     store.create_task(&new_task("d", "alice", "nlp", 10)).await.unwrap();
+    assert!(!store.is_deleted("d").await.unwrap());
     store.delete_task("d", 50).await.unwrap();
+    assert!(store.is_deleted("d").await.unwrap());
+    assert!(!store.is_deleted("nope").await.unwrap());
     assert!(store.list_tasks(&TaskFilter::default(), None, 10).await.unwrap().items.is_empty());
     assert!(store.get_task("d").await.unwrap().is_some());
     assert_eq!(store.list_events("d", 0, 10).await.unwrap().len(), 1);
