@@ -1655,11 +1655,29 @@ impl Backend for LocalBackend {
         // Read `ended` first: a replica that ended before the read has its whole log on disk.
         let ended = read_state(&rdir).is_some_and(|s| s.phase == Phase::Exited)
             || attempt_dir(&self.cfg.runs_dir, key).join("outcome.json").exists();
+        // Offsets count the replica's whole output; `log` starts at `log.base`, and the rotated `log.1` holds
+        // what came just before it (anything older was dropped: a read from there starts at `log.1`).
+        let base: u64 = std::fs::read_to_string(rdir.join("log.base"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        let old_len = std::fs::metadata(rdir.join("log.1")).map_or(0, |m| m.len());
+        let offset = offset.max(base.saturating_sub(old_len));
+        let (file, at) =
+            if offset < base { ("log.1", offset + old_len - base) } else { ("log", offset - base) };
         let mut data = Vec::new();
-        if let Ok(mut f) = std::fs::File::open(rdir.join("log"))
-            && f.seek(std::io::SeekFrom::Start(offset)).is_ok()
+        if let Ok(mut f) = std::fs::File::open(rdir.join(file))
+            && f.seek(std::io::SeekFrom::Start(at)).is_ok()
         {
             let _ = f.by_ref().take(max as u64).read_to_end(&mut data);
+        }
+        // The rest of `log.1` was read: go on into `log`.
+        if file == "log.1"
+            && offset + (data.len() as u64) == base
+            && data.len() < max
+            && let Ok(f) = std::fs::File::open(rdir.join("log"))
+        {
+            let _ = f.take((max - data.len()) as u64).read_to_end(&mut data);
         }
         // Hand out whole lines only (the rest comes with the next read), unless one line exceeds `max`.
         let whole = data.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
@@ -1667,7 +1685,8 @@ impl Backend for LocalBackend {
             data.truncate(whole);
         }
         let next = offset + data.len() as u64;
-        let more = std::fs::metadata(rdir.join("log")).is_ok_and(|m| m.len() > next);
+        let end = base + std::fs::metadata(rdir.join("log")).map_or(0, |m| m.len());
+        let more = end > next;
         LogChunk { data, next, ended: ended && !more, missing: false }
     }
 }

@@ -44,6 +44,18 @@ pub struct Server {
     child: Option<Child>,
     agent: ureq::Agent,
     path: Option<String>,
+    args: Vec<String>,
+}
+
+/// How a test's server starts, beyond the defaults.
+#[derive(Debug, Default, Clone)]
+pub struct Options {
+    /// The server's PATH (replicas of the `host` image see it).
+    pub path: Option<String>,
+    /// More arguments for `trainyard up`.
+    pub args: Vec<String>,
+    /// Where the data dir goes instead of the temp dir.
+    pub parent: Option<PathBuf>,
 }
 
 fn agent() -> ureq::Agent {
@@ -54,10 +66,11 @@ fn agent() -> ureq::Agent {
         .into()
 }
 
-fn spawn(dir: &Path, listen: &str, path: Option<&str>) -> (Child, String) {
+fn spawn(dir: &Path, listen: &str, path: Option<&str>, args: &[String]) -> (Child, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_trainyard"));
     cmd.args(["up", "--backend", "local", "--listen", listen, "--data-dir"])
         .arg(dir)
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     if let Some(p) = path {
@@ -91,14 +104,20 @@ impl Server {
     /// Starts a server on a fresh data dir with [`CATALOG`]. `path` is the server's PATH (replicas of the
     /// `host` image see it).
     pub fn start(name: &str, path: Option<&str>) -> Server {
-        let dir = std::env::temp_dir().join(format!("ty-{name}-{}", std::process::id()));
+        Server::start_with(name, Options { path: path.map(str::to_owned), ..Options::default() })
+    }
+
+    /// Starts a server as [`Server::start`] does, with more options.
+    pub fn start_with(name: &str, opts: Options) -> Server {
+        let parent = opts.parent.clone().unwrap_or_else(std::env::temp_dir);
+        let dir = parent.join(format!("ty-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let dir = dir.canonicalize().unwrap();
-        let (child, base) = spawn(&dir, "127.0.0.1:0", path);
+        let (child, base) = spawn(&dir, "127.0.0.1:0", opts.path.as_deref(), &opts.args);
         let token = std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_owned();
         let s =
-            Server { dir, base, token, child: Some(child), agent: agent(), path: path.map(str::to_owned) };
+            Server { dir, base, token, child: Some(child), agent: agent(), path: opts.path, args: opts.args };
         let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(CATALOG));
         assert_eq!(status, 200, "{body}");
         s
@@ -116,7 +135,7 @@ impl Server {
     pub fn restart(&mut self) {
         self.kill();
         let listen = self.base.trim_start_matches("http://").to_owned();
-        let (child, _) = spawn(&self.dir, &listen, self.path.as_deref());
+        let (child, _) = spawn(&self.dir, &listen, self.path.as_deref(), &self.args);
         self.child = Some(child);
     }
 

@@ -1,0 +1,465 @@
+//! The sandbox, attacked the way a hostile member's task would: each test runs a task that tries one thing
+//! it must not be able to do, reports what it got, and checks both that the attack failed and that the
+//! legitimate path next to it still works. Each was written against the sandbox as it was (host root, the
+//! host's network) and failed there.
+
+mod common;
+
+use common::{Options, Server, pytorch, secs};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The first of the attempts' host uids (`trainyard_runtime::local::UID_BASE`).
+const UID_BASE: u32 = 1_900_000_001;
+const SANDBOX_GID: u32 = 1_900_000_000;
+
+/// A task's JSON line `REPORT {...}` from its master's log.
+fn report(s: &Server, id: &str) -> Value {
+    let name = s.task(id)["name"].as_str().unwrap().to_owned();
+    let log = s.log(id, &format!("{name}-master-0"), None);
+    let line = log
+        .lines()
+        .find_map(|l| l.split_once("REPORT ").map(|(_, r)| r.to_owned()))
+        .unwrap_or_else(|| panic!("no report in the log:\n{log}\nevents:\n{}", s.events_text(id)));
+    serde_json::from_str(&line).unwrap()
+}
+
+/// A scratch dir on the host, outside anything a sandbox binds.
+fn host_dir(name: &str) -> PathBuf {
+    let d = PathBuf::from(format!("/var/tmp/ty-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    d
+}
+
+/// The Uid line of a process (real uid).
+fn uid_of(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
+}
+
+fn pid_ns(pid: u32) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()
+}
+
+/// Finding 1: the sandbox was host root with every capability. Now: an unprivileged uid on the host, no
+/// capabilities, no_new_privs, a seccomp filter that refuses file handles, keyrings, BPF and new user
+/// namespaces, a read-only dataset that stays read-only, /proc/sys read-only, and a cgroup it cannot leave.
+#[test]
+#[cfg(target_arch = "x86_64")] // the task names system calls by their x86_64 numbers
+fn a_task_is_an_unprivileged_user_without_capabilities() {
+    let s = Server::start("attack-root", None);
+    std::fs::create_dir_all(s.dir.join("datasets/data")).unwrap();
+    let marker = format!("uid-probe-{}", std::process::id());
+    let cmd = format!(
+        r#"python3 - {marker} <<'EOF'
+import ctypes, json, os, subprocess, time
+libc = ctypes.CDLL(None, use_errno=True)
+def sc(nr, *a):
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(x) for x in a])
+    return 0 if r != -1 else ctypes.get_errno()
+st = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+out = {{
+    "uid": os.getuid(),
+    "cap_eff": st["CapEff"].strip(),
+    "no_new_privs": st["NoNewPrivs"].strip(),
+    "seccomp": st["Seccomp"].strip(),
+    "open_by_handle_at": sc(304, 0, 0, 0),
+    "keyctl": sc(250, 0, 0, 0),
+    "bpf": sc(321, 0, 0, 0),
+    "unshare_user": sc(272, 0x10000000),
+    "remount": subprocess.run(["mount", "-o", "remount,rw", "/mnt/data"], capture_output=True).returncode,
+    "cgroup": open("/proc/self/cgroup").read().strip().splitlines(),
+}}
+def attempt(what, f):
+    try:
+        f(); out[what] = "done"
+    except OSError as e:
+        out[what] = e.errno
+attempt("dataset_write", lambda: open("/mnt/data/planted", "w").write("x"))
+core = open("/proc/sys/kernel/core_pattern").read()
+attempt("sysctl_write", lambda: open("/proc/sys/kernel/core_pattern", "w").write(core))
+procs = [p for p in ["/sys/fs/cgroup/memory/cgroup.procs", "/sys/fs/cgroup/cgroup.procs"] if os.path.exists(p)]
+attempt("cgroup_escape", lambda: open((procs or ["/sys/fs/cgroup/none"])[0], "w").write(str(os.getpid())))
+open("/mnt/out/legit", "w").write("written by a replica")
+print("REPORT " + json.dumps(out), flush=True)
+time.sleep(3)
+EOF"#
+    );
+    let mut task = pytorch("root", 0, &cmd);
+    task["spec"]["environment"]["datasets"] = json!([{"dataset": "data", "mountPath": "/mnt/data"}]);
+    task["spec"]["environment"]["volumes"] = json!([{"volume": "out", "mountPath": "/mnt/out"}]);
+    let id = s.submit(&task);
+    let name = s.wait_status(&id, "Running", secs(60))["name"].as_str().unwrap().to_owned();
+    s.wait_log(&id, &format!("{name}-master-0"), "REPORT", secs(30));
+    // On the host, the replica's processes belong to an unprivileged uid of the attempt's own.
+    let pids = Server::processes_with(&marker);
+    assert!(!pids.is_empty(), "the task's process is there");
+    for pid in pids {
+        let uid = uid_of(pid).unwrap();
+        assert!(uid >= UID_BASE, "process {pid} of the task runs as host uid {uid}");
+    }
+    s.wait_status(&id, "Succeeded", secs(60));
+    let r = report(&s, &id);
+    assert_eq!(r["uid"], 1000, "{r}");
+    assert_eq!(r["cap_eff"], "0000000000000000", "{r}");
+    assert_eq!(r["no_new_privs"], "1", "{r}");
+    assert_eq!(r["seccomp"], "2", "{r}");
+    for call in ["open_by_handle_at", "keyctl", "bpf", "unshare_user"] {
+        assert_eq!(r[call], 1, "{call} must fail with EPERM: {r}");
+    }
+    assert_ne!(r["remount"], 0, "{r}");
+    assert_ne!(r["dataset_write"], "done", "{r}");
+    assert_ne!(r["sysctl_write"], "done", "{r}");
+    assert_ne!(r["cgroup_escape"], "done", "{r}");
+    // Its own cgroup namespace: every hierarchy shows it at its root.
+    assert!(r["cgroup"].as_array().unwrap().iter().all(|l| l.as_str().unwrap().ends_with(":/")), "{r}");
+    assert!(!s.dir.join("datasets/data/planted").exists());
+    // The legitimate path: the volume took the replica's write.
+    assert_eq!(std::fs::read_to_string(s.dir.join("volumes/out/legit")).unwrap(), "written by a replica");
+}
+
+/// Finding 2: the task's env was bubblewrap's own environment on the host (a preload or a debug output
+/// there ran as host root before any namespace existed). Now no host-side process carries it: a hidden
+/// value is in the environ of the sandbox's processes only, and ld.so's debug output never reaches the host.
+#[test]
+fn the_tasks_env_never_reaches_a_host_side_process() {
+    let s = Server::start("attack-env", None);
+    let out = host_dir("ld-debug");
+    let secret = format!("s3cr3t-{}", std::process::id());
+    let mut task = pytorch("env", 0, "echo started; sleep 3; test -n \"$SECRET_TOKEN\" && echo has-secret");
+    task["spec"]["environment"]["env"] = json!([
+        {"name": "LD_DEBUG", "value": "files"},
+        {"name": "LD_DEBUG_OUTPUT", "value": out.join("ld").display().to_string()},
+        {"name": "SECRET_TOKEN", "value": secret, "hidden": true},
+    ]);
+    let id = s.submit(&task);
+    let name = s.wait_status(&id, "Running", secs(60))["name"].as_str().unwrap().to_owned();
+    s.wait_log(&id, &format!("{name}-master-0"), "started", secs(30));
+    let mine = pid_ns(std::process::id());
+    let mut inside = 0;
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        if String::from_utf8_lossy(&environ).contains(&secret) {
+            assert_ne!(pid_ns(pid), mine, "host-side process {pid} carries the task's hidden value");
+            inside += 1;
+        }
+    }
+    assert!(inside > 0, "the sandbox's processes have the value");
+    s.wait_status(&id, "Succeeded", secs(60));
+    assert!(s.log(&id, &format!("{name}-master-0"), None).contains("has-secret"));
+    let written: Vec<_> = std::fs::read_dir(&out).unwrap().flatten().map(|e| e.path()).collect();
+    assert!(written.is_empty(), "ld.so wrote on the host: {written:?}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Finding 3: the supervisor followed links the task planted in its runtime dir, and overwrote a host file
+/// at stop. Now the notice replaces whatever is there with a fresh file; the host file is untouched.
+#[test]
+fn the_supervisor_never_follows_a_link_the_task_planted() {
+    let s = Server::start("attack-link", None);
+    let victim_dir = host_dir("victim");
+    let victim = victim_dir.join("victim");
+    std::fs::write(&victim, "original").unwrap();
+    let cmd = format!(
+        r#"rt=$TRAINYARD_RUNTIME_DIR
+ln -s {victim} $rt/checkpoint-requested
+ln -s {victim} $rt/checkpoint-done.tmp
+trap 'if [ -f $rt/checkpoint-requested ] && [ ! -L $rt/checkpoint-requested ]; then echo notice-is-a-file; fi; touch $rt/checkpoint-done' USR1
+echo planted
+while true; do sleep 0.2; done"#,
+        victim = victim.display()
+    );
+    let mut task = pytorch("link", 0, &cmd);
+    task["spec"]["advanced"] = json!({"exitCheckpoint": {"enabled": true, "timeoutSeconds": 20}});
+    let id = s.submit(&task);
+    let name = s.wait_status(&id, "Running", secs(60))["name"].as_str().unwrap().to_owned();
+    s.wait_log(&id, &format!("{name}-master-0"), "planted", secs(30));
+    let (status, body) = s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
+    assert_eq!(status, 200, "{body}");
+    s.wait_status(&id, "Stopped", secs(60));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "original", "the host file was overwritten");
+    assert!(s.log(&id, &format!("{name}-master-0"), None).contains("notice-is-a-file"));
+    assert!(s.events_text(&id).contains("checkpoint reported done"), "{}", s.events_text(&id));
+    let _ = std::fs::remove_dir_all(&victim_dir);
+}
+
+/// Finding 4: the `host` image showed the whole host to uid 0: shadow files, SSH host keys, and the data dir
+/// (server key, admin token, database) when it lived under a bound path. Now the view is system dirs only.
+#[test]
+fn the_host_image_shows_no_secrets_of_the_host() {
+    // A data dir under /opt, which the `host` view shows.
+    let s = Server::start_with("attack-view", Options { parent: Some("/opt".into()), ..Options::default() });
+    let data = s.dir.display().to_string();
+    let cmd = format!(
+        r#"for f in /etc/shadow /etc/gshadow /etc/ssh/ssh_host_ed25519_key /etc/ssh/ssh_host_rsa_key {data}/admin.token {data}/server.key {data}/trainyard.db; do
+  if [ -s "$f" ] && head -c1 "$f" >/dev/null 2>&1; then echo "READ $f"; fi
+done
+ls /home >/dev/null 2>&1 && echo "SEE /home"
+ls {data} 2>/dev/null | grep -q . && echo "SEE the data dir"
+test -x /usr/bin/python3 && echo "system dirs are there"
+echo checked"#
+    );
+    let id = s.submit(&pytorch("view", 0, &cmd));
+    let t = s.wait_status(&id, "Succeeded", secs(60));
+    let log = s.log(&id, &format!("{}-master-0", t["name"].as_str().unwrap()), None);
+    assert!(log.contains("checked") && log.contains("system dirs are there"), "{log}");
+    assert!(!log.contains("READ") && !log.contains("SEE"), "{log}");
+    let dir = s.dir.clone();
+    drop(s);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Finding 18 (part): the data dir, database and logs were world-readable. Now the data dir is passable by
+/// the sandboxes' group only and everything the server keeps is its own.
+#[test]
+fn the_data_dir_is_the_servers_own() {
+    use std::os::unix::fs::MetadataExt;
+    let s = Server::start("attack-modes", None);
+    let id = s.submit(&pytorch("modes", 0, "echo hello"));
+    let t = s.wait_status(&id, "Succeeded", secs(60));
+    let meta = std::fs::metadata(&s.dir).unwrap();
+    assert_eq!(meta.mode() & 0o777, 0o710, "data dir");
+    assert_eq!(meta.gid(), SANDBOX_GID);
+    let log = s.dir.join(format!("runs/{id}/a0/{}-master-0/log", t["name"].as_str().unwrap()));
+    for f in [s.dir.join("trainyard.db"), s.dir.join("admin.token"), s.dir.join("server.key"), log] {
+        let mode = std::fs::metadata(&f).unwrap().mode() & 0o777;
+        assert_eq!(mode & 0o077, 0, "{} is mode {mode:o}", f.display());
+    }
+}
+
+/// Finding 5: every task shared the host's network (other tenants' servers on 127.0.0.1, the API, every
+/// listener in /proc/net/tcp). Now a replica reaches its own task's replicas and nothing else.
+#[test]
+fn replicas_reach_their_own_task_and_nothing_else() {
+    let s = Server::start("attack-net", None);
+    // Something of the host's, on every address.
+    let host = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let host_port = host.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in host.incoming().flatten() {
+            let _ = std::io::Write::write_all(&mut &c, b"host-secret");
+        }
+    });
+    let api_port: u16 = s.base.rsplit(':').next().unwrap().parse().unwrap();
+    let host_ip = std::process::Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "scope", "global"])
+        .output()
+        .ok()
+        .and_then(|o| {
+            let text = String::from_utf8_lossy(&o.stdout).into_owned();
+            text.split_whitespace()
+                .skip_while(|w| *w != "inet")
+                .nth(1)
+                .map(|a| a.split('/').next().unwrap().to_owned())
+        })
+        .unwrap_or_else(|| "127.0.0.1".into());
+    // Another tenant's server.
+    let other_port = 20_000 + (std::process::id() % 10_000) as u16;
+    let other = s.submit(&pytorch(
+        "other",
+        0,
+        &format!("echo serving; exec python3 -m http.server {other_port} --bind 0.0.0.0 --directory /tmp"),
+    ));
+    let other_name = s.wait_status(&other, "Running", secs(60))["name"].as_str().unwrap().to_owned();
+    s.wait_log(&other, &format!("{other_name}-master-0"), "serving", secs(30));
+    std::thread::sleep(Duration::from_millis(500));
+    let probe = format!(
+        r#"python3 - <<'EOF'
+import json, os, socket, time
+def reach(host, port):
+    try:
+        socket.create_connection((host, port), 2).close(); return True
+    except OSError:
+        return False
+if os.environ["RANK"] != "0":
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", 9000)); s.listen(); s.settimeout(60)
+    s.accept()[0].close()
+    raise SystemExit(0)
+sibling = False
+for _ in range(100):
+    if reach(os.environ["MASTER_ADDR"].replace("master-0", "worker-0"), 9000):
+        sibling = True; break
+    time.sleep(0.2)
+tcp = open("/proc/net/tcp").read() + open("/proc/net/tcp6").read()
+out = {{
+    "sibling": sibling,
+    "host_loopback": reach("127.0.0.1", {host_port}),
+    "host_address": reach("{host_ip}", {host_port}),
+    "api": reach("127.0.0.1", {api_port}),
+    "other_tenant": reach("127.0.0.1", {other_port}),
+    "listeners_seen": ":%04X" % {host_port} in tcp or ":%04X" % {api_port} in tcp,
+}}
+print("REPORT " + json.dumps(out), flush=True)
+EOF"#
+    );
+    let id = s.submit(&pytorch("net", 1, &probe));
+    s.wait_status(&id, "Succeeded", secs(90));
+    let r = report(&s, &id);
+    assert_eq!(r["sibling"], true, "the task's own replicas reach each other: {r}");
+    for what in ["host_loopback", "host_address", "api", "other_tenant", "listeners_seen"] {
+        assert_eq!(r[what], false, "{what}: {r}");
+    }
+    let (status, body) = s.call("POST", &format!("/api/v1/tasks/{other}/stop"), None);
+    assert_eq!(status, 200, "{body}");
+}
+
+/// Finding 9: a `trap ... USR1` in the user's command never fired (the signal arrived ignored). Now the
+/// user's shell catches it and the checkpoint lands.
+#[test]
+fn a_trap_in_the_users_shell_receives_the_checkpoint_signal() {
+    let s = Server::start("attack-trap", None);
+    let cmd = r#"trap 'echo saving; echo step-7 > /mnt/out/ckpt; touch $TRAINYARD_RUNTIME_DIR/checkpoint-done' USR1
+echo ready
+while true; do sleep 0.2; done"#;
+    let mut task = pytorch("trap", 0, cmd);
+    task["spec"]["environment"]["volumes"] = json!([{"volume": "out", "mountPath": "/mnt/out"}]);
+    task["spec"]["advanced"] = json!({"exitCheckpoint": {"enabled": true, "timeoutSeconds": 20}});
+    let id = s.submit(&task);
+    let name = s.wait_status(&id, "Running", secs(60))["name"].as_str().unwrap().to_owned();
+    s.wait_log(&id, &format!("{name}-master-0"), "ready", secs(30));
+    let (status, body) = s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
+    assert_eq!(status, 200, "{body}");
+    s.wait_status(&id, "Stopped", secs(60));
+    assert_eq!(std::fs::read_to_string(s.dir.join("volumes/out/ckpt")).unwrap(), "step-7\n");
+    assert!(s.events_text(&id).contains("checkpoint reported done"), "{}", s.events_text(&id));
+}
+
+/// Finding 17: no limit on processes, log size or scratch (a fork bomb took the host). Now each replica has
+/// a pids limit, a log that rotates with an event, and scratch over its limit ends the replica with a reason.
+#[test]
+fn processes_logs_and_scratch_are_limited() {
+    let opts = Options {
+        args: ["--replica-pids-max", "64", "--replica-log-kib", "256", "--replica-scratch-mib", "16"]
+            .map(str::to_owned)
+            .to_vec(),
+        ..Options::default()
+    };
+    let s = Server::start_with("attack-limits", opts);
+    let fork = s.submit(&pytorch(
+        "fork",
+        0,
+        r#"python3 - <<'EOF'
+import os, time
+n = 0
+try:
+    for _ in range(400):
+        if os.fork() == 0:
+            time.sleep(5)
+            os._exit(0)
+        n += 1
+    print("forked", n, flush=True)
+except OSError as e:
+    print("fork refused after", n, "errno", e.errno, flush=True)
+EOF"#,
+    ));
+    let flood = s.submit(&pytorch(
+        "flood",
+        0,
+        "python3 -c \"import sys; [print('line', i, 'x' * 100) for i in range(20000)]\"; echo last-line",
+    ));
+    let fill =
+        s.submit(&pytorch("fill", 0, "dd if=/dev/zero of=/tmp/fill bs=1M count=64 status=none; sleep 60"));
+
+    let t = s.wait_status(&fork, "Succeeded", secs(60));
+    let log = s.log(&fork, &format!("{}-master-0", t["name"].as_str().unwrap()), None);
+    let refused_after: u32 = log
+        .split("fork refused after ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("the fork bomb was not stopped: {log}"));
+    assert!(refused_after < 64, "{log}");
+
+    let t = s.wait_status(&flood, "Succeeded", secs(60));
+    let rdir = s.dir.join(format!("runs/{flood}/a0/{}-master-0", t["name"].as_str().unwrap()));
+    let on_disk: u64 =
+        ["log", "log.1"].iter().map(|f| std::fs::metadata(rdir.join(f)).map_or(0, |m| m.len())).sum();
+    assert!(on_disk <= 2 * 256 * 1024 + 4096, "{on_disk} bytes of log kept");
+    s.wait_event(&flood, "LogRotated", secs(10));
+    let tail = s.log(&flood, &format!("{}-master-0", t["name"].as_str().unwrap()), None);
+    assert!(tail.contains("last-line"), "the newest lines are served");
+
+    let t0 = Instant::now();
+    s.wait_status(&fill, "Failed", secs(60));
+    assert!(t0.elapsed() < secs(40), "ended long before its sleep");
+    let events = s.events_text(&fill);
+    assert!(events.contains("Evicted") && events.contains("scratch"), "{events}");
+}
+
+/// Finding 18 (part): a sandbox killed from outside was classed as the user's error. Now it is the
+/// machine's (NodeFailed), and the task is resubmitted within its budget.
+#[test]
+fn a_sandbox_killed_from_outside_is_an_infrastructure_failure() {
+    let s = Server::start("attack-kill", None);
+    let mut task = pytorch(
+        "kill",
+        0,
+        "if [ \"$TRAINYARD_ATTEMPT\" = 0 ]; then echo first; sleep 60; fi; echo second attempt",
+    );
+    task["spec"]["advanced"] = json!({"faultTolerance": {"maxResubmissions": 1}});
+    let id = s.submit(&task);
+    let name = s.wait_status(&id, "Running", secs(60))["name"].as_str().unwrap().to_owned();
+    s.wait_log(&id, &format!("{name}-master-0"), "first", secs(30));
+    let hostname = format!("--hostname {name}-master-0 ");
+    let bwrap: Vec<u32> = Server::processes_with(&hostname)
+        .into_iter()
+        .filter(|p| std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e.ends_with("bwrap")))
+        .filter(|&p| pid_ns(p) == pid_ns(std::process::id()))
+        .collect();
+    assert!(!bwrap.is_empty(), "bubblewrap of the replica");
+    for p in bwrap {
+        let _ = std::process::Command::new("kill").args(["-9", &p.to_string()]).status();
+    }
+    s.wait_status(&id, "Succeeded", secs(90));
+    let events = s.events_text(&id);
+    assert!(events.contains("NodeFailed") && events.contains("killed from outside"), "{events}");
+    assert!(!events.contains("UserError"), "{events}");
+}
+
+/// Finding 18 (part): a killed supervisor left its cgroups behind. Now they go with the attempt.
+#[test]
+fn a_killed_supervisor_leaves_no_cgroup_behind() {
+    let s = Server::start("attack-cgroup", None);
+    let mut task = pytorch("cg", 0, "echo up; sleep 60");
+    task["spec"]["advanced"] = json!({"faultTolerance": {"maxResubmissions": 0}});
+    let id = s.submit(&task);
+    let name = s.wait_status(&id, "Running", secs(60))["name"].as_str().unwrap().to_owned();
+    s.wait_log(&id, &format!("{name}-master-0"), "up", secs(30));
+    let found = || cgroups_named(Path::new("/sys/fs/cgroup"), &id, 0);
+    assert!(!found().is_empty(), "the replica has cgroups while it runs");
+    let rdir = s.dir.join(format!("runs/{id}/a0/{name}-master-0"));
+    let state: Value = serde_json::from_slice(&std::fs::read(rdir.join("state.json")).unwrap()).unwrap();
+    let sup = state["supervisor_pid"].as_u64().unwrap();
+    let _ = std::process::Command::new("kill").args(["-9", &sup.to_string()]).status();
+    s.wait_status(&id, "Failed", secs(60));
+    let t0 = Instant::now();
+    while !found().is_empty() && t0.elapsed() < secs(20) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(found(), Vec::<PathBuf>::new(), "cgroups left behind");
+}
+
+/// Cgroup dirs whose name contains `needle`, below `dir` (a few levels deep).
+fn cgroups_named(dir: &Path, needle: &str, depth: usize) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if depth > 8 {
+        return out;
+    }
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        if p.file_name().is_some_and(|n| n.to_string_lossy().contains(needle)) {
+            out.push(p);
+        } else {
+            out.extend(cgroups_named(&p, needle, depth + 1));
+        }
+    }
+    out
+}
