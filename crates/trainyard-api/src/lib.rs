@@ -495,14 +495,25 @@ async fn validate_task(
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
-    caller(&state, &headers).await?;
+    let user = caller(&state, &headers).await?;
     let catalog = state.catalog.get();
     let checked = trainyard_core::check(&body, &catalog);
     let demand = checked.valid_task().map(|task| {
         let lookup = |name: &str| catalog.instance_specs.get(name);
         trainyard_core::demand_options(&task.spec, &lookup).ok()
     });
+    // The admission answer speaks of the task's group (what it has left, what it waits behind): only for a
+    // group the caller belongs to, as a create would be refused anyway.
+    let foreign = checked.valid_task().and_then(|t| may_use_group(&user, &t.metadata.project_group).err());
     let (admission, fragmentation) = match checked.valid_task() {
+        Some(task) if foreign.is_some() => {
+            let reason = format!(
+                "you are not a member of project group {}; a task can go to {}",
+                task.metadata.project_group,
+                if user.groups.is_empty() { "none of the groups".to_owned() } else { user.groups.join(", ") }
+            );
+            (json!({"now": false, "reason": reason}), Value::Null)
+        }
         Some(task) => {
             // A scheduling cycle over the last tick's view: CPU work that grows with the queue, so it runs off
             // the async workers, and without the control loop's lock.

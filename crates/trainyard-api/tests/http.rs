@@ -797,3 +797,25 @@ fn a_deleted_task_cannot_be_resubmitted() {
     s.wait_status(&id, "Succeeded");
     assert_eq!(s.call("POST", "alice", &format!("/api/v1/tasks/{id}/resubmit"), None, None).0, 200);
 }
+
+/// Finding 14: `/validate` never tells a member what another group has left (or waits behind); for the
+/// caller's own group it still does.
+#[test]
+fn validate_shows_only_the_callers_groups_quota() {
+    let s = server();
+    // 9 replicas of cpu.small: one more than the group's 8 units, so the answer says what is left.
+    let big = |group: &str| task("big", group, false, "").replace("workers: 1", "workers: 8");
+    let (code, v) = s.call("POST", "carol", "/api/v1/validate", Some(&big("cv")), None);
+    assert_eq!(code, 200, "{v}");
+    let own = v["admission"]["reason"].as_str().unwrap().to_owned();
+    assert!(own.contains("cv") && own.contains('8'), "a member sees her group's figures: {own}");
+    let (code, v) = s.call("POST", "alice", "/api/v1/validate", Some(&big("cv")), None);
+    assert_eq!(code, 200, "{v}");
+    let text = v["admission"].to_string();
+    assert!(!text.contains('8') && !text.contains("left"), "{text}");
+    assert!(text.contains("not a member of project group cv"), "{text}");
+    assert!(v["fragmentation"].is_null(), "{v}");
+    // An admin sees every group's.
+    let (_, v) = s.call("POST", "root", "/api/v1/validate", Some(&big("cv")), None);
+    assert!(v["admission"]["reason"].as_str().unwrap().contains('8'), "{v}");
+}
