@@ -497,7 +497,11 @@ async fn validate_task(
 ) -> ApiResult<Json<Value>> {
     let user = caller(&state, &headers).await?;
     let catalog = state.catalog.get();
-    let checked = trainyard_core::check(&body, &catalog);
+    let mut checked = trainyard_core::check(&body, &catalog);
+    if let Some(task) = &checked.task {
+        let found = webhook_problems(&state, "spec.advanced.alarms", &task.spec.advanced.alarms).await;
+        checked.report.problems.extend(found.problems);
+    }
     let demand = checked.valid_task().map(|task| {
         let lookup = |name: &str| catalog.instance_specs.get(name);
         trainyard_core::demand_options(&task.spec, &lookup).ok()
@@ -547,6 +551,28 @@ async fn validate_task(
     })))
 }
 
+/// Webhook destinations the server will not send to (loopback, private, ... unless allowed), as problems at
+/// `base[i].webhook`.
+async fn webhook_problems(
+    state: &AppState,
+    base: &str,
+    subs: &[trainyard_core::spec::AlarmSubscription],
+) -> Report {
+    let mut report = Report::default();
+    for (i, sub) in subs.iter().enumerate() {
+        if let Err(why) = state.webhooks.policy().check_url(&sub.webhook).await {
+            report.error(format!("{base}[{i}].webhook"), trainyard_core::Code::RestrictedAddress, why);
+        }
+    }
+    report
+}
+
+/// [`webhook_problems`] for a task's own alarms, as a refusal.
+async fn check_task_webhooks(state: &AppState, task: &trainyard_core::TrainingTask) -> ApiResult<()> {
+    let report = webhook_problems(state, "spec.advanced.alarms", &task.spec.advanced.alarms).await;
+    if report.is_ok() { Ok(()) } else { Err(ApiError::Invalid(report)) }
+}
+
 /// Membership: a task goes to one of the caller's groups (admins may use any). The one check for create and
 /// clone.
 fn may_use_group(user: &User, group: &str) -> ApiResult<()> {
@@ -576,6 +602,7 @@ async fn create_task(State(state): State<AppState>, headers: HeaderMap, body: By
     let task = trainyard_control::validate(&state.catalog.get(), &body).map_err(refused)?;
     may_use_group(&user, &task.metadata.project_group)?;
     may_use_catalog(&state, &user, &task)?;
+    check_task_webhooks(&state, &task).await?;
     let created = trainyard_control::store_task(
         &state.store,
         &state.secrets,
@@ -1183,6 +1210,9 @@ async fn put_user_alarms(
     if report.is_ok() {
         trainyard_core::validate::check_alarms(&mut report, "alarms", &subs);
     }
+    if report.is_ok() {
+        report = webhook_problems(&state, "alarms", &subs).await;
+    }
     if !report.is_ok() {
         return Err(ApiError::Invalid(report));
     }
@@ -1297,6 +1327,7 @@ async fn clone_task(
     };
     let task = trainyard_control::validate(&state.catalog.get(), body.as_bytes()).map_err(refused)?;
     may_use_catalog(&state, &user, &task)?;
+    check_task_webhooks(&state, &task).await?;
     let created = trainyard_control::store_task(
         &state.store,
         &state.secrets,

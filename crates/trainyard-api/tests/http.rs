@@ -35,6 +35,13 @@ struct Server {
 }
 
 fn server() -> Server {
+    server_allowing(&[])
+}
+
+/// A server whose alarm webhooks may also go to these networks (as `up --webhook-allow-net`).
+fn server_allowing(webhook_nets: &[&str]) -> Server {
+    let webhook_nets: Vec<trainyard_control::alarms::Net> =
+        webhook_nets.iter().map(|n| trainyard_control::alarms::Net::parse(n).unwrap()).collect();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let dir = std::env::temp_dir().join(format!(
         "trainyard-api-{}-{}",
@@ -68,7 +75,8 @@ fn server() -> Server {
         let catalog = Catalog::from_yaml(CATALOG).unwrap();
         let backend = AnyBackend::Fake(fake.clone());
         let secrets = SecretBox::generate().unwrap();
-        let state = AppState::new(store, catalog, backend, secrets, Config::default());
+        let mut state = AppState::new(store, catalog, backend, secrets, Config::default());
+        state.webhooks = state.webhooks.clone().allowing(webhook_nets);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(trainyard_api::serve(listener, state));
@@ -541,7 +549,8 @@ fn quota_shows_what_is_left() {
 
 #[test]
 fn users_subscribe_to_alarms_for_all_their_tasks() {
-    let s = server();
+    // The receiver is on loopback: allowed explicitly, as an admin would with `up --webhook-allow-net`.
+    let s = server_allowing(&["127.0.0.0/8"]);
     let bad = r#"[{"events": ["queuedTooLong"], "webhook": "ftp://x"}]"#;
     let (code, p) = s.call("PUT", "alice", "/api/v1/users/alice/alarms", Some(bad), None);
     assert_eq!(code, 422, "{p}");
@@ -818,4 +827,44 @@ fn validate_shows_only_the_callers_groups_quota() {
     // An admin sees every group's.
     let (_, v) = s.call("POST", "root", "/api/v1/validate", Some(&big("cv")), None);
     assert!(v["admission"]["reason"].as_str().unwrap().contains('8'), "{v}");
+}
+
+/// Finding 15, at subscription time: a webhook to a loopback, link-local, private, unspecified or multicast
+/// destination (an address, or a name that resolves to one) is a 422 at its field, for a task's alarms, a
+/// user's own subscriptions and `/validate`, unless the admin allowed that network; public ones pass.
+#[test]
+fn webhooks_to_internal_addresses_are_refused_at_subscription() {
+    let s = server();
+    let alarm = |url: &str| {
+        format!(
+            "{}  advanced:\n    alarms:\n      - {{events: [failed], webhook: \"{url}\"}}\n",
+            task("hook", "nlp", false, "")
+        )
+    };
+    for url in [
+        "http://127.0.0.1:9/hook",
+        "http://localhost:9/hook",
+        "http://169.254.169.254/latest/meta-data",
+        "http://10.0.0.1/x",
+        "http://[::1]:9/x",
+        "http://[::ffff:192.168.0.1]/x",
+        "http://0.0.0.0:80/",
+        "http://224.0.0.1/",
+    ] {
+        let (code, p) = s.call("POST", "alice", "/api/v1/tasks", Some(&alarm(url)), None);
+        assert_eq!(code, 422, "{url}: {p}");
+        assert_eq!(p["problems"][0]["path"], "spec.advanced.alarms[0].webhook", "{p}");
+        assert_eq!(p["problems"][0]["code"], "restricted-address", "{p}");
+        let (_, v) = s.call("POST", "alice", "/api/v1/validate", Some(&alarm(url)), None);
+        assert_eq!(v["problems"][0]["code"], "restricted-address", "{v}");
+        let subs = format!(r#"[{{"events": ["failed"], "webhook": "{url}"}}]"#);
+        let (code, p) = s.call("PUT", "alice", "/api/v1/users/alice/alarms", Some(&subs), None);
+        assert_eq!((code, p["problems"][0]["path"].as_str()), (422, Some("alarms[0].webhook")), "{p}");
+    }
+    let (code, p) = s.call("POST", "alice", "/api/v1/tasks", Some(&alarm("https://93.184.215.14/hook")), None);
+    assert_eq!(code, 201, "a public address is fine: {p}");
+    // With the network allowed, the same receiver is accepted.
+    let allowed = server_allowing(&["127.0.0.0/8"]);
+    let (code, p) = allowed.call("POST", "alice", "/api/v1/tasks", Some(&alarm("http://127.0.0.1:9/hook")), None);
+    assert_eq!(code, 201, "{p}");
 }

@@ -320,10 +320,12 @@ async fn alarms_are_delivered_by_signed_webhook_with_retries() {
     }
     assert_eq!(status(&c, &id).await.0, "Succeeded");
     let key = b"test-signing-key";
+    // The receiver is on loopback, which takes an explicit allowance (as `up --webhook-allow-net` gives).
+    let local = loopback_allowed(trainyard_control::alarms::Webhooks::system());
     // First try at once: refused. The retry is due after the backoff, not before.
-    assert_eq!(trainyard_control::alarms::deliver_due(c.store(), key, 1_001).await.unwrap(), 1);
-    assert_eq!(trainyard_control::alarms::deliver_due(c.store(), key, 1_500).await.unwrap(), 0);
-    assert_eq!(trainyard_control::alarms::deliver_due(c.store(), key, 2_001).await.unwrap(), 1);
+    assert_eq!(trainyard_control::alarms::deliver_due_with(c.store(), &local, key, 1_001).await.unwrap(), 1);
+    assert_eq!(trainyard_control::alarms::deliver_due_with(c.store(), &local, key, 1_500).await.unwrap(), 0);
+    assert_eq!(trainyard_control::alarms::deliver_due_with(c.store(), &local, key, 2_001).await.unwrap(), 1);
     let log = c.store().task_alarms(&id).await.unwrap();
     assert_eq!(log.len(), 1);
     assert_eq!((log[0].event.as_str(), log[0].state.as_str(), log[0].tries), ("succeeded", "delivered", 2));
@@ -339,7 +341,7 @@ async fn alarms_are_delivered_by_signed_webhook_with_retries() {
         assert_eq!((v["event"].as_str(), v["task"]["id"].as_str()), (Some("succeeded"), Some(id.as_str())));
     }
     // Nothing else is due: "failed" was not raised for a task that succeeded.
-    assert_eq!(trainyard_control::alarms::deliver_due(c.store(), key, 100_000).await.unwrap(), 0);
+    assert_eq!(trainyard_control::alarms::deliver_due_with(c.store(), &local, key, 100_000).await.unwrap(), 0);
 }
 
 /// A CA made for one test, and a server certificate it signed for 127.0.0.1 and localhost.
@@ -436,7 +438,7 @@ async fn https_alarms_verify_the_receiver_certificate_against_the_configured_ca(
         || seen.recv_timeout(std::time::Duration::from_secs(60)).expect("the receiver saw a connection");
 
     // The system's trust alone: the private CA is not in it.
-    let system_only = Webhooks::new(None).unwrap();
+    let system_only = loopback_allowed(Webhooks::new(None).unwrap());
     assert_eq!(deliver_due_with(c.store(), &system_only, key, 1_001).await.unwrap(), 1);
     let log = c.store().task_alarms(&id).await.unwrap();
     assert_eq!((log[0].state.as_str(), log[0].tries, log[0].next_at_ms), ("pending", 1, 2_001), "{log:?}");
@@ -456,7 +458,7 @@ async fn https_alarms_verify_the_receiver_certificate_against_the_configured_ca(
     std::fs::create_dir_all(&dir).unwrap();
     let ca_file = dir.join("ca.pem");
     std::fs::write(&ca_file, &pki.ca_pem).unwrap();
-    let with_ca = Webhooks::new(Some(&ca_file)).unwrap();
+    let with_ca = loopback_allowed(Webhooks::new(Some(&ca_file)).unwrap());
     assert!(with_ca.trust().contains("ca.pem (1 CA)"), "{}", with_ca.trust());
     assert_eq!(deliver_due_with(c.store(), &with_ca, key, 1_500).await.unwrap(), 0);
     assert_eq!(deliver_due_with(c.store(), &with_ca, key, 2_001).await.unwrap(), 1);
@@ -669,4 +671,58 @@ async fn values_sealed_by_an_earlier_version_are_resealed_once_and_bound() {
     submit(&c, &task("later", "nlp", "Reserved", 0, ""), 10).await;
     c.tick(10).await.unwrap();
     assert_eq!(backend.launched().len(), 1, "nothing launched with a value that does not open");
+}
+
+/// The receivers of these tests listen on loopback: allowed explicitly, as an admin would.
+fn loopback_allowed(w: trainyard_control::alarms::Webhooks) -> trainyard_control::alarms::Webhooks {
+    w.allowing(vec![trainyard_control::alarms::Net::parse("127.0.0.0/8").unwrap()])
+}
+
+/// Finding 15: without an allowance, a webhook to loopback is never sent, whether the URL names the address or
+/// a name that resolves to it at delivery (DNS rebinding: the name was checked, or looked public, when the
+/// subscription was made). The delivery log says why; the receiver gets nothing. Allowed, it is delivered.
+#[tokio::test]
+async fn webhooks_to_loopback_are_refused_unless_the_network_is_allowed() {
+    use trainyard_control::alarms::{Webhooks, deliver_due_with};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = hits.clone();
+    std::thread::spawn(move || {
+        use std::io::{BufReader, Write};
+        for stream in listener.incoming() {
+            let mut stream = stream.unwrap();
+            read_webhook(&mut BufReader::new(stream.try_clone().unwrap()));
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    let backend = FakeBackend::new(Script { run_ms: 1_000, ..Script::default() });
+    let (mut c, _) = control(backend).await;
+    let mut ids = Vec::new();
+    for host in ["127.0.0.1", "localhost", "[::ffff:127.0.0.1]"] {
+        let alarms =
+            format!("  advanced:\n    alarms:\n      - {{events: [succeeded], webhook: \"http://{host}:{port}/hook\"}}\n");
+        ids.push(submit(&c, &task("ssrf", "nlp", "Reserved", 0, &alarms), 0).await);
+    }
+    for now in [0, 1, 1_001] {
+        c.tick(now).await.unwrap();
+    }
+    let key = b"k";
+    let system = Webhooks::system();
+    assert!(system.policy().allowed_nets.is_empty());
+    assert_eq!(deliver_due_with(c.store(), &system, key, 2_000).await.unwrap(), 3);
+    for id in &ids {
+        let log = c.store().task_alarms(id).await.unwrap();
+        assert_eq!(log[0].state, "pending", "{log:?}");
+        assert!(log[0].last_error.contains("loopback address") && log[0].last_error.contains("--webhook-allow-net"), "{log:?}");
+    }
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0, "nothing reached the receiver");
+    // The legitimate path: the admin allowed loopback; every one is delivered at its retry.
+    let allowed = loopback_allowed(Webhooks::system());
+    assert_eq!(deliver_due_with(c.store(), &allowed, key, 100_000).await.unwrap(), 3);
+    for id in &ids {
+        assert_eq!(c.store().task_alarms(id).await.unwrap()[0].state, "delivered");
+    }
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 3);
 }

@@ -99,6 +99,9 @@ codes! {
     /// A catalog entry (image, volume, dataset, model) that exists but is not offered to the task's
     /// project group.
     NotInGroup = "not-in-group",
+    /// A webhook whose destination is a loopback, link-local, private, unspecified or multicast address
+    /// the server's admin has not allowed.
+    RestrictedAddress = "restricted-address",
 }
 
 impl fmt::Display for Code {
