@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Server, pytorch, pytorch_on, secs};
+use common::{Options, Server, pytorch, pytorch_on, secs};
 use serde_json::json;
 
 /// Rank 0 listens on MASTER_PORT, the others connect and send their rank, all agree on the sum; every
@@ -594,4 +594,22 @@ echo "attempt $TRAINYARD_ATTEMPT on $TRAINYARD_NODE""#;
     let log = s.log(&id, &format!("{}-master-0", t["name"].as_str().unwrap()), None);
     assert!(log.contains("attempt 1 on node-"), "{log}");
     assert!(!log.contains(&format!("on {bad}")), "the suspect node {bad} was used again: {log}");
+}
+
+/// What we ship runs as shipped: every task under `examples/local/` succeeds on a fresh `trainyard up` with
+/// the catalog it writes for this machine.
+#[test]
+fn every_local_example_succeeds_on_a_fresh_up() {
+    let s = Server::start_with("examples", Options { own_catalog: true, ..Options::default() });
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/local");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).collect();
+    files.sort();
+    assert!(!files.is_empty());
+    for f in files.iter().filter(|f| f.extension().is_some_and(|e| e == "yaml")) {
+        let text = std::fs::read_to_string(f).unwrap();
+        let (status, body) = s.call("POST", "/api/v1/tasks", Some(&text));
+        assert!(status == 201 || status == 200, "{}: {status} {body}", f.display());
+        let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"].as_str().unwrap().to_owned();
+        s.wait_status(&id, "Succeeded", secs(120));
+    }
 }

@@ -172,7 +172,7 @@ pub fn create_replica(ip: &Path, net: &ReplicaNet) -> Result<OwnedFd, String> {
             &format!("link set lo up\naddr add {}/{} dev eth0\nlink set eth0 up\n", net.address, net.prefix),
         )?;
         let fd = rustix::fs::open(
-            &Path::new(NETNS_DIR).join(name),
+            Path::new(NETNS_DIR).join(name),
             rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
             rustix::fs::Mode::empty(),
         )

@@ -724,7 +724,7 @@ impl RuntimeDir {
     pub fn open(replica_dir: &Path) -> Option<RuntimeDir> {
         use rustix::fs::{Mode, OFlags};
         let fd = rustix::fs::open(
-            &replica_dir.join("runtime"),
+            replica_dir.join("runtime"),
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )

@@ -56,6 +56,8 @@ pub struct Options {
     pub args: Vec<String>,
     /// Where the data dir goes instead of the temp dir.
     pub parent: Option<PathBuf>,
+    /// Keep the catalog `up` writes for this machine instead of [`CATALOG`].
+    pub own_catalog: bool,
 }
 
 fn agent() -> ureq::Agent {
@@ -118,8 +120,10 @@ impl Server {
         let token = std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_owned();
         let s =
             Server { dir, base, token, child: Some(child), agent: agent(), path: opts.path, args: opts.args };
-        let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(CATALOG));
-        assert_eq!(status, 200, "{body}");
+        if !opts.own_catalog {
+            let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(CATALOG));
+            assert_eq!(status, 200, "{body}");
+        }
         s
     }
 
