@@ -40,6 +40,16 @@ fn server() -> Server {
 
 /// A server whose alarm webhooks may also go to these networks (as `up --webhook-allow-net`).
 fn server_allowing(webhook_nets: &[&str]) -> Server {
+    server_with(webhook_nets, trainyard_api::HttpLimits::default(), false).0
+}
+
+/// A server with these webhook networks allowed, these connection limits, and when `metrics_address` a
+/// separate metrics address (returned).
+fn server_with(
+    webhook_nets: &[&str],
+    limits: trainyard_api::HttpLimits,
+    metrics_address: bool,
+) -> (Server, Option<String>) {
     let webhook_nets: Vec<trainyard_control::alarms::Net> =
         webhook_nets.iter().map(|n| trainyard_control::alarms::Net::parse(n).unwrap()).collect();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -52,7 +62,7 @@ fn server_allowing(webhook_nets: &[&str]) -> Server {
     let db = dir.join("t.db");
     let url = format!("sqlite://{}", db.display());
     let fake = FakeBackend::new(Script { start_ms: 100, run_ms: 300, ..Script::default() });
-    let (base, tokens) = rt.block_on(async {
+    let base = rt.block_on(async {
         let store = Store::connect(&url).await.unwrap();
         let mut tokens = std::collections::BTreeMap::new();
         for (name, role, groups) in [
@@ -79,10 +89,17 @@ fn server_allowing(webhook_nets: &[&str]) -> Server {
         state.webhooks = state.webhooks.clone().allowing(webhook_nets);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(trainyard_api::serve(listener, state));
-        (base, tokens)
+        let metrics_listener = match metrics_address {
+            true => Some(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()),
+            false => None,
+        };
+        let metrics = metrics_listener.as_ref().map(|l| format!("http://{}", l.local_addr().unwrap()));
+        let options = trainyard_api::ServeOptions { limits, metrics_listener };
+        tokio::spawn(trainyard_api::serve_with(listener, state, options));
+        (base, tokens, metrics)
     });
-    Server { base, fake, tokens, db, _rt: rt }
+    let (base, tokens, metrics) = (base.0, base.1, base.2);
+    (Server { base, fake, tokens, db, _rt: rt }, metrics)
 }
 
 fn agent() -> ureq::Agent {
@@ -335,8 +352,15 @@ fn sharing_cloning_and_metrics() {
         s.call("POST", "alice", &format!("/api/v1/tasks/{id}/shares"), Some(r#"{"user": "nobody"}"#), None);
     assert_eq!(code, 400);
 
-    let text =
-        agent().get(&format!("{}/metrics", s.base)).call().unwrap().body_mut().read_to_string().unwrap();
+    // /metrics on the API's address takes an admin's token (finding 13): none is a 401, a member's a 403.
+    let url = format!("{}/metrics", s.base);
+    let (code, p) = s.call("GET", "nobody", "/metrics", None, None);
+    assert_eq!((code, p["status"].as_u64()), (401, Some(401)), "{p}");
+    let (code, p) = s.call("GET", "alice", "/metrics", None, None);
+    assert_eq!(code, 403, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("--metrics-listen"), "{p}");
+    let auth = format!("Bearer {}", s.tokens["root"]);
+    let text = agent().get(&url).header("Authorization", &auth).call().unwrap().body_mut().read_to_string().unwrap();
     assert!(
         text.contains("trainyard_tasks{status=\"Queued\"}")
             || text.contains("trainyard_tasks{status=\"Running\"}")
@@ -867,4 +891,77 @@ fn webhooks_to_internal_addresses_are_refused_at_subscription() {
     let allowed = server_allowing(&["127.0.0.0/8"]);
     let (code, p) = allowed.call("POST", "alice", "/api/v1/tasks", Some(&alarm("http://127.0.0.1:9/hook")), None);
     assert_eq!(code, 201, "{p}");
+}
+
+/// Finding 13, the separate address: `/metrics` served there without a token (for a scraper on a management
+/// network) and nothing else; on the API's address only with an admin token.
+#[test]
+fn metrics_on_a_separate_address_need_no_token_and_serve_nothing_else() {
+    let (s, metrics) = server_with(&[], trainyard_api::HttpLimits::default(), true);
+    let metrics = metrics.unwrap();
+    let mut r = agent().get(&format!("{metrics}/metrics")).call().unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(r.body_mut().read_to_string().unwrap().contains("trainyard_queue_depth"));
+    let r = agent().get(&format!("{metrics}/api/v1/tasks")).call().unwrap();
+    assert_eq!(r.status().as_u16(), 404, "only /metrics there");
+    assert_eq!(s.call("GET", "bob", "/metrics", None, None).0, 403);
+}
+
+/// Finding 12: a client that never finishes its headers is cut off after the header-read timeout; one that
+/// stops sending a body after the idle timeout; past the connection cap a connection gets a 503 problem at
+/// once, and once connections are freed new ones are served.
+#[test]
+fn slow_and_surplus_connections_are_cut_off() {
+    use std::io::{Read, Write};
+    let limits = trainyard_api::HttpLimits {
+        header_read_timeout: Duration::from_secs(1),
+        idle_timeout: Duration::from_secs(2),
+        max_connections: 4,
+    };
+    let (s, _) = server_with(&[], limits, false);
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    let connect = || {
+        let c = std::net::TcpStream::connect(&addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+        c
+    };
+    /// Reads until the server closes; how long that took (a read timeout is a failure: it never closed).
+    fn closed_after(mut c: std::net::TcpStream) -> (Duration, String) {
+        let t0 = Instant::now();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match c.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+                Err(e) => panic!("the server kept the connection open: {e}"),
+            }
+        }
+        (t0.elapsed(), String::from_utf8_lossy(&got).into_owned())
+    }
+    // Slow headers (slowloris): closed after about a second.
+    let mut slow = connect();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").unwrap();
+    let (took, _) = closed_after(slow);
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    // A body that never comes: closed after the idle timeout.
+    let mut stalled = connect();
+    let auth = format!("Authorization: Bearer {}\r\n", s.tokens["alice"]);
+    write!(stalled, "POST /api/v1/validate HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 1000\r\n\r\n{{").unwrap();
+    let (took, _) = closed_after(stalled);
+    assert!(took < Duration::from_secs(6), "{took:?}");
+    // The cap: four connections held, the fifth refused with a problem document.
+    let held: Vec<_> = (0..4).map(|_| connect()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let (_, answer) = closed_after(connect());
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("application/problem+json") && answer.contains("too-many-connections"), "{answer}");
+    assert!(answer.contains("limit of 4 connections"), "{answer}");
+    // The held ones send nothing, so the header-read timeout frees them; then a request is served.
+    for c in held {
+        closed_after(c);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(s.call("GET", "alice", "/api/v1/whoami", None, None).0, 200);
 }

@@ -61,6 +61,8 @@ enum Command {
         webhook_ca: Option<PathBuf>,
         #[command(flatten)]
         sandbox: up::SandboxFlags,
+        #[command(flatten)]
+        server: up::ServerFlags,
     },
     /// Runs one replica under supervision (started by the local backend; not for people).
     #[command(hide = true)]
@@ -251,7 +253,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Validate(args) => validate::run(&args.files, args.catalog.as_deref(), args.output),
         Command::Supervise { dir } => ExitCode::from(trainyard_runtime::local::supervisor::main(&dir) as u8),
-        Command::Up { data_dir, listen, database_url, backend, nodes, webhook_ca, sandbox } => {
+        Command::Up { data_dir, listen, database_url, backend, nodes, webhook_ca, sandbox, server } => {
             let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
                 Ok(rt) => rt,
                 Err(e) => {
@@ -259,7 +261,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let opts = up::Options { backend, nodes: nodes.max(1), webhook_ca, sandbox };
+            let opts = up::Options { backend, nodes: nodes.max(1), webhook_ca, sandbox, server };
             match rt.block_on(up::run(&data_dir, &listen, database_url.as_deref(), &opts)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

@@ -27,6 +27,31 @@ pub struct Options {
     /// A PEM bundle of CAs trusted for https alarm webhooks, beside the system's.
     pub webhook_ca: Option<std::path::PathBuf>,
     pub sandbox: SandboxFlags,
+    pub server: ServerFlags,
+}
+
+/// What the admin decides about the HTTP side: connection limits, a separate metrics address, and which
+/// internal networks alarm webhooks may reach.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServerFlags {
+    /// Serve `/metrics` without a token on this address too (for a Prometheus scraper, on a management
+    /// interface). On the API's address `/metrics` always takes an admin token.
+    #[arg(long, env = "TRAINYARD_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
+    /// A network (CIDR) alarm webhooks may go to though it is loopback, link-local, private or otherwise
+    /// internal (repeatable). Without it only public addresses are sent to.
+    #[arg(long, value_name = "CIDR")]
+    pub webhook_allow_net: Vec<String>,
+    /// Seconds a client may take to send a request's headers (and the next request on a kept-alive
+    /// connection).
+    #[arg(long, default_value_t = trainyard_api::HEADER_READ_TIMEOUT.as_secs())]
+    pub header_read_timeout_s: u64,
+    /// Seconds a connection may sit with nothing read or written before it is closed.
+    #[arg(long, default_value_t = trainyard_api::IDLE_TIMEOUT.as_secs())]
+    pub idle_timeout_s: u64,
+    /// Connections served at once; one more is answered 503 and closed.
+    #[arg(long, default_value_t = trainyard_api::MAX_CONNECTIONS)]
+    pub max_connections: usize,
 }
 
 /// What the admin decides about the local backend's sandboxes.
@@ -256,7 +281,35 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
     write_private(&webhook_key_file, &String::from_utf8_lossy(&trainyard_api::webhook_key(&secrets)))?;
     let mut state = AppState::new(store, catalog, backend.clone(), secrets, Config::default());
     // What the alarm delivery started by `serve` sends with.
-    state.webhooks = webhooks;
+    let allowed_nets = opts
+        .server
+        .webhook_allow_net
+        .iter()
+        .map(|n| trainyard_control::alarms::Net::parse(n))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("--webhook-allow-net: {e}"))?;
+    let webhook_nets = allowed_nets.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+    state.webhooks = webhooks.allowing(allowed_nets);
+    let metrics_listener = match &opts.server.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (--metrics-listen)"))?,
+        ),
+        None => None,
+    };
+    let metrics_line = match &metrics_listener {
+        Some(l) => format!("http://{}/metrics (no token; keep this address for the scraper)", l.local_addr()?),
+        None => "on the API's address with an admin token (or --metrics-listen ADDR for a scraper)".to_owned(),
+    };
+    let serve_options = trainyard_api::ServeOptions {
+        limits: trainyard_api::HttpLimits {
+            header_read_timeout: std::time::Duration::from_secs(opts.server.header_read_timeout_s.max(1)),
+            idle_timeout: std::time::Duration::from_secs(opts.server.idle_timeout_s.max(1)),
+            max_connections: opts.server.max_connections.max(1),
+        },
+        metrics_listener,
+    };
     let listener =
         tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr()?;
@@ -265,6 +318,12 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
     println!("  API:     http://{addr}/api/v1 (health: http://{addr}/healthz)");
     println!("  store:   {url}");
     println!("  alarms:  https webhooks are checked against {webhook_trust}");
+    if webhook_nets.is_empty() {
+        println!("  alarms:  webhooks go to public addresses only (--webhook-allow-net CIDR for internal ones)");
+    } else {
+        println!("  alarms:  webhooks may also go to {webhook_nets}");
+    }
+    println!("  metrics: {metrics_line}");
     match &backend {
         AnyBackend::Local(_) => {
             println!(
@@ -284,7 +343,7 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
         data_dir.join("admin.token").display()
     );
     tokio::select! {
-        r = trainyard_api::serve(listener, state) => r.context("the server stopped")?,
+        r = trainyard_api::serve_with(listener, state, serve_options) => r.context("the server stopped")?,
         _ = tokio::signal::ctrl_c() => println!("stopping"),
     }
     Ok(())
