@@ -591,10 +591,21 @@ fn may_use_catalog(_state: &AppState, _user: &User, _task: &trainyard_core::Trai
     Ok(())
 }
 
+/// The longest `Idempotency-Key` accepted.
+pub const IDEMPOTENCY_KEY_MAX_BYTES: usize = 255;
+
 async fn create_task(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult<Response> {
     let user = caller(&state, &headers).await?;
     let key = headers.get("idempotency-key").map(|v| v.to_str().map(str::to_owned)).transpose();
     let key = key.map_err(|_| ApiError::BadRequest("Idempotency-Key must be ASCII".into()))?;
+    if let Some(k) = &key {
+        // An empty key would make every keyless retry of a client "the same request".
+        if k.trim().is_empty() || k.len() > IDEMPOTENCY_KEY_MAX_BYTES {
+            return Err(ApiError::BadRequest(format!(
+                "Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_MAX_BYTES} visible characters (a UUID is usual), or left out"
+            )));
+        }
+    }
     let refused = |e| match e {
         SubmitError::Invalid(r) => ApiError::Invalid(r),
         SubmitError::Store(s) => s.into(),
@@ -931,7 +942,10 @@ async fn put_node(
         return Err(ApiError::BadRequest("give \"schedulable\", \"failed\" or both".into()));
     }
     let mut catalog = (*state.catalog.get()).clone();
-    let node = catalog.nodes.get_mut(&name).ok_or(ApiError::NotFound)?;
+    let node = catalog
+        .nodes
+        .get_mut(&name)
+        .ok_or_else(|| ApiError::NotFoundWhat(format!("no such node {name:?}; GET /api/v1/catalog lists them")))?;
     if let Some(v) = body.schedulable {
         node.schedulable = v;
     }
@@ -971,6 +985,9 @@ async fn list_users(State(state): State<AppState>, headers: HeaderMap) -> ApiRes
     Ok(Json(json!({ "items": items })))
 }
 
+/// The longest user name (it is in every task record, event and share).
+pub const USER_NAME_MAX_BYTES: usize = 64;
+
 /// Creates or updates a user.
 async fn put_user(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult<Json<Value>> {
     let user = caller(&state, &headers).await?;
@@ -987,9 +1004,13 @@ async fn put_user(State(state): State<AppState>, headers: HeaderMap, body: Bytes
         return Err(ApiError::BadRequest(format!("project group {g:?} is not in the catalog")));
     }
     let name_ok = !body.name.is_empty()
+        && body.name.len() <= USER_NAME_MAX_BYTES
         && body.name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     if !name_ok {
-        return Err(ApiError::BadRequest("a user name is letters, digits, -, _ and . only".into()));
+        return Err(ApiError::BadRequest(format!(
+            "a user name is 1 to {USER_NAME_MAX_BYTES} letters, digits, -, _ and . (got {} bytes)",
+            body.name.len()
+        )));
     }
     let u = User { name: body.name, role: body.role, groups: body.groups };
     state.store.put_user(&u, now_ms()).await?;
@@ -1106,6 +1127,7 @@ async fn list_task_env(
 ) -> ApiResult<Json<Value>> {
     let user = caller(&state, &headers).await?;
     self_or_admin(&user, &name)?;
+    known_user(&state, &name).await?;
     let vars = state.store.task_env(&name).await?;
     let items: Vec<Value> = vars
         .iter()
@@ -1139,6 +1161,7 @@ async fn put_task_env(
 ) -> ApiResult<StatusCode> {
     let user = caller(&state, &headers).await?;
     self_or_admin(&user, &name)?;
+    known_user(&state, &name).await?;
     let body: TaskEnvBody = json_body(&body, r#"{"name", "value", "hidden"}"#)?;
     let var = trainyard_core::spec::EnvVar { name: body.name, value: body.value, hidden: body.hidden };
     let mut report = Report::default();
@@ -1165,10 +1188,11 @@ async fn delete_task_env(
 ) -> ApiResult<StatusCode> {
     let user = caller(&state, &headers).await?;
     self_or_admin(&user, &name)?;
+    known_user(&state, &name).await?;
     if state.store.delete_task_env(&name, &var).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
-        Err(ApiError::NotFound)
+        Err(ApiError::NotFoundWhat(format!("{name} has no TaskEnv variable {var:?}")))
     }
 }
 
@@ -1188,6 +1212,7 @@ async fn get_user_alarms(
 ) -> ApiResult<Json<Value>> {
     let user = caller(&state, &headers).await?;
     self_or_admin(&user, &name)?;
+    known_user(&state, &name).await?;
     let subs = trainyard_control::alarms::user_subscriptions(&state.store, &name).await?;
     Ok(Json(json!({ "items": subs })))
 }
@@ -1202,6 +1227,7 @@ async fn put_user_alarms(
     use trainyard_core::decode::{Decode, Decoder};
     let user = caller(&state, &headers).await?;
     self_or_admin(&user, &name)?;
+    known_user(&state, &name).await?;
     let value: Value = json_body(&body, "a JSON list")?;
     let mut d = Decoder::default();
     let subs =
@@ -1360,6 +1386,77 @@ async fn clone_task(
     Ok((StatusCode::CREATED, Json(view(&state, created.task(), Spec::This(&task)))).into_response())
 }
 
+/// The longest request target (path and query) served; longer is a 414 problem. (hyper itself answers a
+/// target over 64 KiB, before any of this code runs, with a bare 414.)
+pub const MAX_URI_BYTES: usize = 8 * 1024;
+/// How much of an error body from axum's own extractors is kept as a problem's detail.
+const ERROR_BODY_MAX_BYTES: usize = 16 * 1024;
+
+/// A problem document response (RFC 9457).
+fn problem(status: StatusCode, code: &str, title: &str, detail: String) -> Response {
+    let body = json!({
+        "type": format!("https://trainyard.dev/problems/{code}"),
+        "title": title,
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    let mut resp = (status, Json(body)).into_response();
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+    resp
+}
+
+/// Every error answer is a problem document: the ones handlers make already are; the ones the router and
+/// axum's extractors make (unknown route, wrong method, body too large, a query that does not parse) are
+/// rewritten here, keeping their status, their headers (`Allow`) and what they said.
+async fn problems_for_every_error(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+    let target_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if target_len > MAX_URI_BYTES {
+        return problem(
+            StatusCode::URI_TOO_LONG,
+            "uri-too-long",
+            "Request target too long",
+            format!("the path and query are {target_len} bytes; at most {MAX_URI_BYTES}"),
+        );
+    }
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_problem = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/problem+json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_problem {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let said = axum::body::to_bytes(body, ERROR_BODY_MAX_BYTES).await.unwrap_or_default();
+    let said = String::from_utf8_lossy(&said).trim().to_owned();
+    let (code, title, detail) = match status {
+        StatusCode::NOT_FOUND => (
+            "no-such-route",
+            "No such route",
+            format!("nothing is served at {method} {path}; the API's routes are listed at /api/openapi.json"),
+        ),
+        StatusCode::METHOD_NOT_ALLOWED => {
+            let allow = parts.headers.get(header::ALLOW).and_then(|v| v.to_str().ok()).unwrap_or("");
+            ("method-not-allowed", "Method not allowed", format!("{path} does not take {method}; it takes {allow}"))
+        }
+        StatusCode::PAYLOAD_TOO_LARGE => (
+            "too-large",
+            "Body too large",
+            format!("the body is over {} bytes; a task document is at most {MAX_DOCUMENT_BYTES}", MAX_DOCUMENT_BYTES + 1024),
+        ),
+        StatusCode::BAD_REQUEST => ("bad-request", "Bad request", said),
+        s if s.is_client_error() => ("bad-request", s.canonical_reason().unwrap_or("Client error"), said),
+        s => ("internal", s.canonical_reason().unwrap_or("Server error"), said),
+    };
+    let mut resp = problem(status, code, title, detail);
+    for (name, value) in parts.headers.iter().filter(|(n, _)| *n != header::CONTENT_TYPE && *n != header::CONTENT_LENGTH) {
+        resp.headers_mut().insert(name.clone(), value.clone());
+    }
+    resp
+}
+
 /// The API's routes.
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -1403,6 +1500,7 @@ pub fn router(state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), count_requests))
         // A task document is at most MAX_DOCUMENT_BYTES; a little more is read so the validator can say so.
         .layer(DefaultBodyLimit::max(MAX_DOCUMENT_BYTES + 1024))
+        .layer(axum::middleware::from_fn(problems_for_every_error))
         .with_state(state)
 }
 

@@ -397,9 +397,10 @@ fn the_openapi_document_matches_the_router() {
         .unwrap();
         let status = resp.status().as_u16();
         let body = resp.body_mut().read_to_string().unwrap();
-        // The router's own "no such route" is an empty 404 or a 405; a handler's 404 is a problem document.
+        // The router's own answers are no-such-route (404) and method-not-allowed (405) problems; a handler's
+        // 404 is a not-found one.
         assert_ne!(status, 405, "{} {} is not routed", op.method, op.path);
-        assert!(status != 404 || body.contains("not-found"), "{} {} is not routed", op.method, op.path);
+        assert!(!body.contains("no-such-route"), "{} {} is not routed: {body}", op.method, op.path);
     }
     let page = a.get(&format!("{}/api/docs", s.base)).call().unwrap().body_mut().read_to_string().unwrap();
     assert!(page.contains("/api/openapi.json") && !page.contains("https://"), "the docs page works offline");
@@ -964,4 +965,80 @@ fn slow_and_surplus_connections_are_cut_off() {
     }
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(s.call("GET", "alice", "/api/v1/whoami", None, None).0, 200);
+}
+
+/// Finding 18 (the API's part): every 4xx is an RFC 9457 problem (unknown route, wrong method, body too
+/// large, target too long, a query that does not parse); unknown nodes, users and variables say what is
+/// missing; an empty Idempotency-Key and an oversized user name are refused.
+#[test]
+fn every_error_is_a_problem_that_names_what_is_wrong() {
+    let s = server();
+    let a = agent();
+    let auth = format!("Bearer {}", s.tokens["root"]);
+    let problem = |resp: &mut ureq::http::Response<ureq::Body>| -> Value {
+        let ct = resp.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+        let body = resp.body_mut().read_to_string().unwrap();
+        assert_eq!(ct, "application/problem+json", "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert!(v["type"].as_str().unwrap().starts_with("https://trainyard.dev/problems/"), "{v}");
+        assert!(v["title"].is_string() && v["detail"].is_string(), "{v}");
+        v
+    };
+    let mut r = a.get(&format!("{}/api/v1/nope", s.base)).header("Authorization", &auth).call().unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    assert_eq!(problem(&mut r)["type"], "https://trainyard.dev/problems/no-such-route");
+    let mut r = a.delete(&format!("{}/api/v1/whoami", s.base)).header("Authorization", &auth).call().unwrap();
+    assert_eq!(r.status().as_u16(), 405);
+    assert!(r.headers().get("allow").is_some(), "the Allow header stays");
+    assert!(problem(&mut r)["detail"].as_str().unwrap().contains("does not take DELETE"));
+    let big = vec![b'a'; trainyard_core::MAX_DOCUMENT_BYTES + 4096];
+    let mut r = a.post(&format!("{}/api/v1/tasks", s.base)).header("Authorization", &auth).send(&big[..]).unwrap();
+    assert_eq!(r.status().as_u16(), 413);
+    problem(&mut r);
+    let long = format!("{}/api/v1/tasks?q={}", s.base, "x".repeat(trainyard_api::MAX_URI_BYTES));
+    let mut r = a.get(&long).header("Authorization", &auth).call().unwrap();
+    assert_eq!(r.status().as_u16(), 414);
+    problem(&mut r);
+    let mut r = a.get(&format!("{}/api/v1/tasks?limit=many", s.base)).header("Authorization", &auth).call().unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert!(problem(&mut r)["detail"].as_str().unwrap().contains("limit"), "the detail names the parameter");
+    let mut r = a.get(&format!("{}/api/v1/tasks/x/events?after=soon", s.base)).header("Authorization", &auth).call().unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    problem(&mut r);
+
+    // What is missing is named.
+    let (code, p) = s.call("PUT", "root", "/api/v1/admin/nodes/nope", Some(r#"{"schedulable": true}"#), None);
+    assert_eq!((code, p["detail"].as_str()), (404, Some("no such node \"nope\"; GET /api/v1/catalog lists them")));
+    for (method, path) in [
+        ("POST", "/api/v1/users/ghost/tokens"),
+        ("GET", "/api/v1/users/ghost/env"),
+        ("GET", "/api/v1/users/ghost/alarms"),
+        ("DELETE", "/api/v1/users/ghost/env/X"),
+    ] {
+        let (code, p) = s.call(method, "root", path, Some("{}"), None);
+        assert_eq!((code, p["detail"].as_str()), (404, Some("no such user \"ghost\"")), "{method} {path}");
+    }
+    let (code, p) = s.call("DELETE", "alice", "/api/v1/users/alice/env/NOPE", None, None);
+    assert_eq!((code, p["detail"].as_str()), (404, Some("alice has no TaskEnv variable \"NOPE\"")));
+    let (code, p) = s.call("GET", "alice", "/api/v1/tasks/nope", None, None);
+    assert_eq!((code, p["detail"].as_str()), (404, Some("no such task, or it is not visible to you")));
+
+    // An empty Idempotency-Key is refused, not taken as a key; a real one works.
+    let body = task("idem", "nlp", false, "");
+    for bad in ["", " "] {
+        let (code, p) = s.call("POST", "alice", "/api/v1/tasks", Some(&body), Some(bad));
+        assert_eq!(code, 400, "{bad:?}: {p}");
+        assert!(p["detail"].as_str().unwrap().contains("Idempotency-Key"), "{p}");
+    }
+    assert_eq!(s.call("POST", "alice", "/api/v1/tasks", Some(&body), Some("k-1")).0, 201);
+    // A user name over the limit is refused; one at the limit is fine.
+    let user = |name: &str| format!(r#"{{"name": "{name}", "role": "member", "groups": ["nlp"]}}"#);
+    let long = "u".repeat(trainyard_api::USER_NAME_MAX_BYTES + 1);
+    let (code, p) = s.call("POST", "root", "/api/v1/admin/users", Some(&user(&long)), None);
+    assert_eq!(code, 400, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("1 to 64"), "{p}");
+    let (code, p) = s.call("POST", "root", "/api/v1/admin/users", Some(&user(&"u".repeat(500_000))), None);
+    assert_eq!(code, 400, "{p}");
+    let ok = "u".repeat(trainyard_api::USER_NAME_MAX_BYTES);
+    assert_eq!(s.call("POST", "root", "/api/v1/admin/users", Some(&user(&ok)), None).0, 200);
 }
