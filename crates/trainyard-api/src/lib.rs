@@ -586,9 +586,26 @@ fn may_use_group(user: &User, group: &str) -> ApiResult<()> {
     )))
 }
 
-/// What the catalog keeps from some users beyond the validator's group rules: nothing yet.
-fn may_use_catalog(_state: &AppState, _user: &User, _task: &trainyard_core::TrainingTask) -> ApiResult<()> {
-    Ok(())
+/// What the catalog keeps from some users beyond the validator's group rules: the `host` image (this
+/// machine's own system directories) is for admins, and for members only when its catalog entry lists the
+/// task's project group.
+fn may_use_catalog(state: &AppState, user: &User, task: &trainyard_core::TrainingTask) -> ApiResult<()> {
+    use trainyard_core::catalog::HOST_IMAGE;
+    if user.role == "admin" || task.spec.environment.image != HOST_IMAGE {
+        return Ok(());
+    }
+    let catalog = state.catalog.get();
+    let groups = catalog.images.get(HOST_IMAGE).map(|i| i.project_groups.clone()).unwrap_or_default();
+    if groups.contains(&task.metadata.project_group) {
+        return Ok(());
+    }
+    let listed = if groups.is_empty() { "none: admins only".to_owned() } else { groups.join(", ") };
+    Err(ApiError::Forbidden(format!(
+        "image {HOST_IMAGE} is this machine's own system directories, for admins and the project groups its \
+         catalog entry lists (images.{HOST_IMAGE}.projectGroups: {listed}), and project group {} is not one of \
+         them; choose another image, or ask an admin",
+        task.metadata.project_group
+    )))
 }
 
 /// The longest `Idempotency-Key` accepted.

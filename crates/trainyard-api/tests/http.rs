@@ -19,7 +19,10 @@ pools: {default: {cluster: local, instanceSpecs: [cpu.small]}}
 instanceSpecs: {cpu.small: {kind: CPU, vcpus: 1, memoryMib: 1024}}
 nodes: {node-0: {pool: default, vcpus: 16, memoryMib: 65536}}
 projectGroups: {nlp: {}, cv: {}}
-images: {host: {torch: true, ray: true}}
+images: {host: {torch: true, ray: true, projectGroups: [nlp, cv]}, cv-only: {projectGroups: [cv]}}
+volumes: {ckpt: {projectGroups: [nlp]}, shared: {}}
+datasets: {alpaca: {projectGroups: [cv]}}
+models: {llama: {projectGroups: [nlp, cv]}}
 quotas:
   - {group: nlp, resourceType: Reserved, pool: default, spec: cpu.small, units: 8}
   - {group: cv, resourceType: Reserved, pool: default, spec: cpu.small, units: 8}
@@ -481,7 +484,8 @@ fn admins_manage_users_tokens_nodes_and_the_catalog() {
     let extended = format!(
         "{CATALOG}  - {{group: robotics, resourceType: Reserved, pool: default, spec: cpu.small, units: 2}}\n"
     )
-    .replace("projectGroups: {nlp: {}, cv: {}}", "projectGroups: {nlp: {}, cv: {}, robotics: {}}");
+    .replace("projectGroups: {nlp: {}, cv: {}}", "projectGroups: {nlp: {}, cv: {}, robotics: {}}")
+    .replace("projectGroups: [nlp, cv]}, cv-only", "projectGroups: [nlp, cv, robotics]}, cv-only");
     let (code, c) = s.call("PUT", "root", "/api/v1/admin/catalog", Some(&extended), None);
     assert_eq!(code, 200, "{c}");
     let (code, _) = s.call(
@@ -839,9 +843,18 @@ fn validate_shows_only_the_callers_groups_quota() {
     let s = server();
     // 9 replicas of cpu.small: one more than the group's 8 units, so the answer says what is left.
     let big = |group: &str| task("big", group, false, "").replace("workers: 1", "workers: 8");
-    let (code, v) = s.call("POST", "carol", "/api/v1/validate", Some(&big("cv")), None);
-    assert_eq!(code, 200, "{v}");
-    let own = v["admission"]["reason"].as_str().unwrap().to_owned();
+    // The answer comes from the last tick's view: wait for the first one.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let own = loop {
+        let (code, v) = s.call("POST", "carol", "/api/v1/validate", Some(&big("cv")), None);
+        assert_eq!(code, 200, "{v}");
+        let reason = v["admission"]["reason"].as_str().unwrap().to_owned();
+        if !reason.contains("not in the scheduler's view yet") {
+            break reason;
+        }
+        assert!(Instant::now() < deadline, "{v}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert!(own.contains("cv") && own.contains('8'), "a member sees her group's figures: {own}");
     let (code, v) = s.call("POST", "alice", "/api/v1/validate", Some(&big("cv")), None);
     assert_eq!(code, 200, "{v}");
@@ -1041,4 +1054,57 @@ fn every_error_is_a_problem_that_names_what_is_wrong() {
     assert_eq!(code, 400, "{p}");
     let ok = "u".repeat(trainyard_api::USER_NAME_MAX_BYTES);
     assert_eq!(s.call("POST", "root", "/api/v1/admin/users", Some(&user(&ok)), None).0, 200);
+}
+
+/// Finding 8: volumes, datasets, models and images carry the project groups that may use them; a use from
+/// another group is refused with a stable code and the allowed groups named; entries without groups stay
+/// open to all. The host image is for admins and the groups its entry lists.
+#[test]
+fn catalog_entries_are_used_only_by_their_groups() {
+    let s = server();
+    let with = |group: &str, extra: &str| {
+        task("own", group, false, "").replace("    cmd: python3 train.py\n", &format!("    cmd: python3 train.py\n{extra}"))
+    };
+    // carol (cv) may not mount nlp's volume read-write, nor take the cv image into nlp, etc.
+    let (code, p) =
+        s.call("POST", "carol", "/api/v1/tasks", Some(&with("cv", "    volumes: [{volume: ckpt, mountPath: /volume/ckpt}]\n")), None);
+    assert_eq!(code, 422, "{p}");
+    assert_eq!(p["problems"][0]["path"], "spec.environment.volumes[0].volume", "{p}");
+    assert_eq!(p["problems"][0]["code"], "not-in-group", "{p}");
+    assert!(p["problems"][0]["message"].as_str().unwrap().contains("for project groups nlp only"), "{p}");
+    let (code, p) =
+        s.call("POST", "alice", "/api/v1/tasks", Some(&with("nlp", "    datasets: [{dataset: alpaca, mountPath: /mnt/data}]\n")), None);
+    assert_eq!((code, p["problems"][0]["code"].as_str()), (422, Some("not-in-group")), "{p}");
+    let (_, v) = s.call("POST", "alice", "/api/v1/validate", Some(&with("nlp", "    datasets: [{dataset: alpaca, mountPath: /mnt/data}]\n")), None);
+    assert_eq!(v["problems"][0]["code"], "not-in-group", "{v}");
+    let (code, p) = s.call("POST", "alice", "/api/v1/tasks", Some(&with("nlp", "").replace("image: host", "image: cv-only")), None);
+    assert_eq!((code, p["problems"][0]["path"].as_str()), (422, Some("spec.environment.image")), "{p}");
+    // The legitimate paths: the owning group, a listed group, an entry open to all.
+    let mounts = "    volumes: [{volume: ckpt, mountPath: /volume/ckpt}, {volume: shared, mountPath: /volume/s}]\n    models: [{model: llama, mountPath: /mnt/model}]\n";
+    let (code, p) = s.call("POST", "alice", "/api/v1/tasks", Some(&with("nlp", mounts)), None);
+    assert_eq!(code, 201, "{p}");
+    let (code, p) =
+        s.call("POST", "carol", "/api/v1/tasks", Some(&with("cv", "    datasets: [{dataset: alpaca, mountPath: /mnt/data}]\n")), None);
+    assert_eq!(code, 201, "{p}");
+
+    // host: listed groups only for members; an admin always. Taking nlp off the list refuses alice.
+    let (_, cat) = s.call("GET", "root", "/api/v1/catalog", None, None);
+    let mut cat = cat;
+    cat["images"]["host"]["projectGroups"] = serde_json::json!(["cv"]);
+    assert_eq!(s.call("PUT", "root", "/api/v1/admin/catalog", Some(&cat.to_string()), None).0, 200);
+    let (code, p) = s.call("POST", "alice", "/api/v1/tasks", Some(&task("h", "nlp", false, "")), None);
+    assert_eq!(code, 403, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("images.host.projectGroups: cv"), "{p}");
+    assert_eq!(s.call("POST", "carol", "/api/v1/tasks", Some(&task("h", "cv", false, "")), None).0, 201);
+    assert_eq!(s.call("POST", "root", "/api/v1/tasks", Some(&task("h", "nlp", false, "")), None).0, 201);
+    cat["images"]["host"]["projectGroups"] = serde_json::json!([]);
+    assert_eq!(s.call("PUT", "root", "/api/v1/admin/catalog", Some(&cat.to_string()), None).0, 200);
+    let (code, p) = s.call("POST", "carol", "/api/v1/tasks", Some(&task("h", "cv", false, "")), None);
+    assert_eq!(code, 403, "empty: admins only: {p}");
+    assert!(p["detail"].as_str().unwrap().contains("none: admins only"), "{p}");
+    // A catalog naming a group that does not exist is refused.
+    cat["volumes"]["ckpt"]["projectGroups"] = serde_json::json!(["robotics"]);
+    let (code, p) = s.call("PUT", "root", "/api/v1/admin/catalog", Some(&cat.to_string()), None);
+    assert_eq!(code, 400, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("volume ckpt: project group \"robotics\" does not exist"), "{p}");
 }

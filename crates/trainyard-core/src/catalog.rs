@@ -159,7 +159,15 @@ pub struct Image {
     /// this machine's root); any other image without one cannot be pulled here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rootfs: Option<String>,
+    /// Project groups that may use it; empty means every group. For [`HOST_IMAGE`] it is also who besides
+    /// admins may use it at all (the server enforces that; empty means admins only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub project_groups: Vec<String>,
 }
+
+/// The image that is this machine's own system directories (the local backend). Members may use it only when
+/// its catalog entry lists their task's project group; admins always may.
+pub const HOST_IMAGE: &str = "host";
 
 /// A storage volume.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -173,6 +181,9 @@ pub struct Volume {
     /// For the local backend: the directory backing it (default: `volumes/NAME` in the data dir).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// Project groups whose tasks may mount it; empty means every group.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub project_groups: Vec<String>,
 }
 
 /// A dataset or a model.
@@ -185,6 +196,9 @@ pub struct DataAsset {
     /// data dir).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// Project groups whose tasks may mount it; empty means every group.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub project_groups: Vec<String>,
 }
 
 /// The maintained labels, and whether tasks must use them.
@@ -200,25 +214,39 @@ pub struct LabelPolicy {
 }
 
 /// Something offered in some clusters (empty: all of them).
+/// A catalog entry offered in some clusters, to some project groups (empty lists: all of them).
 pub trait ClusterScoped {
     fn clusters(&self) -> &[String];
+    fn project_groups(&self) -> &[String];
     fn offered_in(&self, cluster: &str) -> bool {
         self.clusters().is_empty() || self.clusters().iter().any(|c| c == cluster)
+    }
+    fn offered_to(&self, group: &str) -> bool {
+        self.project_groups().is_empty() || self.project_groups().iter().any(|g| g == group)
     }
 }
 impl ClusterScoped for Image {
     fn clusters(&self) -> &[String] {
         &self.clusters
     }
+    fn project_groups(&self) -> &[String] {
+        &self.project_groups
+    }
 }
 impl ClusterScoped for Volume {
     fn clusters(&self) -> &[String] {
         &self.clusters
     }
+    fn project_groups(&self) -> &[String] {
+        &self.project_groups
+    }
 }
 impl ClusterScoped for DataAsset {
     fn clusters(&self) -> &[String] {
         &self.clusters
+    }
+    fn project_groups(&self) -> &[String] {
+        &self.project_groups
     }
 }
 
@@ -300,10 +328,22 @@ impl Catalog {
             .chain(self.volumes.iter().map(|(n, v)| ("volume", n, v.clusters())))
             .chain(self.datasets.iter().map(|(n, v)| ("dataset", n, v.clusters())))
             .chain(self.models.iter().map(|(n, v)| ("model", n, v.clusters())));
+        let grouped = self.images.iter().map(|(n, i)| ("image", n, i.project_groups()));
+        let grouped = grouped
+            .chain(self.volumes.iter().map(|(n, v)| ("volume", n, v.project_groups())))
+            .chain(self.datasets.iter().map(|(n, v)| ("dataset", n, v.project_groups())))
+            .chain(self.models.iter().map(|(n, v)| ("model", n, v.project_groups())));
         for (what, name, clusters) in scoped {
             for c in clusters {
                 if !self.clusters.contains_key(c) {
                     out.push(format!("{what} {name}: cluster {c:?} does not exist"));
+                }
+            }
+        }
+        for (what, name, groups) in grouped {
+            for g in groups {
+                if !self.project_groups.contains_key(g) {
+                    out.push(format!("{what} {name}: project group {g:?} does not exist"));
                 }
             }
         }

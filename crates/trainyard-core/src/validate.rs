@@ -124,6 +124,8 @@ struct Place<'a> {
     task_type: Option<TaskType>,
     cluster: Option<&'a str>,
     pool: Option<&'a str>,
+    /// The task's project group, when it is one the catalog knows.
+    group: Option<&'a str>,
 }
 
 struct V<'a> {
@@ -287,7 +289,9 @@ impl<'a> V<'a> {
             );
             pool_ok = false;
         }
-        Place { task_type, cluster, pool: pool_ok.then_some(pool.as_str()) }
+        let group = &t.metadata.project_group;
+        let group_ok = self.ok("metadata.projectGroup") && self.cat.project_groups.contains_key(group);
+        Place { task_type, cluster, pool: pool_ok.then_some(pool.as_str()), group: group_ok.then_some(group.as_str()) }
     }
 
     /// Reports an empty or unknown reference. Returns whether it resolved.
@@ -314,7 +318,9 @@ impl<'a> V<'a> {
         }
     }
 
-    /// Reports a catalog entry not offered in the task's cluster. `exists` is the entry, if any.
+    /// Reports a catalog entry not offered in the task's cluster or to its project group. `exists` is the
+    /// entry, if any. The host image's groups are not checked here: they say which members may use it at
+    /// all (admins always may), which only the server knows.
     fn offered<T: ClusterScoped>(
         &mut self,
         path: &str,
@@ -323,6 +329,19 @@ impl<'a> V<'a> {
         entry: Option<&T>,
         place: &Place,
     ) {
+        if let (Some(e), Some(g)) = (entry, place.group)
+            && !e.offered_to(g)
+            && !(what == "image" && name == crate::catalog::HOST_IMAGE)
+        {
+            self.report.error(
+                path,
+                Code::NotInGroup,
+                format!(
+                    "{what} \"{name}\" is for project groups {} only, and this task is in \"{g}\"; choose another {what}, or ask an admin to add the group to it in the catalog",
+                    e.project_groups().join(", ")
+                ),
+            );
+        }
         if let (Some(e), Some(c)) = (entry, place.cluster)
             && !e.offered_in(c)
         {

@@ -793,3 +793,37 @@ fn json_and_yaml_read_the_same() {
     assert!(checked.report.problems.is_empty());
     assert_eq!(checked.task.unwrap(), t);
 }
+
+/// Catalog entries with project groups are refused to tasks of other groups, naming the groups they are for;
+/// entries without groups, and listed groups, pass. The host image's groups are the server's to enforce.
+#[test]
+fn catalog_entries_for_other_groups() {
+    let mut cat = catalog();
+    let other = cat.project_groups.keys().find(|g| *g != "nlp").unwrap().clone();
+    cat.volumes.get_mut("ckpt").unwrap().project_groups = vec![other.clone()];
+    cat.datasets.get_mut("alpaca").unwrap().project_groups = vec!["nlp".into(), other.clone()];
+    cat.images.get_mut("pytorch-2.3-cuda12").unwrap().project_groups = vec![other.clone()];
+    let report = validate(&base(PYTORCH), &cat);
+    let got: Vec<(&str, Code)> = report.problems.iter().map(|p| (p.path.as_str(), p.code)).collect();
+    assert_eq!(
+        got,
+        [("spec.environment.image", Code::NotInGroup), ("spec.environment.volumes[0].volume", Code::NotInGroup)]
+    );
+    assert!(report.problems[1].message.contains(&format!("for project groups {other} only")), "{report:?}");
+    assert!(cat.check().is_empty());
+    cat.models.entry("m".into()).or_default().project_groups = vec!["nope".into()];
+    assert_eq!(cat.check(), ["model m: project group \"nope\" does not exist"]);
+}
+
+/// A hidden value that is only asterisks is the mask the API shows, never a value.
+#[test]
+fn masked_hidden_values() {
+    let hidden = |v: &str| EnvVar { name: "K".into(), value: v.into(), hidden: true };
+    for mask in ["******", "*"] {
+        case(PYTORCH, |t| t.spec.environment.env = vec![hidden(mask)], &[(ENV0_VALUE, Code::MaskedValue)]);
+    }
+    case(PYTORCH, |t| t.spec.environment.env = vec![hidden("**x")], &[]);
+    case(PYTORCH, |t| t.spec.environment.env = vec![env("K", "***")], &[]);
+}
+
+const ENV0_VALUE: &str = "spec.environment.env[0].value";

@@ -608,7 +608,12 @@ async function createPage(params) {
         h("button", { type: "button", class: "link", "aria-label": `remove ${label} ${i + 1}`, onclick: () => { items.splice(i, 1); setPath(doc, path, items); changed(true); } }, "Remove"))),
       h("button", { type: "button", class: "add", id: `add-${path}`, onclick: () => { items.push(make()); setPath(doc, path, items); changed(true); } }, `Add ${label.toLowerCase().replace(/s$/, "")}`));
   };
-  const inCluster = (m) => Object.entries(m || {}).filter(([, x]) => !x.clusters?.length || x.clusters.includes(doc.spec.placement.cluster)).map(([k]) => k);
+  // Catalog entries offered in the task's cluster and to its project group (empty lists: all); the host image
+  // is for admins and the groups its entry lists.
+  const usable = (m, k, x) => (m === cat.images && k === "host"
+    ? me.role === "admin" || (x.projectGroups || []).includes(doc.metadata.projectGroup)
+    : !x.projectGroups?.length || x.projectGroups.includes(doc.metadata.projectGroup));
+  const inCluster = (m) => Object.entries(m || {}).filter(([k, x]) => (!x.clusters?.length || x.clusters.includes(doc.spec.placement.cluster)) && usable(m, k, x)).map(([k]) => k);
 
   // The validator's path for a label key: `metadata.labels.team`, or `metadata.labels["app.io/x"]` for keys
   // that are not plain identifiers (as `trainyard_core::problem::key` writes them), so problems land on the row.
@@ -676,7 +681,7 @@ async function createPage(params) {
       h("section", { "aria-labelledby": "sec-basic" }, h("h2", { id: "sec-basic" }, "Basic information"),
         select("spec.placement.region", "Region", Object.keys(cat.regions), true),
         select("spec.placement.cluster", "Cluster", clusters, true),
-        select("metadata.projectGroup", "Project group", me.role === "admin" ? Object.keys(cat.projectGroups) : me.groups, false),
+        select("metadata.projectGroup", "Project group", me.role === "admin" ? Object.keys(cat.projectGroups) : me.groups, true),
         text("metadata.namePrefix", "Task name prefix", { hint: "lowercase letters, digits and hyphens; a unique suffix is added" }),
         select("spec.type", "Task type", ["PyTorchJob", "RayJob"], true),
         check1("metadata.public", "Public within the project group"),
@@ -820,6 +825,7 @@ async function adminPage() {
   const catalogText = h("textarea", { id: "catalog", rows: 18, spellcheck: "false", "aria-label": "catalog (JSON or YAML)" });
   const labelSwitch = h("input", { type: "checkbox", id: "label-validation" });
   const users = h("tbody", { id: "users" });
+  const owners = h("tbody", { id: "catalog-groups" });
   const groups = h("tbody", { id: "project-groups" });
   let cat = null;
 
@@ -901,6 +907,15 @@ async function adminPage() {
           n.schedulable === false ? h("button", { type: "button", onclick: put({ schedulable: true }, "Uncordon") }, "Uncordon") : h("button", { type: "button", onclick: put({ schedulable: false }, "Cordon") }, "Cordon"), " ",
           n.failed ? h("button", { type: "button", onclick: put({ failed: false }, "Repair") }, "Repair") : h("button", { type: "button", class: "danger", "data-action": "fail", onclick: put({ failed: true }, "Mark failed") }, "Mark failed")));
     }));
+    // Which project groups may use each image, volume, dataset and model (catalog `projectGroups`).
+    const kinds = [["image", cat.images], ["volume", cat.volumes], ["dataset", cat.datasets], ["model", cat.models]];
+    owners.replaceChildren(...kinds.flatMap(([kind, m]) => Object.entries(m || {}).map(([name, x]) => {
+      const groups = x.projectGroups || [];
+      const who = kind === "image" && name === "host"
+        ? `admins${groups.length ? `, and ${groups.join(", ")}` : " only"}`
+        : groups.length ? groups.join(", ") : "every group";
+      return h("tr", { "data-entry": `${kind}/${name}` }, h("td", {}, kind), h("td", { class: "mono" }, name), h("td", {}, who));
+    })));
     quota.replaceChildren(...q.items.map((l) => h("tr", {}, [l.group, l.resourceType, l.pool, l.spec, l.limit, l.limit - l.remaining, l.remaining, l.poolAvailable, l.idle].map((v) => h("td", {}, v)))));
     await loadUsers();
   }
@@ -937,6 +952,9 @@ async function adminPage() {
     h("section", {}, h("h2", {}, "Quotas and usage"), h("table", {}, h("thead", {}, h("tr", {}, ["Group", "Type", "Pool", "Spec", "Quota", "Used", "Remaining", "Pool available", "Idle"].map((c) => h("th", { scope: "col" }, c)))), quota)),
     h("section", {}, h("h2", {}, "Labels"), h("div", { class: "field check" }, labelSwitch, h("label", { for: "label-validation" }, "Tasks must use maintained labels")),
       h("p", { class: "muted" }, "Maintained labels are in the catalog below, under labels.maintained.")),
+    h("section", {}, h("h2", { id: "owners-title" }, "Who may use what"),
+      h("table", { "aria-labelledby": "owners-title" }, h("thead", {}, h("tr", {}, ["Kind", "Name", "Project groups"].map((c) => h("th", { scope: "col" }, c)))), owners),
+      h("p", { class: "muted" }, "Set projectGroups on an image, volume, dataset or model in the catalog below; without it every group may use it (the host image: admins only).")),
     h("section", {}, h("h2", {}, "Catalog"), catalogText, h("div", { class: "row" }, h("span", { class: "muted" }, "Regions, clusters, pools, nodes, instance specs, quotas, images, volumes, datasets, models, labels."),
       h("button", { type: "button", id: "save-catalog", onclick: () => { if (confirm("Replace the catalog?")) saveCatalog(catalogText.value); } }, "Save catalog"))),
     h("section", {}, h("h2", { id: "users-title" }, "Users and tokens"),
