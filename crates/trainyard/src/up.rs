@@ -61,6 +61,15 @@ pub struct SandboxFlags {
     /// else (not routed, no egress), so every task uses the same range.
     #[arg(long, env = "TRAINYARD_SANDBOX_NETWORK", default_value = trainyard_runtime::local::netns::DEFAULT_RANGE)]
     pub sandbox_network: String,
+    /// Let replicas reach beyond their task: the internet through this machine (masqueraded), never this
+    /// machine itself, other tasks, or private, link-local and loopback ranges. Off by default. Needs
+    /// nftables.
+    #[arg(long, env = "TRAINYARD_SANDBOX_EGRESS")]
+    pub sandbox_egress: bool,
+    /// A network replicas with egress may reach although it is private (a package mirror on the LAN);
+    /// repeatable.
+    #[arg(long, value_name = "CIDR", requires = "sandbox_egress")]
+    pub sandbox_egress_allow: Vec<String>,
     /// Processes and threads one replica may have (its cgroup's pids.max).
     #[arg(long, default_value_t = trainyard_runtime::local::supervisor::DEFAULT_PIDS_MAX)]
     pub replica_pids_max: u64,
@@ -257,6 +266,26 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
             let f = &opts.sandbox;
             cfg.network = local::netns::Range::parse(&f.sandbox_network)
                 .map_err(|e| anyhow::anyhow!("--sandbox-network: {e}"))?;
+            if f.sandbox_egress {
+                let allow = f
+                    .sandbox_egress_allow
+                    .iter()
+                    .map(|c| {
+                        local::netns::Range::parse(c)
+                            .map_err(|e| anyhow::anyhow!("--sandbox-egress-allow: {e}"))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let nft = local::netns::find_nft().map_err(|e| anyhow::anyhow!("--sandbox-egress: {e}"))?;
+                let egress = local::netns::Egress {
+                    uplinks: local::netns::Range::parse(local::netns::DEFAULT_UPLINKS)
+                        .map_err(anyhow::Error::msg)?,
+                    allow,
+                    nft,
+                };
+                local::netns::install_host_rules(&egress)
+                    .map_err(|e| anyhow::anyhow!("--sandbox-egress: {e}"))?;
+                cfg.egress = Some(egress);
+            }
             cfg.limits = local::supervisor::Limits {
                 pids_max: f.replica_pids_max.max(16),
                 scratch_mib: f.replica_scratch_mib.max(1),
@@ -299,8 +328,12 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
         None => None,
     };
     let metrics_line = match &metrics_listener {
-        Some(l) => format!("http://{}/metrics (no token; keep this address for the scraper)", l.local_addr()?),
-        None => "on the API's address with an admin token (or --metrics-listen ADDR for a scraper)".to_owned(),
+        Some(l) => {
+            format!("http://{}/metrics (no token; keep this address for the scraper)", l.local_addr()?)
+        }
+        None => {
+            "on the API's address with an admin token (or --metrics-listen ADDR for a scraper)".to_owned()
+        }
     };
     let serve_options = trainyard_api::ServeOptions {
         limits: trainyard_api::HttpLimits {
@@ -319,7 +352,9 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
     println!("  store:   {url}");
     println!("  alarms:  https webhooks are checked against {webhook_trust}");
     if webhook_nets.is_empty() {
-        println!("  alarms:  webhooks go to public addresses only (--webhook-allow-net CIDR for internal ones)");
+        println!(
+            "  alarms:  webhooks go to public addresses only (--webhook-allow-net CIDR for internal ones)"
+        );
     } else {
         println!("  alarms:  webhooks may also go to {webhook_nets}");
     }

@@ -463,3 +463,129 @@ fn cgroups_named(dir: &Path, needle: &str, depth: usize) -> Vec<PathBuf> {
     }
     out
 }
+
+/// A network beyond this machine, for egress: a namespace behind a veth on this machine (198.51.100.0/24,
+/// directly connected: this machine's LAN) that routes to 203.0.113.1 (documentation ranges both), where a TCP
+/// server answers `outside`. The replicas reach it as they would the internet: through a gateway.
+struct Outside {
+    ns: String,
+    server: std::process::Child,
+}
+
+impl Outside {
+    const ADDR: &'static str = "203.0.113.1";
+    const PORT: u16 = 8080;
+
+    fn new() -> Outside {
+        let ns = format!("ty-out-{}", std::process::id());
+        let host_if = format!("tyo{}", std::process::id() % 100_000);
+        let ip = |args: &str| {
+            let ok =
+                std::process::Command::new("ip").args(args.split_whitespace()).status().unwrap().success();
+            assert!(ok, "ip {args}");
+        };
+        let _ = std::process::Command::new("ip").args(["netns", "delete", &ns]).status();
+        ip(&format!("netns add {ns}"));
+        ip(&format!("link add {host_if} type veth peer name eth0 netns {ns}"));
+        ip(&format!("addr add 198.51.100.2/24 dev {host_if}"));
+        ip(&format!("link set {host_if} up"));
+        ip(&format!("-n {ns} addr add 198.51.100.1/24 dev eth0"));
+        ip(&format!("-n {ns} addr add {}/32 dev lo", Outside::ADDR));
+        ip(&format!("-n {ns} link set eth0 up"));
+        ip(&format!("-n {ns} link set lo up"));
+        ip("route replace 203.0.113.0/24 via 198.51.100.1");
+        let server = std::process::Command::new("ip")
+            .args(["netns", "exec", &ns, "python3", "-c"])
+            .arg(format!(
+                "import socket\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+                 s.bind(('0.0.0.0', {})); s.listen()\nwhile True:\n    c = s.accept()[0]; c.sendall(b'outside'); c.close()\n",
+                Outside::PORT
+            ))
+            .spawn()
+            .unwrap();
+        Outside { ns, server }
+    }
+}
+
+impl Drop for Outside {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+        let _ = std::process::Command::new("ip").args(["netns", "delete", &self.ns]).status();
+    }
+}
+
+/// The probe an egress test runs: what a replica reaches, as a JSON report.
+fn egress_probe(host_port: u16) -> String {
+    format!(
+        r#"python3 - <<'EOF'
+import json, socket
+def get(host, port):
+    try:
+        c = socket.create_connection((host, port), 3); data = c.recv(64); c.close(); return data.decode() or "connected"
+    except OSError as e:
+        return "refused" if isinstance(e, ConnectionRefusedError) else "unreachable"
+out = {{"outside": get("{outside}", {outside_port}), "host_link": get("198.51.100.2", {host_port}),
+       "lan": get("198.51.100.1", {outside_port}),
+       "host_loopback": get("127.0.0.1", {host_port}), "metadata": get("169.254.169.254", 80),
+       "private": get("10.1.2.3", 80)}}
+import os
+for i, a in enumerate(os.environ.get("HOST_ADDRS", "").split()):
+    out["host_%d" % i] = get(a, {host_port})
+print("REPORT " + json.dumps(out), flush=True)
+EOF"#,
+        outside = Outside::ADDR,
+        outside_port = Outside::PORT,
+    )
+}
+
+/// Egress is the admin's to turn on. Off (the default), a replica reaches nothing beyond its task; on, it
+/// reaches a server beyond this machine through it, and still not this machine (any of its addresses), its
+/// loopback, cloud metadata, or private ranges.
+#[test]
+fn egress_reaches_beyond_the_machine_only_when_the_admin_allows_it() {
+    let outside = Outside::new();
+    let host = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let host_port = host.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in host.incoming().flatten() {
+            let _ = std::io::Write::write_all(&mut &c, b"host-secret");
+        }
+    });
+    let addrs = std::process::Command::new("ip").args(["-4", "-o", "addr", "show"]).output().unwrap();
+    let host_addrs: Vec<String> = String::from_utf8_lossy(&addrs.stdout)
+        .lines()
+        .filter_map(|l| {
+            l.split_whitespace()
+                .skip_while(|w| *w != "inet")
+                .nth(1)
+                .map(|a| a.split('/').next().unwrap().to_owned())
+        })
+        .filter(|a| !a.starts_with("127."))
+        .collect();
+    let probe = |s: &Server, prefix: &str| -> Value {
+        let mut task = pytorch(prefix, 0, &egress_probe(host_port));
+        task["spec"]["environment"]["env"] = json!([{"name": "HOST_ADDRS", "value": host_addrs.join(" ")}]);
+        let id = s.submit(&task);
+        s.wait_status(&id, "Succeeded", secs(60));
+        report(s, &id)
+    };
+
+    let closed = Server::start("attack-egress-off", None);
+    let r = probe(&closed, "closed");
+    assert_eq!(r["outside"], "unreachable", "no egress by default: {r}");
+    drop(closed);
+
+    let open = Server::start_with(
+        "attack-egress-on",
+        Options { args: vec!["--sandbox-egress".into()], ..Options::default() },
+    );
+    let r = probe(&open, "open");
+    assert_eq!(r["outside"], "outside", "egress reaches beyond the machine: {r}");
+    for (k, v) in r.as_object().unwrap() {
+        if k != "outside" {
+            assert!(v == "unreachable" || v == "refused", "{k}: {r}");
+        }
+    }
+    drop(outside);
+}

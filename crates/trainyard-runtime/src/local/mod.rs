@@ -87,6 +87,8 @@ pub struct LocalConfig {
     pub limits: supervisor::Limits,
     /// Host paths a `host` replica never sees (the data dir).
     pub hide: Vec<PathBuf>,
+    /// Replicas reach beyond their attempt (off unless the admin turns it on).
+    pub egress: Option<netns::Egress>,
 }
 
 impl LocalConfig {
@@ -103,6 +105,7 @@ impl LocalConfig {
             network: netns::Range::default(),
             limits: supervisor::Limits::default(),
             hide: vec![data_dir.to_owned()],
+            egress: None,
         }
     }
 }
@@ -134,9 +137,28 @@ pub fn describe_isolation(cfg: &LocalConfig) -> Vec<String> {
     out.push(match &cfg.ip {
         Some(_) => format!(
             "each task's replicas share a bridge of their own in {}/{}; nothing else is reachable (not this \
-             machine, not other tasks, no egress)",
+             machine, not other tasks){}",
             std::net::Ipv4Addr::from(range.base),
-            range.prefix
+            range.prefix,
+            match &cfg.egress {
+                None => ", and no egress (--sandbox-egress)".to_owned(),
+                Some(e) => format!(
+                    "; egress ON: the internet through this machine, never private, loopback or link-local \
+                     ranges{} (IP forwarding is on, nftables table inet trainyard)",
+                    if e.allow.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            " except {}",
+                            e.allow
+                                .iter()
+                                .map(|r| format!("{}/{}", std::net::Ipv4Addr::from(r.base), r.prefix))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    }
+                ),
+            }
         ),
         None => "NOT networked: iproute2 (ip) is missing, so each replica runs alone in an empty network \
                  namespace and replicas of one task cannot reach each other (apt-get install iproute2)"
@@ -167,6 +189,30 @@ pub fn describe_isolation(cfg: &LocalConfig) -> Vec<String> {
         sandbox::HOST_VIEW.join(", /")
     ));
     out
+}
+
+/// The sandbox's `/etc/resolv.conf` with egress: the host's, without nameservers on its loopback; when
+/// those were all it had (systemd-resolved's stub), the upstream servers it resolves through.
+fn resolv_conf() -> String {
+    let keep = |text: &str| -> String {
+        text.lines()
+            .filter(|l| {
+                let mut w = l.split_whitespace();
+                !(w.next() == Some("nameserver")
+                    && w.next()
+                        .and_then(|a| a.parse::<std::net::IpAddr>().ok())
+                        .is_some_and(|a| a.is_loopback()))
+            })
+            .map(|l| format!("{l}\n"))
+            .collect()
+    };
+    let has_server = |t: &str| t.lines().any(|l| l.trim_start().starts_with("nameserver"));
+    let host = keep(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default());
+    if has_server(&host) {
+        return host;
+    }
+    let upstream = keep(&std::fs::read_to_string("/run/systemd/resolve/resolv.conf").unwrap_or_default());
+    if has_server(&upstream) { upstream } else { host }
 }
 
 /// Sets a path's owner and mode (a link is never followed).
@@ -541,8 +587,16 @@ impl LocalBackend {
         }
         let master = replicas.first().map(|r| r.name.clone()).unwrap_or_default();
         let autoscaling = s.ray.as_ref().and_then(|r| r.autoscaling.as_ref()).is_some_and(|a| a.enabled);
-        let networked = self.cfg.ip.is_some() && (replicas.len() > 1 || autoscaling);
+        let egress = self.cfg.egress.as_ref().filter(|_| self.cfg.ip.is_some());
+        let networked = self.cfg.ip.is_some() && (replicas.len() > 1 || autoscaling || egress.is_some());
         let switch = netns::attempt_name(&spec.key.task_id, spec.key.attempt);
+        let uplink = match egress {
+            Some(e) => Some(
+                netns::Uplink::for_slot(e, &self.cfg.network, &switch, uid - UID_BASE)
+                    .ok_or("every egress uplink is taken: too many attempts with egress run at once")?,
+            ),
+            None => None,
+        };
         let address = |r: &Replica| -> Result<std::net::Ipv4Addr, String> {
             if !networked {
                 return Ok(std::net::Ipv4Addr::LOCALHOST);
@@ -552,7 +606,7 @@ impl LocalBackend {
             })
         };
         if networked && let Some(ip) = &self.cfg.ip {
-            netns::create_switch(ip, &switch)
+            netns::create_switch(ip, &switch, egress.zip(uplink.as_ref()))
                 .map_err(|e| format!("cannot make the attempt's network: {e}"))?;
         }
 
@@ -659,6 +713,16 @@ impl LocalBackend {
             .map_err(|e| e.to_string())?;
         own(&passwd, 0, 0, 0o644)?;
         own(&group, 0, 0, 0o644)?;
+        // With egress, names resolve through the host's upstream servers (a resolver on the host's loopback
+        // is out of reach, as the host is).
+        let resolv = if uplink.is_some() {
+            let path = dir.join("resolv.conf");
+            std::fs::write(&path, resolv_conf()).map_err(|e| e.to_string())?;
+            own(&path, 0, 0, 0o644)?;
+            Some(path)
+        } else {
+            None
+        };
         let head_address =
             replicas.first().map(&address).transpose()?.unwrap_or(std::net::Ipv4Addr::LOCALHOST);
 
@@ -807,6 +871,7 @@ impl LocalBackend {
                     hosts: dir.join("hosts"),
                     passwd: Some(passwd.clone()),
                     group: Some(group.clone()),
+                    resolv: resolv.clone(),
                     hide: self.cfg.hide.clone(),
                     mounts: mounts.clone(),
                 },
@@ -818,6 +883,7 @@ impl LocalBackend {
                     index: r.slot,
                     address: address(r).unwrap_or(std::net::Ipv4Addr::LOCALHOST),
                     prefix: self.cfg.network.prefix,
+                    gateway: uplink.as_ref().map(|u| u.gateway),
                 }),
                 ip: self.cfg.ip.clone(),
                 limits: self.cfg.limits,

@@ -20,6 +20,14 @@
 //! in it, however the supervisor ends.
 //!
 //! The plumbing is iproute2's `ip` (a few batched calls per replica).
+//!
+//! **Egress** is off unless the admin turns it on (`trainyard up --sandbox-egress`). Then the bridge gets the
+//! range's first address as the replicas' gateway, and the switch namespace an uplink: a veth pair to the host
+//! (`tyu…` on the host side) with a /30 of its own from [`DEFAULT_UPLINKS`]; the switch masquerades the
+//! replicas behind its uplink address, and the host (one nftables table, `inet trainyard`) forwards and
+//! masquerades what comes from an uplink, except to this machine itself (its input hook drops everything from
+//! an uplink), to another attempt's uplink, and to private, loopback, link-local (cloud metadata), shared and
+//! multicast ranges, unless the admin allows a network (`--sandbox-egress-allow CIDR`).
 
 use serde::{Deserialize, Serialize};
 use std::io::Write;
@@ -29,6 +37,162 @@ use std::process::{Command, Stdio};
 
 /// The replicas' addresses unless the admin picks another range (`trainyard up --sandbox-network`).
 pub const DEFAULT_RANGE: &str = "10.213.0.0/16";
+
+/// Where attempts' uplinks take their /30s when egress is on (a benchmarking range, RFC 2544: never on a
+/// real network).
+pub const DEFAULT_UPLINKS: &str = "198.18.0.0/16";
+
+/// Destinations a replica never reaches through egress unless the admin allows them: this-network,
+/// private, shared (CGNAT), loopback, link-local (cloud metadata services), benchmarking (the uplinks
+/// themselves), multicast and reserved ranges.
+const EGRESS_BLOCKED: &[&str] = &[
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "198.18.0.0/15",
+    "224.0.0.0/3",
+];
+
+/// Egress, as the admin set it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Egress {
+    /// Where uplinks take their /30s.
+    pub uplinks: Range,
+    /// Networks replicas may reach although [`EGRESS_BLOCKED`] lists them.
+    pub allow: Vec<Range>,
+    /// nftables' `nft`.
+    pub nft: PathBuf,
+}
+
+/// One attempt's way out: its uplink and the replicas' gateway.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Uplink {
+    /// The host side's name.
+    pub host_if: String,
+    pub host_addr: std::net::Ipv4Addr,
+    pub switch_addr: std::net::Ipv4Addr,
+    /// The bridge's address: the replicas' default route.
+    pub gateway: std::net::Ipv4Addr,
+    pub prefix: u8,
+}
+
+impl Uplink {
+    /// The uplink of the attempt in `slot` (the uid slot: no two live attempts share one), or None when the
+    /// uplink range is full.
+    pub fn for_slot(egress: &Egress, range: &Range, switch: &str, slot: u32) -> Option<Uplink> {
+        let blocks = (1u32 << (32 - egress.uplinks.prefix)) / 4;
+        (slot < blocks).then(|| {
+            let block = egress.uplinks.base + 4 * slot;
+            Uplink {
+                host_if: format!("tyu{}", switch.trim_start_matches("ty-")),
+                host_addr: std::net::Ipv4Addr::from(block + 1),
+                switch_addr: std::net::Ipv4Addr::from(block + 2),
+                gateway: std::net::Ipv4Addr::from(range.base + 1),
+                prefix: range.prefix,
+            }
+        })
+    }
+}
+
+impl Range {
+    fn cidr(&self) -> String {
+        format!("{}/{}", std::net::Ipv4Addr::from(self.base), self.prefix)
+    }
+}
+
+/// `nft` on the PATH, or what to install.
+pub fn find_nft() -> Result<PathBuf, String> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
+        .map(|d| d.join("nft"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| "egress needs nftables (nft): apt-get install nftables".to_owned())
+}
+
+/// Runs `nft -f -` with `rules`, in the namespace `ns` when given (a thread enters it; the child starts there).
+fn nft(nft: &Path, ns: Option<&OwnedFd>, rules: &str) -> Result<(), String> {
+    let run = || -> Result<(), String> {
+        if let Some(ns) = ns {
+            enter(ns)?;
+        }
+        let mut c = Command::new(nft);
+        c.args(["-f", "-"]).env_clear().stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped());
+        let mut child = c.spawn().map_err(|e| format!("cannot run {}: {e}", nft.display()))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(rules.as_bytes());
+        }
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!("nft: {}", String::from_utf8_lossy(&out.stderr).trim()))
+        }
+    };
+    std::thread::scope(|s| s.spawn(run).join().unwrap_or_else(|_| Err("the nft thread panicked".into())))
+}
+
+/// The host's part of egress, replaced atomically (one nftables transaction): forwarding on, and the
+/// `inet trainyard` table that keeps uplinks off this machine and off the blocked ranges.
+pub fn install_host_rules(egress: &Egress) -> Result<(), String> {
+    let allowed: Vec<String> = egress.allow.iter().map(Range::cidr).collect();
+    let allow_rule = if allowed.is_empty() {
+        String::new()
+    } else {
+        format!("    iifname \"tyu*\" ip daddr {{ {} }} accept\n", allowed.join(", "))
+    };
+    let rules = format!(
+        "table inet trainyard {{}}\n\
+         delete table inet trainyard\n\
+         table inet trainyard {{\n\
+         \x20 chain input {{\n    type filter hook input priority -10; policy accept;\n    iifname \"tyu*\" drop\n  }}\n\
+         \x20 chain forward {{\n    type filter hook forward priority -10; policy accept;\n\
+         \x20   iifname \"tyu*\" oifname \"tyu*\" drop\n{allow_rule}\
+         \x20   iifname \"tyu*\" ip daddr {{ {blocked} }} drop\n\
+         \x20   iifname \"tyu*\" meta nfproto ipv6 drop\n\
+         \x20   oifname \"tyu*\" ct state established,related accept\n\
+         \x20   oifname \"tyu*\" drop\n  }}\n\
+         \x20 chain postrouting {{\n    type nat hook postrouting priority 100; policy accept;\n\
+         \x20   ip saddr {uplinks} oifname != \"tyu*\" masquerade\n  }}\n}}\n",
+        blocked = EGRESS_BLOCKED
+            .iter()
+            .map(|b| b.to_string())
+            .chain(local_networks())
+            .collect::<Vec<_>>()
+            .join(", "),
+        uplinks = egress.uplinks.cidr(),
+    );
+    nft(&egress.nft, None, &rules)?;
+    std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
+        .map_err(|e| format!("cannot turn forwarding on: {e}"))
+}
+
+/// The IPv4 networks this machine is directly on (its LAN: other machines there are not the internet), from
+/// the kernel's routing table.
+fn local_networks() -> Vec<String> {
+    connected_networks(&std::fs::read_to_string("/proc/net/route").unwrap_or_default())
+}
+
+fn connected_networks(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // Iface Destination Gateway Flags ... Mask: a route without a gateway is a connected network.
+        let (Some(dest), Some(gw), Some(mask)) = (f.get(1), f.get(2), f.get(7)) else { continue };
+        // The kernel prints each address's network-order bytes read as a native word.
+        let hex = |h: &str| u32::from_str_radix(h, 16).ok().map(u32::from_be);
+        let (Some(dest), Some(gw), Some(mask)) = (hex(dest), hex(gw), hex(mask)) else { continue };
+        if gw != 0 || mask == 0 || f.first().is_some_and(|i| i.starts_with("tyu")) {
+            continue;
+        }
+        out.push(format!("{}/{}", std::net::Ipv4Addr::from(dest & mask), mask.count_ones()));
+    }
+    out
+}
 
 /// Where iproute2 keeps named network namespaces.
 const NETNS_DIR: &str = "/run/netns";
@@ -84,6 +248,9 @@ pub struct ReplicaNet {
     pub index: usize,
     pub address: std::net::Ipv4Addr,
     pub prefix: u8,
+    /// The default route, when the attempt has egress.
+    #[serde(default)]
+    pub gateway: Option<std::net::Ipv4Addr>,
 }
 
 /// A short, stable name for an attempt's namespaces (interface and namespace names are short).
@@ -131,15 +298,57 @@ fn ip_batch(ip: &Path, ns: Option<&str>, lines: &str) -> Result<(), String> {
     }
 }
 
-/// Makes the attempt's switch namespace with its bridge (idempotent: an existing one is kept).
-pub fn create_switch(ip: &Path, switch: &str) -> Result<(), String> {
+/// Makes the attempt's switch namespace with its bridge, and its uplink when egress is on (idempotent: an
+/// existing one is kept).
+pub fn create_switch(ip: &Path, switch: &str, egress: Option<(&Egress, &Uplink)>) -> Result<(), String> {
     if Path::new(NETNS_DIR).join(switch).exists() {
         return Ok(());
     }
     ip_batch(ip, None, &format!("netns add {switch}\n"))?;
-    ip_batch(ip, Some(switch), "link add br0 type bridge\nlink set br0 up\n").inspect_err(|_| {
+    let made = (|| {
+        ip_batch(ip, Some(switch), "link add br0 type bridge\nlink set br0 up\n")?;
+        let Some((egress, up)) = egress else { return Ok(()) };
+        ip_batch(
+            ip,
+            None,
+            &format!(
+                "link add {host} type veth peer name up0 netns {switch}\naddr add {h}/30 dev {host}\nlink set {host} up\n",
+                host = up.host_if,
+                h = up.host_addr
+            ),
+        )?;
+        ip_batch(
+            ip,
+            Some(switch),
+            &format!(
+                "addr add {s}/30 dev up0\nlink set up0 up\naddr add {g}/{p} dev br0\nroute add default via {h}\n",
+                s = up.switch_addr,
+                g = up.gateway,
+                p = up.prefix,
+                h = up.host_addr
+            ),
+        )?;
+        let fd = open_named(switch)?;
+        // The switch routes the replicas out and hides them behind its uplink address.
+        sysctl_in(&fd, "/proc/sys/net/ipv4/ip_forward", "1")?;
+        nft(
+            &egress.nft,
+            Some(&fd),
+            "table ip trainyard {\n  chain postrouting {\n    type nat hook postrouting priority 100; policy accept;\n    oifname \"up0\" masquerade\n  }\n}\n",
+        )
+    })();
+    made.inspect_err(|_| {
         let _ = ip_batch(ip, None, &format!("netns delete {switch}\n"));
     })
+}
+
+fn open_named(name: &str) -> Result<OwnedFd, String> {
+    rustix::fs::open(
+        Path::new(NETNS_DIR).join(name),
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| format!("cannot open the network namespace {name}: {e}"))
 }
 
 /// Removes the attempt's switch namespace (and with it the bridge and the host ends of every veth pair).
@@ -166,39 +375,35 @@ pub fn create_replica(ip: &Path, net: &ReplicaNet) -> Result<OwnedFd, String> {
                 "link add {port} type veth peer name eth0 netns {name}\nlink set {port} master br0 up\n"
             ),
         )?;
+        let route = net.gateway.map_or(String::new(), |g| format!("route add default via {g}\n"));
         ip_batch(
             ip,
             Some(name),
-            &format!("link set lo up\naddr add {}/{} dev eth0\nlink set eth0 up\n", net.address, net.prefix),
+            &format!(
+                "link set lo up\naddr add {}/{} dev eth0\nlink set eth0 up\n{route}",
+                net.address, net.prefix
+            ),
         )?;
-        let fd = rustix::fs::open(
-            Path::new(NETNS_DIR).join(name),
-            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )
-        .map_err(|e| format!("cannot open the network namespace {name}: {e}"))?;
-        allow_low_ports(&fd)?;
+        let fd = open_named(name)?;
+        // Ports below 1024 may be bound, as in a container (sshd listens on 22).
+        sysctl_in(&fd, "/proc/sys/net/ipv4/ip_unprivileged_port_start", "0")?;
         Ok(fd)
     })();
     let _ = ip_batch(ip, None, &format!("netns delete {name}\n"));
     result
 }
 
-/// Lets unprivileged processes in the namespace bind ports below 1024 (a per-namespace setting, written from
-/// a thread that enters it: `/proc/sys/net` shows the namespace of the reader).
-fn allow_low_ports(ns: &OwnedFd) -> Result<(), String> {
-    let fd = ns.try_clone().map_err(|e| e.to_string())?;
-    std::thread::spawn(move || -> Result<(), String> {
-        rustix::thread::move_into_link_name_space(
-            std::os::fd::AsFd::as_fd(&fd),
-            Some(rustix::thread::LinkNameSpaceType::Network),
-        )
-        .map_err(|e| format!("cannot enter the replica's network namespace: {e}"))?;
-        std::fs::write("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0")
-            .map_err(|e| format!("cannot allow low ports in the replica's network namespace: {e}"))
+/// Writes a per-namespace setting from a thread that enters the namespace (`/proc/sys/net` shows the
+/// namespace of the reader).
+fn sysctl_in(ns: &OwnedFd, path: &str, value: &str) -> Result<(), String> {
+    std::thread::scope(|s| {
+        s.spawn(|| -> Result<(), String> {
+            enter(ns).map_err(|e| format!("cannot enter the namespace: {e}"))?;
+            std::fs::write(path, value).map_err(|e| format!("cannot set {path}: {e}"))
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the namespace setup thread panicked".to_owned()))
     })
-    .join()
-    .map_err(|_| "the namespace setup thread panicked".to_owned())?
 }
 
 /// Enters a network namespace on this thread only (the metrics monitor reads the replica's own loopback).
@@ -224,6 +429,16 @@ mod tests {
         assert!(Range::parse("10.0.0.0/30").unwrap_err().contains("prefix"));
         assert!(Range::parse("10.0.0/16").is_err());
         assert!(Range::parse("nonsense").is_err());
+    }
+
+    #[test]
+    #[cfg(target_endian = "little")]
+    fn connected_networks_from_the_routing_table() {
+        let table = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+                     eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
+                     eth0\t000200C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n\
+                     tyu0123456789ab\t000012C6\t00000000\t0001\t0\t0\t0\tFCFFFFFF\t0\t0\t0\n";
+        assert_eq!(connected_networks(table), vec!["192.0.2.0/24".to_owned()]);
     }
 
     #[test]

@@ -89,6 +89,9 @@ pub struct SandboxPlan {
     pub passwd: Option<PathBuf>,
     #[serde(default)]
     pub group: Option<PathBuf>,
+    /// The attempt's `/etc/resolv.conf`, when it has egress.
+    #[serde(default)]
+    pub resolv: Option<PathBuf>,
     /// Host paths hidden (an empty tmpfs over them) should the view show them: Trainyard's data dir.
     #[serde(default)]
     pub hide: Vec<PathBuf>,
@@ -135,6 +138,9 @@ impl SandboxPlan {
         if self.group.is_some() {
             targets.push(PathBuf::from("/etc/group"));
         }
+        if self.resolv.is_some() {
+            targets.push(PathBuf::from("/etc/resolv.conf"));
+        }
         let missing: Vec<PathBuf> =
             targets.into_iter().filter(|t| !self.root.join(strip_root(t)).exists()).collect();
         let mut carved = Vec::new();
@@ -176,6 +182,9 @@ impl SandboxPlan {
         }
         if let Some(g) = &self.group {
             arg(&mut a, &[&"--ro-bind", g, &"/etc/group"]);
+        }
+        if let Some(r) = &self.resolv {
+            arg(&mut a, &[&"--ro-bind", r, &"/etc/resolv.conf"]);
         }
         if Path::new("/sys").exists() {
             arg(&mut a, &[&"--ro-bind", &"/sys", &"/sys"]);
@@ -291,6 +300,7 @@ mod tests {
             hosts: "/x/hosts".into(),
             passwd: None,
             group: None,
+            resolv: None,
             hide: Vec::new(),
             host_view: false,
             mounts,
