@@ -1,0 +1,410 @@
+//! The attack suite's control-plane half: each test is one finding of issue 11 tried as a tenant would,
+//! against a real `trainyard up` (local backend, the shared harness), asserting that the attack fails *and*
+//! that the legitimate path next to it still works. Written so each fails on the code before the fix.
+//!
+//! Two project groups: `default` (alice, mallory) and `other` (bob); the harness's token is the admin's.
+
+mod common;
+
+use common::{Options, Server, secs};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// The harness's catalog with a second project group, the host image for both groups, and a volume and a
+/// dataset that belong to `default` only.
+fn catalog() -> String {
+    common::CATALOG
+        .replace("projectGroups: {default: {}}", "projectGroups: {default: {}, other: {}}")
+        .replace("host: {torch: true, ray: true}", "host: {torch: true, ray: true, projectGroups: [default, other]}")
+        .replace("volumes: {out: {multiPodReadWrite: true}", "volumes: {out: {multiPodReadWrite: true, projectGroups: [default]}")
+        .replace("datasets: {data: {}}", "datasets: {data: {projectGroups: [default]}}")
+        + "  - {group: other, resourceType: Reserved, pool: default, spec: cpu.small, units: 6}\n"
+}
+
+/// A server with [`catalog`] and the users, each with a token of their own.
+struct Tenants {
+    s: Server,
+    alice: String,
+    mallory: String,
+    bob: String,
+}
+
+fn tenants(name: &str, args: &[&str]) -> Tenants {
+    let s = Server::start_with(
+        name,
+        Options { args: args.iter().map(|a| a.to_string()).collect(), ..Options::default() },
+    );
+    let (code, body) = s.call("PUT", "/api/v1/admin/catalog", Some(&catalog()));
+    assert_eq!(code, 200, "{body}");
+    let token = |user: &str, group: &str| {
+        let body = json!({"name": user, "role": "member", "groups": [group]}).to_string();
+        assert_eq!(s.call("POST", "/api/v1/admin/users", Some(&body)).0, 200);
+        let (code, t) = s.call("POST", &format!("/api/v1/users/{user}/tokens"), Some("{}"));
+        assert_eq!(code, 201, "{t}");
+        serde_json::from_str::<Value>(&t).unwrap()["token"].as_str().unwrap().to_owned()
+    };
+    let (alice, mallory, bob) = (token("alice", "default"), token("mallory", "default"), token("bob", "other"));
+    Tenants { s, alice, mallory, bob }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into()
+}
+
+/// One request with a token (or none), any method and headers: the status and the body as JSON (or text).
+fn call(
+    s: &Server,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    headers: &[(&str, &str)],
+) -> (u16, Value) {
+    let url = format!("{}{path}", s.base);
+    let a = agent();
+    let mut req = match method {
+        "GET" => a.get(&url).force_send_body(),
+        "DELETE" => a.delete(&url).force_send_body(),
+        "PUT" => a.put(&url),
+        _ => a.post(&url),
+    };
+    if let Some(t) = token {
+        req = req.header("Authorization", &format!("Bearer {t}"));
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let mut resp = req.send(body.unwrap_or("").as_bytes()).unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+/// A one-replica PyTorchJob of `group` on the host image running `cmd`, with these env vars.
+fn job(prefix: &str, group: &str, cmd: &str, env: Value) -> Value {
+    let mut t = common::pytorch(prefix, 0, cmd);
+    t["metadata"]["projectGroup"] = json!(group);
+    t["spec"]["environment"]["env"] = env;
+    t
+}
+
+fn submit(s: &Server, token: &str, task: &Value) -> String {
+    let (code, v) = call(s, Some(token), "POST", "/api/v1/tasks", Some(&task.to_string()), &[]);
+    assert_eq!(code, 201, "{v}");
+    v["id"].as_str().unwrap().to_owned()
+}
+
+/// The master's log once the task ended.
+fn output(s: &Server, id: &str) -> String {
+    let t = s.wait_status(id, "Succeeded", secs(90));
+    s.log(id, &format!("{}-master-0", t["name"].as_str().unwrap()), None)
+}
+
+/// A request over a raw connection, for bodies the server refuses before reading them (a client library
+/// may fail on the closed pipe before it reads the answer): the status line and the body.
+fn raw(s: &Server, token: &str, head: &str, body: &[u8]) -> (u16, Value) {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(s.base.trim_start_matches("http://")).unwrap();
+    c.set_read_timeout(Some(secs(10))).unwrap();
+    let head = format!("{head}\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    c.write_all(head.as_bytes()).unwrap();
+    let _ = c.write_all(body);
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let status = text.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, serde_json::from_str(body).unwrap_or(Value::String(text.clone())))
+}
+
+/// Finding 7: a plain TaskEnv value that looks sealed, copied from the database, is passed as the text it
+/// is; it is never opened to the secret it was sealed from. The owner still gets her own secret.
+#[test]
+fn f07_task_env_is_not_a_decryption_oracle() {
+    let t = tenants("attack-oracle", &[]);
+    let secret = "alice-wandb-0123456789";
+    let body = json!({"name": "WANDB_API_KEY", "value": secret, "hidden": true}).to_string();
+    assert_eq!(call(&t.s, Some(&t.alice), "PUT", "/api/v1/users/alice/env", Some(&body), &[]).0, 204);
+    // mallory has a copy of the database.
+    let sealed = read_store(&t.s, async |st| st.task_env("alice").await.unwrap()[0].value.clone());
+    assert!(!sealed.contains(secret));
+    let body = json!({"name": "STOLEN", "value": sealed}).to_string();
+    assert_eq!(call(&t.s, Some(&t.mallory), "PUT", "/api/v1/users/mallory/env", Some(&body), &[]).0, 204);
+    let id = submit(&t.s, &t.mallory, &job("oracle", "default", "echo \"stolen=$STOLEN\"", json!([])));
+    let log = output(&t.s, &id);
+    assert!(!log.contains(secret), "the sealed value was opened for mallory:\n{log}");
+    assert!(log.contains(&format!("stolen={sealed}")), "{log}");
+    let id = submit(&t.s, &t.alice, &job("mine", "default", "echo \"key=$WANDB_API_KEY\"", json!([])));
+    assert!(output(&t.s, &id).contains(&format!("key={secret}")), "the owner's own value still arrives");
+}
+
+/// Runs `f` on a connection of its own to the server's SQLite database.
+fn read_store<T>(s: &Server, f: impl AsyncFnOnce(trainyard_store::Store) -> T) -> T {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let url = format!("sqlite://{}", s.dir.join("trainyard.db").display());
+        f(trainyard_store::Store::connect(&url).await.unwrap()).await
+    })
+}
+
+/// Findings 6 and 10: bob, with an operate share on alice's task, cannot clone it into her group, and a clone
+/// into his own group carries none of her hidden values (the mask is refused); what runs has his value.
+#[test]
+fn f06_f10_clone_stays_in_the_cloners_group_without_hidden_values() {
+    let t = tenants("attack-clone", &[]);
+    let secret = "alice-token-9876";
+    let env = json!([{"name": "TOKEN", "value": secret, "hidden": true}]);
+    let id = submit(&t.s, &t.alice, &job("src", "default", "echo \"token=$TOKEN\"", env));
+    let share = json!({"user": "bob", "operate": true}).to_string();
+    assert_eq!(call(&t.s, Some(&t.alice), "POST", &format!("/api/v1/tasks/{id}/shares"), Some(&share), &[]).0, 204);
+    let clone = |body: &str| call(&t.s, Some(&t.bob), "POST", &format!("/api/v1/tasks/{id}/clone"), Some(body), &[]);
+    let (code, p) = clone("");
+    assert_eq!(code, 403, "into a group bob is not in: {p}");
+    let (code, p) = clone(r#"{"projectGroup": "other"}"#);
+    assert_eq!(code, 422, "{p}");
+    assert_eq!(
+        (p["problems"][0]["path"].as_str(), p["problems"][0]["code"].as_str()),
+        (Some("spec.environment.env[0].value"), Some("masked-value")),
+        "{p}"
+    );
+    // The console's old clone sent the mask back as the value: refused too.
+    let mut copy = job("copy", "other", "echo \"token=$TOKEN\"", json!([{"name": "TOKEN", "value": "******", "hidden": true}]));
+    let (code, p) = call(&t.s, Some(&t.bob), "POST", "/api/v1/tasks", Some(&copy.to_string()), &[]);
+    assert_eq!((code, p["problems"][0]["code"].as_str()), (422, Some("masked-value")), "{p}");
+    // His own value: created in his group, and that is what runs.
+    let (code, c) = clone(r#"{"projectGroup": "other", "hiddenValues": {"TOKEN": "bobs-own"}}"#);
+    assert_eq!(code, 201, "{c}");
+    let log = output(&t.s, c["id"].as_str().unwrap());
+    assert!(log.contains("token=bobs-own") && !log.contains(secret), "{log}");
+    copy["spec"]["environment"]["env"][0]["value"] = json!("typed-again");
+    assert_eq!(call(&t.s, Some(&t.bob), "POST", "/api/v1/tasks", Some(&copy.to_string()), &[]).0, 201);
+    assert!(output(&t.s, &id).contains(&format!("token={secret}")), "alice's own task still has it");
+}
+
+/// Finding 8: a volume or dataset of another group cannot be mounted (the problem names the groups it is
+/// for); the owning group mounts it and writes to it. The host image is for the groups its entry lists.
+#[test]
+fn f08_storage_belongs_to_its_groups() {
+    let t = tenants("attack-storage", &[]);
+    let mounted = |group: &str| {
+        let mut task = job("vol", group, "echo written > /volume/out/f && cat /volume/out/f", json!([]));
+        task["spec"]["environment"]["volumes"] = json!([{"volume": "out", "mountPath": "/volume/out"}]);
+        task
+    };
+    let (code, p) = call(&t.s, Some(&t.bob), "POST", "/api/v1/tasks", Some(&mounted("other").to_string()), &[]);
+    assert_eq!(code, 422, "{p}");
+    assert_eq!(p["problems"][0]["code"], "not-in-group", "{p}");
+    assert!(p["problems"][0]["message"].as_str().unwrap().contains("for project groups default only"), "{p}");
+    let mut data = job("data", "other", "ls /mnt/data", json!([]));
+    data["spec"]["environment"]["datasets"] = json!([{"dataset": "data", "mountPath": "/mnt/data"}]);
+    let (code, p) = call(&t.s, Some(&t.bob), "POST", "/api/v1/tasks", Some(&data.to_string()), &[]);
+    assert_eq!((code, p["problems"][0]["code"].as_str()), (422, Some("not-in-group")), "{p}");
+    let id = submit(&t.s, &t.alice, &mounted("default"));
+    assert!(output(&t.s, &id).contains("written"));
+    // host: taken off the list for `other`, bob may no longer use it; the admin always may.
+    let narrowed = catalog().replace("projectGroups: [default, other]}", "projectGroups: [default]}");
+    assert_eq!(t.s.call("PUT", "/api/v1/admin/catalog", Some(&narrowed)).0, 200);
+    let (code, p) = call(&t.s, Some(&t.bob), "POST", "/api/v1/tasks", Some(&job("h", "other", "true", json!([])).to_string()), &[]);
+    assert_eq!(code, 403, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("images.host.projectGroups: default"), "{p}");
+    t.s.submit(&job("h", "other", "true", json!([])));
+}
+
+/// Finding 11, through the CLI: an admin lists and revokes a token and disables a user; each takes effect
+/// within the token cache's TTL (here: at once, the change being made on this server).
+#[test]
+fn f11_tokens_are_revoked_and_users_disabled() {
+    let t = tenants("attack-accounts", &[]);
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_trainyard"))
+            .args(args)
+            .env("TRAINYARD_SERVER", &t.s.base)
+            .env("TRAINYARD_TOKEN", &t.s.token)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let whoami = |token: &str| call(&t.s, Some(token), "GET", "/api/v1/whoami", None, &[]);
+    assert_eq!(whoami(&t.alice).0, 200);
+    let listed = cli(&["admin", "token", "alice", "--list"]);
+    let id = listed.lines().nth(1).and_then(|l| l.split_whitespace().next()).unwrap().to_owned();
+    assert!(!listed.contains(&t.alice), "{listed}");
+    cli(&["admin", "token", "alice", "--revoke", &id]);
+    let (code, p) = whoami(&t.alice);
+    assert_eq!((code, p["type"].as_str()), (401, Some("https://trainyard.dev/problems/unauthorized")), "{p}");
+
+    assert_eq!(whoami(&t.bob).0, 200);
+    cli(&["admin", "user", "bob", "--disable"]);
+    let (code, p) = whoami(&t.bob);
+    assert_eq!(code, 403, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("user bob is disabled"), "{p}");
+    let deadline = Instant::now() + trainyard_api::TOKEN_CACHE_TTL + secs(2);
+    while Instant::now() < deadline {
+        assert_ne!(whoami(&t.bob).0, 200, "bob's token came back");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    cli(&["admin", "user", "bob", "--enable"]);
+    assert_eq!(whoami(&t.bob).0, 200, "enabled again");
+    assert_eq!(whoami(&t.mallory).0, 200, "nobody else is touched");
+}
+
+/// Finding 12: slow headers are cut off after the header-read timeout, and connections beyond the cap are
+/// answered 503 with a problem at once; served connections still work.
+#[test]
+fn f12_slow_and_surplus_connections_are_cut_off() {
+    use std::io::{Read, Write};
+    let t = tenants("attack-conns", &["--header-read-timeout-s", "2", "--max-connections", "6"]);
+    let addr = t.s.base.trim_start_matches("http://").to_owned();
+    let connect = || {
+        let c = std::net::TcpStream::connect(&addr).unwrap();
+        c.set_read_timeout(Some(secs(10))).unwrap();
+        c
+    };
+    let read_all = |mut c: std::net::TcpStream| {
+        let t0 = Instant::now();
+        let mut got = Vec::new();
+        match c.read_to_end(&mut got) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            Err(e) => panic!("the connection was never closed: {e}"),
+        }
+        (t0.elapsed(), String::from_utf8_lossy(&got).into_owned())
+    };
+    let mut slow = connect();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ").unwrap();
+    let (took, _) = read_all(slow);
+    assert!(took < secs(5), "slow headers held the connection {took:?}");
+    let held: Vec<_> = (0..6).map(|_| connect()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let (_, refused) = read_all(connect());
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    assert!(refused.contains("too-many-connections"), "{refused}");
+    drop(held);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(call(&t.s, Some(&t.alice), "GET", "/api/v1/whoami", None, &[]).0, 200);
+}
+
+/// Finding 13: `/metrics` on the API's address needs an admin's token; `--metrics-listen` serves it without
+/// one on an address of its own, and only it.
+#[test]
+fn f13_metrics_need_an_admin_token_or_their_own_address() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let t = tenants("attack-metrics", &["--metrics-listen", &free.to_string()]);
+    let (code, p) = call(&t.s, None, "GET", "/metrics", None, &[]);
+    assert_eq!((code, p["status"].as_u64()), (401, Some(401)), "{p}");
+    assert_eq!(call(&t.s, Some(&t.alice), "GET", "/metrics", None, &[]).0, 403);
+    let (code, text) = call(&t.s, Some(&t.s.token), "GET", "/metrics", None, &[]);
+    assert!(code == 200 && text.as_str().unwrap().contains("trainyard_queue_depth"), "{text}");
+    let mut r = agent().get(&format!("http://{free}/metrics")).call().unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(r.body_mut().read_to_string().unwrap().contains("trainyard_tasks"));
+    assert_eq!(agent().get(&format!("http://{free}/api/v1/tasks")).call().unwrap().status().as_u16(), 404);
+}
+
+/// Finding 14: `/validate` for another group's task tells nothing of that group's quota; for one's own it
+/// does.
+#[test]
+fn f14_validate_shows_only_the_callers_groups() {
+    let t = tenants("attack-validate", &[]);
+    let big = |group: &str| {
+        let mut task = job("big", group, "true", json!([]));
+        task["spec"]["compute"]["workers"] = json!(11);
+        task.to_string()
+    };
+    let deadline = Instant::now() + secs(20);
+    let own = loop {
+        let (_, v) = call(&t.s, Some(&t.bob), "POST", "/api/v1/validate", Some(&big("other")), &[]);
+        let reason = v["admission"]["reason"].as_str().unwrap_or("").to_owned();
+        if reason.contains("left") || Instant::now() > deadline {
+            break reason;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(own.contains("other") && own.contains('6'), "bob sees his group's figures: {own}");
+    let (_, v) = call(&t.s, Some(&t.alice), "POST", "/api/v1/validate", Some(&big("other")), &[]);
+    let text = v["admission"].to_string();
+    assert!(!text.contains('6') && !text.contains("left"), "alice learns other's quota: {text}");
+}
+
+/// Finding 15: an alarm webhook to loopback is refused when subscribed (and never sent); with the network
+/// allowed by the admin (`--webhook-allow-net`), a local receiver gets the signed alarm.
+#[test]
+fn f15_webhooks_to_internal_addresses_need_the_admins_allowance() {
+    let receiver = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = receiver.local_addr().unwrap().port();
+    let hook = json!([{"events": ["succeeded"], "webhook": format!("http://127.0.0.1:{port}/hook")}]);
+    let with_alarm = |prefix: &str| {
+        let mut task = job(prefix, "default", "true", json!([]));
+        task["spec"]["advanced"] = json!({"alarms": hook});
+        task.to_string()
+    };
+    {
+        let t = tenants("attack-ssrf", &[]);
+        let (code, p) = call(&t.s, Some(&t.alice), "POST", "/api/v1/tasks", Some(&with_alarm("ssrf")), &[]);
+        assert_eq!((code, p["problems"][0]["code"].as_str()), (422, Some("restricted-address")), "{p}");
+        let (code, _) =
+            call(&t.s, Some(&t.alice), "PUT", "/api/v1/users/alice/alarms", Some(&hook.to_string()), &[]);
+        assert_eq!(code, 422);
+    }
+    let t = tenants("attack-ssrf-allowed", &["--webhook-allow-net", "127.0.0.0/8"]);
+    let id = submit(&t.s, &t.alice, &serde_json::from_str(&with_alarm("allowed")).unwrap());
+    t.s.wait_status(&id, "Succeeded", secs(90));
+    receiver.set_nonblocking(false).unwrap();
+    let (mut conn, _) = receiver.accept().unwrap();
+    conn.set_read_timeout(Some(secs(20))).unwrap();
+    let mut head = [0u8; 2048];
+    let n = std::io::Read::read(&mut conn, &mut head).unwrap();
+    let text = String::from_utf8_lossy(&head[..n]).to_ascii_lowercase();
+    assert!(text.starts_with("post /hook") && text.contains("x-trainyard-signature: sha256="), "{text}");
+    let _ = std::io::Write::write_all(&mut conn, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+}
+
+/// Finding 16: a deleted task cannot be resubmitted (it would wait forever, in no list); an ended one can.
+#[test]
+fn f16_a_deleted_task_cannot_be_resubmitted() {
+    let t = tenants("attack-deleted", &[]);
+    let id = submit(&t.s, &t.alice, &job("gone", "default", "true", json!([])));
+    t.s.wait_status(&id, "Succeeded", secs(90));
+    assert_eq!(call(&t.s, Some(&t.alice), "POST", &format!("/api/v1/tasks/{id}/resubmit"), None, &[]).0, 200);
+    t.s.wait_status(&id, "Succeeded", secs(90));
+    assert_eq!(call(&t.s, Some(&t.alice), "DELETE", &format!("/api/v1/tasks/{id}"), None, &[]).0, 204);
+    let (code, p) = call(&t.s, Some(&t.alice), "POST", &format!("/api/v1/tasks/{id}/resubmit"), None, &[]);
+    assert_eq!(code, 409, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("deleted"), "{p}");
+    assert_eq!(t.s.task(&id)["status"], "Succeeded", "nothing was queued");
+}
+
+/// Finding 18, the control plane's part: every 4xx is a problem document; unknown things are named; an empty
+/// Idempotency-Key and a 500 KB user name are refused.
+#[test]
+fn f18_every_refusal_is_a_problem_that_says_what() {
+    let t = tenants("attack-problems", &[]);
+    let is_problem = |(code, v): (u16, Value), want: u16| {
+        assert_eq!(code, want, "{v}");
+        assert!(v["type"].as_str().is_some_and(|t| t.starts_with("https://trainyard.dev/problems/")), "{v}");
+        assert_eq!(v["status"].as_u64(), Some(u64::from(want)), "{v}");
+        v
+    };
+    let a = Some(t.alice.as_str());
+    is_problem(call(&t.s, a, "GET", "/api/v1/nothing-here", None, &[]), 404);
+    is_problem(call(&t.s, a, "PUT", "/api/v1/whoami", None, &[]), 405);
+    is_problem(call(&t.s, a, "GET", "/api/v1/tasks?limit=-1", None, &[]), 400);
+    is_problem(raw(&t.s, &t.alice, "POST /api/v1/tasks HTTP/1.1", &vec![b'x'; 2 << 20]), 413);
+    is_problem(call(&t.s, a, "GET", &format!("/api/v1/tasks?q={}", "x".repeat(20_000)), None, &[]), 414);
+    let v = is_problem(call(&t.s, Some(&t.s.token), "PUT", "/api/v1/admin/nodes/ghost", Some(r#"{"failed": true}"#), &[]), 404);
+    assert!(v["detail"].as_str().unwrap().contains("no such node"), "{v}");
+    let v = is_problem(call(&t.s, Some(&t.s.token), "GET", "/api/v1/users/ghost/env", None, &[]), 404);
+    assert!(v["detail"].as_str().unwrap().contains("no such user"), "{v}");
+    let v = is_problem(call(&t.s, a, "DELETE", "/api/v1/users/alice/env/GHOST", None, &[]), 404);
+    assert!(v["detail"].as_str().unwrap().contains("no TaskEnv variable"), "{v}");
+    let task = job("idem", "default", "true", json!([])).to_string();
+    is_problem(call(&t.s, a, "POST", "/api/v1/tasks", Some(&task), &[("Idempotency-Key", "")]), 400);
+    assert_eq!(call(&t.s, a, "POST", "/api/v1/tasks", Some(&task), &[("Idempotency-Key", "k1")]).0, 201);
+    let huge = json!({"name": "u".repeat(500_000), "role": "member", "groups": ["default"]}).to_string();
+    is_problem(call(&t.s, Some(&t.s.token), "POST", "/api/v1/admin/users", Some(&huge), &[]), 400);
+}
