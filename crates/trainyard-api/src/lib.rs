@@ -359,7 +359,10 @@ async fn caller(state: &AppState, headers: &HeaderMap) -> ApiResult<User> {
 /// role takes effect within that time on every server sharing the store, and at once on the server that
 /// made the change ([`TokenCache::forget_user`]).
 #[derive(Debug, Clone, Default)]
-pub struct TokenCache(Arc<std::sync::RwLock<BTreeMap<String, ((User, bool), std::time::Instant)>>>);
+pub struct TokenCache(Arc<std::sync::RwLock<BTreeMap<String, (Account, std::time::Instant)>>>);
+
+/// A token's user and whether that user is disabled.
+type Account = (User, bool);
 
 /// How long an authenticated token is trusted without asking the store again.
 pub const TOKEN_CACHE_TTL: Duration = Duration::from_secs(5);
@@ -367,7 +370,7 @@ pub const TOKEN_CACHE_TTL: Duration = Duration::from_secs(5);
 const TOKEN_CACHE_MAX: usize = 10_000;
 
 impl TokenCache {
-    fn get(&self, hash: &str) -> Option<(User, bool)> {
+    fn get(&self, hash: &str) -> Option<Account> {
         let map = self.0.read().unwrap_or_else(|e| e.into_inner());
         map.get(hash).filter(|(_, at)| at.elapsed() < TOKEN_CACHE_TTL).map(|(u, _)| u.clone())
     }
@@ -378,7 +381,7 @@ impl TokenCache {
         map.retain(|_, ((u, _), _)| u.name != name);
     }
 
-    fn put(&self, hash: String, user: (User, bool)) {
+    fn put(&self, hash: String, user: Account) {
         let mut map = self.0.write().unwrap_or_else(|e| e.into_inner());
         if map.len() >= TOKEN_CACHE_MAX {
             map.clear();
@@ -959,10 +962,9 @@ async fn put_node(
         return Err(ApiError::BadRequest("give \"schedulable\", \"failed\" or both".into()));
     }
     let mut catalog = (*state.catalog.get()).clone();
-    let node = catalog
-        .nodes
-        .get_mut(&name)
-        .ok_or_else(|| ApiError::NotFoundWhat(format!("no such node {name:?}; GET /api/v1/catalog lists them")))?;
+    let node = catalog.nodes.get_mut(&name).ok_or_else(|| {
+        ApiError::NotFoundWhat(format!("no such node {name:?}; GET /api/v1/catalog lists them"))
+    })?;
     if let Some(v) = body.schedulable {
         node.schedulable = v;
     }
@@ -1114,7 +1116,12 @@ async fn revoke_token(
 /// Disables (`disable`) or enables (`enable`) a user (admins): a disabled user's every token is refused
 /// with a 403 that says so, within [`TOKEN_CACHE_TTL`]; their tasks and data stay. Admins cannot disable
 /// themselves (there would be no one left to undo it, perhaps).
-async fn set_user_disabled(state: AppState, headers: HeaderMap, name: String, disabled: bool) -> ApiResult<StatusCode> {
+async fn set_user_disabled(
+    state: AppState,
+    headers: HeaderMap,
+    name: String,
+    disabled: bool,
+) -> ApiResult<StatusCode> {
     let user = caller(&state, &headers).await?;
     admin_only(&user)?;
     if disabled && name == user.name {
@@ -1456,19 +1463,28 @@ async fn problems_for_every_error(req: axum::extract::Request, next: axum::middl
         ),
         StatusCode::METHOD_NOT_ALLOWED => {
             let allow = parts.headers.get(header::ALLOW).and_then(|v| v.to_str().ok()).unwrap_or("");
-            ("method-not-allowed", "Method not allowed", format!("{path} does not take {method}; it takes {allow}"))
+            (
+                "method-not-allowed",
+                "Method not allowed",
+                format!("{path} does not take {method}; it takes {allow}"),
+            )
         }
         StatusCode::PAYLOAD_TOO_LARGE => (
             "too-large",
             "Body too large",
-            format!("the body is over {} bytes; a task document is at most {MAX_DOCUMENT_BYTES}", MAX_DOCUMENT_BYTES + 1024),
+            format!(
+                "the body is over {} bytes; a task document is at most {MAX_DOCUMENT_BYTES}",
+                MAX_DOCUMENT_BYTES + 1024
+            ),
         ),
         StatusCode::BAD_REQUEST => ("bad-request", "Bad request", said),
         s if s.is_client_error() => ("bad-request", s.canonical_reason().unwrap_or("Client error"), said),
         s => ("internal", s.canonical_reason().unwrap_or("Server error"), said),
     };
     let mut resp = problem(status, code, title, detail);
-    for (name, value) in parts.headers.iter().filter(|(n, _)| *n != header::CONTENT_TYPE && *n != header::CONTENT_LENGTH) {
+    for (name, value) in
+        parts.headers.iter().filter(|(n, _)| *n != header::CONTENT_TYPE && *n != header::CONTENT_LENGTH)
+    {
         resp.headers_mut().insert(name.clone(), value.clone());
     }
     resp
@@ -1673,7 +1689,11 @@ pub async fn serve_with(
 /// idle connection beyond the idle timeout, and at most `max_connections` at once; the next one is answered
 /// with a 503 problem and closed, so a client that holds many connections (or forgets to close them) cannot
 /// starve the others or the server's file descriptors.
-async fn serve_connections(listener: tokio::net::TcpListener, app: Router, limits: HttpLimits) -> std::io::Result<()> {
+async fn serve_connections(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    limits: HttpLimits,
+) -> std::io::Result<()> {
     let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     loop {
         let stream = match listener.accept().await {

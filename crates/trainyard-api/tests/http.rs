@@ -363,7 +363,8 @@ fn sharing_cloning_and_metrics() {
     assert_eq!(code, 403, "{p}");
     assert!(p["detail"].as_str().unwrap().contains("--metrics-listen"), "{p}");
     let auth = format!("Bearer {}", s.tokens["root"]);
-    let text = agent().get(&url).header("Authorization", &auth).call().unwrap().body_mut().read_to_string().unwrap();
+    let text =
+        agent().get(&url).header("Authorization", &auth).call().unwrap().body_mut().read_to_string().unwrap();
     assert!(
         text.contains("trainyard_tasks{status=\"Queued\"}")
             || text.contains("trainyard_tasks{status=\"Running\"}")
@@ -431,7 +432,10 @@ fn admins_list_users_and_members_may_not() {
         items[0],
         serde_json::json!({"name": "alice", "role": "member", "groups": ["nlp"], "disabled": false})
     );
-    assert_eq!(items[4], serde_json::json!({"name": "root", "role": "admin", "groups": [], "disabled": false}));
+    assert_eq!(
+        items[4],
+        serde_json::json!({"name": "root", "role": "admin", "groups": [], "disabled": false})
+    );
     let text = list.to_string();
     for secret in
         [token.as_str(), &token_hash(&token), s.tokens["alice"].as_str(), &token_hash(&s.tokens["root"])]
@@ -451,7 +455,9 @@ fn admins_list_users_and_members_may_not() {
     let erin = list["items"].as_array().unwrap().iter().find(|u| u["name"] == "erin").cloned();
     assert_eq!(
         erin,
-        Some(serde_json::json!({"name": "erin", "role": "member", "groups": ["cv", "nlp"], "disabled": false}))
+        Some(
+            serde_json::json!({"name": "erin", "role": "member", "groups": ["cv", "nlp"], "disabled": false})
+        )
     );
 }
 
@@ -639,13 +645,18 @@ fn value_of<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
 fn a_sealed_value_copied_into_another_record_never_opens() {
     let s = server();
     let secret = "alice-wandb-secret";
-    let put = |who: &str, body: &str| s.call("PUT", who, &format!("/api/v1/users/{who}/env"), Some(body), None);
-    let (code, p) = put("alice", &format!(r#"{{"name": "WANDB_API_KEY", "value": "{secret}", "hidden": true}}"#));
+    let put =
+        |who: &str, body: &str| s.call("PUT", who, &format!("/api/v1/users/{who}/env"), Some(body), None);
+    let (code, p) =
+        put("alice", &format!(r#"{{"name": "WANDB_API_KEY", "value": "{secret}", "hidden": true}}"#));
     assert_eq!(code, 204, "{p}");
     let sealed = s.with_store(async |st| st.task_env("alice").await.unwrap()[0].value.clone());
     assert!(sealed.starts_with("sealed:v2:") && !sealed.contains(secret), "{sealed}");
     assert_eq!(put("bob", &format!(r#"{{"name": "STOLEN_PLAIN", "value": "{sealed}"}}"#)).0, 204);
-    assert_eq!(put("bob", &format!(r#"{{"name": "STOLEN_HIDDEN", "value": "{sealed}", "hidden": true}}"#)).0, 204);
+    assert_eq!(
+        put("bob", &format!(r#"{{"name": "STOLEN_HIDDEN", "value": "{sealed}", "hidden": true}}"#)).0,
+        204
+    );
     let (_, t) = s.call("POST", "bob", "/api/v1/tasks", Some(&task("bob", "nlp", false, "")), None);
     let env = s.launched_env(t["id"].as_str().unwrap());
     assert_eq!(value_of(&env, "STOLEN_PLAIN"), Some(sealed.as_str()), "a plain value stays plain text");
@@ -655,7 +666,8 @@ fn a_sealed_value_copied_into_another_record_never_opens() {
     // Someone who can write the database puts alice's sealed value into bob's TaskEnv as a hidden row: it is
     // bound to alice, so bob's launch is refused (an event says why) instead of opening it.
     s.with_store(async |st| {
-        let row = trainyard_store::TaskEnvVar { name: "REPLAYED".into(), value: sealed.clone(), hidden: true };
+        let row =
+            trainyard_store::TaskEnvVar { name: "REPLAYED".into(), value: sealed.clone(), hidden: true };
         st.put_task_env("bob", &row).await.unwrap();
     });
     let (_, t) = s.call("POST", "bob", "/api/v1/tasks", Some(&task("replay", "nlp", false, "")), None);
@@ -726,7 +738,8 @@ fn clones_stay_in_the_cloners_groups_and_never_carry_hidden_values() {
     };
     share("carol");
     share("bob");
-    let clone = |who: &str, body: &str| s.call("POST", who, &format!("/api/v1/tasks/{id}/clone"), Some(body), None);
+    let clone =
+        |who: &str, body: &str| s.call("POST", who, &format!("/api/v1/tasks/{id}/clone"), Some(body), None);
     // carol (cv) may not put a copy into nlp, where she could not create a task either.
     let (code, p) = clone("carol", "");
     assert_eq!(code, 403, "{p}");
@@ -738,7 +751,10 @@ fn clones_stay_in_the_cloners_groups_and_never_carry_hidden_values() {
     assert_eq!(code, 422, "{p}");
     assert_eq!(p["problems"][0]["path"], "spec.environment.env[1].value", "{p}");
     assert_eq!(p["problems"][0]["code"], "masked-value", "{p}");
-    assert!(p["problems"][0]["message"].as_str().unwrap().contains("enter the value of API_KEY again"), "{p}");
+    assert!(
+        p["problems"][0]["message"].as_str().unwrap().contains("enter the value of API_KEY again"),
+        "{p}"
+    );
     // bob (nlp, the same group) gets no secret either.
     assert_eq!(clone("bob", "").0, 422);
     // With her own value: created in cv, and her value is what runs.
@@ -746,7 +762,12 @@ fn clones_stay_in_the_cloners_groups_and_never_carry_hidden_values() {
     assert_eq!(code, 201, "{c}");
     assert_eq!((c["owner"].as_str(), c["projectGroup"].as_str()), (Some("carol"), Some("cv")));
     assert_eq!(value_of(&s.launched_env(c["id"].as_str().unwrap()), "API_KEY"), Some("carols-own"));
-    assert!(!s.fake.launched().iter().any(|l| l.owner != "alice" && format!("{:?}", l.task).contains("alice-only")));
+    assert!(
+        !s.fake
+            .launched()
+            .iter()
+            .any(|l| l.owner != "alice" && format!("{:?}", l.task).contains("alice-only"))
+    );
     // The mask itself is refused on create, whatever its length; an admin clones into any group.
     for mask in ["******", "***", "*"] {
         let body = task("masked", "nlp", false, &format!(r#", {{name: K, value: "{mask}", hidden: true}}"#));
@@ -754,7 +775,11 @@ fn clones_stay_in_the_cloners_groups_and_never_carry_hidden_values() {
         assert_eq!((code, p["problems"][0]["code"].as_str()), (422, Some("masked-value")), "{p}");
     }
     let plain = task("stars", "nlp", false, r#", {name: K, value: "***"}"#);
-    assert_eq!(s.call("POST", "alice", "/api/v1/tasks", Some(&plain), None).0, 201, "a plain value may be stars");
+    assert_eq!(
+        s.call("POST", "alice", "/api/v1/tasks", Some(&plain), None).0,
+        201,
+        "a plain value may be stars"
+    );
     let (code, c) = clone("root", r#"{"projectGroup": "cv", "hiddenValues": {"API_KEY": "x"}}"#);
     assert_eq!(code, 201, "{c}");
     // Unknown fields in the clone body are refused, not ignored.
@@ -773,7 +798,8 @@ fn tokens_are_revoked_and_users_disabled() {
     assert_eq!(s.call_as("GET", &ci, "/api/v1/whoami", None, None).0, 200);
     let (code, list) = s.call("GET", "alice", "/api/v1/users/alice/tokens", None, None);
     assert_eq!(code, 200, "{list}");
-    let ids: Vec<&str> = list["items"].as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> =
+        list["items"].as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap()).collect();
     assert!(ids.contains(&ci_id.as_str()) && ids.len() == 2, "{list}");
     assert!(!list.to_string().contains(&ci) && !list.to_string().contains(&token_hash(&ci)), "{list}");
     // bob may neither list nor revoke alice's tokens.
@@ -828,7 +854,11 @@ fn a_deleted_task_cannot_be_resubmitted() {
     assert_eq!(p["type"], "https://trainyard.dev/problems/conflict", "{p}");
     assert!(p["detail"].as_str().unwrap().contains("a deleted task cannot be resubmitted"), "{p}");
     let (_, after) = s.call("GET", "alice", &format!("/api/v1/tasks/{id}"), None, None);
-    assert_eq!((after["status"].as_str(), after["attempt"].as_i64()), (Some("Succeeded"), Some(0)), "{after}");
+    assert_eq!(
+        (after["status"].as_str(), after["attempt"].as_i64()),
+        (Some("Succeeded"), Some(0)),
+        "{after}"
+    );
     // The legitimate path: an ended task that is not deleted runs again.
     let (_, t) = s.call("POST", "alice", "/api/v1/tasks", Some(&task("again", "nlp", false, "")), None);
     let id = t["id"].as_str().unwrap().to_owned();
@@ -899,11 +929,13 @@ fn webhooks_to_internal_addresses_are_refused_at_subscription() {
         let (code, p) = s.call("PUT", "alice", "/api/v1/users/alice/alarms", Some(&subs), None);
         assert_eq!((code, p["problems"][0]["path"].as_str()), (422, Some("alarms[0].webhook")), "{p}");
     }
-    let (code, p) = s.call("POST", "alice", "/api/v1/tasks", Some(&alarm("https://93.184.215.14/hook")), None);
+    let (code, p) =
+        s.call("POST", "alice", "/api/v1/tasks", Some(&alarm("https://93.184.215.14/hook")), None);
     assert_eq!(code, 201, "a public address is fine: {p}");
     // With the network allowed, the same receiver is accepted.
     let allowed = server_allowing(&["127.0.0.0/8"]);
-    let (code, p) = allowed.call("POST", "alice", "/api/v1/tasks", Some(&alarm("http://127.0.0.1:9/hook")), None);
+    let (code, p) =
+        allowed.call("POST", "alice", "/api/v1/tasks", Some(&alarm("http://127.0.0.1:9/hook")), None);
     assert_eq!(code, 201, "{p}");
 }
 
@@ -962,7 +994,8 @@ fn slow_and_surplus_connections_are_cut_off() {
     // A body that never comes: closed after the idle timeout.
     let mut stalled = connect();
     let auth = format!("Authorization: Bearer {}\r\n", s.tokens["alice"]);
-    write!(stalled, "POST /api/v1/validate HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 1000\r\n\r\n{{").unwrap();
+    write!(stalled, "POST /api/v1/validate HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 1000\r\n\r\n{{")
+        .unwrap();
     let (took, _) = closed_after(stalled);
     assert!(took < Duration::from_secs(6), "{took:?}");
     // The cap: four connections held, the fifth refused with a problem document.
@@ -970,7 +1003,10 @@ fn slow_and_surplus_connections_are_cut_off() {
     std::thread::sleep(Duration::from_millis(200));
     let (_, answer) = closed_after(connect());
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
-    assert!(answer.contains("application/problem+json") && answer.contains("too-many-connections"), "{answer}");
+    assert!(
+        answer.contains("application/problem+json") && answer.contains("too-many-connections"),
+        "{answer}"
+    );
     assert!(answer.contains("limit of 4 connections"), "{answer}");
     // The held ones send nothing, so the header-read timeout frees them; then a request is served.
     for c in held {
@@ -989,7 +1025,8 @@ fn every_error_is_a_problem_that_names_what_is_wrong() {
     let a = agent();
     let auth = format!("Bearer {}", s.tokens["root"]);
     let problem = |resp: &mut ureq::http::Response<ureq::Body>| -> Value {
-        let ct = resp.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+        let ct =
+            resp.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
         let body = resp.body_mut().read_to_string().unwrap();
         assert_eq!(ct, "application/problem+json", "{body}");
         let v: Value = serde_json::from_str(&body).unwrap();
@@ -1005,23 +1042,32 @@ fn every_error_is_a_problem_that_names_what_is_wrong() {
     assert!(r.headers().get("allow").is_some(), "the Allow header stays");
     assert!(problem(&mut r)["detail"].as_str().unwrap().contains("does not take DELETE"));
     let big = vec![b'a'; trainyard_core::MAX_DOCUMENT_BYTES + 4096];
-    let mut r = a.post(&format!("{}/api/v1/tasks", s.base)).header("Authorization", &auth).send(&big[..]).unwrap();
+    let mut r =
+        a.post(&format!("{}/api/v1/tasks", s.base)).header("Authorization", &auth).send(&big[..]).unwrap();
     assert_eq!(r.status().as_u16(), 413);
     problem(&mut r);
     let long = format!("{}/api/v1/tasks?q={}", s.base, "x".repeat(trainyard_api::MAX_URI_BYTES));
     let mut r = a.get(&long).header("Authorization", &auth).call().unwrap();
     assert_eq!(r.status().as_u16(), 414);
     problem(&mut r);
-    let mut r = a.get(&format!("{}/api/v1/tasks?limit=many", s.base)).header("Authorization", &auth).call().unwrap();
+    let mut r =
+        a.get(&format!("{}/api/v1/tasks?limit=many", s.base)).header("Authorization", &auth).call().unwrap();
     assert_eq!(r.status().as_u16(), 400);
     assert!(problem(&mut r)["detail"].as_str().unwrap().contains("limit"), "the detail names the parameter");
-    let mut r = a.get(&format!("{}/api/v1/tasks/x/events?after=soon", s.base)).header("Authorization", &auth).call().unwrap();
+    let mut r = a
+        .get(&format!("{}/api/v1/tasks/x/events?after=soon", s.base))
+        .header("Authorization", &auth)
+        .call()
+        .unwrap();
     assert_eq!(r.status().as_u16(), 400);
     problem(&mut r);
 
     // What is missing is named.
     let (code, p) = s.call("PUT", "root", "/api/v1/admin/nodes/nope", Some(r#"{"schedulable": true}"#), None);
-    assert_eq!((code, p["detail"].as_str()), (404, Some("no such node \"nope\"; GET /api/v1/catalog lists them")));
+    assert_eq!(
+        (code, p["detail"].as_str()),
+        (404, Some("no such node \"nope\"; GET /api/v1/catalog lists them"))
+    );
     for (method, path) in [
         ("POST", "/api/v1/users/ghost/tokens"),
         ("GET", "/api/v1/users/ghost/env"),
@@ -1063,28 +1109,56 @@ fn every_error_is_a_problem_that_names_what_is_wrong() {
 fn catalog_entries_are_used_only_by_their_groups() {
     let s = server();
     let with = |group: &str, extra: &str| {
-        task("own", group, false, "").replace("    cmd: python3 train.py\n", &format!("    cmd: python3 train.py\n{extra}"))
+        task("own", group, false, "")
+            .replace("    cmd: python3 train.py\n", &format!("    cmd: python3 train.py\n{extra}"))
     };
     // carol (cv) may not mount nlp's volume read-write, nor take the cv image into nlp, etc.
-    let (code, p) =
-        s.call("POST", "carol", "/api/v1/tasks", Some(&with("cv", "    volumes: [{volume: ckpt, mountPath: /volume/ckpt}]\n")), None);
+    let (code, p) = s.call(
+        "POST",
+        "carol",
+        "/api/v1/tasks",
+        Some(&with("cv", "    volumes: [{volume: ckpt, mountPath: /volume/ckpt}]\n")),
+        None,
+    );
     assert_eq!(code, 422, "{p}");
     assert_eq!(p["problems"][0]["path"], "spec.environment.volumes[0].volume", "{p}");
     assert_eq!(p["problems"][0]["code"], "not-in-group", "{p}");
     assert!(p["problems"][0]["message"].as_str().unwrap().contains("for project groups nlp only"), "{p}");
-    let (code, p) =
-        s.call("POST", "alice", "/api/v1/tasks", Some(&with("nlp", "    datasets: [{dataset: alpaca, mountPath: /mnt/data}]\n")), None);
+    let (code, p) = s.call(
+        "POST",
+        "alice",
+        "/api/v1/tasks",
+        Some(&with("nlp", "    datasets: [{dataset: alpaca, mountPath: /mnt/data}]\n")),
+        None,
+    );
     assert_eq!((code, p["problems"][0]["code"].as_str()), (422, Some("not-in-group")), "{p}");
-    let (_, v) = s.call("POST", "alice", "/api/v1/validate", Some(&with("nlp", "    datasets: [{dataset: alpaca, mountPath: /mnt/data}]\n")), None);
+    let (_, v) = s.call(
+        "POST",
+        "alice",
+        "/api/v1/validate",
+        Some(&with("nlp", "    datasets: [{dataset: alpaca, mountPath: /mnt/data}]\n")),
+        None,
+    );
     assert_eq!(v["problems"][0]["code"], "not-in-group", "{v}");
-    let (code, p) = s.call("POST", "alice", "/api/v1/tasks", Some(&with("nlp", "").replace("image: host", "image: cv-only")), None);
+    let (code, p) = s.call(
+        "POST",
+        "alice",
+        "/api/v1/tasks",
+        Some(&with("nlp", "").replace("image: host", "image: cv-only")),
+        None,
+    );
     assert_eq!((code, p["problems"][0]["path"].as_str()), (422, Some("spec.environment.image")), "{p}");
     // The legitimate paths: the owning group, a listed group, an entry open to all.
     let mounts = "    volumes: [{volume: ckpt, mountPath: /volume/ckpt}, {volume: shared, mountPath: /volume/s}]\n    models: [{model: llama, mountPath: /mnt/model}]\n";
     let (code, p) = s.call("POST", "alice", "/api/v1/tasks", Some(&with("nlp", mounts)), None);
     assert_eq!(code, 201, "{p}");
-    let (code, p) =
-        s.call("POST", "carol", "/api/v1/tasks", Some(&with("cv", "    datasets: [{dataset: alpaca, mountPath: /mnt/data}]\n")), None);
+    let (code, p) = s.call(
+        "POST",
+        "carol",
+        "/api/v1/tasks",
+        Some(&with("cv", "    datasets: [{dataset: alpaca, mountPath: /mnt/data}]\n")),
+        None,
+    );
     assert_eq!(code, 201, "{p}");
 
     // host: listed groups only for members; an admin always. Taking nlp off the list refuses alice.
@@ -1106,5 +1180,8 @@ fn catalog_entries_are_used_only_by_their_groups() {
     cat["volumes"]["ckpt"]["projectGroups"] = serde_json::json!(["robotics"]);
     let (code, p) = s.call("PUT", "root", "/api/v1/admin/catalog", Some(&cat.to_string()), None);
     assert_eq!(code, 400, "{p}");
-    assert!(p["detail"].as_str().unwrap().contains("volume ckpt: project group \"robotics\" does not exist"), "{p}");
+    assert!(
+        p["detail"].as_str().unwrap().contains("volume ckpt: project group \"robotics\" does not exist"),
+        "{p}"
+    );
 }

@@ -136,13 +136,16 @@ impl Net {
     /// Parses `ADDR/LEN` or a single address.
     pub fn parse(s: &str) -> Result<Net, String> {
         let (addr, len) = s.trim().split_once('/').map_or((s.trim(), None), |(a, l)| (a, Some(l)));
-        let addr: IpAddr = addr.parse().map_err(|_| format!("{s:?} is not an address or ADDR/LEN network"))?;
+        let addr: IpAddr =
+            addr.parse().map_err(|_| format!("{s:?} is not an address or ADDR/LEN network"))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix_len = match len {
             None => max,
-            Some(l) => l.parse::<u8>().ok().filter(|l| *l <= max).ok_or_else(|| {
-                format!("{s:?}: the prefix length must be a number from 0 to {max}")
-            })?,
+            Some(l) => l
+                .parse::<u8>()
+                .ok()
+                .filter(|l| *l <= max)
+                .ok_or_else(|| format!("{s:?}: the prefix length must be a number from 0 to {max}"))?,
         };
         Ok(Net { addr, prefix_len })
     }
@@ -383,7 +386,11 @@ impl Webhooks {
             .tls_config(TlsConfig::builder().root_certs(roots.clone()).build())
             .build();
         let resolver = CheckedResolver { policy: policy.clone() };
-        let agent = ureq::Agent::with_parts(config, ureq::unversioned::transport::DefaultConnector::default(), resolver);
+        let agent = ureq::Agent::with_parts(
+            config,
+            ureq::unversioned::transport::DefaultConnector::default(),
+            resolver,
+        );
         Webhooks { agent, trust, roots, policy }
     }
 
@@ -538,7 +545,9 @@ mod tests {
         ] {
             assert_eq!(restricted(ip(a)), what, "{a}");
         }
-        let policy = WebhookPolicy { allowed_nets: vec![Net::parse("10.1.0.0/16").unwrap(), Net::parse("::1").unwrap()] };
+        let policy = WebhookPolicy {
+            allowed_nets: vec![Net::parse("10.1.0.0/16").unwrap(), Net::parse("::1").unwrap()],
+        };
         assert!(policy.refusal(ip("10.1.200.7")).is_none());
         assert!(policy.refusal(ip("10.2.0.1")).unwrap().contains("private address"));
         assert!(policy.refusal(ip("::1")).is_none());

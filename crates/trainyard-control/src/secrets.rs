@@ -126,8 +126,10 @@ impl SecretBox {
             return Err(OpenError);
         }
         let (nonce, sealed) = bytes.split_at(12);
-        let plain =
-            self.cipher().decrypt(Nonce::from_slice(nonce), Payload { msg: sealed, aad }).map_err(|_| OpenError)?;
+        let plain = self
+            .cipher()
+            .decrypt(Nonce::from_slice(nonce), Payload { msg: sealed, aad })
+            .map_err(|_| OpenError)?;
         String::from_utf8(plain).map_err(|_| OpenError)
     }
 
@@ -147,9 +149,11 @@ impl SecretBox {
     /// Seals every hidden value of the task in place, bound to the task's id and owner.
     pub fn seal(&self, task: &mut TrainingTask, id: &str, owner: &str) -> std::io::Result<()> {
         let mut result = Ok(());
-        Self::each_hidden(task, |v| match self.seal_value(&v.value, &Binding::Task { id, owner, name: &v.name }) {
-            Ok(s) => v.value = s,
-            Err(e) => result = Err(e),
+        Self::each_hidden(task, |v| {
+            match self.seal_value(&v.value, &Binding::Task { id, owner, name: &v.name }) {
+                Ok(s) => v.value = s,
+                Err(e) => result = Err(e),
+            }
         });
         result
     }
@@ -158,9 +162,11 @@ impl SecretBox {
     /// like); each must have been sealed for this task and owner.
     pub fn open(&self, task: &mut TrainingTask, id: &str, owner: &str) -> Result<(), OpenError> {
         let mut result = Ok(());
-        Self::each_hidden(task, |v| match self.open_value(&v.value, &Binding::Task { id, owner, name: &v.name }) {
-            Ok(s) => v.value = s,
-            Err(e) => result = Err(e),
+        Self::each_hidden(task, |v| {
+            match self.open_value(&v.value, &Binding::Task { id, owner, name: &v.name }) {
+                Ok(s) => v.value = s,
+                Err(e) => result = Err(e),
+            }
         });
         result
     }
@@ -204,7 +210,8 @@ pub async fn reseal_legacy(
         let mut failed = None;
         SecretBox::each_hidden(&mut task, |v| {
             if let Some(Ok(plain)) = secrets.open_legacy(&v.value) {
-                match secrets.seal_value(&plain, &Binding::Task { id: &t.id, owner: &t.owner, name: &v.name }) {
+                match secrets.seal_value(&plain, &Binding::Task { id: &t.id, owner: &t.owner, name: &v.name })
+                {
                     Ok(s) => {
                         v.value = s;
                         changed = true;

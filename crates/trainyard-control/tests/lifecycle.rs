@@ -341,7 +341,10 @@ async fn alarms_are_delivered_by_signed_webhook_with_retries() {
         assert_eq!((v["event"].as_str(), v["task"]["id"].as_str()), (Some("succeeded"), Some(id.as_str())));
     }
     // Nothing else is due: "failed" was not raised for a task that succeeded.
-    assert_eq!(trainyard_control::alarms::deliver_due_with(c.store(), &local, key, 100_000).await.unwrap(), 0);
+    assert_eq!(
+        trainyard_control::alarms::deliver_due_with(c.store(), &local, key, 100_000).await.unwrap(),
+        0
+    );
 }
 
 /// A CA made for one test, and a server certificate it signed for 127.0.0.1 and localhost.
@@ -701,8 +704,9 @@ async fn webhooks_to_loopback_are_refused_unless_the_network_is_allowed() {
     let (mut c, _) = control(backend).await;
     let mut ids = Vec::new();
     for host in ["127.0.0.1", "localhost", "[::ffff:127.0.0.1]"] {
-        let alarms =
-            format!("  advanced:\n    alarms:\n      - {{events: [succeeded], webhook: \"http://{host}:{port}/hook\"}}\n");
+        let alarms = format!(
+            "  advanced:\n    alarms:\n      - {{events: [succeeded], webhook: \"http://{host}:{port}/hook\"}}\n"
+        );
         ids.push(submit(&c, &task("ssrf", "nlp", "Reserved", 0, &alarms), 0).await);
     }
     for now in [0, 1, 1_001] {
@@ -715,7 +719,11 @@ async fn webhooks_to_loopback_are_refused_unless_the_network_is_allowed() {
     for id in &ids {
         let log = c.store().task_alarms(id).await.unwrap();
         assert_eq!(log[0].state, "pending", "{log:?}");
-        assert!(log[0].last_error.contains("loopback address") && log[0].last_error.contains("--webhook-allow-net"), "{log:?}");
+        assert!(
+            log[0].last_error.contains("loopback address")
+                && log[0].last_error.contains("--webhook-allow-net"),
+            "{log:?}"
+        );
     }
     assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0, "nothing reached the receiver");
     // The legitimate path: the admin allowed loopback; every one is delivered at its retry.

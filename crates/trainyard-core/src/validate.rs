@@ -291,7 +291,12 @@ impl<'a> V<'a> {
         }
         let group = &t.metadata.project_group;
         let group_ok = self.ok("metadata.projectGroup") && self.cat.project_groups.contains_key(group);
-        Place { task_type, cluster, pool: pool_ok.then_some(pool.as_str()), group: group_ok.then_some(group.as_str()) }
+        Place {
+            task_type,
+            cluster,
+            pool: pool_ok.then_some(pool.as_str()),
+            group: group_ok.then_some(group.as_str()),
+        }
     }
 
     /// Reports an empty or unknown reference. Returns whether it resolved.

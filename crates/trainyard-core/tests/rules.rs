@@ -807,7 +807,10 @@ fn catalog_entries_for_other_groups() {
     let got: Vec<(&str, Code)> = report.problems.iter().map(|p| (p.path.as_str(), p.code)).collect();
     assert_eq!(
         got,
-        [("spec.environment.image", Code::NotInGroup), ("spec.environment.volumes[0].volume", Code::NotInGroup)]
+        [
+            ("spec.environment.image", Code::NotInGroup),
+            ("spec.environment.volumes[0].volume", Code::NotInGroup)
+        ]
     );
     assert!(report.problems[1].message.contains(&format!("for project groups {other} only")), "{report:?}");
     assert!(cat.check().is_empty());

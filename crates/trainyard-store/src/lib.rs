@@ -648,7 +648,10 @@ impl Store {
 
     /// Whether a task was deleted (false for one that does not exist).
     pub async fn is_deleted(&self, id: &str) -> Result<bool> {
-        let row = sqlx::query("SELECT deleted FROM tasks WHERE id = $1").bind(id).fetch_optional(&self.pool).await?;
+        let row = sqlx::query("SELECT deleted FROM tasks WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
         Ok(row.map(|r| r.try_get::<i64, _>(0)).transpose()?.is_some_and(|d| d != 0))
     }
 
@@ -951,7 +954,9 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
-            .map(|r| Ok((r.try_get(0)?, TaskEnvVar { name: r.try_get(1)?, value: r.try_get(2)?, hidden: true })))
+            .map(|r| {
+                Ok((r.try_get(0)?, TaskEnvVar { name: r.try_get(1)?, value: r.try_get(2)?, hidden: true }))
+            })
             .collect()
     }
 

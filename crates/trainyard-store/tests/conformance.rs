@@ -101,7 +101,10 @@ async fn tokens_are_revoked_and_users_disabled(store: Store, _: String) {
     assert!(!store.revoke_token("alice", &"%".repeat(TOKEN_ID_LEN)).await.unwrap());
     assert!(store.revoke_token("alice", &listed[0].id).await.unwrap());
     assert_eq!(store.token_account(&hash('a')).await.unwrap(), None, "revoked");
-    assert_eq!(store.token_account(&hash('b')).await.unwrap().map(|(u, d)| (u.name, d)), Some(("alice".into(), false)));
+    assert_eq!(
+        store.token_account(&hash('b')).await.unwrap().map(|(u, d)| (u.name, d)),
+        Some(("alice".into(), false))
+    );
     assert!(store.set_user_disabled("alice", true).await.unwrap());
     assert!(!store.set_user_disabled("nobody", true).await.unwrap());
     assert_eq!(store.token_account(&hash('b')).await.unwrap().map(|(_, d)| d), Some(true));

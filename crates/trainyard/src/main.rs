@@ -307,7 +307,9 @@ fn main() -> ExitCode {
             AdminCommand::User { name, enable: true, .. } => client::admin_user_disabled(&conn, &name, false),
             AdminCommand::User { name, role, groups, .. } => client::admin_user(&conn, &name, &role, &groups),
             AdminCommand::Token { user, list: true, .. } => client::admin_token_list(&conn, &user),
-            AdminCommand::Token { user, revoke: Some(id), .. } => client::admin_token_revoke(&conn, &user, &id),
+            AdminCommand::Token { user, revoke: Some(id), .. } => {
+                client::admin_token_revoke(&conn, &user, &id)
+            }
             AdminCommand::Token { user, label, .. } => client::admin_token(&conn, &user, &label),
             AdminCommand::Node { name, cordon, uncordon, fail, repair } => {
                 let body = match (cordon, uncordon, fail, repair) {

@@ -15,8 +15,14 @@ use std::time::{Duration, Instant};
 fn catalog() -> String {
     common::CATALOG
         .replace("projectGroups: {default: {}}", "projectGroups: {default: {}, other: {}}")
-        .replace("host: {torch: true, ray: true}", "host: {torch: true, ray: true, projectGroups: [default, other]}")
-        .replace("volumes: {out: {multiPodReadWrite: true}", "volumes: {out: {multiPodReadWrite: true, projectGroups: [default]}")
+        .replace(
+            "host: {torch: true, ray: true}",
+            "host: {torch: true, ray: true, projectGroups: [default, other]}",
+        )
+        .replace(
+            "volumes: {out: {multiPodReadWrite: true}",
+            "volumes: {out: {multiPodReadWrite: true, projectGroups: [default]}",
+        )
         .replace("datasets: {data: {}}", "datasets: {data: {projectGroups: [default]}}")
         + "  - {group: other, resourceType: Reserved, pool: default, spec: cpu.small, units: 6}\n"
 }
@@ -43,7 +49,8 @@ fn tenants(name: &str, args: &[&str]) -> Tenants {
         assert_eq!(code, 201, "{t}");
         serde_json::from_str::<Value>(&t).unwrap()["token"].as_str().unwrap().to_owned()
     };
-    let (alice, mallory, bob) = (token("alice", "default"), token("mallory", "default"), token("bob", "other"));
+    let (alice, mallory, bob) =
+        (token("alice", "default"), token("mallory", "default"), token("bob", "other"));
     Tenants { s, alice, mallory, bob }
 }
 
@@ -110,7 +117,10 @@ fn raw(s: &Server, token: &str, head: &str, body: &[u8]) -> (u16, Value) {
     use std::io::{Read, Write};
     let mut c = std::net::TcpStream::connect(s.base.trim_start_matches("http://")).unwrap();
     c.set_read_timeout(Some(secs(10))).unwrap();
-    let head = format!("{head}\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    let head = format!(
+        "{head}\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
     c.write_all(head.as_bytes()).unwrap();
     let _ = c.write_all(body);
     let mut got = Vec::new();
@@ -160,8 +170,12 @@ fn f06_f10_clone_stays_in_the_cloners_group_without_hidden_values() {
     let env = json!([{"name": "TOKEN", "value": secret, "hidden": true}]);
     let id = submit(&t.s, &t.alice, &job("src", "default", "echo \"token=$TOKEN\"", env));
     let share = json!({"user": "bob", "operate": true}).to_string();
-    assert_eq!(call(&t.s, Some(&t.alice), "POST", &format!("/api/v1/tasks/{id}/shares"), Some(&share), &[]).0, 204);
-    let clone = |body: &str| call(&t.s, Some(&t.bob), "POST", &format!("/api/v1/tasks/{id}/clone"), Some(body), &[]);
+    assert_eq!(
+        call(&t.s, Some(&t.alice), "POST", &format!("/api/v1/tasks/{id}/shares"), Some(&share), &[]).0,
+        204
+    );
+    let clone =
+        |body: &str| call(&t.s, Some(&t.bob), "POST", &format!("/api/v1/tasks/{id}/clone"), Some(body), &[]);
     let (code, p) = clone("");
     assert_eq!(code, 403, "into a group bob is not in: {p}");
     let (code, p) = clone(r#"{"projectGroup": "other"}"#);
@@ -172,7 +186,12 @@ fn f06_f10_clone_stays_in_the_cloners_group_without_hidden_values() {
         "{p}"
     );
     // The console's old clone sent the mask back as the value: refused too.
-    let mut copy = job("copy", "other", "echo \"token=$TOKEN\"", json!([{"name": "TOKEN", "value": "******", "hidden": true}]));
+    let mut copy = job(
+        "copy",
+        "other",
+        "echo \"token=$TOKEN\"",
+        json!([{"name": "TOKEN", "value": "******", "hidden": true}]),
+    );
     let (code, p) = call(&t.s, Some(&t.bob), "POST", "/api/v1/tasks", Some(&copy.to_string()), &[]);
     assert_eq!((code, p["problems"][0]["code"].as_str()), (422, Some("masked-value")), "{p}");
     // His own value: created in his group, and that is what runs.
@@ -195,7 +214,8 @@ fn f08_storage_belongs_to_its_groups() {
         task["spec"]["environment"]["volumes"] = json!([{"volume": "out", "mountPath": "/volume/out"}]);
         task
     };
-    let (code, p) = call(&t.s, Some(&t.bob), "POST", "/api/v1/tasks", Some(&mounted("other").to_string()), &[]);
+    let (code, p) =
+        call(&t.s, Some(&t.bob), "POST", "/api/v1/tasks", Some(&mounted("other").to_string()), &[]);
     assert_eq!(code, 422, "{p}");
     assert_eq!(p["problems"][0]["code"], "not-in-group", "{p}");
     assert!(p["problems"][0]["message"].as_str().unwrap().contains("for project groups default only"), "{p}");
@@ -208,7 +228,14 @@ fn f08_storage_belongs_to_its_groups() {
     // host: taken off the list for `other`, bob may no longer use it; the admin always may.
     let narrowed = catalog().replace("projectGroups: [default, other]}", "projectGroups: [default]}");
     assert_eq!(t.s.call("PUT", "/api/v1/admin/catalog", Some(&narrowed)).0, 200);
-    let (code, p) = call(&t.s, Some(&t.bob), "POST", "/api/v1/tasks", Some(&job("h", "other", "true", json!([])).to_string()), &[]);
+    let (code, p) = call(
+        &t.s,
+        Some(&t.bob),
+        "POST",
+        "/api/v1/tasks",
+        Some(&job("h", "other", "true", json!([])).to_string()),
+        &[],
+    );
     assert_eq!(code, 403, "{p}");
     assert!(p["detail"].as_str().unwrap().contains("images.host.projectGroups: default"), "{p}");
     t.s.submit(&job("h", "other", "true", json!([])));
@@ -396,7 +423,10 @@ fn f18_every_refusal_is_a_problem_that_says_what() {
     is_problem(call(&t.s, a, "GET", "/api/v1/tasks?limit=-1", None, &[]), 400);
     is_problem(raw(&t.s, &t.alice, "POST /api/v1/tasks HTTP/1.1", &vec![b'x'; 2 << 20]), 413);
     is_problem(call(&t.s, a, "GET", &format!("/api/v1/tasks?q={}", "x".repeat(20_000)), None, &[]), 414);
-    let v = is_problem(call(&t.s, Some(&t.s.token), "PUT", "/api/v1/admin/nodes/ghost", Some(r#"{"failed": true}"#), &[]), 404);
+    let v = is_problem(
+        call(&t.s, Some(&t.s.token), "PUT", "/api/v1/admin/nodes/ghost", Some(r#"{"failed": true}"#), &[]),
+        404,
+    );
     assert!(v["detail"].as_str().unwrap().contains("no such node"), "{v}");
     let v = is_problem(call(&t.s, Some(&t.s.token), "GET", "/api/v1/users/ghost/env", None, &[]), 404);
     assert!(v["detail"].as_str().unwrap().contains("no such user"), "{v}");

@@ -137,9 +137,11 @@ fn cpu_of_s(pid: u32) -> f64 {
     f.get(10).zip(f.get(11)).map_or(0.0, |(u, s)| (u + s) / 100.0)
 }
 
-/// The control loop's tick count and time spent in ticks (seconds), from the server's `/metrics`.
-fn control_ticks(base: &str) -> (f64, f64) {
+/// The control loop's tick count and time spent in ticks (seconds), from the server's `/metrics` (which
+/// takes an admin's token).
+fn control_ticks(base: &str, admin: &str) -> (f64, f64) {
     let text = ureq::get(&format!("{base}/metrics"))
+        .header("Authorization", &format!("Bearer {admin}"))
         .call()
         .ok()
         .and_then(|mut r| r.body_mut().read_to_string().ok())
@@ -215,7 +217,7 @@ fn main() {
     };
     let stop = Arc::new(AtomicBool::new(false));
     let cpu_before = cpu_of_s(server.id());
-    let ticks_before = control_ticks(&base);
+    let ticks_before = control_ticks(&base, &admin);
     let clients: Vec<_> = (0..64)
         .map(|c| {
             let (base, token, stop, body) = (base.clone(), admin.clone(), stop.clone(), json_task.clone());
@@ -242,7 +244,7 @@ fn main() {
     let lat: Vec<Duration> = clients.into_iter().flat_map(|h| h.join().unwrap()).collect();
     let server_cpu = cpu_of_s(server.id()) - cpu_before;
     let ticks = {
-        let (n1, s1) = control_ticks(&base);
+        let (n1, s1) = control_ticks(&base, &admin);
         (n1 - ticks_before.0, s1 - ticks_before.1)
     };
     let rate = lat.len() as f64 / create_secs as f64;
