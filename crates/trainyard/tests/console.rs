@@ -371,3 +371,75 @@ fn maintained_labels_are_offered_with_their_values() {
     );
     assert_eq!(labels, json!(["note", "team"]));
 }
+
+/// Findings 10 and 11 in the console: Clone does not pre-fill a hidden value with the mask but leaves it
+/// empty and asks for it (the form refuses to create until it is given), and what runs has the value typed;
+/// on the admin page a user is disabled and enabled again, and a token of theirs revoked.
+#[test]
+fn clone_asks_for_hidden_values_and_admins_disable_users_and_revoke_tokens() {
+    let s = Server::start("console-clone", None);
+    let mut task = common::pytorch("secretive", 0, "echo token=$TOKEN");
+    task["spec"]["environment"]["env"] = json!([{"name": "TOKEN", "value": "the-original", "hidden": true}]);
+    let id = s.submit(&task);
+    let b = Browser::start();
+    sign_in(&b, &s);
+    b.goto(&format!("{}/#/create?from={id}", s.base));
+    let value = input_id("spec.environment.env.0.value");
+    b.wait("the form, pre-filled", || b.try_find(&value));
+    let v = b
+        .script("return [arguments[0].value, arguments[0].placeholder]", json!([b.find(&value).reference()]));
+    assert_eq!(v[0], "", "the hidden value is not carried: {v}");
+    assert!(v[1].as_str().unwrap().contains("enter the value"), "{v}");
+    assert!(b.text_of("#clone-note").contains("enter TOKEN again"), "{}", b.text_of("#clone-note"));
+    b.wait("the problem at the field", || {
+        b.try_find("[data-path='spec.environment.env.0.value'] .field-problem").map(|_| ())
+    });
+    b.type_into(&b.find(&value), "typed-again");
+    b.wait("no problem", || b.try_find(".field-problem").is_none().then_some(()));
+    b.click(&b.find("#create-submit"));
+    b.wait("the clone's page", || (b.url().contains("#/tasks/") && !b.url().ends_with(&id)).then_some(()));
+    let clone = b.url().rsplit('/').next().unwrap().to_owned();
+    let t = s.wait_status(&clone, "Succeeded", secs(60));
+    let log = s.log(&clone, &format!("{}-master-0", t["name"].as_str().unwrap()), None);
+    assert!(log.contains("token=typed-again") && !log.contains("the-original"), "{log}");
+
+    // The admin page: disable erin (her token is refused), enable her, revoke her token.
+    let body = json!({"name": "erin", "role": "member", "groups": ["default"]}).to_string();
+    assert_eq!(s.call("POST", "/api/v1/admin/users", Some(&body)).0, 200);
+    let (_, t) = s.call("POST", "/api/v1/users/erin/tokens", Some(r#"{"label": "laptop"}"#));
+    let token: serde_json::Value = serde_json::from_str(&t).unwrap();
+    let (erin, token_id) =
+        (token["token"].as_str().unwrap().to_owned(), token["id"].as_str().unwrap().to_owned());
+    let whoami = |tok: &str| {
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .new_agent()
+            .get(&format!("{}/api/v1/whoami", s.base))
+            .header("Authorization", &format!("Bearer {tok}"))
+            .call()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(whoami(&erin), 200);
+    b.goto(&format!("{}/#/admin", s.base));
+    b.wait("erin", || b.try_find("#users tr[data-user='erin'] [data-action='disable']"));
+    b.click(&b.find("#users tr[data-user='erin'] [data-action='disable']"));
+    b.wait("erin disabled", || b.try_find("#users tr[data-user='erin'][data-disabled='true']").map(|_| ()));
+    assert_eq!(whoami(&erin), 403);
+    scroll_to(&b, "#users");
+    b.screenshot(&shots().join("admin-user-disabled.png"));
+    b.click(&b.find("#users tr[data-user='erin'] [data-action='enable']"));
+    b.wait("erin enabled", || b.try_find("#users tr[data-user='erin'][data-disabled='false']").map(|_| ()));
+    assert_eq!(whoami(&erin), 200);
+    b.click(&b.find("#users tr[data-user='erin'] [aria-label='tokens of erin']"));
+    let row = format!("#tokens tr[data-token='{token_id}']");
+    b.wait("erin's token", || b.try_find(&row));
+    assert!(b.text_of(&row).contains("laptop"));
+    b.click(&b.find(&format!("{row} button")));
+    b.wait("the token gone", || b.try_find(&row).is_none().then_some(()));
+    assert_eq!(whoami(&erin), 401);
+    // Who may use what: the catalog's entries with their groups.
+    assert!(b.text_of("#catalog-groups tr[data-entry='image/host']").contains("admins only"));
+}
