@@ -1033,6 +1033,8 @@ async fn put_user(State(state): State<AppState>, headers: HeaderMap, body: Bytes
     }
     let u = User { name: body.name, role: body.role, groups: body.groups };
     state.store.put_user(&u, now_ms()).await?;
+    // A new role or groups count from the next request here (elsewhere: within the cache's TTL).
+    state.tokens.forget_user(&u.name);
     Ok(Json(json!({ "name": u.name, "role": u.role, "groups": u.groups })))
 }
 
@@ -1041,6 +1043,9 @@ pub struct TokenBody {
     #[serde(default)]
     label: String,
 }
+
+/// The longest token label (it is listed with every token).
+pub const TOKEN_LABEL_MAX_BYTES: usize = 200;
 
 /// A new token for a user, shown in this answer only.
 async fn create_token(
@@ -1058,6 +1063,12 @@ async fn create_token(
     } else {
         serde_json::from_slice::<TokenBody>(&body).map_err(|e| ApiError::BadRequest(e.to_string()))?.label
     };
+    if label.len() > TOKEN_LABEL_MAX_BYTES {
+        return Err(ApiError::BadRequest(format!(
+            "a token's label is at most {TOKEN_LABEL_MAX_BYTES} bytes (got {})",
+            label.len()
+        )));
+    }
     known_user(&state, &name).await?;
     let token = new_token().map_err(|e| ApiError::Internal(e.to_string()))?;
     let hash = token_hash(&token);

@@ -830,6 +830,12 @@ fn tokens_are_revoked_and_users_disabled() {
     assert_eq!((code, p["detail"].as_str()), (404, Some("no such user \"nobody\"")), "{p}");
     assert_eq!(s.call("POST", "root", "/api/v1/admin/users/root/disable", None, None).0, 409, "not yourself");
 
+    // Groups changed by an admin count at once on this server: dave (cv) moved to nlp may create there.
+    assert_eq!(s.call("GET", "dave", "/api/v1/whoami", None, None).0, 200);
+    let moved = r#"{"name": "dave", "role": "member", "groups": ["nlp"]}"#;
+    assert_eq!(s.call("POST", "root", "/api/v1/admin/users", Some(moved), None).0, 200);
+    let (_, who) = s.call("GET", "dave", "/api/v1/whoami", None, None);
+    assert_eq!(who["groups"], serde_json::json!(["nlp"]), "{who}");
     // A change made elsewhere (another server on this store) takes effect within the cache's TTL.
     assert_eq!(s.call("GET", "carol", "/api/v1/whoami", None, None).0, 200);
     s.with_store(async |st| assert!(st.set_user_disabled("carol", true).await.unwrap()));
@@ -1100,6 +1106,8 @@ fn every_error_is_a_problem_that_names_what_is_wrong() {
     assert_eq!(code, 400, "{p}");
     let ok = "u".repeat(trainyard_api::USER_NAME_MAX_BYTES);
     assert_eq!(s.call("POST", "root", "/api/v1/admin/users", Some(&user(&ok)), None).0, 200);
+    let label = format!(r#"{{"label": "{}"}}"#, "l".repeat(trainyard_api::TOKEN_LABEL_MAX_BYTES + 1));
+    assert_eq!(s.call("POST", "alice", "/api/v1/users/alice/tokens", Some(&label), None).0, 400);
 }
 
 /// Finding 8: volumes, datasets, models and images carry the project groups that may use them; a use from

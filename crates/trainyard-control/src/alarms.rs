@@ -222,6 +222,10 @@ pub fn restricted(ip: IpAddr) -> Option<&'static str> {
     }
 }
 
+/// How long a subscription waits for its webhook's name to resolve (a slow resolver must not hold the API;
+/// delivery checks again anyway).
+const SUBSCRIBE_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Which webhook destinations are allowed: every public address, and restricted ones only inside a network
 /// an admin allowed (`trainyard up --webhook-allow-net CIDR`, repeatable).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -249,10 +253,13 @@ impl WebhookPolicy {
         let Some((host, port)) = host_and_port(url) else { return Ok(()) };
         let addrs: Vec<IpAddr> = match host.parse::<IpAddr>() {
             Ok(ip) => vec![ip],
-            Err(_) => match tokio::net::lookup_host((host.as_str(), port)).await {
-                Ok(found) => found.map(|a| a.ip()).collect(),
-                Err(_) => return Ok(()),
-            },
+            Err(_) => {
+                let lookup = tokio::net::lookup_host((host.as_str(), port));
+                match tokio::time::timeout(SUBSCRIBE_LOOKUP_TIMEOUT, lookup).await {
+                    Ok(Ok(found)) => found.map(|a| a.ip()).collect(),
+                    Ok(Err(_)) | Err(_) => return Ok(()),
+                }
+            }
         };
         addrs.into_iter().find_map(|ip| self.refusal(ip)).map_or(Ok(()), Err)
     }
