@@ -244,21 +244,22 @@ print("all-reduce gave", t.item(), "over", n, "ranks", flush=True)
 dist.destroy_process_group()
 PY
 torchrun --redirects 1 --tee 1 /tmp/allreduce.py"#;
-    let mut task = pytorch_on("cpu.large", "torch", 1, cmd);
+    // 1 + 2 replicas, each in its own network namespace: gloo's rendezvous and all-reduce cross them.
+    let mut task = pytorch_on("cpu.large", "torch", 2, cmd);
     task["spec"]["advanced"] = json!({"precheck": {"enabled": true, "timeoutSeconds": 120}});
     let id = s.submit(&task);
     let t = s.wait_status(&id, "Succeeded", secs(240));
     let events = s.events(&id);
     let figures: Vec<&String> =
         events.iter().filter(|(r, _)| r == "PrecheckResult").map(|(_, m)| m).collect();
-    assert_eq!(figures.len(), 2, "one precheck result per replica: {events:?}");
+    assert_eq!(figures.len(), 3, "one precheck result per replica: {events:?}");
     for m in &figures {
         assert!(m.contains("gloo init") && m.contains("GFLOP/s") && m.contains("GB/s"), "{m}");
     }
     assert!(events.iter().any(|(r, _)| r == "PrecheckPassed"), "{events:?}");
     let master = format!("{}-master-0", t["name"].as_str().unwrap());
     let log = s.log(&id, &master, None);
-    assert!(log.contains("all-reduce gave 3.0 over 2 ranks"), "{log}");
+    assert!(log.contains("all-reduce gave 6.0 over 3 ranks"), "{log}");
 }
 
 /// The precheck needs torch: where `import torch` fails (here a dataset shadows it on PYTHONPATH, as an

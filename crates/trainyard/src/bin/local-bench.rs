@@ -1,5 +1,6 @@
 //! The local backend's benchmark: submit-to-running latency of a trivial 1-replica task and of an
-//! 8-replica gang with free capacity, and the platform's CPU and memory overhead per running replica (the
+//! 8-replica gang with free capacity (until the API says Running, and until every replica's command printed
+//! its first line: the whole sandbox start, its user namespace, seccomp filter and network included), and the platform's CPU and memory overhead per running replica (the
 //! supervisor and the sandbox's own processes, not the user's command; and the server's share).
 //!
 //!   cargo run --release -p trainyard --bin local-bench [-- --runs N]
@@ -69,12 +70,36 @@ impl Api {
     }
 }
 
+impl Api {
+    /// Waits until every replica's log holds `line`.
+    fn wait_output(&self, id: &str, replicas: &[String], line: &str) {
+        let t0 = Instant::now();
+        let mut left: Vec<&String> = replicas.iter().collect();
+        while !left.is_empty() {
+            left.retain(|r| {
+                let url = format!("{}/api/v1/tasks/{id}/logs?replica={r}", self.base);
+                let text = self
+                    .agent
+                    .get(&url)
+                    .header("Authorization", &self.auth)
+                    .call()
+                    .ok()
+                    .and_then(|mut resp| resp.body_mut().read_to_string().ok())
+                    .unwrap_or_default();
+                !text.contains(line)
+            });
+            assert!(t0.elapsed() < Duration::from_secs(60), "task {id}: no {line:?} from {left:?}");
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+}
+
 fn task(workers: u32) -> String {
     json!({
         "apiVersion": "trainyard.dev/v1", "kind": "TrainingTask",
         "metadata": {"namePrefix": "bench", "projectGroup": "default"},
         "spec": {"type": "PyTorchJob", "placement": {"region": "local", "cluster": "local"},
-                 "environment": {"image": "host", "cmd": "exec sleep 1000"},
+                 "environment": {"image": "host", "cmd": "echo ready; exec sleep 1000"},
                  "compute": {"resourceType": "Reserved", "pool": "default", "workers": workers,
                              "instanceSpecs": [{"spec": "cpu.tiny"}]}}
     })
@@ -145,9 +170,13 @@ fn main() {
 
     println!("local backend, {runs} runs each, submit until the API shows Running (free capacity):");
     println!("{:<26} {:>9} {:>9} {:>9}   target", "", "p50 ms", "p99 ms", "max ms");
-    for (label, workers, target) in
-        [("1 replica", 0u32, (50.0, 200.0)), ("8-replica gang", 7, (f64::NAN, f64::NAN))]
-    {
+    let none = (f64::NAN, f64::NAN);
+    for (label, workers, output, target) in [
+        ("1 replica", 0u32, false, (50.0, 200.0)),
+        ("1 replica, first line", 0, true, none),
+        ("8-replica gang", 7, false, none),
+        ("8-replica gang, all lines", 7, true, none),
+    ] {
         let body = task(workers);
         let mut ms = Vec::new();
         for _ in 0..runs {
@@ -155,7 +184,15 @@ fn main() {
             let (status, v) = api.call("POST", "/api/v1/tasks", Some(&body));
             assert_eq!(status, 201, "{v}");
             let id = v["id"].as_str().unwrap().to_owned();
-            api.wait(&id, "Running");
+            if output {
+                let name = v["name"].as_str().unwrap().to_owned();
+                let replicas: Vec<String> = std::iter::once(format!("{name}-master-0"))
+                    .chain((0..workers).map(|i| format!("{name}-worker-{i}")))
+                    .collect();
+                api.wait_output(&id, &replicas, "ready");
+            } else {
+                api.wait(&id, "Running");
+            }
             ms.push(t0.elapsed().as_secs_f64() * 1000.0);
             api.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
             api.wait(&id, "Stopped");
