@@ -484,7 +484,9 @@ impl Outside {
                 std::process::Command::new("ip").args(args.split_whitespace()).status().unwrap().success();
             assert!(ok, "ip {args}");
         };
-        let _ = std::process::Command::new("ip").args(["netns", "delete", &ns]).status();
+        if Path::new("/run/netns").join(&ns).exists() {
+            let _ = std::process::Command::new("ip").args(["netns", "delete", &ns]).status();
+        }
         ip(&format!("netns add {ns}"));
         ip(&format!("link add {host_if} type veth peer name eth0 netns {ns}"));
         ip(&format!("addr add 198.51.100.2/24 dev {host_if}"));

@@ -542,9 +542,16 @@ impl LocalBackend {
         let ray = s.task_type == TaskType::RayJob;
         // A running attempt being resized keeps its uid and its replicas' places.
         let have: Vec<Replica> = inner.runs.get(&spec.key).map(|r| r.l.replicas.clone()).unwrap_or_default();
-        let uid = match inner.runs.get(&spec.key) {
-            Some(run) => run.l.uid,
-            None => {
+        // An attempt prepared before a restart but never started keeps the uid its dirs belong to.
+        let prepared = std::fs::read(dir.join("launch.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Launched>(&b).ok())
+            .map(|l| l.uid)
+            .filter(|u| *u >= UID_BASE && !inner.runs.values().any(|r| r.l.uid == *u));
+        let uid = match (inner.runs.get(&spec.key), prepared) {
+            (Some(run), _) => run.l.uid,
+            (None, Some(uid)) => uid,
+            (None, None) => {
                 let taken: BTreeSet<u32> = inner.runs.values().map(|r| r.l.uid).collect();
                 (UID_BASE..UID_BASE + UID_SLOTS)
                     .find(|u| !taken.contains(u))

@@ -321,7 +321,8 @@ pub fn main(dir: &Path) -> i32 {
             .unwrap_or_else(|| "the precheck wrote no result".to_owned());
         sup.state.precheck = Some(message.clone());
         if out.code != Some(0) {
-            exit = ExitRecord { precheck_failed: !out.stopped && !out.killed_outside, ..out };
+            let failed = !out.stopped && !out.killed_outside && out.evicted.is_none();
+            exit = ExitRecord { precheck_failed: failed, ..out };
         } else {
             sup.event("PrecheckResult", format!("{}: {message}", job.name));
         }
@@ -530,14 +531,16 @@ fn run_phase(
         let _ = r.join();
     }
     use std::os::unix::process::ExitStatusExt;
+    let oom_killed = cgroup.as_ref().is_some_and(Cgroup::oom_killed);
     ExitRecord {
         code: status.code(),
         signal: status.signal(),
-        oom_killed: cgroup.as_ref().is_some_and(Cgroup::oom_killed),
+        oom_killed,
         stopped,
         // bubblewrap passes the command's end on as an exit code (128 + signal); bubblewrap itself ended by
-        // a signal means someone on the host killed the sandbox.
-        killed_outside: status.signal().is_some() && !stopped && evicted.is_none(),
+        // a signal (not the OOM killer's, which may pick it as it is in the replica's cgroup) means someone
+        // on the host killed the sandbox.
+        killed_outside: status.signal().is_some() && !stopped && evicted.is_none() && !oom_killed,
         evicted,
         ..ExitRecord::default()
     }
