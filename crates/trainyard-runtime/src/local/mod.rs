@@ -215,6 +215,65 @@ fn resolv_conf() -> String {
     if has_server(&upstream) { upstream } else { host }
 }
 
+/// The attempts' uid slots, claimed machine-wide: every Trainyard server on this machine takes its attempts'
+/// uids (and with them their egress uplinks) from the same files, so no two live attempts share one.
+mod slots {
+    use std::io::Write;
+    use std::path::Path;
+
+    /// A file per claimed slot, naming the attempt dir that holds it; under `/run`, so a reboot clears them.
+    const DIR: &str = "/run/trainyard/slots";
+
+    /// Whether the attempt in `dir` may still run: it was launched, has no outcome, and either no replica has
+    /// started yet or a supervisor of it is alive (one whose server went away for good holds nothing).
+    fn live(dir: &Path) -> bool {
+        if !dir.join("launch.json").exists() || dir.join("outcome.json").exists() {
+            return false;
+        }
+        let states: Vec<super::ReplicaState> = std::fs::read_dir(dir)
+            .map(|d| d.flatten().filter_map(|e| super::read_state(&e.path())).collect())
+            .unwrap_or_default();
+        states.is_empty()
+            || states.iter().any(|s| {
+                s.phase != super::Phase::Exited && super::procs::alive(s.supervisor_pid, s.supervisor_ticks)
+            })
+    }
+
+    /// The slot `attempt` holds already (prepared before a restart), or the lowest free one, taking over
+    /// slots whose attempt ended without giving them back.
+    pub fn claim(attempt: &Path) -> Result<u32, String> {
+        let fail = |e: std::io::Error| format!("cannot claim a sandbox uid in {DIR}: {e}");
+        std::fs::create_dir_all(DIR).map_err(fail)?;
+        let lock = std::fs::File::create(Path::new(DIR).join(".lock")).map_err(fail)?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).map_err(|e| fail(e.into()))?;
+        let me = attempt.to_string_lossy().into_owned();
+        let held: std::collections::BTreeMap<u32, String> = std::fs::read_dir(DIR)
+            .map_err(fail)?
+            .flatten()
+            .filter_map(|e| {
+                let slot = e.file_name().to_str()?.parse().ok()?;
+                Some((slot, std::fs::read_to_string(e.path()).ok()?))
+            })
+            .collect();
+        if let Some((&slot, _)) = held.iter().find(|(_, h)| **h == me) {
+            return Ok(slot);
+        }
+        let free = (0..super::UID_SLOTS).find(|s| held.get(s).is_none_or(|h| !live(Path::new(h))));
+        let slot = free.ok_or("every sandbox uid is taken: too many attempts run at once on this machine")?;
+        let mut f = std::fs::File::create(Path::new(DIR).join(slot.to_string())).map_err(fail)?;
+        f.write_all(me.as_bytes()).map_err(fail)?;
+        Ok(slot)
+    }
+
+    /// Gives a slot back (if `attempt` still holds it).
+    pub fn release(slot: u32, attempt: &Path) {
+        let path = Path::new(DIR).join(slot.to_string());
+        if std::fs::read_to_string(&path).is_ok_and(|h| Path::new(&h) == attempt) {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
 /// Sets a path's owner and mode (a link is never followed).
 fn own(path: &Path, uid: u32, gid: u32, mode: u32) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
@@ -543,20 +602,9 @@ impl LocalBackend {
         // A running attempt being resized keeps its uid and its replicas' places.
         let have: Vec<Replica> = inner.runs.get(&spec.key).map(|r| r.l.replicas.clone()).unwrap_or_default();
         // An attempt prepared before a restart but never started keeps the uid its dirs belong to.
-        let prepared = std::fs::read(dir.join("launch.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Launched>(&b).ok())
-            .map(|l| l.uid)
-            .filter(|u| *u >= UID_BASE && !inner.runs.values().any(|r| r.l.uid == *u));
-        let uid = match (inner.runs.get(&spec.key), prepared) {
-            (Some(run), _) => run.l.uid,
-            (None, Some(uid)) => uid,
-            (None, None) => {
-                let taken: BTreeSet<u32> = inner.runs.values().map(|r| r.l.uid).collect();
-                (UID_BASE..UID_BASE + UID_SLOTS)
-                    .find(|u| !taken.contains(u))
-                    .ok_or("every sandbox uid is taken: too many attempts run at once on this machine")?
-            }
+        let uid = match inner.runs.get(&spec.key) {
+            Some(run) => run.l.uid,
+            None => UID_BASE + slots::claim(&dir)?,
         };
         let gid = SANDBOX_GID;
 
@@ -1508,6 +1556,9 @@ impl LocalBackend {
             &run.dir.join("outcome.json"),
             &serde_json::to_vec(&Recorded::from(outcome)).unwrap_or_default(),
         );
+        if run.l.uid >= UID_BASE {
+            slots::release(run.l.uid - UID_BASE, &run.dir);
+        }
         // The container's local disk goes with the attempt, and so do its network and any cgroup a killed
         // supervisor left; logs and events stay.
         for r in &run.l.replicas {
