@@ -22,6 +22,7 @@
 //! `root:SANDBOX_GID` 2770, so the next attempts (other uids) can write what earlier ones wrote.
 
 pub mod metrics;
+pub mod netlink;
 pub mod netns;
 pub mod procs;
 pub mod sandbox;
@@ -940,7 +941,6 @@ impl LocalBackend {
                     prefix: self.cfg.network.prefix,
                     gateway: uplink.as_ref().map(|u| u.gateway),
                 }),
-                ip: self.cfg.ip.clone(),
                 limits: self.cfg.limits,
                 env,
                 cmd,

@@ -15,11 +15,11 @@
 //! same range. Inside a replica, ports below 1024 may be bound (sshd listens on 22), as in a container.
 //!
 //! The switch namespace is named (a bind mount under `/run/netns`) from launch until the attempt ends. A
-//! replica's namespace is named only while its supervisor sets it up: the supervisor keeps a file descriptor
-//! of it and removes the name, so the namespace (and its veth pair) goes away by itself with the last process
-//! in it, however the supervisor ends.
+//! replica's namespace never has a name: its supervisor makes it and keeps a file descriptor of it, so the
+//! namespace (and its veth pair) goes away by itself with the last process in it, however the supervisor ends.
 //!
-//! The plumbing is iproute2's `ip` (a few batched calls per replica).
+//! The plumbing: iproute2's `ip` (batched) and `nft` for an attempt's switch, once per attempt; netlink from
+//! the supervisor for each replica ([`super::netlink`]), so a gang's start does not wait on programs.
 //!
 //! **Egress** is off unless the admin turns it on (`trainyard up --sandbox-egress`). Then the bridge gets the
 //! range's first address as the replicas' gateway, and the switch namespace an uplink: a veth pair to the host
@@ -358,39 +358,46 @@ pub fn delete_switch(ip: &Path, switch: &str) {
     }
 }
 
-/// Makes the replica's namespace, wires it to the bridge, and returns a file descriptor of it (its name is
-/// removed again: the descriptor and the processes in it keep it alive).
-pub fn create_replica(ip: &Path, net: &ReplicaNet) -> Result<OwnedFd, String> {
-    let name = &net.name;
-    if Path::new(NETNS_DIR).join(name).exists() {
-        let _ = ip_batch(ip, None, &format!("netns delete {name}\n"));
-    }
-    ip_batch(ip, None, &format!("netns add {name}\n"))?;
-    let result = (|| {
-        let port = format!("v{}", net.index);
-        ip_batch(
-            ip,
-            Some(&net.switch),
-            &format!(
-                "link add {port} type veth peer name eth0 netns {name}\nlink set {port} master br0 up\n"
-            ),
-        )?;
-        let route = net.gateway.map_or(String::new(), |g| format!("route add default via {g}\n"));
-        ip_batch(
-            ip,
-            Some(name),
-            &format!(
-                "link set lo up\naddr add {}/{} dev eth0\nlink set eth0 up\n{route}",
-                net.address, net.prefix
-            ),
-        )?;
-        let fd = open_named(name)?;
+/// Makes the replica's namespace, wires it to the bridge, and returns a file descriptor of it (it has no
+/// name: the descriptor and the processes in it keep it alive). Done with netlink from one thread: it makes the
+/// namespace its own, opens a netlink socket there, enters the switch's and opens another, then wires both ends.
+pub fn create_replica(net: &ReplicaNet) -> Result<OwnedFd, String> {
+    use super::netlink::{LOOPBACK_INDEX, Netlink};
+    let switch = open_named(&net.switch)?;
+    let wire = || -> Result<OwnedFd, String> {
+        let step = |what: &str, e: std::io::Error| format!("{what}: {e}");
+        // Only CLONE_FILES and CLONE_FS make unshare unsound (they change what other threads' descriptors and
+        // paths mean); a network namespace of this thread's own does not.
+        #[allow(deprecated)]
+        rustix::thread::unshare(rustix::thread::UnshareFlags::NEWNET)
+            .map_err(|e| step("cannot make a network namespace", e.into()))?;
+        let ns = rustix::fs::open(
+            "/proc/thread-self/ns/net",
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| step("cannot open the new namespace", e.into()))?;
         // Ports below 1024 may be bound, as in a container (sshd listens on 22).
-        sysctl_in(&fd, "/proc/sys/net/ipv4/ip_unprivileged_port_start", "0")?;
-        Ok(fd)
-    })();
-    let _ = ip_batch(ip, None, &format!("netns delete {name}\n"));
-    result
+        std::fs::write("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0")
+            .map_err(|e| step("cannot allow low ports", e))?;
+        let mut inside = Netlink::open().map_err(|e| step("netlink", e))?;
+        enter(&switch)?;
+        let mut sw = Netlink::open().map_err(|e| step("netlink", e))?;
+        let bridge = sw.index("br0").map_err(|e| step("the attempt's bridge", e))?;
+        let port = format!("v{}", net.index);
+        sw.veth(&port, bridge, "eth0", &ns).map_err(|e| step(&format!("cannot make veth {port}"), e))?;
+        inside.up(LOOPBACK_INDEX).map_err(|e| step("lo", e))?;
+        let eth = inside.index("eth0").map_err(|e| step("eth0", e))?;
+        inside.address(eth, net.address, net.prefix).map_err(|e| step("eth0's address", e))?;
+        inside.up(eth).map_err(|e| step("eth0", e))?;
+        if let Some(gateway) = net.gateway {
+            inside.default_route(gateway).map_err(|e| step("the default route", e))?;
+        }
+        Ok(ns)
+    };
+    std::thread::scope(|s| {
+        s.spawn(wire).join().unwrap_or_else(|_| Err("the network setup thread panicked".into()))
+    })
 }
 
 /// Writes a per-namespace setting from a thread that enters the namespace (`/proc/sys/net` shows the

@@ -54,9 +54,6 @@ pub struct ReplicaJob {
     /// The replica's place on its attempt's network; None: an empty network namespace of its own.
     #[serde(default)]
     pub net: Option<ReplicaNet>,
-    /// iproute2's `ip`, for the network.
-    #[serde(default)]
-    pub ip: Option<PathBuf>,
     #[serde(default)]
     pub limits: Limits,
 }
@@ -282,8 +279,8 @@ pub fn main(dir: &Path) -> i32 {
             None
         }
     };
-    if let (Some(net), Some(ip)) = (&job.net, &job.ip) {
-        match netns::create_replica(ip, net) {
+    if let Some(net) = &job.net {
+        match netns::create_replica(net) {
             Ok(fd) => sup.netns = Some(Arc::new(fd)),
             Err(why) => sup.event(
                 "NetworkNotReady",
