@@ -46,8 +46,9 @@ pub const PRECHECK_PY: &str = include_str!("precheck.py");
 /// Reads a Ray cluster's nodes and pending demand from its GCS (the head waits on it; autoscaling reads it).
 pub const RAY_PROBE_PY: &str = include_str!("ray_probe.py");
 
-/// Ray clusters take blocks of 100 ports each per node, from here up.
-const RAY_PORTS: std::ops::Range<u16> = 30_000..60_000;
+/// The first of a Ray node's ports (GCS, client server, raylet, agents, workers up to +99). Every node has a
+/// network namespace of its own, so every node of every cluster uses the same ones.
+const RAY_BASE_PORT: u16 = 30_000;
 
 /// How often the preset metrics are sampled when the task configures no interval of its own.
 pub const PRESET_INTERVAL_S: u64 = 10;
@@ -534,40 +535,6 @@ impl LocalBackend {
         used
     }
 
-    /// The lowest block of ports for a Ray cluster of `nodes` nodes that no running cluster holds and that
-    /// is free on this machine.
-    fn ray_base(inner: &Inner, nodes: usize) -> u16 {
-        let span = 100 * nodes as u16;
-        let taken: Vec<(u16, u16)> = inner
-            .runs
-            .values()
-            .filter(|r| r.l.ray_base != 0)
-            .map(|r| (r.l.ray_base, r.l.ray_base + 100 * r.l.replicas.len().max(1) as u16))
-            .collect();
-        // Start the search at a random block, so two servers on one machine rarely try the same one; a block
-        // is taken only when its first ports are free now.
-        use std::hash::{BuildHasher, Hasher};
-        let blocks = (RAY_PORTS.end - RAY_PORTS.start) / 100;
-        let start =
-            std::collections::hash_map::RandomState::new().build_hasher().finish() % u64::from(blocks);
-        for k in 0..blocks {
-            let base = RAY_PORTS.start + 100 * ((start as u16 + k) % blocks);
-            if base + span >= RAY_PORTS.end {
-                continue;
-            }
-            let clash = taken.iter().any(|&(a, b)| base < b && a < base + span);
-            let free = (0..nodes as u16).all(|i| {
-                [1, 2, 10, 11]
-                    .iter()
-                    .all(|d| std::net::TcpListener::bind(("127.0.0.1", base + 100 * i + d)).is_ok())
-            });
-            if !clash && free {
-                return base;
-            }
-        }
-        RAY_PORTS.start
-    }
-
     /// A dataset's or model's dir: one under the data dir is made readable by the sandboxes (an admin's own
     /// path is left as the admin set it).
     fn data_asset_dir(&self, path: &Path, kind: &str, ours: bool) -> Result<(), String> {
@@ -745,10 +712,9 @@ impl LocalBackend {
         };
         let master_port = MASTER_PORT;
         let autoscale = s.ray.as_ref().and_then(|r| r.autoscaling.as_ref()).filter(|a| a.enabled);
-        let most_nodes = 1 + autoscale.map_or(0, |a| a.max_workers as usize).max(replicas.len() - 1);
         let ray_base = match ray_base {
             Some(b) => b,
-            None if ray => Self::ray_base(inner, most_nodes),
+            None if ray => RAY_BASE_PORT,
             None => 0,
         };
         let ray_env = if ray { ray_job_config(s)? } else { None };
@@ -894,7 +860,7 @@ impl LocalBackend {
             }
             let cmd = if ray {
                 let at = RayAt { base: ray_base, me: address(r)?, head: head_address };
-                ray_command(r, i, &resources, &at, replicas.len(), keep_s)
+                ray_command(r, &resources, &at, replicas.len(), keep_s)
             } else {
                 s.environment.cmd.clone()
             };
@@ -1068,10 +1034,10 @@ fn ray_job_config(s: &trainyard_core::spec::TaskSpec) -> Result<Option<String>, 
     Ok(Some(serde_json::json!({ "runtime_env": env }).to_string()))
 }
 
-/// Ports of node `i` of a Ray cluster whose ports start at `base`: (node manager, object manager, metrics,
+/// Ports of a Ray node whose ports start at `base`: (node manager, object manager, metrics,
 /// dashboard agent HTTP, dashboard agent gRPC, runtime env agent, first and last worker port).
-fn ray_node_ports(base: u16, i: usize) -> String {
-    let o = base + 100 * i as u16;
+fn ray_node_ports(base: u16) -> String {
+    let o = base;
     format!(
         "--node-manager-port={} --object-manager-port={} --metrics-export-port={} --dashboard-agent-listen-port={} --dashboard-agent-grpc-port={} --runtime-env-agent-port={} --min-worker-port={} --max-worker-port={}",
         o + 10,
@@ -1097,7 +1063,6 @@ struct RayAt {
 
 fn ray_command(
     r: &Replica,
-    i: usize,
     res: &trainyard_core::Resources,
     at: &RayAt,
     nodes: usize,
@@ -1111,7 +1076,7 @@ fn ray_command(
         res.vcpus.max(1),
         res.gpus,
         res.memory_mib * 1024 * 1024,
-        ray_node_ports(base, i)
+        ray_node_ports(base)
     );
     if r.role != "head" {
         // A custom resource names the replica, so idle Ray nodes can be matched to replicas.
