@@ -278,14 +278,24 @@ mod slots {
 
 /// Sets a path's owner and mode (a link is never followed).
 fn own(path: &Path, uid: u32, gid: u32, mode: u32) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
-    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if meta.file_type().is_symlink() {
-        return Err(format!("{} is a symbolic link", path.display()));
+    use rustix::fs::{FileType, Gid, Mode, OFlags, Uid};
+    let fail = |e: rustix::io::Errno| format!("{}: {e}", path.display());
+    // Through a descriptor of the file itself: a path someone swaps for a link between a check and the
+    // change (a dir in a shared volume) is never followed.
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| {
+        if e == rustix::io::Errno::LOOP { format!("{} is a symbolic link", path.display()) } else { fail(e) }
+    })?;
+    let kind = FileType::from_raw_mode(rustix::fs::fstat(&fd).map_err(fail)?.st_mode);
+    if kind != FileType::Directory && kind != FileType::RegularFile {
+        return Err(format!("{} is neither a directory nor a file", path.display()));
     }
-    std::os::unix::fs::lchown(path, Some(uid), Some(gid)).map_err(|e| format!("{}: {e}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| format!("{}: {e}", path.display()))
+    rustix::fs::fchown(&fd, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid))).map_err(fail)?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(fail)
 }
 
 /// Gives a tree the server just wrote (nothing else has touched it yet) to the attempt's uid.
