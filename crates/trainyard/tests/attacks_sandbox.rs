@@ -71,6 +71,7 @@ out = {{
     "keyctl": sc(250, 0, 0, 0),
     "bpf": sc(321, 0, 0, 0),
     "unshare_user": sc(272, 0x10000000),
+    "no_aslr": sc(135, 0x0040000),
     "remount": subprocess.run(["mount", "-o", "remount,rw", "/mnt/data"], capture_output=True).returncode,
     "cgroup": open("/proc/self/cgroup").read().strip().splitlines(),
 }}
@@ -108,7 +109,7 @@ EOF"#
     assert_eq!(r["cap_eff"], "0000000000000000", "{r}");
     assert_eq!(r["no_new_privs"], "1", "{r}");
     assert_eq!(r["seccomp"], "2", "{r}");
-    for call in ["open_by_handle_at", "keyctl", "bpf", "unshare_user"] {
+    for call in ["open_by_handle_at", "keyctl", "bpf", "unshare_user", "no_aslr"] {
         assert_eq!(r[call], 1, "{call} must fail with EPERM: {r}");
     }
     assert_ne!(r["remount"], 0, "{r}");

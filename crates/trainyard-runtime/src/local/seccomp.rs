@@ -5,7 +5,8 @@
 //! that reach the kernel's global state or other processes): mounting and namespace changes, kernel
 //! modules and kexec, keyrings, BPF, perf events, file handles (`open_by_handle_at` reads any file of a
 //! bound file system), `ptrace` and cross-process memory access, clock and swap changes, reboot, quotas,
-//! `userfaultfd`, io_uring, and terminal input injection (`TIOCSTI`). `clone` is allowed without namespace
+//! `userfaultfd`, io_uring, terminal input injection (`TIOCSTI`), and `personality` flags beyond the plain
+//! ones (no turning address-space randomisation off). `clone` is allowed without namespace
 //! flags only, and `clone3` answers ENOSYS so libc falls back to `clone` (whose flags a filter can read).
 //! Calls of another architecture's ABI (32-bit x86, x32) kill the process: their numbers differ, so a
 //! filter keyed on this ABI's numbers would not see them.
@@ -55,6 +56,10 @@ const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 /// Every namespace flag `clone` takes (CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET).
 const CLONE_NAMESPACES: u32 =
     0x0002_0000 | 0x0200_0000 | 0x0400_0000 | 0x0800_0000 | 0x1000_0000 | 0x2000_0000 | 0x4000_0000;
+
+/// The `personality` values a container may set (Linux itself, 32-bit `uname`, `UNAME26`, and the query
+/// `0xffffffff`); others, such as turning address-space randomisation off, are refused.
+const PERSONALITIES: &[u32] = &[0x0, 0x8, 0x20000, 0x20008, 0xffff_ffff];
 
 /// ioctls that push input into a terminal (a sandbox holding a tty of the host could type into it).
 const TIOCSTI: u32 = 0x5412;
@@ -143,6 +148,7 @@ enum To {
     Kill,
     CloneCheck,
     IoctlCheck,
+    PersonalityCheck,
 }
 
 struct Asm {
@@ -188,6 +194,7 @@ fn program() -> Vec<Insn> {
     a.op(JEQ, Enosys, Next, nr::__NR_clone3);
     a.op(JEQ, CloneCheck, Next, nr::__NR_clone);
     a.op(JEQ, IoctlCheck, Next, nr::__NR_ioctl);
+    a.op(JEQ, PersonalityCheck, Next, nr::__NR_personality);
     for &n in DENIED.iter().chain(DENIED_ARCH) {
         a.op(JEQ, Eperm, Next, n);
     }
@@ -199,6 +206,13 @@ fn program() -> Vec<Insn> {
     a.op(LD_W_ABS, Next, Next, arg_low(1));
     a.op(JEQ, Eperm, Next, TIOCSTI);
     a.op(JEQ, Eperm, Next, TIOCLINUX);
+    a.op(RET, Next, Next, RET_ALLOW);
+    a.label(PersonalityCheck);
+    a.op(LD_W_ABS, Next, Next, arg_low(0));
+    for &p in PERSONALITIES {
+        a.op(JEQ, Allow, Next, p);
+    }
+    a.op(RET, Next, Next, RET_ERRNO | EPERM);
     a.label(Allow);
     a.op(RET, Next, Next, RET_ALLOW);
     a.label(Eperm);
@@ -289,6 +303,17 @@ mod tests {
         assert_eq!(verdict(nr::__NR_clone, [0x1000_0000 | 17, 0, 0, 0, 0, 0]), RET_ERRNO | EPERM);
         assert_eq!(verdict(nr::__NR_clone, [0x4000_0000, 0, 0, 0, 0, 0]), RET_ERRNO | EPERM);
         assert_eq!(verdict(nr::__NR_clone3, [0; 6]), RET_ERRNO | ENOSYS);
+    }
+
+    #[test]
+    fn personality_only_plain() {
+        assert_eq!(verdict(nr::__NR_personality, [0xffff_ffff, 0, 0, 0, 0, 0]), RET_ALLOW, "query");
+        assert_eq!(verdict(nr::__NR_personality, [0x8, 0, 0, 0, 0, 0]), RET_ALLOW, "PER_LINUX32");
+        assert_eq!(
+            verdict(nr::__NR_personality, [0x0040000, 0, 0, 0, 0, 0]),
+            RET_ERRNO | EPERM,
+            "ADDR_NO_RANDOMIZE"
+        );
     }
 
     #[test]
