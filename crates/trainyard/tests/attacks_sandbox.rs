@@ -158,6 +158,19 @@ fn the_tasks_env_never_reaches_a_host_side_process() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// Runs `task` with the exit checkpoint on until its master logs `ready`, then stops it and waits until it is
+/// Stopped; returns its id and name.
+fn stopped_with_a_checkpoint(s: &Server, mut task: Value, ready: &str) -> (String, String) {
+    task["spec"]["advanced"] = json!({"exitCheckpoint": {"enabled": true, "timeoutSeconds": 20}});
+    let id = s.submit(&task);
+    let name = s.wait_status(&id, "Running", secs(60))["name"].as_str().unwrap().to_owned();
+    s.wait_log(&id, &format!("{name}-master-0"), ready, secs(30));
+    let (status, body) = s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
+    assert_eq!(status, 200, "{body}");
+    s.wait_status(&id, "Stopped", secs(60));
+    (id, name)
+}
+
 /// Finding 3: the supervisor followed links the task planted in its runtime dir, and overwrote a host file
 /// at stop. Now the notice replaces whatever is there with a fresh file; the host file is untouched.
 #[test]
@@ -175,14 +188,7 @@ echo planted
 while true; do sleep 0.2; done"#,
         victim = victim.display()
     );
-    let mut task = pytorch("link", 0, &cmd);
-    task["spec"]["advanced"] = json!({"exitCheckpoint": {"enabled": true, "timeoutSeconds": 20}});
-    let id = s.submit(&task);
-    let name = s.wait_status(&id, "Running", secs(60))["name"].as_str().unwrap().to_owned();
-    s.wait_log(&id, &format!("{name}-master-0"), "planted", secs(30));
-    let (status, body) = s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
-    assert_eq!(status, 200, "{body}");
-    s.wait_status(&id, "Stopped", secs(60));
+    let (id, name) = stopped_with_a_checkpoint(&s, pytorch("link", 0, &cmd), "planted");
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "original", "the host file was overwritten");
     assert!(s.log(&id, &format!("{name}-master-0"), None).contains("notice-is-a-file"));
     assert!(s.events_text(&id).contains("checkpoint reported done"), "{}", s.events_text(&id));
@@ -320,13 +326,7 @@ echo ready
 while true; do sleep 0.2; done"#;
     let mut task = pytorch("trap", 0, cmd);
     task["spec"]["environment"]["volumes"] = json!([{"volume": "out", "mountPath": "/mnt/out"}]);
-    task["spec"]["advanced"] = json!({"exitCheckpoint": {"enabled": true, "timeoutSeconds": 20}});
-    let id = s.submit(&task);
-    let name = s.wait_status(&id, "Running", secs(60))["name"].as_str().unwrap().to_owned();
-    s.wait_log(&id, &format!("{name}-master-0"), "ready", secs(30));
-    let (status, body) = s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
-    assert_eq!(status, 200, "{body}");
-    s.wait_status(&id, "Stopped", secs(60));
+    let (id, _) = stopped_with_a_checkpoint(&s, task, "ready");
     assert_eq!(std::fs::read_to_string(s.dir.join("volumes/out/ckpt")).unwrap(), "step-7\n");
     assert!(s.events_text(&id).contains("checkpoint reported done"), "{}", s.events_text(&id));
 }

@@ -121,17 +121,8 @@ fn nft(nft: &Path, ns: Option<&OwnedFd>, rules: &str) -> Result<(), String> {
             enter(ns)?;
         }
         let mut c = Command::new(nft);
-        c.args(["-f", "-"]).env_clear().stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped());
-        let mut child = c.spawn().map_err(|e| format!("cannot run {}: {e}", nft.display()))?;
-        if let Some(mut stdin) = child.stdin.take() {
-            let _ = stdin.write_all(rules.as_bytes());
-        }
-        let out = child.wait_with_output().map_err(|e| e.to_string())?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!("nft: {}", String::from_utf8_lossy(&out.stderr).trim()))
-        }
+        c.args(["-f", "-"]);
+        feed(c, rules).map_err(|e| format!("nft: {e}"))
     };
     std::thread::scope(|s| s.spawn(run).join().unwrap_or_else(|_| Err("the nft thread panicked".into())))
 }
@@ -275,27 +266,25 @@ pub fn find_ip() -> Result<PathBuf, String> {
         })
 }
 
+/// Runs a host-side tool with a fixed, empty environment and `input` on its stdin; Err holds what it said.
+fn feed(mut c: Command, input: &str) -> Result<(), String> {
+    c.env_clear().stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut child = c.spawn().map_err(|e| format!("cannot run {:?}: {e}", c.get_program()))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(input.as_bytes());
+    }
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_owned()) }
+}
+
 /// Runs `ip [-n NS] -batch -` with `lines`.
 fn ip_batch(ip: &Path, ns: Option<&str>, lines: &str) -> Result<(), String> {
     let mut c = Command::new(ip);
     if let Some(ns) = ns {
         c.args(["-n", ns]);
     }
-    c.args(["-batch", "-"]).env_clear().stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut child = c.spawn().map_err(|e| format!("cannot run {}: {e}", ip.display()))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(lines.as_bytes());
-    }
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            lines.trim().replace('\n', "; "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
+    c.args(["-batch", "-"]);
+    feed(c, lines).map_err(|e| format!("ip {}: {e}", lines.trim().replace('\n', "; ")))
 }
 
 /// Makes the attempt's switch namespace with its bridge, and its uplink when egress is on (idempotent: an
