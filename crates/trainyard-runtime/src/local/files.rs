@@ -1,0 +1,143 @@
+//! The files and dirs the server makes for sandboxes: ownership and modes set without following links,
+//! the passages through the data dir, volume dirs, the sandbox's resolver file, and the machine-wide uid
+//! slots.
+
+use super::*;
+
+/// The sandbox's `/etc/resolv.conf` with egress: the host's, without nameservers on its loopback; when
+/// those were all it had (systemd-resolved's stub), the upstream servers it resolves through.
+pub(super) fn resolv_conf() -> String {
+    let keep = |text: &str| -> String {
+        text.lines()
+            .filter(|l| {
+                let mut w = l.split_whitespace();
+                !(w.next() == Some("nameserver")
+                    && w.next()
+                        .and_then(|a| a.parse::<std::net::IpAddr>().ok())
+                        .is_some_and(|a| a.is_loopback()))
+            })
+            .map(|l| format!("{l}\n"))
+            .collect()
+    };
+    let has_server = |t: &str| t.lines().any(|l| l.trim_start().starts_with("nameserver"));
+    let host = keep(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default());
+    if has_server(&host) {
+        return host;
+    }
+    let upstream = keep(&std::fs::read_to_string("/run/systemd/resolve/resolv.conf").unwrap_or_default());
+    if has_server(&upstream) { upstream } else { host }
+}
+
+/// The attempts' uid slots, claimed machine-wide: every Trainyard server on this machine takes its attempts'
+/// uids (and with them their egress uplinks) from the same files, so no two live attempts share one.
+pub(super) mod slots {
+    use std::io::Write;
+    use std::path::Path;
+
+    /// A file per claimed slot, naming the attempt dir that holds it; under `/run`, so a reboot clears them.
+    const DIR: &str = "/run/trainyard/slots";
+
+    /// Whether the attempt in `dir` may still run: it was launched, has no outcome, and either no replica has
+    /// started yet or a supervisor of it is alive (one whose server went away for good holds nothing).
+    fn live(dir: &Path) -> bool {
+        if !dir.join("launch.json").exists() || dir.join("outcome.json").exists() {
+            return false;
+        }
+        let states: Vec<super::ReplicaState> = std::fs::read_dir(dir)
+            .map(|d| d.flatten().filter_map(|e| super::read_state(&e.path())).collect())
+            .unwrap_or_default();
+        states.is_empty()
+            || states.iter().any(|s| {
+                s.phase != super::Phase::Exited && super::procs::alive(s.supervisor_pid, s.supervisor_ticks)
+            })
+    }
+
+    /// The slot `attempt` holds already (prepared before a restart), or the lowest free one, taking over
+    /// slots whose attempt ended without giving them back.
+    pub fn claim(attempt: &Path) -> Result<u32, String> {
+        let fail = |e: std::io::Error| format!("cannot claim a sandbox uid in {DIR}: {e}");
+        std::fs::create_dir_all(DIR).map_err(fail)?;
+        let lock = std::fs::File::create(Path::new(DIR).join(".lock")).map_err(fail)?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).map_err(|e| fail(e.into()))?;
+        let me = attempt.to_string_lossy().into_owned();
+        let held: std::collections::BTreeMap<u32, String> = std::fs::read_dir(DIR)
+            .map_err(fail)?
+            .flatten()
+            .filter_map(|e| {
+                let slot = e.file_name().to_str()?.parse().ok()?;
+                Some((slot, std::fs::read_to_string(e.path()).ok()?))
+            })
+            .collect();
+        if let Some((&slot, _)) = held.iter().find(|(_, h)| **h == me) {
+            return Ok(slot);
+        }
+        let free = (0..super::UID_SLOTS).find(|s| held.get(s).is_none_or(|h| !live(Path::new(h))));
+        let slot = free.ok_or("every sandbox uid is taken: too many attempts run at once on this machine")?;
+        let mut f = std::fs::File::create(Path::new(DIR).join(slot.to_string())).map_err(fail)?;
+        f.write_all(me.as_bytes()).map_err(fail)?;
+        Ok(slot)
+    }
+
+    /// Gives a slot back (if `attempt` still holds it).
+    pub fn release(slot: u32, attempt: &Path) {
+        let path = Path::new(DIR).join(slot.to_string());
+        if std::fs::read_to_string(&path).is_ok_and(|h| Path::new(&h) == attempt) {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Sets a path's owner and mode (a link is never followed).
+pub(super) fn own(path: &Path, uid: u32, gid: u32, mode: u32) -> Result<(), String> {
+    use rustix::fs::{FileType, Gid, Mode, OFlags, Uid};
+    let fail = |e: rustix::io::Errno| format!("{}: {e}", path.display());
+    // Through a descriptor of the file itself: a path someone swaps for a link between a check and the
+    // change (a dir in a shared volume) is never followed.
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| {
+        if e == rustix::io::Errno::LOOP { format!("{} is a symbolic link", path.display()) } else { fail(e) }
+    })?;
+    let kind = FileType::from_raw_mode(rustix::fs::fstat(&fd).map_err(fail)?.st_mode);
+    if kind != FileType::Directory && kind != FileType::RegularFile {
+        return Err(format!("{} is neither a directory nor a file", path.display()));
+    }
+    rustix::fs::fchown(&fd, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid))).map_err(fail)?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(fail)
+}
+
+/// Gives a tree the server just wrote (nothing else has touched it yet) to the attempt's uid.
+pub(super) fn own_tree(path: &Path, uid: u32, gid: u32) -> Result<(), String> {
+    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    std::os::unix::fs::lchown(path, Some(uid), Some(gid)).map_err(|e| format!("{}: {e}", path.display()))?;
+    if meta.is_dir() {
+        for e in std::fs::read_dir(path).map_err(|e| e.to_string())?.flatten() {
+            own_tree(&e.path(), uid, gid)?;
+        }
+    }
+    Ok(())
+}
+
+/// Makes a dir on the way to the replicas' own dirs: the sandboxes pass through, nobody lists it.
+pub fn make_passage(path: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    own(path, 0, SANDBOX_GID, 0o710)
+}
+
+/// A volume dir Trainyard keeps (under the data dir): created shared by the sandboxes' group; one that
+/// exists keeps its owner and mode unless it still is a plain root dir.
+pub(super) fn volume_dir(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::create_dir_all(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let meta = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_dir() {
+        return Err(format!("{} is not a directory", path.display()));
+    }
+    if meta.uid() == 0 && meta.gid() != SANDBOX_GID {
+        own(path, 0, SANDBOX_GID, 0o2770)?;
+    }
+    Ok(())
+}
