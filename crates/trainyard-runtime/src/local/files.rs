@@ -4,6 +4,13 @@
 
 use super::*;
 
+/// Replaces a file in one step (written beside it, then renamed over it).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(tmp, path)
+}
+
 /// The sandbox's `/etc/resolv.conf` with egress: the host's, without nameservers on its loopback; when
 /// those were all it had (systemd-resolved's stub), the upstream servers it resolves through.
 pub(super) fn resolv_conf() -> String {

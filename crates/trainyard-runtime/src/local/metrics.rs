@@ -85,7 +85,7 @@ fn gpu_points(gpus: &[u32], t: u64, out: &mut Vec<Point>) {
     .stdin(std::process::Stdio::null())
     .stdout(std::process::Stdio::piped())
     .stderr(std::process::Stdio::null());
-    let Ok(o) = super::supervisor::spawn_helper(&mut c) else {
+    let Ok(o) = super::spawn::spawn_helper(&mut c) else {
         return;
     };
     for line in String::from_utf8_lossy(&o.stdout).lines() {
@@ -119,7 +119,7 @@ pub fn monitor(dir: &Path, job: &MonitorJob, sandbox: &Arc<AtomicU32>, stop: &Ar
             continue;
         }
         next += interval;
-        let t = super::supervisor::now_ms();
+        let t = super::clock::now_ms();
         let mut points = Vec::new();
         let pid = sandbox.load(Ordering::Relaxed);
         if pid != 0 {

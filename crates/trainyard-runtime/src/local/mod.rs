@@ -25,10 +25,12 @@
 //! supervisor jobs), `files` (ownership, passages, uid slots), `ray` and `ssh` (their commands and material),
 //! `outcome` (progress and the verdict from what supervisors wrote), and, run by each replica's supervisor,
 //! `supervisor`, `sandbox` (bubblewrap's command line), `seccomp`, `netns` and `netlink` (its network),
-//! `procs` and `metrics`. This file holds the backend's state and the `Backend` implementation.
+//! `procs`, `metrics`, `spawn`, `logfile`, `runtime_dir`, `scratch` and `clock`. This file holds the backend's state and the `Backend` implementation.
 
+mod clock;
 mod config;
 mod files;
+mod logfile;
 pub mod metrics;
 pub mod netlink;
 pub mod netns;
@@ -36,8 +38,11 @@ mod outcome;
 mod prepare;
 pub mod procs;
 mod ray;
+mod runtime_dir;
 pub mod sandbox;
+mod scratch;
 pub mod seccomp;
+mod spawn;
 mod ssh;
 pub mod supervisor;
 
@@ -287,7 +292,7 @@ impl Backend for LocalBackend {
         run.stop_replicas(|r| run.removed.contains(&r.name), &req);
         run.l = l;
         let bytes = serde_json::to_vec_pretty(&run.l).map_err(|e| BackendError(e.to_string()))?;
-        let _ = supervisor::write_atomic(&run.dir.join("launch.json"), &bytes);
+        let _ = write_atomic(&run.dir.join("launch.json"), &bytes);
         let children = self.spawn(&run.dir, &new);
         run.children.extend(children);
         Ok(())
@@ -366,7 +371,7 @@ impl Backend for LocalBackend {
 
     async fn poll(&self, now_ms: u64) -> Vec<Observation> {
         let _ = now_ms;
-        let now = supervisor::now_ms();
+        let now = clock::now_ms();
         let mut inner = self.lock();
         let mut out: Vec<Observation> = std::mem::take(&mut inner.replay);
         let mut ended = Vec::new();

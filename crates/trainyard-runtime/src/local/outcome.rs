@@ -37,7 +37,7 @@ impl Run {
         for r in self.l.replicas.iter().filter(|r| which(r)) {
             let path = self.dir.join(&r.name).join("stop.json");
             if !path.exists() {
-                let _ = supervisor::write_atomic(&path, &serde_json::to_vec(req).unwrap_or_default());
+                let _ = write_atomic(&path, &serde_json::to_vec(req).unwrap_or_default());
             }
         }
     }
@@ -278,7 +278,7 @@ impl LocalBackend {
         let Some(head) = run.l.replicas.iter().find(|r| r.role == "head") else { return };
         // Written by the replica: read through the runtime dir's descriptor, never following a link.
         let Some(bytes) =
-            supervisor::RuntimeDir::open(&run.dir.join(&head.name)).and_then(|rt| rt.read("ray-state.json"))
+            runtime_dir::RuntimeDir::open(&run.dir.join(&head.name)).and_then(|rt| rt.read("ray-state.json"))
         else {
             return;
         };
@@ -323,7 +323,7 @@ impl LocalBackend {
     }
 
     pub(super) fn finish(&self, run: &Run, outcome: &Observation) {
-        let _ = supervisor::write_atomic(
+        let _ = write_atomic(
             &run.dir.join("outcome.json"),
             &serde_json::to_vec(&Recorded::from(outcome)).unwrap_or_default(),
         );

@@ -433,7 +433,7 @@ impl LocalBackend {
             }),
         };
         let bytes = serde_json::to_vec_pretty(&l).map_err(|e| e.to_string())?;
-        supervisor::write_atomic(&dir.join("launch.json"), &bytes).map_err(|e| e.to_string())?;
+        write_atomic(&dir.join("launch.json"), &bytes).map_err(|e| e.to_string())?;
         Ok((dir, l, jobs))
     }
 

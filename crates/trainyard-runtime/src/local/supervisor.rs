@@ -13,17 +13,22 @@
 //!
 //! The supervisor runs as root on the host, so it never trusts what the replica can write: the runtime dir
 //! is the only place both write, and the supervisor reaches into it only through a directory descriptor,
-//! never following a link, never blocking on a FIFO, reading at most a bounded size ([`RuntimeDir`]).
+//! never following a link, never blocking on a FIFO, reading at most a bounded size ([`super::runtime_dir::RuntimeDir`]).
 //! bubblewrap starts with a fixed environment as the attempt's unprivileged uid; the replica's variables
 //! reach the sandbox through a sealed memory file that only the sandbox's first shell reads.
 
+use super::clock::now_ms;
+use super::files::write_atomic;
+use super::logfile::{LogFile, append_log};
 use super::netns::{self, ReplicaNet};
 use super::procs::{self, Cgroup};
+use super::runtime_dir::RuntimeDir;
 use super::sandbox::{RUNTIME_DIR, SandboxPlan, Start};
+use super::scratch::watch_scratch;
+use super::spawn::{Identity, memfd, spawn_as};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -63,7 +68,7 @@ pub struct ReplicaJob {
 pub struct Limits {
     /// Processes and threads in its cgroup (a fork bomb stops here).
     pub pids_max: u64,
-    /// Its scratch (`/tmp` and `/root`), checked every [`SCRATCH_CHECK_EVERY`]; over it, the replica is
+    /// Its scratch (`/tmp` and `/root`), checked every [`super::scratch::SCRATCH_CHECK_EVERY`]; over it, the replica is
     /// ended as the kubelet evicts a pod over its ephemeral storage.
     pub scratch_mib: u64,
     /// Its log file; then the log rotates.
@@ -74,12 +79,6 @@ pub struct Limits {
 pub const DEFAULT_PIDS_MAX: u64 = 4096;
 pub const DEFAULT_SCRATCH_MIB: u64 = 50 * 1024;
 pub const DEFAULT_LOG_BYTES: u64 = 64 * 1024 * 1024;
-
-/// How often the scratch dirs are measured.
-pub const SCRATCH_CHECK_EVERY: Duration = Duration::from_secs(5);
-
-/// The most the supervisor reads of a file the replica wrote.
-const RUNTIME_FILE_MAX_BYTES: u64 = 1024 * 1024;
 
 impl Default for Limits {
     fn default() -> Limits {
@@ -163,38 +162,6 @@ pub struct Event {
     pub at_ms: u64,
     pub reason: String,
     pub message: String,
-}
-
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
-/// `YYYY-MM-DDTHH:MM:SS.mmmZ` for a Unix time in milliseconds.
-pub fn rfc3339_ms(ms: u64) -> String {
-    let (secs, milli) = (ms / 1000, ms % 1000);
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{milli:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(tmp, path)
 }
 
 struct Sup {
@@ -386,21 +353,6 @@ fn wrapper(sshd: bool, env_fd: i32) -> String {
     s
 }
 
-/// A sealed memory file holding `bytes`, for bubblewrap to read (`--seccomp FD`, the env).
-fn memfd(name: &str, bytes: &[u8]) -> std::io::Result<OwnedFd> {
-    use rustix::fs::{MemfdFlags, SealFlags};
-    let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
-    let mut f = std::fs::File::from(fd);
-    f.write_all(bytes)?;
-    std::io::Seek::rewind(&mut f)?;
-    let fd = OwnedFd::from(f);
-    rustix::fs::fcntl_add_seals(
-        &fd,
-        SealFlags::WRITE | SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL,
-    )?;
-    Ok(fd)
-}
-
 /// The environment of every process the supervisor starts on the host: fixed, nothing of the replica's.
 const HOST_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -543,298 +495,8 @@ fn run_phase(
     }
 }
 
-/// Who the sandbox's first process is.
-struct Identity<'a> {
-    /// The replica's network namespace.
-    netns: Option<&'a OwnedFd>,
-    uid: u32,
-    gid: u32,
-    /// Descriptors bubblewrap must inherit (the seccomp filter, the env), under the numbers its arguments
-    /// name.
-    keep: [OwnedFd; 2],
-}
-
-/// Every process the supervisor starts goes through here, so descriptors meant for one child reach no other.
-static SPAWN_LOCK: Mutex<()> = Mutex::new(());
-
-/// Starts bubblewrap in the replica's network namespace as the attempt's unprivileged uid with the
-/// sandboxes' gid and no supplementary groups (`no_new_privs` is the supervisor's since its start), with only
-/// the descriptors it reads open besides its pipes.
-///
-/// The start happens on one thread that lives as long as the supervisor: a thread's network namespace is its
-/// own and a child starts in its parent thread's; and bubblewrap's `--die-with-parent` fires when the thread
-/// that started it ends, not the process.
-fn spawn_as(c: Command, id: Identity<'_>) -> std::io::Result<Child> {
-    use rustix::io::{FdFlags, fcntl_setfd};
-    static SPAWNER: std::sync::OnceLock<Mutex<std::sync::mpsc::Sender<SpawnRequest>>> =
-        std::sync::OnceLock::new();
-    let mut c = c;
-    c.uid(id.uid).gid(id.gid);
-    let netns = match id.netns {
-        Some(ns) => Some(ns.try_clone()?),
-        None => None,
-    };
-    let keep: Vec<OwnedFd> = id.keep.into();
-    let (reply, answer) = std::sync::mpsc::channel();
-    let tx = SPAWNER.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::channel::<SpawnRequest>();
-        std::thread::spawn(move || {
-            let mut current: Option<OwnedFd> = None;
-            for mut req in rx {
-                let result = (|| {
-                    if let Some(ns) = &req.netns
-                        && current.as_ref().is_none_or(|c| !same_file(c, ns))
-                    {
-                        netns::enter(ns).map_err(std::io::Error::other)?;
-                        current = Some(ns.try_clone()?);
-                    }
-                    let _only_child = SPAWN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-                    for fd in &req.keep {
-                        fcntl_setfd(fd, FdFlags::empty())?;
-                    }
-                    let child = req.cmd.spawn();
-                    for fd in &req.keep {
-                        let _ = fcntl_setfd(fd, FdFlags::CLOEXEC);
-                    }
-                    child
-                })();
-                let _ = req.reply.send(result);
-            }
-        });
-        Mutex::new(tx)
-    });
-    let req = SpawnRequest { cmd: c, netns, keep, reply };
-    tx.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .send(req)
-        .map_err(|_| std::io::Error::other("no spawner"))?;
-    answer.recv().map_err(|_| std::io::Error::other("the spawner is gone"))?
-}
-
-struct SpawnRequest {
-    cmd: Command,
-    netns: Option<OwnedFd>,
-    keep: Vec<OwnedFd>,
-    reply: std::sync::mpsc::Sender<std::io::Result<Child>>,
-}
-
-fn same_file(a: &OwnedFd, b: &OwnedFd) -> bool {
-    match (rustix::fs::fstat(a), rustix::fs::fstat(b)) {
-        (Ok(x), Ok(y)) => x.st_dev == y.st_dev && x.st_ino == y.st_ino,
-        _ => false,
-    }
-}
-
-/// Runs a host-side helper (`nvidia-smi`) under the same lock as the sandbox's start.
-pub fn spawn_helper(c: &mut Command) -> std::io::Result<std::process::Output> {
-    let child = {
-        let _only_child = SPAWN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        c.spawn()?
-    };
-    child.wait_with_output()
-}
-
 fn read_stop(dir: &Path) -> Option<StopRequest> {
     serde_json::from_slice(&std::fs::read(dir.join("stop.json")).ok()?).ok()
-}
-
-/// The replica's log file, rotated at its limit.
-struct LogFile {
-    dir: PathBuf,
-    file: std::fs::File,
-    /// Bytes in `log` now.
-    len: u64,
-    max: u64,
-    /// Offset of `log`'s first byte in the whole output.
-    base: u64,
-    /// Events to report (rotations), drained at the end and as they happen.
-    events: Vec<(String, String)>,
-}
-
-impl LogFile {
-    fn open(dir: &Path, max: u64) -> std::io::Result<LogFile> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(dir.join("log"))?;
-        let len = file.metadata()?.len();
-        let base = std::fs::read_to_string(dir.join("log.base")).ok().and_then(|s| s.trim().parse().ok());
-        Ok(LogFile {
-            dir: dir.to_owned(),
-            file,
-            len,
-            max: max.max(4096),
-            base: base.unwrap_or(0),
-            events: Vec::new(),
-        })
-    }
-
-    fn write(&mut self, line: &[u8]) {
-        if self.len > 0 && self.len + line.len() as u64 > self.max {
-            self.rotate();
-        }
-        if self.file.write_all(line).is_ok() {
-            self.len += line.len() as u64;
-        }
-    }
-
-    fn rotate(&mut self) {
-        use std::os::unix::fs::OpenOptionsExt;
-        let (log, old) = (self.dir.join("log"), self.dir.join("log.1"));
-        let dropped = std::fs::metadata(&old).map_or(0, |m| m.len());
-        if std::fs::rename(&log, &old).is_err() {
-            return;
-        }
-        let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&log) else {
-            return;
-        };
-        self.base += self.len;
-        let _ = write_atomic(&self.dir.join("log.base"), self.base.to_string().as_bytes());
-        self.file = file;
-        self.len = 0;
-        self.events.push((
-            "LogRotated".into(),
-            format!(
-                "the log reached {} MiB and was rotated; {} MiB of its oldest lines were dropped",
-                self.max / (1024 * 1024),
-                dropped / (1024 * 1024)
-            ),
-        ));
-    }
-
-    fn take_events(&mut self) -> Vec<(String, String)> {
-        std::mem::take(&mut self.events)
-    }
-}
-
-fn append_log(log: &Arc<Mutex<LogFile>>, tag: char, text: &str) {
-    let line = format!("{} {tag} {text}\n", rfc3339_ms(now_ms()));
-    if let Ok(mut f) = log.lock() {
-        f.write(line.as_bytes());
-    }
-}
-
-/// The replica's runtime dir, as the supervisor may touch it: through a descriptor of the directory (its
-/// parent is the supervisor's and never the replica's), creating only fresh files and never following a link
-/// or opening anything but a regular file.
-#[derive(Debug)]
-pub struct RuntimeDir {
-    fd: OwnedFd,
-}
-
-impl RuntimeDir {
-    pub fn open(replica_dir: &Path) -> Option<RuntimeDir> {
-        use rustix::fs::{Mode, OFlags};
-        let fd = rustix::fs::open(
-            replica_dir.join("runtime"),
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .ok()?;
-        Some(RuntimeDir { fd })
-    }
-
-    /// Whether `name` exists (whatever it is; a link is not followed).
-    pub fn exists(&self, name: &str) -> bool {
-        rustix::fs::statat(&self.fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok()
-    }
-
-    /// Replaces `name` with a new file holding `bytes`, owned by `owner` (whatever was there is removed,
-    /// never written through).
-    pub fn create(&self, name: &str, bytes: &[u8], owner: Option<(u32, u32)>) -> std::io::Result<()> {
-        use rustix::fs::{Mode, OFlags};
-        let _ = rustix::fs::unlinkat(&self.fd, name, rustix::fs::AtFlags::empty());
-        let fd = rustix::fs::openat(
-            &self.fd,
-            name,
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o644),
-        )?;
-        if let Some((uid, gid)) = owner {
-            rustix::fs::fchown(
-                &fd,
-                Some(rustix::fs::Uid::from_raw(uid)),
-                Some(rustix::fs::Gid::from_raw(gid)),
-            )?;
-        }
-        std::fs::File::from(fd).write_all(bytes)
-    }
-
-    /// Reads `name` when it is a regular file (at most [`RUNTIME_FILE_MAX_BYTES`]).
-    pub fn read(&self, name: &str) -> Option<Vec<u8>> {
-        read_regular_at(&self.fd, name)
-    }
-}
-
-/// Reads a regular file under a directory descriptor without following a link or blocking on a FIFO.
-pub fn read_regular_at(dir: impl AsFd, name: &str) -> Option<Vec<u8>> {
-    use rustix::fs::{Mode, OFlags};
-    let fd = rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()?;
-    let st = rustix::fs::fstat(&fd).ok()?;
-    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
-        return None;
-    }
-    let mut buf = Vec::new();
-    std::io::Read::read_to_end(
-        &mut std::io::Read::take(std::fs::File::from(fd), RUNTIME_FILE_MAX_BYTES),
-        &mut buf,
-    )
-    .ok()?;
-    Some(buf)
-}
-
-/// Measures the scratch dirs every [`SCRATCH_CHECK_EVERY`] and asks for the replica's end when they hold
-/// more than `limit_mib` (space allocated on disk, links not followed, each inode counted once).
-fn watch_scratch(
-    dir: &Path,
-    limit_mib: u64,
-    evict: &Mutex<Option<String>>,
-    stop: &std::sync::atomic::AtomicBool,
-) {
-    let mut last = Instant::now();
-    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(100));
-        if last.elapsed() < SCRATCH_CHECK_EVERY {
-            continue;
-        }
-        last = Instant::now();
-        let used = disk_usage(dir);
-        if used > limit_mib * 1024 * 1024 {
-            if let Ok(mut e) = evict.lock() {
-                *e = Some(format!(
-                    "its scratch (/tmp and /root) holds {} MiB, over its limit of {limit_mib} MiB",
-                    used / (1024 * 1024)
-                ));
-            }
-            return;
-        }
-    }
-}
-
-/// Bytes allocated under `dir`, without following links (hard links counted once).
-pub fn disk_usage(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let mut seen = std::collections::HashSet::new();
-    let mut total = 0u64;
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
-        for e in entries.flatten() {
-            let Ok(m) = e.metadata() else { continue };
-            if m.nlink() > 1 && !m.is_dir() && !seen.insert((m.dev(), m.ino())) {
-                continue;
-            }
-            total += m.blocks() * 512;
-            if m.is_dir() {
-                stack.push(e.path());
-            }
-        }
-    }
-    total
 }
 
 /// Signal + request file, wait for `checkpoint-done` or exit, then SIGTERM, grace, SIGKILL of every process
@@ -924,14 +586,4 @@ fn stop_protocol(sup: &mut Sup, job: &ReplicaJob, child: &mut Child, ns: Option<
         format!("{name}: still running {} s after SIGTERM; killed with SIGKILL", req.grace_s)
     };
     sup.event("Killed", why);
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn timestamps() {
-        assert_eq!(super::rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(super::rfc3339_ms(1_796_012_345_678), "2026-11-30T04:19:05.678Z");
-        assert_eq!(super::rfc3339_ms(951_782_400_000), "2000-02-29T00:00:00.000Z");
-    }
 }
