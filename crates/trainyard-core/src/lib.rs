@@ -12,6 +12,7 @@ pub mod demand;
 pub mod failure;
 pub mod lifecycle;
 pub mod parse;
+pub mod platform_env;
 pub mod problem;
 pub mod promtext;
 pub mod runtime_env;

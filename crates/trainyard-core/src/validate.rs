@@ -81,22 +81,8 @@ pub const RECOMMENDED_MOUNT_ROOTS: &[&str] = &["/volume", "/mnt"];
 /// Ray's shared storage mount point.
 pub const RAY_SHARED_PATH: &str = "/tmp/ray";
 
-/// Variables the platform injects; a task may not set them.
-pub const RESERVED_ENV: &[&str] = &[
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "WORLD_SIZE",
-    "RANK",
-    "TASK_UUID",
-    "X_USER_NAME",
-    "X_ORG_NAME",
-    "X_TENANT_ID",
-    "X_REGION",
-    "X_CLUSTER",
-    "CUDA_VISIBLE_DEVICES",
-    "RAY_ADDRESS",
-];
-pub const RESERVED_ENV_PREFIX: &str = "TRAINYARD_";
+/// Variables the platform injects; a task may not set them (the one list is [`crate::platform_env`]).
+pub use crate::platform_env::{RESERVED as RESERVED_ENV, RESERVED_PREFIX as RESERVED_ENV_PREFIX};
 
 /// Validates a decoded task against a catalog.
 pub fn validate(task: &TrainingTask, catalog: &Catalog) -> Report {
@@ -1229,7 +1215,7 @@ pub fn check_env_list(r: &mut Report, base: &str, vars: &[EnvVar]) {
                         Code::Duplicate,
                         format!("{} is already set at {base}[{first}]; set each variable once", v.name),
                     );
-                } else if RESERVED_ENV.contains(&v.name.as_str()) || v.name.starts_with(RESERVED_ENV_PREFIX) {
+                } else if crate::platform_env::is_reserved(&v.name) {
                     r.error(
                         &np,
                         Code::ReservedName,

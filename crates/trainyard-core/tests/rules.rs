@@ -136,8 +136,8 @@ fn env_duplicates_reserved_and_values() {
     );
     // Names are case-sensitive, as in the shell.
     case(PYTORCH, |t| t.spec.environment.env = vec![env("a", "1"), env("A", "2")], &[]);
-    for name in ["MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "TASK_UUID", "X_REGION", "TRAINYARD_FOO"]
-    {
+    // Every name the platform sets is reserved, torchrun's PET_* options and Ray's job config among them.
+    for name in trainyard_core::platform_env::RESERVED.iter().copied().chain(["TRAINYARD_FOO"]) {
         case(PYTORCH, |t| t.spec.environment.env = vec![env(name, "1")], &[(ENV0, Code::ReservedName)]);
     }
     case(PYTORCH, |t| t.spec.environment.env = vec![env("A", "0")], &[]);

@@ -248,19 +248,16 @@ impl LocalBackend {
                 }
             }
             let resources = spec.replicas.get(i).map(|p| p.resources).unwrap_or_default();
-            let mut env: Vec<(String, String)> = vec![
-                (
-                    "PATH".into(),
-                    if image == "host" {
-                        self.cfg.host_path.clone()
-                    } else {
-                        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()
-                    },
-                ),
-                ("HOME".into(), "/root".into()),
-                ("LANG".into(), "C.UTF-8".into()),
-                ("HOSTNAME".into(), r.name.clone()),
-            ];
+            // Defaults first (the task may override them), then the task's own, then what the platform sets
+            // (names the validator reserves: the last value of a name wins inside the sandbox).
+            use trainyard_core::platform_env as pe;
+            let path = if image == "host" {
+                self.cfg.host_path.clone()
+            } else {
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned()
+            };
+            let mut env: Vec<(String, String)> = vec![("PATH".into(), path)];
+            env.extend(pe::DEFAULTS.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
             for e in &s.environment.env {
                 env.push((e.name.clone(), e.value.clone()));
             }
@@ -271,47 +268,53 @@ impl LocalBackend {
             }
             let rank = spec.replicas.get(i).map_or(0, |p| p.rank);
             let platform: Vec<(&str, String)> = vec![
-                ("X_USER_NAME", spec.owner.clone()),
-                ("X_ORG_NAME", task.metadata.project_group.clone()),
-                ("X_TENANT_ID", task.metadata.project_group.clone()),
-                ("X_REGION", s.placement.region.clone()),
-                ("X_CLUSTER", s.placement.cluster.clone()),
-                ("TASK_UUID", spec.key.task_id.clone()),
+                (pe::HOSTNAME, r.name.clone()),
+                (pe::X_USER_NAME, spec.owner.clone()),
+                (pe::X_ORG_NAME, task.metadata.project_group.clone()),
+                (pe::X_TENANT_ID, task.metadata.project_group.clone()),
+                (pe::X_REGION, s.placement.region.clone()),
+                (pe::X_CLUSTER, s.placement.cluster.clone()),
+                (pe::TASK_UUID, spec.key.task_id.clone()),
                 ("TRAINYARD_TASK_NAME", spec.task_name.clone()),
                 ("TRAINYARD_REPLICA", r.name.clone()),
                 ("TRAINYARD_ROLE", r.role.clone()),
                 ("TRAINYARD_ATTEMPT", spec.key.attempt.to_string()),
                 ("TRAINYARD_NODE", r.node.clone()),
                 ("TRAINYARD_RUNTIME_DIR", RUNTIME_DIR.into()),
-                ("CUDA_VISIBLE_DEVICES", r.devices.iter().map(u32::to_string).collect::<Vec<_>>().join(",")),
+                (
+                    pe::CUDA_VISIBLE_DEVICES,
+                    r.devices.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
+                ),
             ];
             env.extend(platform.into_iter().map(|(k, v)| (k.to_owned(), v)));
             if !ray {
                 let nproc = procs_per_node.unwrap_or(resources.gpus.max(1) as u32).max(1);
                 for (k, v) in [
-                    ("MASTER_ADDR", master.clone()),
-                    ("MASTER_PORT", master_port.to_string()),
-                    ("WORLD_SIZE", world.to_string()),
-                    ("RANK", rank.to_string()),
+                    (pe::MASTER_ADDR, master.clone()),
+                    (pe::MASTER_PORT, master_port.to_string()),
+                    (pe::WORLD_SIZE, world.to_string()),
+                    (pe::RANK, rank.to_string()),
                     // torchrun reads its options from PET_* variables.
-                    ("PET_MASTER_ADDR", master.clone()),
-                    ("PET_MASTER_PORT", master_port.to_string()),
-                    ("PET_NNODES", world.to_string()),
-                    ("PET_NODE_RANK", rank.to_string()),
-                    ("PET_NPROC_PER_NODE", nproc.to_string()),
+                    (pe::PET_MASTER_ADDR, master.clone()),
+                    (pe::PET_MASTER_PORT, master_port.to_string()),
+                    (pe::PET_NNODES, world.to_string()),
+                    (pe::PET_NODE_RANK, rank.to_string()),
+                    (pe::PET_NPROC_PER_NODE, nproc.to_string()),
                 ] {
                     env.push((k.to_owned(), v));
                 }
             } else {
-                env.push(("RAY_ADDRESS".into(), format!("{head_address}:{}", ray_base + 1)));
-                env.push(("RAY_USAGE_STATS_ENABLED".into(), "0".into()));
+                env.push((pe::RAY_ADDRESS.into(), format!("{head_address}:{}", ray_base + 1)));
                 env.push(("TRAINYARD_ENTRYPOINT".into(), s.environment.cmd.clone()));
                 if let Some(cfg) = &ray_env {
                     // The driver's job config, as Ray's own job submission hands it over: the runtime env.
-                    env.push(("RAY_JOB_CONFIG_JSON_ENV_VAR".into(), cfg.clone()));
+                    env.push((pe::RAY_JOB_CONFIG_JSON_ENV_VAR.into(), cfg.clone()));
                 }
-                if r.role == "head" && fresh {
-                    std::fs::write(runtime.join("ray_probe.py"), RAY_PROBE_PY).map_err(|e| e.to_string())?;
+                if r.role == "head" {
+                    if fresh {
+                        std::fs::write(runtime.join("ray_probe.py"), RAY_PROBE_PY)
+                            .map_err(|e| e.to_string())?;
+                    }
                     if autoscale.is_some() {
                         env.push(("TRAINYARD_RAY_AUTOSCALE".into(), "1".into()));
                     }
