@@ -370,8 +370,8 @@ impl Backend for LocalBackend {
     }
 
     async fn poll(&self, now_ms: u64) -> Vec<Observation> {
-        let _ = now_ms;
-        let now = clock::now_ms();
+        // The caller's clock (the server's: wall-clock milliseconds, as supervisors stamp their records).
+        let now = now_ms;
         let mut inner = self.lock();
         let mut out: Vec<Observation> = std::mem::take(&mut inner.replay);
         let mut ended = Vec::new();
