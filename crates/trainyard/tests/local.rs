@@ -614,3 +614,19 @@ fn every_local_example_succeeds_on_a_fresh_up() {
         s.wait_status(&id, "Succeeded", secs(120));
     }
 }
+
+/// A launch the machine cannot prepare (here a volume's dir is a file) ends the attempt with the reason, as
+/// the machine's failure, instead of being tried again on every tick without a word.
+#[test]
+fn an_attempt_that_cannot_be_prepared_fails_with_its_reason() {
+    let s = Server::start("unprepared", None);
+    std::fs::create_dir_all(s.dir.join("volumes")).unwrap();
+    std::fs::write(s.dir.join("volumes/out"), "a file where the volume's dir goes").unwrap();
+    let mut task = pytorch("unprepared", 0, "echo never");
+    task["spec"]["environment"]["volumes"] = json!([{"volume": "out", "mountPath": "/mnt/out"}]);
+    task["spec"]["advanced"] = json!({"faultTolerance": {"maxResubmissions": 0}});
+    let id = s.submit(&task);
+    s.wait_status(&id, "Failed", secs(30));
+    let events = s.events_text(&id);
+    assert!(events.contains("could not be prepared") && events.contains("volumes/out"), "{events}");
+}

@@ -320,7 +320,27 @@ impl Backend for LocalBackend {
             });
             return Ok(());
         }
-        let (dir, l, jobs) = self.prepare(spec, &inner, None).map_err(BackendError)?;
+        let (dir, l, jobs) = match self.prepare(spec, &inner, None) {
+            Ok(prepared) => prepared,
+            Err(why) => {
+                // Ended as the machine's failure, with its reason, and recorded: not tried again on every tick
+                // without a word. The fault-tolerance budget decides whether another attempt follows.
+                let obs = Observation::Finished {
+                    key: spec.key.clone(),
+                    reason: Reason::NodeFailed,
+                    message: format!("the attempt could not be prepared on this machine: {why}"),
+                };
+                let _ = write_atomic(
+                    &dir.join("outcome.json"),
+                    &serde_json::to_vec(&Recorded::from(&obs)).unwrap_or_default(),
+                );
+                if let Some(ip) = &self.cfg.ip {
+                    netns::delete_switch(ip, &netns::attempt_name(&spec.key.task_id, spec.key.attempt));
+                }
+                inner.replay.push(obs);
+                return Ok(());
+            }
+        };
         // The pull: `host` and registered root file systems are here at once; anything else is retried (or
         // fails) as the image pull tolerance says, on the next polls.
         let (stage, children) = if jobs.first().is_some_and(|j| j.sandbox.root.is_dir()) {
