@@ -1197,6 +1197,21 @@ impl<B: Backend> Control<B> {
 
     /// Makes the backend match the store: tasks holding resources are launched (again, idempotently), and
     /// stopping ones stopped; lost launches and lost stops are repaired here.
+    /// Why the task's current attempt is being stopped, from its events (the last stop request of the
+    /// attempt: preemption, a user's stop, deletion, a failed node); a user's stop when none is recorded.
+    async fn recorded_stop_cause(&self, t: &TaskRecord) -> Result<StopCause, CommandError> {
+        let events = self.store.list_events(&t.id, 0, 10_000).await?;
+        let cause =
+            events.iter().rev().filter(|e| e.attempt == t.attempt).find_map(|e| match e.reason.as_str() {
+                "Preempted" => Some(StopCause::Preempted),
+                "StopRequested" => Some(StopCause::UserStop),
+                "Deleted" => Some(StopCause::Deleted),
+                "NodeFailed" => Some(StopCause::NodeFailed),
+                _ => None,
+            });
+        Ok(cause.unwrap_or(StopCause::UserStop))
+    }
+
     async fn reconcile(&self, tasks: &[Arc<TaskRecord>]) {
         let alive = self.backend.alive().await;
         let catalog = self.catalog.get();
@@ -1226,7 +1241,10 @@ impl<B: Backend> Control<B> {
                     }
                 }
                 "Stopping" => {
-                    let _ = self.backend.stop(&key, StopCause::UserStop).await;
+                    // Asked again with the cause it was stopped for (a restarted backend does not know it).
+                    if let Ok(cause) = self.recorded_stop_cause(t).await {
+                        let _ = self.backend.stop(&key, cause).await;
+                    }
                 }
                 _ => {}
             }
@@ -1297,16 +1315,15 @@ impl<B: Backend> Control<B> {
                 self.maybe_retry(&failed, *reason, now_ms).await?;
                 Some(failed)
             }
-            (Observation::Stopped { message, .. }, Status::Stopping) => {
-                // Preempted attempts go back to the queue without spending the retry budget.
-                let events = self.store.list_events(&t.id, 0, 10_000).await?;
-                let stop_reasons = ["Preempted", "StopRequested", "Deleted", "NodeFailed"];
-                let cause = events
-                    .iter()
-                    .rev()
-                    .find(|e| e.attempt == t.attempt && stop_reasons.contains(&e.reason.as_str()))
-                    .map(|e| e.reason.clone());
-                if cause.as_deref() == Some("Preempted") || cause.as_deref() == Some("NodeFailed") {
+            (Observation::Stopped { cause, message, .. }, Status::Stopping) => {
+                // Preempted attempts go back to the queue without spending the retry budget, and so do those a
+                // failed node took down. The backend says why it stopped; a stop recorded before backends kept
+                // the cause is read from the attempt's events.
+                let cause = match cause {
+                    Some(c) => *c,
+                    None => self.recorded_stop_cause(&t).await?,
+                };
+                if matches!(cause, StopCause::Preempted | StopCause::NodeFailed) {
                     self.apply(
                         &t,
                         Step::new(

@@ -31,6 +31,8 @@ struct Run {
     launched_at: Option<u64>,
     started_at: Option<u64>,
     stop_at: Option<u64>,
+    /// Why it is being stopped.
+    stop_cause: Option<StopCause>,
     precheck: bool,
     done: bool,
     nodes: Vec<String>,
@@ -116,6 +118,7 @@ impl Backend for FakeBackend {
                 launched_at: Some(now),
                 started_at: None,
                 stop_at: None,
+                stop_cause: None,
                 precheck,
                 done: false,
                 nodes: spec.replicas.iter().map(|r| r.node.clone()).collect(),
@@ -136,13 +139,14 @@ impl Backend for FakeBackend {
         Ok(())
     }
 
-    async fn stop(&self, key: &AttemptKey, _cause: StopCause) -> Result<(), BackendError> {
+    async fn stop(&self, key: &AttemptKey, cause: StopCause) -> Result<(), BackendError> {
         let mut inner = self.lock();
         let now = inner.now_ms;
         if let Some(run) = inner.runs.get_mut(key)
             && run.stop_at.is_none()
             && !run.done
         {
+            run.stop_cause = Some(cause);
             run.stop_at = Some(now + run.script.stop_ms);
         }
         Ok(())
@@ -159,6 +163,7 @@ impl Backend for FakeBackend {
                     run.done = true;
                     out.push(Observation::Stopped {
                         key: key.clone(),
+                        cause: run.stop_cause,
                         message: "every process ended".into(),
                     });
                 }

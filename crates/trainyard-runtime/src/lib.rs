@@ -54,7 +54,7 @@ pub struct LaunchSpec {
 }
 
 /// Why an attempt is being stopped; decides whether the exit checkpoint notice is sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub enum StopCause {
     Preempted,
     UserStop,
@@ -71,8 +71,9 @@ pub enum Observation {
     PrecheckPassed { key: AttemptKey, message: String },
     /// Every replica ended: success, or a classified failure.
     Finished { key: AttemptKey, reason: Reason, message: String },
-    /// A stop finished: every process of the attempt is gone and its resources are free.
-    Stopped { key: AttemptKey, message: String },
+    /// A stop finished: every process of the attempt is gone and its resources are free. `cause` is the one
+    /// the stop was asked with (None: not known, as for a stop recorded before causes were kept).
+    Stopped { key: AttemptKey, cause: Option<StopCause>, message: String },
     /// An informative event (a figure, a step of a stop), with no change of status.
     Note { key: AttemptKey, reason: String, message: String },
     /// A node looks broken for this task (a failed precheck, a hardware error in a replica's log): with node

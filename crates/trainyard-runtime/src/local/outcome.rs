@@ -257,7 +257,9 @@ impl LocalBackend {
                 reason: Reason::NodeFailed,
                 message: "a node of this attempt failed; every replica was killed".into(),
             },
-            (Some(_), _) => Observation::Stopped { key, message: "every replica ended".into() },
+            (Some(cause), _) => {
+                Observation::Stopped { key, cause: Some(cause), message: "every replica ended".into() }
+            }
             (None, Some((reason, message))) => {
                 Observation::Finished { key, reason: *reason, message: message.clone() }
             }
@@ -351,6 +353,9 @@ impl LocalBackend {
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) struct Recorded {
     stopped: bool,
+    /// Why it was stopped (absent in records written before causes were kept).
+    #[serde(default)]
+    cause: Option<StopCause>,
     reason: String,
     message: String,
 }
@@ -359,7 +364,7 @@ impl Recorded {
     /// The observation that ended the attempt, said again.
     pub(super) fn observation(self, key: AttemptKey) -> Observation {
         if self.stopped {
-            Observation::Stopped { key, message: self.message }
+            Observation::Stopped { key, cause: self.cause, message: self.message }
         } else {
             let reason = Reason::from_name(&self.reason).unwrap_or(Reason::UserError);
             Observation::Finished { key, reason, message: self.message }
@@ -370,13 +375,13 @@ impl Recorded {
 impl From<&Observation> for Recorded {
     fn from(o: &Observation) -> Recorded {
         match o {
-            Observation::Stopped { message, .. } => {
-                Recorded { stopped: true, reason: String::new(), message: message.clone() }
+            Observation::Stopped { cause, message, .. } => {
+                Recorded { stopped: true, cause: *cause, reason: String::new(), message: message.clone() }
             }
             Observation::Finished { reason, message, .. } => {
-                Recorded { stopped: false, reason: reason.to_string(), message: message.clone() }
+                Recorded { stopped: false, cause: None, reason: reason.to_string(), message: message.clone() }
             }
-            _ => Recorded { stopped: false, reason: String::new(), message: String::new() },
+            _ => Recorded { stopped: false, cause: None, reason: String::new(), message: String::new() },
         }
     }
 }
