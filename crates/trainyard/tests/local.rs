@@ -630,3 +630,23 @@ fn an_attempt_that_cannot_be_prepared_fails_with_its_reason() {
     let events = s.events_text(&id);
     assert!(events.contains("could not be prepared") && events.contains("volumes/out"), "{events}");
 }
+
+/// A server that crashed for good (its supervisors lost too, its data dir deleted) leaves an attempt's network
+/// behind; the next server to start on this machine removes it, since that attempt no longer runs.
+#[test]
+fn a_lost_attempts_network_is_removed_by_the_next_start() {
+    let mut gone = Server::start("sweep-gone", None);
+    let id = gone.submit(&pytorch("sweep", 1, "echo up; sleep 120"));
+    let name = gone.wait_status(&id, "Running", secs(60))["name"].as_str().unwrap().to_owned();
+    gone.wait_log(&id, &format!("{name}-master-0"), "up", secs(30));
+    let switch =
+        std::path::Path::new("/run/netns").join(trainyard_runtime::local::netns::attempt_name(&id, 0));
+    assert!(switch.exists(), "the attempt's switch namespace is there while it runs");
+    gone.kill();
+    let dir = gone.dir.clone();
+    drop(gone);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(switch.exists(), "nothing removed it yet");
+    let _next = Server::start("sweep-next", None);
+    assert!(!switch.exists(), "the next start removed the lost attempt's network");
+}

@@ -44,9 +44,12 @@ pub(super) mod slots {
     /// A file per claimed slot, naming the attempt dir that holds it; under `/run`, so a reboot clears them.
     const DIR: &str = "/run/trainyard/slots";
 
+    /// How long a claim counts as live before its attempt has a launch.json.
+    const PREPARING: std::time::Duration = std::time::Duration::from_secs(60);
+
     /// Whether the attempt in `dir` may still run: it was launched, has no outcome, and either no replica has
     /// started yet or a supervisor of it is alive (one whose server went away for good holds nothing).
-    fn live(dir: &Path) -> bool {
+    pub(crate) fn live(dir: &Path) -> bool {
         if !dir.join("launch.json").exists() || dir.join("outcome.json").exists() {
             return false;
         }
@@ -67,18 +70,27 @@ pub(super) mod slots {
         let lock = std::fs::File::create(Path::new(DIR).join(".lock")).map_err(fail)?;
         rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).map_err(|e| fail(e.into()))?;
         let me = attempt.to_string_lossy().into_owned();
-        let held: std::collections::BTreeMap<u32, String> = std::fs::read_dir(DIR)
+        // (holder, claimed within the last PREPARING): an attempt is prepared in milliseconds, and until its
+        // launch.json is written it counts as live by its claim's age alone.
+        let held: std::collections::BTreeMap<u32, (String, bool)> = std::fs::read_dir(DIR)
             .map_err(fail)?
             .flatten()
             .filter_map(|e| {
                 let slot = e.file_name().to_str()?.parse().ok()?;
-                Some((slot, std::fs::read_to_string(e.path()).ok()?))
+                let fresh = e
+                    .metadata()
+                    .ok()
+                    .and_then(|m| m.modified().ok())
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age < PREPARING);
+                Some((slot, (std::fs::read_to_string(e.path()).ok()?, fresh)))
             })
             .collect();
-        if let Some((&slot, _)) = held.iter().find(|(_, h)| **h == me) {
+        if let Some((&slot, _)) = held.iter().find(|(_, (h, _))| *h == me) {
             return Ok(slot);
         }
-        let free = (0..super::UID_SLOTS).find(|s| held.get(s).is_none_or(|h| !live(Path::new(h))));
+        let free = (0..super::UID_SLOTS)
+            .find(|s| held.get(s).is_none_or(|(h, fresh)| !fresh && !live(Path::new(h))));
         let slot = free.ok_or("every sandbox uid is taken: too many attempts run at once on this machine")?;
         let mut f = std::fs::File::create(Path::new(DIR).join(slot.to_string())).map_err(fail)?;
         f.write_all(me.as_bytes()).map_err(fail)?;
@@ -147,4 +159,38 @@ pub(super) fn volume_dir(path: &Path) -> Result<(), String> {
         own(path, 0, SANDBOX_GID, 0o2770)?;
     }
     Ok(())
+}
+
+/// The attempts' switch namespaces, recorded machine-wide with the attempt each belongs to, so that a start
+/// removes those whose attempt is gone for good (its data dir deleted, its server never back).
+pub(super) mod switches {
+    use std::path::Path;
+
+    const DIR: &str = "/run/trainyard/switches";
+
+    pub fn record(name: &str, attempt: &Path) {
+        if std::fs::create_dir_all(DIR).is_ok() {
+            let _ = std::fs::write(Path::new(DIR).join(name), attempt.to_string_lossy().as_bytes());
+        }
+    }
+
+    pub fn forget(name: &str) {
+        let _ = std::fs::remove_file(Path::new(DIR).join(name));
+    }
+
+    /// Removes the switch namespaces whose attempts no longer run (ended, or every supervisor gone); returns
+    /// how many.
+    pub fn sweep(ip: &Path) -> usize {
+        let mut removed = 0;
+        for e in std::fs::read_dir(DIR).into_iter().flatten().flatten() {
+            let Some(name) = e.file_name().to_str().map(str::to_owned) else { continue };
+            let holder = std::fs::read_to_string(e.path()).unwrap_or_default();
+            if !super::slots::live(Path::new(&holder)) {
+                super::super::netns::delete_switch(ip, &name);
+                forget(&name);
+                removed += 1;
+            }
+        }
+        removed
+    }
 }

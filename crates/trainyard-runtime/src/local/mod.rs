@@ -203,6 +203,10 @@ impl LocalBackend {
     /// Opens the runs dir and reattaches to every attempt that has not ended.
     pub fn new(cfg: LocalConfig) -> std::io::Result<LocalBackend> {
         std::fs::create_dir_all(&cfg.runs_dir)?;
+        // Networks of attempts that are gone for good (a crash, a deleted data dir) go now.
+        if let Some(ip) = &cfg.ip {
+            switches::sweep(ip);
+        }
         let mut inner = Inner::default();
         for task in std::fs::read_dir(&cfg.runs_dir)?.flatten() {
             for attempt in std::fs::read_dir(task.path())?.flatten() {
@@ -335,7 +339,9 @@ impl Backend for LocalBackend {
                     &serde_json::to_vec(&Recorded::from(&obs)).unwrap_or_default(),
                 );
                 if let Some(ip) = &self.cfg.ip {
-                    netns::delete_switch(ip, &netns::attempt_name(&spec.key.task_id, spec.key.attempt));
+                    let switch = netns::attempt_name(&spec.key.task_id, spec.key.attempt);
+                    netns::delete_switch(ip, &switch);
+                    switches::forget(&switch);
                 }
                 inner.replay.push(obs);
                 return Ok(());

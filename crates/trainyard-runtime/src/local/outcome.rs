@@ -341,7 +341,9 @@ impl LocalBackend {
         if run.l.networked
             && let Some(ip) = &self.cfg.ip
         {
-            netns::delete_switch(ip, &netns::attempt_name(&run.l.task_id, run.l.attempt));
+            let switch = netns::attempt_name(&run.l.task_id, run.l.attempt);
+            netns::delete_switch(ip, &switch);
+            switches::forget(&switch);
         }
         if let Some(dir) = &run.l.cleanup {
             let _ = std::fs::remove_dir_all(dir);

@@ -437,6 +437,10 @@ impl LocalBackend {
         };
         let bytes = serde_json::to_vec_pretty(&l).map_err(|e| e.to_string())?;
         write_atomic(&dir.join("launch.json"), &bytes).map_err(|e| e.to_string())?;
+        // Recorded once the attempt counts as live (it has a launch.json), so that no start sweeps it away.
+        if networked {
+            switches::record(&switch, &dir);
+        }
         Ok((dir, l, jobs))
     }
 
