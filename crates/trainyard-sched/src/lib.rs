@@ -8,6 +8,7 @@
 mod invariants;
 mod plan;
 mod preempt;
+mod quota;
 mod schedule;
 mod snapshot;
 mod state;

@@ -13,7 +13,7 @@
 //! of victims makes room), then a reprieve pass that puts back every victim the gang can do without. A set is
 //! returned only if the gang really fits once the victims are gone: never preempt and then fail to place.
 
-use crate::schedule::{check_quota, option_units};
+use crate::quota::{check_quota, option_units};
 use crate::snapshot::*;
 use crate::state::{Placed, State};
 use trainyard_core::demand::Resources;
