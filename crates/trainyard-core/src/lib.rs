@@ -10,6 +10,7 @@ pub mod catalog;
 pub mod decode;
 pub mod demand;
 pub mod failure;
+mod grammar;
 pub mod lifecycle;
 pub mod parse;
 pub mod platform_env;
@@ -18,6 +19,7 @@ pub mod promtext;
 pub mod runtime_env;
 pub mod spec;
 pub mod validate;
+mod yaml;
 
 pub use catalog::Catalog;
 pub use demand::{Demand, Resources, demand, demand_options};

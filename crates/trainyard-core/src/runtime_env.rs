@@ -2,8 +2,8 @@
 //! their types, the combinations Ray refuses, and unknown fields (plugins) as warnings.
 
 use crate::decode::type_name;
-use crate::parse::yaml_to_value;
 use crate::problem::{Code, Report, field, index, key};
+use crate::yaml::yaml_to_value;
 use serde_json::Value;
 
 /// Fields Ray's runtime env understands, with what each holds.
@@ -179,7 +179,7 @@ fn env_vars(r: &mut Report, p: &str, v: &Value) {
     };
     for (k, x) in m {
         let kp = key(p, k);
-        if let Err(why) = crate::validate::check_env_name(k) {
+        if let Err(why) = crate::grammar::check_env_name(k) {
             r.error(&kp, Code::InvalidName, why);
         }
         if !x.is_string() {
