@@ -202,14 +202,27 @@ fn the_host_image_shows_no_secrets_of_the_host() {
     // A data dir under /opt, which the `host` view shows.
     let s = Server::start_with("attack-view", Options { parent: Some("/opt".into()), ..Options::default() });
     let data = s.dir.display().to_string();
+    // A volume an admin keeps under /opt, open to everyone on the host: a task that does not mount it must
+    // not reach it through the host's tree.
+    let admin_vol = PathBuf::from(format!("/opt/ty-admin-volume-{}", std::process::id()));
+    std::fs::create_dir_all(&admin_vol).unwrap();
+    std::fs::write(admin_vol.join("secret"), "another group's data").unwrap();
+    std::fs::set_permissions(&admin_vol, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let (_, catalog) = s.call("GET", "/api/v1/catalog", None);
+    let mut catalog: Value = serde_json::from_str(&catalog).unwrap();
+    catalog["volumes"]["elsewhere"] = json!({"path": admin_vol.display().to_string()});
+    let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(&catalog.to_string()));
+    assert_eq!(status, 200, "{body}");
     let cmd = format!(
         r#"for f in /etc/shadow /etc/gshadow /etc/ssh/ssh_host_ed25519_key /etc/ssh/ssh_host_rsa_key {data}/admin.token {data}/server.key {data}/trainyard.db; do
   if [ -s "$f" ] && head -c1 "$f" >/dev/null 2>&1; then echo "READ $f"; fi
 done
 ls /home >/dev/null 2>&1 && echo "SEE /home"
 ls {data} 2>/dev/null | grep -q . && echo "SEE the data dir"
+cat {vol}/secret 2>/dev/null && echo "READ the admin's volume"
 test -x /usr/bin/python3 && echo "system dirs are there"
-echo checked"#
+echo checked"#,
+        vol = admin_vol.display()
     );
     let id = s.submit(&pytorch("view", 0, &cmd));
     let t = s.wait_status(&id, "Succeeded", secs(60));
@@ -219,6 +232,7 @@ echo checked"#
     let dir = s.dir.clone();
     drop(s);
     let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(admin_vol);
 }
 
 /// Finding 18 (part): the data dir, database and logs were world-readable. Now the data dir is passable by

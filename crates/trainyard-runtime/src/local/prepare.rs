@@ -154,6 +154,18 @@ impl LocalBackend {
             mounts.push(Mount { src, dst: "/tmp/ray".into(), read_only: false });
         }
         let mount_paths: Vec<String> = mounts.iter().map(|m| m.dst.display().to_string()).collect();
+        // What the `host` view must not show besides the data dir: every volume, dataset and model an admin
+        // keeps elsewhere (a task reaches those it may use at their mount paths, not through the host's tree).
+        let mut hide = self.cfg.hide.clone();
+        hide.extend(
+            catalog
+                .volumes
+                .values()
+                .filter_map(|v| v.path.as_ref())
+                .chain(catalog.datasets.values().filter_map(|d| d.path.as_ref()))
+                .chain(catalog.models.values().filter_map(|m| m.path.as_ref()))
+                .map(PathBuf::from),
+        );
 
         // The hosts file: every replica's name at its address (written in place: running replicas bind it).
         let mut hosts = String::from("127.0.0.1 localhost\n::1 localhost ip6-localhost\n");
@@ -369,7 +381,7 @@ impl LocalBackend {
                     passwd: Some(passwd.clone()),
                     group: Some(group.clone()),
                     resolv: resolv.clone(),
-                    hide: self.cfg.hide.clone(),
+                    hide: hide.clone(),
                     mounts: mounts.clone(),
                 },
                 uid,
