@@ -42,9 +42,10 @@ impl LocalBackend {
         // A running attempt being resized keeps its uid and its replicas' places.
         let have: Vec<Replica> = inner.runs.get(&spec.key).map(|r| r.l.replicas.clone()).unwrap_or_default();
         // An attempt prepared before a restart but never started keeps the uid its dirs belong to.
+        // (An attempt launched by a version without sandbox uids has none: its new replicas get one.)
         let uid = match inner.runs.get(&spec.key) {
-            Some(run) => run.l.uid,
-            None => UID_BASE + slots::claim(&dir)?,
+            Some(run) if run.l.uid >= UID_BASE => run.l.uid,
+            _ => UID_BASE + slots::claim(&dir)?,
         };
         let gid = SANDBOX_GID;
 
@@ -87,7 +88,7 @@ impl LocalBackend {
         let switch = netns::attempt_name(&spec.key.task_id, spec.key.attempt);
         let uplink = match egress {
             Some(e) => Some(
-                netns::Uplink::for_slot(e, &self.cfg.network, &switch, uid - UID_BASE)
+                netns::Uplink::for_slot(e, &self.cfg.network, &switch, uid.saturating_sub(UID_BASE))
                     .ok_or("every egress uplink is taken: too many attempts with egress run at once")?,
             ),
             None => None,
