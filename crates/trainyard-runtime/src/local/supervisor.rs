@@ -515,14 +515,17 @@ fn stop_protocol(sup: &mut Sup, job: &ReplicaJob, child: &mut Child, ns: Option<
         }
         // The notice goes to the processes that handle it (a trap in a shell, a handler in Python): one
         // that does not would just die of it, and take the replica with it before anything was saved.
+        let mut told = 0;
         for (pid, _) in user_processes().filter(|&(pid, _)| procs::catches(pid, req.signal)) {
             procs::signal(pid, req.signal);
+            told += 1;
         }
         sup.event(
             "CheckpointRequested",
             format!(
-                "{name}: sent {} and wrote {RUNTIME_DIR}/checkpoint-requested; waiting up to {} s",
+                "{name}: sent {} to {told} process{} that handle it and wrote {RUNTIME_DIR}/checkpoint-requested; waiting up to {} s",
                 trainyard_core::failure::signal_name(req.signal),
+                if told == 1 { "" } else { "es" },
                 req.checkpoint_timeout_s
             ),
         );
