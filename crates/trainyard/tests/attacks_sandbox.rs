@@ -606,3 +606,36 @@ fn egress_reaches_beyond_the_machine_only_when_the_admin_allows_it() {
     }
     drop(outside);
 }
+
+/// In the spirit of finding 17: a task decides how many series its metrics endpoint exposes, and every point
+/// lands on the host's disk; each scrape keeps at most a bounded number of them (and the file has a cap).
+#[test]
+fn a_metrics_flood_is_bounded() {
+    let s = Server::start("attack-metrics", None);
+    let cmd = r#"python3 - <<'EOF'
+import http.server, threading, time
+page = "".join(f"flood_series{{i=\"{i}\"}} {i}\n" for i in range(10000)).encode()
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(page)
+    def log_message(self, *a): pass
+threading.Thread(target=http.server.HTTPServer(("127.0.0.1", 9400), H).serve_forever, daemon=True).start()
+print("serving", flush=True)
+time.sleep(7)
+EOF"#;
+    let mut task = pytorch("flood", 0, cmd);
+    task["spec"]["advanced"] = json!({"metrics": {"enabled": true, "intervalSeconds": 5, "endpoints": [{"port": 9400, "path": "/metrics"}]}});
+    let id = s.submit(&task);
+    let t = s.wait_status(&id, "Succeeded", secs(60));
+    let file = s.dir.join(format!("runs/{id}/a0/{}-master-0/metrics.jsonl", t["name"].as_str().unwrap()));
+    let text = std::fs::read_to_string(&file).unwrap();
+    let mut per_scrape: std::collections::BTreeMap<u64, usize> = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let p: Value = serde_json::from_str(line).unwrap();
+        if p["n"] == "flood_series" {
+            *per_scrape.entry(p["t"].as_u64().unwrap()).or_default() += 1;
+        }
+    }
+    assert!(!per_scrape.is_empty(), "the endpoint was scraped");
+    assert!(per_scrape.values().all(|&n| n <= 2_000), "points kept per scrape: {per_scrape:?}");
+}

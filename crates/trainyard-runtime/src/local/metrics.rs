@@ -37,6 +37,12 @@ pub struct MonitorJob {
 /// Most bytes read from one endpoint.
 const MAX_PAGE: u64 = 4 << 20;
 
+/// The most samples kept from one scrape of one endpoint (a task can expose as many series as it likes).
+pub const MAX_SAMPLES_PER_SCRAPE: usize = 2_000;
+
+/// The most a replica's `metrics.jsonl` may hold on the host's disk; past it, no more points are kept.
+pub const MAX_METRICS_FILE_BYTES: u64 = 64 << 20;
+
 /// `GET http://127.0.0.1:PORT/PATH` with short timeouts; the body on a 200.
 pub fn http_get(port: u16, path: &str) -> Result<String, String> {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
@@ -157,12 +163,13 @@ pub fn monitor(dir: &Path, job: &MonitorJob, sandbox: &Arc<AtomicU32>, stop: &Ar
             let up = match http_get(*port, path) {
                 Ok(body) => {
                     let page = trainyard_core::promtext::parse(&body);
-                    points.extend(page.samples.into_iter().filter(|s| s.value.is_finite()).map(|s| Point {
-                        t,
-                        n: s.name,
-                        l: s.labels,
-                        v: s.value,
-                    }));
+                    points.extend(
+                        page.samples
+                            .into_iter()
+                            .filter(|s| s.value.is_finite())
+                            .take(MAX_SAMPLES_PER_SCRAPE)
+                            .map(|s| Point { t, n: s.name, l: s.labels, v: s.value }),
+                    );
                     1.0
                 }
                 Err(_) => 0.0,
@@ -176,6 +183,10 @@ pub fn monitor(dir: &Path, job: &MonitorJob, sandbox: &Arc<AtomicU32>, stop: &Ar
                 buf.push(b'\n');
             }
         }
-        let _ = file.write_all(&buf);
+        // The file is on the host's disk and the task decides how much it exposes: it stops at its cap.
+        let kept = file.metadata().map_or(0, |m| m.len());
+        if kept + buf.len() as u64 <= MAX_METRICS_FILE_BYTES {
+            let _ = file.write_all(&buf);
+        }
     }
 }
