@@ -75,6 +75,9 @@ pub struct Limits {
     pub log_bytes: u64,
 }
 
+/// The longest precheck result kept (it becomes an event).
+const PRECHECK_MESSAGE_MAX_CHARS: usize = 2_000;
+
 /// Defaults of [`Limits`] (`trainyard up` can change them).
 pub const DEFAULT_PIDS_MAX: u64 = 4096;
 pub const DEFAULT_SCRATCH_MIB: u64 = 50 * 1024;
@@ -281,7 +284,8 @@ pub fn main(dir: &Path) -> i32 {
         let message = result
             .as_deref()
             .and_then(|r| serde_json::from_slice::<serde_json::Value>(r).ok())
-            .and_then(|v| v["message"].as_str().map(str::to_owned))
+            // Written inside the sandbox, so the task could make it anything: one bounded line in the events.
+            .and_then(|v| v["message"].as_str().map(|m| m.chars().take(PRECHECK_MESSAGE_MAX_CHARS).collect()))
             .unwrap_or_else(|| "the precheck wrote no result".to_owned());
         sup.state.precheck = Some(message.clone());
         if out.code != Some(0) {
