@@ -1,0 +1,347 @@
+//! One behaviour suite for every backend: the same scenarios, through the `Backend` trait alone, against the
+//! fake backend (scripted, on a virtual clock) and the local one (real sandboxed replicas, on the wall clock).
+//! A new backend (Kubernetes) implements [`Subject`] and runs the same scenarios.
+//!
+//! Each scenario says what the attempt should do ([`Behaviour`]); a subject makes its backend do that (the
+//! fake by a script, the local backend by the command it runs), then the scenario checks the observations and
+//! what `alive` and the logs say.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use trainyard_core::Catalog;
+use trainyard_core::lifecycle::Reason;
+use trainyard_runtime::fake::{FakeBackend, Script};
+use trainyard_runtime::local::{LocalBackend, LocalConfig};
+use trainyard_runtime::{AttemptKey, Backend, LaunchSpec, Observation, ReplicaPlan, StopCause};
+
+const CATALOG: &str = r#"
+regions: {local: {}}
+clusters: {local: {region: local}}
+pools: {default: {cluster: local, instanceSpecs: [cpu.small]}}
+instanceSpecs: {cpu.small: {kind: CPU, vcpus: 1, memoryMib: 512}}
+nodes:
+  node-a: {pool: default, vcpus: 4, memoryMib: 4096}
+  node-b: {pool: default, vcpus: 4, memoryMib: 4096}
+projectGroups: {default: {}}
+images: {host: {}}
+quotas: [{group: default, resourceType: Reserved, pool: default, spec: cpu.small, units: 8}]
+"#;
+
+/// What a scenario wants the attempt to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Behaviour {
+    /// Print `hello from RANK` and end well.
+    Succeed,
+    /// End with a non-zero exit of its own.
+    Fail,
+    /// Run until stopped, saving a checkpoint when told to.
+    RunUntilStopped,
+}
+
+/// A backend under the suite, and the way to make it behave.
+trait Subject {
+    type B: Backend;
+    fn backend(&self) -> &Self::B;
+    /// The clock the control loop would pass to `poll`.
+    fn now_ms(&self) -> u64;
+    /// Lets time pass (virtual for the fake).
+    fn pass(&self, ms: u64);
+    /// The command and any arrangement for an attempt that should behave so.
+    fn arrange(&self, key: &AttemptKey, behaviour: Behaviour) -> String;
+    /// A new backend over the same state, as after a restart of the server.
+    fn restarted(&self) -> Self;
+    /// How long a scenario may take on this backend.
+    fn patience(&self) -> Duration;
+}
+
+struct Fake {
+    backend: FakeBackend,
+    clock: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Subject for Fake {
+    type B = FakeBackend;
+    fn backend(&self) -> &FakeBackend {
+        &self.backend
+    }
+    fn now_ms(&self) -> u64 {
+        self.clock.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    fn pass(&self, ms: u64) {
+        self.clock.fetch_add(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+    fn arrange(&self, key: &AttemptKey, behaviour: Behaviour) -> String {
+        let script = match behaviour {
+            Behaviour::Succeed => Script { start_ms: 100, run_ms: 1_000, ..Script::default() },
+            Behaviour::Fail => {
+                Script { start_ms: 100, run_ms: 500, outcome: Reason::UserError, ..Script::default() }
+            }
+            Behaviour::RunUntilStopped => {
+                Script { start_ms: 100, run_ms: u64::MAX / 4, stop_ms: 500, ..Script::default() }
+            }
+        };
+        self.backend.script(&key.task_id, vec![script]);
+        "true".into()
+    }
+    fn restarted(&self) -> Fake {
+        // The fake's state lives behind its handle, as a real backend's lives in its engine.
+        Fake { backend: self.backend.clone(), clock: self.clock.clone() }
+    }
+    fn patience(&self) -> Duration {
+        Duration::from_secs(5)
+    }
+}
+
+struct Local {
+    backend: LocalBackend,
+    cfg: LocalConfig,
+}
+
+impl Subject for Local {
+    type B = LocalBackend;
+    fn backend(&self) -> &LocalBackend {
+        &self.backend
+    }
+    fn now_ms(&self) -> u64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+    }
+    fn pass(&self, ms: u64) {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+    fn arrange(&self, _key: &AttemptKey, behaviour: Behaviour) -> String {
+        match behaviour {
+            Behaviour::Succeed => "echo hello from $RANK".into(),
+            Behaviour::Fail => "echo failing; exit 3".into(),
+            Behaviour::RunUntilStopped => {
+                "trap 'touch $TRAINYARD_RUNTIME_DIR/checkpoint-done' USR1; echo running; \
+                                           while true; do sleep 0.1; done"
+                    .into()
+            }
+        }
+    }
+    fn restarted(&self) -> Local {
+        Local { backend: LocalBackend::new(self.cfg.clone()).unwrap(), cfg: self.cfg.clone() }
+    }
+    fn patience(&self) -> Duration {
+        Duration::from_secs(60)
+    }
+}
+
+fn local(name: &str) -> Local {
+    let dir = std::env::temp_dir().join(format!("ty-conformance-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let bwrap = trainyard_runtime::local::find_bwrap().expect("bubblewrap is installed");
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_trainyard"));
+    let mut cfg = LocalConfig::new(&dir, (exe, vec!["supervise".to_owned()]), bwrap);
+    cfg.grace_s = 2;
+    trainyard_runtime::local::make_passage(&dir).unwrap();
+    Local { backend: LocalBackend::new(cfg.clone()).unwrap(), cfg }
+}
+
+fn fake() -> Fake {
+    Fake { backend: FakeBackend::new(Script::default()), clock: Arc::new(1_000_000.into()) }
+}
+
+fn block<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+}
+
+/// An attempt of a PyTorchJob running `cmd` with `workers` workers, its replicas spread over both nodes, with
+/// the exit checkpoint on.
+fn spec(key: &AttemptKey, workers: u32, cmd: &str) -> LaunchSpec {
+    let catalog = Catalog::from_yaml(CATALOG).unwrap();
+    let doc = serde_json::json!({
+        "apiVersion": "trainyard.dev/v1", "kind": "TrainingTask",
+        "metadata": {"namePrefix": "conf", "projectGroup": "default"},
+        "spec": {
+            "type": "PyTorchJob",
+            "placement": {"region": "local", "cluster": "local"},
+            "environment": {"image": "host", "cmd": cmd},
+            "compute": {"resourceType": "Reserved", "pool": "default", "workers": workers,
+                        "instanceSpecs": [{"spec": "cpu.small"}]},
+            "advanced": {"exitCheckpoint": {"enabled": true, "timeoutSeconds": 10}}
+        }
+    });
+    let checked = trainyard_core::parse::check(doc.to_string().as_bytes(), &catalog);
+    let task = checked.valid_task().unwrap_or_else(|| panic!("{:?}", checked.report)).clone();
+    let resources = trainyard_core::demand::Resources { gpus: 0, vcpus: 1, memory_mib: 512 };
+    let replicas = (0..=workers)
+        .map(|i| ReplicaPlan {
+            role: if i == 0 { "master".into() } else { "worker".into() },
+            index: if i == 0 { 0 } else { i - 1 },
+            rank: i,
+            node: if i % 2 == 0 { "node-a".into() } else { "node-b".into() },
+            resources,
+        })
+        .collect();
+    let name = format!("conf-{}", &key.task_id[key.task_id.len() - 5..]);
+    LaunchSpec {
+        key: key.clone(),
+        task_name: name,
+        owner: "alice".into(),
+        task,
+        replicas,
+        catalog: Arc::new(catalog),
+    }
+}
+
+fn key(n: u32) -> AttemptKey {
+    AttemptKey { task_id: format!("1a2b3c4d{:08x}", std::process::id() * 16 + n), attempt: 0 }
+}
+
+/// Polls until an observation for `key` satisfies `done`; returns every observation for it so far.
+fn until<S: Subject>(s: &S, key: &AttemptKey, done: impl Fn(&Observation) -> bool) -> Vec<Observation> {
+    let t0 = Instant::now();
+    let mut seen = Vec::new();
+    loop {
+        for o in block(s.backend().poll(s.now_ms())) {
+            if o.key() == key {
+                seen.push(o);
+            }
+        }
+        if seen.iter().any(&done) {
+            return seen;
+        }
+        assert!(t0.elapsed() < s.patience(), "gave up waiting; saw {seen:?}");
+        s.pass(50);
+    }
+}
+
+fn finished(o: &Observation) -> Option<Reason> {
+    match o {
+        Observation::Finished { reason, .. } => Some(*reason),
+        _ => None,
+    }
+}
+
+/// Launch, start, success; `alive` holds the attempt until it ended; a second launch changes nothing.
+fn launches_runs_and_succeeds<S: Subject>(s: &S) {
+    let k = key(1);
+    let cmd = s.arrange(&k, Behaviour::Succeed);
+    let sp = spec(&k, 1, &cmd);
+    block(s.backend().launch(&sp)).unwrap();
+    block(s.backend().launch(&sp)).unwrap();
+    assert!(block(s.backend().alive()).contains(&k));
+    let seen = until(s, &k, |o| finished(o).is_some());
+    let started = seen.iter().position(|o| matches!(o, Observation::Started { .. })).expect("Started");
+    let ended = seen.iter().position(|o| finished(o).is_some()).unwrap();
+    assert!(started < ended, "{seen:?}");
+    assert_eq!(finished(&seen[ended]), Some(Reason::Completed), "{seen:?}");
+    assert_eq!(
+        seen.iter().filter(|o| matches!(o, Observation::Started { .. })).count(),
+        1,
+        "one start: {seen:?}"
+    );
+    assert!(!block(s.backend().alive()).contains(&k));
+}
+
+/// A replica that fails ends the attempt with a classified failure.
+fn a_failure_is_classified<S: Subject>(s: &S) {
+    let k = key(2);
+    let cmd = s.arrange(&k, Behaviour::Fail);
+    block(s.backend().launch(&spec(&k, 0, &cmd))).unwrap();
+    let seen = until(s, &k, |o| finished(o).is_some());
+    assert_eq!(seen.iter().find_map(finished), Some(Reason::UserError), "{seen:?}");
+}
+
+/// A stop of a running attempt ends in `Stopped` with the cause it was asked with.
+fn a_stop_ends_in_stopped_with_its_cause<S: Subject>(s: &S) {
+    for (n, cause) in [(3, StopCause::UserStop), (4, StopCause::Preempted)] {
+        let k = key(n);
+        let cmd = s.arrange(&k, Behaviour::RunUntilStopped);
+        block(s.backend().launch(&spec(&k, 1, &cmd))).unwrap();
+        until(s, &k, |o| matches!(o, Observation::Started { .. }));
+        block(s.backend().stop(&k, cause)).unwrap();
+        block(s.backend().stop(&k, cause)).unwrap();
+        let seen = until(s, &k, |o| matches!(o, Observation::Stopped { .. }));
+        let got = seen.iter().find_map(|o| match o {
+            Observation::Stopped { cause, .. } => Some(*cause),
+            _ => None,
+        });
+        assert_eq!(got, Some(Some(cause)), "{seen:?}");
+        assert!(seen.iter().all(|o| finished(o).is_none()), "a stop is not a failure: {seen:?}");
+        assert!(!block(s.backend().alive()).contains(&k));
+    }
+}
+
+/// A stop right after the launch, before anything started, still ends in `Stopped`.
+fn a_stop_during_start_up_is_clean<S: Subject>(s: &S) {
+    let k = key(5);
+    let cmd = s.arrange(&k, Behaviour::RunUntilStopped);
+    block(s.backend().launch(&spec(&k, 0, &cmd))).unwrap();
+    block(s.backend().stop(&k, StopCause::UserStop)).unwrap();
+    until(s, &k, |o| matches!(o, Observation::Stopped { .. }));
+    assert!(!block(s.backend().alive()).contains(&k));
+}
+
+/// After a restart, the backend still knows the running attempt, takes a second launch of it as a no-op, and
+/// stops it.
+fn a_restart_reattaches<S: Subject>(s: &S) {
+    let k = key(6);
+    let cmd = s.arrange(&k, Behaviour::RunUntilStopped);
+    let sp = spec(&k, 1, &cmd);
+    block(s.backend().launch(&sp)).unwrap();
+    until(s, &k, |o| matches!(o, Observation::Started { .. }));
+    let again = s.restarted();
+    assert!(block(again.backend().alive()).contains(&k), "the restarted backend knows the attempt");
+    block(again.backend().launch(&sp)).unwrap();
+    block(again.backend().stop(&k, StopCause::UserStop)).unwrap();
+    until(&again, &k, |o| matches!(o, Observation::Stopped { .. }));
+    assert!(!block(again.backend().alive()).contains(&k));
+}
+
+/// A failed node takes the attempt down without a checkpoint window.
+fn a_node_failure_stops_at_once<S: Subject>(s: &S) {
+    let k = key(7);
+    let cmd = s.arrange(&k, Behaviour::RunUntilStopped);
+    block(s.backend().launch(&spec(&k, 1, &cmd))).unwrap();
+    until(s, &k, |o| matches!(o, Observation::Started { .. }));
+    block(s.backend().stop(&k, StopCause::NodeFailed)).unwrap();
+    let seen = until(s, &k, |o| matches!(o, Observation::Stopped { .. } | Observation::Finished { .. }));
+    let ended =
+        seen.iter().rev().find(|o| matches!(o, Observation::Stopped { .. } | Observation::Finished { .. }));
+    match ended {
+        Some(Observation::Stopped { cause, .. }) => assert_eq!(*cause, Some(StopCause::NodeFailed)),
+        Some(Observation::Finished { reason, .. }) => assert_eq!(*reason, Reason::NodeFailed),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn suite<S: Subject>(s: &S) {
+    launches_runs_and_succeeds(s);
+    a_failure_is_classified(s);
+    a_stop_ends_in_stopped_with_its_cause(s);
+    a_stop_during_start_up_is_clean(s);
+    a_restart_reattaches(s);
+    a_node_failure_stops_at_once(s);
+}
+
+#[test]
+fn the_fake_backend_conforms() {
+    suite(&fake());
+}
+
+#[test]
+fn the_local_backend_conforms() {
+    let s = local("local");
+    suite(&s);
+    // The local backend's logs: every replica's own, whole lines with their stream.
+    let k = key(8);
+    let cmd = s.arrange(&k, Behaviour::Succeed);
+    block(s.backend().launch(&spec(&k, 1, &cmd))).unwrap();
+    until(&s, &k, |o| finished(o).is_some());
+    let replicas: BTreeMap<String, String> = block(s.backend().replicas(&k)).into_iter().collect();
+    assert_eq!(replicas.len(), 2, "{replicas:?}");
+    for (name, role) in &replicas {
+        let chunk = block(s.backend().read_log(&k, name, 0, 1 << 20));
+        let text = String::from_utf8_lossy(&chunk.data);
+        let rank = if role == "master" { 0 } else { 1 };
+        assert!(text.contains(&format!(" O hello from {rank}")), "{name}: {text}");
+        assert!(chunk.ended, "{name} ended");
+    }
+    assert!(block(s.backend().read_log(&k, "no-such-replica", 0, 100)).missing);
+    let _ = std::fs::remove_dir_all(&s.cfg.data_dir);
+}
