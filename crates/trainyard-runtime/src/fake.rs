@@ -36,6 +36,16 @@ struct Run {
     precheck: bool,
     done: bool,
     nodes: Vec<String>,
+    /// Every replica it ever had, as (name, role), named as the real backends name them.
+    replicas: Vec<(String, String)>,
+}
+
+/// The replicas of a launch, as (name, role).
+fn replica_names(spec: &LaunchSpec) -> Vec<(String, String)> {
+    spec.replicas
+        .iter()
+        .map(|r| (format!("{}-{}-{}", spec.task_name, r.role, r.index), r.role.clone()))
+        .collect()
 }
 
 #[derive(Debug, Default)]
@@ -122,6 +132,7 @@ impl Backend for FakeBackend {
                 precheck,
                 done: false,
                 nodes: spec.replicas.iter().map(|r| r.node.clone()).collect(),
+                replicas: replica_names(spec),
             },
         );
         inner.launches += 1;
@@ -134,6 +145,11 @@ impl Backend for FakeBackend {
         let mut inner = self.lock();
         if let Some(run) = inner.runs.get_mut(&spec.key) {
             run.nodes = spec.replicas.iter().map(|r| r.node.clone()).collect();
+            for r in replica_names(spec) {
+                if !run.replicas.contains(&r) {
+                    run.replicas.push(r);
+                }
+            }
         }
         inner.specs.push(spec.clone());
         Ok(())
@@ -198,8 +214,8 @@ impl Backend for FakeBackend {
     }
 
     /// The fake runs nothing, so it names no replicas and keeps no logs.
-    async fn replicas(&self, _key: &AttemptKey) -> Vec<(String, String)> {
-        Vec::new()
+    async fn replicas(&self, key: &AttemptKey) -> Vec<(String, String)> {
+        self.lock().runs.get(key).map(|r| r.replicas.clone()).unwrap_or_default()
     }
 
     async fn read_metrics(&self, _key: &AttemptKey, _since_ms: u64) -> Vec<MetricPoint> {

@@ -310,6 +310,31 @@ fn a_node_failure_stops_at_once<S: Subject>(s: &S) {
     }
 }
 
+/// A running attempt grows by a worker and shrinks again: the new replica is listed, and the one taken away
+/// ends without failing the attempt.
+fn scales_up_and_down<S: Subject>(s: &S) {
+    let k = key(9);
+    let cmd = s.arrange(&k, Behaviour::RunUntilStopped);
+    block(s.backend().launch(&spec(&k, 1, &cmd))).unwrap();
+    until(s, &k, |o| matches!(o, Observation::Started { .. }));
+    block(s.backend().scale(&spec(&k, 2, &cmd))).unwrap();
+    let names =
+        |s: &S| -> Vec<String> { block(s.backend().replicas(&k)).into_iter().map(|(n, _)| n).collect() };
+    assert!(names(s).iter().any(|n| n.ends_with("-worker-1")), "grown: {:?}", names(s));
+    s.pass(1_000);
+    block(s.backend().scale(&spec(&k, 1, &cmd))).unwrap();
+    // The removed replica ends (after its grace); the attempt does not.
+    for _ in 0..50 {
+        for o in block(s.backend().poll(s.now_ms())) {
+            assert!(o.key() != &k || finished(&o).is_none(), "shrinking is no failure: {o:?}");
+        }
+        s.pass(100);
+    }
+    assert!(block(s.backend().alive()).contains(&k));
+    block(s.backend().stop(&k, StopCause::UserStop)).unwrap();
+    until(s, &k, |o| matches!(o, Observation::Stopped { .. }));
+}
+
 fn suite<S: Subject>(s: &S) {
     launches_runs_and_succeeds(s);
     a_failure_is_classified(s);
@@ -317,6 +342,7 @@ fn suite<S: Subject>(s: &S) {
     a_stop_during_start_up_is_clean(s);
     a_restart_reattaches(s);
     a_node_failure_stops_at_once(s);
+    scales_up_and_down(s);
 }
 
 #[test]
