@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Options, Server, secs};
+use common::{Options, Server, agent, secs};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -52,14 +52,6 @@ fn tenants(name: &str, args: &[&str]) -> Tenants {
     let (alice, mallory, bob) =
         (token("alice", "default"), token("mallory", "default"), token("bob", "other"));
     Tenants { s, alice, mallory, bob }
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(30)))
-        .build()
-        .into()
 }
 
 /// One request with a token (or none), any method and headers: the status and the body as JSON (or text).

@@ -146,9 +146,10 @@ pub fn make_passage(path: &Path) -> Result<(), String> {
     own(path, 0, SANDBOX_GID, 0o710)
 }
 
-/// A volume dir Trainyard keeps (under the data dir): created shared by the sandboxes' group; one that
-/// exists keeps its owner and mode unless it still is a plain root dir.
-pub(super) fn volume_dir(path: &Path) -> Result<(), String> {
+/// A volume, dataset or model dir Trainyard keeps (under the data dir): shared with the sandboxes' group at
+/// `mode` (volumes writable, 2770; datasets and models readable, 2750); one that exists keeps its owner and
+/// mode unless it still is a plain root dir.
+pub(super) fn storage_dir(path: &Path, mode: u32) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
     std::fs::create_dir_all(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
     let meta = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
@@ -156,7 +157,7 @@ pub(super) fn volume_dir(path: &Path) -> Result<(), String> {
         return Err(format!("{} is not a directory", path.display()));
     }
     if meta.uid() == 0 && meta.gid() != SANDBOX_GID {
-        own(path, 0, SANDBOX_GID, 0o2770)?;
+        own(path, 0, SANDBOX_GID, mode)?;
     }
     Ok(())
 }

@@ -24,15 +24,8 @@ impl LogFile {
         use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(dir.join("log"))?;
         let len = file.metadata()?.len();
-        let base = std::fs::read_to_string(dir.join("log.base")).ok().and_then(|s| s.trim().parse().ok());
-        Ok(LogFile {
-            dir: dir.to_owned(),
-            file,
-            len,
-            max: max.max(4096),
-            base: base.unwrap_or(0),
-            events: Vec::new(),
-        })
+        let base = log_base(dir);
+        Ok(LogFile { dir: dir.to_owned(), file, len, max: max.max(4096), base, events: Vec::new() })
     }
 
     pub(super) fn write(&mut self, line: &[u8]) {
@@ -78,4 +71,12 @@ pub(super) fn append_log(log: &Arc<Mutex<LogFile>>, tag: char, text: &str) {
     if let Ok(mut f) = log.lock() {
         f.write(line.as_bytes());
     }
+}
+
+/// Where a replica's `log` starts in its whole output (0 until it first rotated).
+pub(super) fn log_base(replica_dir: &Path) -> u64 {
+    std::fs::read_to_string(replica_dir.join("log.base"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
 }

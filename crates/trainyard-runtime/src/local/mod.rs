@@ -98,7 +98,7 @@ struct Launched {
     precheck: bool,
     /// Image pull tolerance: -1 never trips, 0 fails at once, N retries.
     pull_tolerance: i64,
-    /// RayJob: the first of the cluster's ports (node i uses base + 100·i onwards).
+    /// RayJob: the first of each node's ports (every node has a network namespace of its own).
     #[serde(default)]
     ray_base: u16,
     /// RayJob shared storage dir, removed when the attempt ends if asked.
@@ -458,10 +458,7 @@ impl Backend for LocalBackend {
             || attempt_dir(&self.cfg.runs_dir, key).join("outcome.json").exists();
         // Offsets count the replica's whole output; `log` starts at `log.base`, and the rotated `log.1` holds
         // what came just before it (anything older was dropped: a read from there starts at `log.1`).
-        let base: u64 = std::fs::read_to_string(rdir.join("log.base"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0);
+        let base = logfile::log_base(&rdir);
         let old_len = std::fs::metadata(rdir.join("log.1")).map_or(0, |m| m.len());
         let offset = offset.max(base.saturating_sub(old_len));
         let (file, at) =

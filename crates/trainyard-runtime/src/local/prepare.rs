@@ -7,21 +7,23 @@ use super::*;
 pub const PRECHECK_PY: &str = include_str!("precheck.py");
 
 impl LocalBackend {
-    /// A dataset's or model's dir: one under the data dir is made readable by the sandboxes (an admin's own
-    /// path is left as the admin set it).
-    pub(super) fn data_asset_dir(&self, path: &Path, kind: &str, ours: bool) -> Result<(), String> {
-        use std::os::unix::fs::MetadataExt;
-        if !ours {
-            let _ = std::fs::create_dir_all(path);
-            return Ok(());
+    /// Where a volume, dataset or model lives: an admin's own path as the admin keeps it, or a dir Trainyard
+    /// keeps under the data dir (`kind/name`), shared with the sandboxes at `mode`.
+    pub(super) fn storage_home(
+        &self,
+        kind: &str,
+        name: &str,
+        path: Option<&String>,
+        mode: u32,
+    ) -> Result<PathBuf, String> {
+        if let Some(p) = path {
+            let _ = std::fs::create_dir_all(p);
+            return Ok(PathBuf::from(p));
         }
         make_passage(&self.cfg.data_dir.join(kind))?;
-        std::fs::create_dir_all(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-        let meta = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
-        if meta.uid() == 0 && meta.gid() != SANDBOX_GID && meta.is_dir() {
-            own(path, 0, SANDBOX_GID, 0o2750)?;
-        }
-        Ok(())
+        let dir = self.cfg.data_dir.join(kind).join(name);
+        storage_dir(&dir, mode)?;
+        Ok(dir)
     }
 
     /// Builds the attempt's directories, files and supervisor jobs.
@@ -107,41 +109,27 @@ impl LocalBackend {
         }
 
         // Mounts.
-        let home_of = |kind: &str, name: &str, path: Option<&String>| -> PathBuf {
-            path.map_or_else(|| self.cfg.data_dir.join(kind).join(name), PathBuf::from)
-        };
         let mut mounts = Vec::new();
         for v in &s.environment.volumes {
-            let own_path = catalog.volumes.get(&v.volume).and_then(|x| x.path.as_ref());
-            let src = home_of("volumes", &v.volume, own_path);
-            if own_path.is_none() {
-                make_passage(&self.cfg.data_dir.join("volumes"))?;
-                volume_dir(&src)?;
-            } else {
-                let _ = std::fs::create_dir_all(&src);
-            }
+            let path = catalog.volumes.get(&v.volume).and_then(|x| x.path.as_ref());
+            let src = self.storage_home("volumes", &v.volume, path, 0o2770)?;
             mounts.push(Mount { src, dst: v.mount_path.clone().into(), read_only: v.read_only });
         }
         for d in &s.environment.datasets {
-            let own_path = catalog.datasets.get(&d.dataset).and_then(|x| x.path.as_ref());
-            let src = home_of("datasets", &d.dataset, own_path);
-            self.data_asset_dir(&src, "datasets", own_path.is_none())?;
+            let path = catalog.datasets.get(&d.dataset).and_then(|x| x.path.as_ref());
+            let src = self.storage_home("datasets", &d.dataset, path, 0o2750)?;
             mounts.push(Mount { src, dst: d.mount_path.clone().into(), read_only: true });
         }
         for m in &s.environment.models {
-            let own_path = catalog.models.get(&m.model).and_then(|x| x.path.as_ref());
-            let src = home_of("models", &m.model, own_path);
-            self.data_asset_dir(&src, "models", own_path.is_none())?;
+            let path = catalog.models.get(&m.model).and_then(|x| x.path.as_ref());
+            let src = self.storage_home("models", &m.model, path, 0o2750)?;
             mounts.push(Mount { src, dst: m.mount_path.clone().into(), read_only: true });
         }
-        let shared = s.ray.as_ref().and_then(|r| r.shared_storage.as_ref());
-        if let Some(sh) = shared {
-            let own_path = catalog.volumes.get(&sh.volume).and_then(|x| x.path.as_ref());
-            let vol = home_of("volumes", &sh.volume, own_path);
-            if own_path.is_none() {
-                make_passage(&self.cfg.data_dir.join("volumes"))?;
-            }
-            volume_dir(&vol)?;
+        // RayJob shared storage: (its dir, removed when the attempt ends).
+        let mut shared_dir = None;
+        if let Some(sh) = s.ray.as_ref().and_then(|r| r.shared_storage.as_ref()) {
+            let path = catalog.volumes.get(&sh.volume).and_then(|x| x.path.as_ref());
+            let vol = self.storage_home("volumes", &sh.volume, path, 0o2770)?;
             // Inside a volume other tasks write to: made fresh, never a link someone planted.
             let src = vol.join(format!("ray-{}", spec.task_name));
             match std::fs::symlink_metadata(&src) {
@@ -152,6 +140,7 @@ impl LocalBackend {
                 }
             }
             own(&src, uid, gid, 0o2770)?;
+            shared_dir = Some((src.clone(), sh.cleanup_on_exit));
             mounts.push(Mount { src, dst: "/tmp/ray".into(), read_only: false });
         }
         let mount_paths: Vec<String> = mounts.iter().map(|m| m.dst.display().to_string()).collect();
@@ -203,11 +192,6 @@ impl LocalBackend {
             None => 0,
         };
         let ray_env = if ray { ray_job_config(s)? } else { None };
-        let shared_dir = shared.map(|sh| {
-            let vol =
-                home_of("volumes", &sh.volume, catalog.volumes.get(&sh.volume).and_then(|x| x.path.as_ref()));
-            (vol.join(format!("ray-{}", spec.task_name)), sh.cleanup_on_exit)
-        });
         let world = spec.replicas.len();
         let procs_per_node = s.pytorch.as_ref().and_then(|p| p.procs_per_node);
         // The sandbox's users: the image's, and the one replicas run as.

@@ -60,7 +60,7 @@ impl RuntimeDir {
 }
 
 /// Reads a regular file under a directory descriptor without following a link or blocking on a FIFO.
-pub fn read_regular_at(dir: impl AsFd, name: &str) -> Option<Vec<u8>> {
+fn read_regular_at(dir: impl AsFd, name: &str) -> Option<Vec<u8>> {
     use rustix::fs::{Mode, OFlags};
     let fd = rustix::fs::openat(
         dir,

@@ -37,7 +37,7 @@ pub(super) fn watch_scratch(
 }
 
 /// Bytes allocated under `dir`, without following links (hard links counted once).
-pub fn disk_usage(dir: &Path) -> u64 {
+fn disk_usage(dir: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
     let mut seen = std::collections::HashSet::new();
     let mut total = 0u64;

@@ -174,7 +174,7 @@ struct Sup {
     /// The running sandbox's bwrap pid (0 between phases), for the metrics monitor.
     sandbox: Arc<std::sync::atomic::AtomicU32>,
     /// The replica's network namespace, kept open for every phase.
-    netns: Option<Arc<OwnedFd>>,
+    netns: Option<OwnedFd>,
     /// The replica's cgroup dirs, shown read-only inside.
     cgroups: Vec<(PathBuf, String)>,
     /// Set by the scratch watcher when the replica used more scratch than it may.
@@ -251,7 +251,7 @@ pub fn main(dir: &Path) -> i32 {
     };
     if let Some(net) = &job.net {
         match netns::create_replica(net) {
-            Ok(fd) => sup.netns = Some(Arc::new(fd)),
+            Ok(fd) => sup.netns = Some(fd),
             Err(why) => sup.event(
                 "NetworkNotReady",
                 format!(
@@ -402,7 +402,7 @@ fn run_phase(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     std::os::unix::process::CommandExt::process_group(&mut c, 0);
-    let id = Identity { netns: sup.netns.as_deref(), uid: job.uid, gid: job.gid, keep: [seccomp, env] };
+    let id = Identity { netns: sup.netns.as_ref(), uid: job.uid, gid: job.gid, keep: [seccomp, env] };
     let mut child = match spawn_as(c, id) {
         Ok(child) => child,
         Err(e) => return fail(log, format!("{}: {e}", job.bwrap.display())),

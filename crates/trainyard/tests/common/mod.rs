@@ -60,7 +60,8 @@ pub struct Options {
     pub own_catalog: bool,
 }
 
-fn agent() -> ureq::Agent {
+/// An HTTP client that answers every status (errors are data) and gives up after 30 s.
+pub fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(30)))
