@@ -1,0 +1,184 @@
+//! Lifecycle transitions committed to the store: each checked against the lifecycle first, alarms raised
+//! for what they mean.
+
+use crate::active::*;
+use crate::error::CommandError;
+use crate::{Control, alarms};
+use std::sync::Arc;
+use trainyard_core::lifecycle::{Reason, Status, transition};
+use trainyard_core::spec::TrainingTask;
+use trainyard_runtime::Backend;
+use trainyard_store::{StoreError, TaskRecord, Transition};
+
+/// One lifecycle transition to apply, with what changes along with the status.
+#[derive(Debug)]
+pub(crate) struct Step {
+    to: Status,
+    reason: Reason,
+    message: String,
+    attempt: i64,
+    /// `Some("")` clears the placement; `None` keeps it.
+    placement: Option<String>,
+    retries: Option<i64>,
+}
+
+impl Step {
+    /// A transition that changes only status, reason, message and attempt.
+    pub(crate) fn new(to: Status, reason: Reason, message: impl Into<String>, attempt: i64) -> Step {
+        Step { to, reason, message: message.into(), attempt, placement: None, retries: None }
+    }
+
+    pub(crate) fn placement(mut self, json: String) -> Step {
+        self.placement = Some(json);
+        self
+    }
+
+    /// The attempt no longer runs anywhere.
+    pub(crate) fn clear_placement(mut self) -> Step {
+        self.placement = Some(String::new());
+        self
+    }
+
+    pub(crate) fn retries(mut self, n: i64) -> Step {
+        self.retries = Some(n);
+        self
+    }
+}
+
+impl<B: Backend> Control<B> {
+    /// Applies one checked transition. `Ok(None)` when a concurrent change won (the next tick retries).
+    pub(crate) async fn apply(
+        &self,
+        t: &TaskRecord,
+        step: Step,
+        now_ms: i64,
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        let Step { to, reason, message, attempt, placement, retries } = step;
+        let from = Status::from_name(&t.status)
+            .ok_or_else(|| StoreError::Corrupt(format!("status {:?}", t.status)))?;
+        if let Err(e) = transition(from, to, reason) {
+            // The control loop only asks for legal transitions; reaching this is a bug, recorded, not applied.
+            self.store.append_event(&t.id, t.attempt, now_ms, "InternalError", &e.to_string()).await?;
+            return Ok(None);
+        }
+        let change = Transition {
+            task_id: t.id.clone(),
+            expected_version: t.version,
+            status: to.to_string(),
+            attempt,
+            at_ms: now_ms,
+            reason: reason.to_string(),
+            message,
+            placement,
+            retries,
+        };
+        let message = change.message.clone();
+        match self.store.transition(&change).await {
+            Ok(r) => {
+                for &event in alarms::events_for(to, reason) {
+                    self.raise(&r, event, &message, now_ms).await?;
+                }
+                Ok(Some(r))
+            }
+            Err(StoreError::VersionConflict { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Applies chains of checked transitions, several tasks at once, in one transaction: each task's steps
+    /// in order. A task's answer is its record after its last step, or `None` when a concurrent change won
+    /// (its steps then wrote nothing: the transaction runs them back to back on the row it locked).
+    pub(crate) async fn apply_chains(
+        &self,
+        chains: &[(&TaskRecord, Vec<Step>)],
+        now_ms: i64,
+    ) -> Result<Vec<Option<TaskRecord>>, StoreError> {
+        let mut changes = Vec::new();
+        let mut spans = Vec::with_capacity(chains.len());
+        for (t, steps) in chains {
+            let mut from = Status::from_name(&t.status)
+                .ok_or_else(|| StoreError::Corrupt(format!("status {:?}", t.status)))?;
+            let mut illegal = None;
+            for step in steps {
+                if let Err(e) = transition(from, step.to, step.reason) {
+                    illegal = Some(e);
+                    break;
+                }
+                from = step.to;
+            }
+            if let Some(e) = illegal {
+                // The control loop only asks for legal transitions; reaching this is a bug, recorded.
+                self.store.append_event(&t.id, t.attempt, now_ms, "InternalError", &e.to_string()).await?;
+                spans.push(None);
+                continue;
+            }
+            let first = changes.len();
+            for (k, step) in (0i64..).zip(steps) {
+                changes.push(Transition {
+                    task_id: t.id.clone(),
+                    expected_version: t.version + k,
+                    status: step.to.to_string(),
+                    attempt: step.attempt,
+                    at_ms: now_ms,
+                    reason: step.reason.to_string(),
+                    message: step.message.clone(),
+                    placement: step.placement.clone(),
+                    retries: step.retries,
+                });
+            }
+            spans.push(Some(first..changes.len()));
+        }
+        let answers = self.store.transitions(&changes).await?;
+        let mut out = Vec::with_capacity(chains.len());
+        for ((_, steps), span) in chains.iter().zip(spans) {
+            let Some(span) = span else {
+                out.push(None);
+                continue;
+            };
+            let mut last = None;
+            for (step, answer) in steps.iter().zip(&answers[span]) {
+                match answer {
+                    Ok(r) => {
+                        for &event in alarms::events_for(step.to, step.reason) {
+                            self.raise(r, event, &step.message, now_ms).await?;
+                        }
+                        last = Some(r.clone());
+                    }
+                    Err(StoreError::VersionConflict { .. } | StoreError::NotFound(_)) => {
+                        last = None;
+                        break;
+                    }
+                    Err(e) => return Err(StoreError::Corrupt(e.to_string())),
+                }
+            }
+            out.push(last);
+        }
+        Ok(out)
+    }
+
+    /// Queues an alarm event for the task's subscriptions.
+    pub(crate) async fn raise(
+        &self,
+        t: &TaskRecord,
+        event: trainyard_core::spec::AlarmEvent,
+        message: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let task = match self.active.get(&active_key(t)).and_then(|e| e.spec.clone()) {
+            Some(task) => task,
+            None => match self.store.get_task(&t.id).await?.map(|full| Self::parse(&full)) {
+                Some(Ok(task)) => Arc::new(task),
+                _ => return Ok(()),
+            },
+        };
+        alarms::raise(&self.store, &task, t, event, message, now_ms).await
+    }
+
+    pub(crate) fn parse(t: &TaskRecord) -> Result<TrainingTask, CommandError> {
+        let (task, d) = trainyard_core::parse(t.spec_json.as_bytes());
+        match task {
+            Some(task) if d.report.is_ok() => Ok(task),
+            _ => Err(CommandError::Corrupt(t.id.clone(), format!("{:?}", d.report.problems))),
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! Handles shared between the control loop and its readers (the API): the catalog in force, the queue
+//! board, the scheduler's last snapshot and the hand-off of this process's new tasks.
+
+use crate::active::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use trainyard_core::Catalog;
+use trainyard_core::spec::TrainingTask;
+use trainyard_store::TaskRecord;
+
+/// Where a queued task stands, as of the last tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueInfo {
+    pub position: u32,
+    pub position_in_group: u32,
+    /// Shared by the tasks that wait for the same reason.
+    pub reason: Arc<str>,
+}
+
+impl From<Catalog> for CatalogHandle {
+    fn from(c: Catalog) -> Self {
+        CatalogHandle::new(c)
+    }
+}
+
+/// The catalog in force, replaceable while the server runs (an admin edits it); readers take a snapshot.
+#[derive(Debug, Clone)]
+pub struct CatalogHandle(std::sync::Arc<std::sync::RwLock<std::sync::Arc<Catalog>>>);
+
+impl CatalogHandle {
+    pub fn new(catalog: Catalog) -> Self {
+        CatalogHandle(std::sync::Arc::new(std::sync::RwLock::new(std::sync::Arc::new(catalog))))
+    }
+
+    pub fn get(&self) -> std::sync::Arc<Catalog> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn set(&self, catalog: Catalog) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = std::sync::Arc::new(catalog);
+    }
+}
+
+/// Queue positions and wait reasons as of the last tick, readable from anywhere without the control loop.
+#[derive(Debug, Clone, Default)]
+pub struct QueueBoard(Arc<std::sync::RwLock<HashMap<Arc<str>, QueueInfo>>>);
+
+impl QueueBoard {
+    pub fn get(&self, task_id: &str) -> Option<QueueInfo> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).get(task_id).cloned()
+    }
+
+    /// Puts this tick's waits up and hands back the last tick's, for the caller to drop outside the lock.
+    pub(crate) fn replace(&self, waits: HashMap<Arc<str>, QueueInfo>) -> HashMap<Arc<str>, QueueInfo> {
+        std::mem::replace(&mut *self.0.write().unwrap_or_else(|e| e.into_inner()), waits)
+    }
+}
+
+/// Tasks this process has just created, handed to the control loop with their parsed specs, so that it
+/// neither waits for its next read of the store to see them nor reads and parses their specs again.
+#[derive(Debug, Clone, Default)]
+pub struct Arrivals(Arc<std::sync::Mutex<Vec<Arrival>>>);
+
+/// A created task's record and its slimmed spec.
+pub(crate) type Arrival = (TaskRecord, Arc<TrainingTask>);
+
+impl Arrivals {
+    /// A task just committed to the store, and its spec as validated.
+    pub fn push(&self, record: &TaskRecord, task: &TrainingTask) {
+        let mut record = record.clone();
+        record.spec_json = String::new();
+        let spec = Arc::new(slim(task.clone()));
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push((record, spec));
+    }
+
+    pub(crate) fn take(&self) -> Vec<Arrival> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// The scheduler's snapshot as of the last tick, shared with readers.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotBoard(Arc<std::sync::RwLock<Arc<trainyard_sched::Snapshot>>>);
+
+impl SnapshotBoard {
+    pub fn get(&self) -> Arc<trainyard_sched::Snapshot> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(crate) fn set(&self, snap: Arc<trainyard_sched::Snapshot>) {
+        // The old snapshot is dropped after the lock is released.
+        let old = std::mem::replace(&mut *self.0.write().unwrap_or_else(|e| e.into_inner()), snap);
+        drop(old);
+    }
+}

@@ -1,0 +1,101 @@
+//! The one way a task enters the store: validated against the catalog, its hidden values sealed, a unique
+//! name chosen, and handed to the control loop.
+
+use crate::error::SubmitError;
+use crate::handles::Arrivals;
+use crate::handles::CatalogHandle;
+use crate::ids::*;
+use crate::secrets::SecretBox;
+use trainyard_core::lifecycle::{Reason, Status};
+use trainyard_core::spec::TrainingTask;
+use trainyard_core::{Catalog, check};
+use trainyard_store::{Created, NewTask, Store, StoreError};
+
+/// The task a body describes, if it has no errors against the catalog.
+pub fn validate(catalog: &Catalog, body: &[u8]) -> Result<TrainingTask, SubmitError> {
+    let checked = check(body, catalog);
+    match checked.valid_task() {
+        Some(t) => Ok(t.clone()),
+        None => Err(SubmitError::Invalid(checked.report)),
+    }
+}
+
+/// Queues a validated task: its hidden values sealed, a unique name, an idempotency key when given.
+pub async fn store_task(
+    store: &Store,
+    secrets: &SecretBox,
+    owner: &str,
+    task: &TrainingTask,
+    body: &[u8],
+    idempotency_key: Option<&str>,
+    now_ms: i64,
+) -> Result<Created, SubmitError> {
+    // The id is chosen before sealing: hidden values are bound to it (and to the owner), so they cannot be
+    // replayed into another task's record.
+    let id = task_id(now_ms);
+    let mut sealed = task.clone();
+    secrets
+        .seal(&mut sealed, &id, owner)
+        .map_err(|e| SubmitError::Store(StoreError::Corrupt(format!("cannot seal hidden values: {e}"))))?;
+    let spec_json = serde_json::to_string(&sealed).expect("a TrainingTask always serialises");
+    // A name taken by chance gets another suffix; the bound keeps a broken store from looping.
+    const NAME_TRIES: usize = 8;
+    let mut last = None;
+    for _ in 0..NAME_TRIES {
+        let r = random_u64();
+        let new = NewTask {
+            id: id.clone(),
+            name: format!("{}-{}", task.metadata.name_prefix, suffix(r.rotate_left(17))),
+            owner: owner.to_owned(),
+            project_group: task.metadata.project_group.clone(),
+            task_type: task.spec.task_type.to_string(),
+            status: Status::Queued.to_string(),
+            public: task.metadata.public,
+            labels: task.metadata.labels.clone(),
+            spec_json: spec_json.clone(),
+            created_at_ms: now_ms,
+            idempotency: idempotency_key.map(|k| (k.to_owned(), secrets.digest(body))),
+            first_event: Some((Reason::Submitted.to_string(), format!("submitted by {owner}"))),
+        };
+        match store.create_task(&new).await {
+            Err(StoreError::NameTaken(n)) => last = Some(StoreError::NameTaken(n)),
+            other => return Ok(other?),
+        }
+    }
+    Err(SubmitError::Store(last.expect("the loop ran at least once")))
+}
+
+/// The one way into the store for every submission (a new task or a clone): the checks the caller owns
+/// (membership, catalog access, webhooks) are done; this seals, stores and hands the task to the control
+/// loop. Cheap to clone; the API holds one.
+#[derive(Debug, Clone)]
+pub struct Submitter {
+    pub(crate) store: Store,
+    pub(crate) secrets: SecretBox,
+    pub(crate) catalog: CatalogHandle,
+    pub(crate) arrivals: Arrivals,
+}
+
+impl Submitter {
+    /// The task a body describes, checked against the catalog in force.
+    pub fn validate(&self, body: &[u8]) -> Result<TrainingTask, SubmitError> {
+        validate(&self.catalog.get(), body)
+    }
+
+    /// Queues a validated task (see [`store_task`]); a new one is handed to the control loop at once.
+    pub async fn submit(
+        &self,
+        owner: &str,
+        task: &TrainingTask,
+        body: &[u8],
+        idempotency_key: Option<&str>,
+        now_ms: i64,
+    ) -> Result<Created, SubmitError> {
+        let created =
+            store_task(&self.store, &self.secrets, owner, task, body, idempotency_key, now_ms).await?;
+        if let Created::New(t) = &created {
+            self.arrivals.push(t, task);
+        }
+        Ok(created)
+    }
+}

@@ -1,0 +1,149 @@
+//! Keeping the working set in step with the store: this process's arrivals, the rows changed since the last
+//! sync, a full read now and then as a safety net, and the specs of tasks first seen read and parsed once.
+
+use crate::Control;
+use crate::active::*;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use trainyard_core::spec::TrainingTask;
+use trainyard_runtime::Backend;
+use trainyard_store::{StoreError, TaskRecord};
+
+impl<B: Backend> Control<B> {
+    /// Brings `active` up to date with the store.
+    pub(crate) async fn sync_active(&mut self, now_ms: i64) -> Result<(), StoreError> {
+        match self.synced_to_ms {
+            Some(since) if now_ms - self.full_synced_ms < FULL_SYNC_EVERY_MS => {
+                let skew = if now_ms - self.wide_synced_ms >= WIDE_SYNC_EVERY_MS {
+                    self.wide_synced_ms = now_ms;
+                    WIDE_SYNC_SKEW_MS
+                } else {
+                    SYNC_SKEW_MS
+                };
+                for t in self.store.tasks_updated_since(since - skew).await? {
+                    self.absorb(t, None);
+                }
+            }
+            _ => {
+                let all = self.store.tasks_in_status_without_spec(ACTIVE).await?;
+                // Specs already read are kept: they never change.
+                let mut old = std::mem::take(&mut self.active);
+                for t in all {
+                    let key = active_key(&t);
+                    let entry = match old.remove(&key) {
+                        Some(e) if e.record.version == t.version => e,
+                        Some(e) => {
+                            self.dirty = true;
+                            Entry { record: Arc::new(t), ..e }
+                        }
+                        None => {
+                            self.dirty = true;
+                            let (id, name) = (Arc::from(t.id.as_str()), Arc::from(t.name.as_str()));
+                            Entry { id, name, record: Arc::new(t), spec: None }
+                        }
+                    };
+                    self.active.insert(key, entry);
+                }
+                for (_, gone) in old {
+                    self.forget(&gone.id);
+                }
+                // Nodes the active tasks leave out, as recorded (after a restart, the only copy).
+                let mut excluded: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+                for (task, node) in self.store.avoided_nodes(ACTIVE).await? {
+                    excluded.entry(task).or_default().insert(node);
+                }
+                if excluded != self.excluded {
+                    self.excluded = excluded;
+                    self.dirty = true;
+                }
+                self.full_synced_ms = now_ms;
+                self.wide_synced_ms = now_ms;
+            }
+        }
+        self.synced_to_ms = Some(now_ms);
+        Ok(())
+    }
+
+    /// Takes a newer version of a task into `active` (or drops it when the loop has nothing left to do).
+    pub(crate) fn absorb(&mut self, mut t: TaskRecord, spec: Option<Arc<TrainingTask>>) {
+        let key = active_key(&t);
+        let spec = spec.map(|s| self.specs.intern(s));
+        let keep = ACTIVE.contains(&t.status.as_str());
+        match self.active.get_mut(&key) {
+            // Known already at this version: only a spec it lacked is news.
+            Some(known) if known.record.version >= t.version && known.spec.is_none() && spec.is_some() => {
+                known.spec = spec;
+                self.dirty = true;
+            }
+            Some(known) if known.record.version >= t.version => {}
+            Some(known) if keep => {
+                t.spec_json = String::new();
+                known.record = Arc::new(t);
+                known.spec = known.spec.take().or(spec);
+                self.dirty = true;
+            }
+            Some(_) => {
+                self.active.remove(&key);
+                self.forget(&t.id);
+            }
+            None if keep => {
+                t.spec_json = String::new();
+                let (id, name) = (Arc::from(t.id.as_str()), Arc::from(t.name.as_str()));
+                self.active.insert(key, Entry { id, name, record: Arc::new(t), spec });
+                self.dirty = true;
+            }
+            None => {}
+        }
+    }
+
+    /// Drops what the loop kept about a task that has left the active set.
+    pub(crate) fn forget(&mut self, id: &str) {
+        self.dirty = true;
+        self.nominated.remove(id);
+        self.scale_wants.remove(id);
+        self.excluded.remove(id);
+    }
+
+    /// Reads and parses, in bulk, the specs of active tasks not yet known (those created by another process,
+    /// or read back after a restart). A spec that cannot be parsed is reported once and its task left out.
+    pub(crate) async fn read_missing_specs(&mut self, now_ms: i64) -> Result<(), StoreError> {
+        let missing: Vec<&str> = self
+            .active
+            .values()
+            .filter(|e| e.spec.is_none() && !self.unreadable.contains(&*e.id))
+            .map(|e| &*e.id)
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let mut specs = self.store.specs_of(&missing).await?;
+        let mut unreadable = Vec::new();
+        // Tasks submitted from one document store the same text: it is parsed once (a restart with a deep
+        // queue of a sweep's tasks reads them all).
+        let mut parsed: HashMap<String, Arc<TrainingTask>> = HashMap::new();
+        for e in self.active.values_mut().filter(|e| e.spec.is_none()) {
+            let Some(json) = specs.remove(&*e.id) else { continue };
+            if let Some(spec) = parsed.get(&json) {
+                e.spec = Some(spec.clone());
+                self.dirty = true;
+                continue;
+            }
+            let t = TaskRecord { spec_json: json, ..(*e.record).clone() };
+            match Self::parse(&t) {
+                Ok(task) => {
+                    let spec = self.specs.intern(Arc::new(slim(task)));
+                    parsed.insert(t.spec_json, spec.clone());
+                    e.spec = Some(spec);
+                    self.dirty = true;
+                }
+                Err(err) => unreadable.push((e.record.clone(), err)),
+            }
+        }
+        for (t, err) in unreadable {
+            if self.unreadable.insert(t.id.clone()) {
+                self.store.append_event(&t.id, t.attempt, now_ms, "InternalError", &err.to_string()).await?;
+            }
+        }
+        Ok(())
+    }
+}
