@@ -3,47 +3,13 @@
 
 use crate::active::*;
 use crate::error::CommandError;
+use crate::policy::Step;
 use crate::{Control, alarms};
 use std::sync::Arc;
 use trainyard_core::lifecycle::{Reason, Status, transition};
 use trainyard_core::spec::TrainingTask;
 use trainyard_runtime::Backend;
 use trainyard_store::{StoreError, TaskRecord, Transition};
-
-/// One lifecycle transition to apply, with what changes along with the status.
-#[derive(Debug)]
-pub(crate) struct Step {
-    to: Status,
-    reason: Reason,
-    message: String,
-    attempt: i64,
-    /// `Some("")` clears the placement; `None` keeps it.
-    placement: Option<String>,
-    retries: Option<i64>,
-}
-
-impl Step {
-    /// A transition that changes only status, reason, message and attempt.
-    pub(crate) fn new(to: Status, reason: Reason, message: impl Into<String>, attempt: i64) -> Step {
-        Step { to, reason, message: message.into(), attempt, placement: None, retries: None }
-    }
-
-    pub(crate) fn placement(mut self, json: String) -> Step {
-        self.placement = Some(json);
-        self
-    }
-
-    /// The attempt no longer runs anywhere.
-    pub(crate) fn clear_placement(mut self) -> Step {
-        self.placement = Some(String::new());
-        self
-    }
-
-    pub(crate) fn retries(mut self, n: i64) -> Step {
-        self.retries = Some(n);
-        self
-    }
-}
 
 impl<B: Backend> Control<B> {
     /// Applies one checked transition. `Ok(None)` when a concurrent change won (the next tick retries).
@@ -58,7 +24,9 @@ impl<B: Backend> Control<B> {
             .ok_or_else(|| StoreError::Corrupt(format!("status {:?}", t.status)))?;
         if let Err(e) = transition(from, to, reason) {
             // The control loop only asks for legal transitions; reaching this is a bug, recorded, not applied.
-            self.store.append_event(&t.id, t.attempt, now_ms, "InternalError", &e.to_string()).await?;
+            self.store
+                .append_event(&t.id, t.attempt, now_ms, Reason::InternalError.as_str(), &e.to_string())
+                .await?;
             return Ok(None);
         }
         let change = Transition {
@@ -108,7 +76,9 @@ impl<B: Backend> Control<B> {
             }
             if let Some(e) = illegal {
                 // The control loop only asks for legal transitions; reaching this is a bug, recorded.
-                self.store.append_event(&t.id, t.attempt, now_ms, "InternalError", &e.to_string()).await?;
+                self.store
+                    .append_event(&t.id, t.attempt, now_ms, Reason::InternalError.as_str(), &e.to_string())
+                    .await?;
                 spans.push(None);
                 continue;
             }

@@ -3,6 +3,7 @@
 use crate::Control;
 use crate::error::CommandError;
 use crate::place::Placement;
+use trainyard_core::lifecycle::Reason;
 use trainyard_runtime::Backend;
 use trainyard_store::{StoreError, TaskRecord};
 
@@ -37,7 +38,7 @@ impl<B: Backend> Control<B> {
         let grown = p.grown(snap, a);
         let nodes: Vec<&str> = grown.replicas[p.replicas.len()..].iter().map(|r| r.node.as_str()).collect();
         let message = format!("{} more workers on {}", nodes.len(), nodes.join(", "));
-        self.rescale(t, &grown, "ScaledUp", message, now_ms).await
+        self.rescale(t, &grown, Reason::ScaledUp, message, now_ms).await
     }
 
     /// Autoscaling takes an idle worker away: the placement shrinks (its resources are free at once) and the
@@ -65,7 +66,7 @@ impl<B: Backend> Control<B> {
             need.div_ceil(per).max(1)
         });
         let shrunk = p.shrunk(index, units, &choice.spec);
-        self.rescale(t, &shrunk, "ScaledDown", format!("{why}; {replica} removed"), now_ms).await?;
+        self.rescale(t, &shrunk, Reason::ScaledDown, format!("{why}; {replica} removed"), now_ms).await?;
         Ok(Some(t.clone()))
     }
 
@@ -73,7 +74,7 @@ impl<B: Backend> Control<B> {
         &self,
         t: &TaskRecord,
         placement: &Placement,
-        reason: &str,
+        reason: Reason,
         message: String,
         now_ms: i64,
     ) -> Result<(), CommandError> {
@@ -84,15 +85,21 @@ impl<B: Backend> Control<B> {
             status: t.status.clone(),
             attempt: t.attempt,
             at_ms: now_ms,
-            reason: reason.to_owned(),
+            reason: reason.as_str().to_owned(),
             message,
             placement: Some(json),
             retries: None,
         };
         match self.store.transition(&change).await {
             Ok(updated) => {
-                if let Some(spec) = self.launch_spec(&updated, placement).await {
-                    let _ = self.backend.scale(&spec).await;
+                match self.launch_spec(&updated, placement).await? {
+                    Ok(spec) => self.send_scale(&updated, &spec, now_ms).await?,
+                    Err(why) => {
+                        let why = format!("the new workers cannot be started: {why}");
+                        self.store
+                            .append_event(&t.id, t.attempt, now_ms, Reason::InternalError.as_str(), &why)
+                            .await?;
+                    }
                 }
                 Ok(())
             }

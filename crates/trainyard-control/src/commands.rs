@@ -1,10 +1,10 @@
 //! Users' commands on a task: stop (and delete), resubmit.
 
 use crate::Control;
-use crate::apply::*;
 use crate::error::CommandError;
+use crate::policy::Step;
 use trainyard_core::lifecycle::{Reason, Status};
-use trainyard_runtime::{AttemptKey, Backend, StopCause};
+use trainyard_runtime::{Backend, StopCause};
 use trainyard_store::TaskRecord;
 
 impl<B: Backend> Control<B> {
@@ -38,7 +38,7 @@ impl<B: Backend> Control<B> {
             })?;
         if to == Status::Stopping {
             let cause = if deleting { StopCause::Deleted } else { StopCause::UserStop };
-            let _ = self.backend.stop(&AttemptKey { task_id: t.id.clone(), attempt: t.attempt }, cause).await;
+            self.send_stop(&updated, cause, now_ms).await?;
         }
         Ok(updated)
     }

@@ -1,7 +1,8 @@
 //! Admissions committed and launched: what a backend is given to run an attempt.
 
-use crate::apply::*;
+use crate::error::CommandError;
 use crate::place::Placement;
+use crate::policy::Step;
 use crate::report::TickReport;
 use crate::{Control, secrets};
 use std::sync::Arc;
@@ -18,7 +19,7 @@ impl<B: Backend> Control<B> {
         admits: Vec<(usize, Placement)>,
         now_ms: i64,
         report: &mut TickReport,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), CommandError> {
         if admits.is_empty() {
             return Ok(());
         }
@@ -45,29 +46,39 @@ impl<B: Backend> Control<B> {
                 continue;
             };
             self.nominated.remove(&t.id);
-            // Committed first; a failed launch is retried by reconciliation on the next tick.
-            match self.launch_spec(&t, placement).await {
-                Some(spec) => {
-                    let _ = self.backend.launch(&spec).await;
-                }
-                None => {
-                    let why = "a hidden value (the task's or the owner's TaskEnv) cannot be opened: it was sealed under another server key or for another record; set it again";
-                    self.store.append_event(&t.id, t.attempt, now_ms, "InternalError", why).await?;
-                }
+            // Committed first; a refused launch is asked again by reconciliation after a wait.
+            match self.launch_spec(&t, placement).await? {
+                Ok(spec) => self.send_launch(&t, &spec, now_ms).await?,
+                Err(why) => self.fail_launch(&t, &why, Reason::UserError, now_ms).await?,
             }
             report.admitted += 1;
         }
         Ok(())
     }
+
     /// What the backend gets: the task with its hidden values opened (only backends ever see them), and the
     /// owner's TaskEnv added under every name the task does not set itself (the task's own value wins).
     ///
     /// The loop's cache holds slimmed specs, so the full one is read from the store here (once per launch).
-    pub(crate) async fn launch_spec(&self, t: &TaskRecord, placement: &Placement) -> Option<LaunchSpec> {
-        let full = self.store.get_task(&t.id).await.ok()??;
-        let mut task = Self::parse(&full).ok()?;
-        self.secrets.open(&mut task, &t.id, &t.owner).ok()?;
-        for var in self.store.task_env(&t.owner).await.ok()? {
+    /// `Ok(Err(why))` when the attempt cannot be started whatever the backend does (its stored spec or one of
+    /// its hidden values cannot be read): starting it again would fail the same way.
+    pub(crate) async fn launch_spec(
+        &self,
+        t: &TaskRecord,
+        placement: &Placement,
+    ) -> Result<Result<LaunchSpec, String>, StoreError> {
+        const SEALED: &str = "a hidden value (the task's or the owner's TaskEnv) cannot be opened: it was sealed under another server key or for another record; set it again";
+        let Some(full) = self.store.get_task(&t.id).await? else {
+            return Ok(Err(format!("task {} is gone from the store", t.id)));
+        };
+        let mut task = match Self::parse(&full) {
+            Ok(task) => task,
+            Err(e) => return Ok(Err(e.to_string())),
+        };
+        if self.secrets.open(&mut task, &t.id, &t.owner).is_err() {
+            return Ok(Err(SEALED.into()));
+        }
+        for var in self.store.task_env(&t.owner).await? {
             if task.spec.environment.env.iter().any(|e| e.name == var.name) {
                 continue;
             }
@@ -75,7 +86,10 @@ impl<B: Backend> Control<B> {
             // plain value that looks sealed (copied from the database) stays the text it is.
             let value = if var.hidden {
                 let binding = secrets::Binding::TaskEnv { user: &t.owner, name: &var.name };
-                self.secrets.open_value(&var.value, &binding).ok()?
+                match self.secrets.open_value(&var.value, &binding) {
+                    Ok(v) => v,
+                    Err(_) => return Ok(Err(SEALED.into())),
+                }
             } else {
                 var.value
             };
@@ -85,13 +99,13 @@ impl<B: Backend> Control<B> {
                 hidden: var.hidden,
             });
         }
-        Some(LaunchSpec {
+        Ok(Ok(LaunchSpec {
             key: AttemptKey { task_id: t.id.clone(), attempt: t.attempt },
             task_name: t.name.clone(),
             owner: t.owner.clone(),
             task,
             replicas: placement.replicas.clone(),
             catalog: self.catalog.get(),
-        })
+        }))
     }
 }

@@ -29,8 +29,10 @@ mod ids;
 mod launch;
 mod observe;
 mod place;
+mod policy;
 mod reconcile;
 mod report;
+mod requests;
 pub mod secrets;
 mod submit;
 mod sync;
@@ -93,6 +95,8 @@ pub struct Control<B> {
     full_synced_ms: i64,
     /// The scheduler's view at the last tick, for the quota figures.
     views: SchedViews,
+    /// Refused backend requests and stop causes (see `requests`).
+    requests: policy::Requests,
 }
 
 impl<B: Backend> Control<B> {
@@ -133,6 +137,7 @@ impl<B: Backend> Control<B> {
             synced_to_ms: None,
             wide_synced_ms: 0,
             full_synced_ms: 0,
+            requests: policy::Requests::default(),
         }
     }
 

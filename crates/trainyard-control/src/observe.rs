@@ -1,10 +1,11 @@
-//! What the backend reports turned into lifecycle transitions, and the retry policy after a failure.
+//! What the backend reports, turned into lifecycle transitions and events by the rules in `policy`, and the
+//! retry policy applied after a failure.
 
 use crate::Control;
-use crate::apply::*;
 use crate::error::CommandError;
-use trainyard_core::lifecycle::{FailureClass, Reason, Status, failure_class};
-use trainyard_runtime::{Backend, Observation, StopCause};
+use crate::policy::{self, AfterFailure, Change};
+use trainyard_core::lifecycle::{Reason, Status};
+use trainyard_runtime::{Backend, Observation};
 use trainyard_store::TaskRecord;
 
 impl<B: Backend> Control<B> {
@@ -18,93 +19,21 @@ impl<B: Backend> Control<B> {
         }
         let status = Status::from_name(&t.status)
             .ok_or_else(|| CommandError::Corrupt(t.id.clone(), t.status.clone()))?;
+        let cause = if policy::needs_stop_cause(status, obs) {
+            Some(self.recorded_stop_cause(&t).await?)
+        } else {
+            None
+        };
+        if let Change::Step { step, failed } = policy::on_observation(status, t.attempt, obs, cause) {
+            let Some(changed) = self.apply(&t, step, now_ms).await? else { return Ok(false) };
+            if let Some(reason) = failed {
+                self.maybe_retry(&changed, reason, now_ms).await?;
+            }
+            return Ok(true);
+        }
         let done = match (obs, status) {
-            (Observation::Started { precheck: true, .. }, Status::Starting) => {
-                self.apply(
-                    &t,
-                    Step::new(
-                        Status::Prechecking,
-                        Reason::PrecheckStarted,
-                        "running the resource precheck",
-                        t.attempt,
-                    ),
-                    now_ms,
-                )
-                .await?
-            }
-            (Observation::Started { precheck: false, .. }, Status::Starting) => {
-                self.apply(
-                    &t,
-                    Step::new(Status::Running, Reason::Started, "every replica started", t.attempt),
-                    now_ms,
-                )
-                .await?
-            }
-            (Observation::PrecheckPassed { message, .. }, Status::Prechecking) => {
-                self.apply(
-                    &t,
-                    Step::new(Status::Running, Reason::PrecheckPassed, message.clone(), t.attempt),
-                    now_ms,
-                )
-                .await?
-            }
-            (Observation::Finished { reason: Reason::Completed, message, .. }, Status::Running) => {
-                self.apply(
-                    &t,
-                    Step::new(Status::Succeeded, Reason::Completed, message.clone(), t.attempt),
-                    now_ms,
-                )
-                .await?
-            }
-            (Observation::Finished { reason, message, .. }, s)
-                if s.holds_resources() && s != Status::Stopping =>
-            {
-                let Some(failed) = self
-                    .apply(
-                        &t,
-                        Step::new(Status::Failed, *reason, message.clone(), t.attempt).clear_placement(),
-                        now_ms,
-                    )
-                    .await?
-                else {
-                    return Ok(false);
-                };
-                self.maybe_retry(&failed, *reason, now_ms).await?;
-                Some(failed)
-            }
-            (Observation::Stopped { cause, message, .. }, Status::Stopping) => {
-                // Preempted attempts go back to the queue without spending the retry budget, and so do those a
-                // failed node took down. The backend says why it stopped; a stop recorded before backends kept
-                // the cause is read from the attempt's events.
-                let cause = match cause {
-                    Some(c) => *c,
-                    None => self.recorded_stop_cause(&t).await?,
-                };
-                if matches!(cause, StopCause::Preempted | StopCause::NodeFailed) {
-                    self.apply(
-                        &t,
-                        Step::new(
-                            Status::Queued,
-                            Reason::Requeued,
-                            format!("{message}; back in the queue"),
-                            t.attempt + 1,
-                        )
-                        .clear_placement(),
-                        now_ms,
-                    )
-                    .await?
-                } else {
-                    self.apply(
-                        &t,
-                        Step::new(Status::Stopped, Reason::Terminated, message.clone(), t.attempt)
-                            .clear_placement(),
-                        now_ms,
-                    )
-                    .await?
-                }
-            }
             (Observation::Note { reason, message, .. }, _) => {
-                self.store.append_event(&t.id, t.attempt, now_ms, reason, message).await?;
+                self.store.append_event(&t.id, t.attempt, now_ms, reason.as_str(), message).await?;
                 Some(t.clone())
             }
             (Observation::NodeSuspect { node, message, .. }, _) => {
@@ -119,7 +48,9 @@ impl<B: Backend> Control<B> {
                 } else {
                     format!("{message}; node replacement is off, so it may be used again")
                 };
-                self.store.append_event(&t.id, t.attempt, now_ms, "NodeSuspect", &what).await?;
+                self.store
+                    .append_event(&t.id, t.attempt, now_ms, Reason::NodeSuspect.as_str(), &what)
+                    .await?;
                 Some(t.clone())
             }
             (Observation::ScaleUp { workers, message, .. }, Status::Running) => {
@@ -130,7 +61,9 @@ impl<B: Backend> Control<B> {
                         let why = format!(
                             "{message}; asking for {extra} more workers ({current} of at most {max})"
                         );
-                        self.store.append_event(&t.id, t.attempt, now_ms, "ScaleUpRequested", &why).await?;
+                        self.store
+                            .append_event(&t.id, t.attempt, now_ms, Reason::ScaleUpRequested.as_str(), &why)
+                            .await?;
                     }
                     if extra > 0 {
                         self.scale_wants.insert(t.id.clone(), extra);
@@ -171,30 +104,30 @@ impl<B: Backend> Control<B> {
         if reason == Reason::PrecheckFailed {
             self.raise(t, AlarmEvent::PrecheckFailed, "the resource precheck failed", now_ms).await?;
         }
-        if failure_class(reason) == FailureClass::Infrastructure && t.retries < i64::from(budget) {
-            let message = format!("automatic resubmission {} of {budget} after {reason}", t.retries + 1);
-            let step = Step::new(Status::Queued, Reason::Requeued, message.clone(), t.attempt + 1)
-                .retries(t.retries + 1);
-            if let Some(requeued) = self.apply(t, step, now_ms).await? {
-                self.raise(&requeued, AlarmEvent::Resubmitted, &message, now_ms).await?;
-                if reason == Reason::NodeFailed {
-                    self.raise(
-                        &requeued,
-                        AlarmEvent::NodeReplaced,
-                        "the failed node is left out of the next attempt",
-                        now_ms,
-                    )
-                    .await?;
+        match policy::after_failure(reason, t.attempt, t.retries, budget) {
+            AfterFailure::Requeue(step) => {
+                let message = step.message.clone();
+                if let Some(requeued) = self.apply(t, step, now_ms).await? {
+                    self.raise(&requeued, AlarmEvent::Resubmitted, &message, now_ms).await?;
+                    if reason == Reason::NodeFailed {
+                        self.raise(
+                            &requeued,
+                            AlarmEvent::NodeReplaced,
+                            "the failed node is left out of the next attempt",
+                            now_ms,
+                        )
+                        .await?;
+                    }
                 }
             }
-        } else {
-            if failure_class(reason) == FailureClass::Infrastructure {
-                let why = format!("no automatic resubmission left ({budget} allowed)");
-                self.store
-                    .append_event(&t.id, t.attempt, now_ms, Reason::RetryBudgetSpent.as_str(), &why)
-                    .await?;
+            end => {
+                if let AfterFailure::BudgetSpent(why) = end {
+                    self.store
+                        .append_event(&t.id, t.attempt, now_ms, Reason::RetryBudgetSpent.as_str(), &why)
+                        .await?;
+                }
+                self.raise(t, AlarmEvent::Failed, &format!("failed: {reason}"), now_ms).await?;
             }
-            self.raise(t, AlarmEvent::Failed, &format!("failed: {reason}"), now_ms).await?;
         }
         Ok(())
     }

@@ -3,29 +3,33 @@
 use crate::Control;
 use crate::error::CommandError;
 use crate::place::Placement;
+use crate::policy::{Call, stop_cause_of};
 use std::sync::Arc;
+use trainyard_core::lifecycle::Reason;
 use trainyard_runtime::{AttemptKey, Backend, StopCause};
 use trainyard_store::TaskRecord;
 
 impl<B: Backend> Control<B> {
+    /// Why the task's current attempt is being stopped: as this process asked, or else from the attempt's
+    /// events (the last stop request: preemption, a user's stop, deletion, a failed node), read once; a
+    /// user's stop when none is recorded.
     pub(crate) async fn recorded_stop_cause(&self, t: &TaskRecord) -> Result<StopCause, CommandError> {
+        let key = AttemptKey { task_id: t.id.clone(), attempt: t.attempt };
+        if let Some(cause) = self.requests.stop_cause(&key) {
+            return Ok(cause);
+        }
         let events = self.store.list_events(&t.id, 0, 10_000).await?;
         let cause =
-            events.iter().rev().filter(|e| e.attempt == t.attempt).find_map(|e| match e.reason.as_str() {
-                "Preempted" => Some(StopCause::Preempted),
-                "StopRequested" => Some(StopCause::UserStop),
-                "Deleted" => Some(StopCause::Deleted),
-                "NodeFailed" => Some(StopCause::NodeFailed),
-                _ => None,
-            });
-        Ok(cause.unwrap_or(StopCause::UserStop))
+            events.iter().rev().filter(|e| e.attempt == t.attempt).find_map(|e| stop_cause_of(&e.reason));
+        let cause = cause.unwrap_or(StopCause::UserStop);
+        self.requests.stopping(&key, cause);
+        Ok(cause)
     }
 
     /// Makes the backend match the store: tasks holding resources are launched (again, idempotently), and
-    /// stopping ones stopped; lost launches and lost stops are repaired here.
-    /// Why the task's current attempt is being stopped, from its events (the last stop request of the
-    /// attempt: preemption, a user's stop, deletion, a failed node); a user's stop when none is recorded.
-    pub(crate) async fn reconcile(&self, tasks: &[Arc<TaskRecord>]) {
+    /// stopping ones stopped; lost launches and lost stops are repaired here. A request the backend refused
+    /// waits its turn (see `requests`).
+    pub(crate) async fn reconcile(&self, tasks: &[Arc<TaskRecord>], now_ms: i64) -> Result<(), CommandError> {
         let alive = self.backend.alive().await;
         let catalog = self.catalog.get();
         let failed: std::collections::BTreeSet<&str> =
@@ -42,25 +46,30 @@ impl<B: Backend> Control<B> {
                 && let Ok(p) = serde_json::from_str::<Placement>(&t.placement)
                 && p.replicas.iter().any(|r| failed.contains(r.node.as_str()))
             {
-                let _ = self.backend.stop(&key, StopCause::NodeFailed).await;
+                if self.due(t, Call::Stop, now_ms) {
+                    self.send_stop(t, StopCause::NodeFailed, now_ms).await?;
+                }
                 continue;
             }
             match t.status.as_str() {
-                "Starting" | "Prechecking" | "Running" if !alive.contains(&key) => {
-                    if let Ok(p) = serde_json::from_str::<Placement>(&t.placement)
-                        && let Some(spec) = self.launch_spec(t, &p).await
-                    {
-                        let _ = self.backend.launch(&spec).await;
+                "Starting" | "Prechecking" | "Running"
+                    if !alive.contains(&key) && self.due(t, Call::Launch, now_ms) =>
+                {
+                    if let Ok(p) = serde_json::from_str::<Placement>(&t.placement) {
+                        match self.launch_spec(t, &p).await? {
+                            Ok(spec) => self.send_launch(t, &spec, now_ms).await?,
+                            Err(why) => self.fail_launch(t, &why, Reason::UserError, now_ms).await?,
+                        }
                     }
                 }
-                "Stopping" => {
+                "Stopping" if self.due(t, Call::Stop, now_ms) => {
                     // Asked again with the cause it was stopped for (a restarted backend does not know it).
-                    if let Ok(cause) = self.recorded_stop_cause(t).await {
-                        let _ = self.backend.stop(&key, cause).await;
-                    }
+                    let cause = self.recorded_stop_cause(t).await?;
+                    self.send_stop(t, cause, now_ms).await?;
                 }
                 _ => {}
             }
         }
+        Ok(())
     }
 }

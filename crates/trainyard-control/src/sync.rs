@@ -5,6 +5,7 @@ use crate::Control;
 use crate::active::*;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use trainyard_core::lifecycle::Reason;
 use trainyard_core::spec::TrainingTask;
 use trainyard_runtime::Backend;
 use trainyard_store::{StoreError, TaskRecord};
@@ -102,6 +103,7 @@ impl<B: Backend> Control<B> {
         self.nominated.remove(id);
         self.scale_wants.remove(id);
         self.excluded.remove(id);
+        self.requests.forget(id);
     }
 
     /// Reads and parses, in bulk, the specs of active tasks not yet known (those created by another process,
@@ -141,7 +143,9 @@ impl<B: Backend> Control<B> {
         }
         for (t, err) in unreadable {
             if self.unreadable.insert(t.id.clone()) {
-                self.store.append_event(&t.id, t.attempt, now_ms, "InternalError", &err.to_string()).await?;
+                self.store
+                    .append_event(&t.id, t.attempt, now_ms, Reason::InternalError.as_str(), &err.to_string())
+                    .await?;
             }
         }
         Ok(())

@@ -1,10 +1,10 @@
 //! One round of the control loop: observations, the working set, a scheduling cycle when anything it reads
 //! changed, its decisions committed, queued-too-long alarms, reconciliation.
 
-use crate::apply::*;
 use crate::error::CommandError;
 use crate::handles::*;
 use crate::place::{Placement, snapshot_for};
+use crate::policy::Step;
 use crate::report::TickReport;
 use crate::{Control, alarms};
 use std::collections::{BTreeMap, HashMap};
@@ -12,7 +12,7 @@ use std::sync::Arc;
 use trainyard_core::Catalog;
 use trainyard_core::lifecycle::{Reason, Status};
 use trainyard_core::spec::TrainingTask;
-use trainyard_runtime::{AttemptKey, Backend, StopCause};
+use trainyard_runtime::{Backend, StopCause};
 use trainyard_sched::{Decision, WaitReason, schedule};
 use trainyard_store::TaskRecord;
 
@@ -103,7 +103,7 @@ impl<B: Backend> Control<B> {
                 }
             }
         }
-        self.reconcile(&tasks).await;
+        self.reconcile(&tasks, now_ms).await?;
         // What this tick admitted or preempted starts or stops next.
         report.settling += report.admitted + report.preempted;
         Ok(report)
@@ -174,10 +174,7 @@ impl<B: Backend> Control<B> {
                         self.dirty = true;
                         continue;
                     };
-                    let _ = self
-                        .backend
-                        .stop(&AttemptKey { task_id: t.id.clone(), attempt: t.attempt }, StopCause::Preempted)
-                        .await;
+                    self.send_stop(&t, StopCause::Preempted, now_ms).await?;
                     report.preempted += 1;
                 }
                 Decision::Wait(w) => {

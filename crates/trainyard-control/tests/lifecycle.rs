@@ -186,6 +186,56 @@ async fn infrastructure_failures_are_retried_within_the_budget_and_user_errors_a
 }
 
 #[tokio::test]
+async fn a_refused_launch_is_asked_again_with_events_and_fails_the_attempt_after_five() {
+    let backend = FakeBackend::new(Script { run_ms: 1_000, ..Script::default() });
+    let (mut c, _) = control(backend.clone()).await;
+    let recovers = submit(&c, &task("recovers", "nlp", "Reserved", 0, ""), 0).await;
+    let refused = submit(
+        &c,
+        &task("refused", "nlp", "Reserved", 0, "  advanced: {faultTolerance: {maxResubmissions: 1}}\n"),
+        1,
+    )
+    .await;
+    backend.refuse_launches(&recovers, 2);
+    backend.refuse_launches(&refused, 5);
+    // Ticks every 100 ms for 40 s: the waits between tries (1, 2, 4, 8 s) hold the requests back.
+    for now in (0..400).map(|k| 2 + k * 100) {
+        c.tick(now).await.unwrap();
+    }
+    // Two refusals, then the launch went through: two events, no failure.
+    let r = reasons(&c, &recovers).await;
+    assert_eq!(r.iter().filter(|r| *r == "BackendError").count(), 2, "{r:?}");
+    assert_eq!(status(&c, &recovers).await, ("Succeeded".into(), 0));
+    // Five refusals in a row fail the attempt as LaunchFailed (told at the 1st, 2nd and 4th); the retry policy
+    // queues a second attempt, which starts.
+    let r = reasons(&c, &refused).await;
+    assert_eq!(
+        r,
+        [
+            "Submitted",
+            "Admitted",
+            "Admitted",
+            "BackendError",
+            "BackendError",
+            "BackendError",
+            "LaunchFailed",
+            "Requeued",
+            "Admitted",
+            "Admitted",
+            "Started",
+            "Completed"
+        ]
+    );
+    assert_eq!(status(&c, &refused).await, ("Succeeded".into(), 1));
+    let events = c.store().list_events(&refused, 0, 100).await.unwrap();
+    let failed = events.iter().find(|e| e.reason == "LaunchFailed").unwrap();
+    assert!(failed.message.contains("5 times in a row"), "{}", failed.message);
+    // The waits were kept: the five tries of the first attempt span 1 + 2 + 4 + 8 = 15 s.
+    let first = events.iter().find(|e| e.reason == "BackendError").unwrap().at_ms;
+    assert!(failed.at_ms - first >= 15_000, "{} .. {}", first, failed.at_ms);
+}
+
+#[tokio::test]
 async fn stopping_a_queued_and_a_running_task() {
     let backend = FakeBackend::new(Script { run_ms: 100_000, stop_ms: 2_000, ..Script::default() });
     let (mut c, _) = control(backend.clone()).await;

@@ -65,6 +65,31 @@ string_enum! {
         Resubmitted = "Resubmitted",
         Requeued = "Requeued",
         RetryBudgetSpent = "RetryBudgetSpent",
+        /// A backend refused to start the attempt again and again (see the events before it).
+        LaunchFailed = "LaunchFailed",
+        // Events that change no status: what happened along the way.
+        /// A backend refused a request (launch, stop, scale); it is asked again after a wait.
+        BackendError = "BackendError",
+        /// The platform could not do what the task needs (a stored spec it cannot read, a hidden value it
+        /// cannot open, an illegal transition asked for by mistake).
+        InternalError = "InternalError",
+        /// A node looks broken for this task; with node replacement on, the next attempts leave it out.
+        NodeSuspect = "NodeSuspect",
+        ScaleUpRequested = "ScaleUpRequested",
+        ScaledUp = "ScaledUp",
+        ScaledDown = "ScaledDown",
+        ImagePullBackOff = "ImagePullBackOff",
+        PrecheckResult = "PrecheckResult",
+        CheckpointDone = "CheckpointDone",
+        CheckpointTimedOut = "CheckpointTimedOut",
+        /// A replica was ended for going over a limit (its scratch space).
+        Evicted = "Evicted",
+        /// A replica's processes were killed at the end of a stop.
+        Killed = "Killed",
+        LimitsNotEnforced = "LimitsNotEnforced",
+        NetworkNotReady = "NetworkNotReady",
+        /// A replica's log reached its cap and its oldest part was dropped.
+        LogRotated = "LogRotated",
     }
 }
 
@@ -92,7 +117,12 @@ pub fn transition(from: Status, to: Status, reason: Reason) -> Result<(), Illega
         (Admitted | Starting | Prechecking | Running, Failed) => {
             matches!(
                 reason,
-                R::ImagePullFailed | R::PrecheckFailed | R::UserError | R::OutOfMemory | R::NodeFailed
+                R::ImagePullFailed
+                    | R::PrecheckFailed
+                    | R::UserError
+                    | R::OutOfMemory
+                    | R::NodeFailed
+                    | R::LaunchFailed
             )
         }
         (Failed, Queued) => matches!(reason, R::Requeued | R::Resubmitted),
@@ -121,9 +151,11 @@ pub enum FailureClass {
 
 pub fn failure_class(reason: Reason) -> FailureClass {
     match reason {
-        Reason::ImagePullFailed | Reason::PrecheckFailed | Reason::NodeFailed | Reason::Preempted => {
-            FailureClass::Infrastructure
-        }
+        Reason::ImagePullFailed
+        | Reason::PrecheckFailed
+        | Reason::NodeFailed
+        | Reason::Preempted
+        | Reason::LaunchFailed => FailureClass::Infrastructure,
         _ => FailureClass::User,
     }
 }
@@ -183,10 +215,10 @@ mod tests {
             .flat_map(|(f, t)| Reason::ALL.iter().map(move |&r| (f, t, r)))
             .filter(|&(f, t, r)| transition(f, t, r).is_ok())
             .count();
-        // The table above, counted by hand (1+1+1+1+1+1 along the happy path, 4×5 failures, 2 requeues of a
+        // The table above, counted by hand (1+1+1+1+1+1 along the happy path, 4×6 failures, 2 requeues of a
         // failure, 4×4 stops, 3+1 ends of a stop, 2 stops before start, 2 resubmissions): a change here must be
         // deliberate.
-        assert_eq!(legal, 52);
+        assert_eq!(legal, 56);
         for (from, to, reason) in [
             (Queued, Running, R::Started),
             (Succeeded, Running, R::Started),

@@ -57,6 +57,8 @@ struct Inner {
     specs: Vec<LaunchSpec>,
     /// The clock of the last poll: the fake's "now" for launches and stops between polls.
     now_ms: u64,
+    /// Launches still to refuse, per task (a backend that cannot take the attempt now).
+    refusals: BTreeMap<String, u32>,
 }
 
 /// The fake backend. Cloning shares the same state, so a test can keep a handle while the control loop
@@ -81,6 +83,11 @@ impl FakeBackend {
     /// Scripts the next attempts of a task, in order; later attempts use the default.
     pub fn script(&self, task_id: &str, scripts: Vec<Script>) {
         self.lock().scripts.insert(task_id.to_owned(), scripts);
+    }
+
+    /// Refuses the next `n` launches of a task with a [`BackendError`], as a backend that is down would.
+    pub fn refuse_launches(&self, task_id: &str, n: u32) {
+        self.lock().refusals.insert(task_id.to_owned(), n);
     }
 
     /// How many launches were accepted (a second launch of one attempt does not count).
@@ -109,6 +116,10 @@ impl Backend for FakeBackend {
         let mut inner = self.lock();
         if inner.runs.contains_key(&spec.key) {
             return Ok(());
+        }
+        if let Some(n) = inner.refusals.get_mut(&spec.key.task_id).filter(|n| **n > 0) {
+            *n -= 1;
+            return Err(BackendError("the fake backend was told to refuse this launch".into()));
         }
         let script = {
             let default = inner.default.clone();

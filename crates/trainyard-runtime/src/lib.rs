@@ -75,7 +75,7 @@ pub enum Observation {
     /// the stop was asked with (None: not known, as for a stop recorded before causes were kept).
     Stopped { key: AttemptKey, cause: Option<StopCause>, message: String },
     /// An informative event (a figure, a step of a stop), with no change of status.
-    Note { key: AttemptKey, reason: String, message: String },
+    Note { key: AttemptKey, reason: Reason, message: String },
     /// A node looks broken for this task (a failed precheck, a hardware error in a replica's log): with node
     /// replacement on, the next attempt avoids it.
     NodeSuspect { key: AttemptKey, node: String, message: String },

@@ -5,6 +5,7 @@ use super::files::write_atomic;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use trainyard_core::lifecycle::Reason;
 
 /// The replica's log file, rotated at its limit.
 pub(super) struct LogFile {
@@ -16,7 +17,7 @@ pub(super) struct LogFile {
     /// Offset of `log`'s first byte in the whole output.
     base: u64,
     /// Events to report (rotations), drained at the end and as they happen.
-    events: Vec<(String, String)>,
+    events: Vec<(Reason, String)>,
 }
 
 impl LogFile {
@@ -52,7 +53,7 @@ impl LogFile {
         self.file = file;
         self.len = 0;
         self.events.push((
-            "LogRotated".into(),
+            Reason::LogRotated,
             format!(
                 "the log reached {} MiB and was rotated; {} MiB of its oldest lines were dropped",
                 self.max / (1024 * 1024),
@@ -61,7 +62,7 @@ impl LogFile {
         ));
     }
 
-    pub(super) fn take_events(&mut self) -> Vec<(String, String)> {
+    pub(super) fn take_events(&mut self) -> Vec<(Reason, String)> {
         std::mem::take(&mut self.events)
     }
 }

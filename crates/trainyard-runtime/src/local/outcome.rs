@@ -80,7 +80,7 @@ impl LocalBackend {
                 if *tries > 0 {
                     out.push(Observation::Note {
                         key: key.clone(),
-                        reason: "ImagePulled".into(),
+                        reason: Reason::ImagePulled,
                         message: format!("image {} is here after {tries} failed pulls", run.l.image),
                     });
                 }
@@ -106,7 +106,7 @@ impl LocalBackend {
             *next_at_ms = now + backoff;
             out.push(Observation::Note {
                 key,
-                reason: "ImagePullBackOff".into(),
+                reason: Reason::ImagePullBackOff,
                 message: format!("{why}; pull {tries} failed, next try in {} s", backoff / 1000),
             });
             return false;

@@ -33,6 +33,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use trainyard_core::lifecycle::Reason;
 
 /// What the supervisor is told to run, on its stdin (never on disk: it holds the env, hidden values too).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -163,7 +164,7 @@ impl ReplicaState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub at_ms: u64,
-    pub reason: String,
+    pub reason: Reason,
     pub message: String,
 }
 
@@ -185,8 +186,8 @@ impl Sup {
     fn save(&self) {
         self.state.write(&self.dir);
     }
-    fn event(&mut self, reason: &str, message: String) {
-        let e = Event { at_ms: now_ms(), reason: reason.to_owned(), message };
+    fn event(&mut self, reason: Reason, message: String) {
+        let e = Event { at_ms: now_ms(), reason, message };
         if let Ok(mut line) = serde_json::to_vec(&e) {
             line.push(b'\n');
             let _ = self.events.write_all(&line);
@@ -232,7 +233,7 @@ pub fn main(dir: &Path) -> i32 {
             sup.cgroups = cg.dirs();
             if !cg.limits_pids() {
                 sup.event(
-                    "LimitsNotEnforced",
+                    Reason::LimitsNotEnforced,
                     format!(
                         "{}: the number of processes is not limited (this host has no pids cgroup)",
                         job.name
@@ -243,7 +244,7 @@ pub fn main(dir: &Path) -> i32 {
         }
         Err(why) => {
             sup.event(
-                "LimitsNotEnforced",
+                Reason::LimitsNotEnforced,
                 format!("{}: CPU, memory and process limits are not enforced: {why}", job.name),
             );
             None
@@ -253,7 +254,7 @@ pub fn main(dir: &Path) -> i32 {
         match netns::create_replica(net) {
             Ok(fd) => sup.netns = Some(fd),
             Err(why) => sup.event(
-                "NetworkNotReady",
+                Reason::NetworkNotReady,
                 format!(
                     "{}: no address on the attempt's network, so it reaches no other replica: {why}",
                     job.name
@@ -292,7 +293,7 @@ pub fn main(dir: &Path) -> i32 {
             let failed = !out.stopped && !out.killed_outside && out.evicted.is_none();
             exit = ExitRecord { precheck_failed: failed, ..out };
         } else {
-            sup.event("PrecheckResult", format!("{}: {message}", job.name));
+            sup.event(Reason::PrecheckResult, format!("{}: {message}", job.name));
         }
     }
     if sup.state.exit.is_none() && exit == ExitRecord::default() {
@@ -305,7 +306,7 @@ pub fn main(dir: &Path) -> i32 {
     let _ = watcher.join();
     let events = log.lock().map(|mut l| l.take_events()).unwrap_or_default();
     for (reason, message) in events {
-        sup.event(&reason, format!("{}: {message}", job.name));
+        sup.event(reason, format!("{}: {message}", job.name));
     }
     if let Some(cg) = &cgroup {
         exit.oom_killed |= cg.oom_killed();
@@ -452,7 +453,7 @@ fn run_phase(
             && let Some(why) = sup.evict.lock().ok().and_then(|mut e| e.take())
         {
             // Over a limit: the whole sandbox goes at once, as an evicted pod's containers do.
-            sup.event("Evicted", format!("{}: {why}; ended", job.name));
+            sup.event(Reason::Evicted, format!("{}: {why}; ended", job.name));
             if let Some(ns) = &ns {
                 for (pid, _) in procs::ns_processes(ns) {
                     procs::signal(pid, procs::SIGKILL);
@@ -462,7 +463,7 @@ fn run_phase(
         }
         let rotated = log.lock().map(|mut l| l.take_events()).unwrap_or_default();
         for (reason, message) in rotated {
-            sup.event(&reason, format!("{}: {message}", job.name));
+            sup.event(reason, format!("{}: {message}", job.name));
         }
         if !stopped && let Some(req) = read_stop(&sup.dir) {
             stopped = true;
@@ -525,7 +526,7 @@ fn stop_protocol(sup: &mut Sup, job: &ReplicaJob, child: &mut Child, ns: Option<
             told += 1;
         }
         sup.event(
-            "CheckpointRequested",
+            Reason::CheckpointRequested,
             format!(
                 "{name}: sent {} to {told} process{} that handle it and wrote {RUNTIME_DIR}/checkpoint-requested; waiting up to {} s",
                 trainyard_core::failure::signal_name(req.signal),
@@ -537,21 +538,21 @@ fn stop_protocol(sup: &mut Sup, job: &ReplicaJob, child: &mut Child, ns: Option<
         loop {
             if runtime.as_ref().is_some_and(|rt| rt.exists("checkpoint-done")) {
                 sup.event(
-                    "CheckpointDone",
+                    Reason::CheckpointDone,
                     format!("{name}: checkpoint reported done after {:.1} s", t0.elapsed().as_secs_f64()),
                 );
                 break;
             }
             if exited(child) {
                 sup.event(
-                    "CheckpointDone",
+                    Reason::CheckpointDone,
                     format!("{name}: exited {:.1} s after the notice", t0.elapsed().as_secs_f64()),
                 );
                 return;
             }
             if t0.elapsed() >= deadline {
                 sup.event(
-                    "CheckpointTimedOut",
+                    Reason::CheckpointTimedOut,
                     format!("{name}: no checkpoint-done within {} s; terminating", req.checkpoint_timeout_s),
                 );
                 break;
@@ -567,7 +568,7 @@ fn stop_protocol(sup: &mut Sup, job: &ReplicaJob, child: &mut Child, ns: Option<
     loop {
         if exited(child) {
             sup.event(
-                "Terminated",
+                Reason::Terminated,
                 format!("{name}: ended {:.1} s after SIGTERM", t1.elapsed().as_secs_f64()),
             );
             return;
@@ -592,5 +593,5 @@ fn stop_protocol(sup: &mut Sup, job: &ReplicaJob, child: &mut Child, ns: Option<
     } else {
         format!("{name}: still running {} s after SIGTERM; killed with SIGKILL", req.grace_s)
     };
-    sup.event("Killed", why);
+    sup.event(Reason::Killed, why);
 }

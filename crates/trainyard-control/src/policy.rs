@@ -1,0 +1,419 @@
+//! The control loop's decisions as pure functions: what an observation of an attempt does to its task's
+//! status, what follows a failure (a retry within the budget or the end), and how a backend that refused a
+//! request is asked again. No IO here: callers read what these need, call them, and write what they answer,
+//! so every rule is tested alone (below) and the simulation checks them together.
+
+use trainyard_core::lifecycle::{FailureClass, Reason, Status, failure_class};
+use trainyard_runtime::{AttemptKey, Observation, StopCause};
+
+/// One lifecycle transition to apply, with what changes along with the status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Step {
+    pub(crate) to: Status,
+    pub(crate) reason: Reason,
+    pub(crate) message: String,
+    pub(crate) attempt: i64,
+    /// `Some("")` clears the placement; `None` keeps it.
+    pub(crate) placement: Option<String>,
+    pub(crate) retries: Option<i64>,
+}
+
+impl Step {
+    /// A transition that changes only status, reason, message and attempt.
+    pub(crate) fn new(to: Status, reason: Reason, message: impl Into<String>, attempt: i64) -> Step {
+        Step { to, reason, message: message.into(), attempt, placement: None, retries: None }
+    }
+
+    pub(crate) fn placement(mut self, json: String) -> Step {
+        self.placement = Some(json);
+        self
+    }
+
+    /// The attempt no longer runs anywhere.
+    pub(crate) fn clear_placement(mut self) -> Step {
+        self.placement = Some(String::new());
+        self
+    }
+
+    pub(crate) fn retries(mut self, n: i64) -> Step {
+        self.retries = Some(n);
+        self
+    }
+}
+
+/// What an observation of the task's current attempt changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// A transition; `failed` when it ends the attempt in failure (the retry policy runs after it commits).
+    Step { step: Step, failed: Option<Reason> },
+    /// Nothing: the observation is informative, or stale (the task moved on).
+    None,
+}
+
+/// The status change an observation of the current attempt leads to, from the task's status. `cause` is why
+/// a stopping attempt was stopped when the observation does not say (read from its events by the caller).
+pub(crate) fn on_observation(
+    status: Status,
+    attempt: i64,
+    obs: &Observation,
+    cause: Option<StopCause>,
+) -> Change {
+    let step = |step: Step| Change::Step { step, failed: None };
+    match (obs, status) {
+        (Observation::Started { precheck: true, .. }, Status::Starting) => step(Step::new(
+            Status::Prechecking,
+            Reason::PrecheckStarted,
+            "running the resource precheck",
+            attempt,
+        )),
+        (Observation::Started { precheck: false, .. }, Status::Starting) => {
+            step(Step::new(Status::Running, Reason::Started, "every replica started", attempt))
+        }
+        (Observation::PrecheckPassed { message, .. }, Status::Prechecking) => {
+            step(Step::new(Status::Running, Reason::PrecheckPassed, message.clone(), attempt))
+        }
+        (Observation::Finished { reason: Reason::Completed, message, .. }, Status::Running) => {
+            step(Step::new(Status::Succeeded, Reason::Completed, message.clone(), attempt))
+        }
+        (Observation::Finished { reason, message, .. }, s)
+            if s.holds_resources() && s != Status::Stopping =>
+        {
+            Change::Step {
+                step: Step::new(Status::Failed, *reason, message.clone(), attempt).clear_placement(),
+                failed: Some(*reason),
+            }
+        }
+        (Observation::Stopped { cause: told, message, .. }, Status::Stopping) => {
+            // Preempted attempts go back to the queue without spending the retry budget, and so do those a
+            // failed node took down; the others end.
+            match told.or(cause) {
+                Some(StopCause::Preempted | StopCause::NodeFailed) => step(
+                    Step::new(
+                        Status::Queued,
+                        Reason::Requeued,
+                        format!("{message}; back in the queue"),
+                        attempt + 1,
+                    )
+                    .clear_placement(),
+                ),
+                _ => step(
+                    Step::new(Status::Stopped, Reason::Terminated, message.clone(), attempt)
+                        .clear_placement(),
+                ),
+            }
+        }
+        _ => Change::None,
+    }
+}
+
+/// Whether an observation needs the recorded stop cause to be decided (a stop reported without one).
+pub(crate) fn needs_stop_cause(status: Status, obs: &Observation) -> bool {
+    matches!((obs, status), (Observation::Stopped { cause: None, .. }, Status::Stopping))
+}
+
+/// The stop cause an event records, if it is a stop request.
+pub(crate) fn stop_cause_of(reason: &str) -> Option<StopCause> {
+    match Reason::from_name(reason)? {
+        Reason::Preempted => Some(StopCause::Preempted),
+        Reason::StopRequested => Some(StopCause::UserStop),
+        Reason::Deleted => Some(StopCause::Deleted),
+        Reason::NodeFailed => Some(StopCause::NodeFailed),
+        _ => None,
+    }
+}
+
+/// What follows a failed attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AfterFailure {
+    /// Queued again as the next attempt, spending one automatic resubmission.
+    Requeue(Step),
+    /// An infrastructure failure with no resubmission left: the task stays Failed, and says why.
+    BudgetSpent(String),
+    /// A failure of the task's own (its code, its memory): it stays Failed.
+    Ends,
+}
+
+/// The retry policy: infrastructure failures are resubmitted while the task's budget lasts; user errors end.
+pub(crate) fn after_failure(reason: Reason, attempt: i64, retries: i64, budget: u32) -> AfterFailure {
+    if failure_class(reason) != FailureClass::Infrastructure {
+        return AfterFailure::Ends;
+    }
+    if retries < i64::from(budget) {
+        let message = format!("automatic resubmission {} of {budget} after {reason}", retries + 1);
+        AfterFailure::Requeue(
+            Step::new(Status::Queued, Reason::Requeued, message, attempt + 1).retries(retries + 1),
+        )
+    } else {
+        AfterFailure::BudgetSpent(format!("no automatic resubmission left ({budget} allowed)"))
+    }
+}
+
+/// Which request a backend refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Call {
+    Launch,
+    Stop,
+    Scale,
+}
+
+impl Call {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Call::Launch => "start",
+            Call::Stop => "stop",
+            Call::Scale => "rescale",
+        }
+    }
+}
+
+/// Launch refusals an attempt survives; the next one fails it as `LaunchFailed` (an infrastructure failure,
+/// so the retry policy may queue it again, elsewhere).
+pub(crate) const LAUNCH_TRIES: u32 = 5;
+/// The longest wait between two tries of one request.
+const MAX_BACKOFF_MS: i64 = 60_000;
+
+/// What to do after a backend refused a request for the `tries`-th time in a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// Ask again at this time; `tell` when this refusal is worth an event (the first, then each time the wait
+    /// doubles: a backend that stays down writes a handful of events, not one a tick).
+    At { at_ms: i64, tell: bool },
+    /// Stop asking: the attempt fails.
+    GiveUp,
+}
+
+pub(crate) fn after_refusal(call: Call, tries: u32, now_ms: i64) -> Retry {
+    if call == Call::Launch && tries >= LAUNCH_TRIES {
+        return Retry::GiveUp;
+    }
+    let wait = (1_000i64 << (tries.saturating_sub(1)).min(16)).min(MAX_BACKOFF_MS);
+    Retry::At { at_ms: now_ms + wait, tell: tries.is_power_of_two() }
+}
+
+/// What the loop remembers of its requests to the backend: refusals (how many in a row, when to ask again)
+/// and why each stopping attempt is being stopped (so a repeated stop says the same, and a stop's end is
+/// judged without reading the task's events back). Memory only: after a restart the counts start again and
+/// the causes are read back from the events, once per attempt.
+#[derive(Debug, Default)]
+pub(crate) struct Requests {
+    refusals: std::sync::Mutex<std::collections::HashMap<(AttemptKey, Call), (u32, i64)>>,
+    stop_causes: std::sync::Mutex<std::collections::HashMap<AttemptKey, StopCause>>,
+}
+
+impl Requests {
+    /// Whether a request may be sent now (no refusal is making it wait).
+    pub(crate) fn due(&self, key: &AttemptKey, call: Call, now_ms: i64) -> bool {
+        let refusals = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
+        refusals.get(&(key.clone(), call)).is_none_or(|&(_, at)| now_ms >= at)
+    }
+
+    /// Records a refusal and says what to do next.
+    pub(crate) fn refused(&self, key: &AttemptKey, call: Call, now_ms: i64) -> (u32, Retry) {
+        let mut refusals = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = refusals.entry((key.clone(), call)).or_insert((0, now_ms));
+        entry.0 += 1;
+        let retry = after_refusal(call, entry.0, now_ms);
+        match retry {
+            Retry::At { at_ms, .. } => entry.1 = at_ms,
+            Retry::GiveUp => {
+                refusals.remove(&(key.clone(), call));
+            }
+        }
+        (refusals.get(&(key.clone(), call)).map_or(LAUNCH_TRIES, |e| e.0), retry)
+    }
+
+    /// A request went through: its refusals are forgotten.
+    pub(crate) fn accepted(&self, key: &AttemptKey, call: Call) {
+        self.refusals.lock().unwrap_or_else(|e| e.into_inner()).remove(&(key.clone(), call));
+    }
+
+    pub(crate) fn stop_cause(&self, key: &AttemptKey) -> Option<StopCause> {
+        self.stop_causes.lock().unwrap_or_else(|e| e.into_inner()).get(key).copied()
+    }
+
+    pub(crate) fn stopping(&self, key: &AttemptKey, cause: StopCause) {
+        self.stop_causes.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), cause);
+    }
+
+    /// Drops everything kept about a task's attempts (it left the working set).
+    pub(crate) fn forget(&self, task_id: &str) {
+        self.refusals.lock().unwrap_or_else(|e| e.into_inner()).retain(|(k, _), _| k.task_id != task_id);
+        self.stop_causes.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| k.task_id != task_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> AttemptKey {
+        AttemptKey { task_id: "t".into(), attempt: 3 }
+    }
+
+    fn to(change: Change) -> Option<(Status, Reason, i64, Option<Reason>)> {
+        match change {
+            Change::Step { step, failed } => Some((step.to, step.reason, step.attempt, failed)),
+            Change::None => None,
+        }
+    }
+
+    #[test]
+    fn observations_move_the_attempt_along_its_lifecycle() {
+        let started = |precheck| Observation::Started { key: key(), precheck };
+        assert_eq!(
+            to(on_observation(Status::Starting, 3, &started(false), None)),
+            Some((Status::Running, Reason::Started, 3, None))
+        );
+        assert_eq!(
+            to(on_observation(Status::Starting, 3, &started(true), None)),
+            Some((Status::Prechecking, Reason::PrecheckStarted, 3, None))
+        );
+        let passed = Observation::PrecheckPassed { key: key(), message: "ok".into() };
+        assert_eq!(
+            to(on_observation(Status::Prechecking, 3, &passed, None)),
+            Some((Status::Running, Reason::PrecheckPassed, 3, None))
+        );
+        let done = Observation::Finished { key: key(), reason: Reason::Completed, message: "exit 0".into() };
+        assert_eq!(
+            to(on_observation(Status::Running, 3, &done, None)),
+            Some((Status::Succeeded, Reason::Completed, 3, None))
+        );
+    }
+
+    #[test]
+    fn a_failure_ends_the_attempt_and_hands_over_to_the_retry_policy() {
+        let oom = Observation::Finished { key: key(), reason: Reason::OutOfMemory, message: "oom".into() };
+        for s in [Status::Admitted, Status::Starting, Status::Prechecking, Status::Running] {
+            let Change::Step { step, failed } = on_observation(s, 3, &oom, None) else { panic!("{s}") };
+            assert_eq!(
+                (step.to, failed, step.placement.as_deref()),
+                (Status::Failed, Some(Reason::OutOfMemory), Some(""))
+            );
+        }
+        // A failure reported while the attempt is being stopped is the stop's business.
+        assert_eq!(on_observation(Status::Stopping, 3, &oom, None), Change::None);
+    }
+
+    #[test]
+    fn a_stop_requeues_preempted_and_node_failed_attempts_and_ends_the_others() {
+        let stopped = |cause| Observation::Stopped { key: key(), cause, message: "stopped".into() };
+        for (told, recorded, want) in [
+            (Some(StopCause::Preempted), None, (Status::Queued, Reason::Requeued, 4)),
+            (Some(StopCause::NodeFailed), None, (Status::Queued, Reason::Requeued, 4)),
+            (Some(StopCause::UserStop), None, (Status::Stopped, Reason::Terminated, 3)),
+            (Some(StopCause::Deleted), Some(StopCause::Preempted), (Status::Stopped, Reason::Terminated, 3)),
+            (None, Some(StopCause::Preempted), (Status::Queued, Reason::Requeued, 4)),
+            (None, None, (Status::Stopped, Reason::Terminated, 3)),
+        ] {
+            let got = to(on_observation(Status::Stopping, 3, &stopped(told), recorded));
+            assert_eq!(got, Some((want.0, want.1, want.2, None)), "{told:?} {recorded:?}");
+        }
+        assert!(needs_stop_cause(Status::Stopping, &stopped(None)));
+        assert!(!needs_stop_cause(Status::Stopping, &stopped(Some(StopCause::UserStop))));
+        assert!(!needs_stop_cause(Status::Running, &stopped(None)));
+        assert_eq!(stop_cause_of("Preempted"), Some(StopCause::Preempted));
+        assert_eq!(stop_cause_of("Deleted"), Some(StopCause::Deleted));
+        assert_eq!(stop_cause_of("Started"), None);
+        assert_eq!(stop_cause_of("nonsense"), None);
+    }
+
+    #[test]
+    fn stale_observations_change_nothing() {
+        let started = Observation::Started { key: key(), precheck: false };
+        for s in [Status::Queued, Status::Running, Status::Stopping, Status::Succeeded, Status::Failed] {
+            assert_eq!(on_observation(s, 3, &started, None), Change::None, "{s}");
+        }
+        let stopped = Observation::Stopped { key: key(), cause: None, message: String::new() };
+        assert_eq!(on_observation(Status::Running, 3, &stopped, None), Change::None);
+    }
+
+    #[test]
+    fn every_change_the_policy_asks_for_is_legal() {
+        let observations = [
+            Observation::Started { key: key(), precheck: false },
+            Observation::Started { key: key(), precheck: true },
+            Observation::PrecheckPassed { key: key(), message: String::new() },
+            Observation::Stopped { key: key(), cause: None, message: String::new() },
+            Observation::Stopped { key: key(), cause: Some(StopCause::Preempted), message: String::new() },
+        ];
+        let finished = Reason::ALL.iter().map(|&reason| Observation::Finished {
+            key: key(),
+            reason,
+            message: String::new(),
+        });
+        for obs in observations.into_iter().chain(finished) {
+            for &s in Status::ALL {
+                if let Change::Step { step, .. } = on_observation(s, 3, &obs, None) {
+                    let legal = trainyard_core::lifecycle::transition(s, step.to, step.reason);
+                    // A backend reporting a reason no failure may carry is the one way to ask for an illegal
+                    // change; `apply` refuses it and records an InternalError.
+                    let is_failure_reason = step.to == Status::Failed;
+                    assert!(legal.is_ok() || is_failure_reason, "{s} -> {:?} on {obs:?}", step.to);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn infrastructure_failures_are_retried_within_the_budget() {
+        match after_failure(Reason::NodeFailed, 3, 1, 2) {
+            AfterFailure::Requeue(step) => {
+                assert_eq!(
+                    (step.to, step.reason, step.attempt, step.retries),
+                    (Status::Queued, Reason::Requeued, 4, Some(2))
+                );
+                assert_eq!(step.message, "automatic resubmission 2 of 2 after NodeFailed");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            after_failure(Reason::LaunchFailed, 3, 2, 2),
+            AfterFailure::BudgetSpent("no automatic resubmission left (2 allowed)".into())
+        );
+        assert_eq!(after_failure(Reason::UserError, 3, 0, 5), AfterFailure::Ends);
+        assert_eq!(after_failure(Reason::OutOfMemory, 3, 0, 5), AfterFailure::Ends);
+    }
+
+    #[test]
+    fn refused_requests_are_asked_again_with_growing_waits_and_launches_give_up() {
+        let waits: Vec<Retry> = (1..=LAUNCH_TRIES).map(|n| after_refusal(Call::Launch, n, 0)).collect();
+        assert_eq!(
+            waits,
+            vec![
+                Retry::At { at_ms: 1_000, tell: true },
+                Retry::At { at_ms: 2_000, tell: true },
+                Retry::At { at_ms: 4_000, tell: false },
+                Retry::At { at_ms: 8_000, tell: true },
+                Retry::GiveUp,
+            ]
+        );
+        // Stops are never given up (the resources are held until the attempt is gone); waits stop growing.
+        assert_eq!(after_refusal(Call::Stop, 64, 0), Retry::At { at_ms: 60_000, tell: true });
+        assert_eq!(after_refusal(Call::Stop, 1_000, 5), Retry::At { at_ms: 60_005, tell: false });
+    }
+
+    #[test]
+    fn requests_wait_after_a_refusal_and_are_due_again_after_the_wait() {
+        let book = Requests::default();
+        let k = key();
+        assert!(book.due(&k, Call::Launch, 0));
+        assert_eq!(book.refused(&k, Call::Launch, 0), (1, Retry::At { at_ms: 1_000, tell: true }));
+        assert!(!book.due(&k, Call::Launch, 999));
+        assert!(book.due(&k, Call::Stop, 999), "another request of the attempt is not held up");
+        assert!(book.due(&k, Call::Launch, 1_000));
+        for n in 2..LAUNCH_TRIES {
+            assert_eq!(book.refused(&k, Call::Launch, 1_000).0, n);
+        }
+        assert_eq!(book.refused(&k, Call::Launch, 1_000), (LAUNCH_TRIES, Retry::GiveUp));
+        assert!(book.due(&k, Call::Launch, 1_000), "given up: nothing held");
+        book.refused(&k, Call::Stop, 0);
+        book.accepted(&k, Call::Stop);
+        assert!(book.due(&k, Call::Stop, 0));
+        book.stopping(&k, StopCause::Preempted);
+        assert_eq!(book.stop_cause(&k), Some(StopCause::Preempted));
+        book.refused(&k, Call::Scale, 0);
+        book.forget("t");
+        assert_eq!(book.stop_cause(&k), None);
+        assert!(book.due(&k, Call::Scale, 0));
+    }
+}

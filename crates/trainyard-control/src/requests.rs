@@ -1,0 +1,116 @@
+//! Requests to the backend (launch, stop, rescale) and what a refusal leads to: an event, a wait before the
+//! next try (the rules are in `policy`), and for a launch refused too often the attempt's failure, which the
+//! retry policy then handles like any infrastructure failure. No refusal is dropped.
+
+use crate::Control;
+use crate::error::CommandError;
+use crate::policy::{Call, Retry, Step};
+use trainyard_core::lifecycle::{Reason, Status};
+use trainyard_runtime::{AttemptKey, Backend, BackendError, LaunchSpec, StopCause};
+use trainyard_store::TaskRecord;
+
+fn key_of(t: &TaskRecord) -> AttemptKey {
+    AttemptKey { task_id: t.id.clone(), attempt: t.attempt }
+}
+
+impl<B: Backend> Control<B> {
+    /// Whether a request for the task's current attempt may be sent now.
+    pub(crate) fn due(&self, t: &TaskRecord, call: Call, now_ms: i64) -> bool {
+        self.requests.due(&key_of(t), call, now_ms)
+    }
+
+    /// Starts (or starts again) the task's current attempt.
+    pub(crate) async fn send_launch(
+        &self,
+        t: &TaskRecord,
+        spec: &LaunchSpec,
+        now_ms: i64,
+    ) -> Result<(), CommandError> {
+        let result = self.backend.launch(spec).await;
+        self.answered(t, Call::Launch, result, now_ms).await
+    }
+
+    /// Asks the backend to stop the task's current attempt, for `cause` (kept, so the stop's end is judged by
+    /// it and a repeated request says the same).
+    pub(crate) async fn send_stop(
+        &self,
+        t: &TaskRecord,
+        cause: StopCause,
+        now_ms: i64,
+    ) -> Result<(), CommandError> {
+        let key = key_of(t);
+        self.requests.stopping(&key, cause);
+        let result = self.backend.stop(&key, cause).await;
+        self.answered(t, Call::Stop, result, now_ms).await
+    }
+
+    /// Gives the backend the task's new placement (workers added or removed).
+    pub(crate) async fn send_scale(
+        &self,
+        t: &TaskRecord,
+        spec: &LaunchSpec,
+        now_ms: i64,
+    ) -> Result<(), CommandError> {
+        let result = self.backend.scale(spec).await;
+        self.answered(t, Call::Scale, result, now_ms).await
+    }
+
+    async fn answered(
+        &self,
+        t: &TaskRecord,
+        call: Call,
+        result: Result<(), BackendError>,
+        now_ms: i64,
+    ) -> Result<(), CommandError> {
+        let key = key_of(t);
+        let Err(err) = result else {
+            self.requests.accepted(&key, call);
+            return Ok(());
+        };
+        let what = call.as_str();
+        match self.requests.refused(&key, call, now_ms) {
+            (n, Retry::At { at_ms, tell }) => {
+                if tell {
+                    let wait_s = (at_ms - now_ms).max(0) as f64 / 1000.0;
+                    let why = format!(
+                        "the backend refused to {what} attempt {} ({n} in a row): {err}; asking again in {wait_s} s",
+                        t.attempt
+                    );
+                    self.store
+                        .append_event(&t.id, t.attempt, now_ms, Reason::BackendError.as_str(), &why)
+                        .await?;
+                }
+                Ok(())
+            }
+            (n, Retry::GiveUp) => {
+                let why = format!(
+                    "the backend refused to start attempt {} {n} times in a row; the last time: {err}",
+                    t.attempt
+                );
+                self.fail_launch(t, &why, Reason::LaunchFailed, now_ms).await
+            }
+        }
+    }
+
+    /// Ends an attempt that cannot be started: Failed with `reason`, then the retry policy. Whatever the
+    /// backend set up for it is asked to go.
+    pub(crate) async fn fail_launch(
+        &self,
+        t: &TaskRecord,
+        why: &str,
+        reason: Reason,
+        now_ms: i64,
+    ) -> Result<(), CommandError> {
+        let step = Step::new(Status::Failed, reason, why, t.attempt).clear_placement();
+        if let Some(failed) = self.apply(t, step, now_ms).await? {
+            if let Err(e) = self.backend.stop(&key_of(t), StopCause::NodeFailed).await {
+                let why = format!("could not clear what the backend set up for attempt {}: {e}", t.attempt);
+                self.store
+                    .append_event(&t.id, t.attempt, now_ms, Reason::BackendError.as_str(), &why)
+                    .await?;
+            }
+            self.maybe_retry(&failed, reason, now_ms).await?;
+        }
+        Ok(())
+    }
+}
