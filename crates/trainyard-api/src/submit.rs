@@ -19,7 +19,7 @@ pub enum Draft<'a> {
     /// A document as the caller sent it (YAML or JSON), with the `Idempotency-Key` if any.
     Document { body: &'a [u8], idempotency_key: Option<&'a str> },
     /// A copy of a stored task, already given its project group and the caller's hidden values.
-    Copy(TrainingTask),
+    Copy(Box<TrainingTask>),
 }
 
 /// A task stored by [`submit`], with the checked document it was made from.

@@ -293,6 +293,6 @@ pub async fn clone_task(
     if let Some(group) = body.project_group {
         copy.metadata.project_group = group;
     }
-    let Submitted { created, task } = submit(&state, &user, Draft::Copy(copy)).await?;
+    let Submitted { created, task } = submit(&state, &user, Draft::Copy(Box::new(copy))).await?;
     Ok((StatusCode::CREATED, Json(task_view(&state, created.task(), Spec::This(&task)))).into_response())
 }
