@@ -54,7 +54,7 @@ pub async fn operable_task(state: &AppState, user: &User, id: &str) -> ApiResult
 }
 
 /// Membership: a task goes to one of the caller's groups (admins may use any). The one check for every
-/// submission, create and clone alike ([`crate::submit::submit`]).
+/// submission, create and clone alike (see `submit`).
 pub fn may_use_group(user: &User, group: &str) -> ApiResult<()> {
     if is_admin(user) || user.groups.iter().any(|g| g == group) {
         return Ok(());

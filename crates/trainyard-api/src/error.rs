@@ -2,8 +2,7 @@
 //! the store's, the control loop's and a refused submission's) become an HTTP status and a problem, and
 //! [`problems_for_every_error`] rewrites the router's and axum's extractors' own error answers the same way.
 
-use crate::object_schema;
-use crate::schema::Optional;
+use crate::schema::{Optional, object_schema};
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};

@@ -2,8 +2,7 @@
 //! decoder), problems, demand, quota lines, alarm subscriptions and the catalog. The OpenAPI test checks
 //! them against real answers, so a field added to one of these types shows up as a failure there.
 
-use crate::object_schema;
-use crate::schema::{ApiSchema, Optional, Schemas, named};
+use crate::schema::{ApiSchema, Optional, Schemas, named, object_schema};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use trainyard_control::QuotaLine;

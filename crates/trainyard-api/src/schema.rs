@@ -81,8 +81,6 @@ impl Object {
 
 /// Implements [`ApiSchema`] for a struct from its JSON fields: `"key": SchemaType`. `closed` objects refuse
 /// other fields, `open` ones allow them. Doc comments on the invocation become the schema's description.
-#[macro_export]
-#[doc(hidden)]
 macro_rules! object_schema {
     ($(#[doc = $doc:literal])* $openness:ident $ty:ty as $name:literal { $( $key:literal : $fty:ty ),* $(,)? }) => {
         impl $crate::schema::ApiSchema for $ty {
@@ -92,7 +90,7 @@ macro_rules! object_schema {
                     let mut object = $crate::schema::Object::default();
                     $( object.field::<$fty>($key, schemas); )*
                     let description: &[&str] = &[$($doc.trim()),*];
-                    object.finish(&description.join(" "), $crate::object_schema!(@closed $openness))
+                    object.finish(&description.join(" "), $crate::schema::object_schema!(@closed $openness))
                 })
             }
         }
@@ -100,6 +98,7 @@ macro_rules! object_schema {
     (@closed closed) => { true };
     (@closed open) => { false };
 }
+pub(crate) use object_schema;
 
 /// Implements [`ApiSchema`] for types whose schema is fixed JSON: `Type => json!(...)`.
 macro_rules! fixed_schema {

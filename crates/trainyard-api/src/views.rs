@@ -2,8 +2,7 @@
 //! ([`object_schema!`]). Field names and nesting are the API's contract with the CLI, the console and
 //! scripts.
 
-use crate::object_schema;
-use crate::schema::{ApiSchema, Schemas};
+use crate::schema::{ApiSchema, Schemas, object_schema};
 use crate::state::AppState;
 use serde::Serialize;
 use serde_json::{Value, json};

@@ -3,8 +3,7 @@
 
 use crate::auth::{admin_only, caller};
 use crate::error::{ApiError, ApiResult, json_body};
-use crate::object_schema;
-use crate::schema::Optional;
+use crate::schema::{Optional, object_schema};
 use crate::state::{AppState, now_ms};
 use crate::views::Items;
 use axum::Json;

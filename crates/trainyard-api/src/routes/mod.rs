@@ -1,4 +1,4 @@
-//! The handlers, one file per family of routes; [`crate::router`] maps paths to them.
+//! The handlers, one file per family of routes (the router maps paths to them).
 
 pub mod admin;
 pub mod server;

@@ -2,8 +2,7 @@
 
 use crate::auth::{caller, may_use_group, operable_task, visible_task};
 use crate::error::{ApiError, ApiResult, json_body};
-use crate::object_schema;
-use crate::schema::Optional;
+use crate::schema::{Optional, object_schema};
 use crate::state::{AppState, now_ms};
 use crate::submit::{Draft, Submitted, submit, webhook_problems};
 use crate::views::{Admission, FragmentationView, Spec, TaskPage, TaskView, Validation, task_view};

@@ -3,8 +3,7 @@
 
 use crate::auth::{admin_only, caller, known_user, self_or_admin};
 use crate::error::{ApiError, ApiResult, json_body};
-use crate::object_schema;
-use crate::schema::Optional;
+use crate::schema::{Optional, object_schema};
 use crate::state::{AppState, now_ms};
 use crate::submit::webhook_problems;
 use crate::tokens::{new_token, token_hash};
