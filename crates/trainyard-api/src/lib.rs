@@ -3,7 +3,8 @@
 //! background.
 //!
 //! Routes (all under `/api/v1` but `/healthz`, `/metrics`, `/api/openapi.json`, `/api/docs` and the console's
-//! `/` and `/console/*`; the OpenAPI document describes each with its answers, from [`openapi::OPERATIONS`]):
+//! `/` and `/console/*`; the OpenAPI document describes each of the others with its answers and errors, from
+//! [`openapi::OPERATIONS`]):
 //! - `GET /whoami`
 //! - tasks: `POST /tasks` (YAML or JSON body; `Idempotency-Key` header), `GET /tasks` (filters, cursor
 //!   paging), `POST /validate`, `GET`/`DELETE /tasks/{id}`, `POST /tasks/{id}/stop`, `.../resubmit`,

@@ -80,8 +80,6 @@ pub fn problem_schema(schemas: &mut Schemas) -> Value {
     schema_of::<ProblemBody>(schemas)
 }
 
-const TASK_ID: &str = "the task's id";
-
 /// Every operation the router serves (a test checks the router against this table).
 pub const OPERATIONS: &[Operation] = &[
     Operation {
@@ -244,7 +242,7 @@ pub const OPERATIONS: &[Operation] = &[
         ok: 201,
         answer: Answer::Json(schema_of::<TaskView>),
         also_ok: &[],
-        errors: &[404, 409, 422],
+        errors: &[404, 422],
     },
     Operation {
         method: "post",
@@ -449,7 +447,7 @@ pub const OPERATIONS: &[Operation] = &[
 /// What a path parameter is.
 pub fn path_parameter(name: &str) -> &'static str {
     match name {
-        "id" => TASK_ID,
+        "id" => "the task's id",
         "name" => "a user's name (for /admin/nodes: a node's)",
         "token" => "a token's id, as listed",
         "var" => "a TaskEnv variable's name",

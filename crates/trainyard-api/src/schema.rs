@@ -1,5 +1,5 @@
 //! JSON Schemas of the API's bodies, for the OpenAPI document. A body type implements [`ApiSchema`], most
-//! through [`object_schema!`], which lists the JSON fields beside the serde struct as `decode_struct!` does
+//! through `object_schema!`, which lists the JSON fields beside the serde struct as `decode_struct!` does
 //! for the task document; the OpenAPI test validates real answers against these schemas, so a field added
 //! to a struct and not here (or the reverse) fails it.
 //!

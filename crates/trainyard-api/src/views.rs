@@ -1,5 +1,5 @@
 //! What the API answers with: one serde type per JSON body, each with its schema for the OpenAPI document
-//! ([`object_schema!`]). Field names and nesting are the API's contract with the CLI, the console and
+//! (`object_schema!`). Field names and nesting are the API's contract with the CLI, the console and
 //! scripts.
 
 use crate::schema::{ApiSchema, Schemas, object_schema};
