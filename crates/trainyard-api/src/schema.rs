@@ -171,11 +171,8 @@ impl ApiSchema for Value {
 mod tests {
     use super::*;
 
-    #[derive(serde::Serialize)]
-    struct Point {
-        x: i64,
-        note: Option<String>,
-    }
+    /// Stands for a serde struct: only its schema is looked at.
+    struct Point;
     object_schema!(
         /// A point.
         closed Point as "Point" { "x": i64, "note": Optional<String> }
@@ -191,6 +188,6 @@ mod tests {
         assert_eq!(point["required"], json!(["x"]));
         assert_eq!(point["additionalProperties"], false);
         assert_eq!(point["description"], "A point.");
-        let _ = Point { x: 0, note: None }.note;
+        let _ = Point;
     }
 }

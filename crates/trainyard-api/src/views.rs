@@ -8,8 +8,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use trainyard_core::Problem;
-use trainyard_core::demand::Demand;
-use trainyard_core::demand::Resources;
+use trainyard_core::demand::{Demand, Resources};
 use trainyard_core::lifecycle::Status;
 use trainyard_core::spec::{TaskType, TrainingTask};
 use trainyard_store::TaskRecord;
@@ -94,7 +93,7 @@ object_schema!(
     closed QueueView as "QueuePosition" { "position": u32, "positionInGroup": u32, "reason": String }
 );
 
-/// The placement the control loop stored with the task (null when it holds no resources), passed on as
+/// The placement the control loop stored with the task (null when there is none), passed on as
 /// stored; its schema is written here, so a change of the stored form fails the OpenAPI test until the
 /// document says so too.
 #[derive(Debug, Serialize)]
