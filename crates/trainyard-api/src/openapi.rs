@@ -1,285 +1,119 @@
-//! The OpenAPI 3.1 document, built from the operation table below and the task's JSON Schema (itself
-//! generated from the spec decoder), served at `/api/openapi.json`, and a page that renders it with no
-//! network access at `/api/docs`.
+//! The OpenAPI 3.1 document, built from the operation table ([`OPERATIONS`]) and the schemas of the bodies
+//! ([`crate::schema`]: the task's from its decoder, the answers' from their types), served at
+//! `/api/openapi.json`, and a page that renders it with no network access at `/api/docs`.
 
-use serde_json::{Value, json};
-use trainyard_core::decode::Decode;
-use trainyard_core::spec::TrainingTask;
+pub use crate::operations::{Answer, Body, OPERATIONS, Operation, Param, SchemaFn};
+use crate::operations::{path_parameter, problem_schema};
+use crate::schema::Schemas;
+use serde_json::{Map, Value, json};
 
-/// One operation: method, path, summary, whether it takes the task document, and its success status.
-#[derive(Debug)]
-pub struct Operation {
-    pub method: &'static str,
-    pub path: &'static str,
-    pub summary: &'static str,
-    pub body: Body,
-    pub ok: u16,
+/// What an error status means, for the document.
+fn error_description(status: u16) -> &'static str {
+    match status {
+        400 => "The request is malformed: a body or query that does not parse, or a value out of bounds",
+        401 => "No token, or an unknown or revoked one",
+        403 => "Not allowed: the caller's role, group or rights, or a disabled account (account-disabled)",
+        404 => "No such task (or one the caller may not see), user, node, token, variable or replica",
+        409 => {
+            "In conflict with the current state (the task's status, or an Idempotency-Key used for another body)"
+        }
+        413 => "The body is too large",
+        422 => "The document has problems: `problems` lists each with its path and code",
+        _ => "A problem",
+    }
 }
 
-#[derive(Debug)]
-pub enum Body {
-    None,
-    Task,
-    Json(&'static str),
+/// The error statuses an operation answers with: its own and those of its kind (see [`Operation::errors`]).
+pub fn error_statuses(op: &Operation) -> Vec<u16> {
+    let mut statuses = op.errors.to_vec();
+    if op.path.starts_with("/api/v1/") || op.path == "/metrics" {
+        statuses.extend([401, 403]);
+    }
+    if !matches!(op.body, Body::None) {
+        statuses.push(413);
+    }
+    if matches!(op.body, Body::Json(_) | Body::OptionalJson(_)) || !op.query.is_empty() {
+        statuses.push(400);
+    }
+    statuses.sort_unstable();
+    statuses.dedup();
+    statuses
 }
 
-/// Every operation the router serves (a test checks the router against this table).
-pub const OPERATIONS: &[Operation] = &[
-    Operation {
-        method: "get",
-        path: "/api/v1/whoami",
-        summary: "The caller: name, role, groups",
-        body: Body::None,
-        ok: 200,
-    },
-    Operation {
-        method: "get",
-        path: "/api/v1/catalog",
-        summary: "The catalog tasks are checked against",
-        body: Body::None,
-        ok: 200,
-    },
-    Operation {
-        method: "post",
-        path: "/api/v1/tasks",
-        summary: "Submit a task (YAML or JSON). Send Idempotency-Key to make retries safe: the same key and body return the first task (200), another body is a 409",
-        body: Body::Task,
-        ok: 201,
-    },
-    Operation {
-        method: "get",
-        path: "/api/v1/tasks",
-        summary: "Tasks visible to the caller (newest first unless sort says otherwise). Query: status, type, group, owner, q (name or id), labels (k=v,...), sort (newest, oldest, name, updated), cursor, limit (≤ 500)",
-        body: Body::None,
-        ok: 200,
-    },
-    Operation {
-        method: "get",
-        path: "/api/v1/tasks/{id}",
-        summary: "One task: spec (hidden values masked), placement, queue position and reason",
-        body: Body::None,
-        ok: 200,
-    },
-    Operation {
-        method: "delete",
-        path: "/api/v1/tasks/{id}",
-        summary: "Stop (with the checkpoint window) and delete; the history is kept",
-        body: Body::None,
-        ok: 204,
-    },
-    Operation {
-        method: "get",
-        path: "/api/v1/tasks/{id}/events",
-        summary: "Every event of the task, in order (query: after=SEQ)",
-        body: Body::None,
-        ok: 200,
-    },
-    Operation {
-        method: "get",
-        path: "/api/v1/tasks/{id}/logs",
-        summary: "Without replica: the replicas of each attempt. With replica=NAME (attempt=N, offset=B): its log as text (X-Next-Offset); follow=true streams server-sent events until it ends",
-        body: Body::None,
-        ok: 200,
-    },
-    Operation {
-        method: "get",
-        path: "/api/v1/tasks/{id}/metrics",
-        summary: "Preset (trainyard_*) and scraped metrics per replica as series of [atMs, value] (query: attempt, since, name)",
-        body: Body::None,
-        ok: 200,
-    },
-    Operation {
-        method: "post",
-        path: "/api/v1/validate",
-        summary: "Check a task document without creating it: every problem, and the demand of each instance-spec option",
-        body: Body::Task,
-        ok: 200,
-    },
-    Operation {
-        method: "post",
-        path: "/api/v1/tasks/{id}/stop",
-        summary: "Stop: a queued task at once, a running one through Stopping",
-        body: Body::None,
-        ok: 200,
-    },
-    Operation {
-        method: "post",
-        path: "/api/v1/tasks/{id}/resubmit",
-        summary: "Run an ended task again as a new attempt",
-        body: Body::None,
-        ok: 200,
-    },
-    Operation {
-        method: "post",
-        path: "/api/v1/tasks/{id}/clone",
-        summary: "A new task from this one's spec, owned by the caller, in one of the caller's project groups (admins: any). Hidden values are never copied: give each in hiddenValues, or the answer is a 422 (masked-value) naming the variable",
-        body: Body::Json(
-            r#"{"type": "object", "properties": {"projectGroup": {"type": "string"}, "hiddenValues": {"type": "object", "additionalProperties": {"type": "string"}}}}"#,
-        ),
-        ok: 201,
-    },
-    Operation {
-        method: "post",
-        path: "/api/v1/tasks/{id}/shares",
-        summary: "Share with a user: view, or view and operate (owner or admin)",
-        body: Body::Json(
-            r#"{"type": "object", "required": ["user"], "properties": {"user": {"type": "string"}, "operate": {"type": "boolean", "default": false}}}"#,
-        ),
-        ok: 204,
-    },
-    Operation {
-        method: "get",
-        path: "/api/v1/quota",
-        summary: "Quota and usage per project group, resource type, pool and instance spec (members see their groups)",
-        body: Body::None,
-        ok: 200,
-    },
-    Operation {
-        method: "put",
-        path: "/api/v1/admin/catalog",
-        summary: "Replace the catalog (YAML or JSON; admin)",
-        body: Body::Json(r#"{"type": "object"}"#),
-        ok: 200,
-    },
-    Operation {
-        method: "put",
-        path: "/api/v1/admin/nodes/{name}",
-        summary: "Cordon or uncordon a node (schedulable), or mark it failed: its replicas are killed and fault tolerance takes over (admin)",
-        body: Body::Json(
-            r#"{"type": "object", "properties": {"schedulable": {"type": "boolean"}, "failed": {"type": "boolean"}}}"#,
-        ),
-        ok: 204,
-    },
-    Operation {
-        method: "get",
-        path: "/api/v1/admin/users",
-        summary: "Every user: name, role and project groups, by name (admin; never tokens)",
-        body: Body::None,
-        ok: 200,
-    },
-    Operation {
-        method: "post",
-        path: "/api/v1/admin/users",
-        summary: "Create or update a user (admin)",
-        body: Body::Json(
-            r#"{"type": "object", "required": ["name", "role"], "properties": {"name": {"type": "string"}, "role": {"enum": ["admin", "member"]}, "groups": {"type": "array", "items": {"type": "string"}}}}"#,
-        ),
-        ok: 200,
-    },
-    Operation {
-        method: "post",
-        path: "/api/v1/users/{name}/tokens",
-        summary: "A new API token for the user (shown once; the user or an admin)",
-        body: Body::Json(r#"{"type": "object", "properties": {"label": {"type": "string"}}}"#),
-        ok: 201,
-    },
-    Operation {
-        method: "get",
-        path: "/api/v1/users/{name}/tokens",
-        summary: "The user's tokens: id, label and creation time, never the token (the user or an admin)",
-        body: Body::None,
-        ok: 200,
-    },
-    Operation {
-        method: "delete",
-        path: "/api/v1/users/{name}/tokens/{token}",
-        summary: "Revoke a token by its id (the user or an admin); refused from then on (other servers: within the token cache's 5 s)",
-        body: Body::None,
-        ok: 204,
-    },
-    Operation {
-        method: "post",
-        path: "/api/v1/admin/users/{name}/disable",
-        summary: "Disable a user: every token of theirs is refused with a 403 (account-disabled); tasks stay (admin)",
-        body: Body::None,
-        ok: 204,
-    },
-    Operation {
-        method: "post",
-        path: "/api/v1/admin/users/{name}/enable",
-        summary: "Enable a disabled user again (admin)",
-        body: Body::None,
-        ok: 204,
-    },
-    Operation {
-        method: "get",
-        path: "/api/v1/users/{name}/env",
-        summary: "The user's TaskEnv (hidden values masked)",
-        body: Body::None,
-        ok: 200,
-    },
-    Operation {
-        method: "put",
-        path: "/api/v1/users/{name}/env",
-        summary: "Set a TaskEnv variable (a task's own variable of the same name wins)",
-        body: Body::Json(
-            r#"{"type": "object", "required": ["name", "value"], "properties": {"name": {"type": "string"}, "value": {"type": "string"}, "hidden": {"type": "boolean"}}}"#,
-        ),
-        ok: 204,
-    },
-    Operation {
-        method: "delete",
-        path: "/api/v1/users/{name}/env/{var}",
-        summary: "Remove a TaskEnv variable",
-        body: Body::None,
-        ok: 204,
-    },
-    Operation {
-        method: "get",
-        path: "/api/v1/users/{name}/alarms",
-        summary: "The user's alarm subscriptions",
-        body: Body::None,
-        ok: 200,
-    },
-    Operation {
-        method: "put",
-        path: "/api/v1/users/{name}/alarms",
-        summary: "Replace the user's alarm subscriptions",
-        body: Body::Json(r#"{"type": "array"}"#),
-        ok: 200,
-    },
-    Operation {
-        method: "get",
-        path: "/metrics",
-        summary: "Prometheus metrics of the server",
-        body: Body::None,
-        ok: 200,
-    },
-    Operation { method: "get", path: "/healthz", summary: "Liveness", body: Body::None, ok: 200 },
-];
+fn success(op: &Operation, schemas: &mut Schemas) -> Value {
+    let text = json!({"schema": {"type": "string"}});
+    match op.answer {
+        Answer::Empty => json!({"description": "Done; no body"}),
+        Answer::Json(schema) => {
+            json!({"description": "Done", "content": {"application/json": {"schema": schema(schemas)}}})
+        }
+        Answer::Text => json!({"description": "Done", "content": {"text/plain": text}}),
+        Answer::Logs(schema) => {
+            json!({"description": "The replicas (JSON), a log (text) or its stream (server-sent events)", "content": {
+                "application/json": {"schema": schema(schemas)},
+                "text/plain": text,
+                "text/event-stream": text,
+            }})
+        }
+    }
+}
+
+fn request_body(body: &Body, schemas: &mut Schemas) -> Option<Value> {
+    Some(match body {
+        Body::None => return None,
+        Body::Document(schema) => {
+            let schema = schema(schemas);
+            json!({"required": true, "content": {
+                "application/json": {"schema": schema},
+                "application/yaml": {"schema": schema},
+            }})
+        }
+        Body::Json(schema) => {
+            json!({"required": true, "content": {"application/json": {"schema": schema(schemas)}}})
+        }
+        Body::OptionalJson(schema) => {
+            json!({"required": false, "content": {"application/json": {"schema": schema(schemas)}}})
+        }
+    })
+}
+
+fn parameters(op: &Operation) -> Vec<Value> {
+    let in_path = op.path.split('/').filter_map(|s| s.strip_prefix('{')?.strip_suffix('}'));
+    let mut out: Vec<Value> = in_path
+        .map(|name| json!({"name": name, "in": "path", "required": true, "description": path_parameter(name), "schema": {"type": "string"}}))
+        .collect();
+    out.extend(op.query.iter().map(|(name, kind, what)| {
+        json!({"name": name, "in": "query", "required": false, "description": what, "schema": {"type": kind}})
+    }));
+    out
+}
 
 /// The document.
 pub fn document() -> Value {
-    let mut paths = serde_json::Map::new();
+    let mut schemas = Schemas::new();
+    let problem = problem_schema(&mut schemas);
+    let problem_answer = |description: &str| json!({"description": description, "content": {"application/problem+json": {"schema": problem}}});
+    let mut paths = Map::new();
     for op in OPERATIONS {
-        let mut operation = json!({
-            "summary": op.summary,
-            "responses": {
-                op.ok.to_string(): {"description": "done"},
-                "default": {"description": "a problem", "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
-            }
-        });
-        if op.path.contains("{id}") {
-            operation["parameters"] =
-                json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]);
+        let mut responses = Map::new();
+        let ok = success(op, &mut schemas);
+        for status in std::iter::once(&op.ok).chain(op.also_ok) {
+            responses.insert(status.to_string(), ok.clone());
         }
-        if op.path.starts_with("/api/v1") {
+        for status in error_statuses(op) {
+            responses.insert(status.to_string(), problem_answer(error_description(status)));
+        }
+        responses.insert("default".into(), problem_answer("Any other error (414, 500)"));
+        let mut operation = json!({"summary": op.summary, "responses": responses});
+        let parameters = parameters(op);
+        if !parameters.is_empty() {
+            operation["parameters"] = Value::Array(parameters);
+        }
+        if op.path.starts_with("/api/v1") || op.path == "/metrics" {
             operation["security"] = json!([{"bearer": []}]);
         }
-        match op.body {
-            Body::None => {}
-            Body::Task => {
-                operation["requestBody"] = json!({"required": true, "content": {
-                    "application/json": {"schema": {"$ref": "#/components/schemas/TrainingTask"}},
-                    "application/yaml": {"schema": {"$ref": "#/components/schemas/TrainingTask"}}
-                }});
-            }
-            Body::Json(schema) => {
-                let schema: Value =
-                    serde_json::from_str(schema).expect("the operation table holds valid JSON schemas");
-                operation["requestBody"] =
-                    json!({"required": true, "content": {"application/json": {"schema": schema}}});
-            }
+        if let Some(body) = request_body(&op.body, &mut schemas) {
+            operation["requestBody"] = body;
         }
         let entry = paths.entry(op.path.to_owned()).or_insert_with(|| json!({}));
         entry[op.method] = operation;
@@ -291,16 +125,7 @@ pub fn document() -> Value {
         "paths": paths,
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {
-                "TrainingTask": TrainingTask::schema(),
-                "Problem": {"type": "object", "properties": {
-                    "type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"},
-                    "detail": {"type": "string"},
-                    "problems": {"type": "array", "items": {"type": "object", "properties": {
-                        "path": {"type": "string"}, "code": {"type": "string"},
-                        "severity": {"type": "string", "enum": ["error", "warning"]}, "message": {"type": "string"}}}}
-                }}
-            }
+            "schemas": schemas,
         }
     })
 }

@@ -1,0 +1,108 @@
+//! Who the caller is (their bearer token) and what they may do: see a task, operate it, use a project
+//! group, use a catalog entry beyond the validator's group rules, act as admin or on their own account.
+
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use crate::tokens::token_hash;
+use axum::http::{HeaderMap, header};
+use trainyard_core::TrainingTask;
+use trainyard_store::{TaskRecord, User};
+
+/// The caller, from `Authorization: Bearer TOKEN`: 401 without a known token, 403 when the user is disabled.
+pub async fn caller(state: &AppState, headers: &HeaderMap) -> ApiResult<User> {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or(ApiError::Unauthorized)?;
+    let hash = token_hash(token.trim());
+    let (user, disabled) = match state.tokens.get(&hash) {
+        Some(found) => found,
+        None => {
+            let found = state.store.token_account(&hash).await?.ok_or(ApiError::Unauthorized)?;
+            state.tokens.put(hash, found.clone());
+            found
+        }
+    };
+    if disabled {
+        return Err(ApiError::Disabled(user.name));
+    }
+    Ok(user)
+}
+
+fn is_admin(user: &User) -> bool {
+    user.role == "admin"
+}
+
+/// The task, if the caller may see it; 404 otherwise.
+pub async fn visible_task(state: &AppState, user: &User, id: &str) -> ApiResult<TaskRecord> {
+    let t = state.store.get_task(id).await?.ok_or(ApiError::NotFound)?;
+    if state.store.visible(&t, &user.viewer()).await? { Ok(t) } else { Err(ApiError::NotFound) }
+}
+
+/// The task, if the caller may operate it: owner, admin or shared with operate rights.
+pub async fn operable_task(state: &AppState, user: &User, id: &str) -> ApiResult<TaskRecord> {
+    let t = visible_task(state, user, id).await?;
+    if is_admin(user) || t.owner == user.name || state.store.may_operate(&t.id, &user.name).await? {
+        Ok(t)
+    } else {
+        Err(ApiError::Forbidden(format!(
+            "you may see {} but not operate it; ask its owner to share it with operate rights",
+            t.name
+        )))
+    }
+}
+
+/// Membership: a task goes to one of the caller's groups (admins may use any). The one check for every
+/// submission, create and clone alike (see `submit`).
+pub fn may_use_group(user: &User, group: &str) -> ApiResult<()> {
+    if is_admin(user) || user.groups.iter().any(|g| g == group) {
+        return Ok(());
+    }
+    let yours = if user.groups.is_empty() { "none".to_owned() } else { user.groups.join(", ") };
+    Err(ApiError::Forbidden(format!(
+        "you are not a member of project group {group}; your groups: {yours} (a clone goes to one of them: \
+         POST .../clone with {{\"projectGroup\": GROUP}})"
+    )))
+}
+
+/// What the catalog keeps from some users beyond the validator's group rules: the `host` image (this
+/// machine's own system directories) is for admins, and for members only when its catalog entry lists the
+/// task's project group.
+pub fn may_use_catalog(state: &AppState, user: &User, task: &TrainingTask) -> ApiResult<()> {
+    use trainyard_core::catalog::HOST_IMAGE;
+    if is_admin(user) || task.spec.environment.image != HOST_IMAGE {
+        return Ok(());
+    }
+    let catalog = state.catalog.get();
+    let groups = catalog.images.get(HOST_IMAGE).map(|i| i.project_groups.clone()).unwrap_or_default();
+    if groups.contains(&task.metadata.project_group) {
+        return Ok(());
+    }
+    let listed = if groups.is_empty() { "none: admins only".to_owned() } else { groups.join(", ") };
+    Err(ApiError::Forbidden(format!(
+        "image {HOST_IMAGE} is this machine's own system directories, for admins and the project groups its \
+         catalog entry lists (images.{HOST_IMAGE}.projectGroups: {listed}), and project group {} is not one of \
+         them; choose another image, or ask an admin",
+        task.metadata.project_group
+    )))
+}
+
+/// Admins only.
+pub fn admin_only(user: &User) -> ApiResult<()> {
+    if is_admin(user) { Ok(()) } else { Err(ApiError::Forbidden("only admins may do this".into())) }
+}
+
+/// Admins, or the user themself; `what` names what is refused to others ("manage other users' TaskEnv").
+pub fn self_or_admin(user: &User, name: &str, what: &str) -> ApiResult<()> {
+    if is_admin(user) || user.name == name {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(format!("only admins may {what}")))
+    }
+}
+
+/// The user, or a 404 that says there is no such user.
+pub async fn known_user(state: &AppState, name: &str) -> ApiResult<User> {
+    state.store.get_user(name).await?.ok_or_else(|| ApiError::NotFoundWhat(format!("no such user {name:?}")))
+}

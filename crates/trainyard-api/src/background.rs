@@ -1,0 +1,82 @@
+//! What runs beside the API for as long as the server does: the control loop's ticker and alarm delivery.
+
+use crate::metrics::Metrics;
+use crate::state::now_ms;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Mutex;
+use trainyard_control::Control;
+use trainyard_control::secrets::SecretBox;
+use trainyard_runtime::AnyBackend;
+use trainyard_store::Store;
+
+/// How often the control loop runs without being asked.
+pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// After a tick, the loop rests at least this many times as long as the tick took.
+pub const TICK_REST: u32 = 4;
+
+/// Between ticks while an attempt is starting or stopping, or after a wake-up.
+pub const SETTLING_INTERVAL: Duration = Duration::from_millis(5);
+
+/// Runs the control loop until the process ends: every [`TICK_INTERVAL`], sooner when woken (a task was
+/// created or stopped) or while attempts are starting or stopping ([`SETTLING_INTERVAL`]); when a tick takes
+/// long (a deep queue), never sooner than [`TICK_REST`] times its length after it, so that under a stream of
+/// submissions the loop takes at most about a fifth of a core from the API and batches what arrived
+/// meanwhile into its next tick.
+pub fn spawn_control_loop(
+    control: Arc<Mutex<Control<AnyBackend>>>,
+    metrics: Arc<Metrics>,
+    wake: Arc<tokio::sync::Notify>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let started = std::time::Instant::now();
+            let result = control.lock().await.tick(now_ms()).await;
+            let took = started.elapsed();
+            let settling = match result {
+                Ok(report) => {
+                    metrics.tick(&report, took);
+                    report.settling > 0
+                }
+                Err(e) => {
+                    eprintln!("trainyard: control loop: {e}");
+                    false
+                }
+            };
+            let floor = TICK_REST * took;
+            if settling {
+                tokio::time::sleep(SETTLING_INTERVAL.max(floor)).await;
+                continue;
+            }
+            tokio::time::sleep(floor).await;
+            let _ = tokio::time::timeout(TICK_INTERVAL.saturating_sub(took + floor), wake.notified()).await;
+        }
+    })
+}
+
+/// How often queued alarm deliveries are looked at.
+pub const ALARM_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The key alarm webhooks are signed with: derived from the server key, so it survives restarts with it.
+pub fn webhook_key(secrets: &SecretBox) -> Vec<u8> {
+    secrets.digest(b"trainyard webhook signing key").into_bytes()
+}
+
+/// Delivers queued alarms until the process ends.
+pub fn spawn_alarm_delivery(
+    store: Store,
+    webhooks: trainyard_control::alarms::Webhooks,
+    key: Vec<u8>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            if let Err(e) =
+                trainyard_control::alarms::deliver_due_with(&store, &webhooks, &key, now_ms()).await
+            {
+                eprintln!("trainyard: alarm delivery: {e}");
+            }
+            tokio::time::sleep(ALARM_INTERVAL).await;
+        }
+    })
+}

@@ -1,0 +1,207 @@
+//! Schemas of the other crates' types the API answers with as they serialise: the task document (from its
+//! decoder), problems, demand, quota lines, alarm subscriptions and the catalog. The OpenAPI test checks
+//! them against real answers, so a field added to one of these types shows up as a failure there.
+
+use crate::schema::{ApiSchema, Optional, Schemas, named, object_schema};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use trainyard_control::QuotaLine;
+use trainyard_core::catalog::{
+    Catalog, Cluster, DataAsset, Image, InstanceKind, InstanceSpec, LabelPolicy, Node, Pool, ProjectGroup,
+    QuotaEntry, Region, Volume,
+};
+use trainyard_core::decode::Decode;
+use trainyard_core::demand::{Demand, QuotaDemand, Resources, Role, RoleDemand};
+use trainyard_core::lifecycle::Status;
+use trainyard_core::spec::{AlarmEvent, AlarmSubscription, ResourceType, TaskType, TrainingTask};
+use trainyard_core::{Code, Problem, Severity};
+
+/// Types whose schema is their decoder's ([`Decode::schema`]): the document forms the validator reads.
+/// Named ones are defined once in the document's components.
+macro_rules! decoder_schema {
+    ($($ty:ty $(as $name:literal)?),* $(,)?) => {
+        $(impl ApiSchema for $ty {
+            fn schema(_schemas: &mut Schemas) -> Value {
+                $( return named(_schemas, $name, |_| <$ty as Decode>::schema()); )?
+                #[allow(unreachable_code)]
+                <$ty as Decode>::schema()
+            }
+        })*
+    };
+}
+
+decoder_schema! {
+    TrainingTask as "TrainingTask",
+    AlarmSubscription as "AlarmSubscription",
+    TaskType,
+    Status,
+    ResourceType,
+    InstanceKind,
+    AlarmEvent,
+}
+
+impl ApiSchema for Code {
+    fn schema(_: &mut Schemas) -> Value {
+        let codes: Vec<&str> = Code::ALL.iter().map(|c| c.as_str()).collect();
+        json!({"type": "string", "enum": codes})
+    }
+}
+
+impl ApiSchema for Severity {
+    fn schema(_: &mut Schemas) -> Value {
+        json!({"type": "string", "enum": ["error", "warning"]})
+    }
+}
+
+impl ApiSchema for Role {
+    fn schema(_: &mut Schemas) -> Value {
+        json!({"type": "string", "enum": [Role::Master.as_str(), Role::Worker.as_str(), Role::Head.as_str()]})
+    }
+}
+
+object_schema!(
+    /// One problem at one field: its path from the document root, a stable code, a severity and what to
+    /// change.
+    closed Problem as "DocumentProblem" { "path": String, "code": Code, "severity": Severity, "message": String }
+);
+
+object_schema!(
+    /// GPUs, vCPUs and memory.
+    closed Resources as "Resources" { "gpus": u64, "vcpus": u64, "memoryMib": u64 }
+);
+
+object_schema!(
+    /// What a task needs when one of its instance-spec options is chosen.
+    closed Demand as "Demand" {
+        "option": usize,
+        "roles": Vec<RoleDemand>,
+        "replicas": u32,
+        "quota": Vec<QuotaDemand>,
+        "total": Resources,
+    }
+);
+
+object_schema!(
+    /// The demand of one role (master, workers or head).
+    closed RoleDemand as "RoleDemand" {
+        "role": Role,
+        "replicas": u32,
+        "spec": String,
+        "countPerNode": u32,
+        "perReplica": Resources,
+        "units": u64,
+        "total": Resources,
+    }
+);
+
+object_schema!(
+    /// Spec units counted against quota for one instance spec.
+    closed QuotaDemand as "QuotaDemand" { "spec": String, "units": u64 }
+);
+
+object_schema!(
+    /// One quota of a project group, in spec units, with the capacity figures of its pool and spec.
+    closed QuotaLine as "QuotaLine" {
+        "group": String,
+        "resourceType": ResourceType,
+        "pool": String,
+        "spec": String,
+        "limit": u64,
+        "remaining": u64,
+        "poolAvailable": u64,
+        "idle": u64,
+        "unreserved": u64,
+    }
+);
+
+object_schema!(
+    /// The catalog: regions, clusters, pools, instance specs, nodes, project groups, images, storage,
+    /// label policy and quotas.
+    closed Catalog as "Catalog" {
+        "regions": BTreeMap<String, Region>,
+        "clusters": BTreeMap<String, Cluster>,
+        "pools": BTreeMap<String, Pool>,
+        "instanceSpecs": BTreeMap<String, InstanceSpec>,
+        "nodes": BTreeMap<String, Node>,
+        "projectGroups": BTreeMap<String, ProjectGroup>,
+        "images": BTreeMap<String, Image>,
+        "allowExternalImages": bool,
+        "volumes": BTreeMap<String, Volume>,
+        "datasets": BTreeMap<String, DataAsset>,
+        "models": BTreeMap<String, DataAsset>,
+        "labels": LabelPolicy,
+        "quotas": Vec<QuotaEntry>,
+    }
+);
+
+object_schema!(closed Region as "Region" { "displayName": Optional<String> });
+object_schema!(closed Cluster as "Cluster" { "region": String });
+object_schema!(closed Pool as "Pool" { "cluster": String, "instanceSpecs": Vec<String> });
+object_schema!(closed ProjectGroup as "ProjectGroup" { "displayName": Optional<String> });
+
+object_schema!(
+    /// A slice shape: GPUs of one model, vCPUs, memory.
+    closed InstanceSpec as "InstanceSpec" {
+        "kind": InstanceKind,
+        "gpuModel": Optional<String>,
+        "gpus": u32,
+        "vcpus": u32,
+        "memoryMib": u64,
+    }
+);
+
+object_schema!(
+    /// A node's capacity and state (`failed` only when it is).
+    closed Node as "Node" {
+        "pool": String,
+        "schedulable": bool,
+        "failed": Optional<bool>,
+        "gpuModel": Optional<String>,
+        "gpus": u32,
+        "gpuDevices": Optional<Vec<u32>>,
+        "vcpus": u32,
+        "memoryMib": u64,
+    }
+);
+
+object_schema!(
+    /// An image and where, and to whom, it is offered.
+    closed Image as "Image" {
+        "clusters": Vec<String>,
+        "ray": bool,
+        "torch": bool,
+        "rootfs": Optional<String>,
+        "projectGroups": Optional<Vec<String>>,
+    }
+);
+
+object_schema!(
+    /// A storage volume.
+    closed Volume as "Volume" {
+        "clusters": Vec<String>,
+        "multiPodReadWrite": bool,
+        "path": Optional<String>,
+        "projectGroups": Optional<Vec<String>>,
+    }
+);
+
+object_schema!(
+    /// A dataset or a model.
+    closed DataAsset as "DataAsset" {
+        "clusters": Vec<String>,
+        "path": Optional<String>,
+        "projectGroups": Optional<Vec<String>>,
+    }
+);
+
+object_schema!(
+    /// The maintained labels, and whether tasks must use them.
+    closed LabelPolicy as "LabelPolicy" { "validation": bool, "maintained": BTreeMap<String, Vec<String>> }
+);
+
+object_schema!(
+    /// A project group's quota for one resource type, pool and instance spec.
+    closed QuotaEntry as "QuotaEntry" {
+        "group": String, "resourceType": ResourceType, "pool": String, "spec": String, "units": u64,
+    }
+);

@@ -1,0 +1,77 @@
+//! The API's routes: which handler answers each path and method, and the layers around them (request
+//! metrics, the body limit, problem documents for every error).
+
+use crate::console;
+use crate::error::problems_for_every_error;
+use crate::routes::{admin, server, tasks, telemetry, users};
+use crate::state::AppState;
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::response::Response;
+use axum::routing::{delete, get, post, put};
+use trainyard_core::MAX_DOCUMENT_BYTES;
+
+/// The API's routes. The OpenAPI document's operation table lists each (but the document itself, its page
+/// and the console), and tests check that each listed operation is routed and answers as documented.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(server::healthz))
+        .route("/metrics", get(server::metrics))
+        .route("/api/openapi.json", get(server::openapi_document))
+        .route("/api/docs", get(server::docs_page))
+        .route("/api/v1/whoami", get(users::whoami))
+        .route("/api/v1/validate", post(tasks::validate_task))
+        .route("/api/v1/tasks", post(tasks::create_task).get(tasks::list_tasks))
+        .route("/api/v1/tasks/{id}", get(tasks::get_task).delete(tasks::delete_task))
+        .route("/api/v1/tasks/{id}/stop", post(tasks::stop_task))
+        .route("/api/v1/tasks/{id}/resubmit", post(tasks::resubmit_task))
+        .route("/api/v1/tasks/{id}/clone", post(tasks::clone_task))
+        .route("/api/v1/tasks/{id}/shares", post(tasks::share_task))
+        .route("/api/v1/tasks/{id}/events", get(telemetry::task_events))
+        .route("/api/v1/tasks/{id}/logs", get(telemetry::task_logs))
+        .route("/api/v1/tasks/{id}/metrics", get(telemetry::task_metrics))
+        .route("/api/v1/catalog", get(admin::catalog))
+        .route("/api/v1/quota", get(admin::quota))
+        .route("/api/v1/admin/catalog", put(admin::put_catalog))
+        .route("/api/v1/admin/nodes/{name}", put(admin::put_node))
+        .route("/api/v1/admin/users", post(users::put_user).get(users::list_users))
+        .route(
+            "/api/v1/admin/users/{name}/disable",
+            post(|State(s), h, Path(name)| users::set_user_disabled(s, h, name, true)),
+        )
+        .route(
+            "/api/v1/admin/users/{name}/enable",
+            post(|State(s), h, Path(name)| users::set_user_disabled(s, h, name, false)),
+        )
+        .route("/api/v1/users/{name}/tokens", post(users::create_token).get(users::list_tokens))
+        .route("/api/v1/users/{name}/tokens/{token}", delete(users::revoke_token))
+        .route("/api/v1/users/{name}/env", get(users::list_task_env).put(users::put_task_env))
+        .route("/api/v1/users/{name}/env/{var}", delete(users::delete_task_env))
+        .route("/api/v1/users/{name}/alarms", get(users::get_user_alarms).put(users::put_user_alarms))
+        .merge(console::routes())
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), count_requests))
+        // A task document is at most MAX_DOCUMENT_BYTES; a little more is read so the validator can say so.
+        .layer(DefaultBodyLimit::max(MAX_DOCUMENT_BYTES + 1024))
+        .layer(axum::middleware::from_fn(problems_for_every_error))
+        .with_state(state)
+}
+
+/// The routes of the separate metrics address: `/metrics` without a token, nothing else.
+pub fn metrics_router(state: AppState) -> Router {
+    Router::new().route("/metrics", get(server::open_metrics)).with_state(state)
+}
+
+/// Counts every request by its route pattern (not its path, so ids do not explode the series).
+async fn count_requests(
+    State(state): State<AppState>,
+    matched: Option<axum::extract::MatchedPath>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let method = req.method().to_string();
+    let route = matched.map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned());
+    let started = std::time::Instant::now();
+    let resp = next.run(req).await;
+    state.metrics.request(&method, &route, resp.status().as_u16(), started.elapsed());
+    resp
+}

@@ -1,0 +1,45 @@
+//! The server's own routes: liveness, its metrics, and the OpenAPI document with a page that renders it.
+
+use crate::auth::caller;
+use crate::error::{ApiError, ApiResult};
+use crate::openapi;
+use crate::state::AppState;
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+
+pub async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// `/metrics` on the API's address: an admin's token (Prometheus: `authorization: {credentials_file: ...}`).
+/// Tasks and members cannot read the platform's figures. For a scraper without a token, `trainyard up
+/// --metrics-listen ADDR` serves the same text on an address of its own ([`open_metrics`]).
+pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Response> {
+    let user = caller(&state, &headers).await?;
+    if user.role != "admin" {
+        return Err(ApiError::Forbidden(
+            "/metrics takes an admin token here; scrapers without one use the address given to trainyard up \
+             --metrics-listen"
+                .into(),
+        ));
+    }
+    open_metrics(State(state)).await
+}
+
+/// The metrics text, for the separate metrics address (no token: that address is for the scraper).
+pub async fn open_metrics(State(state): State<AppState>) -> ApiResult<Response> {
+    let by_status = state.store.count_by_status().await?;
+    let mut resp = state.metrics.render(&by_status).into_response();
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+    Ok(resp)
+}
+
+pub async fn openapi_document() -> Json<serde_json::Value> {
+    Json(openapi::document())
+}
+
+pub async fn docs_page() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], openapi::DOCS_PAGE)
+}

@@ -1,0 +1,297 @@
+//! Tasks: create, check without creating, list, read, stop, resubmit, delete, share and clone.
+
+use crate::auth::{caller, may_use_group, operable_task, visible_task};
+use crate::error::{ApiError, ApiResult, json_body};
+use crate::schema::{Optional, object_schema};
+use crate::state::{AppState, now_ms};
+use crate::submit::{Draft, Submitted, submit, webhook_problems};
+use crate::views::{Admission, FragmentationView, Spec, TaskPage, TaskView, Validation, task_view};
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use trainyard_control::CommandError;
+use trainyard_store::{Created, StoreError, TaskFilter};
+
+/// Checks a task document without creating it: every problem, and the demand of each instance-spec option
+/// when it is valid. The console calls it as the user types.
+pub async fn validate_task(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<Validation>> {
+    let user = caller(&state, &headers).await?;
+    let catalog = state.catalog.get();
+    let mut checked = trainyard_core::check(&body, &catalog);
+    if let Some(task) = &checked.task {
+        let found = webhook_problems(&state, "spec.advanced.alarms", &task.spec.advanced.alarms).await;
+        checked.report.problems.extend(found.problems);
+    }
+    let demand = checked.valid_task().and_then(|task| {
+        let lookup = |name: &str| catalog.instance_specs.get(name);
+        trainyard_core::demand_options(&task.spec, &lookup).ok()
+    });
+    // The admission answer speaks of the task's group (what it has left, what it waits behind): only for a
+    // group the caller belongs to, as a create would be refused anyway.
+    let foreign = checked.valid_task().and_then(|t| may_use_group(&user, &t.metadata.project_group).err());
+    let (admission, fragmentation) = match checked.valid_task() {
+        Some(task) if foreign.is_some() => {
+            let reason = format!(
+                "you are not a member of project group {}; a task can go to {}",
+                task.metadata.project_group,
+                if user.groups.is_empty() { "none of the groups".to_owned() } else { user.groups.join(", ") }
+            );
+            (Some(Admission { now: false, reason }), None)
+        }
+        Some(task) => {
+            // A scheduling cycle over the last tick's view: CPU work that grows with the queue, so it runs off
+            // the async workers, and without the control loop's lock.
+            let (views, task) = (state.views.clone(), task.clone());
+            let ((now, reason), frag) = tokio::task::spawn_blocking(move || {
+                (views.would_admit(&task, now_ms().max(0) as u64), views.fragmentation(&task))
+            })
+            .await
+            .map_err(|e| ApiError::Internal(format!("the admission check failed: {e}")))?;
+            let frag = frag
+                .into_iter()
+                .map(|(spec, f)| FragmentationView {
+                    spec,
+                    replicas_fit: f.replicas_fit,
+                    nodes_with_room: f.nodes_with_room,
+                    free_units: f.free_units_histogram,
+                })
+                .collect();
+            (Some(Admission { now, reason }), Some(frag))
+        }
+        None => (None, None),
+    };
+    // The document as the decoder read it (defaults filled in), as JSON for a form and as YAML for an editor.
+    let yaml = checked.task.as_ref().map(|t| t.to_yaml());
+    Ok(Json(Validation {
+        valid: checked.report.is_ok(),
+        problems: checked.report.problems,
+        demand,
+        admission,
+        fragmentation,
+        task: checked.task,
+        yaml,
+    }))
+}
+
+/// Creates a task from a YAML or JSON document: 201, or 200 with the first task when an `Idempotency-Key`
+/// was used before with the same document.
+pub async fn create_task(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let user = caller(&state, &headers).await?;
+    let key = headers.get("idempotency-key").map(|v| v.to_str()).transpose();
+    let key = key.map_err(|_| ApiError::BadRequest("Idempotency-Key must be ASCII".into()))?;
+    let Submitted { created, task } =
+        submit(&state, &user, Draft::Document { body: &body, idempotency_key: key }).await?;
+    let (status, spec) = match &created {
+        Created::New(_) => (StatusCode::CREATED, Spec::This(&task)),
+        Created::Existing(_) => (StatusCode::OK, Spec::Stored),
+    };
+    Ok((status, Json(task_view(&state, created.task(), spec))).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    status: Option<String>,
+    #[serde(rename = "type")]
+    task_type: Option<String>,
+    group: Option<String>,
+    owner: Option<String>,
+    q: Option<String>,
+    /// `key=value[,key=value...]`
+    labels: Option<String>,
+    cursor: Option<String>,
+    limit: Option<u32>,
+    /// newest (default), oldest, name, updated
+    sort: Option<String>,
+}
+
+/// The tasks the caller may see, filtered and sorted, a page at a time.
+pub async fn list_tasks(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<TaskPage>> {
+    let user = caller(&state, &headers).await?;
+    let mut labels = Vec::new();
+    for pair in q.labels.iter().flat_map(|l| l.split(',')).filter(|p| !p.is_empty()) {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| ApiError::BadRequest(format!("label selector {pair:?} must be key=value")))?;
+        labels.push((k.to_owned(), v.to_owned()));
+    }
+    let sort = match q.sort.as_deref() {
+        None | Some("") => trainyard_store::SortOrder::Newest,
+        Some(s) => trainyard_store::SortOrder::from_name(s).ok_or_else(|| {
+            ApiError::BadRequest(format!("sort {s:?} is not one of newest, oldest, name, updated"))
+        })?,
+    };
+    let filter = TaskFilter {
+        sort,
+        visible_to: Some(user.viewer()),
+        owner: q.owner,
+        project_group: q.group,
+        status: q.status,
+        task_type: q.task_type,
+        search: q.q,
+        labels,
+    };
+    let page = state.store.list_tasks(&filter, q.cursor.as_deref(), q.limit.unwrap_or(50)).await.map_err(
+        // A cursor that does not decode is the caller's mistake, not the store's.
+        |e| match e {
+            StoreError::Corrupt(m) if m.starts_with("bad cursor") => ApiError::BadRequest(m),
+            other => other.into(),
+        },
+    )?;
+    let items = page.items.iter().map(|t| task_view(&state, t, Spec::Omit)).collect();
+    Ok(Json(TaskPage { items, next_cursor: page.next_cursor }))
+}
+
+pub async fn get_task(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<TaskView>> {
+    let user = caller(&state, &headers).await?;
+    let t = visible_task(&state, &user, &id).await?;
+    Ok(Json(task_view(&state, &t, Spec::Stored)))
+}
+
+pub async fn stop_task(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<TaskView>> {
+    let user = caller(&state, &headers).await?;
+    let t = operable_task(&state, &user, &id).await?;
+    let updated = state.control.lock().await.stop(&t.id, false, now_ms()).await?;
+    state.wake.notify_one();
+    Ok(Json(task_view(&state, &updated, Spec::Stored)))
+}
+
+pub async fn resubmit_task(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<TaskView>> {
+    let user = caller(&state, &headers).await?;
+    let t = operable_task(&state, &user, &id).await?;
+    let updated = state.control.lock().await.resubmit(&t.id, now_ms()).await?;
+    state.wake.notify_one();
+    Ok(Json(task_view(&state, &updated, Spec::Stored)))
+}
+
+pub async fn delete_task(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let user = caller(&state, &headers).await?;
+    let t = operable_task(&state, &user, &id).await?;
+    let control = state.control.lock().await;
+    // Whatever runs is stopped first (with the checkpoint notice); the record and history stay.
+    match control.stop(&t.id, true, now_ms()).await {
+        Ok(_) | Err(CommandError::WrongState { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    state.store.delete_task(&t.id, now_ms()).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ShareBody {
+    user: String,
+    #[serde(default)]
+    operate: bool,
+}
+object_schema!(
+    /// Whom to share with, and whether they may operate the task too (stop, resubmit, delete, clone).
+    open ShareBody as "Share" { "user": String, "operate": Optional<bool> }
+);
+
+/// Shares a task with a user (view, or view and operate). Owner and admins only.
+pub async fn share_task(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
+    let user = caller(&state, &headers).await?;
+    let t = visible_task(&state, &user, &id).await?;
+    let body: ShareBody = json_body(&body, r#"{"user": NAME, "operate": BOOL}"#)?;
+    if user.role != "admin" && t.owner != user.name {
+        return Err(ApiError::Forbidden(format!("only the owner of {} or an admin can share it", t.name)));
+    }
+    if state.store.get_user(&body.user).await?.is_none() {
+        return Err(ApiError::BadRequest(format!("there is no user {:?}", body.user)));
+    }
+    state.store.share(&t.id, &body.user, body.operate).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CloneBody {
+    /// The project group the copy goes to (default: the original's). It must be one of the caller's.
+    project_group: Option<String>,
+    /// Values for the original's hidden variables, by name (env and precheck env alike): a copy never
+    /// carries them, so each must be given again.
+    #[serde(default)]
+    hidden_values: BTreeMap<String, String>,
+}
+object_schema!(
+    /// Where the copy goes (default: the original's group) and the values of the original's hidden
+    /// variables, by name (a copy never carries them). The body may be left out.
+    closed CloneBody as "Clone" {
+        "projectGroup": Optional<String>,
+        "hiddenValues": Optional<BTreeMap<String, String>>,
+    }
+);
+
+/// A new task from this one's spec (a new name, queued), owned by the caller. Whoever may operate the task
+/// may clone it, into a project group they belong to (admins: any), as for a create. Hidden values are never
+/// copied: each is the mask until the body's `hiddenValues` gives it, and a mask is refused (422,
+/// `masked-value`, at the variable's path), so one user's secret never runs under another's name.
+pub async fn clone_task(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let user = caller(&state, &headers).await?;
+    let t = operable_task(&state, &user, &id).await?;
+    let body: CloneBody = if body.iter().all(u8::is_ascii_whitespace) {
+        CloneBody::default()
+    } else {
+        json_body(&body, r#"{"projectGroup": GROUP, "hiddenValues": {NAME: VALUE}} (both optional)"#)?
+    };
+    let mut copy = trainyard_core::parse(t.spec_json.as_bytes())
+        .0
+        .ok_or_else(|| ApiError::Internal(format!("stored task {} is unreadable", t.id)))?;
+    let mut hidden = copy.spec.environment.env.iter_mut().collect::<Vec<_>>();
+    if let Some(p) = copy.spec.advanced.precheck.as_mut() {
+        hidden.extend(p.env.iter_mut());
+    }
+    for v in hidden.into_iter().filter(|v| v.hidden) {
+        v.value = body
+            .hidden_values
+            .get(&v.name)
+            .cloned()
+            .unwrap_or_else(|| trainyard_core::spec::HIDDEN_VALUE_MASK.to_owned());
+    }
+    if let Some(group) = body.project_group {
+        copy.metadata.project_group = group;
+    }
+    let Submitted { created, task } = submit(&state, &user, Draft::Copy(Box::new(copy))).await?;
+    Ok((StatusCode::CREATED, Json(task_view(&state, created.task(), Spec::This(&task)))).into_response())
+}

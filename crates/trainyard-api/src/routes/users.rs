@@ -1,0 +1,316 @@
+//! Users and what belongs to them: who the caller is, the users admins manage (and disable), API tokens,
+//! TaskEnv variables and alarm subscriptions.
+
+use crate::auth::{admin_only, caller, known_user, self_or_admin};
+use crate::error::{ApiError, ApiResult, json_body};
+use crate::schema::{Optional, object_schema};
+use crate::state::{AppState, now_ms};
+use crate::submit::webhook_problems;
+use crate::tokens::{new_token, token_hash};
+use crate::views::{EnvEntry, Items, NewToken, Role, TokenEntry, UserEntry, UserView};
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use serde::Deserialize;
+use serde_json::Value;
+use trainyard_core::Report;
+use trainyard_core::spec::AlarmSubscription;
+use trainyard_store::User;
+
+pub async fn whoami(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Json<UserView>> {
+    let u = caller(&state, &headers).await?;
+    Ok(Json(UserView { name: u.name, role: u.role, groups: u.groups }))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct UserBody {
+    name: String,
+    role: String,
+    #[serde(default)]
+    groups: Vec<String>,
+}
+object_schema!(
+    /// A user to create or update: name, role and project groups (each in the catalog).
+    open UserBody as "UserUpdate" { "name": String, "role": Role, "groups": Optional<Vec<String>> }
+);
+
+/// Every user with their role and project groups (admin). Never a token or a hash: tokens are kept as hashes
+/// in a table of their own and shown once, when made.
+pub async fn list_users(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Items<UserEntry>>> {
+    let user = caller(&state, &headers).await?;
+    admin_only(&user)?;
+    let disabled = state.store.disabled_users().await?;
+    let items = state
+        .store
+        .list_users()
+        .await?
+        .into_iter()
+        .map(|u| {
+            let off = disabled.contains(&u.name);
+            UserEntry { name: u.name, role: u.role, groups: u.groups, disabled: off }
+        })
+        .collect::<Vec<_>>();
+    Ok(Json(items.into()))
+}
+
+/// The longest user name (it is in every task record, event and share).
+pub const USER_NAME_MAX_BYTES: usize = 64;
+
+/// Creates or updates a user.
+pub async fn put_user(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<UserView>> {
+    let user = caller(&state, &headers).await?;
+    admin_only(&user)?;
+    let body: UserBody = json_body(&body, r#"{"name", "role", "groups"}"#)?;
+    if !matches!(body.role.as_str(), "admin" | "member") {
+        return Err(ApiError::BadRequest(format!(
+            "role {:?} does not exist; use admin or member",
+            body.role
+        )));
+    }
+    let catalog = state.catalog.get();
+    if let Some(g) = body.groups.iter().find(|g| !catalog.project_groups.contains_key(*g)) {
+        return Err(ApiError::BadRequest(format!("project group {g:?} is not in the catalog")));
+    }
+    let name_ok = !body.name.is_empty()
+        && body.name.len() <= USER_NAME_MAX_BYTES
+        && body.name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !name_ok {
+        return Err(ApiError::BadRequest(format!(
+            "a user name is 1 to {USER_NAME_MAX_BYTES} letters, digits, -, _ and . (got {} bytes)",
+            body.name.len()
+        )));
+    }
+    let u = User { name: body.name, role: body.role, groups: body.groups };
+    state.store.put_user(&u, now_ms()).await?;
+    // A new role or groups count from the next request here (elsewhere: within the cache's TTL).
+    state.tokens.forget_user(&u.name);
+    Ok(Json(UserView { name: u.name, role: u.role, groups: u.groups }))
+}
+
+/// Disables (`disable`) or enables (`enable`) a user (admins): a disabled user's every token is refused
+/// with a 403 that says so, within [`crate::TOKEN_CACHE_TTL`]; their tasks and data stay. Admins cannot
+/// disable themselves (there would be no one left to undo it, perhaps).
+pub async fn set_user_disabled(
+    state: AppState,
+    headers: HeaderMap,
+    name: String,
+    disabled: bool,
+) -> ApiResult<StatusCode> {
+    let user = caller(&state, &headers).await?;
+    admin_only(&user)?;
+    if disabled && name == user.name {
+        return Err(ApiError::Conflict("you cannot disable yourself; ask another admin".into()));
+    }
+    if !state.store.set_user_disabled(&name, disabled).await? {
+        return Err(ApiError::NotFoundWhat(format!("no such user {name:?}")));
+    }
+    state.tokens.forget_user(&name);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize)]
+pub struct TokenBody {
+    #[serde(default)]
+    label: String,
+}
+object_schema!(
+    /// A label to tell the token by (the body may be left out).
+    open TokenBody as "TokenRequest" { "label": Optional<String> }
+);
+
+/// The longest token label (it is listed with every token).
+pub const TOKEN_LABEL_MAX_BYTES: usize = 200;
+
+/// A new token for a user, shown in this answer only.
+pub async fn create_token(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<NewToken>)> {
+    let user = caller(&state, &headers).await?;
+    self_or_admin(&user, &name, "create tokens for other users")?;
+    let label = if body.is_empty() {
+        String::new()
+    } else {
+        serde_json::from_slice::<TokenBody>(&body).map_err(|e| ApiError::BadRequest(e.to_string()))?.label
+    };
+    if label.len() > TOKEN_LABEL_MAX_BYTES {
+        return Err(ApiError::BadRequest(format!(
+            "a token's label is at most {TOKEN_LABEL_MAX_BYTES} bytes (got {})",
+            label.len()
+        )));
+    }
+    known_user(&state, &name).await?;
+    let token = new_token().map_err(|e| ApiError::Internal(e.to_string()))?;
+    let hash = token_hash(&token);
+    state.store.add_token(&hash, &name, &label, now_ms()).await?;
+    let id = hash[..trainyard_store::TOKEN_ID_LEN].to_owned();
+    Ok((StatusCode::CREATED, Json(NewToken { user: name, token, id, label })))
+}
+
+/// A user's tokens (admins, or the user themself): id, label and creation time, never the token.
+pub async fn list_tokens(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Items<TokenEntry>>> {
+    let user = caller(&state, &headers).await?;
+    self_or_admin(&user, &name, "list other users' tokens")?;
+    known_user(&state, &name).await?;
+    let items = state
+        .store
+        .list_tokens(&name)
+        .await?
+        .into_iter()
+        .map(|t| TokenEntry { id: t.id, label: t.label, created_at_ms: t.created_at_ms })
+        .collect::<Vec<_>>();
+    Ok(Json(items.into()))
+}
+
+/// Revokes one of a user's tokens by its id (admins, or the user themself). Refused from then on by this
+/// server, and by others sharing the store within [`crate::TOKEN_CACHE_TTL`].
+pub async fn revoke_token(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((name, id)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let user = caller(&state, &headers).await?;
+    self_or_admin(&user, &name, "revoke other users' tokens")?;
+    known_user(&state, &name).await?;
+    if !state.store.revoke_token(&name, &id).await? {
+        return Err(ApiError::NotFoundWhat(format!(
+            "user {name} has no token {id:?}; GET /api/v1/users/{name}/tokens lists their ids"
+        )));
+    }
+    state.tokens.forget_user(&name);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A user's TaskEnv, hidden values masked.
+pub async fn list_task_env(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Items<EnvEntry>>> {
+    let user = caller(&state, &headers).await?;
+    self_or_admin(&user, &name, "manage other users' TaskEnv")?;
+    known_user(&state, &name).await?;
+    let items = state
+        .store
+        .task_env(&name)
+        .await?
+        .into_iter()
+        .map(|v| {
+            let value = if v.hidden { trainyard_core::spec::HIDDEN_VALUE_MASK.to_owned() } else { v.value };
+            EnvEntry { name: v.name, value, hidden: v.hidden }
+        })
+        .collect::<Vec<_>>();
+    Ok(Json(items.into()))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct TaskEnvBody {
+    name: String,
+    value: String,
+    #[serde(default)]
+    hidden: bool,
+}
+object_schema!(
+    /// One TaskEnv variable; a hidden value is sealed at rest and never shown again.
+    open TaskEnvBody as "TaskEnvUpdate" { "name": String, "value": String, "hidden": Optional<bool> }
+);
+
+/// Sets one TaskEnv variable (names and values follow the task env rules).
+pub async fn put_task_env(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
+    let user = caller(&state, &headers).await?;
+    self_or_admin(&user, &name, "manage other users' TaskEnv")?;
+    known_user(&state, &name).await?;
+    let body: TaskEnvBody = json_body(&body, r#"{"name", "value", "hidden"}"#)?;
+    let var = trainyard_core::spec::EnvVar { name: body.name, value: body.value, hidden: body.hidden };
+    let mut report = Report::default();
+    trainyard_core::validate::check_env_list(&mut report, "env", std::slice::from_ref(&var));
+    if !report.is_ok() {
+        return Err(ApiError::Invalid(report));
+    }
+    let value = if var.hidden {
+        // Bound to this user and name: copied into another user's TaskEnv or a task, it does not open.
+        let binding = trainyard_control::secrets::Binding::TaskEnv { user: &name, name: &var.name };
+        state.secrets.seal_value(&var.value, &binding).map_err(|e| ApiError::Internal(e.to_string()))?
+    } else {
+        var.value
+    };
+    let stored = trainyard_store::TaskEnvVar { name: var.name, value, hidden: var.hidden };
+    state.store.put_task_env(&name, &stored).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn delete_task_env(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((name, var)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let user = caller(&state, &headers).await?;
+    self_or_admin(&user, &name, "manage other users' TaskEnv")?;
+    known_user(&state, &name).await?;
+    if state.store.delete_task_env(&name, &var).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFoundWhat(format!("{name} has no TaskEnv variable {var:?}")))
+    }
+}
+
+/// A user's own alarm subscriptions: they apply to every task the user owns.
+pub async fn get_user_alarms(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Items<AlarmSubscription>>> {
+    let user = caller(&state, &headers).await?;
+    self_or_admin(&user, &name, "manage other users' alarm subscriptions")?;
+    known_user(&state, &name).await?;
+    let subs = trainyard_control::alarms::user_subscriptions(&state.store, &name).await?;
+    Ok(Json(subs.into()))
+}
+
+/// Replaces a user's own alarm subscriptions (a JSON list, checked like a task's `advanced.alarms`).
+pub async fn put_user_alarms(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
+    use trainyard_core::decode::{Decode, Decoder};
+    let user = caller(&state, &headers).await?;
+    self_or_admin(&user, &name, "manage other users' alarm subscriptions")?;
+    known_user(&state, &name).await?;
+    let value: Value = json_body(&body, "a JSON list")?;
+    let mut d = Decoder::default();
+    let subs = Vec::<AlarmSubscription>::decode(&value, "alarms", &mut d).unwrap_or_default();
+    let mut report = d.report;
+    if report.is_ok() {
+        trainyard_core::validate::check_alarms(&mut report, "alarms", &subs);
+    }
+    if report.is_ok() {
+        report = webhook_problems(&state, "alarms", &subs).await;
+    }
+    if !report.is_ok() {
+        return Err(ApiError::Invalid(report));
+    }
+    let text = serde_json::to_string(&subs).map_err(|e| ApiError::Internal(e.to_string()))?;
+    state.store.put_setting(&trainyard_control::alarms::user_setting(&name), &text, now_ms()).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,76 @@
+//! What every handler shares ([`AppState`]), wired together, and the server's clock.
+
+use crate::metrics::Metrics;
+use crate::tokens::TokenCache;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::sync::Mutex;
+use trainyard_control::secrets::SecretBox;
+use trainyard_control::{CatalogHandle, Control, QueueBoard};
+use trainyard_core::Catalog;
+use trainyard_runtime::AnyBackend;
+use trainyard_store::Store;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    /// The catalog in force; admins replace it through the API.
+    pub catalog: CatalogHandle,
+    pub secrets: Arc<SecretBox>,
+    /// Queue positions and wait reasons, readable without waiting for the control loop.
+    pub queue: QueueBoard,
+    pub tokens: TokenCache,
+    pub metrics: Arc<Metrics>,
+    pub control: Arc<Mutex<Control<AnyBackend>>>,
+    /// For reading logs (the control loop owns the rest of the backend's conversation).
+    pub backend: AnyBackend,
+    /// Wakes the control loop at once (a task was created, stopped or resubmitted).
+    pub wake: Arc<tokio::sync::Notify>,
+    /// Hands created tasks to the control loop (with their parsed specs) without a store read.
+    pub arrivals: trainyard_control::Arrivals,
+    /// How alarm webhooks are sent (whom https receivers' certificates are checked against).
+    pub webhooks: trainyard_control::alarms::Webhooks,
+    /// The scheduler's view at the last tick (would-admit, fragmentation, quota), without the loop's lock.
+    pub views: trainyard_control::SchedViews,
+}
+
+impl AppState {
+    /// Everything the server needs, wired together: the control loop over `store` and `backend`, sharing
+    /// the catalog, the queue board and the secrets with the API.
+    pub fn new(
+        store: Store,
+        catalog: Catalog,
+        backend: AnyBackend,
+        secrets: SecretBox,
+        config: trainyard_sched::Config,
+    ) -> Self {
+        let handle = CatalogHandle::new(catalog);
+        let control = Control::new(store.clone(), backend.clone(), handle.clone(), config, secrets.clone());
+        AppState {
+            store,
+            catalog: handle,
+            secrets: Arc::new(secrets),
+            queue: control.queue_board(),
+            arrivals: control.arrivals(),
+            views: control.views(),
+            webhooks: trainyard_control::alarms::Webhooks::system(),
+            tokens: Default::default(),
+            metrics: Default::default(),
+            control: Arc::new(Mutex::new(control)),
+            backend,
+            wake: Arc::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState").finish_non_exhaustive()
+    }
+}
+
+/// Now, as Unix time in milliseconds: the one clock the API and the loops it starts read.
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}

@@ -1,0 +1,94 @@
+//! The one way a task enters the system through the API: create and clone both go through [`submit`], which
+//! checks the document, the caller's membership of its project group, catalog entries kept from members
+//! (the `host` image) and its webhooks, then stores it through the control crate and hands it to the loop.
+
+use crate::auth::{may_use_catalog, may_use_group};
+use crate::error::{ApiError, ApiResult};
+use crate::state::{AppState, now_ms};
+use std::borrow::Cow;
+use trainyard_core::spec::AlarmSubscription;
+use trainyard_core::{Report, TrainingTask};
+use trainyard_store::{Created, User};
+
+/// The longest `Idempotency-Key` accepted.
+pub const IDEMPOTENCY_KEY_MAX_BYTES: usize = 255;
+
+/// What a caller asks to create.
+#[derive(Debug)]
+pub enum Draft<'a> {
+    /// A document as the caller sent it (YAML or JSON), with the `Idempotency-Key` if any.
+    Document { body: &'a [u8], idempotency_key: Option<&'a str> },
+    /// A copy of a stored task, already given its project group and the caller's hidden values.
+    Copy(Box<TrainingTask>),
+}
+
+/// A task stored by [`submit`], with the checked document it was made from.
+#[derive(Debug)]
+pub struct Submitted {
+    pub created: Created,
+    pub task: TrainingTask,
+}
+
+/// Checks a draft and stores it as the caller's task. Every check a submission needs is here, in this
+/// order: membership (first for a copy, whose group is known before its document is checked, so a copy into
+/// another group is refused as such rather than for the hidden values it would have to be given), the
+/// document against the catalog, membership of the checked document's group, the catalog's own limits,
+/// the webhooks; then the store, and the control loop is told.
+pub async fn submit(state: &AppState, user: &User, draft: Draft<'_>) -> ApiResult<Submitted> {
+    let (body, idempotency_key) = match &draft {
+        Draft::Document { body, idempotency_key } => {
+            if let Some(key) = idempotency_key {
+                check_idempotency_key(key)?;
+            }
+            (Cow::Borrowed(*body), *idempotency_key)
+        }
+        Draft::Copy(task) => {
+            may_use_group(user, &task.metadata.project_group)?;
+            (Cow::Owned(task.to_json().into_bytes()), None)
+        }
+    };
+    let task = trainyard_control::validate(&state.catalog.get(), &body)?;
+    may_use_group(user, &task.metadata.project_group)?;
+    may_use_catalog(state, user, &task)?;
+    let webhooks = webhook_problems(state, "spec.advanced.alarms", &task.spec.advanced.alarms).await;
+    if !webhooks.is_ok() {
+        return Err(ApiError::Invalid(webhooks));
+    }
+    let created = trainyard_control::store_task(
+        &state.store,
+        &state.secrets,
+        &user.name,
+        &task,
+        &body,
+        idempotency_key,
+        now_ms(),
+    )
+    .await?;
+    if let Created::New(t) = &created {
+        state.arrivals.push(t, &task);
+    }
+    state.wake.notify_one();
+    Ok(Submitted { created, task })
+}
+
+/// An empty key would make every keyless retry of a client "the same request".
+fn check_idempotency_key(key: &str) -> ApiResult<()> {
+    if key.trim().is_empty() || key.len() > IDEMPOTENCY_KEY_MAX_BYTES {
+        return Err(ApiError::BadRequest(format!(
+            "Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_MAX_BYTES} visible characters (a UUID is usual), or left out"
+        )));
+    }
+    Ok(())
+}
+
+/// Webhook destinations the server will not send to (loopback, private, ... unless allowed), as problems at
+/// `base[i].webhook`. For a task's alarms here, and for a user's own subscriptions and `/validate`.
+pub async fn webhook_problems(state: &AppState, base: &str, subs: &[AlarmSubscription]) -> Report {
+    let mut report = Report::default();
+    for (i, sub) in subs.iter().enumerate() {
+        if let Err(why) = state.webhooks.policy().check_url(&sub.webhook).await {
+            report.error(format!("{base}[{i}].webhook"), trainyard_core::Code::RestrictedAddress, why);
+        }
+    }
+    report
+}

@@ -1,0 +1,383 @@
+//! What the API answers with: one serde type per JSON body, each with its schema for the OpenAPI document
+//! (`object_schema!`). Field names and nesting are the API's contract with the CLI, the console and
+//! scripts.
+
+use crate::schema::{ApiSchema, Schemas, object_schema};
+use crate::state::AppState;
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use trainyard_core::Problem;
+use trainyard_core::demand::{Demand, Resources};
+use trainyard_core::lifecycle::Status;
+use trainyard_core::spec::{TaskType, TrainingTask};
+use trainyard_store::TaskRecord;
+
+/// A list answer: `{"items": [...]}`.
+#[derive(Debug, Serialize)]
+pub struct Items<T> {
+    pub items: Vec<T>,
+}
+
+impl<T: ApiSchema> ApiSchema for Items<T> {
+    fn schema(schemas: &mut Schemas) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"items": Vec::<T>::schema(schemas)},
+            "required": ["items"],
+            "additionalProperties": false,
+        })
+    }
+}
+
+impl<T> From<Vec<T>> for Items<T> {
+    fn from(items: Vec<T>) -> Self {
+        Items { items }
+    }
+}
+
+/// A task as the API shows it: the spec with hidden values masked, its queue position while queued.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskView {
+    pub id: String,
+    pub name: String,
+    pub owner: String,
+    pub project_group: String,
+    #[serde(rename = "type")]
+    pub task_type: String,
+    pub status: String,
+    pub public: bool,
+    pub labels: BTreeMap<String, String>,
+    pub attempt: i64,
+    pub retries: i64,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    pub placement: PlacementView,
+    pub queue: Option<QueueView>,
+    /// Null in lists.
+    pub spec: Option<TrainingTask>,
+}
+object_schema!(
+    /// A task: its record, where it runs (placement) or where it waits (queue), and its spec with hidden
+    /// values masked (null in lists).
+    closed TaskView as "Task" {
+        "id": String,
+        "name": String,
+        "owner": String,
+        "projectGroup": String,
+        "type": TaskType,
+        "status": Status,
+        "public": bool,
+        "labels": BTreeMap<String, String>,
+        "attempt": i64,
+        "retries": i64,
+        "createdAtMs": i64,
+        "updatedAtMs": i64,
+        "placement": PlacementView,
+        "queue": Option<QueueView>,
+        "spec": Option<TrainingTask>,
+    }
+);
+
+/// Where a queued task stands, as of the last tick.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueView {
+    pub position: u32,
+    pub position_in_group: u32,
+    pub reason: String,
+}
+object_schema!(
+    /// Where a queued task stands as of the control loop's last tick, and why it waits.
+    closed QueueView as "QueuePosition" { "position": u32, "positionInGroup": u32, "reason": String }
+);
+
+/// The placement the control loop stored with the task (null when there is none), passed on as
+/// stored; its schema is written here, so a change of the stored form fails the OpenAPI test until the
+/// document says so too.
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+pub struct PlacementView(pub Value);
+
+impl ApiSchema for PlacementView {
+    fn schema(schemas: &mut Schemas) -> Value {
+        let resources = Resources::schema(schemas);
+        let placement = crate::schema::named(schemas, "Placement", |schemas| {
+            json!({
+                "type": "object",
+                "description": "Where an attempt runs: the instance-spec option chosen, each replica's node and share, and the units counted against quota as [spec, class, units].",
+                "properties": {
+                    "option": usize::schema(schemas),
+                    "replicas": {"type": "array", "items": {
+                        "type": "object",
+                        "properties": {
+                            "role": {"type": "string", "enum": ["master", "worker", "head"]},
+                            "index": u32::schema(schemas),
+                            "rank": u32::schema(schemas),
+                            "node": {"type": "string"},
+                            "resources": resources,
+                        },
+                        "required": ["role", "index", "rank", "node", "resources"],
+                        "additionalProperties": false,
+                    }},
+                    "units": Vec::<(String, String, u64)>::schema(schemas),
+                },
+                "required": ["option", "replicas", "units"],
+                "additionalProperties": false,
+            })
+        });
+        json!({"anyOf": [placement, {"type": "null"}]})
+    }
+}
+
+/// Which spec a task view shows (always masked).
+pub(crate) enum Spec<'a> {
+    /// None: lists leave it out.
+    Omit,
+    /// The stored one.
+    Stored,
+    /// This one, already at hand.
+    This(&'a TrainingTask),
+}
+
+/// The view of a task.
+pub(crate) fn task_view(state: &AppState, t: &TaskRecord, spec: Spec) -> TaskView {
+    let spec = match spec {
+        Spec::Omit => None,
+        Spec::This(task) => Some(task.masked()),
+        Spec::Stored => trainyard_core::parse(t.spec_json.as_bytes()).0.map(|task| task.masked()),
+    };
+    let queue = if t.status == Status::Queued.as_str() {
+        state.queue.get(&t.id).map(|q| QueueView {
+            position: q.position,
+            position_in_group: q.position_in_group,
+            reason: q.reason.to_string(),
+        })
+    } else {
+        None
+    };
+    TaskView {
+        id: t.id.clone(),
+        name: t.name.clone(),
+        owner: t.owner.clone(),
+        project_group: t.project_group.clone(),
+        task_type: t.task_type.clone(),
+        status: t.status.clone(),
+        public: t.public,
+        labels: t.labels.clone(),
+        attempt: t.attempt,
+        retries: t.retries,
+        created_at_ms: t.created_at_ms,
+        updated_at_ms: t.updated_at_ms,
+        placement: PlacementView(serde_json::from_str(&t.placement).unwrap_or(Value::Null)),
+        queue,
+        spec,
+    }
+}
+
+/// A page of tasks.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskPage {
+    pub items: Vec<TaskView>,
+    /// Where the next page starts; null on the last.
+    pub next_cursor: Option<String>,
+}
+object_schema!(
+    /// A page of tasks (specs left out); `nextCursor` is null on the last page.
+    closed TaskPage as "TaskPage" { "items": Vec<TaskView>, "nextCursor": Option<String> }
+);
+
+/// One event of a task's history.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventView {
+    pub seq: i64,
+    pub attempt: i64,
+    pub at_ms: i64,
+    pub reason: String,
+    pub message: String,
+}
+object_schema!(
+    /// One event of a task's history, with the attempt it belongs to and a stable reason code.
+    closed EventView as "Event" {
+        "seq": i64, "attempt": i64, "atMs": i64, "reason": String, "message": String,
+    }
+);
+
+/// The replicas of one attempt (for choosing a log).
+#[derive(Debug, Serialize)]
+pub struct AttemptReplicas {
+    pub attempt: i64,
+    pub replicas: Vec<ReplicaName>,
+}
+object_schema!(
+    /// The replicas one attempt had, newest attempt first in a list.
+    closed AttemptReplicas as "AttemptReplicas" { "attempt": i64, "replicas": Vec<ReplicaName> }
+);
+
+#[derive(Debug, Serialize)]
+pub struct ReplicaName {
+    pub name: String,
+    pub role: String,
+}
+object_schema!(
+    /// A replica by name (for `logs?replica=NAME`), with its role.
+    closed ReplicaName as "Replica" { "name": String, "role": String }
+);
+
+/// A task's metrics: one series per replica, metric and label set.
+#[derive(Debug, Serialize)]
+pub struct MetricsView {
+    pub attempt: i64,
+    pub series: Vec<Series>,
+}
+object_schema!(
+    /// A task's metrics for one attempt.
+    closed MetricsView as "TaskMetrics" { "attempt": i64, "series": Vec<Series> }
+);
+
+#[derive(Debug, Serialize)]
+pub struct Series {
+    pub replica: String,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    /// `[atMs, value]`, oldest first.
+    pub points: Vec<(u64, f64)>,
+}
+object_schema!(
+    /// One metric of one replica with one label set, as `[atMs, value]` points.
+    closed Series as "MetricSeries" {
+        "replica": String, "name": String, "labels": BTreeMap<String, String>, "points": Vec<(u64, f64)>,
+    }
+);
+
+/// The answer of `/validate`.
+#[derive(Debug, Serialize)]
+pub struct Validation {
+    pub valid: bool,
+    pub problems: Vec<Problem>,
+    /// The demand of each instance-spec option, when the document is valid.
+    pub demand: Option<Vec<Demand>>,
+    pub admission: Option<Admission>,
+    pub fragmentation: Option<Vec<FragmentationView>>,
+    /// The document as the decoder read it (defaults filled in).
+    pub task: Option<TrainingTask>,
+    /// The same, as YAML for an editor.
+    pub yaml: Option<String>,
+}
+object_schema!(
+    /// A task document checked without creating it: every problem; when valid, the demand of each
+    /// instance-spec option, whether it would be admitted now and how free capacity is spread; the document
+    /// as decoded (JSON and YAML).
+    closed Validation as "Validation" {
+        "valid": bool,
+        "problems": Vec<Problem>,
+        "demand": Option<Vec<Demand>>,
+        "admission": Option<Admission>,
+        "fragmentation": Option<Vec<FragmentationView>>,
+        "task": Option<TrainingTask>,
+        "yaml": Option<String>,
+    }
+);
+
+#[derive(Debug, Serialize)]
+pub struct Admission {
+    pub now: bool,
+    pub reason: String,
+}
+object_schema!(
+    /// Whether the scheduler would admit the task now (over the last tick's view), and why not.
+    closed Admission as "Admission" { "now": bool, "reason": String }
+);
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FragmentationView {
+    pub spec: String,
+    pub replicas_fit: u64,
+    pub nodes_with_room: u64,
+    /// How many nodes could take exactly N more units of the spec, by N.
+    pub free_units: BTreeMap<u64, u64>,
+}
+object_schema!(
+    /// How free capacity is spread for one instance spec: replicas that fit, nodes with room, and how many
+    /// nodes could take exactly N more units (by N).
+    closed FragmentationView as "Fragmentation" {
+        "spec": String, "replicasFit": u64, "nodesWithRoom": u64, "freeUnits": BTreeMap<u64, u64>,
+    }
+);
+
+/// A user: name, role and project groups (`whoami`, and a saved user).
+#[derive(Debug, Serialize)]
+pub struct UserView {
+    pub name: String,
+    pub role: String,
+    pub groups: Vec<String>,
+}
+object_schema!(
+    /// A user with their role and project groups.
+    closed UserView as "User" { "name": String, "role": Role, "groups": Vec<String> }
+);
+
+/// A user as admins list them.
+#[derive(Debug, Serialize)]
+pub struct UserEntry {
+    pub name: String,
+    pub role: String,
+    pub groups: Vec<String>,
+    pub disabled: bool,
+}
+object_schema!(
+    /// A user as admins list them (never a token or its hash).
+    closed UserEntry as "UserEntry" { "name": String, "role": Role, "groups": Vec<String>, "disabled": bool }
+);
+
+/// A user's role, for the schema (the store keeps it as a string).
+#[derive(Debug)]
+pub struct Role;
+
+impl ApiSchema for Role {
+    fn schema(_: &mut Schemas) -> Value {
+        json!({"type": "string", "enum": ["admin", "member"]})
+    }
+}
+
+/// A token just made: the only answer that ever holds it.
+#[derive(Debug, Serialize)]
+pub struct NewToken {
+    pub user: String,
+    pub token: String,
+    pub id: String,
+    pub label: String,
+}
+object_schema!(
+    /// A new API token, shown in this answer only; `id` names it for listing and revoking.
+    closed NewToken as "NewToken" { "user": String, "token": String, "id": String, "label": String }
+);
+
+/// A token as listed: never the token.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenEntry {
+    pub id: String,
+    pub label: String,
+    pub created_at_ms: i64,
+}
+object_schema!(
+    /// A token as listed: its id, label and creation time, never the token.
+    closed TokenEntry as "TokenEntry" { "id": String, "label": String, "createdAtMs": i64 }
+);
+
+/// A TaskEnv variable, a hidden value masked.
+#[derive(Debug, Serialize)]
+pub struct EnvEntry {
+    pub name: String,
+    pub value: String,
+    pub hidden: bool,
+}
+object_schema!(
+    /// A TaskEnv variable; a hidden value is shown as its mask.
+    closed EnvEntry as "TaskEnvVariable" { "name": String, "value": String, "hidden": bool }
+);

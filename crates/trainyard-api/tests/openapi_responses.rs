@@ -1,0 +1,525 @@
+//! Every operation of the OpenAPI document, called for real on a server with realistic data (tasks of both
+//! types queued, running, ended and deleted, events, replicas, users, tokens, TaskEnv, alarms, quota, the
+//! catalog): each answer's body must validate against the schema the document gives for its status and
+//! content type, and every operation must have been answered with its success status and an error.
+//!
+//! The validator (`json_schema`) covers the part of JSON Schema the document uses, and refuses any keyword it
+//! does not know, so a schema cannot pass by using something it skips.
+
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+use trainyard_api::openapi::OPERATIONS;
+use trainyard_api::{AppState, new_token, token_hash};
+use trainyard_control::secrets::SecretBox;
+use trainyard_core::Catalog;
+use trainyard_runtime::AnyBackend;
+use trainyard_runtime::fake::{FakeBackend, Script};
+use trainyard_sched::Config;
+use trainyard_store::{Store, User};
+
+const CATALOG: &str = r#"
+regions: {local: {displayName: Local}}
+clusters: {local: {region: local}}
+pools: {default: {cluster: local, instanceSpecs: [cpu.small]}}
+instanceSpecs: {cpu.small: {kind: CPU, vcpus: 1, memoryMib: 1024}}
+nodes: {node-0: {pool: default, vcpus: 16, memoryMib: 65536}}
+projectGroups: {nlp: {displayName: Language}, cv: {}}
+images: {host: {torch: true, ray: true, projectGroups: [nlp, cv]}, cv-only: {projectGroups: [cv]}}
+volumes: {ckpt: {projectGroups: [nlp]}, shared: {multiPodReadWrite: true}}
+datasets: {alpaca: {projectGroups: [cv]}}
+models: {llama: {path: /srv/models/llama}}
+labels: {validation: false, maintained: {team: [search, vision]}}
+quotas:
+  - {group: nlp, resourceType: Reserved, pool: default, spec: cpu.small, units: 8}
+  - {group: cv, resourceType: Reserved, pool: default, spec: cpu.small, units: 8}
+"#;
+
+mod json_schema;
+use json_schema::Validator;
+
+// ---------------------------------------------------------------------------------------------------------
+// The server and the calls.
+
+struct Server {
+    base: String,
+    fake: FakeBackend,
+    tokens: BTreeMap<&'static str, String>,
+    _rt: tokio::runtime::Runtime,
+}
+
+fn server() -> Server {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let dir = std::env::temp_dir().join(format!(
+        "trainyard-openapi-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}", dir.join("t.db").display());
+    // Tasks run for a minute unless scripted otherwise, so some are seen running, with a placement.
+    let fake = FakeBackend::new(Script { start_ms: 50, run_ms: 60_000, ..Script::default() });
+    let (base, tokens) = rt.block_on(async {
+        let store = Store::connect(&url).await.unwrap();
+        let mut tokens = BTreeMap::new();
+        for (name, role, groups) in [
+            ("alice", "member", vec!["nlp"]),
+            ("bob", "member", vec!["nlp"]),
+            ("carol", "member", vec!["cv"]),
+            ("root", "admin", vec![]),
+        ] {
+            let groups = groups.iter().map(|g| g.to_string()).collect();
+            store.put_user(&User { name: name.into(), role: role.into(), groups }, 0).await.unwrap();
+            let token = new_token().unwrap();
+            store.add_token(&token_hash(&token), name, "test", 0).await.unwrap();
+            tokens.insert(name, token);
+        }
+        let catalog = Catalog::from_yaml(CATALOG).unwrap();
+        let secrets = SecretBox::generate().unwrap();
+        let state = AppState::new(store, catalog, AnyBackend::Fake(fake.clone()), secrets, Config::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(trainyard_api::serve(listener, state));
+        (base, tokens)
+    });
+    Server { base, fake, tokens, _rt: rt }
+}
+
+/// One answer as it came.
+struct Answer {
+    status: u16,
+    content_type: String,
+    text: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text))
+    }
+}
+
+/// Calls the server and checks every answer against the document.
+struct Checker {
+    server: Server,
+    doc: Value,
+    agent: ureq::Agent,
+    /// (method, path template) -> statuses seen.
+    seen: BTreeMap<(String, String), BTreeSet<u16>>,
+}
+
+impl Checker {
+    fn new() -> Checker {
+        let server = server();
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build()
+            .into();
+        let text = agent
+            .get(&format!("{}/api/openapi.json", server.base))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap();
+        let doc: Value = serde_json::from_str(&text).unwrap();
+        Checker { server, doc, agent, seen: BTreeMap::new() }
+    }
+
+    fn raw(&self, method: &str, who: &str, path: &str, body: Option<&str>, key: Option<&str>) -> Answer {
+        let url = format!("{}{path}", self.server.base);
+        let token = self.server.tokens.get(who).map_or(who, |t| t.as_str());
+        let auth = format!("Bearer {token}");
+        let a = &self.agent;
+        let mut resp = match (method, body) {
+            ("get", _) => a.get(&url).header("Authorization", &auth).call(),
+            ("delete", _) => a.delete(&url).header("Authorization", &auth).call(),
+            ("put", b) => a.put(&url).header("Authorization", &auth).send(b.unwrap_or("").as_bytes()),
+            ("post", None) => a.post(&url).header("Authorization", &auth).send_empty(),
+            (_, b) => {
+                let mut req = a.post(&url).header("Authorization", &auth);
+                if let Some(k) = key {
+                    req = req.header("Idempotency-Key", k);
+                }
+                req.send(b.unwrap_or("").as_bytes())
+            }
+        }
+        .unwrap();
+        let status = resp.status().as_u16();
+        let content_type =
+            resp.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+        Answer { status, content_type, text: resp.body_mut().read_to_string().unwrap() }
+    }
+
+    /// Calls `op` (`"get /api/v1/tasks/{id}"`) on `path` as `who`, checks the answer against the document
+    /// (its status must be documented, its body valid for the content type) and returns it.
+    fn call(&mut self, op: &str, path: &str, who: &str, body: Option<&str>) -> Answer {
+        self.call_keyed(op, path, who, body, None)
+    }
+
+    fn call_keyed(
+        &mut self,
+        op: &str,
+        path: &str,
+        who: &str,
+        body: Option<&str>,
+        key: Option<&str>,
+    ) -> Answer {
+        let (method, template) = op.split_once(' ').unwrap();
+        let answer = self.raw(method, who, path, body, key);
+        let documented = &self.doc["paths"][template][method];
+        assert!(documented.is_object(), "{op} is not in the document");
+        let response = &documented["responses"][answer.status.to_string()];
+        assert!(
+            response.is_object(),
+            "{op} answered {} ({}), which the document does not list: {}",
+            answer.status,
+            path,
+            answer.text
+        );
+        let media = answer.content_type.split(';').next().unwrap_or("").trim().to_owned();
+        match response.get("content") {
+            None => assert!(
+                answer.text.is_empty(),
+                "{op} {}: the document says no body: {}",
+                answer.status,
+                answer.text
+            ),
+            Some(content) => {
+                let schema = &content[&media]["schema"];
+                assert!(
+                    schema.is_object(),
+                    "{op} {}: content type {media:?} is not documented",
+                    answer.status
+                );
+                let value =
+                    if media.ends_with("json") { answer.json() } else { Value::String(answer.text.clone()) };
+                let errors = Validator { doc: &self.doc }.errors(schema, &value, "$");
+                assert!(
+                    errors.is_empty(),
+                    "{op} {} ({path}): the body breaks its schema:\n{}\n{value:#}",
+                    answer.status,
+                    errors.join("\n")
+                );
+            }
+        }
+        self.seen.entry((method.to_owned(), template.to_owned())).or_default().insert(answer.status);
+        answer
+    }
+
+    /// Calls until `done` holds of the answer (the control loop moves things on its own time).
+    fn until(&mut self, op: &str, path: &str, who: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let v = self.call(op, path, who, None).json();
+            if done(&v) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "{op} {path} never got there: {v}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn task(prefix: &str, group: &str, kind: &str, extra_env: &str) -> String {
+    format!(
+        r#"apiVersion: trainyard.dev/v1
+kind: TrainingTask
+metadata: {{namePrefix: {prefix}, projectGroup: {group}, public: true, labels: {{team: search}}, description: "a test"}}
+spec:
+  type: {kind}
+  placement: {{region: local, cluster: local}}
+  environment:
+    image: host
+    cmd: python3 train.py
+    env: [{{name: LR, value: "3e-4"}}{extra_env}]
+  compute: {{resourceType: Reserved, pool: default, workers: 1, instanceSpecs: [{{spec: cpu.small}}]}}
+  advanced:
+    faultTolerance: {{enabled: true, maxResubmissions: 1}}
+    alarms: [{{events: [failed], webhook: "https://93.184.215.14/hook"}}]
+"#
+    )
+}
+
+fn id(v: &Value) -> String {
+    v["id"].as_str().unwrap().to_owned()
+}
+
+const TASKS: &str = "post /api/v1/tasks";
+const TASK: &str = "get /api/v1/tasks/{id}";
+
+#[test]
+fn every_answer_matches_its_documented_schema() {
+    let mut c = Checker::new();
+    let hidden = r#", {name: API_KEY, value: "alice-secret", hidden: true}"#;
+
+    // The cluster first: a cordoned node keeps new tasks queued, with a position and a reason.
+    c.call("get /api/v1/catalog", "/api/v1/catalog", "alice", None);
+    let node = "put /api/v1/admin/nodes/{name}";
+    assert_eq!(
+        c.call(node, "/api/v1/admin/nodes/node-0", "root", Some(r#"{"schedulable": false}"#)).status,
+        204
+    );
+    assert_eq!(
+        c.call(node, "/api/v1/admin/nodes/nope", "root", Some(r#"{"schedulable": true}"#)).status,
+        404
+    );
+    assert_eq!(c.call(node, "/api/v1/admin/nodes/node-0", "root", Some("{}")).status, 400);
+    assert_eq!(c.call(node, "/api/v1/admin/nodes/node-0", "alice", Some("{}")).status, 403);
+
+    // Tasks of both types, a replayed create, and refusals.
+    let body = task("torch", "nlp", "PyTorchJob", hidden);
+    let torch = c.call_keyed(TASKS, "/api/v1/tasks", "alice", Some(&body), Some("k-1"));
+    assert_eq!(torch.status, 201, "{}", torch.text);
+    let torch = id(&torch.json());
+    assert_eq!(c.call_keyed(TASKS, "/api/v1/tasks", "alice", Some(&body), Some("k-1")).status, 200);
+    assert_eq!(
+        c.call_keyed(TASKS, "/api/v1/tasks", "alice", Some(&task("x", "nlp", "PyTorchJob", "")), Some("k-1"))
+            .status,
+        409
+    );
+    assert_eq!(c.call_keyed(TASKS, "/api/v1/tasks", "alice", Some(&body), Some(" ")).status, 400);
+    assert_eq!(c.call(TASKS, "/api/v1/tasks", "alice", Some("spec: {}")).status, 422);
+    assert_eq!(c.call(TASKS, "/api/v1/tasks", "carol", Some(&body)).status, 403);
+    let ray = c.call(TASKS, "/api/v1/tasks", "alice", Some(&task("ray", "nlp", "RayJob", "")));
+    assert_eq!(ray.status, 201, "{}", ray.text);
+    let ray = id(&ray.json());
+    let short =
+        id(&c.call(TASKS, "/api/v1/tasks", "bob", Some(&task("short", "nlp", "PyTorchJob", ""))).json());
+    let doomed =
+        id(&c.call(TASKS, "/api/v1/tasks", "carol", Some(&task("doomed", "cv", "RayJob", ""))).json());
+    c.server.fake.script(&short, vec![Script { start_ms: 0, run_ms: 50, ..Script::default() }]);
+    let queued = c.until(TASK, &format!("/api/v1/tasks/{torch}"), "alice", |t| t["queue"].is_object());
+    assert!(queued["queue"]["reason"].as_str().unwrap().contains("no schedulable"), "{queued}");
+
+    // Checked without creating: valid (demand, admission, fragmentation), and not.
+    let validate = "post /api/v1/validate";
+    let v = c.call(validate, "/api/v1/validate", "alice", Some(&task("v", "nlp", "RayJob", ""))).json();
+    assert!(v["valid"] == true && v["demand"].is_array() && v["fragmentation"].is_array(), "{v}");
+    let v = c.call(validate, "/api/v1/validate", "alice", Some(&task("v", "cv", "PyTorchJob", ""))).json();
+    assert_eq!(v["admission"]["now"], false, "{v}");
+    let v = c.call(validate, "/api/v1/validate", "alice", Some("kind: [")).json();
+    assert!(v["valid"] == false && v["task"].is_null(), "{v}");
+    assert_eq!(c.call(validate, "/api/v1/validate", "nobody", Some("{}")).status, 401);
+
+    // Uncordoned: they run (placement), one ends, and the ended one is resubmitted.
+    c.call(node, "/api/v1/admin/nodes/node-0", "root", Some(r#"{"schedulable": true}"#));
+    let running = c.until(TASK, &format!("/api/v1/tasks/{ray}"), "alice", |t| t["status"] == "Running");
+    assert!(running["placement"]["replicas"].is_array(), "{running}");
+    c.until(TASK, &format!("/api/v1/tasks/{torch}"), "alice", |t| t["status"] == "Running");
+    c.until(TASK, &format!("/api/v1/tasks/{short}"), "bob", |t| t["status"] == "Succeeded");
+    assert_eq!(c.call(TASK, "/api/v1/tasks/nope", "alice", None).status, 404);
+    assert_eq!(c.call(TASK, &format!("/api/v1/tasks/{torch}"), "nobody", None).status, 401);
+    let resubmit = "post /api/v1/tasks/{id}/resubmit";
+    assert_eq!(c.call(resubmit, &format!("/api/v1/tasks/{short}/resubmit"), "bob", None).status, 200);
+    assert_eq!(c.call(resubmit, &format!("/api/v1/tasks/{ray}/resubmit"), "alice", None).status, 409);
+    assert_eq!(c.call(resubmit, &format!("/api/v1/tasks/{ray}/resubmit"), "carol", None).status, 404);
+
+    // Lists and what a task tells.
+    let list = "get /api/v1/tasks";
+    c.call(list, "/api/v1/tasks?sort=name", "alice", None);
+    let page = c.call(list, "/api/v1/tasks?limit=2", "alice", None).json();
+    let cursor = page["nextCursor"].as_str().expect("more than one page").to_owned();
+    c.call(list, &format!("/api/v1/tasks?cursor={cursor}"), "alice", None);
+    c.call(list, "/api/v1/tasks?status=Running&type=RayJob&labels=team=search&q=ray", "root", None);
+    assert_eq!(c.call(list, "/api/v1/tasks?sort=sideways", "alice", None).status, 400);
+    assert_eq!(c.call(list, "/api/v1/tasks?limit=many", "alice", None).status, 400);
+    let events = "get /api/v1/tasks/{id}/events";
+    let ev = c.call(events, &format!("/api/v1/tasks/{short}/events"), "bob", None).json();
+    assert!(ev["items"].as_array().unwrap().len() >= 4, "{ev}");
+    c.call(events, &format!("/api/v1/tasks/{short}/events?after=2"), "bob", None);
+    assert_eq!(c.call(events, "/api/v1/tasks/nope/events", "bob", None).status, 404);
+    assert_eq!(c.call(events, &format!("/api/v1/tasks/{short}/events?after=soon"), "bob", None).status, 400);
+    let logs = "get /api/v1/tasks/{id}/logs";
+    let replicas = c.call(logs, &format!("/api/v1/tasks/{ray}/logs"), "alice", None).json();
+    let replica =
+        replicas["items"][0]["replicas"][0]["name"].as_str().expect("the ray task's replicas").to_owned();
+    // The fake backend keeps no logs: a replica's log is a 404 that names it.
+    let missing = c.call(logs, &format!("/api/v1/tasks/{ray}/logs?replica={replica}"), "alice", None);
+    assert_eq!(missing.status, 404);
+    assert_eq!(c.call(logs, &format!("/api/v1/tasks/{ray}/logs?offset=x"), "alice", None).status, 400);
+    let metrics = "get /api/v1/tasks/{id}/metrics";
+    c.call(metrics, &format!("/api/v1/tasks/{ray}/metrics?since=0&name=trainyard_cpu"), "alice", None);
+    assert_eq!(c.call(metrics, "/api/v1/tasks/nope/metrics", "alice", None).status, 404);
+
+    // Sharing and cloning (the hidden value must be given again).
+    let shares = "post /api/v1/tasks/{id}/shares";
+    let share = |user: &str, operate: bool| format!(r#"{{"user": "{user}", "operate": {operate}}}"#);
+    assert_eq!(
+        c.call(shares, &format!("/api/v1/tasks/{torch}/shares"), "alice", Some(&share("carol", true))).status,
+        204
+    );
+    assert_eq!(
+        c.call(shares, &format!("/api/v1/tasks/{torch}/shares"), "alice", Some(r#"{"operate": 1}"#)).status,
+        400
+    );
+    assert_eq!(
+        c.call(shares, &format!("/api/v1/tasks/{torch}/shares"), "bob", Some(&share("carol", false))).status,
+        403
+    );
+    let clone = "post /api/v1/tasks/{id}/clone";
+    let path = format!("/api/v1/tasks/{torch}/clone");
+    assert_eq!(c.call(clone, &path, "carol", None).status, 403, "into nlp, not hers");
+    assert_eq!(c.call(clone, &path, "carol", Some(r#"{"projectGroup": "cv"}"#)).status, 422);
+    let copy =
+        c.call(clone, &path, "carol", Some(r#"{"projectGroup": "cv", "hiddenValues": {"API_KEY": "c"}}"#));
+    assert_eq!(copy.status, 201, "{}", copy.text);
+    assert_eq!(c.call(clone, "/api/v1/tasks/nope/clone", "carol", None).status, 404);
+
+    // Stop and delete.
+    let stop = "post /api/v1/tasks/{id}/stop";
+    assert_eq!(c.call(stop, &format!("/api/v1/tasks/{torch}/stop"), "alice", None).status, 200);
+    c.until(TASK, &format!("/api/v1/tasks/{torch}"), "alice", |t| t["status"] == "Stopped");
+    assert_eq!(c.call(stop, &format!("/api/v1/tasks/{torch}/stop"), "alice", None).status, 409);
+    assert_eq!(c.call(stop, &format!("/api/v1/tasks/{ray}/stop"), "bob", None).status, 403);
+    let delete = "delete /api/v1/tasks/{id}";
+    assert_eq!(c.call(delete, &format!("/api/v1/tasks/{doomed}"), "carol", None).status, 204);
+    assert_eq!(c.call(delete, "/api/v1/tasks/nope", "carol", None).status, 404);
+    assert_eq!(c.call(delete, &format!("/api/v1/tasks/{ray}"), "carol", None).status, 404, "not hers to see");
+
+    // Quota, the catalog replaced.
+    let quota = c.call("get /api/v1/quota", "/api/v1/quota", "root", None).json();
+    assert_eq!(quota["items"].as_array().unwrap().len(), 2, "{quota}");
+    c.call("get /api/v1/quota", "/api/v1/quota", "alice", None);
+    assert_eq!(c.call("get /api/v1/quota", "/api/v1/quota", "nobody", None).status, 401);
+    let put_catalog = "put /api/v1/admin/catalog";
+    assert_eq!(c.call(put_catalog, "/api/v1/admin/catalog", "root", Some(CATALOG)).status, 200);
+    assert_eq!(c.call(put_catalog, "/api/v1/admin/catalog", "root", Some("regions: 3")).status, 400);
+    assert_eq!(c.call(put_catalog, "/api/v1/admin/catalog", "alice", Some(CATALOG)).status, 403);
+    c.call("get /api/v1/catalog", "/api/v1/catalog", "nobody", None);
+
+    // Users, tokens, accounts.
+    c.call("get /api/v1/whoami", "/api/v1/whoami", "alice", None);
+    c.call("get /api/v1/whoami", "/api/v1/whoami", "nobody", None);
+    let users = "post /api/v1/admin/users";
+    let erin = r#"{"name": "erin", "role": "member", "groups": ["cv"]}"#;
+    assert_eq!(c.call(users, "/api/v1/admin/users", "root", Some(erin)).status, 200);
+    assert_eq!(
+        c.call(users, "/api/v1/admin/users", "root", Some(r#"{"name": "x", "role": "boss"}"#)).status,
+        400
+    );
+    assert_eq!(c.call(users, "/api/v1/admin/users", "alice", Some(erin)).status, 403);
+    c.call("get /api/v1/admin/users", "/api/v1/admin/users", "root", None);
+    c.call("get /api/v1/admin/users", "/api/v1/admin/users", "alice", None);
+    let tokens = "post /api/v1/users/{name}/tokens";
+    let made = c.call(tokens, "/api/v1/users/erin/tokens", "root", Some(r#"{"label": "laptop"}"#));
+    assert_eq!(made.status, 201);
+    let token_id = made.json()["id"].as_str().unwrap().to_owned();
+    assert_eq!(c.call(tokens, "/api/v1/users/alice/tokens", "alice", None).status, 201, "no body: no label");
+    assert_eq!(c.call(tokens, "/api/v1/users/ghost/tokens", "root", None).status, 404);
+    assert_eq!(c.call(tokens, "/api/v1/users/erin/tokens", "alice", None).status, 403);
+    let list_tokens = "get /api/v1/users/{name}/tokens";
+    c.call(list_tokens, "/api/v1/users/erin/tokens", "root", None);
+    assert_eq!(c.call(list_tokens, "/api/v1/users/ghost/tokens", "root", None).status, 404);
+    let revoke = "delete /api/v1/users/{name}/tokens/{token}";
+    assert_eq!(c.call(revoke, &format!("/api/v1/users/erin/tokens/{token_id}"), "root", None).status, 204);
+    assert_eq!(c.call(revoke, &format!("/api/v1/users/erin/tokens/{token_id}"), "root", None).status, 404);
+    let disable = "post /api/v1/admin/users/{name}/disable";
+    let enable = "post /api/v1/admin/users/{name}/enable";
+    assert_eq!(c.call(disable, "/api/v1/admin/users/bob/disable", "root", None).status, 204);
+    assert_eq!(c.call("get /api/v1/whoami", "/api/v1/whoami", "bob", None).status, 403, "disabled");
+    assert_eq!(c.call(disable, "/api/v1/admin/users/root/disable", "root", None).status, 409);
+    assert_eq!(c.call(disable, "/api/v1/admin/users/ghost/disable", "root", None).status, 404);
+    assert_eq!(c.call(enable, "/api/v1/admin/users/bob/enable", "root", None).status, 204);
+    assert_eq!(c.call(enable, "/api/v1/admin/users/ghost/enable", "root", None).status, 404);
+
+    // TaskEnv and alarms.
+    let put_env = "put /api/v1/users/{name}/env";
+    assert_eq!(
+        c.call(
+            put_env,
+            "/api/v1/users/alice/env",
+            "alice",
+            Some(r#"{"name": "WANDB", "value": "k", "hidden": true}"#)
+        )
+        .status,
+        204
+    );
+    assert_eq!(
+        c.call(
+            put_env,
+            "/api/v1/users/alice/env",
+            "alice",
+            Some(r#"{"name": "HF_HOME", "value": "/mnt/hf"}"#)
+        )
+        .status,
+        204
+    );
+    assert_eq!(
+        c.call(put_env, "/api/v1/users/alice/env", "alice", Some(r#"{"name": "BAD NAME", "value": "x"}"#))
+            .status,
+        422
+    );
+    assert_eq!(c.call(put_env, "/api/v1/users/alice/env", "alice", Some(r#"{"value": "x"}"#)).status, 400);
+    assert_eq!(
+        c.call(put_env, "/api/v1/users/ghost/env", "root", Some(r#"{"name": "X", "value": "x"}"#)).status,
+        404
+    );
+    let env = c.call("get /api/v1/users/{name}/env", "/api/v1/users/alice/env", "alice", None).json();
+    assert_eq!(env["items"].as_array().unwrap().len(), 2, "{env}");
+    assert_eq!(c.call("get /api/v1/users/{name}/env", "/api/v1/users/alice/env", "bob", None).status, 403);
+    let del_env = "delete /api/v1/users/{name}/env/{var}";
+    assert_eq!(c.call(del_env, "/api/v1/users/alice/env/HF_HOME", "alice", None).status, 204);
+    assert_eq!(c.call(del_env, "/api/v1/users/alice/env/HF_HOME", "alice", None).status, 404);
+    let put_alarms = "put /api/v1/users/{name}/alarms";
+    let subs = r#"[{"events": ["succeeded", "queuedTooLong"], "webhook": "https://93.184.215.14/h", "queuedThresholdSeconds": 60}, {"events": ["failed"], "webhook": "https://93.184.215.14/f"}]"#;
+    assert_eq!(c.call(put_alarms, "/api/v1/users/alice/alarms", "alice", Some(subs)).status, 204);
+    assert_eq!(
+        c.call(
+            put_alarms,
+            "/api/v1/users/alice/alarms",
+            "alice",
+            Some(r#"[{"events": ["failed"], "webhook": "ftp://x"}]"#)
+        )
+        .status,
+        422
+    );
+    assert_eq!(c.call(put_alarms, "/api/v1/users/alice/alarms", "alice", Some("{")).status, 400);
+    let alarms =
+        c.call("get /api/v1/users/{name}/alarms", "/api/v1/users/alice/alarms", "alice", None).json();
+    assert_eq!(alarms["items"].as_array().unwrap().len(), 2, "{alarms}");
+    assert_eq!(
+        c.call("get /api/v1/users/{name}/alarms", "/api/v1/users/ghost/alarms", "root", None).status,
+        404
+    );
+
+    // The server's own.
+    assert_eq!(c.call("get /metrics", "/metrics", "root", None).status, 200);
+    assert_eq!(c.call("get /metrics", "/metrics", "alice", None).status, 403);
+    assert_eq!(c.call("get /healthz", "/healthz", "nobody", None).status, 200);
+
+    // Every operation answered with its success status, and every one but /healthz with an error too.
+    let mut missing = Vec::new();
+    for op in OPERATIONS {
+        let seen = c.seen.get(&(op.method.to_owned(), op.path.to_owned())).cloned().unwrap_or_default();
+        if !seen.contains(&op.ok) {
+            missing.push(format!("{} {} never answered {}", op.method, op.path, op.ok));
+        }
+        if op.path != "/healthz" && !seen.iter().any(|s| *s >= 400) {
+            missing.push(format!("{} {} never answered an error", op.method, op.path));
+        }
+    }
+    assert!(missing.is_empty(), "not exercised:\n{}", missing.join("\n"));
+}
+
+/// The fake backend keeps no metrics, so a series is checked as the handler builds it, against the same
+/// document.
+#[test]
+fn a_metric_series_matches_its_schema() {
+    use trainyard_api::views::{MetricsView, Series};
+    let doc = trainyard_api::openapi::document();
+    let view = MetricsView {
+        attempt: 1,
+        series: vec![Series {
+            replica: "t-master-0".into(),
+            name: "trainyard_cpu_percent".into(),
+            labels: [("gpu".to_owned(), "0".to_owned())].into(),
+            points: vec![(1_700_000_000_000, 12.5), (1_700_000_001_000, 3.0)],
+        }],
+    };
+    let value = serde_json::to_value(&view).unwrap();
+    let schema = &doc["paths"]["/api/v1/tasks/{id}/metrics"]["get"]["responses"]["200"]["content"]["application/json"]
+        ["schema"];
+    let errors = Validator { doc: &doc }.errors(schema, &value, "$");
+    assert!(errors.is_empty(), "{errors:?}\n{value:#}");
+}
