@@ -27,8 +27,9 @@ pub struct AppState {
     pub backend: AnyBackend,
     /// Wakes the control loop at once (a task was created, stopped or resubmitted).
     pub wake: Arc<tokio::sync::Notify>,
-    /// Hands created tasks to the control loop (with their parsed specs) without a store read.
-    pub arrivals: trainyard_control::Arrivals,
+    /// The one way tasks enter the store: sealed, stored and handed to the control loop (with their parsed
+    /// specs) without a store read.
+    pub submitter: trainyard_control::Submitter,
     /// How alarm webhooks are sent (whom https receivers' certificates are checked against).
     pub webhooks: trainyard_control::alarms::Webhooks,
     /// The scheduler's view at the last tick (would-admit, fragmentation, quota), without the loop's lock.
@@ -52,7 +53,7 @@ impl AppState {
             catalog: handle,
             secrets: Arc::new(secrets),
             queue: control.queue_board(),
-            arrivals: control.arrivals(),
+            submitter: control.submitter(),
             views: control.views(),
             webhooks: trainyard_control::alarms::Webhooks::system(),
             tokens: Default::default(),

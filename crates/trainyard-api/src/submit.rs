@@ -47,26 +47,14 @@ pub async fn submit(state: &AppState, user: &User, draft: Draft<'_>) -> ApiResul
             (Cow::Owned(task.to_json().into_bytes()), None)
         }
     };
-    let task = trainyard_control::validate(&state.catalog.get(), &body)?;
+    let task = state.submitter.validate(&body)?;
     may_use_group(user, &task.metadata.project_group)?;
     may_use_catalog(state, user, &task)?;
     let webhooks = webhook_problems(state, "spec.advanced.alarms", &task.spec.advanced.alarms).await;
     if !webhooks.is_ok() {
         return Err(ApiError::Invalid(webhooks));
     }
-    let created = trainyard_control::store_task(
-        &state.store,
-        &state.secrets,
-        &user.name,
-        &task,
-        &body,
-        idempotency_key,
-        now_ms(),
-    )
-    .await?;
-    if let Created::New(t) = &created {
-        state.arrivals.push(t, &task);
-    }
+    let created = state.submitter.submit(&user.name, &task, &body, idempotency_key, now_ms()).await?;
     state.wake.notify_one();
     Ok(Submitted { created, task })
 }

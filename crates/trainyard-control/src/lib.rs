@@ -42,7 +42,7 @@ mod views;
 pub use error::{CommandError, SubmitError};
 pub use handles::{Arrivals, CatalogHandle, QueueBoard, QueueInfo, SnapshotBoard};
 pub use report::TickReport;
-pub use submit::{Submitter, store_task, validate};
+pub use submit::{Submitter, validate};
 pub use views::{QuotaLine, SchedViews};
 
 use active::{ActiveKey, Entry, SpecInterner};

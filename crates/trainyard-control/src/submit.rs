@@ -21,7 +21,7 @@ pub fn validate(catalog: &Catalog, body: &[u8]) -> Result<TrainingTask, SubmitEr
 }
 
 /// Queues a validated task: its hidden values sealed, a unique name, an idempotency key when given.
-pub async fn store_task(
+pub(crate) async fn store_task(
     store: &Store,
     secrets: &SecretBox,
     owner: &str,
