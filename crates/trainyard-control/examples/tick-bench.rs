@@ -130,6 +130,7 @@ async fn main() {
     };
     let arrivals_handle = control.arrivals();
     let mut stream = Vec::new();
+    let mut phases: Vec<trainyard_control::Phases> = Vec::new();
     let mut owed = 0.0;
     let mut last = Instant::now();
     let run_for = Duration::from_secs(10);
@@ -148,8 +149,9 @@ async fn main() {
             arrivals_handle.push(&record, &task);
         }
         let t = Instant::now();
-        control.tick(now_ms()).await.unwrap();
+        let r = control.tick(now_ms()).await.unwrap();
         stream.push(t.elapsed());
+        phases.push(r.phases);
     }
     let mut sorted = stream.clone();
     sorted.sort();
@@ -161,6 +163,19 @@ async fn main() {
         ms(sorted[sorted.len() - 1]),
         sorted.len(),
         k,
+    );
+    let mean = |f: fn(&trainyard_control::Phases) -> u32| {
+        phases.iter().map(|p| f64::from(f(p))).sum::<f64>() / phases.len() as f64 / 1e3
+    };
+    println!(
+        "    mean per tick: observe {:.2} ms, sync {:.2}, snapshot {:.2}, schedule {:.2}, commit {:.2}, alarms {:.2}, reconcile {:.2}",
+        mean(|p| p.observe_us),
+        mean(|p| p.sync_us),
+        mean(|p| p.snapshot_us),
+        mean(|p| p.schedule_us),
+        mean(|p| p.commit_us),
+        mean(|p| p.alarms_us),
+        mean(|p| p.reconcile_us),
     );
     let info = control.queue_info(&format!("{:016x}", k - 1));
     println!("    (the last arrival waits at {:?})", info.map(|q| (q.position, q.reason)));

@@ -41,6 +41,13 @@ impl SpecInterner {
 }
 
 /// Where a task sits in [`Control::active`]: queue order (submission time, then id).
+impl Entry {
+    /// The spec, for entries that have it (the loop passes on only those).
+    pub(crate) fn spec(&self) -> &Arc<TrainingTask> {
+        self.spec.as_ref().expect("only entries with a spec are planned")
+    }
+}
+
 pub(crate) type ActiveKey = (i64, String);
 
 pub(crate) fn active_key(t: &TaskRecord) -> ActiveKey {

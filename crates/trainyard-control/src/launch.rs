@@ -1,11 +1,11 @@
 //! Admissions committed and launched: what a backend is given to run an attempt.
 
+use crate::active::Entry;
 use crate::error::CommandError;
 use crate::place::Placement;
 use crate::policy::Step;
 use crate::report::TickReport;
 use crate::{Control, secrets};
-use std::sync::Arc;
 use trainyard_core::lifecycle::{Reason, Status};
 use trainyard_runtime::{AttemptKey, Backend, LaunchSpec};
 use trainyard_store::{StoreError, TaskRecord};
@@ -15,7 +15,7 @@ impl<B: Backend> Control<B> {
     /// all in one transaction, then launches them. A task changed meanwhile is left for the next tick.
     pub(crate) async fn admit(
         &mut self,
-        tasks: &[Arc<TaskRecord>],
+        tasks: &[&Entry],
         admits: Vec<(usize, Placement)>,
         now_ms: i64,
         report: &mut TickReport,
@@ -26,7 +26,7 @@ impl<B: Backend> Control<B> {
         let chains: Vec<(&TaskRecord, Vec<Step>)> = admits
             .iter()
             .map(|(i, placement)| {
-                let t = &*tasks[*i];
+                let t = &*tasks[*i].record;
                 let json = serde_json::to_string(placement).expect("a placement always serialises");
                 let nodes: Vec<&str> = placement.replicas.iter().map(|r| r.node.as_str()).collect();
                 let message = format!("on {} with {}", nodes.join(", "), placement.spec_summary());

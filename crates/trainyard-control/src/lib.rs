@@ -41,7 +41,7 @@ mod views;
 
 pub use error::{CommandError, SubmitError};
 pub use handles::{Arrivals, CatalogHandle, QueueBoard, QueueInfo, SnapshotBoard};
-pub use report::TickReport;
+pub use report::{Phases, TickReport};
 pub use submit::{Submitter, validate};
 pub use views::{QuotaLine, SchedViews};
 

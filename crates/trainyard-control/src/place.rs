@@ -1,6 +1,7 @@
 //! Between the store's tasks and the scheduler's snapshot: building the snapshot from the catalog and the
 //! active tasks, and turning an admission into the placement stored with the task and handed to backends.
 
+use crate::active::Entry;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,7 +10,6 @@ use trainyard_core::demand::Resources;
 use trainyard_core::spec::{TaskType, TrainingTask};
 use trainyard_runtime::ReplicaPlan;
 use trainyard_sched::*;
-use trainyard_store::TaskRecord;
 
 /// Where an attempt runs, stored with the task while it holds resources.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,8 +84,8 @@ pub struct Index {
 pub const SCALE_UP_BIT: u64 = 1 << 40;
 
 impl Index {
-    pub fn name_of(&self, tasks: &[Arc<TaskRecord>], id: AttemptId) -> String {
-        tasks.get((id.0 & !SCALE_UP_BIT) as usize).map_or_else(|| format!("{id:?}"), |t| t.name.clone())
+    pub fn name_of(&self, entries: &[&Entry], id: AttemptId) -> String {
+        entries.get((id.0 & !SCALE_UP_BIT) as usize).map_or_else(|| format!("{id:?}"), |e| e.name.to_string())
     }
 }
 
@@ -172,9 +172,7 @@ impl OptionsCache {
 #[allow(clippy::too_many_arguments)]
 pub fn snapshot_for(
     catalog: &Arc<Catalog>,
-    tasks: &[Arc<TaskRecord>],
-    parsed: &[Arc<TrainingTask>],
-    names: &[Arc<str>],
+    entries: &[&Entry],
     cache: &mut OptionsCache,
     nominated: &BTreeMap<String, Vec<String>>,
     scale_wants: &BTreeMap<String, u32>,
@@ -203,7 +201,8 @@ pub fn snapshot_for(
         }
     }
     let mut index = Index::default();
-    for (i, (t, task)) in tasks.iter().zip(parsed).enumerate() {
+    for (i, e) in entries.iter().enumerate() {
+        let (t, task) = (&*e.record, e.spec());
         let id = AttemptId(i as u64);
         let c = &task.spec.compute;
         if !catalog.pools.contains_key(&c.pool) || !catalog.project_groups.contains_key(&t.project_group) {
@@ -215,7 +214,7 @@ pub fn snapshot_for(
                 let Some(options) = cache.get(&b, task) else { continue };
                 b.pending(PendingAttempt {
                     id,
-                    name: names[i].clone(),
+                    name: e.name.clone(),
                     group,
                     pool,
                     resource_type: c.resource_type,

@@ -4,7 +4,6 @@ use crate::Control;
 use crate::error::CommandError;
 use crate::place::Placement;
 use crate::policy::{Call, stop_cause_of};
-use std::sync::Arc;
 use trainyard_core::lifecycle::Reason;
 use trainyard_runtime::{AttemptKey, Backend, StopCause};
 use trainyard_store::TaskRecord;
@@ -29,15 +28,12 @@ impl<B: Backend> Control<B> {
     /// Makes the backend match the store: tasks holding resources are launched (again, idempotently), and
     /// stopping ones stopped; lost launches and lost stops are repaired here. A request the backend refused
     /// waits its turn (see `requests`).
-    pub(crate) async fn reconcile(&self, tasks: &[Arc<TaskRecord>], now_ms: i64) -> Result<(), CommandError> {
+    pub(crate) async fn reconcile(&self, tasks: &[&TaskRecord], now_ms: i64) -> Result<(), CommandError> {
         let alive = self.backend.alive().await;
         let catalog = self.catalog.get();
         let failed: std::collections::BTreeSet<&str> =
             catalog.nodes.iter().filter(|(_, n)| n.failed).map(|(name, _)| name.as_str()).collect();
-        for t in tasks {
-            if t.status == "Queued" {
-                continue;
-            }
+        for &t in tasks {
             let key = AttemptKey { task_id: t.id.clone(), attempt: t.attempt };
             // A node marked failed takes its replicas down with it: the attempt fails as NodeFailed and the
             // fault-tolerance path decides what comes next.

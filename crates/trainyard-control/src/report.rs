@@ -15,4 +15,30 @@ pub struct TickReport {
     /// Whether this tick ran a scheduling cycle (false: nothing the plan reads had changed, the last one
     /// stands).
     pub planned: bool,
+    /// Where the tick's time went.
+    pub phases: Phases,
+}
+
+/// Wall time of each part of a tick, in microseconds (for the loop's metrics and `tick-bench`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Phases {
+    /// The backend's observations turned into transitions.
+    pub observe_us: u32,
+    /// The working set brought up to date (arrivals, the store's changes, new specs).
+    pub sync_us: u32,
+    /// The scheduler's snapshot built from the working set.
+    pub snapshot_us: u32,
+    /// The scheduling cycle.
+    pub schedule_us: u32,
+    /// Its decisions committed: admissions, preemptions, the queue board.
+    pub commit_us: u32,
+    /// Queued-too-long alarms.
+    pub alarms_us: u32,
+    /// The backend made to match the store.
+    pub reconcile_us: u32,
+}
+
+/// Microseconds since `t`, saturated.
+pub(crate) fn us_since(t: std::time::Instant) -> u32 {
+    t.elapsed().as_micros().min(u128::from(u32::MAX)) as u32
 }

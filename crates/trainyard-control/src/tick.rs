@@ -1,17 +1,18 @@
 //! One round of the control loop: observations, the working set, a scheduling cycle when anything it reads
 //! changed, its decisions committed, queued-too-long alarms, reconciliation.
 
+use crate::active::{ActiveKey, Entry};
 use crate::error::CommandError;
 use crate::handles::*;
 use crate::place::{Placement, snapshot_for};
 use crate::policy::Step;
-use crate::report::TickReport;
+use crate::report::{TickReport, us_since};
 use crate::{Control, alarms};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
 use trainyard_core::Catalog;
 use trainyard_core::lifecycle::{Reason, Status};
-use trainyard_core::spec::TrainingTask;
 use trainyard_runtime::{Backend, StopCause};
 use trainyard_sched::{Decision, WaitReason, schedule};
 use trainyard_store::TaskRecord;
@@ -23,6 +24,7 @@ impl<B: Backend> Control<B> {
     /// One round: what the backend reports, then scheduling, then the plan, then reconciling.
     pub async fn tick(&mut self, now_ms: i64) -> Result<TickReport, CommandError> {
         let mut report = TickReport::default();
+        let t0 = Instant::now();
         for obs in self.backend.poll(now_ms.max(0) as u64).await {
             report.observations += 1;
             if !self.observe(&obs, now_ms).await? {
@@ -30,6 +32,8 @@ impl<B: Backend> Control<B> {
             }
         }
 
+        report.phases.observe_us = us_since(t0);
+        let t0 = Instant::now();
         for (t, spec) in self.arrivals.take() {
             self.absorb(t, Some(spec));
         }
@@ -37,19 +41,29 @@ impl<B: Backend> Control<B> {
         // A stored task that cannot be read any more is left alone (and reported once); it must not stop the
         // loop for every other task.
         self.read_missing_specs(now_ms).await?;
-        let mut tasks: Vec<Arc<TaskRecord>> = Vec::with_capacity(self.active.len());
-        let mut parsed: Vec<Arc<TrainingTask>> = Vec::with_capacity(self.active.len());
-        let mut ids: Vec<Arc<str>> = Vec::with_capacity(self.active.len());
-        let mut names: Vec<Arc<str>> = Vec::with_capacity(self.active.len());
-        for e in self.active.values() {
-            if let Some(spec) = &e.spec {
-                tasks.push(e.record.clone());
-                parsed.push(spec.clone());
-                ids.push(e.id.clone());
-                names.push(e.name.clone());
-            }
-        }
-        report.settling = tasks
+        report.phases.sync_us = us_since(t0);
+        // The working set is lent to this tick's readers as it is (no copies of its records): taken out for
+        // the tick, and put back whatever happens.
+        let active = std::mem::take(&mut self.active);
+        let result = self.tick_over(&active, now_ms, &mut report).await;
+        self.active = active;
+        result?;
+        // What this tick admitted or preempted starts or stops next.
+        report.settling += report.admitted + report.preempted;
+        Ok(report)
+    }
+
+    /// The rest of a tick, over the working set: the plan, queued-too-long alarms, reconciliation.
+    async fn tick_over(
+        &mut self,
+        active: &BTreeMap<ActiveKey, Entry>,
+        now_ms: i64,
+        report: &mut TickReport,
+    ) -> Result<(), CommandError> {
+        let entries: Vec<&Entry> = active.values().filter(|e| e.spec.is_some()).collect();
+        let holding: Vec<&TaskRecord> =
+            entries.iter().map(|e| &*e.record).filter(|t| t.status != "Queued").collect();
+        report.settling = holding
             .iter()
             .filter(|t| matches!(t.status.as_str(), "Admitted" | "Starting" | "Stopping"))
             .count() as u32;
@@ -65,7 +79,7 @@ impl<B: Backend> Control<B> {
         } else {
             self.dirty = false;
             self.planned_for = Some(catalog.clone());
-            if let Err(e) = self.plan(&catalog, &tasks, &parsed, &ids, &names, now_ms, &mut report).await {
+            if let Err(e) = self.plan(&catalog, &entries, now_ms, report).await {
                 // A plan cut short is made again next tick.
                 self.dirty = true;
                 return Err(e);
@@ -76,6 +90,7 @@ impl<B: Backend> Control<B> {
         // Queued longer than a subscription (the task's or its owner's) allows: raised once per attempt (the
         // store keeps it once).
         // Thresholds are in seconds: looked at about once a second, not on every tick.
+        let t0 = Instant::now();
         let mut owners_alarms: BTreeMap<String, Vec<trainyard_core::spec::AlarmSubscription>> =
             BTreeMap::new();
         let look =
@@ -83,10 +98,8 @@ impl<B: Backend> Control<B> {
         if look {
             self.queue_alarms_at_ms = now_ms + QUEUE_ALARM_EVERY_MS;
         }
-        for (t, task) in tasks.iter().zip(&parsed).filter(|_| look) {
-            if t.status != "Queued" {
-                continue;
-            }
+        for e in entries.iter().filter(|e| look && e.record.status == "Queued") {
+            let (t, task) = (&e.record, e.spec());
             if !owners_alarms.contains_key(&t.owner) {
                 let mine = alarms::user_subscriptions(&self.store, &t.owner).await?;
                 owners_alarms.insert(t.owner.clone(), mine);
@@ -103,60 +116,60 @@ impl<B: Backend> Control<B> {
                 }
             }
         }
-        self.reconcile(&tasks, now_ms).await?;
-        // What this tick admitted or preempted starts or stops next.
-        report.settling += report.admitted + report.preempted;
-        Ok(report)
+        report.phases.alarms_us = us_since(t0);
+        let t0 = Instant::now();
+        self.reconcile(&holding, now_ms).await?;
+        report.phases.reconcile_us = us_since(t0);
+        Ok(())
     }
 
     /// Builds the scheduler's snapshot, runs a cycle and commits its decisions: admissions (one transaction),
     /// preemptions, and the queue board's places and reasons.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn plan(
         &mut self,
         catalog: &Arc<Catalog>,
-        tasks: &[Arc<TaskRecord>],
-        parsed: &[Arc<TrainingTask>],
-        ids: &[Arc<str>],
-        names: &[Arc<str>],
+        entries: &[&Entry],
         now_ms: i64,
         report: &mut TickReport,
     ) -> Result<(), CommandError> {
+        let t0 = Instant::now();
         let (snap, index) = snapshot_for(
             catalog,
-            tasks,
-            parsed,
-            names,
+            entries,
             &mut self.options,
             &self.nominated,
             &self.scale_wants,
             &self.excluded,
         );
+        report.phases.snapshot_us = us_since(t0);
+        let t0 = Instant::now();
         let plan = schedule(&snap, now_ms.max(0) as u64, &self.config);
+        report.phases.schedule_us = us_since(t0);
+        let t0 = Instant::now();
         // Admissions are committed together after the other decisions: one transaction for all of them.
         let mut admits: Vec<(usize, Placement)> = Vec::new();
-        let mut waits: HashMap<Arc<str>, QueueInfo> = HashMap::with_capacity(snap.pending.len());
+        let mut waits = Waits::with_capacity_and_hasher(snap.pending.len(), Default::default());
         // Tasks behind a full quota mostly wait for the same reason: described once, shared.
         let mut described: Vec<(trainyard_sched::GroupIx, &WaitReason, Arc<str>)> = Vec::new();
         for d in &plan.decisions {
             match d {
                 Decision::Admit(a) if index.scale_ups.contains(&a.pending_index) => {
                     let i = index.pending[a.pending_index];
-                    self.scale_wants.remove(&tasks[i].id);
+                    self.scale_wants.remove(&entries[i].record.id);
                     self.dirty = true;
-                    self.grow(&tasks[i], &snap, a, now_ms).await?;
+                    self.grow(&entries[i].record, &snap, a, now_ms).await?;
                     report.admitted += 1;
                 }
                 Decision::Wait(w) if index.scale_ups.contains(&w.pending_index) => {}
                 Decision::Admit(a) => {
                     let i = index.pending[a.pending_index];
-                    let placement = Placement::from_admission(&snap, &parsed[i], a);
+                    let placement = Placement::from_admission(&snap, entries[i].spec(), a);
                     admits.push((i, placement));
                 }
                 Decision::Preempt(p) => {
                     let i = index.running[p.running_index];
-                    let t = &tasks[i];
-                    let by = index.name_of(tasks, p.preemptor);
+                    let t = &entries[i].record;
+                    let by = index.name_of(entries, p.preemptor);
                     let Some(t) = self
                         .apply(
                             t,
@@ -179,13 +192,13 @@ impl<B: Backend> Control<B> {
                 }
                 Decision::Wait(w) => {
                     let i = index.pending[w.pending_index];
-                    let t = &tasks[i];
+                    let t = &entries[i].record;
                     let p = &snap.pending[w.pending_index];
                     let reason = match described.iter().find(|(g, r, _)| *g == p.group && **r == w.reason) {
                         Some((_, _, text)) => text.clone(),
                         None => {
                             let text: Arc<str> =
-                                w.reason.describe(&snap, p.group, |id| index.name_of(tasks, id)).into();
+                                w.reason.describe(&snap, p.group, |id| index.name_of(entries, id)).into();
                             // A handful of distinct reasons at a time; a preemptor's (naming its victims) is
                             // its own.
                             if described.len() == 8 {
@@ -210,14 +223,14 @@ impl<B: Backend> Control<B> {
                         }
                     }
                     waits.insert(
-                        ids[i].clone(),
+                        entries[i].id.clone(),
                         QueueInfo { position: w.position, position_in_group: w.position_in_group, reason },
                     );
                     report.waiting += 1;
                 }
             }
         }
-        self.admit(tasks, admits, now_ms, report).await?;
+        self.admit(entries, admits, now_ms, report).await?;
         // When the clock alone would change the plan: the next queued task to reach the starvation threshold.
         let threshold = self.config.starvation_after_ms;
         self.quiet_until_ms = snap
@@ -228,9 +241,14 @@ impl<B: Backend> Control<B> {
             .filter(|&at| at > now_ms)
             .min()
             .unwrap_or(i64::MAX);
-        drop(self.waits.replace(waits));
         // Kept (not copied) for the quota figures until the next plan.
-        self.views.snapshot.set(Arc::new(snap));
+        let old = (self.waits.replace(waits), self.views.snapshot.set(Arc::new(snap)), plan, index);
+        // The last cycle's board and snapshot and this cycle's decisions (each an entry per queued task) are
+        // freed off the loop's path.
+        if old.0.len() > 1_000 {
+            tokio::task::spawn_blocking(move || drop(old));
+        }
+        report.phases.commit_us = us_since(t0);
         Ok(())
     }
 }
