@@ -1,4 +1,4 @@
-//! Users' persistent env vars (`TaskEnv`), added to every task they submit.
+//! Users' persistent env vars (`TaskEnv`), which the control loop merges into their tasks at launch.
 
 use crate::model::TaskEnvVar;
 use crate::{Result, Store};

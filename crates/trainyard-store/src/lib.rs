@@ -10,9 +10,9 @@
 //! `kill -9` of the server at any moment.
 //!
 //! The files, each one job: `model` (the types callers see), `rows` (SQL rows to those types, and values to
-//! parameters: the store's edge), `tasks` (reading tasks and their events, and the writes that change no
-//! status), `list` (the list query: visibility, filters, search, order and cursor), `shares`, `transitions`
-//! (status changes and their events), `create` (one create in a transaction, and imports), `group_commit`
+//! parameters: the store's edge), `tasks` (reading tasks and their events; deletion, spec migrations and
+//! avoided nodes), `list` (the list query: visibility, filters, search, order and cursor), `shares`,
+//! `transitions` (status changes with their events, and events alone), `create` (one create in a transaction, and imports), `group_commit`
 //! (the writer that batches concurrent creates into one commit), `accounts` (users and tokens), `alarms`
 //! (alarm deliveries), `env` (users' persistent env vars), `settings`, and `schema` (the migrations). This
 //! file holds the [`Store`] itself, how it connects, and its errors.

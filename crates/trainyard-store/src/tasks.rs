@@ -1,5 +1,5 @@
-//! Reading tasks and their events; and the writes that change no status: deletion, a migration of a stored
-//! spec, the nodes a task's next attempts avoid.
+//! Reading tasks and their events; and the writes to a task that are not status changes: deletion, a
+//! migration of how its spec is stored, the nodes its next attempts avoid.
 
 use crate::model::{Event, MAX_PAGE, TaskRecord};
 use crate::rows::{TASK_COLUMNS, event_from_row, placeholders, task_from_row};

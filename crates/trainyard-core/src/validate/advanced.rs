@@ -51,6 +51,7 @@ impl V<'_> {
         self.alarms(&field(base, "alarms"), &a.alarms);
     }
 
+    /// The resource precheck: its env vars, its thresholds (above 0 when given) and its timeout.
     fn precheck(&mut self, pc: &Precheck) {
         let p = field("spec.advanced", "precheck");
         check_env_list(&mut self.report, &field(&p, "env"), &pc.env);

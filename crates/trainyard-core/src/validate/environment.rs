@@ -9,6 +9,7 @@ use crate::spec::{EnvVar, HIDDEN_VALUE_MASK, TaskType, TrainingTask};
 use std::collections::BTreeMap;
 
 impl V<'_> {
+    /// The image, env vars, mounts and command, in that order.
     pub(super) fn environment(&mut self, t: &TrainingTask, place: &Place) {
         let e = &t.spec.environment;
         self.image(t, place);
@@ -18,6 +19,7 @@ impl V<'_> {
         self.command(t, place);
     }
 
+    /// The command: present, without NUL, and short enough to pass as an argument.
     fn command(&mut self, t: &TrainingTask, place: &Place) {
         let e = &t.spec.environment;
         let cmd = "spec.environment.cmd";

@@ -11,7 +11,7 @@
 //! conflicts), `compute` (workers, priority, capacity and instance specs), `advanced`, and the rules of each
 //! task type (`task_type`, with RayJob's settings in `ray`). `context` is the state they share, `formats`
 //! the shapes of strings (label keys and values, image references, URLs), and [`limits`] names every bound.
-//! This file only runs the groups in order, so the order of problems in a report is the order below.
+//! [`validate_tainted`] runs the groups one after the other: its order is the order of problems in a report.
 
 mod advanced;
 mod compute;
