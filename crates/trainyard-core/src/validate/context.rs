@@ -1,0 +1,39 @@
+//! The state every rule shares: the catalog, the paths that failed to decode, the report being filled, and
+//! what is known about where the task runs. Each rule file adds the checks of its part of the task to
+//! [`V`] as methods.
+
+use crate::catalog::Catalog;
+use crate::problem::{Report, is_under};
+use crate::spec::TaskType;
+use std::collections::BTreeSet;
+
+/// What is known about where the task runs, for the checks that depend on it. `None` when the field is
+/// missing, tainted or wrong (its own problem is reported once).
+pub(super) struct Place<'a> {
+    pub(super) task_type: Option<TaskType>,
+    pub(super) cluster: Option<&'a str>,
+    pub(super) pool: Option<&'a str>,
+    /// The task's project group, when it is one the catalog knows.
+    pub(super) group: Option<&'a str>,
+}
+
+/// The validator: the catalog it checks against, the paths whose problems were reported by the decoder,
+/// and the report it fills.
+pub(super) struct V<'a> {
+    pub(super) cat: &'a Catalog,
+    pub(super) tainted: &'a BTreeSet<String>,
+    pub(super) report: Report,
+}
+
+impl V<'_> {
+    /// Whether `path` decoded; a check that reads a field that did not is skipped (its problem is reported).
+    pub(super) fn ok(&self, path: &str) -> bool {
+        !self.tainted.iter().any(|t| is_under(path, t))
+    }
+}
+
+/// `a, b, c`, or `(none)`.
+pub(super) fn names<'n>(it: impl Iterator<Item = &'n String>) -> String {
+    let v: Vec<&str> = it.map(String::as_str).collect();
+    if v.is_empty() { "(none)".to_owned() } else { v.join(", ") }
+}

@@ -1,0 +1,174 @@
+//! The task list: visibility, filters, search, order and the cursor, built as one query.
+
+use crate::model::{MAX_PAGE, Page, SortOrder, TaskFilter, TaskRecord};
+use crate::rows::{Arg, TASK_COLUMNS, bind_all, task_from_row};
+use crate::{Result, Store, StoreError};
+
+/// How a list matches its search text.
+#[derive(Clone, Copy)]
+enum Search<'a> {
+    None,
+    /// The task whose id or name this is.
+    Exact(&'a str),
+    /// Tasks whose name holds this (or whose id it is).
+    Substring(&'a str),
+}
+
+/// The column a list is sorted by, and whether ascending.
+fn sort_key(order: SortOrder) -> (&'static str, bool) {
+    match order {
+        SortOrder::Newest => ("t.created_at_ms", false),
+        SortOrder::Oldest => ("t.created_at_ms", true),
+        SortOrder::Name => ("t.name", true),
+        SortOrder::Updated => ("t.updated_at_ms", false),
+    }
+}
+
+impl Store {
+    /// Tasks matching `filter` in its order, `limit` (at most [`MAX_PAGE`]) at a time. Specs are left out
+    /// (a list shows none; [`Store::get_task`] has it).
+    ///
+    /// A search that is exactly a task's id or name (what a user pastes) finds that task alone, through
+    /// the unique indexes, instead of scanning every name for the text.
+    pub async fn list_tasks(&self, filter: &TaskFilter, cursor: Option<&str>, limit: u32) -> Result<Page> {
+        if let Some(s) = &filter.search
+            && cursor.is_none()
+        {
+            let exact = self.list_page(filter, None, limit, Search::Exact(s)).await?;
+            if !exact.items.is_empty() {
+                return Ok(exact);
+            }
+        }
+        let search = filter.search.as_deref().map_or(Search::None, Search::Substring);
+        self.list_page(filter, cursor, limit, search).await
+    }
+
+    /// One page of the list, matching `search` as given.
+    async fn list_page(
+        &self,
+        filter: &TaskFilter,
+        cursor: Option<&str>,
+        limit: u32,
+        search: Search<'_>,
+    ) -> Result<Page> {
+        let limit = limit.clamp(1, MAX_PAGE);
+        let (sql, args) = list_query(filter, cursor, limit, search)?;
+        let rows = bind_all(sqlx::query(&sql), &args).fetch_all(&self.pool).await?;
+        let mut items = rows.iter().map(task_from_row).collect::<Result<Vec<_>>>()?;
+        let next_cursor = if items.len() > limit as usize {
+            items.truncate(limit as usize);
+            items.last().map(|t| cursor_after(filter.sort, t))
+        } else {
+            None
+        };
+        Ok(Page { items, next_cursor })
+    }
+}
+
+/// The query of one page and its parameters: `limit + 1` rows, so that the caller knows whether another
+/// page follows.
+fn list_query(
+    filter: &TaskFilter,
+    cursor: Option<&str>,
+    limit: u32,
+    search: Search<'_>,
+) -> Result<(String, Vec<Arg>)> {
+    let columns = TASK_COLUMNS.replace("spec,", "'' AS spec,");
+    let mut sql = format!("SELECT {columns} FROM tasks t WHERE deleted = 0");
+    let mut args: Vec<Arg> = Vec::new();
+    let mut push = |sql: &mut String, clause: &str, values: Vec<Arg>| {
+        // Each `?` in `clause` becomes the next `$N`.
+        let mut out = String::new();
+        let mut vals = values.into_iter();
+        for ch in clause.chars() {
+            if ch == '?' {
+                args.push(vals.next().expect("one value per placeholder"));
+                out.push_str(&format!("${}", args.len()));
+            } else {
+                out.push(ch);
+            }
+        }
+        sql.push_str(" AND ");
+        sql.push_str(&out);
+    };
+    if let Some(v) = &filter.visible_to
+        && !v.admin
+    {
+        let mut clause = String::from("(t.owner = ?");
+        let mut vals = vec![Arg::Text(v.user.clone())];
+        if !v.groups.is_empty() {
+            clause.push_str(" OR (t.public = 1 AND t.project_group IN (");
+            clause.push_str(&vec!["?"; v.groups.len()].join(", "));
+            clause.push_str("))");
+            vals.extend(v.groups.iter().cloned().map(Arg::Text));
+        }
+        clause
+            .push_str(" OR EXISTS (SELECT 1 FROM task_shares s WHERE s.task_id = t.id AND s.user_name = ?))");
+        vals.push(Arg::Text(v.user.clone()));
+        push(&mut sql, &clause, vals);
+    }
+    for (col, val) in [
+        ("t.owner", &filter.owner),
+        ("t.project_group", &filter.project_group),
+        ("t.status", &filter.status),
+        ("t.task_type", &filter.task_type),
+    ] {
+        if let Some(v) = val {
+            push(&mut sql, &format!("{col} = ?"), vec![Arg::Text(v.clone())]);
+        }
+    }
+    match search {
+        Search::None => {}
+        Search::Exact(s) => {
+            push(
+                &mut sql,
+                "(t.id = ? OR t.name = ?)",
+                vec![Arg::Text(s.to_owned()), Arg::Text(s.to_owned())],
+            );
+        }
+        Search::Substring(s) => {
+            let pattern = format!("%{}%", s.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
+            push(
+                &mut sql,
+                "(t.id = ? OR t.name LIKE ? ESCAPE '\\')",
+                vec![Arg::Text(s.to_owned()), Arg::Text(pattern)],
+            );
+        }
+    }
+    for (k, v) in &filter.labels {
+        push(
+            &mut sql,
+            "EXISTS (SELECT 1 FROM task_labels l WHERE l.task_id = t.id AND l.key = ? AND l.value = ?)",
+            vec![Arg::Text(k.clone()), Arg::Text(v.clone())],
+        );
+    }
+    // A cursor is `<sort key>.<id>` of the last item of the previous page (ids hold no dot).
+    let (col, asc) = sort_key(filter.sort);
+    if let Some(c) = cursor {
+        let (key, id) = c.rsplit_once('.').ok_or_else(|| StoreError::Corrupt(format!("bad cursor {c:?}")))?;
+        let key = if filter.sort == SortOrder::Name {
+            Arg::Text(key.to_owned())
+        } else {
+            Arg::Int(key.parse().map_err(|_| StoreError::Corrupt(format!("bad cursor {c:?}")))?)
+        };
+        let op = if asc { ">" } else { "<" };
+        push(
+            &mut sql,
+            &format!("({col} {op} ? OR ({col} = ? AND t.id {op} ?))"),
+            vec![key.clone(), key, Arg::Text(id.to_owned())],
+        );
+    }
+    let dir = if asc { "ASC" } else { "DESC" };
+    sql.push_str(&format!(" ORDER BY {col} {dir}, t.id {dir} LIMIT {}", limit + 1));
+    Ok((sql, args))
+}
+
+/// The cursor of the page after `last`: its sort key and id (ids hold no dot).
+fn cursor_after(sort: SortOrder, last: &TaskRecord) -> String {
+    let key = match sort {
+        SortOrder::Newest | SortOrder::Oldest => last.created_at_ms.to_string(),
+        SortOrder::Updated => last.updated_at_ms.to_string(),
+        SortOrder::Name => last.name.clone(),
+    };
+    format!("{key}.{}", last.id)
+}

@@ -1,0 +1,29 @@
+//! Named documents the server keeps (the catalog, markers of one-time migrations).
+
+use crate::{Result, Store};
+use sqlx::Row;
+
+impl Store {
+    /// A named document, if set.
+    pub async fn get_setting(&self, name: &str) -> Result<Option<String>> {
+        let row = sqlx::query("SELECT value FROM settings WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| Ok(r.try_get(0)?)).transpose()
+    }
+
+    /// Sets a named document.
+    pub async fn put_setting(&self, name: &str, value: &str, at_ms: i64) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO settings (name, value, updated_at_ms) VALUES ($1, $2, $3) \
+             ON CONFLICT (name) DO UPDATE SET value = $2, updated_at_ms = $3",
+        )
+        .bind(name)
+        .bind(value)
+        .bind(at_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,185 @@
+//! Reading tasks and their events; and the writes to a task that are not status changes: deletion, a
+//! migration of how its spec is stored, the nodes its next attempts avoid.
+
+use crate::model::{Event, MAX_PAGE, TaskRecord};
+use crate::rows::{TASK_COLUMNS, event_from_row, placeholders, task_from_row};
+use crate::{Result, Store, StoreError};
+use sqlx::Row;
+use std::collections::BTreeMap;
+
+impl Store {
+    /// A task by id (deleted ones included: their history is kept).
+    pub async fn get_task(&self, id: &str) -> Result<Option<TaskRecord>> {
+        let row = sqlx::query(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(task_from_row).transpose()
+    }
+
+    /// A task's events in order, after `after_seq`.
+    pub async fn list_events(&self, task_id: &str, after_seq: i64, limit: u32) -> Result<Vec<Event>> {
+        let rows = sqlx::query(
+            "SELECT seq, task_id, attempt, at_ms, reason, message FROM task_events \
+             WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        )
+        .bind(task_id)
+        .bind(after_seq)
+        .bind(i64::from(limit.clamp(1, 10 * MAX_PAGE)))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    /// Tasks (deleted ones included) whose stored spec contains `needle` (no `%` or `_` in it): a full
+    /// scan, for one-time migrations of stored specs.
+    pub async fn tasks_with_spec_containing(&self, needle: &str) -> Result<Vec<TaskRecord>> {
+        let rows = sqlx::query(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE spec LIKE $1 ORDER BY id"))
+            .bind(format!("%{needle}%"))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(task_from_row).collect()
+    }
+
+    /// Rewrites a task's stored spec (a migration of how it is stored, never a change of what it says:
+    /// specs are otherwise immutable, and readers may keep them).
+    pub async fn replace_spec(&self, id: &str, spec_json: &str) -> Result<()> {
+        let changed = sqlx::query("UPDATE tasks SET spec = $1 WHERE id = $2")
+            .bind(spec_json)
+            .bind(id)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        if changed == 0 { Err(StoreError::NotFound(id.to_owned())) } else { Ok(()) }
+    }
+
+    /// Whether a task was deleted (false for one that does not exist).
+    pub async fn is_deleted(&self, id: &str) -> Result<bool> {
+        let row = sqlx::query("SELECT deleted FROM tasks WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| r.try_get::<i64, _>(0)).transpose()?.is_some_and(|d| d != 0))
+    }
+
+    /// Marks a task deleted: it leaves lists, its record and history stay.
+    pub async fn delete_task(&self, id: &str, at_ms: i64) -> Result<()> {
+        let changed = sqlx::query(
+            "UPDATE tasks SET deleted = 1, version = version + 1, updated_at_ms = $1 WHERE id = $2",
+        )
+        .bind(at_ms)
+        .bind(id)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if changed == 0 { Err(StoreError::NotFound(id.to_owned())) } else { Ok(()) }
+    }
+
+    /// Like [`Store::tasks_in_status`], with `spec_json` left empty: for callers that keep specs (which never
+    /// change) already, and fetch one with [`Store::get_task`] only for a task they have not seen.
+    pub async fn tasks_in_status_without_spec(&self, statuses: &[&str]) -> Result<Vec<TaskRecord>> {
+        self.tasks_where_status(statuses, &TASK_COLUMNS.replace("spec,", "'' AS spec,")).await
+    }
+
+    /// Tasks changed at or after `since_ms` (by `updated_at_ms`), specs left out, deleted ones included as
+    /// their last state: what an incremental reader of the active set needs.
+    pub async fn tasks_updated_since(&self, since_ms: i64) -> Result<Vec<TaskRecord>> {
+        let columns = TASK_COLUMNS
+            .replace("spec,", "'' AS spec,")
+            .replace("status,", "CASE WHEN deleted = 1 THEN 'Deleted' ELSE status END AS status,");
+        let rows = sqlx::query(&format!(
+            "SELECT {columns} FROM tasks WHERE updated_at_ms >= $1 ORDER BY updated_at_ms, id"
+        ))
+        .bind(since_ms)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(task_from_row).collect()
+    }
+
+    /// Records that a task's next attempts leave `node` out (node replacement after a hardware error or a
+    /// failed precheck). Recording it again changes nothing.
+    pub async fn avoid_node(&self, task_id: &str, node: &str, at_ms: i64) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO task_avoided_nodes (task_id, node, at_ms) VALUES ($1, $2, $3) \
+             ON CONFLICT (task_id, node) DO NOTHING",
+        )
+        .bind(task_id)
+        .bind(node)
+        .bind(at_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The nodes avoided by tasks (not deleted) whose status is one of `statuses`, as (task id, node).
+    pub async fn avoided_nodes(&self, statuses: &[&str]) -> Result<Vec<(String, String)>> {
+        if statuses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let marks = placeholders(statuses.len());
+        let sql = format!(
+            "SELECT a.task_id, a.node FROM task_avoided_nodes a JOIN tasks t ON t.id = a.task_id \
+             WHERE t.deleted = 0 AND t.status IN ({}) ORDER BY a.task_id, a.node",
+            marks
+        );
+        let mut q = sqlx::query(&sql);
+        for s in statuses {
+            q = q.bind(*s);
+        }
+        let rows = q.fetch_all(&self.pool).await?;
+        rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect()
+    }
+
+    /// The stored specs of the tasks given (those that exist), by id: one query per few hundred ids.
+    pub async fn specs_of(&self, ids: &[&str]) -> Result<BTreeMap<String, String>> {
+        const IDS_PER_QUERY: usize = 500;
+        let mut out = BTreeMap::new();
+        for chunk in ids.chunks(IDS_PER_QUERY) {
+            let marks = placeholders(chunk.len());
+            let sql = format!("SELECT id, spec FROM tasks WHERE id IN ({})", marks);
+            let mut q = sqlx::query(&sql);
+            for id in chunk {
+                q = q.bind(*id);
+            }
+            for row in q.fetch_all(&self.pool).await? {
+                out.insert(row.try_get(0)?, row.try_get(1)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Tasks not deleted whose status is one of `statuses`: what the control loop rebuilds its state from.
+    pub async fn tasks_in_status(&self, statuses: &[&str]) -> Result<Vec<TaskRecord>> {
+        self.tasks_where_status(statuses, TASK_COLUMNS).await
+    }
+
+    async fn tasks_where_status(&self, statuses: &[&str], columns: &str) -> Result<Vec<TaskRecord>> {
+        if statuses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let marks = placeholders(statuses.len());
+        let sql = format!(
+            "SELECT {columns} FROM tasks WHERE deleted = 0 AND status IN ({}) ORDER BY created_at_ms, id",
+            marks
+        );
+        let mut q = sqlx::query(&sql);
+        for s in statuses {
+            q = q.bind(*s);
+        }
+        let rows = q.fetch_all(&self.pool).await?;
+        rows.iter().map(task_from_row).collect()
+    }
+
+    /// Tasks (not deleted) per status.
+    pub async fn count_by_status(&self) -> Result<BTreeMap<String, i64>> {
+        let rows = sqlx::query("SELECT status, COUNT(*) FROM tasks WHERE deleted = 0 GROUP BY status")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect()
+    }
+
+    /// Number of stored tasks (deleted ones included).
+    pub async fn count_tasks(&self) -> Result<i64> {
+        Ok(sqlx::query("SELECT COUNT(*) FROM tasks").fetch_one(&self.pool).await?.try_get(0)?)
+    }
+}

@@ -1,0 +1,95 @@
+//! Status changes: each applied only if its task is still at the version it expects, with its event, in one
+//! commit; and events that change no status.
+
+use crate::model::{TaskRecord, Transition};
+use crate::rows::{TASK_COLUMNS, task_from_row};
+use crate::{Result, Store, StoreError};
+
+impl Store {
+    /// Applies a status change and its event in one transaction, if nobody changed the task meanwhile.
+    pub async fn transition(&self, t: &Transition) -> Result<TaskRecord> {
+        let mut all = self.transitions(std::slice::from_ref(t)).await?;
+        all.pop().expect("one answer per transition")
+    }
+
+    /// Applies several status changes, each with its event, in one transaction (one commit): each applies
+    /// if its task is at the version it expects when its turn comes, so a task can be taken through two
+    /// steps by naming the version after the first. Each gets its own answer; a conflict writes nothing of
+    /// that change and does not stop the others.
+    pub async fn transitions(&self, changes: &[Transition]) -> Result<Vec<Result<TaskRecord>>> {
+        let mut answers = Vec::with_capacity(changes.len());
+        if changes.is_empty() {
+            return Ok(answers);
+        }
+        let mut tx = self.pool.begin().await?;
+        for t in changes {
+            let changed = sqlx::query(
+                "UPDATE tasks SET status = $1, attempt = $2, version = version + 1, updated_at_ms = $3, \
+                 placement = COALESCE($4, placement), retries = COALESCE($5, retries) \
+                 WHERE id = $6 AND version = $7",
+            )
+            .bind(&t.status)
+            .bind(t.attempt)
+            .bind(t.at_ms)
+            .bind(t.placement.as_deref())
+            .bind(t.retries)
+            .bind(&t.task_id)
+            .bind(t.expected_version)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if changed == 0 {
+                let exists = sqlx::query("SELECT 1 FROM tasks WHERE id = $1")
+                    .bind(&t.task_id)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .is_some();
+                answers.push(Err(if exists {
+                    StoreError::VersionConflict { expected: t.expected_version }
+                } else {
+                    StoreError::NotFound(t.task_id.clone())
+                }));
+                continue;
+            }
+            sqlx::query(
+                "INSERT INTO task_events (task_id, attempt, at_ms, reason, message) VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(&t.task_id)
+            .bind(t.attempt)
+            .bind(t.at_ms)
+            .bind(&t.reason)
+            .bind(&t.message)
+            .execute(&mut *tx)
+            .await?;
+            let row = sqlx::query(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1"))
+                .bind(&t.task_id)
+                .fetch_one(&mut *tx)
+                .await?;
+            answers.push(task_from_row(&row));
+        }
+        tx.commit().await?;
+        Ok(answers)
+    }
+
+    /// Appends an event that changes no status (a figure, a warning, a step of a stop).
+    pub async fn append_event(
+        &self,
+        task_id: &str,
+        attempt: i64,
+        at_ms: i64,
+        reason: &str,
+        message: &str,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO task_events (task_id, attempt, at_ms, reason, message) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(task_id)
+        .bind(attempt)
+        .bind(at_ms)
+        .bind(reason)
+        .bind(message)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+}
