@@ -21,11 +21,68 @@ impl<B: Backend> Control<B> {
                 } else {
                     SYNC_SKEW_MS
                 };
-                for t in self.store.tasks_updated_since(since - skew).await? {
-                    self.absorb(t, None);
+                // Versions first (a light read): records only for what is news to the working set. Most rows
+                // of a look-back are known already (this process's arrivals, the last ticks' changes).
+                let changed = self.store.versions_updated_since(since - skew).await?;
+                let news: Vec<&str> = changed
+                    .iter()
+                    .filter(|v| match self.active.get(&(v.created_at_ms, v.id.clone())) {
+                        Some(known) => known.record.version < v.version,
+                        None => ACTIVE.contains(&v.status.as_str()),
+                    })
+                    .map(|v| v.id.as_str())
+                    .collect();
+                if !news.is_empty() {
+                    for t in self.store.tasks_without_spec(&news).await? {
+                        self.absorb(t, None);
+                    }
                 }
             }
-            _ => {
+            Some(_) => {
+                // The safety net, also light: every active task's version, set against the working set in
+                // queue order; records are read only for tasks new to it, changed, or gone from the store's
+                // active set.
+                let mut versions = self.store.versions_in_status(ACTIVE).await?;
+                versions.sort_unstable_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+                let mut fetch: Vec<&str> = Vec::new();
+                // Working-set entries read again (changed, or no longer active in the store).
+                let mut again: Vec<&ActiveKey> = Vec::new();
+                let mut stored = versions.iter().peekable();
+                for (key, e) in &self.active {
+                    let (created, id) = key;
+                    while let Some(v) =
+                        stored.next_if(|v| (v.created_at_ms, v.id.as_str()) < (*created, id.as_str()))
+                    {
+                        fetch.push(&v.id);
+                    }
+                    match stored.next_if(|v| v.created_at_ms == *created && v.id == *id) {
+                        Some(v) if v.version == e.record.version => {}
+                        _ => {
+                            fetch.push(id);
+                            again.push(key);
+                        }
+                    }
+                }
+                fetch.extend(stored.map(|v| v.id.as_str()));
+                let fetched = self.store.tasks_without_spec(&fetch).await?;
+                let found: std::collections::HashSet<&str> = fetched.iter().map(|t| t.id.as_str()).collect();
+                // Gone from the store altogether: dropped.
+                let vanished: Vec<ActiveKey> =
+                    again.into_iter().filter(|(_, id)| !found.contains(id.as_str())).cloned().collect();
+                drop(found);
+                for t in fetched {
+                    self.absorb(t, None);
+                }
+                for key in vanished {
+                    if let Some(gone) = self.active.remove(&key) {
+                        self.forget(&gone.id);
+                    }
+                }
+                self.refresh_excluded().await?;
+                self.full_synced_ms = now_ms;
+                self.wide_synced_ms = now_ms;
+            }
+            None => {
                 let all = self.store.tasks_in_status_without_spec(ACTIVE).await?;
                 // Specs already read are kept: they never change.
                 let mut old = std::mem::take(&mut self.active);
@@ -48,20 +105,25 @@ impl<B: Backend> Control<B> {
                 for (_, gone) in old {
                     self.forget(&gone.id);
                 }
-                // Nodes the active tasks leave out, as recorded (after a restart, the only copy).
-                let mut excluded: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
-                for (task, node) in self.store.avoided_nodes(ACTIVE).await? {
-                    excluded.entry(task).or_default().insert(node);
-                }
-                if excluded != self.excluded {
-                    self.excluded = excluded;
-                    self.dirty = true;
-                }
+                self.refresh_excluded().await?;
                 self.full_synced_ms = now_ms;
                 self.wide_synced_ms = now_ms;
             }
         }
         self.synced_to_ms = Some(now_ms);
+        Ok(())
+    }
+
+    /// Nodes the active tasks leave out, as recorded (after a restart, the only copy).
+    async fn refresh_excluded(&mut self) -> Result<(), StoreError> {
+        let mut excluded: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+        for (task, node) in self.store.avoided_nodes(ACTIVE).await? {
+            excluded.entry(task).or_default().insert(node);
+        }
+        if excluded != self.excluded {
+            self.excluded = excluded;
+            self.dirty = true;
+        }
         Ok(())
     }
 

@@ -35,7 +35,7 @@ mod transitions;
 
 pub use model::{
     AlarmDelivery, Created, Event, MAX_PAGE, NewTask, Page, SortOrder, TOKEN_ID_LEN, TaskEnvVar, TaskFilter,
-    TaskRecord, TokenInfo, Transition, User, Viewer,
+    TaskRecord, TaskVersion, TokenInfo, Transition, User, Viewer,
 };
 
 use group_commit::{GROUP_COMMIT_MAX, Job, writer};

@@ -198,3 +198,13 @@ impl User {
         Viewer { user: self.name.clone(), groups: self.groups.clone(), admin: self.role == "admin" }
     }
 }
+
+/// Where a task is, without its record: what an incremental reader compares against what it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskVersion {
+    pub id: String,
+    pub created_at_ms: i64,
+    pub version: i64,
+    /// `Deleted` for a deleted task.
+    pub status: String,
+}

@@ -1,7 +1,7 @@
 //! Reading tasks and their events; and the writes to a task that are not status changes: deletion, a
 //! migration of how its spec is stored, the nodes its next attempts avoid.
 
-use crate::model::{Event, MAX_PAGE, TaskRecord};
+use crate::model::{Event, MAX_PAGE, TaskRecord, TaskVersion};
 use crate::rows::{TASK_COLUMNS, event_from_row, placeholders, task_from_row};
 use crate::{Result, Store, StoreError};
 use sqlx::Row;
@@ -96,6 +96,59 @@ impl Store {
         rows.iter().map(task_from_row).collect()
     }
 
+    /// Which tasks changed at or after `since_ms`, as (id, created_at_ms, version, status), deleted ones with
+    /// the status `Deleted`: a light first read for an incremental reader, which then fetches with
+    /// [`Store::tasks_without_spec`] only the records it does not have at that version.
+    pub async fn versions_updated_since(&self, since_ms: i64) -> Result<Vec<TaskVersion>> {
+        let rows = sqlx::query(
+            "SELECT id, created_at_ms, version, CASE WHEN deleted = 1 THEN 'Deleted' ELSE status END \
+             FROM tasks WHERE updated_at_ms >= $1",
+        )
+        .bind(since_ms)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(version_from_row).collect()
+    }
+
+    /// The versions of the tasks (not deleted) whose status is one of `statuses`, as
+    /// [`Store::versions_updated_since`] gives them.
+    pub async fn versions_in_status(&self, statuses: &[&str]) -> Result<Vec<TaskVersion>> {
+        if statuses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT id, created_at_ms, version, status FROM tasks WHERE deleted = 0 AND status IN ({})",
+            placeholders(statuses.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for s in statuses {
+            q = q.bind(*s);
+        }
+        let rows = q.fetch_all(&self.pool).await?;
+        rows.iter().map(version_from_row).collect()
+    }
+
+    /// The records of these tasks, specs left out and deleted ones with the status `Deleted` (as
+    /// [`Store::tasks_updated_since`] gives them); missing ids are left out.
+    pub async fn tasks_without_spec(&self, ids: &[&str]) -> Result<Vec<TaskRecord>> {
+        const IDS_PER_QUERY: usize = 500;
+        let columns = TASK_COLUMNS
+            .replace("spec,", "'' AS spec,")
+            .replace("status,", "CASE WHEN deleted = 1 THEN 'Deleted' ELSE status END AS status,");
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(IDS_PER_QUERY) {
+            let sql = format!("SELECT {columns} FROM tasks WHERE id IN ({})", placeholders(chunk.len()));
+            let mut q = sqlx::query(&sql);
+            for id in chunk {
+                q = q.bind(*id);
+            }
+            for row in q.fetch_all(&self.pool).await? {
+                out.push(task_from_row(&row)?);
+            }
+        }
+        Ok(out)
+    }
+
     /// Records that a task's next attempts leave `node` out (node replacement after a hardware error or a
     /// failed precheck). Recording it again changes nothing.
     pub async fn avoid_node(&self, task_id: &str, node: &str, at_ms: i64) -> Result<()> {
@@ -182,4 +235,13 @@ impl Store {
     pub async fn count_tasks(&self) -> Result<i64> {
         Ok(sqlx::query("SELECT COUNT(*) FROM tasks").fetch_one(&self.pool).await?.try_get(0)?)
     }
+}
+
+fn version_from_row(r: &sqlx::any::AnyRow) -> Result<TaskVersion> {
+    Ok(TaskVersion {
+        id: r.try_get(0)?,
+        created_at_ms: r.try_get(1)?,
+        version: r.try_get(2)?,
+        status: r.try_get(3)?,
+    })
 }

@@ -143,6 +143,28 @@ async fn changes_since(store: Store, _: String) {
     let seen: Vec<(&str, &str)> = changed.iter().map(|t| (t.id.as_str(), t.status.as_str())).collect();
     assert_eq!(seen, [("new", "Queued"), ("gone", "Deleted")]);
     assert!(changed.iter().all(|t| t.spec_json.is_empty()));
+    // The same, light: versions first, then records only for the ids asked for.
+    let mut versions = store.versions_updated_since(50).await.unwrap();
+    versions.sort_by(|a, b| a.id.cmp(&b.id));
+    let seen: Vec<(&str, i64, &str)> =
+        versions.iter().map(|v| (v.id.as_str(), v.created_at_ms, v.status.as_str())).collect();
+    assert_eq!(seen, [("gone", 100, "Deleted"), ("new", 100, "Queued")]);
+    assert_eq!(versions[0].version, changed[1].version, "a version as the full record has it");
+    let mut active = store.versions_in_status(&["Queued"]).await.unwrap();
+    active.sort_by(|a, b| a.id.cmp(&b.id));
+    assert_eq!(
+        active.iter().map(|v| v.id.as_str()).collect::<Vec<_>>(),
+        ["new", "old"],
+        "a deleted task's left out"
+    );
+    let mut ids: Vec<String> = (0..1200).map(|i| format!("none-{i}")).collect();
+    ids.extend(["gone".to_owned(), "new".to_owned()]);
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut records = store.tasks_without_spec(&refs).await.unwrap();
+    records.sort_by(|a, b| a.id.cmp(&b.id));
+    let seen: Vec<(&str, &str)> = records.iter().map(|t| (t.id.as_str(), t.status.as_str())).collect();
+    assert_eq!(seen, [("gone", "Deleted"), ("new", "Queued")], "unknown ids left out");
+    assert!(records.iter().all(|t| t.spec_json.is_empty()));
     // Their specs, in bulk, by id (unknown ids left out); more ids than one query takes.
     let mut ids: Vec<String> = (0..1200).map(|i| format!("none-{i}")).collect();
     ids.extend(["old".to_owned(), "new".to_owned()]);
