@@ -46,7 +46,7 @@ pub struct TaskView {
     pub project_group: String,
     #[serde(rename = "type")]
     pub task_type: String,
-    pub status: String,
+    pub status: Status,
     pub public: bool,
     pub labels: BTreeMap<String, String>,
     pub attempt: i64,
@@ -148,7 +148,7 @@ pub(crate) fn task_view(state: &AppState, t: &TaskRecord, spec: Spec) -> TaskVie
         Spec::This(task) => Some(task.masked()),
         Spec::Stored => trainyard_core::parse(t.spec_json.as_bytes()).0.map(|task| task.masked()),
     };
-    let queue = if t.status == Status::Queued.as_str() {
+    let queue = if t.status == Status::Queued {
         state.queue.get(&t.id).map(|q| QueueView {
             position: q.position,
             position_in_group: q.position_in_group,
@@ -163,7 +163,7 @@ pub(crate) fn task_view(state: &AppState, t: &TaskRecord, spec: Spec) -> TaskVie
         owner: t.owner.clone(),
         project_group: t.project_group.clone(),
         task_type: t.task_type.clone(),
-        status: t.status.clone(),
+        status: t.status,
         public: t.public,
         labels: t.labels.clone(),
         attempt: t.attempt,

@@ -53,7 +53,7 @@ fn queued(spec_json: &str, k: usize, at_ms: i64) -> NewTask {
         owner: "alice".into(),
         project_group: "nlp".into(),
         task_type: "PyTorchJob".into(),
-        status: "Queued".into(),
+        status: trainyard_core::lifecycle::Status::Queued,
         public: false,
         labels: Default::default(),
         spec_json: spec_json.to_owned(),

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use trainyard_core::lifecycle::Status;
 use trainyard_core::spec::TrainingTask;
 use trainyard_store::TaskRecord;
 
@@ -86,4 +87,11 @@ pub(crate) const WIDE_SYNC_EVERY_MS: i64 = 1_000;
 pub(crate) const FULL_SYNC_EVERY_MS: i64 = 10_000;
 
 /// Statuses that the control loop still has work for.
-pub(crate) const ACTIVE: &[&str] = &["Queued", "Admitted", "Starting", "Prechecking", "Running", "Stopping"];
+pub(crate) const ACTIVE: &[Status] = &[
+    Status::Queued,
+    Status::Admitted,
+    Status::Starting,
+    Status::Prechecking,
+    Status::Running,
+    Status::Stopping,
+];

@@ -6,7 +6,7 @@ use crate::error::CommandError;
 use crate::policy::Step;
 use crate::{Control, alarms};
 use std::sync::Arc;
-use trainyard_core::lifecycle::{Reason, Status, transition};
+use trainyard_core::lifecycle::{Reason, transition};
 use trainyard_core::spec::TrainingTask;
 use trainyard_runtime::Backend;
 use trainyard_store::{StoreError, TaskRecord, Transition};
@@ -20,22 +20,19 @@ impl<B: Backend> Control<B> {
         now_ms: i64,
     ) -> Result<Option<TaskRecord>, StoreError> {
         let Step { to, reason, message, attempt, placement, retries } = step;
-        let from = Status::from_name(&t.status)
-            .ok_or_else(|| StoreError::Corrupt(format!("status {:?}", t.status)))?;
+        let from = t.status;
         if let Err(e) = transition(from, to, reason) {
             // The control loop only asks for legal transitions; reaching this is a bug, recorded, not applied.
-            self.store
-                .append_event(&t.id, t.attempt, now_ms, Reason::InternalError.as_str(), &e.to_string())
-                .await?;
+            self.store.append_event(&t.id, t.attempt, now_ms, Reason::InternalError, &e.to_string()).await?;
             return Ok(None);
         }
         let change = Transition {
             task_id: t.id.clone(),
             expected_version: t.version,
-            status: to.to_string(),
+            status: to,
             attempt,
             at_ms: now_ms,
-            reason: reason.to_string(),
+            reason,
             message,
             placement,
             retries,
@@ -64,8 +61,7 @@ impl<B: Backend> Control<B> {
         let mut changes = Vec::new();
         let mut spans = Vec::with_capacity(chains.len());
         for (t, steps) in chains {
-            let mut from = Status::from_name(&t.status)
-                .ok_or_else(|| StoreError::Corrupt(format!("status {:?}", t.status)))?;
+            let mut from = t.status;
             let mut illegal = None;
             for step in steps {
                 if let Err(e) = transition(from, step.to, step.reason) {
@@ -77,7 +73,7 @@ impl<B: Backend> Control<B> {
             if let Some(e) = illegal {
                 // The control loop only asks for legal transitions; reaching this is a bug, recorded.
                 self.store
-                    .append_event(&t.id, t.attempt, now_ms, Reason::InternalError.as_str(), &e.to_string())
+                    .append_event(&t.id, t.attempt, now_ms, Reason::InternalError, &e.to_string())
                     .await?;
                 spans.push(None);
                 continue;
@@ -87,10 +83,10 @@ impl<B: Backend> Control<B> {
                 changes.push(Transition {
                     task_id: t.id.clone(),
                     expected_version: t.version + k,
-                    status: step.to.to_string(),
+                    status: step.to,
                     attempt: step.attempt,
                     at_ms: now_ms,
-                    reason: step.reason.to_string(),
+                    reason: step.reason,
                     message: step.message.clone(),
                     placement: step.placement.clone(),
                     retries: step.retries,

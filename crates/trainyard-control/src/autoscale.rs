@@ -82,10 +82,10 @@ impl<B: Backend> Control<B> {
         let change = trainyard_store::Transition {
             task_id: t.id.clone(),
             expected_version: t.version,
-            status: t.status.clone(),
+            status: t.status,
             attempt: t.attempt,
             at_ms: now_ms,
-            reason: reason.as_str().to_owned(),
+            reason,
             message,
             placement: Some(json),
             retries: None,
@@ -97,7 +97,7 @@ impl<B: Backend> Control<B> {
                     Err(why) => {
                         let why = format!("the new workers cannot be started: {why}");
                         self.store
-                            .append_event(&t.id, t.attempt, now_ms, Reason::InternalError.as_str(), &why)
+                            .append_event(&t.id, t.attempt, now_ms, Reason::InternalError, &why)
                             .await?;
                     }
                 }

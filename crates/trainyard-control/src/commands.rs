@@ -13,8 +13,7 @@ impl<B: Backend> Control<B> {
     pub async fn stop(&self, task_id: &str, deleting: bool, now_ms: i64) -> Result<TaskRecord, CommandError> {
         let t =
             self.store.get_task(task_id).await?.ok_or_else(|| CommandError::NotFound(task_id.to_owned()))?;
-        let status = Status::from_name(&t.status)
-            .ok_or_else(|| CommandError::Corrupt(t.id.clone(), t.status.clone()))?;
+        let status = t.status;
         let reason = if deleting { Reason::Deleted } else { Reason::StopRequested };
         let to = match status {
             Status::Queued => Status::Stopped,
@@ -32,7 +31,7 @@ impl<B: Backend> Control<B> {
             self.apply(&t, Step::new(to, reason, message, t.attempt), now_ms).await?.ok_or_else(|| {
                 CommandError::WrongState {
                     name: t.name.clone(),
-                    status: t.status.clone(),
+                    status: t.status.to_string(),
                     what: "it changed meanwhile; try again",
                 }
             })?;
@@ -47,8 +46,7 @@ impl<B: Backend> Control<B> {
     pub async fn resubmit(&self, task_id: &str, now_ms: i64) -> Result<TaskRecord, CommandError> {
         let t =
             self.store.get_task(task_id).await?.ok_or_else(|| CommandError::NotFound(task_id.to_owned()))?;
-        let status = Status::from_name(&t.status)
-            .ok_or_else(|| CommandError::Corrupt(t.id.clone(), t.status.clone()))?;
+        let status = t.status;
         // A deleted task is out of every list and view the loop keeps: queued again it would wait forever,
         // unseen. (A delete racing this call bumps the version, so the transition below then conflicts.)
         if self.store.is_deleted(&t.id).await? {
@@ -61,7 +59,7 @@ impl<B: Backend> Control<B> {
         if !status.is_terminal() {
             return Err(CommandError::WrongState {
                 name: t.name.clone(),
-                status: t.status.clone(),
+                status: t.status.to_string(),
                 what: "only an ended task can be resubmitted",
             });
         }
@@ -74,7 +72,7 @@ impl<B: Backend> Control<B> {
         .await?
         .ok_or_else(|| CommandError::WrongState {
             name: t.name.clone(),
-            status: t.status.clone(),
+            status: t.status.to_string(),
             what: "it changed meanwhile; try again",
         })
     }

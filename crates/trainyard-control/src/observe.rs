@@ -17,8 +17,7 @@ impl<B: Backend> Control<B> {
             // A report about an older attempt: already handled.
             return Ok(true);
         }
-        let status = Status::from_name(&t.status)
-            .ok_or_else(|| CommandError::Corrupt(t.id.clone(), t.status.clone()))?;
+        let status = t.status;
         let cause = if policy::needs_stop_cause(status, obs) {
             Some(self.recorded_stop_cause(&t).await?)
         } else {
@@ -33,7 +32,7 @@ impl<B: Backend> Control<B> {
         }
         let done = match (obs, status) {
             (Observation::Note { reason, message, .. }, _) => {
-                self.store.append_event(&t.id, t.attempt, now_ms, reason.as_str(), message).await?;
+                self.store.append_event(&t.id, t.attempt, now_ms, *reason, message).await?;
                 Some(t.clone())
             }
             (Observation::NodeSuspect { node, message, .. }, _) => {
@@ -48,9 +47,7 @@ impl<B: Backend> Control<B> {
                 } else {
                     format!("{message}; node replacement is off, so it may be used again")
                 };
-                self.store
-                    .append_event(&t.id, t.attempt, now_ms, Reason::NodeSuspect.as_str(), &what)
-                    .await?;
+                self.store.append_event(&t.id, t.attempt, now_ms, Reason::NodeSuspect, &what).await?;
                 Some(t.clone())
             }
             (Observation::ScaleUp { workers, message, .. }, Status::Running) => {
@@ -62,7 +59,7 @@ impl<B: Backend> Control<B> {
                             "{message}; asking for {extra} more workers ({current} of at most {max})"
                         );
                         self.store
-                            .append_event(&t.id, t.attempt, now_ms, Reason::ScaleUpRequested.as_str(), &why)
+                            .append_event(&t.id, t.attempt, now_ms, Reason::ScaleUpRequested, &why)
                             .await?;
                     }
                     if extra > 0 {
@@ -122,9 +119,7 @@ impl<B: Backend> Control<B> {
             }
             end => {
                 if let AfterFailure::BudgetSpent(why) = end {
-                    self.store
-                        .append_event(&t.id, t.attempt, now_ms, Reason::RetryBudgetSpent.as_str(), &why)
-                        .await?;
+                    self.store.append_event(&t.id, t.attempt, now_ms, Reason::RetryBudgetSpent, &why).await?;
                 }
                 self.raise(t, AlarmEvent::Failed, &format!("failed: {reason}"), now_ms).await?;
             }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use trainyard_core::Catalog;
 use trainyard_core::demand::Resources;
+use trainyard_core::lifecycle::Status;
 use trainyard_core::spec::{TaskType, TrainingTask};
 use trainyard_runtime::ReplicaPlan;
 use trainyard_sched::*;
@@ -209,8 +210,8 @@ pub fn snapshot_for(
             continue;
         }
         let (group, pool) = (b.group(&t.project_group), b.pool(&c.pool));
-        match t.status.as_str() {
-            "Queued" => {
+        match t.status {
+            Status::Queued => {
                 let Some(options) = cache.get(&b, task) else { continue };
                 b.pending(PendingAttempt {
                     id,
@@ -249,7 +250,7 @@ pub fn snapshot_for(
                 let (Some(replicas), Some(units)) = (replicas, units) else { continue };
                 // An autoscaling RayJob that wants more workers: a gang of those workers, through the same
                 // quota and placement rules as any task.
-                if t.status == "Running"
+                if t.status == Status::Running
                     && let Some(&extra) = scale_wants.get(&t.id)
                     && let Some(choice) = c.instance_specs.get(p.option)
                     && let Some(worker) = b.spec_ix(&choice.spec)
@@ -286,7 +287,7 @@ pub fn snapshot_for(
                     resource_type: c.resource_type,
                     priority: c.priority,
                     started_at_ms: t.updated_at_ms.max(0) as u64,
-                    stopping: t.status == "Stopping",
+                    stopping: t.status == Status::Stopping,
                     replicas,
                     units,
                 });

@@ -4,7 +4,7 @@ use crate::Control;
 use crate::error::CommandError;
 use crate::place::Placement;
 use crate::policy::{Call, stop_cause_of};
-use trainyard_core::lifecycle::Reason;
+use trainyard_core::lifecycle::{Reason, Status};
 use trainyard_runtime::{AttemptKey, Backend, StopCause};
 use trainyard_store::TaskRecord;
 
@@ -38,7 +38,7 @@ impl<B: Backend> Control<B> {
             // A node marked failed takes its replicas down with it: the attempt fails as NodeFailed and the
             // fault-tolerance path decides what comes next.
             if !failed.is_empty()
-                && matches!(t.status.as_str(), "Starting" | "Prechecking" | "Running")
+                && matches!(t.status, Status::Starting | Status::Prechecking | Status::Running)
                 && let Ok(p) = serde_json::from_str::<Placement>(&t.placement)
                 && p.replicas.iter().any(|r| failed.contains(r.node.as_str()))
             {
@@ -47,8 +47,8 @@ impl<B: Backend> Control<B> {
                 }
                 continue;
             }
-            match t.status.as_str() {
-                "Starting" | "Prechecking" | "Running"
+            match t.status {
+                Status::Starting | Status::Prechecking | Status::Running
                     if !alive.contains(&key) && self.due(t, Call::Launch, now_ms) =>
                 {
                     if let Ok(p) = serde_json::from_str::<Placement>(&t.placement) {
@@ -58,7 +58,7 @@ impl<B: Backend> Control<B> {
                         }
                     }
                 }
-                "Stopping" if self.due(t, Call::Stop, now_ms) => {
+                Status::Stopping if self.due(t, Call::Stop, now_ms) => {
                     // Asked again with the cause it was stopped for (a restarted backend does not know it).
                     let cause = self.recorded_stop_cause(t).await?;
                     self.send_stop(t, cause, now_ms).await?;

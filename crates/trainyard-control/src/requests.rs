@@ -76,9 +76,7 @@ impl<B: Backend> Control<B> {
                         "the backend refused to {what} attempt {} ({n} in a row): {err}; asking again in {wait_s} s",
                         t.attempt
                     );
-                    self.store
-                        .append_event(&t.id, t.attempt, now_ms, Reason::BackendError.as_str(), &why)
-                        .await?;
+                    self.store.append_event(&t.id, t.attempt, now_ms, Reason::BackendError, &why).await?;
                 }
                 Ok(())
             }
@@ -105,9 +103,7 @@ impl<B: Backend> Control<B> {
         if let Some(failed) = self.apply(t, step, now_ms).await? {
             if let Err(e) = self.backend.stop(&key_of(t), StopCause::NodeFailed).await {
                 let why = format!("could not clear what the backend set up for attempt {}: {e}", t.attempt);
-                self.store
-                    .append_event(&t.id, t.attempt, now_ms, Reason::BackendError.as_str(), &why)
-                    .await?;
+                self.store.append_event(&t.id, t.attempt, now_ms, Reason::BackendError, &why).await?;
             }
             self.maybe_retry(&failed, reason, now_ms).await?;
         }

@@ -49,13 +49,13 @@ pub(crate) async fn store_task(
             owner: owner.to_owned(),
             project_group: task.metadata.project_group.clone(),
             task_type: task.spec.task_type.to_string(),
-            status: Status::Queued.to_string(),
+            status: Status::Queued,
             public: task.metadata.public,
             labels: task.metadata.labels.clone(),
             spec_json: spec_json.clone(),
             created_at_ms: now_ms,
             idempotency: idempotency_key.map(|k| (k.to_owned(), secrets.digest(body))),
-            first_event: Some((Reason::Submitted.to_string(), format!("submitted by {owner}"))),
+            first_event: Some((Reason::Submitted, format!("submitted by {owner}"))),
         };
         match store.create_task(&new).await {
             Err(StoreError::NameTaken(n)) => last = Some(StoreError::NameTaken(n)),

@@ -28,7 +28,7 @@ impl<B: Backend> Control<B> {
                     .iter()
                     .filter(|v| match self.active.get(&(v.created_at_ms, v.id.clone())) {
                         Some(known) => known.record.version < v.version,
-                        None => ACTIVE.contains(&v.status.as_str()),
+                        None => !v.deleted && ACTIVE.contains(&v.status),
                     })
                     .map(|v| v.id.as_str())
                     .collect();
@@ -131,7 +131,7 @@ impl<B: Backend> Control<B> {
     pub(crate) fn absorb(&mut self, mut t: TaskRecord, spec: Option<Arc<TrainingTask>>) {
         let key = active_key(&t);
         let spec = spec.map(|s| self.specs.intern(s));
-        let keep = ACTIVE.contains(&t.status.as_str());
+        let keep = !t.deleted && ACTIVE.contains(&t.status);
         match self.active.get_mut(&key) {
             // Known already at this version: only a spec it lacked is news.
             Some(known) if known.record.version >= t.version && known.spec.is_none() && spec.is_some() => {
@@ -206,7 +206,7 @@ impl<B: Backend> Control<B> {
         for (t, err) in unreadable {
             if self.unreadable.insert(t.id.clone()) {
                 self.store
-                    .append_event(&t.id, t.attempt, now_ms, Reason::InternalError.as_str(), &err.to_string())
+                    .append_event(&t.id, t.attempt, now_ms, Reason::InternalError, &err.to_string())
                     .await?;
             }
         }

@@ -62,10 +62,10 @@ impl<B: Backend> Control<B> {
     ) -> Result<(), CommandError> {
         let entries: Vec<&Entry> = active.values().filter(|e| e.spec.is_some()).collect();
         let holding: Vec<&TaskRecord> =
-            entries.iter().map(|e| &*e.record).filter(|t| t.status != "Queued").collect();
+            entries.iter().map(|e| &*e.record).filter(|t| t.status != Status::Queued).collect();
         report.settling = holding
             .iter()
-            .filter(|t| matches!(t.status.as_str(), "Admitted" | "Starting" | "Stopping"))
+            .filter(|t| matches!(t.status, Status::Admitted | Status::Starting | Status::Stopping))
             .count() as u32;
         // The plan is a function of the active tasks, the catalog, the loop's own hints (nominated nodes,
         // excluded nodes, autoscaling wants) and, through starvation, the clock: while none of them changed, it
@@ -98,7 +98,7 @@ impl<B: Backend> Control<B> {
         if look {
             self.queue_alarms_at_ms = now_ms + QUEUE_ALARM_EVERY_MS;
         }
-        for e in entries.iter().filter(|e| look && e.record.status == "Queued") {
+        for e in entries.iter().filter(|e| look && e.record.status == Status::Queued) {
             let (t, task) = (&e.record, e.spec());
             if !owners_alarms.contains_key(&t.owner) {
                 let mine = alarms::user_subscriptions(&self.store, &t.owner).await?;

@@ -61,7 +61,7 @@ async fn control(backend: FakeBackend) -> (Control<FakeBackend>, String) {
 
 async fn status(c: &Control<FakeBackend>, id: &str) -> (String, i64) {
     let t = c.store().get_task(id).await.unwrap().unwrap();
-    (t.status, t.attempt)
+    (t.status.to_string(), t.attempt)
 }
 
 async fn reasons(c: &Control<FakeBackend>, id: &str) -> Vec<String> {
@@ -637,7 +637,7 @@ async fn avoided_nodes_are_still_avoided_after_a_restart() {
     c.tick(3).await.unwrap();
     for (id, avoided, other) in [(&a, "node-0", "node-1"), (&b, "node-1", "node-0")] {
         let t = store.get_task(id).await.unwrap().unwrap();
-        assert_eq!(t.status, "Running");
+        assert_eq!(t.status.as_str(), "Running");
         assert!(t.placement.contains(other) && !t.placement.contains(avoided), "{id}: {}", t.placement);
     }
 }

@@ -2,7 +2,7 @@
 //! imports of many tasks in one transaction. Concurrent creates reach it through `group_commit`.
 
 use crate::model::{Created, NewTask, TaskRecord};
-use crate::rows::{TASK_COLUMNS, task_from_row};
+use crate::rows::{TASK_COLUMNS, TASK_READ, task_from_row};
 use crate::{Result, Store, StoreError};
 use sqlx::Row;
 
@@ -48,7 +48,7 @@ pub(crate) async fn create_in(conn: &mut sqlx::AnyConnection, t: &NewTask) -> Re
             if &seen_hash != hash {
                 return Err(StoreError::IdempotencyConflict);
             }
-            let row = sqlx::query(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1"))
+            let row = sqlx::query(&format!("SELECT {TASK_READ} FROM tasks WHERE id = $1"))
                 .bind(&task_id)
                 .fetch_optional(&mut *conn)
                 .await?
@@ -67,7 +67,7 @@ pub(crate) async fn create_in(conn: &mut sqlx::AnyConnection, t: &NewTask) -> Re
     .bind(&t.owner)
     .bind(&t.project_group)
     .bind(&t.task_type)
-    .bind(&t.status)
+    .bind(t.status.as_str())
     .bind(i64::from(t.public))
     .bind(&labels)
     .bind(&t.spec_json)
@@ -94,7 +94,7 @@ pub(crate) async fn create_in(conn: &mut sqlx::AnyConnection, t: &NewTask) -> Re
         )
         .bind(&t.id)
         .bind(t.created_at_ms)
-        .bind(reason)
+        .bind(reason.as_str())
         .bind(message)
         .execute(&mut *conn)
         .await?;
@@ -110,7 +110,8 @@ pub(crate) fn new_record(t: &NewTask) -> TaskRecord {
         owner: t.owner.clone(),
         project_group: t.project_group.clone(),
         task_type: t.task_type.clone(),
-        status: t.status.clone(),
+        status: t.status,
+        deleted: false,
         public: t.public,
         labels: t.labels.clone(),
         spec_json: t.spec_json.clone(),

@@ -102,7 +102,7 @@ async fn insert_many(conn: &mut sqlx::AnyConnection, batch: &[Job]) -> Result<bo
             Arg::Text(t.owner.clone()),
             Arg::Text(t.project_group.clone()),
             Arg::Text(t.task_type.clone()),
-            Arg::Text(t.status.clone()),
+            Arg::Text(t.status.as_str().to_owned()),
             Arg::Int(i64::from(t.public)),
             Arg::Text(l),
             Arg::Text(t.spec_json.clone()),
@@ -115,7 +115,7 @@ async fn insert_many(conn: &mut sqlx::AnyConnection, batch: &[Job]) -> Result<bo
             events.push(vec![
                 Arg::Text(t.id.clone()),
                 Arg::Int(t.created_at_ms),
-                Arg::Text(reason.clone()),
+                Arg::Text(reason.as_str().to_owned()),
                 Arg::Text(message.clone()),
             ]);
         }

@@ -1,7 +1,7 @@
 //! The task list: visibility, filters, search, order and the cursor, built as one query.
 
 use crate::model::{MAX_PAGE, Page, SortOrder, TaskFilter, TaskRecord};
-use crate::rows::{Arg, TASK_COLUMNS, bind_all, task_from_row};
+use crate::rows::{Arg, TASK_READ, bind_all, task_from_row};
 use crate::{Result, Store, StoreError};
 
 /// How a list matches its search text.
@@ -73,7 +73,7 @@ fn list_query(
     limit: u32,
     search: Search<'_>,
 ) -> Result<(String, Vec<Arg>)> {
-    let columns = TASK_COLUMNS.replace("spec,", "'' AS spec,");
+    let columns = TASK_READ.replace("spec,", "'' AS spec,");
     let mut sql = format!("SELECT {columns} FROM tasks t WHERE deleted = 0");
     let mut args: Vec<Arg> = Vec::new();
     let mut push = |sql: &mut String, clause: &str, values: Vec<Arg>| {
@@ -110,7 +110,7 @@ fn list_query(
     for (col, val) in [
         ("t.owner", &filter.owner),
         ("t.project_group", &filter.project_group),
-        ("t.status", &filter.status),
+        ("t.status", &filter.status.map(|s| s.as_str().to_owned())),
         ("t.task_type", &filter.task_type),
     ] {
         if let Some(v) = val {

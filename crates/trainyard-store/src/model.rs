@@ -3,6 +3,7 @@
 //! read from and written to rows is in `rows` and the files that run the queries.
 
 use std::collections::BTreeMap;
+use trainyard_core::lifecycle::{Reason, Status};
 
 /// A task as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,7 +13,9 @@ pub struct TaskRecord {
     pub owner: String,
     pub project_group: String,
     pub task_type: String,
-    pub status: String,
+    pub status: Status,
+    /// Deleted: out of lists and of the control loop's work, history kept.
+    pub deleted: bool,
     pub public: bool,
     pub labels: BTreeMap<String, String>,
     /// The task document as JSON (hidden values encrypted by the caller).
@@ -36,7 +39,7 @@ pub struct NewTask {
     pub owner: String,
     pub project_group: String,
     pub task_type: String,
-    pub status: String,
+    pub status: Status,
     pub public: bool,
     pub labels: BTreeMap<String, String>,
     pub spec_json: String,
@@ -44,7 +47,7 @@ pub struct NewTask {
     /// `(key, hash of the request body)`: a retried create with the same key and body returns the first task.
     pub idempotency: Option<(String, String)>,
     /// The first event, written in the same transaction.
-    pub first_event: Option<(String, String)>,
+    pub first_event: Option<(Reason, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,7 +79,7 @@ pub struct TaskFilter {
     pub visible_to: Option<Viewer>,
     pub owner: Option<String>,
     pub project_group: Option<String>,
-    pub status: Option<String>,
+    pub status: Option<Status>,
     pub task_type: Option<String>,
     /// Substring of the name, or the exact id.
     pub search: Option<String>,
@@ -132,10 +135,10 @@ pub struct Event {
 pub struct Transition {
     pub task_id: String,
     pub expected_version: i64,
-    pub status: String,
+    pub status: Status,
     pub attempt: i64,
     pub at_ms: i64,
-    pub reason: String,
+    pub reason: Reason,
     pub message: String,
     /// The new placement (`Some("")` clears it); `None` keeps it.
     pub placement: Option<String>,
@@ -205,6 +208,6 @@ pub struct TaskVersion {
     pub id: String,
     pub created_at_ms: i64,
     pub version: i64,
-    /// `Deleted` for a deleted task.
-    pub status: String,
+    pub status: Status,
+    pub deleted: bool,
 }

@@ -5,9 +5,18 @@ use crate::model::{AlarmDelivery, Event, TaskRecord, User};
 use crate::{Result, StoreError};
 use sqlx::Row;
 use sqlx::any::AnyRow;
+use trainyard_core::lifecycle::Status;
 
 pub(crate) const TASK_COLUMNS: &str = "id, name, owner, project_group, task_type, status, public, labels, spec, attempt, \
                             version, created_at_ms, updated_at_ms, placement, retries";
+/// What a read of a task selects: its columns and whether it was deleted.
+pub(crate) const TASK_READ: &str = "id, name, owner, project_group, task_type, status, public, labels, spec, attempt, \
+                            version, created_at_ms, updated_at_ms, placement, retries, deleted";
+
+/// A stored status, read at the store's edge: anything else in the column is corruption, said as such.
+pub(crate) fn status_of(s: &str) -> Result<Status> {
+    Status::from_name(s).ok_or_else(|| StoreError::Corrupt(format!("task status {s:?}")))
+}
 
 /// A user from `SELECT name, role, groups`.
 pub(crate) fn user_from_row(r: &AnyRow) -> Result<User> {
@@ -27,7 +36,8 @@ pub(crate) fn task_from_row(r: &AnyRow) -> Result<TaskRecord> {
         owner: r.try_get("owner")?,
         project_group: r.try_get("project_group")?,
         task_type: r.try_get("task_type")?,
-        status: r.try_get("status")?,
+        status: status_of(&r.try_get::<String, _>("status")?)?,
+        deleted: r.try_get::<i64, _>("deleted")? != 0,
         public: r.try_get::<i64, _>("public")? != 0,
         labels: serde_json::from_str(&labels).map_err(|e| StoreError::Corrupt(format!("labels: {e}")))?,
         spec_json: r.try_get("spec")?,

@@ -2,15 +2,16 @@
 //! migration of how its spec is stored, the nodes its next attempts avoid.
 
 use crate::model::{Event, MAX_PAGE, TaskRecord, TaskVersion};
-use crate::rows::{TASK_COLUMNS, event_from_row, placeholders, task_from_row};
+use crate::rows::{TASK_READ, event_from_row, placeholders, status_of, task_from_row};
 use crate::{Result, Store, StoreError};
 use sqlx::Row;
 use std::collections::BTreeMap;
+use trainyard_core::lifecycle::Status;
 
 impl Store {
     /// A task by id (deleted ones included: their history is kept).
     pub async fn get_task(&self, id: &str) -> Result<Option<TaskRecord>> {
-        let row = sqlx::query(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1"))
+        let row = sqlx::query(&format!("SELECT {TASK_READ} FROM tasks WHERE id = $1"))
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
@@ -34,7 +35,7 @@ impl Store {
     /// Tasks (deleted ones included) whose stored spec contains `needle` (no `%` or `_` in it): a full
     /// scan, for one-time migrations of stored specs.
     pub async fn tasks_with_spec_containing(&self, needle: &str) -> Result<Vec<TaskRecord>> {
-        let rows = sqlx::query(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE spec LIKE $1 ORDER BY id"))
+        let rows = sqlx::query(&format!("SELECT {TASK_READ} FROM tasks WHERE spec LIKE $1 ORDER BY id"))
             .bind(format!("%{needle}%"))
             .fetch_all(&self.pool)
             .await?;
@@ -77,16 +78,14 @@ impl Store {
 
     /// Like [`Store::tasks_in_status`], with `spec_json` left empty: for callers that keep specs (which never
     /// change) already, and fetch one with [`Store::get_task`] only for a task they have not seen.
-    pub async fn tasks_in_status_without_spec(&self, statuses: &[&str]) -> Result<Vec<TaskRecord>> {
-        self.tasks_where_status(statuses, &TASK_COLUMNS.replace("spec,", "'' AS spec,")).await
+    pub async fn tasks_in_status_without_spec(&self, statuses: &[Status]) -> Result<Vec<TaskRecord>> {
+        self.tasks_where_status(statuses, &TASK_READ.replace("spec,", "'' AS spec,")).await
     }
 
     /// Tasks changed at or after `since_ms` (by `updated_at_ms`), specs left out, deleted ones included as
     /// their last state: what an incremental reader of the active set needs.
     pub async fn tasks_updated_since(&self, since_ms: i64) -> Result<Vec<TaskRecord>> {
-        let columns = TASK_COLUMNS
-            .replace("spec,", "'' AS spec,")
-            .replace("status,", "CASE WHEN deleted = 1 THEN 'Deleted' ELSE status END AS status,");
+        let columns = TASK_READ.replace("spec,", "'' AS spec,");
         let rows = sqlx::query(&format!(
             "SELECT {columns} FROM tasks WHERE updated_at_ms >= $1 ORDER BY updated_at_ms, id"
         ))
@@ -96,13 +95,11 @@ impl Store {
         rows.iter().map(task_from_row).collect()
     }
 
-    /// Which tasks changed at or after `since_ms`, as (id, created_at_ms, version, status), deleted ones with
-    /// the status `Deleted`: a light first read for an incremental reader, which then fetches with
+    /// Which tasks changed at or after `since_ms` (deleted ones included): a light first read for an incremental reader, which then fetches with
     /// [`Store::tasks_without_spec`] only the records it does not have at that version.
     pub async fn versions_updated_since(&self, since_ms: i64) -> Result<Vec<TaskVersion>> {
         let rows = sqlx::query(
-            "SELECT id, created_at_ms, version, CASE WHEN deleted = 1 THEN 'Deleted' ELSE status END \
-             FROM tasks WHERE updated_at_ms >= $1",
+            "SELECT id, created_at_ms, version, status, deleted FROM tasks WHERE updated_at_ms >= $1",
         )
         .bind(since_ms)
         .fetch_all(&self.pool)
@@ -112,29 +109,26 @@ impl Store {
 
     /// The versions of the tasks (not deleted) whose status is one of `statuses`, as
     /// [`Store::versions_updated_since`] gives them.
-    pub async fn versions_in_status(&self, statuses: &[&str]) -> Result<Vec<TaskVersion>> {
+    pub async fn versions_in_status(&self, statuses: &[Status]) -> Result<Vec<TaskVersion>> {
         if statuses.is_empty() {
             return Ok(Vec::new());
         }
         let sql = format!(
-            "SELECT id, created_at_ms, version, status FROM tasks WHERE deleted = 0 AND status IN ({})",
+            "SELECT id, created_at_ms, version, status, deleted FROM tasks WHERE deleted = 0 AND status IN ({})",
             placeholders(statuses.len())
         );
         let mut q = sqlx::query(&sql);
         for s in statuses {
-            q = q.bind(*s);
+            q = q.bind(s.as_str());
         }
         let rows = q.fetch_all(&self.pool).await?;
         rows.iter().map(version_from_row).collect()
     }
 
-    /// The records of these tasks, specs left out and deleted ones with the status `Deleted` (as
-    /// [`Store::tasks_updated_since`] gives them); missing ids are left out.
+    /// The records of these tasks (deleted ones included), specs left out; missing ids are left out.
     pub async fn tasks_without_spec(&self, ids: &[&str]) -> Result<Vec<TaskRecord>> {
         const IDS_PER_QUERY: usize = 500;
-        let columns = TASK_COLUMNS
-            .replace("spec,", "'' AS spec,")
-            .replace("status,", "CASE WHEN deleted = 1 THEN 'Deleted' ELSE status END AS status,");
+        let columns = TASK_READ.replace("spec,", "'' AS spec,");
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(IDS_PER_QUERY) {
             let sql = format!("SELECT {columns} FROM tasks WHERE id IN ({})", placeholders(chunk.len()));
@@ -165,7 +159,7 @@ impl Store {
     }
 
     /// The nodes avoided by tasks (not deleted) whose status is one of `statuses`, as (task id, node).
-    pub async fn avoided_nodes(&self, statuses: &[&str]) -> Result<Vec<(String, String)>> {
+    pub async fn avoided_nodes(&self, statuses: &[Status]) -> Result<Vec<(String, String)>> {
         if statuses.is_empty() {
             return Ok(Vec::new());
         }
@@ -177,7 +171,7 @@ impl Store {
         );
         let mut q = sqlx::query(&sql);
         for s in statuses {
-            q = q.bind(*s);
+            q = q.bind(s.as_str());
         }
         let rows = q.fetch_all(&self.pool).await?;
         rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect()
@@ -202,11 +196,11 @@ impl Store {
     }
 
     /// Tasks not deleted whose status is one of `statuses`: what the control loop rebuilds its state from.
-    pub async fn tasks_in_status(&self, statuses: &[&str]) -> Result<Vec<TaskRecord>> {
-        self.tasks_where_status(statuses, TASK_COLUMNS).await
+    pub async fn tasks_in_status(&self, statuses: &[Status]) -> Result<Vec<TaskRecord>> {
+        self.tasks_where_status(statuses, TASK_READ).await
     }
 
-    async fn tasks_where_status(&self, statuses: &[&str], columns: &str) -> Result<Vec<TaskRecord>> {
+    async fn tasks_where_status(&self, statuses: &[Status], columns: &str) -> Result<Vec<TaskRecord>> {
         if statuses.is_empty() {
             return Ok(Vec::new());
         }
@@ -217,7 +211,7 @@ impl Store {
         );
         let mut q = sqlx::query(&sql);
         for s in statuses {
-            q = q.bind(*s);
+            q = q.bind(s.as_str());
         }
         let rows = q.fetch_all(&self.pool).await?;
         rows.iter().map(task_from_row).collect()
@@ -242,6 +236,7 @@ fn version_from_row(r: &sqlx::any::AnyRow) -> Result<TaskVersion> {
         id: r.try_get(0)?,
         created_at_ms: r.try_get(1)?,
         version: r.try_get(2)?,
-        status: r.try_get(3)?,
+        status: status_of(&r.try_get::<String, _>(3)?)?,
+        deleted: r.try_get::<i64, _>(4)? != 0,
     })
 }

@@ -2,8 +2,9 @@
 //! commit; and events that change no status.
 
 use crate::model::{TaskRecord, Transition};
-use crate::rows::{TASK_COLUMNS, task_from_row};
+use crate::rows::{TASK_READ, task_from_row};
 use crate::{Result, Store, StoreError};
+use trainyard_core::lifecycle::Reason;
 
 impl Store {
     /// Applies a status change and its event in one transaction, if nobody changed the task meanwhile.
@@ -28,7 +29,7 @@ impl Store {
                  placement = COALESCE($4, placement), retries = COALESCE($5, retries) \
                  WHERE id = $6 AND version = $7",
             )
-            .bind(&t.status)
+            .bind(t.status.as_str())
             .bind(t.attempt)
             .bind(t.at_ms)
             .bind(t.placement.as_deref())
@@ -57,11 +58,11 @@ impl Store {
             .bind(&t.task_id)
             .bind(t.attempt)
             .bind(t.at_ms)
-            .bind(&t.reason)
+            .bind(t.reason.as_str())
             .bind(&t.message)
             .execute(&mut *tx)
             .await?;
-            let row = sqlx::query(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1"))
+            let row = sqlx::query(&format!("SELECT {TASK_READ} FROM tasks WHERE id = $1"))
                 .bind(&t.task_id)
                 .fetch_one(&mut *tx)
                 .await?;
@@ -77,7 +78,7 @@ impl Store {
         task_id: &str,
         attempt: i64,
         at_ms: i64,
-        reason: &str,
+        reason: Reason,
         message: &str,
     ) -> Result<()> {
         sqlx::query(
@@ -86,7 +87,7 @@ impl Store {
         .bind(task_id)
         .bind(attempt)
         .bind(at_ms)
-        .bind(reason)
+        .bind(reason.as_str())
         .bind(message)
         .execute(&self.pool)
         .await?;

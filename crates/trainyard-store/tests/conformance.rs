@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use trainyard_core::lifecycle::{Reason, Status};
 use trainyard_store::*;
 
 static NEXT_DB: AtomicU64 = AtomicU64::new(0);
@@ -141,16 +142,17 @@ async fn changes_since(store: Store, _: String) {
     store.delete_task("gone", 150).await.unwrap();
     let changed = store.tasks_updated_since(50).await.unwrap();
     let seen: Vec<(&str, &str)> = changed.iter().map(|t| (t.id.as_str(), t.status.as_str())).collect();
-    assert_eq!(seen, [("new", "Queued"), ("gone", "Deleted")]);
+    assert_eq!(seen, [("new", "Queued"), ("gone", "Queued")]);
+    assert_eq!(changed.iter().map(|t| t.deleted).collect::<Vec<_>>(), [false, true], "deleted ones say so");
     assert!(changed.iter().all(|t| t.spec_json.is_empty()));
     // The same, light: versions first, then records only for the ids asked for.
     let mut versions = store.versions_updated_since(50).await.unwrap();
     versions.sort_by(|a, b| a.id.cmp(&b.id));
-    let seen: Vec<(&str, i64, &str)> =
-        versions.iter().map(|v| (v.id.as_str(), v.created_at_ms, v.status.as_str())).collect();
-    assert_eq!(seen, [("gone", 100, "Deleted"), ("new", 100, "Queued")]);
+    let seen: Vec<(&str, i64, &str, bool)> =
+        versions.iter().map(|v| (v.id.as_str(), v.created_at_ms, v.status.as_str(), v.deleted)).collect();
+    assert_eq!(seen, [("gone", 100, "Queued", true), ("new", 100, "Queued", false)]);
     assert_eq!(versions[0].version, changed[1].version, "a version as the full record has it");
-    let mut active = store.versions_in_status(&["Queued"]).await.unwrap();
+    let mut active = store.versions_in_status(&[Status::Queued]).await.unwrap();
     active.sort_by(|a, b| a.id.cmp(&b.id));
     assert_eq!(
         active.iter().map(|v| v.id.as_str()).collect::<Vec<_>>(),
@@ -162,8 +164,8 @@ async fn changes_since(store: Store, _: String) {
     let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
     let mut records = store.tasks_without_spec(&refs).await.unwrap();
     records.sort_by(|a, b| a.id.cmp(&b.id));
-    let seen: Vec<(&str, &str)> = records.iter().map(|t| (t.id.as_str(), t.status.as_str())).collect();
-    assert_eq!(seen, [("gone", "Deleted"), ("new", "Queued")], "unknown ids left out");
+    let seen: Vec<(&str, bool)> = records.iter().map(|t| (t.id.as_str(), t.deleted)).collect();
+    assert_eq!(seen, [("gone", true), ("new", false)], "unknown ids left out");
     assert!(records.iter().all(|t| t.spec_json.is_empty()));
     // Their specs, in bulk, by id (unknown ids left out); more ids than one query takes.
     let mut ids: Vec<String> = (0..1200).map(|i| format!("none-{i}")).collect();
@@ -178,10 +180,10 @@ async fn changes_since(store: Store, _: String) {
     store.avoid_node("new", "node-b", 121).await.unwrap();
     store.avoid_node("new", "node-a", 122).await.unwrap();
     store.avoid_node("gone", "node-c", 160).await.unwrap();
-    let avoided = store.avoided_nodes(&["Queued", "Running"]).await.unwrap();
+    let avoided = store.avoided_nodes(&[Status::Queued, Status::Running]).await.unwrap();
     let pair = |t: &str, n: &str| (t.to_owned(), n.to_owned());
     assert_eq!(avoided, [pair("new", "node-a"), pair("new", "node-b")], "a deleted task's are left out");
-    assert!(store.avoided_nodes(&["Running"]).await.unwrap().is_empty());
+    assert!(store.avoided_nodes(&[Status::Running]).await.unwrap().is_empty());
 }
 
 async fn task_env(store: Store, _: String) {
@@ -225,13 +227,13 @@ fn new_task(id: &str, owner: &str, group: &str, at: i64) -> NewTask {
         owner: owner.into(),
         project_group: group.into(),
         task_type: "PyTorchJob".into(),
-        status: "Queued".into(),
+        status: Status::Queued,
         public: false,
         labels: BTreeMap::new(),
         spec_json: format!("{{\"id\":\"{id}\"}}"),
         created_at_ms: at,
         idempotency: None,
-        first_event: Some(("Queued".into(), "submitted".into())),
+        first_event: Some((Reason::Submitted, "submitted".into())),
     }
 }
 
@@ -273,7 +275,7 @@ async fn create_get_and_idempotency(store: Store, _: String) {
     );
     assert_eq!(store.count_tasks().await.unwrap(), 3);
     let events = store.list_events("a1", 0, 100).await.unwrap();
-    assert_eq!(events.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>(), ["Queued"]);
+    assert_eq!(events.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>(), ["Submitted"]);
 }
 
 async fn concurrent_retries_create_one_task(store: Store, _: String) {
@@ -352,7 +354,7 @@ async fn a_burst_of_creates_answers_each_alone(store: Store, _: String) {
                     assert_eq!(got, t);
                     assert_eq!(got.labels.len(), 2, "{id}");
                     let events = store.list_events(id, 0, 10).await.unwrap();
-                    assert_eq!(events.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>(), ["Queued"]);
+                    assert_eq!(events.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>(), ["Submitted"]);
                 }
                 (id, other) => panic!("{id}: {other:?}"),
             }
@@ -422,7 +424,7 @@ async fn list_pages_newest_first_with_filters(store: Store, _: String) {
             1000 + i / 2,
         );
         if i % 5 == 0 {
-            t.status = "Running".into();
+            t.status = Status::Running;
             t.task_type = "RayJob".into();
         }
         t.labels.insert("exp".into(), format!("e{}", i % 4));
@@ -451,7 +453,7 @@ async fn list_pages_newest_first_with_filters(store: Store, _: String) {
     };
     assert_eq!(count(TaskFilter { owner: Some("alice".into()), ..Default::default() }).await, 13);
     assert_eq!(count(TaskFilter { project_group: Some("cv".into()), ..Default::default() }).await, 9);
-    assert_eq!(count(TaskFilter { status: Some("Running".into()), ..Default::default() }).await, 5);
+    assert_eq!(count(TaskFilter { status: Some(Status::Running), ..Default::default() }).await, 5);
     assert_eq!(count(TaskFilter { task_type: Some("RayJob".into()), ..Default::default() }).await, 5);
     assert_eq!(count(TaskFilter { search: Some("t1".into()), ..Default::default() }).await, 10);
     assert_eq!(count(TaskFilter { search: Some("t07".into()), ..Default::default() }).await, 1);
@@ -529,10 +531,10 @@ async fn transitions_check_the_version_and_record_events(store: Store, _: String
     let step = |v: i64, status: &str, reason: &str| Transition {
         task_id: "x".into(),
         expected_version: v,
-        status: status.into(),
+        status: Status::from_name(status).unwrap(),
         attempt: 1,
         at_ms: 20 + v,
-        reason: reason.into(),
+        reason: Reason::from_name(reason).unwrap(),
         message: format!("now {status}"),
         placement: (status == "Admitted").then(|| "{\"nodes\":[\"n0\"]}".to_owned()),
         retries: None,
@@ -554,23 +556,26 @@ async fn transitions_check_the_version_and_record_events(store: Store, _: String
     assert_eq!((t.placement.as_str(), t.retries), ("", 1));
     let t = store.transition(&step(4, "Running", "Started")).await.unwrap();
     assert_eq!(t.retries, 1);
-    store.append_event("x", 1, 30, "PrecheckPassed", "gemm 210 TFLOP/s").await.unwrap();
+    store.append_event("x", 1, 30, Reason::PrecheckPassed, "gemm 210 TFLOP/s").await.unwrap();
     let mut missing = step(1, "Running", "Started");
     missing.task_id = "nope".into();
     assert!(matches!(store.transition(&missing).await, Err(StoreError::NotFound(_))));
     let events = store.list_events("x", 0, 100).await.unwrap();
     let reasons: Vec<&str> = events.iter().map(|e| e.reason.as_str()).collect();
-    assert_eq!(reasons, ["Queued", "Admitted", "Started", "Requeued", "Started", "PrecheckPassed"]);
+    assert_eq!(reasons, ["Submitted", "Admitted", "Started", "Requeued", "Started", "PrecheckPassed"]);
     assert!(events.windows(2).all(|w| w[0].seq < w[1].seq));
     let after = store.list_events("x", events[1].seq, 100).await.unwrap();
     assert_eq!(after.len(), 4);
-    let running = store.tasks_in_status(&["Running", "Queued"]).await.unwrap();
+    let running = store.tasks_in_status(&[Status::Running, Status::Queued]).await.unwrap();
     assert_eq!(running.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["x"]);
 
     // Several in one commit: y through two steps (the second names the version after the first), a stale
     // change to x refused on its own, z unknown; the others still apply.
     store.create_task(&new_task("y", "alice", "nlp", 11)).await.unwrap();
-    let on = |id: &str, v: i64, status: &str| Transition { task_id: id.into(), ..step(v, status, status) };
+    let on = |id: &str, v: i64, status: &str| {
+        let reason = if status == "Stopping" { "StopRequested" } else { "Admitted" };
+        Transition { task_id: id.into(), ..step(v, status, reason) }
+    };
     let answers = store
         .transitions(&[
             on("y", 1, "Admitted"),
@@ -580,15 +585,15 @@ async fn transitions_check_the_version_and_record_events(store: Store, _: String
         ])
         .await
         .unwrap();
-    assert!(matches!(&answers[0], Ok(t) if t.version == 2 && t.status == "Admitted"));
+    assert!(matches!(&answers[0], Ok(t) if t.version == 2 && t.status == Status::Admitted));
     assert!(matches!(answers[1], Err(StoreError::VersionConflict { expected: 1 })));
-    assert!(matches!(&answers[2], Ok(t) if t.version == 3 && t.status == "Starting"));
+    assert!(matches!(&answers[2], Ok(t) if t.version == 3 && t.status == Status::Starting));
     assert!(matches!(answers[3], Err(StoreError::NotFound(_))));
     let y: Vec<String> = store.list_events("y", 0, 10).await.unwrap().into_iter().map(|e| e.reason).collect();
-    assert_eq!(y, ["Queued", "Admitted", "Starting"]);
+    assert_eq!(y, ["Submitted", "Admitted", "Admitted"]);
     assert_eq!(
         store.get_task("x").await.unwrap().unwrap().status,
-        "Running",
+        Status::Running,
         "the refused change wrote nothing"
     );
     assert!(store.transitions(&[]).await.unwrap().is_empty());

@@ -297,7 +297,11 @@ fn main() {
                 project_group: if k % 4 < 2 { "nlp".into() } else { "cv".into() },
                 task_type: "PyTorchJob".into(),
                 // Ended tasks: the control loop has no work for them, as with most of a long history.
-                status: if k % 10 == 0 { "Failed".into() } else { "Succeeded".into() },
+                status: if k % 10 == 0 {
+                    trainyard_core::lifecycle::Status::Failed
+                } else {
+                    trainyard_core::lifecycle::Status::Succeeded
+                },
                 public: k % 3 == 0,
                 labels: Default::default(),
                 spec_json: spec_json.clone(),

@@ -136,12 +136,19 @@ pub async fn list_tasks(
             ApiError::BadRequest(format!("sort {s:?} is not one of newest, oldest, name, updated"))
         })?,
     };
+    let status = match q.status.as_deref() {
+        None => None,
+        Some(s) => Some(trainyard_core::lifecycle::Status::from_name(s).ok_or_else(|| {
+            let known = trainyard_core::lifecycle::Status::NAMES.join(", ");
+            ApiError::BadRequest(format!("status {s:?} is not one of {known}"))
+        })?),
+    };
     let filter = TaskFilter {
         sort,
         visible_to: Some(user.viewer()),
         owner: q.owner,
         project_group: q.group,
-        status: q.status,
+        status,
         task_type: q.task_type,
         search: q.q,
         labels,

@@ -83,7 +83,7 @@ fn tasks(range: std::ops::Range<usize>, total: usize, now_ms: i64, specs: &[Stri
                 owner: ["admin", "member", "someone"][k % 3].to_owned(),
                 project_group: group.to_owned(),
                 task_type: "PyTorchJob".to_owned(),
-                status: status.to_owned(),
+                status: trainyard_core::lifecycle::Status::from_name(status).expect("a known status"),
                 public: k % 5 != 0,
                 labels,
                 spec_json: specs[usize::from(group == "cv")].clone(),
