@@ -1,8 +1,9 @@
 //! The `TrainingTask` document: one shape for the console, the CLI and the API, in YAML or JSON.
 //!
 //! The types here are plain data. Decoding (with every problem reported at once) lives in
-//! [`crate::decode`] and [`crate::parse`]; the rules in [`crate::validate`]. Serialisation uses serde with
-//! the same field names, so a task written out reads back unchanged.
+//! [`crate::decode`] and [`crate::parse`](mod@crate::parse); the rules in
+//! [`crate::validate`](mod@crate::validate). Serialisation uses serde with the same field names, so a task
+//! written out reads back unchanged.
 
 use crate::{decode_struct, string_enum};
 use serde::Serialize;

@@ -31,7 +31,7 @@ pub struct TaskRecord {
     pub retries: i64,
 }
 
-/// What [`Store::create_task`] stores.
+/// What [`Store::create_task`](crate::Store::create_task) stores.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewTask {
     pub id: String,
@@ -73,7 +73,7 @@ pub struct Viewer {
     pub admin: bool,
 }
 
-/// Filters for [`Store::list_tasks`]; every set field must match.
+/// Filters for [`Store::list_tasks`](crate::Store::list_tasks); every set field must match.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TaskFilter {
     pub visible_to: Option<Viewer>,
