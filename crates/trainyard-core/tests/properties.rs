@@ -262,7 +262,12 @@ fn env_list(max: usize) -> impl Strategy<Value = Vec<EnvVar>> {
             names
                 .into_iter()
                 .zip(values)
-                .map(|(name, (value, hidden))| EnvVar { name, value, hidden })
+                // A hidden value made only of `*` reads as the mask the API shows in its place, which a
+                // submission may not send as a value: such a pair is no valid task, so none is generated.
+                .map(|(name, (value, hidden))| {
+                    let hidden = hidden && !trainyard_core::validate::is_mask(&value);
+                    EnvVar { name, value, hidden }
+                })
                 .collect::<Vec<_>>()
         })
         .prop_shuffle()
