@@ -158,6 +158,10 @@ impl OptionsCache {
 
     fn get(&mut self, b: &SnapshotBuilder, task: &Arc<TrainingTask>) -> Option<Arc<[GangOption]>> {
         let key = Arc::as_ptr(task) as usize;
+        // Tasks sharing a spec: the first of this snapshot moved it to `used`.
+        if let Some((_, options)) = self.used.get(&key) {
+            return Some(options.clone());
+        }
         let entry = match self.by_spec.remove(&key) {
             Some(e) => e,
             None => (task.clone(), options(b, task)?.into()),
