@@ -38,6 +38,11 @@ struct Run {
     nodes: Vec<String>,
     /// Every replica it ever had, as (name, role), named as the real backends name them.
     replicas: Vec<(String, String)>,
+    /// How it ended, as reported (kept to be reported again after a `restart`).
+    ended: Option<Observation>,
+    /// Since a `restart`: a started attempt says `Started` again, an ended one says how it ended when launched
+    /// again.
+    restarted: bool,
 }
 
 /// The replicas of a launch, as (name, role).
@@ -57,6 +62,12 @@ struct Inner {
     specs: Vec<LaunchSpec>,
     /// The clock of the last poll: the fake's "now" for launches and stops between polls.
     now_ms: u64,
+    /// Requests (launch, scale, stop) still to be lost (see `lose_requests`).
+    to_lose: u32,
+    /// Launches asked for an attempt that was running at the time (see `launches_while_alive`).
+    launches_while_alive: Vec<AttemptKey>,
+    /// Observations to report at the next poll, ahead of the rest (ends said again after a restart).
+    replay: Vec<Observation>,
 }
 
 /// The fake backend. Cloning shares the same state, so a test can keep a handle while the control loop
@@ -102,12 +113,51 @@ impl FakeBackend {
             run.script.run_ms = 0;
         }
     }
+
+    /// The next `n` requests (launch, scale, stop) fail and change nothing, as when the backend cannot be
+    /// reached, or the server died between committing a decision and acting on it.
+    pub fn lose_requests(&self, n: u32) {
+        self.lock().to_lose = n;
+    }
+
+    /// The backend restarted and forgot what it had reported: as the local backend does from its files, a
+    /// started attempt reports `Started` again at the next poll, and an ended one reports how it ended when it
+    /// is launched again. Attempts keep running.
+    pub fn restart(&self) {
+        for run in self.lock().runs.values_mut() {
+            run.restarted = true;
+        }
+    }
+
+    /// Launches asked for an attempt while it was running (the control loop should only relaunch what it
+    /// knows is gone).
+    pub fn launches_while_alive(&self) -> Vec<AttemptKey> {
+        self.lock().launches_while_alive.clone()
+    }
+
+    /// Spends one lost request, if any are left to lose.
+    fn lost(&self) -> Result<(), BackendError> {
+        let mut inner = self.lock();
+        if inner.to_lose == 0 {
+            return Ok(());
+        }
+        inner.to_lose -= 1;
+        Err(BackendError("fake backend: request lost".into()))
+    }
 }
 
 impl Backend for FakeBackend {
     async fn launch(&self, spec: &LaunchSpec) -> Result<(), BackendError> {
+        self.lost()?;
         let mut inner = self.lock();
-        if inner.runs.contains_key(&spec.key) {
+        if let Some(run) = inner.runs.get_mut(&spec.key) {
+            let replay = if run.done && run.restarted { run.ended.clone() } else { None };
+            run.restarted &= !run.done;
+            let alive = !run.done;
+            if alive {
+                inner.launches_while_alive.push(spec.key.clone());
+            }
+            inner.replay.extend(replay);
             return Ok(());
         }
         let script = {
@@ -133,6 +183,8 @@ impl Backend for FakeBackend {
                 done: false,
                 nodes: spec.replicas.iter().map(|r| r.node.clone()).collect(),
                 replicas: replica_names(spec),
+                ended: None,
+                restarted: false,
             },
         );
         inner.launches += 1;
@@ -142,6 +194,7 @@ impl Backend for FakeBackend {
 
     /// The fake's replicas are not real: a new shape is remembered as launched.
     async fn scale(&self, spec: &LaunchSpec) -> Result<(), BackendError> {
+        self.lost()?;
         let mut inner = self.lock();
         if let Some(run) = inner.runs.get_mut(&spec.key) {
             run.nodes = spec.replicas.iter().map(|r| r.node.clone()).collect();
@@ -156,6 +209,7 @@ impl Backend for FakeBackend {
     }
 
     async fn stop(&self, key: &AttemptKey, cause: StopCause) -> Result<(), BackendError> {
+        self.lost()?;
         let mut inner = self.lock();
         let now = inner.now_ms;
         if let Some(run) = inner.runs.get_mut(key)
@@ -171,19 +225,32 @@ impl Backend for FakeBackend {
     async fn poll(&self, now_ms: u64) -> Vec<Observation> {
         let mut inner = self.lock();
         inner.now_ms = inner.now_ms.max(now_ms);
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut inner.replay);
         for (key, run) in inner.runs.iter_mut().filter(|(_, r)| !r.done) {
             let launched = *run.launched_at.get_or_insert(now_ms);
+            // Whatever it reports from here on is news to whoever polls after a restart.
+            let restarted = std::mem::take(&mut run.restarted);
             if let Some(at) = run.stop_at {
                 if now_ms >= at {
                     run.done = true;
-                    out.push(Observation::Stopped {
+                    let stopped = Observation::Stopped {
                         key: key.clone(),
                         cause: run.stop_cause,
                         message: "every process ended".into(),
-                    });
+                    };
+                    run.ended = Some(stopped.clone());
+                    out.push(stopped);
                 }
                 continue;
+            }
+            if restarted && run.started_at.is_some() {
+                out.push(Observation::Started { key: key.clone(), precheck: run.precheck });
+                if run.precheck {
+                    out.push(Observation::PrecheckPassed {
+                        key: key.clone(),
+                        message: "fake precheck".into(),
+                    });
+                }
             }
             if run.started_at.is_none() && now_ms >= launched + run.script.start_ms {
                 run.started_at = Some(now_ms);
@@ -203,7 +270,10 @@ impl Backend for FakeBackend {
                     Reason::Completed => "fake backend: scripted success (nothing was run)".to_owned(),
                     other => format!("fake backend: scripted failure {other}"),
                 };
-                out.push(Observation::Finished { key: key.clone(), reason: run.script.outcome, message });
+                let finished =
+                    Observation::Finished { key: key.clone(), reason: run.script.outcome, message };
+                run.ended = Some(finished.clone());
+                out.push(finished);
             }
         }
         out

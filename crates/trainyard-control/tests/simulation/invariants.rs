@@ -1,0 +1,316 @@
+//! What must hold after every tick, checked against the store and the backend with none of the control loop's
+//! own structures: each check reads the records, the events and what the fake backend runs, and says what it
+//! found wrong in a sentence.
+
+use std::collections::{BTreeMap, BTreeSet};
+use trainyard_core::Catalog;
+use trainyard_core::demand::Resources;
+use trainyard_core::lifecycle::{FailureClass, Reason, Status, failure_class, transition};
+use trainyard_runtime::fake::FakeBackend;
+use trainyard_runtime::{AttemptKey, Backend, ReplicaPlan};
+use trainyard_store::{Store, TaskRecord};
+
+/// Checks in a row a task may hold resources with nothing running for it before that is an invariant failure:
+/// a lost launch or stop is repaired by the next ticks' reconciliation, within as many ticks as requests were
+/// lost (at most `MAX_LOST_REQUESTS`), so this is that and some room.
+pub const STUCK_CHECKS: u32 = super::MAX_LOST_REQUESTS + 3;
+
+/// Events the control loop appends without changing the status (reasons that are not lifecycle reasons are
+/// such notes too: `InternalError`, `ScaledUp`, ...).
+const NOTE_REASONS: &[Reason] = &[Reason::RetryBudgetSpent, Reason::CheckpointRequested, Reason::ImagePulled];
+
+/// What the checker knows of one task from earlier checks.
+#[derive(Debug)]
+struct Seen {
+    status: Status,
+    attempt: i64,
+    version: i64,
+    /// The last event checked.
+    seq: i64,
+    /// Automatic resubmissions found in the history.
+    requeues: i64,
+    /// Consecutive checks that found it holding resources with nothing running.
+    idle_checks: u32,
+}
+
+/// What the simulation submitted, as the checker needs it.
+#[derive(Debug, Clone)]
+pub struct Submitted {
+    pub pool: String,
+    pub budget: i64,
+}
+
+/// Where an attempt runs, as the control loop stores it with the task (only the fields checked here).
+#[derive(Debug, serde::Deserialize)]
+struct Placement {
+    replicas: Vec<ReplicaPlan>,
+    /// (spec, usage class, units).
+    units: Vec<(String, String, u64)>,
+}
+
+#[derive(Debug)]
+pub struct Checker {
+    /// The catalog whose quotas and capacities hold (the one the control loop was given).
+    catalog: Catalog,
+    pub submitted: BTreeMap<String, Submitted>,
+    pub deleted: BTreeSet<String>,
+    seen: BTreeMap<String, Seen>,
+}
+
+impl Checker {
+    pub fn new(catalog: Catalog) -> Checker {
+        Checker { catalog, submitted: BTreeMap::new(), deleted: BTreeSet::new(), seen: BTreeMap::new() }
+    }
+
+    /// Every invariant, once. The answer lists everything found wrong (empty: all hold).
+    pub async fn check(&mut self, store: &Store, backend: &FakeBackend) -> Vec<String> {
+        let mut wrong = Vec::new();
+        let records = match self.records(store).await {
+            Ok(r) => r,
+            Err(e) => return vec![format!("the store cannot be read: {e}")],
+        };
+        // No task lost: every task the simulation created is in the store (a deleted one keeps its record).
+        for id in self.submitted.keys() {
+            if !records.contains_key(id) {
+                wrong.push(format!("task {id} was submitted and is not in the store"));
+            }
+        }
+        for t in records.values() {
+            if let Err(e) = self.history(store, t, &mut wrong).await {
+                wrong.push(format!("the events of {} cannot be read: {e}", t.id));
+            }
+        }
+        self.quota_and_capacity(&records, &mut wrong);
+        self.backend_agrees(&records, backend, &mut wrong).await;
+        wrong
+    }
+
+    /// Every task with its real status (a deleted one included).
+    async fn records(
+        &self,
+        store: &Store,
+    ) -> Result<BTreeMap<String, TaskRecord>, trainyard_store::StoreError> {
+        let mut out = BTreeMap::new();
+        for t in store.tasks_updated_since(i64::MIN).await? {
+            let t = if self.deleted.contains(&t.id) {
+                store.get_task(&t.id).await?.expect("a deleted task keeps its record")
+            } else {
+                t
+            };
+            out.insert(t.id.clone(), t);
+        }
+        Ok(out)
+    }
+
+    /// The task's new events walk a legal path through the lifecycle from where it was to where the store says
+    /// it is; attempts grow only with a requeue or a resubmission; automatic resubmissions follow only
+    /// infrastructure failures, within the task's budget; nothing was recorded as an internal error.
+    async fn history(
+        &mut self,
+        store: &Store,
+        t: &TaskRecord,
+        wrong: &mut Vec<String>,
+    ) -> Result<(), trainyard_store::StoreError> {
+        let Some(status) = Status::from_name(&t.status) else {
+            wrong.push(format!("task {} has status {:?}, not a lifecycle status", t.id, t.status));
+            return Ok(());
+        };
+        let budget = self.submitted.get(&t.id).map_or(0, |s| s.budget);
+        let fresh = !self.seen.contains_key(&t.id);
+        let seen = self.seen.entry(t.id.clone()).or_insert(Seen {
+            status: Status::Queued,
+            attempt: 0,
+            version: -1,
+            seq: 0,
+            requeues: 0,
+            idle_checks: 0,
+        });
+        if seen.version == t.version {
+            return Ok(());
+        }
+        let events = store.list_events(&t.id, seen.seq, 5_000).await?;
+        let mut events = events.as_slice();
+        if fresh {
+            match events.first() {
+                Some(e) if e.reason == "Submitted" && e.attempt == 0 => {
+                    seen.seq = e.seq;
+                    events = &events[1..];
+                }
+                other => wrong.push(format!("task {}: the first event is {other:?}, not Submitted", t.id)),
+            }
+        }
+        // The paths the events allow so far, as (status, attempt): a reason may allow more than one target.
+        let mut paths: BTreeSet<(Status, i64)> = BTreeSet::from([(seen.status, seen.attempt)]);
+        let mut last_reason = String::new();
+        for e in events {
+            seen.seq = e.seq;
+            if e.reason == "InternalError" {
+                wrong.push(format!("task {}: InternalError recorded: {}", t.id, e.message));
+            }
+            let reason = Reason::from_name(&e.reason);
+            let mut next = BTreeSet::new();
+            for &(from, attempt) in &paths {
+                if let Some(r) = reason {
+                    let expected = if matches!(r, Reason::Requeued | Reason::Resubmitted) {
+                        attempt + 1
+                    } else {
+                        attempt
+                    };
+                    for &to in Status::ALL {
+                        if transition(from, to, r).is_ok() && e.attempt == expected {
+                            next.insert((to, expected));
+                        }
+                    }
+                }
+                if reason.is_none_or(|r| NOTE_REASONS.contains(&r)) && e.attempt == attempt {
+                    next.insert((from, attempt));
+                }
+            }
+            if next.is_empty() {
+                wrong.push(format!(
+                    "task {}: event {} {} (attempt {}, {:?}) cannot follow {paths:?}",
+                    t.id, e.seq, e.reason, e.attempt, e.message
+                ));
+                // Carry on from what the store says, so one wrong event is reported once.
+                next.insert((status, t.attempt));
+            }
+            // (`NodeFailed` leads from Running to Failed or to Stopping: the control loop takes only the first.)
+            let automatic =
+                reason == Some(Reason::Requeued) && paths.iter().any(|(s, _)| *s == Status::Failed);
+            if automatic {
+                seen.requeues += 1;
+                let class = Reason::from_name(&last_reason).map(failure_class);
+                if class != Some(FailureClass::Infrastructure) {
+                    wrong.push(format!("task {}: resubmitted automatically after {last_reason}", t.id));
+                }
+                if seen.requeues > budget {
+                    wrong.push(format!(
+                        "task {}: {} automatic resubmissions, over its budget of {budget}",
+                        t.id, seen.requeues
+                    ));
+                }
+            }
+            last_reason.clone_from(&e.reason);
+            paths = next;
+        }
+        if !paths.contains(&(status, t.attempt)) {
+            wrong.push(format!(
+                "task {} is {} at attempt {}, which its events do not lead to ({paths:?})",
+                t.id, t.status, t.attempt
+            ));
+        }
+        if t.retries != seen.requeues {
+            wrong.push(format!(
+                "task {} counts {} automatic resubmissions, its events {}",
+                t.id, t.retries, seen.requeues
+            ));
+        }
+        seen.status = status;
+        seen.attempt = t.attempt;
+        seen.version = t.version;
+        Ok(())
+    }
+
+    /// Tasks holding resources (deleted ones too: their attempts run until stopped) stay within every quota
+    /// of their group, and within every node's capacity.
+    fn quota_and_capacity(&self, records: &BTreeMap<String, TaskRecord>, wrong: &mut Vec<String>) {
+        let mut units: BTreeMap<(&str, String, &str, String), u64> = BTreeMap::new();
+        let mut used: BTreeMap<String, Resources> = BTreeMap::new();
+        for t in records.values().filter(|t| holds(t)) {
+            let Ok(p) = serde_json::from_str::<Placement>(&t.placement) else {
+                wrong.push(format!("task {} is {} without a readable placement", t.id, t.status));
+                continue;
+            };
+            let pool = self.submitted.get(&t.id).map_or("?", |s| s.pool.as_str());
+            for (spec, class, n) in p.units {
+                *units.entry((&t.project_group, class, pool, spec)).or_default() += n;
+            }
+            for r in p.replicas {
+                let u = used.entry(r.node).or_default();
+                u.gpus += r.resources.gpus;
+                u.vcpus += r.resources.vcpus;
+                u.memory_mib += r.resources.memory_mib;
+            }
+        }
+        for ((group, class, pool, spec), n) in units {
+            if class == "Borrowed" {
+                continue;
+            }
+            let entry = self.catalog.quotas.iter().find(|q| {
+                q.group == group && q.resource_type.to_string() == class && q.pool == pool && q.spec == spec
+            });
+            // A Reserved quota the catalog does not list is zero; for the other types an entry is a cap.
+            let limit = match entry {
+                Some(q) => q.units,
+                None if class == "Reserved" => 0,
+                None => continue,
+            };
+            if n > limit {
+                wrong.push(format!(
+                    "group {group} holds {n} {class} units of {spec} in pool {pool}, over {limit}"
+                ));
+            }
+        }
+        for (node, u) in used {
+            let Some(n) = self.catalog.nodes.get(&node) else {
+                wrong.push(format!("a replica is placed on {node}, which is not in the catalog"));
+                continue;
+            };
+            let cap = Resources { gpus: n.gpus.into(), vcpus: n.vcpus.into(), memory_mib: n.memory_mib };
+            if !u.fits_in(&cap) {
+                wrong.push(format!("node {node} holds {u:?}, over its capacity {cap:?}"));
+            }
+        }
+    }
+
+    /// What the backend runs is what the store says holds resources: at most one attempt per task, always
+    /// the task's current one and only while it holds resources (an ended task never runs again), no
+    /// attempt launched again while it runs; and a task holding resources has its attempt running, give or
+    /// take [`STUCK_CHECKS`] checks of repair.
+    async fn backend_agrees(
+        &mut self,
+        records: &BTreeMap<String, TaskRecord>,
+        backend: &FakeBackend,
+        wrong: &mut Vec<String>,
+    ) {
+        let alive: BTreeSet<AttemptKey> = backend.alive().await.into_iter().collect();
+        let mut per_task: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+        for k in &alive {
+            per_task.entry(&k.task_id).or_default().push(k.attempt);
+            match records.get(&k.task_id) {
+                Some(t) if t.attempt == k.attempt && holds(t) => {}
+                Some(t) => wrong.push(format!(
+                    "attempt {} of {} runs while the task is {} at attempt {}",
+                    k.attempt, k.task_id, t.status, t.attempt
+                )),
+                None => wrong.push(format!("attempt {} of {} runs for no stored task", k.attempt, k.task_id)),
+            }
+        }
+        for (task, attempts) in per_task.into_iter().filter(|(_, a)| a.len() > 1) {
+            wrong.push(format!("task {task} runs attempts {attempts:?} at once"));
+        }
+        for k in backend.launches_while_alive() {
+            wrong.push(format!("attempt {} of {} was launched again while it ran", k.attempt, k.task_id));
+        }
+        for t in records.values() {
+            let Some(seen) = self.seen.get_mut(&t.id) else { continue };
+            let key = AttemptKey { task_id: t.id.clone(), attempt: t.attempt };
+            if holds(t) && !alive.contains(&key) {
+                seen.idle_checks += 1;
+                if seen.idle_checks > STUCK_CHECKS {
+                    wrong.push(format!(
+                        "task {} has been {} for {} checks with nothing running for attempt {}",
+                        t.id, t.status, seen.idle_checks, t.attempt
+                    ));
+                }
+            } else {
+                seen.idle_checks = 0;
+            }
+        }
+    }
+}
+
+/// Whether a task holds resources by what the store says.
+pub fn holds(t: &TaskRecord) -> bool {
+    Status::from_name(&t.status).is_some_and(Status::holds_resources)
+}
