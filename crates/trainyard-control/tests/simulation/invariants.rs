@@ -48,6 +48,9 @@ struct Placement {
     units: Vec<(String, String, u64)>,
 }
 
+/// Every this many checks, the checker reads every task, not only those changed since the last check.
+const FULL_READ_EVERY: u32 = 25;
+
 #[derive(Debug)]
 pub struct Checker {
     /// The catalog whose quotas and capacities hold (the one the control loop was given).
@@ -55,49 +58,83 @@ pub struct Checker {
     pub submitted: BTreeMap<String, Submitted>,
     pub deleted: BTreeSet<String>,
     seen: BTreeMap<String, Seen>,
+    /// Every task as last read (specs left out), kept up to date from the rows changed since the last check.
+    records: BTreeMap<String, TaskRecord>,
+    /// The clock of the last check: rows changed since are read at the next.
+    read_to_ms: i64,
+    checks: u32,
 }
 
 impl Checker {
     pub fn new(catalog: Catalog) -> Checker {
-        Checker { catalog, submitted: BTreeMap::new(), deleted: BTreeSet::new(), seen: BTreeMap::new() }
+        Checker {
+            catalog,
+            submitted: BTreeMap::new(),
+            deleted: BTreeSet::new(),
+            seen: BTreeMap::new(),
+            records: BTreeMap::new(),
+            read_to_ms: i64::MIN,
+            checks: 0,
+        }
     }
 
-    /// Every invariant, once. The answer lists everything found wrong (empty: all hold).
-    pub async fn check(&mut self, store: &Store, backend: &FakeBackend) -> Vec<String> {
+    /// Every invariant, once, at `now_ms` (everything is written at the simulation's clock, so a row changed
+    /// since the last check has an `updated_at_ms` at or after it). The answer lists everything found wrong
+    /// (empty: all hold). `full` reads every task instead of the changed ones.
+    pub async fn check(
+        &mut self,
+        store: &Store,
+        backend: &FakeBackend,
+        now_ms: i64,
+        full: bool,
+    ) -> Vec<String> {
         let mut wrong = Vec::new();
-        let records = match self.records(store).await {
+        self.checks += 1;
+        let full = full || self.checks % FULL_READ_EVERY == 0;
+        let since = if full { i64::MIN } else { self.read_to_ms };
+        let changed = match self.read(store, since).await {
             Ok(r) => r,
             Err(e) => return vec![format!("the store cannot be read: {e}")],
         };
-        // No task lost: every task the simulation created is in the store (a deleted one keeps its record).
-        for id in self.submitted.keys() {
-            if !records.contains_key(id) {
+        self.read_to_ms = now_ms;
+        if full {
+            // No task lost: every task the simulation created is in the store (a deleted one keeps its record).
+            let ids: BTreeSet<&str> = changed.iter().map(|t| t.id.as_str()).collect();
+            for id in self.submitted.keys().filter(|id| !ids.contains(id.as_str())) {
                 wrong.push(format!("task {id} was submitted and is not in the store"));
             }
+            self.records.retain(|id, _| ids.contains(id.as_str()));
         }
-        for t in records.values() {
-            if let Err(e) = self.history(store, t, &mut wrong).await {
+        for t in changed {
+            if let Err(e) = self.history(store, &t, &mut wrong).await {
                 wrong.push(format!("the events of {} cannot be read: {e}", t.id));
             }
+            self.records.insert(t.id.clone(), t);
         }
-        self.quota_and_capacity(&records, &mut wrong);
-        self.backend_agrees(&records, backend, &mut wrong).await;
+        self.quota_and_capacity(&mut wrong);
+        self.backend_agrees(backend, &mut wrong).await;
         wrong
     }
 
-    /// Every task with its real status (a deleted one included).
-    async fn records(
+    /// Whether any task holds resources, as of the last check.
+    pub fn anything_holds(&self) -> bool {
+        self.records.values().any(holds)
+    }
+
+    /// Tasks changed at or after `since_ms`, with their real status (a deleted one included).
+    async fn read(
         &self,
         store: &Store,
-    ) -> Result<BTreeMap<String, TaskRecord>, trainyard_store::StoreError> {
-        let mut out = BTreeMap::new();
-        for t in store.tasks_updated_since(i64::MIN).await? {
+        since_ms: i64,
+    ) -> Result<Vec<TaskRecord>, trainyard_store::StoreError> {
+        let mut out = Vec::new();
+        for t in store.tasks_updated_since(since_ms).await? {
             let t = if self.deleted.contains(&t.id) {
                 store.get_task(&t.id).await?.expect("a deleted task keeps its record")
             } else {
                 t
             };
-            out.insert(t.id.clone(), t);
+            out.push(t);
         }
         Ok(out)
     }
@@ -213,7 +250,8 @@ impl Checker {
 
     /// Tasks holding resources (deleted ones too: their attempts run until stopped) stay within every quota
     /// of their group, and within every node's capacity.
-    fn quota_and_capacity(&self, records: &BTreeMap<String, TaskRecord>, wrong: &mut Vec<String>) {
+    fn quota_and_capacity(&self, wrong: &mut Vec<String>) {
+        let records = &self.records;
         let mut units: BTreeMap<(&str, String, &str, String), u64> = BTreeMap::new();
         let mut used: BTreeMap<String, Resources> = BTreeMap::new();
         for t in records.values().filter(|t| holds(t)) {
@@ -267,12 +305,8 @@ impl Checker {
     /// the task's current one and only while it holds resources (an ended task never runs again), no
     /// attempt launched again while it runs; and a task holding resources has its attempt running, give or
     /// take [`STUCK_CHECKS`] checks of repair.
-    async fn backend_agrees(
-        &mut self,
-        records: &BTreeMap<String, TaskRecord>,
-        backend: &FakeBackend,
-        wrong: &mut Vec<String>,
-    ) {
+    async fn backend_agrees(&mut self, backend: &FakeBackend, wrong: &mut Vec<String>) {
+        let records = &self.records;
         let alive: BTreeSet<AttemptKey> = backend.alive().await.into_iter().collect();
         let mut per_task: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
         for k in &alive {

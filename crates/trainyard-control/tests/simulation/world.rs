@@ -6,7 +6,7 @@ use trainyard_runtime::fake::Script;
 use trainyard_sim::rng::Rng;
 
 /// GPU capacity 12 units (three nodes of 4), 10 of them reserved, so Ondemand has 2 and Idle what the
-/// owners leave; the CPU pool has 32 vCPUs, 28 of them reserved by cpu.small or cpu.large quotas.
+/// owners leave; the CPU pool has 32 vCPUs, 26 of them reserved by cpu.small or cpu.large quotas.
 pub const CATALOG: &str = r#"
 regions: {r1: {}}
 clusters: {c1: {region: r1}}
@@ -27,15 +27,17 @@ nodes:
 projectGroups: {nlp: {}, vision: {}, infra: {}}
 images: {host: {torch: true, ray: true}}
 quotas:
-  - {group: nlp, resourceType: Reserved, pool: gpu, spec: gpu.a100.1, units: 6}
-  - {group: vision, resourceType: Reserved, pool: gpu, spec: gpu.a100.1, units: 4}
+  - {group: nlp, resourceType: Reserved, pool: gpu, spec: gpu.a100.1, units: 5}
+  - {group: vision, resourceType: Reserved, pool: gpu, spec: gpu.a100.1, units: 3}
+  - {group: infra, resourceType: Reserved, pool: gpu, spec: gpu.a100.1, units: 2}
   - {group: nlp, resourceType: Reserved, pool: gpu, spec: cpu.large, units: 2}
   - {group: vision, resourceType: Reserved, pool: gpu, spec: cpu.large, units: 1}
   - {group: nlp, resourceType: Idle, pool: gpu, spec: gpu.a100.1, units: 3}
   - {group: infra, resourceType: Spot, pool: gpu, spec: gpu.a100.1, units: 4}
   - {group: infra, resourceType: Ondemand, pool: gpu, spec: cpu.large, units: 2}
-  - {group: nlp, resourceType: Reserved, pool: cpu, spec: cpu.small, units: 6}
-  - {group: vision, resourceType: Reserved, pool: cpu, spec: cpu.small, units: 4}
+  - {group: nlp, resourceType: Reserved, pool: cpu, spec: cpu.small, units: 4}
+  - {group: vision, resourceType: Reserved, pool: cpu, spec: cpu.small, units: 3}
+  - {group: infra, resourceType: Reserved, pool: cpu, spec: cpu.small, units: 2}
   - {group: vision, resourceType: Reserved, pool: cpu, spec: cpu.large, units: 1}
   - {group: infra, resourceType: Ondemand, pool: cpu, spec: cpu.large, units: 1}
 "#;
@@ -62,17 +64,23 @@ pub fn task(rng: &mut Rng, storm_group: Option<&str>) -> Drawn {
     let rtype = if storm_group.is_some() { "Reserved" } else { *rng.pick(RESOURCE_TYPES) };
     let priority = if storm_group.is_some() { 10 } else { rng.range(1, 9) };
     // About one task in twelve asks for more replicas than its pool has nodes and room for: it waits forever.
-    let workers = if rng.chance(0.08) { rng.range(40, 60) } else { rng.range(0, 3) };
+    let workers = if rng.chance(0.08) {
+        rng.range(40, 60)
+    } else if rng.chance(0.2) {
+        3
+    } else {
+        rng.range(0, 2)
+    };
+    let per_node = if rng.chance(0.25) { 2 } else { 1 };
     let (pool, options) = if gpu {
-        let per = rng.range(1, 2);
-        let mut o = format!("[{{spec: gpu.a100.1, countPerNode: {per}}}");
+        let mut o = format!("[{{spec: gpu.a100.1, countPerNode: {per_node}}}");
         if rng.chance(0.3) {
             o.push_str(", {spec: cpu.large, countPerNode: 1}");
         }
         ("gpu", o + "]")
     } else {
         let first = if rng.chance(0.7) { "cpu.small" } else { "cpu.large" };
-        let mut o = format!("[{{spec: {first}, countPerNode: {}}}", rng.range(1, 2));
+        let mut o = format!("[{{spec: {first}, countPerNode: {per_node}}}");
         if first == "cpu.small" && rng.chance(0.3) {
             o.push_str(", {spec: cpu.large, countPerNode: 1}");
         }
