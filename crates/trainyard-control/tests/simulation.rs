@@ -11,14 +11,43 @@
 //! node capacities held, nothing left holding resources with nothing running; after a drain with the faults
 //! stopped, nothing holds resources and every queued task has a wait reason.
 //!
-//! CI runs `SEEDS` seeds. A failure names its seed and tick; to replay one seed (exactly: every draw comes
-//! from the seed, and the clock is virtual):
+//! CI runs `SEEDS` seeds. A failure names its seed and step (one tick per step), the actions before it and
+//! the events of the tasks it names. To replay one seed:
 //!
 //! ```text
 //! TRAINYARD_SIM_SEED=<n> cargo test -p trainyard-control --test simulation
 //! ```
 //!
+//! Every draw comes from the seed and the clock is virtual, so a replay takes the same steps; only task ids
+//! and names differ (the control loop draws them), and the log numbers tasks (`#n`) in submission order.
 //! `TRAINYARD_SIM_STEPS=<n>` runs longer (or shorter) than the default.
+//!
+//! Known bugs, each with the scenario that shows it switched off by a constant below (set it to `true` to
+//! see the failure; the seeds named fail at the step named):
+//!
+//! - Bug 1 (`DELETE_HOLDING`): a deleted task leaves the control loop's active set at once (the store reads
+//!   it as `Deleted`; a full sync skips deleted rows) while its attempt still runs through its checkpoint
+//!   window, so the scheduler hands its capacity and quota to others (seed 13, step 5: gpu-0 holds 6 GPUs of
+//!   4), and nothing repeats a lost stop of it. Fix: keep deleted tasks in the active set, as running work
+//!   only, until they stop holding resources.
+//! - Bug 2 (`CATALOG_NODE_FAILURES`): `reconcile` stops the attempts on a node marked failed with
+//!   `StopCause::NodeFailed` but leaves the task Running; the backend's `Stopped` is then stale for
+//!   `observe` (it handles `Stopped` only in Stopping), so the task stays Running for ever with nothing
+//!   running (15 of 16 seeds; seed 8, step 14). Fix: take the task to Stopping (`NodeFailed`, a legal
+//!   transition) before stopping it, so the `Stopped` requeues it, or fail it as `NodeFailed` through the
+//!   retry policy when such a `Stopped` comes for a task still Running.
+//! - Bug 3 (`LOST_REQUESTS`, `LOST_POLLS_WHILE_STOPPING`): a Stopping task leaves Stopping only on a
+//!   `Stopped` observation. When its attempt is not running (its launch was lost, its `Stopped` was polled
+//!   by a server that died, or it finished while its stop request was lost: `Finished` in Stopping is
+//!   dropped as stale), `reconcile` asks again to stop nothing, and the task holds its resources for ever
+//!   (seed 3, step 11; seed 14, step 158). Fix: in `reconcile`, a Stopping task whose attempt is not in
+//!   `alive` ends its stop as the `Stopped` would (Stopped, or Queued for a preemption or a failed node), and
+//!   `Finished` in Stopping does the same.
+//! - Bug 4 (`STARVATION_HOLDS`, in the scheduler): a queued task past `Config::starvation_after_ms` gets
+//!   nodes held for it even when no option passes its quota check, so one that can never be admitted (more
+//!   Reserved units than its group's quota) holds them for ever and everything that needs them waits behind
+//!   it on an idle fleet (every seed; seed 1, step 301). Fix: in `trainyard_sched::schedule::process`, hold
+//!   only for an option that passed the quota check and failed placement only.
 
 // The crate root of a test sits beside its modules' folder, so their paths are named.
 #[path = "simulation/invariants.rs"]
@@ -46,6 +75,21 @@ const DRAIN_TICKS: u32 = 400;
 pub const MAX_LOST_REQUESTS: u32 = 3;
 /// Lines of the action log shown with a failure.
 const LOG_LINES: usize = 60;
+
+/// Deleting a task that holds resources (Starting, Running, Stopping, ...). Off: see "Bug 1" in the header.
+const DELETE_HOLDING: bool = false;
+/// Tasks waiting past the starvation threshold get nodes held for them. Off: see "Bug 4" in the header (a
+/// task that can never be admitted holds them for ever).
+const STARVATION_HOLDS: bool = false;
+/// Nodes an admin marks failed in the catalog (`reconcile` stops what runs there as `NodeFailed`). Off: see
+/// "Bug 2" in the header.
+const CATALOG_NODE_FAILURES: bool = false;
+/// Backend requests lost (a crash between a commit and the request it decided). Off: see "Bug 3" in the
+/// header (a lost launch or stop leaves a Stopping task with no attempt to report its end).
+const LOST_REQUESTS: bool = false;
+/// Crashes right after a poll that may have reported a `Stopped` (some task was Stopping). Off: see "Bug 3"
+/// in the header; crashes after a poll while nothing is stopping are drawn.
+const LOST_POLLS_WHILE_STOPPING: bool = false;
 
 /// One simulated world for one seed.
 struct Sim {
@@ -393,21 +437,6 @@ impl Drop for Sim {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
-
-/// Deleting a task that holds resources (Starting, Running, Stopping, ...). Off: see "Bug 1" in the header.
-const DELETE_HOLDING: bool = false;
-/// Tasks waiting past the starvation threshold get nodes held for them. Off: see "Bug 4" in the header (a
-/// task that can never be admitted holds them for ever).
-const STARVATION_HOLDS: bool = false;
-/// Nodes an admin marks failed in the catalog (`reconcile` stops what runs there as `NodeFailed`). Off: see
-/// "Bug 2" in the header.
-const CATALOG_NODE_FAILURES: bool = false;
-/// Backend requests lost (a crash between a commit and the request it decided). Off: see "Bug 3" in the
-/// header (a lost launch or stop leaves a Stopping task with no attempt to report its end).
-const LOST_REQUESTS: bool = false;
-/// Crashes right after a poll that may have reported a `Stopped` (some task was Stopping). Off: see "Bug 3"
-/// in the header; crashes after a poll while nothing is stopping are drawn.
-const LOST_POLLS_WHILE_STOPPING: bool = false;
 
 /// The scheduler's settings. Starvation holds are off (the threshold is past any run): see "Bug 4".
 fn sched_config() -> Config {

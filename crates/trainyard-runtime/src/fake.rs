@@ -296,3 +296,62 @@ impl Backend for FakeBackend {
         LogChunk { ended: true, missing: true, ..LogChunk::default() }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fake's calls never wait: one poll of the future finishes them.
+    fn now<T>(f: impl std::future::Future<Output = T>) -> T {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match std::pin::pin!(f).poll(&mut cx) {
+            std::task::Poll::Ready(v) => v,
+            std::task::Poll::Pending => unreachable!("the fake backend never waits"),
+        }
+    }
+
+    fn spec(task_id: &str) -> LaunchSpec {
+        LaunchSpec {
+            key: AttemptKey { task_id: task_id.into(), attempt: 0 },
+            task_name: task_id.into(),
+            owner: "alice".into(),
+            task: TrainingTask::default(),
+            replicas: Vec::new(),
+            catalog: Default::default(),
+        }
+    }
+
+    #[test]
+    fn lost_requests_change_nothing_and_the_next_ones_go_through() {
+        let b = FakeBackend::new(Script { run_ms: 1_000, ..Script::default() });
+        b.lose_requests(1);
+        assert!(now(b.launch(&spec("t"))).is_err());
+        assert!(now(b.alive()).is_empty());
+        now(b.launch(&spec("t"))).unwrap();
+        assert_eq!(now(b.alive()), [spec("t").key]);
+        now(b.launch(&spec("t"))).unwrap();
+        assert_eq!(b.launches_while_alive(), [spec("t").key], "a launch of a running attempt is noted");
+    }
+
+    #[test]
+    fn after_a_restart_a_running_attempt_says_started_again_and_an_ended_one_its_end_when_launched() {
+        let b = FakeBackend::new(Script { run_ms: 1_000, ..Script::default() });
+        now(b.launch(&spec("running"))).unwrap();
+        now(b.launch(&spec("ended"))).unwrap();
+        now(b.poll(0));
+        now(b.stop(&spec("ended").key, StopCause::UserStop)).unwrap();
+        let first = now(b.poll(10));
+        assert!(matches!(&first[..], [Observation::Stopped { .. }]), "{first:?}");
+        b.restart();
+        let again = now(b.poll(20));
+        assert!(
+            matches!(&again[..], [Observation::Started { key, .. }] if key.task_id == "running"),
+            "{again:?}"
+        );
+        assert!(now(b.poll(30)).is_empty(), "said once");
+        now(b.launch(&spec("ended"))).unwrap();
+        assert_eq!(now(b.poll(40)), first, "the end, again");
+        now(b.launch(&spec("ended"))).unwrap();
+        assert!(now(b.poll(50)).is_empty(), "said once");
+    }
+}
