@@ -36,7 +36,7 @@
 //!   running (15 of 16 seeds; seed 8, step 14). Fix: take the task to Stopping (`NodeFailed`, a legal
 //!   transition) before stopping it, so the `Stopped` requeues it, or fail it as `NodeFailed` through the
 //!   retry policy when such a `Stopped` comes for a task still Running.
-//! - Bug 3 (`LOST_REQUESTS`, `LOST_POLLS_WHILE_STOPPING`): a Stopping task leaves Stopping only on a
+//! - Bug 3 (`LOST_REQUESTS`, `STOPS_OF_UNOBSERVED_ENDS`): a Stopping task leaves Stopping only on a
 //!   `Stopped` observation. When its attempt is not running (its launch was lost, its `Stopped` was polled
 //!   by a server that died, or it finished while its stop request was lost: `Finished` in Stopping is
 //!   dropped as stale), `reconcile` asks again to stop nothing, and the task holds its resources for ever
@@ -87,9 +87,11 @@ const CATALOG_NODE_FAILURES: bool = false;
 /// Backend requests lost (a crash between a commit and the request it decided). Off: see "Bug 3" in the
 /// header (a lost launch or stop leaves a Stopping task with no attempt to report its end).
 const LOST_REQUESTS: bool = false;
-/// Crashes right after a poll that may have reported a `Stopped` (some task was Stopping). Off: see "Bug 3"
-/// in the header; crashes after a poll while nothing is stopping are drawn.
-const LOST_POLLS_WHILE_STOPPING: bool = false;
+/// Attempts whose end was polled by a server that crashed, stopped before the end is reported again: a
+/// crash after a poll while a task is Stopping (its `Stopped` is lost), and a user's stop of a task whose
+/// `Finished` was lost (before the restarted loop's relaunch has it reported again). Off: see "Bug 3" in the
+/// header; crashes after a poll while nothing is stopping are drawn, and so are stops of running attempts.
+const STOPS_OF_UNOBSERVED_ENDS: bool = false;
 
 /// One simulated world for one seed.
 struct Sim {
@@ -255,6 +257,7 @@ impl Sim {
         if self.rng.chance(0.12)
             && let Some(id) = self.pick_task()
             && !self.checker.deleted.contains(&id)
+            && (STOPS_OF_UNOBSERVED_ENDS || !self.ended_unobserved(&id).await?)
         {
             let r = self.control().stop(&id, false, now).await.map(drop);
             self.commanded("stop", &id, r)?;
@@ -333,6 +336,16 @@ impl Sim {
         stopping || deleted_stopping
     }
 
+    /// Whether the store says the task holds resources while the backend no longer runs its attempt (it
+    /// ended, and the crashed server that polled its end took that with it).
+    async fn ended_unobserved(&mut self, id: &str) -> Result<bool, String> {
+        let Some(t) = self.control().store().get_task(id).await.map_err(|e| e.to_string())? else {
+            return Ok(false);
+        };
+        let key = trainyard_runtime::AttemptKey { task_id: t.id.clone(), attempt: t.attempt };
+        Ok(invariants::holds(&t) && !self.backend.alive().await.contains(&key))
+    }
+
     async fn holds(&mut self, id: &str) -> Result<bool, String> {
         let t = self.control().store().get_task(id).await.map_err(|e| e.to_string())?;
         Ok(t.is_some_and(|t| invariants::holds(&t)))
@@ -350,7 +363,7 @@ impl Sim {
     /// polled the backend (what it saw is lost with it, and the backend restarts too).
     async fn crash(&mut self) {
         self.crashes += 1;
-        if self.rng.chance(0.5) && (LOST_POLLS_WHILE_STOPPING || !self.anything_stopping().await) {
+        if self.rng.chance(0.5) && (STOPS_OF_UNOBSERVED_ENDS || !self.anything_stopping().await) {
             let seen = self.backend.poll(self.now_ms.max(0) as u64).await;
             self.note(format!("crash after a poll, {} observations lost; the backend restarts", seen.len()));
             self.backend.restart();
