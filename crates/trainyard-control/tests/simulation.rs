@@ -40,14 +40,16 @@
 //!   `Stopped` observation. When its attempt is not running (its launch was lost, its `Stopped` was polled
 //!   by a server that died, or it finished while its stop request was lost: `Finished` in Stopping is
 //!   dropped as stale), `reconcile` asks again to stop nothing, and the task holds its resources for ever
-//!   (seed 3, step 11; seed 14, step 158). Fix: in `reconcile`, a Stopping task whose attempt is not in
-//!   `alive` ends its stop as the `Stopped` would (Stopped, or Queued for a preemption or a failed node), and
-//!   `Finished` in Stopping does the same.
+//!   (`LOST_REQUESTS`: seed 9, step 85, a preemption whose stop was lost; `STOPS_OF_UNOBSERVED_ENDS`: seed
+//!   14, step 158). Fix: in `reconcile`, a Stopping task whose attempt is not in `alive` ends its stop as
+//!   the `Stopped` would (Stopped, or Queued for a preemption or a failed node), and `Finished` in Stopping
+//!   does the same.
 //! - Bug 4 (`STARVATION_HOLDS`, in the scheduler): a queued task past `Config::starvation_after_ms` gets
-//!   nodes held for it even when no option passes its quota check, so one that can never be admitted (more
-//!   Reserved units than its group's quota) holds them for ever and everything that needs them waits behind
-//!   it on an idle fleet (every seed; seed 1, step 301). Fix: in `trainyard_sched::schedule::process`, hold
-//!   only for an option that passed the quota check and failed placement only.
+//!   nodes held for it even when no option passes its quota check, so one that can never be admitted (8
+//!   Reserved units against a quota of 5, or 116 units in a pool of 16) holds them for ever and everything
+//!   that needs them waits behind it on an idle fleet (every seed; seed 1, step 301). Fix: in
+//!   `trainyard_sched::schedule::process`, hold only for an option that passed the quota check and failed
+//!   placement only (and could fit the pool's nodes if they were empty).
 
 // The crate root of a test sits beside its modules' folder, so their paths are named.
 #[path = "simulation/invariants.rs"]
