@@ -236,25 +236,20 @@ impl Sim {
     }
 
     /// One step's draws: what users, machines and admins do before the next tick.
-    async fn act(&mut self, faults: bool) -> Result<(), String> {
+    async fn act(&mut self) -> Result<(), String> {
         let now = self.now_ms;
-        if faults {
-            for _ in 0..self.rng.below(3) {
-                if self.rng.chance(0.45) {
-                    self.submit(None).await?;
-                }
-            }
-            if self.rng.chance(0.02) {
-                let group = *self.rng.pick(&["nlp", "vision"]);
-                let n = self.rng.range(3, 6);
-                self.note(format!("preemption storm: {n} tasks of {group}"));
-                for _ in 0..n {
-                    self.submit(Some(group)).await?;
-                }
+        for _ in 0..self.rng.below(3) {
+            if self.rng.chance(0.45) {
+                self.submit(None).await?;
             }
         }
-        if !faults {
-            return self.recover_all().await;
+        if self.rng.chance(0.02) {
+            let group = *self.rng.pick(&["nlp", "vision"]);
+            let n = self.rng.range(3, 6);
+            self.note(format!("preemption storm: {n} tasks of {group}"));
+            for _ in 0..n {
+                self.submit(Some(group)).await?;
+            }
         }
         if self.rng.chance(0.12)
             && let Some(id) = self.pick_task()
@@ -316,13 +311,13 @@ impl Sim {
         Ok(())
     }
 
-    async fn recover_all(&mut self) -> Result<(), String> {
+    /// The faults stop: no request is lost any more, and every failed node comes back.
+    fn calm(&mut self) {
         self.backend.lose_requests(0);
         for node in std::mem::take(&mut self.failed_until).into_keys() {
             self.note(format!("admin marks {node} healthy (drain)"));
             self.mark(&node, false);
         }
-        Ok(())
     }
 
     /// Whether any task (deleted ones too) is Stopping: only those can have a `Stopped` to report.
@@ -338,8 +333,8 @@ impl Sim {
         stopping || deleted_stopping
     }
 
-    /// Whether the store says the task holds resources while the backend no longer runs its attempt (it
-    /// ended, and the crashed server that polled its end took that with it).
+    /// Whether the store says the task holds resources while the backend does not run its attempt (it ended,
+    /// and the crashed server that polled its end took that with it; or its launch was lost).
     async fn ended_unobserved(&mut self, id: &str) -> Result<bool, String> {
         let Some(t) = self.control().store().get_task(id).await.map_err(|e| e.to_string())? else {
             return Ok(false);
@@ -407,10 +402,10 @@ impl Sim {
         for _ in 0..steps {
             self.step += 1;
             self.now_ms += self.rng.range(100, 4_000) as i64;
-            self.act(true).await?;
+            self.act().await?;
             self.tick_and_check(false).await?;
         }
-        self.act(false).await?;
+        self.calm();
         for _ in 0..DRAIN_TICKS {
             self.step += 1;
             self.now_ms += 5_000;
@@ -465,17 +460,45 @@ fn env_u64(name: &str) -> Option<u64> {
     Some(v.trim().parse().unwrap_or_else(|_| panic!("{name}={v:?} is not a number")))
 }
 
-#[tokio::test]
-async fn the_control_loop_keeps_its_invariants_under_faults() {
+/// One seed, on a runtime of its own: a seed's run depends on nothing another seed does.
+fn run_seed(seed: u64, steps: u32) -> Result<String, String> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime starts");
+    rt.block_on(async {
+        let mut sim = Sim::new(seed).await;
+        sim.run(steps).await
+    })
+}
+
+#[test]
+fn the_control_loop_keeps_its_invariants_under_faults() {
     let seeds: Vec<u64> = match env_u64("TRAINYARD_SIM_SEED") {
         Some(seed) => vec![seed],
         None => (1..=SEEDS).collect(),
     };
     let steps = env_u64("TRAINYARD_SIM_STEPS").map_or(STEPS, |s| s as u32);
+    // Seeds run side by side on the cores there are (a few: each also keeps SQLite's threads busy).
+    const MAX_THREADS: usize = 4;
+    let threads = std::thread::available_parallelism().map_or(1, usize::from).clamp(1, MAX_THREADS);
+    let queue = std::sync::Mutex::new(seeds.into_iter());
+    let next = || queue.lock().unwrap_or_else(|e| e.into_inner()).next();
+    let mut results: Vec<(u64, Result<String, String>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    while let Some(seed) = next() {
+                        done.push((seed, run_seed(seed, steps)));
+                    }
+                    done
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().expect("a simulation thread panicked")).collect()
+    });
+    results.sort_by_key(|(seed, _)| *seed);
     let mut failures = Vec::new();
-    for seed in seeds {
-        let mut sim = Sim::new(seed).await;
-        match sim.run(steps).await {
+    for (_, result) in results {
+        match result {
             Ok(summary) => println!("{summary}"),
             Err(failure) => {
                 eprintln!("{failure}");
