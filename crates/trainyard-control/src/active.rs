@@ -87,6 +87,12 @@ pub(crate) const WIDE_SYNC_EVERY_MS: i64 = 1_000;
 pub(crate) const FULL_SYNC_EVERY_MS: i64 = 10_000;
 
 /// Statuses that the control loop still has work for.
+/// Whether the loop has work for a task: an active status, and for a deleted task only while it still holds
+/// resources (its attempt stops through its checkpoint window; its capacity and quota are not free yet).
+pub(crate) fn is_active(status: Status, deleted: bool) -> bool {
+    ACTIVE.contains(&status) && (!deleted || status.holds_resources())
+}
+
 pub(crate) const ACTIVE: &[Status] = &[
     Status::Queued,
     Status::Admitted,

@@ -84,31 +84,36 @@ pub(crate) fn on_observation(
             }
         }
         (Observation::Stopped { cause: told, message, .. }, Status::Stopping) => {
-            // Preempted attempts go back to the queue without spending the retry budget, and so do those a
-            // failed node took down; the others end.
-            match told.or(cause) {
-                Some(StopCause::Preempted | StopCause::NodeFailed) => step(
-                    Step::new(
-                        Status::Queued,
-                        Reason::Requeued,
-                        format!("{message}; back in the queue"),
-                        attempt + 1,
-                    )
-                    .clear_placement(),
-                ),
-                _ => step(
-                    Step::new(Status::Stopped, Reason::Terminated, message.clone(), attempt)
-                        .clear_placement(),
-                ),
-            }
+            step(stop_ended(told.or(cause), message, attempt))
+        }
+        // An attempt that ended by itself while it was being stopped is stopped all the same: the stop's cause
+        // decides what follows.
+        (Observation::Finished { message, .. }, Status::Stopping) => {
+            step(stop_ended(cause, message, attempt))
         }
         _ => Change::None,
     }
 }
 
-/// Whether an observation needs the recorded stop cause to be decided (a stop reported without one).
+/// The end of a stop: preempted attempts go back to the queue without spending the retry budget, and so do
+/// those a failed node took down; the others end as Stopped.
+pub(crate) fn stop_ended(cause: Option<StopCause>, message: &str, attempt: i64) -> Step {
+    match cause {
+        Some(StopCause::Preempted | StopCause::NodeFailed) => {
+            Step::new(Status::Queued, Reason::Requeued, format!("{message}; back in the queue"), attempt + 1)
+                .clear_placement()
+        }
+        _ => Step::new(Status::Stopped, Reason::Terminated, message, attempt).clear_placement(),
+    }
+}
+
+/// Whether an observation needs the recorded stop cause to be decided (the end of a stop that does not say
+/// why it was asked).
 pub(crate) fn needs_stop_cause(status: Status, obs: &Observation) -> bool {
-    matches!((obs, status), (Observation::Stopped { cause: None, .. }, Status::Stopping))
+    matches!(
+        (obs, status),
+        (Observation::Stopped { cause: None, .. } | Observation::Finished { .. }, Status::Stopping)
+    )
 }
 
 /// The stop cause an event records, if it is a stop request.
@@ -290,8 +295,16 @@ mod tests {
                 (Status::Failed, Some(Reason::OutOfMemory), Some(""))
             );
         }
-        // A failure reported while the attempt is being stopped is the stop's business.
-        assert_eq!(on_observation(Status::Stopping, 3, &oom, None), Change::None);
+        // A failure reported while the attempt is being stopped ends the stop, as its cause says.
+        assert_eq!(
+            to(on_observation(Status::Stopping, 3, &oom, None)),
+            Some((Status::Stopped, Reason::Terminated, 3, None))
+        );
+        assert_eq!(
+            to(on_observation(Status::Stopping, 3, &oom, Some(StopCause::Preempted))),
+            Some((Status::Queued, Reason::Requeued, 4, None))
+        );
+        assert!(needs_stop_cause(Status::Stopping, &oom));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use crate::Control;
 use crate::error::CommandError;
 use crate::place::Placement;
-use crate::policy::{Call, stop_cause_of};
+use crate::policy::{self, Call, Step, stop_cause_of};
 use trainyard_core::lifecycle::{Reason, Status};
 use trainyard_runtime::{AttemptKey, Backend, StopCause};
 use trainyard_store::TaskRecord;
@@ -35,15 +35,20 @@ impl<B: Backend> Control<B> {
             catalog.nodes.iter().filter(|(_, n)| n.failed).map(|(name, _)| name.as_str()).collect();
         for &t in tasks {
             let key = AttemptKey { task_id: t.id.clone(), attempt: t.attempt };
-            // A node marked failed takes its replicas down with it: the attempt fails as NodeFailed and the
-            // fault-tolerance path decides what comes next.
+            // A node marked failed takes its replicas down with it: the attempt is stopped for NodeFailed (first
+            // in the store, so its end requeues it, as for a preemption), then on the backend.
             if !failed.is_empty()
-                && matches!(t.status, Status::Starting | Status::Prechecking | Status::Running)
+                && matches!(
+                    t.status,
+                    Status::Admitted | Status::Starting | Status::Prechecking | Status::Running
+                )
                 && let Ok(p) = serde_json::from_str::<Placement>(&t.placement)
-                && p.replicas.iter().any(|r| failed.contains(r.node.as_str()))
+                && let Some(node) = p.replicas.iter().find(|r| failed.contains(r.node.as_str()))
             {
-                if self.due(t, Call::Stop, now_ms) {
-                    self.send_stop(t, StopCause::NodeFailed, now_ms).await?;
+                let why = format!("node {} is marked failed; its replicas are stopped", node.node);
+                let step = Step::new(Status::Stopping, Reason::NodeFailed, why, t.attempt);
+                if let Some(stopping) = self.apply(t, step, now_ms).await? {
+                    self.send_stop(&stopping, StopCause::NodeFailed, now_ms).await?;
                 }
                 continue;
             }
@@ -57,6 +62,13 @@ impl<B: Backend> Control<B> {
                             Err(why) => self.fail_launch(t, &why, Reason::UserError, now_ms).await?,
                         }
                     }
+                }
+                // Its processes are gone but no end was seen (its launch was lost, or its end was polled by a
+                // server that stopped before recording it): the stop is over, and ends as its cause says.
+                Status::Stopping if !alive.contains(&key) => {
+                    let cause = self.recorded_stop_cause(t).await?;
+                    let step = policy::stop_ended(Some(cause), "its processes are gone", t.attempt);
+                    self.apply(t, step, now_ms).await?;
                 }
                 Status::Stopping if self.due(t, Call::Stop, now_ms) => {
                     // Asked again with the cause it was stopped for (a restarted backend does not know it).

@@ -28,7 +28,7 @@ impl<B: Backend> Control<B> {
                     .iter()
                     .filter(|v| match self.active.get(&(v.created_at_ms, v.id.clone())) {
                         Some(known) => known.record.version < v.version,
-                        None => !v.deleted && ACTIVE.contains(&v.status),
+                        None => is_active(v.status, v.deleted),
                     })
                     .map(|v| v.id.as_str())
                     .collect();
@@ -43,6 +43,7 @@ impl<B: Backend> Control<B> {
                 // queue order; records are read only for tasks new to it, changed, or gone from the store's
                 // active set.
                 let mut versions = self.store.versions_in_status(ACTIVE).await?;
+                versions.retain(|v| is_active(v.status, v.deleted));
                 versions.sort_unstable_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
                 let mut fetch: Vec<&str> = Vec::new();
                 // Working-set entries read again (changed, or no longer active in the store).
@@ -86,7 +87,7 @@ impl<B: Backend> Control<B> {
                 let all = self.store.tasks_in_status_without_spec(ACTIVE).await?;
                 // Specs already read are kept: they never change.
                 let mut old = std::mem::take(&mut self.active);
-                for t in all {
+                for t in all.into_iter().filter(|t| is_active(t.status, t.deleted)) {
                     let key = active_key(&t);
                     let entry = match old.remove(&key) {
                         Some(e) if e.record.version == t.version => e,
@@ -131,7 +132,7 @@ impl<B: Backend> Control<B> {
     pub(crate) fn absorb(&mut self, mut t: TaskRecord, spec: Option<Arc<TrainingTask>>) {
         let key = active_key(&t);
         let spec = spec.map(|s| self.specs.intern(s));
-        let keep = !t.deleted && ACTIVE.contains(&t.status);
+        let keep = is_active(t.status, t.deleted);
         match self.active.get_mut(&key) {
             // Known already at this version: only a spec it lacked is news.
             Some(known) if known.record.version >= t.version && known.spec.is_none() && spec.is_some() => {

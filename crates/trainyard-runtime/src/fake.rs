@@ -38,6 +38,11 @@ struct Run {
     nodes: Vec<String>,
     /// Every replica it ever had, as (name, role), named as the real backends name them.
     replicas: Vec<(String, String)>,
+    /// How it ended, as reported (kept to be reported again after a `restart`).
+    ended: Option<Observation>,
+    /// Since a `restart`: a started attempt says `Started` again, an ended one says how it ended when launched
+    /// again.
+    restarted: bool,
 }
 
 /// The replicas of a launch, as (name, role).
@@ -59,6 +64,12 @@ struct Inner {
     now_ms: u64,
     /// Launches still to refuse, per task (a backend that cannot take the attempt now).
     refusals: BTreeMap<String, u32>,
+    /// Requests (launch, scale, stop) still to be lost (see `lose_requests`).
+    to_lose: u32,
+    /// Launches asked for an attempt that was running at the time (see `launches_while_alive`).
+    launches_while_alive: Vec<AttemptKey>,
+    /// Observations to report at the next poll, ahead of the rest (ends said again after a restart).
+    replay: Vec<Observation>,
 }
 
 /// The fake backend. Cloning shares the same state, so a test can keep a handle while the control loop
@@ -109,12 +120,51 @@ impl FakeBackend {
             run.script.run_ms = 0;
         }
     }
+
+    /// The next `n` requests (launch, scale, stop) fail and change nothing, as when the backend cannot be
+    /// reached, or the server died between committing a decision and acting on it.
+    pub fn lose_requests(&self, n: u32) {
+        self.lock().to_lose = n;
+    }
+
+    /// The backend restarted and forgot what it had reported: as the local backend does from its files, a
+    /// started attempt reports `Started` again at the next poll, and an ended one reports how it ended when it
+    /// is launched again. Attempts keep running.
+    pub fn restart(&self) {
+        for run in self.lock().runs.values_mut() {
+            run.restarted = true;
+        }
+    }
+
+    /// Launches asked for an attempt while it was running (the control loop should only relaunch what it
+    /// knows is gone).
+    pub fn launches_while_alive(&self) -> Vec<AttemptKey> {
+        self.lock().launches_while_alive.clone()
+    }
+
+    /// Spends one lost request, if any are left to lose.
+    fn lost(&self) -> Result<(), BackendError> {
+        let mut inner = self.lock();
+        if inner.to_lose == 0 {
+            return Ok(());
+        }
+        inner.to_lose -= 1;
+        Err(BackendError("fake backend: request lost".into()))
+    }
 }
 
 impl Backend for FakeBackend {
     async fn launch(&self, spec: &LaunchSpec) -> Result<(), BackendError> {
+        self.lost()?;
         let mut inner = self.lock();
-        if inner.runs.contains_key(&spec.key) {
+        if let Some(run) = inner.runs.get_mut(&spec.key) {
+            let replay = if run.done && run.restarted { run.ended.clone() } else { None };
+            run.restarted &= !run.done;
+            let alive = !run.done;
+            if alive {
+                inner.launches_while_alive.push(spec.key.clone());
+            }
+            inner.replay.extend(replay);
             return Ok(());
         }
         if let Some(n) = inner.refusals.get_mut(&spec.key.task_id).filter(|n| **n > 0) {
@@ -144,6 +194,8 @@ impl Backend for FakeBackend {
                 done: false,
                 nodes: spec.replicas.iter().map(|r| r.node.clone()).collect(),
                 replicas: replica_names(spec),
+                ended: None,
+                restarted: false,
             },
         );
         inner.launches += 1;
@@ -153,6 +205,7 @@ impl Backend for FakeBackend {
 
     /// The fake's replicas are not real: a new shape is remembered as launched.
     async fn scale(&self, spec: &LaunchSpec) -> Result<(), BackendError> {
+        self.lost()?;
         let mut inner = self.lock();
         if let Some(run) = inner.runs.get_mut(&spec.key) {
             run.nodes = spec.replicas.iter().map(|r| r.node.clone()).collect();
@@ -167,6 +220,7 @@ impl Backend for FakeBackend {
     }
 
     async fn stop(&self, key: &AttemptKey, cause: StopCause) -> Result<(), BackendError> {
+        self.lost()?;
         let mut inner = self.lock();
         let now = inner.now_ms;
         if let Some(run) = inner.runs.get_mut(key)
@@ -182,19 +236,32 @@ impl Backend for FakeBackend {
     async fn poll(&self, now_ms: u64) -> Vec<Observation> {
         let mut inner = self.lock();
         inner.now_ms = inner.now_ms.max(now_ms);
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut inner.replay);
         for (key, run) in inner.runs.iter_mut().filter(|(_, r)| !r.done) {
             let launched = *run.launched_at.get_or_insert(now_ms);
+            // Whatever it reports from here on is news to whoever polls after a restart.
+            let restarted = std::mem::take(&mut run.restarted);
             if let Some(at) = run.stop_at {
                 if now_ms >= at {
                     run.done = true;
-                    out.push(Observation::Stopped {
+                    let stopped = Observation::Stopped {
                         key: key.clone(),
                         cause: run.stop_cause,
                         message: "every process ended".into(),
-                    });
+                    };
+                    run.ended = Some(stopped.clone());
+                    out.push(stopped);
                 }
                 continue;
+            }
+            if restarted && run.started_at.is_some() {
+                out.push(Observation::Started { key: key.clone(), precheck: run.precheck });
+                if run.precheck {
+                    out.push(Observation::PrecheckPassed {
+                        key: key.clone(),
+                        message: "fake precheck".into(),
+                    });
+                }
             }
             if run.started_at.is_none() && now_ms >= launched + run.script.start_ms {
                 run.started_at = Some(now_ms);
@@ -214,7 +281,10 @@ impl Backend for FakeBackend {
                     Reason::Completed => "fake backend: scripted success (nothing was run)".to_owned(),
                     other => format!("fake backend: scripted failure {other}"),
                 };
-                out.push(Observation::Finished { key: key.clone(), reason: run.script.outcome, message });
+                let finished =
+                    Observation::Finished { key: key.clone(), reason: run.script.outcome, message };
+                run.ended = Some(finished.clone());
+                out.push(finished);
             }
         }
         out
@@ -235,5 +305,64 @@ impl Backend for FakeBackend {
 
     async fn read_log(&self, _key: &AttemptKey, _replica: &str, _offset: u64, _max: usize) -> LogChunk {
         LogChunk { ended: true, missing: true, ..LogChunk::default() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fake's calls never wait: one poll of the future finishes them.
+    fn now<T>(f: impl std::future::Future<Output = T>) -> T {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match std::pin::pin!(f).poll(&mut cx) {
+            std::task::Poll::Ready(v) => v,
+            std::task::Poll::Pending => unreachable!("the fake backend never waits"),
+        }
+    }
+
+    fn spec(task_id: &str) -> LaunchSpec {
+        LaunchSpec {
+            key: AttemptKey { task_id: task_id.into(), attempt: 0 },
+            task_name: task_id.into(),
+            owner: "alice".into(),
+            task: TrainingTask::default(),
+            replicas: Vec::new(),
+            catalog: Default::default(),
+        }
+    }
+
+    #[test]
+    fn lost_requests_change_nothing_and_the_next_ones_go_through() {
+        let b = FakeBackend::new(Script { run_ms: 1_000, ..Script::default() });
+        b.lose_requests(1);
+        assert!(now(b.launch(&spec("t"))).is_err());
+        assert!(now(b.alive()).is_empty());
+        now(b.launch(&spec("t"))).unwrap();
+        assert_eq!(now(b.alive()), [spec("t").key]);
+        now(b.launch(&spec("t"))).unwrap();
+        assert_eq!(b.launches_while_alive(), [spec("t").key], "a launch of a running attempt is noted");
+    }
+
+    #[test]
+    fn after_a_restart_a_running_attempt_says_started_again_and_an_ended_one_its_end_when_launched() {
+        let b = FakeBackend::new(Script { run_ms: 1_000, ..Script::default() });
+        now(b.launch(&spec("running"))).unwrap();
+        now(b.launch(&spec("ended"))).unwrap();
+        now(b.poll(0));
+        now(b.stop(&spec("ended").key, StopCause::UserStop)).unwrap();
+        let first = now(b.poll(10));
+        assert!(matches!(&first[..], [Observation::Stopped { .. }]), "{first:?}");
+        b.restart();
+        let again = now(b.poll(20));
+        assert!(
+            matches!(&again[..], [Observation::Started { key, .. }] if key.task_id == "running"),
+            "{again:?}"
+        );
+        assert!(now(b.poll(30)).is_empty(), "said once");
+        now(b.launch(&spec("ended"))).unwrap();
+        assert_eq!(now(b.poll(40)), first, "the end, again");
+        now(b.launch(&spec("ended"))).unwrap();
+        assert!(now(b.poll(50)).is_empty(), "said once");
     }
 }

@@ -192,6 +192,8 @@ fn process(
     // Options that may preempt: non-preemptible ones that passed quota, and Reserved ones short of their own
     // quota while lower-priority work of their group runs.
     let mut preemptable: Vec<(usize, Option<QuotaShort>)> = Vec::new();
+    // The first option its quota allows that only lacks room: the one a starving attempt holds nodes for.
+    let mut roomless: Option<usize> = None;
     for (oi, option) in a.options.iter().enumerate() {
         let uses = match check_quota(st, a, option) {
             Ok(u) => u,
@@ -229,6 +231,7 @@ fn process(
                 return Outcome::Admitted;
             }
             Err(NoFit { role, need, .. }) => {
+                roomless.get_or_insert(oi);
                 let spec = option.roles[role].spec;
                 let block = match behind(st, a, i, option) {
                     Some(holder) => OptionBlock::Behind {
@@ -274,8 +277,10 @@ fn process(
             }
         }
     }
-    if starving {
-        hold_for_starving(st, a, i);
+    // Holding nodes for an attempt its quota refuses would keep them from everyone for as long as the quota
+    // stays short, possibly for ever: only room is waited for.
+    if starving && let Some(oi) = roomless {
+        hold_for_starving(st, a, i, &a.options[oi]);
     }
     Outcome::Waiting(reasons)
 }
@@ -317,10 +322,11 @@ fn behind(st: &mut State, a: &PendingAttempt, i: usize, option: &GangOption) -> 
     holder.map(|h| h as usize - 1)
 }
 
-/// Holds, for a starving attempt that cannot start, the nodes closest to fitting each replica of its first
-/// option, so nothing new lands there and the gang starts as soon as they drain.
-fn hold_for_starving(st: &mut State, a: &PendingAttempt, i: usize) {
-    let Some(option) = a.options.first() else { return };
+/// Holds, for a starving attempt that cannot start, the nodes closest to fitting each replica of `option`,
+/// so nothing new lands there and the gang starts as soon as they drain. Nothing is held when the pool could
+/// not take the gang even empty (too few nodes its replicas fit on): it would wait, and block others, for
+/// ever.
+fn hold_for_starving(st: &mut State, a: &PendingAttempt, i: usize, option: &GangOption) {
     let mut chosen: Vec<NodeIx> = Vec::new();
     for role in &option.roles {
         let need = st.snap.replica_need(role);
@@ -343,6 +349,17 @@ fn hold_for_starving(st: &mut State, a: &PendingAttempt, i: usize) {
                     picked += 1;
                 }
             }
+        }
+        // Too few nodes in the pool its replicas fit on, held or not: it could not start even on an empty
+        // pool, so nothing is held for it.
+        let could_fit = st.groups[gi]
+            .buckets
+            .iter()
+            .flatten()
+            .filter(|&&n| !a.excluded.contains(&n) && need.fits_in(&st.snap.nodes[n.ix()].capacity))
+            .count();
+        if could_fit < role.replicas as usize {
+            return;
         }
     }
     st.hold(i, chosen);

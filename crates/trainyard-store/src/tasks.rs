@@ -76,10 +76,11 @@ impl Store {
         if changed == 0 { Err(StoreError::NotFound(id.to_owned())) } else { Ok(()) }
     }
 
-    /// Like [`Store::tasks_in_status`], with `spec_json` left empty: for callers that keep specs (which never
-    /// change) already, and fetch one with [`Store::get_task`] only for a task they have not seen.
+    /// Like [`Store::tasks_in_status`], deleted tasks included (a deleted task may still hold resources while
+    /// its attempt stops), with `spec_json` left empty: for callers that keep specs (which never change)
+    /// already, and fetch one with [`Store::get_task`] only for a task they have not seen.
     pub async fn tasks_in_status_without_spec(&self, statuses: &[Status]) -> Result<Vec<TaskRecord>> {
-        self.tasks_where_status(statuses, &TASK_READ.replace("spec,", "'' AS spec,")).await
+        self.tasks_where_status(statuses, &TASK_READ.replace("spec,", "'' AS spec,"), true).await
     }
 
     /// Tasks changed at or after `since_ms` (by `updated_at_ms`), specs left out, deleted ones included as
@@ -107,14 +108,14 @@ impl Store {
         rows.iter().map(version_from_row).collect()
     }
 
-    /// The versions of the tasks (not deleted) whose status is one of `statuses`, as
+    /// The versions of the tasks (deleted ones included) whose status is one of `statuses`, as
     /// [`Store::versions_updated_since`] gives them.
     pub async fn versions_in_status(&self, statuses: &[Status]) -> Result<Vec<TaskVersion>> {
         if statuses.is_empty() {
             return Ok(Vec::new());
         }
         let sql = format!(
-            "SELECT id, created_at_ms, version, status, deleted FROM tasks WHERE deleted = 0 AND status IN ({})",
+            "SELECT id, created_at_ms, version, status, deleted FROM tasks WHERE status IN ({})",
             placeholders(statuses.len())
         );
         let mut q = sqlx::query(&sql);
@@ -197,16 +198,22 @@ impl Store {
 
     /// Tasks not deleted whose status is one of `statuses`: what the control loop rebuilds its state from.
     pub async fn tasks_in_status(&self, statuses: &[Status]) -> Result<Vec<TaskRecord>> {
-        self.tasks_where_status(statuses, TASK_READ).await
+        self.tasks_where_status(statuses, TASK_READ, false).await
     }
 
-    async fn tasks_where_status(&self, statuses: &[Status], columns: &str) -> Result<Vec<TaskRecord>> {
+    async fn tasks_where_status(
+        &self,
+        statuses: &[Status],
+        columns: &str,
+        deleted_too: bool,
+    ) -> Result<Vec<TaskRecord>> {
         if statuses.is_empty() {
             return Ok(Vec::new());
         }
         let marks = placeholders(statuses.len());
         let sql = format!(
-            "SELECT {columns} FROM tasks WHERE deleted = 0 AND status IN ({}) ORDER BY created_at_ms, id",
+            "SELECT {columns} FROM tasks WHERE {} status IN ({}) ORDER BY created_at_ms, id",
+            if deleted_too { "" } else { "deleted = 0 AND" },
             marks
         );
         let mut q = sqlx::query(&sql);

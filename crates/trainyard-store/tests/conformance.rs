@@ -155,9 +155,9 @@ async fn changes_since(store: Store, _: String) {
     let mut active = store.versions_in_status(&[Status::Queued]).await.unwrap();
     active.sort_by(|a, b| a.id.cmp(&b.id));
     assert_eq!(
-        active.iter().map(|v| v.id.as_str()).collect::<Vec<_>>(),
-        ["new", "old"],
-        "a deleted task's left out"
+        active.iter().map(|v| (v.id.as_str(), v.deleted)).collect::<Vec<_>>(),
+        [("gone", true), ("new", false), ("old", false)],
+        "a deleted task's included, flagged"
     );
     let mut ids: Vec<String> = (0..1200).map(|i| format!("none-{i}")).collect();
     ids.extend(["gone".to_owned(), "new".to_owned()]);
