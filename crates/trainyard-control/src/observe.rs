@@ -23,7 +23,9 @@ impl<B: Backend> Control<B> {
         } else {
             None
         };
-        if let Change::Step { step, failed } = policy::on_observation(status, t.attempt, obs, cause) {
+        if let Change::Step { step, failed } =
+            policy::on_observation(status, t.attempt, obs, cause, t.deleted)
+        {
             let Some(changed) = self.apply(&t, step, now_ms).await? else { return Ok(false) };
             if let Some(reason) = failed {
                 self.maybe_retry(&changed, reason, now_ms).await?;

@@ -51,14 +51,17 @@ pub(crate) enum Change {
 }
 
 /// The status change an observation of the current attempt leads to, from the task's status. `cause` is why
-/// a stopping attempt was stopped when the observation does not say (read from its events by the caller).
+/// a stopping attempt was stopped when the observation does not say (read from its events by the caller);
+/// a deleted task's stop ends it whatever the stop was for (a deleted task is never queued again).
 pub(crate) fn on_observation(
     status: Status,
     attempt: i64,
     obs: &Observation,
     cause: Option<StopCause>,
+    deleted: bool,
 ) -> Change {
     let step = |step: Step| Change::Step { step, failed: None };
+    let deleted_or = |cause: Option<StopCause>| if deleted { Some(StopCause::Deleted) } else { cause };
     match (obs, status) {
         (Observation::Started { precheck: true, .. }, Status::Starting) => step(Step::new(
             Status::Prechecking,
@@ -84,12 +87,12 @@ pub(crate) fn on_observation(
             }
         }
         (Observation::Stopped { cause: told, message, .. }, Status::Stopping) => {
-            step(stop_ended(told.or(cause), message, attempt))
+            step(stop_ended(deleted_or(told.or(cause)), message, attempt))
         }
         // An attempt that ended by itself while it was being stopped is stopped all the same: the stop's cause
         // decides what follows.
         (Observation::Finished { message, .. }, Status::Stopping) => {
-            step(stop_ended(cause, message, attempt))
+            step(stop_ended(deleted_or(cause), message, attempt))
         }
         _ => Change::None,
     }
@@ -266,21 +269,21 @@ mod tests {
     fn observations_move_the_attempt_along_its_lifecycle() {
         let started = |precheck| Observation::Started { key: key(), precheck };
         assert_eq!(
-            to(on_observation(Status::Starting, 3, &started(false), None)),
+            to(on_observation(Status::Starting, 3, &started(false), None, false)),
             Some((Status::Running, Reason::Started, 3, None))
         );
         assert_eq!(
-            to(on_observation(Status::Starting, 3, &started(true), None)),
+            to(on_observation(Status::Starting, 3, &started(true), None, false)),
             Some((Status::Prechecking, Reason::PrecheckStarted, 3, None))
         );
         let passed = Observation::PrecheckPassed { key: key(), message: "ok".into() };
         assert_eq!(
-            to(on_observation(Status::Prechecking, 3, &passed, None)),
+            to(on_observation(Status::Prechecking, 3, &passed, None, false)),
             Some((Status::Running, Reason::PrecheckPassed, 3, None))
         );
         let done = Observation::Finished { key: key(), reason: Reason::Completed, message: "exit 0".into() };
         assert_eq!(
-            to(on_observation(Status::Running, 3, &done, None)),
+            to(on_observation(Status::Running, 3, &done, None, false)),
             Some((Status::Succeeded, Reason::Completed, 3, None))
         );
     }
@@ -289,7 +292,9 @@ mod tests {
     fn a_failure_ends_the_attempt_and_hands_over_to_the_retry_policy() {
         let oom = Observation::Finished { key: key(), reason: Reason::OutOfMemory, message: "oom".into() };
         for s in [Status::Admitted, Status::Starting, Status::Prechecking, Status::Running] {
-            let Change::Step { step, failed } = on_observation(s, 3, &oom, None) else { panic!("{s}") };
+            let Change::Step { step, failed } = on_observation(s, 3, &oom, None, false) else {
+                panic!("{s}")
+            };
             assert_eq!(
                 (step.to, failed, step.placement.as_deref()),
                 (Status::Failed, Some(Reason::OutOfMemory), Some(""))
@@ -297,11 +302,11 @@ mod tests {
         }
         // A failure reported while the attempt is being stopped ends the stop, as its cause says.
         assert_eq!(
-            to(on_observation(Status::Stopping, 3, &oom, None)),
+            to(on_observation(Status::Stopping, 3, &oom, None, false)),
             Some((Status::Stopped, Reason::Terminated, 3, None))
         );
         assert_eq!(
-            to(on_observation(Status::Stopping, 3, &oom, Some(StopCause::Preempted))),
+            to(on_observation(Status::Stopping, 3, &oom, Some(StopCause::Preempted), false)),
             Some((Status::Queued, Reason::Requeued, 4, None))
         );
         assert!(needs_stop_cause(Status::Stopping, &oom));
@@ -318,7 +323,7 @@ mod tests {
             (None, Some(StopCause::Preempted), (Status::Queued, Reason::Requeued, 4)),
             (None, None, (Status::Stopped, Reason::Terminated, 3)),
         ] {
-            let got = to(on_observation(Status::Stopping, 3, &stopped(told), recorded));
+            let got = to(on_observation(Status::Stopping, 3, &stopped(told), recorded, false));
             assert_eq!(got, Some((want.0, want.1, want.2, None)), "{told:?} {recorded:?}");
         }
         assert!(needs_stop_cause(Status::Stopping, &stopped(None)));
@@ -334,10 +339,24 @@ mod tests {
     fn stale_observations_change_nothing() {
         let started = Observation::Started { key: key(), precheck: false };
         for s in [Status::Queued, Status::Running, Status::Stopping, Status::Succeeded, Status::Failed] {
-            assert_eq!(on_observation(s, 3, &started, None), Change::None, "{s}");
+            assert_eq!(on_observation(s, 3, &started, None, false), Change::None, "{s}");
         }
         let stopped = Observation::Stopped { key: key(), cause: None, message: String::new() };
-        assert_eq!(on_observation(Status::Running, 3, &stopped, None), Change::None);
+        assert_eq!(on_observation(Status::Running, 3, &stopped, None, false), Change::None);
+    }
+
+    #[test]
+    fn a_deleted_task_s_stop_ends_it_whatever_the_stop_was_for() {
+        let preempted =
+            Observation::Stopped { key: key(), cause: Some(StopCause::Preempted), message: "gone".into() };
+        assert_eq!(
+            to(on_observation(Status::Stopping, 3, &preempted, None, true)),
+            Some((Status::Stopped, Reason::Terminated, 3, None))
+        );
+        assert_eq!(
+            to(on_observation(Status::Stopping, 3, &preempted, None, false)),
+            Some((Status::Queued, Reason::Requeued, 4, None))
+        );
     }
 
     #[test]
@@ -356,7 +375,7 @@ mod tests {
         });
         for obs in observations.into_iter().chain(finished) {
             for &s in Status::ALL {
-                if let Change::Step { step, .. } = on_observation(s, 3, &obs, None) {
+                if let Change::Step { step, .. } = on_observation(s, 3, &obs, None, false) {
                     let legal = trainyard_core::lifecycle::transition(s, step.to, step.reason);
                     // A backend reporting a reason no failure may carry is the one way to ask for an illegal
                     // change; `apply` refuses it and records an InternalError.

@@ -66,7 +66,8 @@ impl<B: Backend> Control<B> {
                 // Its processes are gone but no end was seen (its launch was lost, or its end was polled by a
                 // server that stopped before recording it): the stop is over, and ends as its cause says.
                 Status::Stopping if !alive.contains(&key) => {
-                    let cause = self.recorded_stop_cause(t).await?;
+                    let cause =
+                        if t.deleted { StopCause::Deleted } else { self.recorded_stop_cause(t).await? };
                     let step = policy::stop_ended(Some(cause), "its processes are gone", t.attempt);
                     self.apply(t, step, now_ms).await?;
                 }

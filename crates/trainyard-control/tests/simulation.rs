@@ -409,6 +409,9 @@ impl Sim {
         let queued =
             store.tasks_in_status_without_spec(&[Status::Queued]).await.map_err(|e| e.to_string())?;
         for t in queued {
+            if t.deleted {
+                return Err(format!("task {} was deleted and is queued again", t.id));
+            }
             let Some(q) = self.control().queue_info(&t.id) else {
                 return Err(format!("task {} is queued after the drain with no wait reason", t.id));
             };
