@@ -5,6 +5,9 @@
 use crate::AttemptKey;
 use std::path::{Path, PathBuf};
 
+/// A replica's state in its dir, written by its supervisor ([`super::supervisor::ReplicaState`]).
+pub(super) const STATE_JSON: &str = "state.json";
+
 /// An attempt's directory, `runs/TASK_ID/aN`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct AttemptLayout {
@@ -77,9 +80,6 @@ impl ReplicaLayout {
     pub(super) fn runtime(&self) -> PathBuf {
         self.dir.join("runtime")
     }
-    pub(super) fn state_json(&self) -> PathBuf {
-        self.dir.join("state.json")
-    }
     pub(super) fn events(&self) -> PathBuf {
         self.dir.join("events.jsonl")
     }
@@ -117,7 +117,6 @@ mod tests {
         assert_eq!(r.tmp(), Path::new("/d/runs/t1/a3/x-master-0/scratch/tmp"));
         assert_eq!(r.home(), Path::new("/d/runs/t1/a3/x-master-0/scratch/root"));
         assert_eq!(r.runtime(), Path::new("/d/runs/t1/a3/x-master-0/runtime"));
-        assert_eq!(r.state_json(), Path::new("/d/runs/t1/a3/x-master-0/state.json"));
         assert_eq!(AttemptLayout::at(&a.dir), a);
     }
 }

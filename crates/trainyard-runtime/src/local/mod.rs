@@ -74,6 +74,8 @@ use trainyard_core::spec::TaskType;
 
 #[derive(Debug)]
 enum Stage {
+    /// Its network, dirs and files are being made, and its supervisors started, by a thread of its own.
+    Preparing,
     /// Waiting for the image.
     Pulling {
         pulling: Pulling,
@@ -108,8 +110,8 @@ pub struct LocalBackend {
     inner: Arc<Mutex<Inner>>,
 }
 
-fn read_state(dir: &Path) -> Option<ReplicaState> {
-    serde_json::from_slice(&std::fs::read(dir.join("state.json")).ok()?).ok()
+fn read_state(replica_dir: &Path) -> Option<ReplicaState> {
+    serde_json::from_slice(&std::fs::read(replica_dir.join(layout::STATE_JSON)).ok()?).ok()
 }
 
 /// The last `max` bytes of a replica's log, without the timestamps.
@@ -184,8 +186,11 @@ impl Backend for LocalBackend {
         if run.p.stop.is_some() || run.p.verdict.is_some() || !matches!(run.stage, Stage::Running) {
             return Ok(());
         }
-        let (base, have) = (run.l.ray_base, run.l.replicas.clone());
-        let (_, mut l, jobs) = self.prepare(spec, &inner, Some(base)).map_err(BackendError)?;
+        let (base, have, uid) = (run.l.ray_base, run.l.replicas.clone(), run.l.uid);
+        let replicas =
+            plan::place_replicas(spec, &have, plan::gpus_in_use(inner.runs.values().map(|r| &r.l)));
+        let uid = (uid >= UID_BASE).then_some(uid);
+        let (_, mut l, jobs) = self.prepare(spec, replicas, uid, Some(base)).map_err(BackendError)?;
         let run = inner.runs.get_mut(&spec.key).expect("checked above");
         // Replicas that stay keep what they were given (their GPUs above all).
         for r in l.replicas.iter_mut() {
@@ -241,45 +246,28 @@ impl Backend for LocalBackend {
             });
             return Ok(());
         }
-        let (dir, l, jobs) = match self.prepare(spec, &inner, None) {
-            Ok(prepared) => prepared,
-            Err(why) => {
-                // Ended as the machine's failure, with its reason, and recorded: not tried again on every tick
-                // without a word. The fault-tolerance budget decides whether another attempt follows.
-                let obs = Observation::Finished {
-                    key: spec.key.clone(),
-                    reason: Reason::NodeFailed,
-                    message: format!("the attempt could not be prepared on this machine: {why}"),
-                };
-                let _ = write_atomic(
-                    &layout.outcome_json(),
-                    &serde_json::to_vec(&Recorded::from(&obs)).unwrap_or_default(),
-                );
-                if let Some(ip) = &self.cfg.ip {
-                    let switch = netns::attempt_name(&spec.key.task_id, spec.key.attempt);
-                    netns::delete_switch(ip, &switch);
-                    switches::forget(&switch);
-                }
-                inner.replay.push(obs);
-                return Ok(());
+        // GPUs are handed out here, under the lock, so that attempts prepared at the same time never share
+        // one; the rest (the network, dirs and files, the supervisors) is done off the caller's path: the
+        // control loop's tick does not wait for it, and the next polls see the attempt start.
+        let replicas = plan::place_replicas(spec, &[], plan::gpus_in_use(inner.runs.values().map(|r| &r.l)));
+        let l = Launched::preparing(&spec.key, replicas.clone());
+        inner
+            .runs
+            .insert(spec.key.clone(), Run::new(layout.dir, l, Stage::Preparing, Vec::new(), BTreeMap::new()));
+        drop(inner);
+        let work = {
+            let (backend, spec) = (self.clone(), spec.clone());
+            move || {
+                let prepare = || backend.prepare(&spec, replicas.clone(), None, None);
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(prepare))
+                    .unwrap_or_else(|_| Err("its preparation panicked".into()));
+                backend.prepared(&spec, result)
             }
         };
-        // The pull: `host` and registered root file systems are here at once; anything else is retried (or
-        // fails) as the image pull tolerance says, on the next polls.
-        let (stage, children) = if jobs.first().is_some_and(|j| j.sandbox.root.is_dir()) {
-            let children = self.spawn(&dir, &jobs);
-            (Stage::Running, children)
-        } else {
-            (
-                Stage::Pulling {
-                    pulling: Pulling { tries: 0, next_at_ms: 0, available: Self::available_images(spec) },
-                    jobs,
-                },
-                Vec::new(),
-            )
-        };
-        let offsets = l.replicas.iter().map(|r| (r.name.clone(), 0)).collect();
-        inner.runs.insert(spec.key.clone(), Run::new(dir, l, stage, children, offsets));
+        if std::thread::Builder::new().name("prepare".into()).spawn(work.clone()).is_err() {
+            // No thread to spare: prepared here instead.
+            work();
+        }
         Ok(())
     }
 
@@ -291,6 +279,10 @@ impl Backend for LocalBackend {
             return Ok(());
         }
         run.p.stop = Some(cause);
+        if matches!(run.stage, Stage::Preparing) {
+            // Nothing starts once it is prepared; the next poll after that reports it stopped.
+            return Ok(());
+        }
         if let Stage::Pulling { jobs, .. } = &mut run.stage {
             // Nothing runs yet; the next poll reports it stopped.
             jobs.clear();
@@ -332,6 +324,9 @@ impl Backend for LocalBackend {
         }
         for key in ended {
             inner.runs.remove(&key);
+        }
+        for o in &out {
+            if let Observation::Started { key, .. } = o {}
         }
         out
     }

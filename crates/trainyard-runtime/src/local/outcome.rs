@@ -1,6 +1,6 @@
 //! An attempt's progress and verdict, decided from what its supervisors wrote: started, precheck passed,
 //! autoscaling's requests, the outcome as replicas end, the image pull's retries, and the record kept once
-//! it ended. Pure: the caller ([`super::progress`]) reads the files and acts on what comes out.
+//! it ended. Pure: the caller (`progress.rs`) reads the files and acts on what comes out.
 
 use super::plan::{Autoscale, Launched, Replica};
 use super::supervisor::{Phase, ReplicaState};

@@ -1,6 +1,6 @@
 //! An attempt's plan, decided before anything is written: which replicas it has (names, GPUs, places on the
 //! network), what each one runs, with which env, devices and mounts, and what `launch.json` records. Pure:
-//! [`super::prepare`] resolves what the machine holds (the uid, the storage dirs, the image's files), hands
+//! `prepare.rs` resolves what the machine holds (the uid, the storage dirs, the image's files), hands
 //! it in, and writes what comes out.
 
 use super::config::{LocalConfig, MASTER_PORT, PRESET_INTERVAL_S};
@@ -59,6 +59,28 @@ pub(super) struct Launched {
     /// RayJob autoscaling.
     #[serde(default)]
     pub(super) autoscale: Option<Autoscale>,
+}
+
+impl Launched {
+    /// An attempt being prepared: its key and its replicas (their GPUs taken), nothing else yet.
+    pub(super) fn preparing(key: &crate::AttemptKey, replicas: Vec<Replica>) -> Launched {
+        Launched {
+            task_id: key.task_id.clone(),
+            attempt: key.attempt,
+            uid: 0,
+            networked: false,
+            task_type: String::new(),
+            image: String::new(),
+            replicas,
+            mount_paths: Vec::new(),
+            checkpoint: None,
+            precheck: false,
+            pull_tolerance: 0,
+            ray_base: 0,
+            cleanup: None,
+            autoscale: None,
+        }
+    }
 }
 
 /// A RayJob's autoscaling, as the backend applies it.

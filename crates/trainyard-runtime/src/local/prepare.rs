@@ -71,11 +71,13 @@ impl LocalBackend {
         Ok((mounts, shared_dir))
     }
 
-    /// Builds the attempt's directories, files and supervisor jobs.
+    /// Builds the attempt's directories, files and supervisor jobs for `replicas` (placed by the caller);
+    /// `uid`: the one a running attempt being resized has, None to claim one.
     pub(super) fn prepare(
         &self,
         spec: &LaunchSpec,
-        inner: &Inner,
+        replicas: Vec<Replica>,
+        uid: Option<u32>,
         ray_base: Option<u16>,
     ) -> Result<Prepared, String> {
         let s = &spec.task.spec;
@@ -85,18 +87,14 @@ impl LocalBackend {
             make_passage(d)?;
         }
         let ray = s.task_type == TaskType::RayJob;
-        // A running attempt being resized keeps its uid and its replicas' places.
-        let run = inner.runs.get(&spec.key);
-        let have: Vec<Replica> = run.map(|r| r.l.replicas.clone()).unwrap_or_default();
-        // An attempt prepared before a restart but never started keeps the uid its dirs belong to.
-        // (An attempt launched by a version without sandbox uids has none: its new replicas get one.)
-        let uid = match run {
-            Some(run) if run.l.uid >= UID_BASE => run.l.uid,
-            _ => UID_BASE + slots::claim(&dir)?,
+        // An attempt prepared before a restart but never started keeps the uid its dirs belong to (the
+        // claim names its dir). An attempt launched by a version without sandbox uids has none: its new
+        // replicas get one.
+        let uid = match uid {
+            Some(uid) => uid,
+            None => UID_BASE + slots::claim(&dir)?,
         };
         let gid = SANDBOX_GID;
-        let replicas =
-            plan::place_replicas(spec, &have, plan::gpus_in_use(inner.runs.values().map(|r| &r.l)));
 
         let egress = self.cfg.egress.as_ref().filter(|_| self.cfg.ip.is_some());
         let switch = netns::attempt_name(&spec.key.task_id, spec.key.attempt);
@@ -212,6 +210,68 @@ impl LocalBackend {
             switches::record(&net.switch, &dir);
         }
         Ok((dir, l, jobs))
+    }
+
+    /// Takes a preparation's outcome into the attempt's run: its supervisors start (or it waits for its
+    /// image), nothing starts when it was stopped meanwhile, and one that could not be prepared ends as the
+    /// machine's failure, with its reason, recorded: not tried again on every tick without a word (the
+    /// fault-tolerance budget decides whether another attempt follows).
+    pub(super) fn prepared(&self, spec: &LaunchSpec, result: Result<Prepared, String>) {
+        let mut inner = self.lock();
+        let key = &spec.key;
+        let Some(run) = inner.runs.get_mut(key) else { return };
+        let (dir, l, jobs) = match result {
+            Ok(prepared) => prepared,
+            Err(why) => {
+                let obs = Observation::Finished {
+                    key: key.clone(),
+                    reason: Reason::NodeFailed,
+                    message: format!("the attempt could not be prepared on this machine: {why}"),
+                };
+                let _ = write_atomic(
+                    &AttemptLayout::at(&run.dir).outcome_json(),
+                    &serde_json::to_vec(&Recorded::from(&obs)).unwrap_or_default(),
+                );
+                if let Some(ip) = &self.cfg.ip {
+                    let switch = netns::attempt_name(&key.task_id, key.attempt);
+                    netns::delete_switch(ip, &switch);
+                    switches::forget(&switch);
+                }
+                inner.runs.remove(key);
+                inner.replay.push(obs);
+                return;
+            }
+        };
+        run.offsets = l.replicas.iter().map(|r| (r.name.clone(), 0)).collect();
+        run.l = l;
+        if run.p.stop.is_some() {
+            // Stopped while it was prepared: nothing starts, and the next poll reports it stopped.
+            for r in &run.l.replicas {
+                ReplicaState::ended(supervisor::ExitRecord { stopped: true, ..Default::default() })
+                    .write(&AttemptLayout::at(&dir).replica(&r.name).dir);
+            }
+            run.stage = Stage::Running;
+            return;
+        }
+        // The pull: `host` and registered root file systems are here at once; anything else is retried (or
+        // fails) as the image pull tolerance says, on the next polls.
+        if !jobs.first().is_some_and(|j| j.sandbox.root.is_dir()) {
+            let pulling = Pulling { tries: 0, next_at_ms: 0, available: Self::available_images(spec) };
+            run.stage = Stage::Pulling { pulling, jobs };
+            return;
+        }
+        // Started without the lock, so that polls meanwhile do not wait for them. A stop meanwhile finds the
+        // attempt running and writes its `stop.json`, which each supervisor follows once it runs.
+        run.stage = Stage::Running;
+        drop(inner);
+        let children = self.spawn(&dir, &jobs);
+        match self.lock().runs.get_mut(key) {
+            Some(run) => run.children.extend(children),
+            // Ended already (no supervisor could start): reaped here instead.
+            None => {
+                std::thread::spawn(move || children.into_iter().for_each(|mut c| drop(c.wait())));
+            }
+        }
     }
 
     pub(super) fn spawn(&self, dir: &Path, jobs: &[ReplicaJob]) -> Vec<std::process::Child> {

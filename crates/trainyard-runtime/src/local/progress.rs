@@ -99,6 +99,9 @@ impl Run {
 impl LocalBackend {
     /// One attempt's progress: returns true when it ended (its outcome is in `out`).
     pub(super) fn advance(&self, run: &mut Run, now: u64, out: &mut Vec<Observation>) -> bool {
+        if matches!(run.stage, Stage::Preparing) {
+            return false;
+        }
         if let Stage::Pulling { pulling, jobs } = &mut run.stage {
             let here = jobs.first().is_some_and(|j| j.sandbox.root.is_dir());
             match outcome::pull(pulling, &run.l, here, now, out) {
@@ -136,25 +139,34 @@ impl LocalBackend {
             &layout.outcome_json(),
             &serde_json::to_vec(&Recorded::from(outcome)).unwrap_or_default(),
         );
-        if run.l.uid >= UID_BASE {
-            slots::release(run.l.uid - UID_BASE, &run.dir);
-        }
-        // The container's local disk goes with the attempt, and so do its network and any cgroup a killed
-        // supervisor left; logs and events stay.
+        // The container's local disk goes with the attempt (logs and events stay); so do its network, any
+        // cgroup a killed supervisor left, and then its uid slot, on a thread of their own: those wait on the
+        // kernel (tens of ms for a gang on a busy machine), and the poll that reports the end need not. The
+        // slot goes last, so that no next attempt gets its uplink while the old one is there.
         for r in &run.l.replicas {
-            let rl = layout.replica(&r.name);
-            let _ = std::fs::remove_dir_all(rl.scratch());
-            supervisor::remove_cgroups(&rl.dir);
-        }
-        if run.l.networked
-            && let Some(ip) = &self.cfg.ip
-        {
-            let switch = netns::attempt_name(&run.l.task_id, run.l.attempt);
-            netns::delete_switch(ip, &switch);
-            switches::forget(&switch);
+            let _ = std::fs::remove_dir_all(layout.replica(&r.name).scratch());
         }
         if let Some(dir) = &run.l.cleanup {
             let _ = std::fs::remove_dir_all(dir);
+        }
+        let replicas: Vec<PathBuf> = run.l.replicas.iter().map(|r| layout.replica(&r.name).dir).collect();
+        let ip = self.cfg.ip.clone().filter(|_| run.l.networked);
+        let (task_id, attempt, uid, dir) = (run.l.task_id.clone(), run.l.attempt, run.l.uid, run.dir.clone());
+        let release = move || {
+            for r in &replicas {
+                supervisor::remove_cgroups(r);
+            }
+            if let Some(ip) = &ip {
+                let switch = netns::attempt_name(&task_id, attempt);
+                netns::delete_switch(ip, &switch);
+                switches::forget(&switch);
+            }
+            if uid >= UID_BASE {
+                slots::release(uid - UID_BASE, &dir);
+            }
+        };
+        if std::thread::Builder::new().name("release".into()).spawn(release.clone()).is_err() {
+            release();
         }
     }
 }
