@@ -325,9 +325,6 @@ impl Backend for LocalBackend {
         for key in ended {
             inner.runs.remove(&key);
         }
-        for o in &out {
-            if let Observation::Started { key, .. } = o {}
-        }
         out
     }
 

@@ -96,6 +96,9 @@ impl Run {
     }
 }
 
+/// An ended replica's scratch, moved aside until it is deleted.
+const SCRATCH_GONE: &str = "scratch.gone";
+
 impl LocalBackend {
     /// One attempt's progress: returns true when it ended (its outcome is in `out`).
     pub(super) fn advance(&self, run: &mut Run, now: u64, out: &mut Vec<Observation>) -> bool {
@@ -140,11 +143,22 @@ impl LocalBackend {
             &serde_json::to_vec(&Recorded::from(outcome)).unwrap_or_default(),
         );
         // The container's local disk goes with the attempt (logs and events stay); so do its network, any
-        // cgroup a killed supervisor left, and then its uid slot, on a thread of their own: those wait on the
-        // kernel (tens of ms for a gang on a busy machine), and the poll that reports the end need not. The
-        // slot goes last, so that no next attempt gets its uplink while the old one is there.
+        // cgroup a killed supervisor left, and then its uid slot. All but one rename per replica happens on a
+        // thread of its own: deleting what a task left in its scratch, unmounting and removing cgroups wait on
+        // the disk and the kernel (tens of ms for a gang on a busy machine, far more for a full scratch), and
+        // the poll that reports the end, with the control loop's tick, need not. The scratch is moved aside
+        // here, so it is gone from its place once the end is reported; the slot goes last, so that no next
+        // attempt gets its uplink while the old one is there.
+        let mut gone = Vec::new();
         for r in &run.l.replicas {
-            let _ = std::fs::remove_dir_all(layout.replica(&r.name).scratch());
+            let rl = layout.replica(&r.name);
+            let aside = rl.dir.join(SCRATCH_GONE);
+            match std::fs::rename(rl.scratch(), &aside) {
+                Ok(()) => gone.push(aside),
+                Err(_) => {
+                    let _ = std::fs::remove_dir_all(rl.scratch());
+                }
+            }
         }
         if let Some(dir) = &run.l.cleanup {
             let _ = std::fs::remove_dir_all(dir);
@@ -153,6 +167,9 @@ impl LocalBackend {
         let ip = self.cfg.ip.clone().filter(|_| run.l.networked);
         let (task_id, attempt, uid, dir) = (run.l.task_id.clone(), run.l.attempt, run.l.uid, run.dir.clone());
         let release = move || {
+            for aside in &gone {
+                let _ = std::fs::remove_dir_all(aside);
+            }
             for r in &replicas {
                 supervisor::remove_cgroups(r);
             }
