@@ -354,7 +354,7 @@ fn add_switch_namespace(switch: &str) -> Result<(), String> {
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0)
+        .mode(0o000)
         .open(&path)
         .map_err(|e| step(&format!("cannot name the namespace {switch}"), e))?;
     let made = std::thread::scope(|s| {

@@ -8,6 +8,9 @@ use plan::{Network, Plan};
 /// The precheck program, written into every replica's runtime dir when the precheck is on.
 pub const PRECHECK_PY: &str = include_str!("precheck.py");
 
+/// The task's mounts, and Ray's shared storage dir with whether it goes when the attempt ends.
+type Mounts = (Vec<Mount>, Option<(PathBuf, bool)>);
+
 /// An attempt ready to start: its dir, what `launch.json` says, each replica's job.
 pub(super) type Prepared = (PathBuf, Launched, Vec<ReplicaJob>);
 
@@ -33,7 +36,7 @@ impl LocalBackend {
 
     /// The task's volumes, datasets, models and Ray's shared storage, in that order, with their dirs made;
     /// and the shared storage's dir with whether it goes when the attempt ends.
-    fn mounts(&self, spec: &LaunchSpec, uid: u32) -> Result<(Vec<Mount>, Option<(PathBuf, bool)>), String> {
+    fn mounts(&self, spec: &LaunchSpec, uid: u32) -> Result<Mounts, String> {
         let (s, catalog) = (&spec.task.spec, &spec.catalog);
         let mut mounts = Vec::new();
         for v in &s.environment.volumes {

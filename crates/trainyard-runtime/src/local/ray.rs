@@ -65,7 +65,7 @@ pub(super) fn ray_command(
     let gcs = base + 1;
     let common = format!(
         "--block --disable-usage-stats --node-ip-address={me} --temp-dir=/tmp/ray/{} --num-cpus={} --num-gpus={} --memory={} {}",
-        short(&r.name),
+        short(r.name),
         res.vcpus.max(1),
         res.gpus,
         res.memory_mib * 1024 * 1024,
