@@ -21,22 +21,28 @@
 //! the attempt's uid ([`UID_BASE`] + a slot no live attempt holds). Volumes Trainyard creates are
 //! `root:SANDBOX_GID` 2770, so the next attempts (other uids) can write what earlier ones wrote.
 //!
-//! The files: `config` (the backend's settings and what `up` reports), `prepare` (an attempt's dirs, files and
-//! supervisor jobs), `files` (ownership, passages, uid slots), `ray` and `ssh` (their commands and material),
-//! `outcome` (progress and the verdict from what supervisors wrote), and, run by each replica's supervisor,
-//! `supervisor`, `sandbox` (bubblewrap's command line), `seccomp`, `netns` and `netlink` (its network),
-//! `procs`, `metrics`, `spawn`, `logfile`, `runtime_dir`, `scratch` and `clock`. This file holds the backend's state and the `Backend` implementation.
+//! The files: `config` (the backend's settings and what `up` reports), `layout` (every path of an attempt),
+//! `plan` (pure: each replica's name, GPUs, place on the network, env, mounts and job), `prepare` (what the
+//! machine holds resolved, the attempt's dirs and files written, supervisors started), `files` (ownership,
+//! passages, uid slots), `ray` and `ssh` (their commands and material), `outcome` (pure: progress and the
+//! verdict from what supervisors wrote), `progress` (reads those files and carries out the decisions), and,
+//! run by each replica's supervisor, `supervisor`, `sandbox` (bubblewrap's command line), `seccomp`, `netns`
+//! and `netlink` (its network), `procs`, `metrics`, `spawn`, `logfile`, `runtime_dir`, `scratch` and `clock`.
+//! This file holds the backend's state and the `Backend` implementation.
 
 mod clock;
 mod config;
 mod files;
+mod layout;
 mod logfile;
 pub mod metrics;
 pub mod netlink;
 pub mod netns;
 mod outcome;
+mod plan;
 mod prepare;
 pub mod procs;
+mod progress;
 mod ray;
 mod runtime_dir;
 pub mod sandbox;
@@ -49,84 +55,31 @@ pub mod supervisor;
 pub use config::*;
 pub use files::make_passage;
 use files::*;
-use outcome::*;
+use layout::AttemptLayout;
+use outcome::{LOG_TAIL_BYTES, Progress, Pull, Pulling, Recorded, Seen};
+use plan::{Launched, Replica};
 pub use prepare::PRECHECK_PY;
 pub use ray::RAY_PROBE_PY;
 use ray::*;
 use ssh::*;
 
 use crate::*;
-use sandbox::{Mount, RUNTIME_DIR, SandboxPlan};
-use serde::{Deserialize, Serialize};
+use sandbox::{Mount, RUNTIME_DIR};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Seek};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use supervisor::{Event, Phase, ReplicaJob, ReplicaState, StopRequest};
-use trainyard_core::failure::{Exit, classify};
 use trainyard_core::spec::TaskType;
-
-/// One replica as launched (saved in `launch.json`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Replica {
-    name: String,
-    role: String,
-    node: String,
-    /// GPU indices handed to it.
-    devices: Vec<u32>,
-    /// Its place in the attempt's network range (its address, its port on the bridge); kept for its life.
-    #[serde(default)]
-    slot: usize,
-}
-
-/// What was launched, without the env.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Launched {
-    task_id: String,
-    attempt: i64,
-    /// The attempt's host uid (its replicas' processes and their own dirs).
-    #[serde(default)]
-    uid: u32,
-    /// The attempt has a network of its own (more than one replica, or autoscaling).
-    #[serde(default)]
-    networked: bool,
-    task_type: String,
-    image: String,
-    replicas: Vec<Replica>,
-    mount_paths: Vec<String>,
-    checkpoint: Option<(u64, i32)>,
-    precheck: bool,
-    /// Image pull tolerance: -1 never trips, 0 fails at once, N retries.
-    pull_tolerance: i64,
-    /// RayJob: the first of each node's ports (every node has a network namespace of its own).
-    #[serde(default)]
-    ray_base: u16,
-    /// RayJob shared storage dir, removed when the attempt ends if asked.
-    #[serde(default)]
-    cleanup: Option<PathBuf>,
-    /// RayJob autoscaling.
-    #[serde(default)]
-    autoscale: Option<Autoscale>,
-}
-
-/// A RayJob's autoscaling, as the backend applies it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Autoscale {
-    idle_timeout_s: u64,
-    /// Most workers asked for at once (Conservative: 1).
-    step: u32,
-    /// vCPUs of one worker, to turn pending CPU demand into workers.
-    worker_vcpus: u64,
-}
 
 #[derive(Debug)]
 enum Stage {
-    /// Waiting for the image; `tries` failed pulls so far.
+    /// Its network, dirs and files are being made, and its supervisors started, by a thread of its own.
+    Preparing,
+    /// Waiting for the image.
     Pulling {
-        tries: u32,
-        next_at_ms: u64,
+        pulling: Pulling,
         jobs: Vec<ReplicaJob>,
-        available: String,
     },
     Running,
 }
@@ -137,20 +90,10 @@ struct Run {
     l: Launched,
     stage: Stage,
     children: Vec<std::process::Child>,
-    started: bool,
-    prechecked: bool,
-    stop: Option<StopCause>,
-    /// The outcome decided while replicas are still ending: (reason, message).
-    verdict: Option<(Reason, String)>,
-    /// When the remaining replicas are told to stop (grace after the master's success, debug retention).
-    stop_others_at: Option<u64>,
-    stopped_others: bool,
+    /// What was decided so far.
+    p: Progress,
+    /// How far each replica's `events.jsonl` was read.
     offsets: BTreeMap<String, u64>,
-    /// Replicas taken away by autoscaling: their end is not a failure.
-    removed: BTreeSet<String>,
-    /// Autoscaling: when demand was last reported, and the idle workers already reported.
-    demand_reported_ms: u64,
-    idle_reported: BTreeSet<String>,
 }
 
 #[derive(Debug, Default)]
@@ -167,22 +110,8 @@ pub struct LocalBackend {
     inner: Arc<Mutex<Inner>>,
 }
 
-fn attempt_dir(runs: &Path, key: &AttemptKey) -> PathBuf {
-    runs.join(&key.task_id).join(format!("a{}", key.attempt))
-}
-
-fn signal_number(s: trainyard_core::spec::CheckpointSignal) -> i32 {
-    use trainyard_core::spec::CheckpointSignal as S;
-    match s {
-        S::Sigusr1 => procs::SIGUSR1,
-        S::Sigusr2 => procs::SIGUSR2,
-        S::Sigterm => procs::SIGTERM,
-        S::Sigint => procs::SIGINT,
-    }
-}
-
-fn read_state(dir: &Path) -> Option<ReplicaState> {
-    serde_json::from_slice(&std::fs::read(dir.join("state.json")).ok()?).ok()
+fn read_state(replica_dir: &Path) -> Option<ReplicaState> {
+    serde_json::from_slice(&std::fs::read(replica_dir.join(layout::STATE_JSON)).ok()?).ok()
 }
 
 /// The last `max` bytes of a replica's log, without the timestamps.
@@ -211,10 +140,11 @@ impl LocalBackend {
         for task in std::fs::read_dir(&cfg.runs_dir)?.flatten() {
             for attempt in std::fs::read_dir(task.path())?.flatten() {
                 let dir = attempt.path();
-                if dir.join("outcome.json").exists() {
+                let layout = AttemptLayout::at(&dir);
+                if layout.outcome_json().exists() {
                     continue;
                 }
-                let Some(l) = std::fs::read(dir.join("launch.json"))
+                let Some(l) = std::fs::read(layout.launch_json())
                     .ok()
                     .and_then(|b| serde_json::from_slice::<Launched>(&b).ok())
                 else {
@@ -225,7 +155,7 @@ impl LocalBackend {
                     .replicas
                     .iter()
                     .map(|r| {
-                        let at = std::fs::read_to_string(dir.join(&r.name).join("events.offset"))
+                        let at = std::fs::read_to_string(layout.replica(&r.name).events_offset())
                             .ok()
                             .and_then(|s| s.trim().parse().ok())
                             .unwrap_or(0);
@@ -234,7 +164,7 @@ impl LocalBackend {
                     .collect();
                 // Never spawned (still waiting for its image): the env went with the old server, so the control
                 // loop launches it again.
-                if !dir.join("spawned").exists() {
+                if !layout.spawned().exists() {
                     continue;
                 }
                 let stage = Stage::Running;
@@ -247,28 +177,20 @@ impl LocalBackend {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
-
-    /// GPU indices in use per node by attempts that hold them.
-    fn gpus_in_use(inner: &Inner) -> BTreeMap<String, BTreeSet<u32>> {
-        let mut used: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
-        for run in inner.runs.values() {
-            for r in &run.l.replicas {
-                used.entry(r.node.clone()).or_default().extend(r.devices.iter().copied());
-            }
-        }
-        used
-    }
 }
 
 impl Backend for LocalBackend {
     async fn scale(&self, spec: &LaunchSpec) -> Result<(), BackendError> {
         let mut inner = self.lock();
         let Some(run) = inner.runs.get(&spec.key) else { return Ok(()) };
-        if run.stop.is_some() || run.verdict.is_some() || !matches!(run.stage, Stage::Running) {
+        if run.p.stop.is_some() || run.p.verdict.is_some() || !matches!(run.stage, Stage::Running) {
             return Ok(());
         }
-        let (base, have) = (run.l.ray_base, run.l.replicas.clone());
-        let (_, mut l, jobs) = self.prepare(spec, &inner, Some(base)).map_err(BackendError)?;
+        let (base, have, uid) = (run.l.ray_base, run.l.replicas.clone(), run.l.uid);
+        let replicas =
+            plan::place_replicas(spec, &have, plan::gpus_in_use(inner.runs.values().map(|r| &r.l)));
+        let uid = (uid >= UID_BASE).then_some(uid);
+        let (_, mut l, jobs) = self.prepare(spec, replicas, uid, Some(base)).map_err(BackendError)?;
         let run = inner.runs.get_mut(&spec.key).expect("checked above");
         // Replicas that stay keep what they were given (their GPUs above all).
         for r in l.replicas.iter_mut() {
@@ -290,13 +212,13 @@ impl Backend for LocalBackend {
             grace_s: self.cfg.grace_s,
         };
         for r in have.iter().filter(|r| !wanted.contains(&r.name)) {
-            run.removed.insert(r.name.clone());
+            run.p.removed.insert(r.name.clone());
             l.replicas.push(r.clone());
         }
-        run.stop_replicas(|r| run.removed.contains(&r.name), &req);
+        run.stop_replicas(|r| run.p.removed.contains(&r.name), &req);
         run.l = l;
         let bytes = serde_json::to_vec_pretty(&run.l).map_err(|e| BackendError(e.to_string()))?;
-        let _ = write_atomic(&run.dir.join("launch.json"), &bytes);
+        let _ = write_atomic(&AttemptLayout::at(&run.dir).launch_json(), &bytes);
         let children = self.spawn(&run.dir, &new);
         run.children.extend(children);
         Ok(())
@@ -307,15 +229,15 @@ impl Backend for LocalBackend {
         if inner.runs.contains_key(&spec.key) {
             return Ok(());
         }
-        let dir = attempt_dir(&self.cfg.runs_dir, &spec.key);
-        if let Ok(bytes) = std::fs::read(dir.join("outcome.json")) {
+        let layout = AttemptLayout::new(&self.cfg.runs_dir, &spec.key);
+        if let Ok(bytes) = std::fs::read(layout.outcome_json()) {
             // It ended while nobody listened: say so again.
             if let Ok(r) = serde_json::from_slice::<Recorded>(&bytes) {
                 inner.replay.push(r.observation(spec.key.clone()));
             }
             return Ok(());
         }
-        if dir.join("spawned").exists() {
+        if layout.spawned().exists() {
             // Supervisors were started by an earlier server and are gone without a record: a lost attempt.
             inner.replay.push(Observation::Finished {
                 key: spec.key.clone(),
@@ -324,42 +246,28 @@ impl Backend for LocalBackend {
             });
             return Ok(());
         }
-        let (dir, l, jobs) = match self.prepare(spec, &inner, None) {
-            Ok(prepared) => prepared,
-            Err(why) => {
-                // Ended as the machine's failure, with its reason, and recorded: not tried again on every tick
-                // without a word. The fault-tolerance budget decides whether another attempt follows.
-                let obs = Observation::Finished {
-                    key: spec.key.clone(),
-                    reason: Reason::NodeFailed,
-                    message: format!("the attempt could not be prepared on this machine: {why}"),
-                };
-                let _ = write_atomic(
-                    &dir.join("outcome.json"),
-                    &serde_json::to_vec(&Recorded::from(&obs)).unwrap_or_default(),
-                );
-                if let Some(ip) = &self.cfg.ip {
-                    let switch = netns::attempt_name(&spec.key.task_id, spec.key.attempt);
-                    netns::delete_switch(ip, &switch);
-                    switches::forget(&switch);
-                }
-                inner.replay.push(obs);
-                return Ok(());
+        // GPUs are handed out here, under the lock, so that attempts prepared at the same time never share
+        // one; the rest (the network, dirs and files, the supervisors) is done off the caller's path: the
+        // control loop's tick does not wait for it, and the next polls see the attempt start.
+        let replicas = plan::place_replicas(spec, &[], plan::gpus_in_use(inner.runs.values().map(|r| &r.l)));
+        let l = Launched::preparing(&spec.key, replicas.clone());
+        inner
+            .runs
+            .insert(spec.key.clone(), Run::new(layout.dir, l, Stage::Preparing, Vec::new(), BTreeMap::new()));
+        drop(inner);
+        let work = {
+            let (backend, spec) = (self.clone(), spec.clone());
+            move || {
+                let prepare = || backend.prepare(&spec, replicas.clone(), None, None);
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(prepare))
+                    .unwrap_or_else(|_| Err("its preparation panicked".into()));
+                backend.prepared(&spec, result)
             }
         };
-        // The pull: `host` and registered root file systems are here at once; anything else is retried (or
-        // fails) as the image pull tolerance says, on the next polls.
-        let (stage, children) = if jobs.first().is_some_and(|j| j.sandbox.root.is_dir()) {
-            let children = self.spawn(&dir, &jobs);
-            (Stage::Running, children)
-        } else {
-            (
-                Stage::Pulling { tries: 0, next_at_ms: 0, jobs, available: Self::available_images(spec) },
-                Vec::new(),
-            )
-        };
-        let offsets = l.replicas.iter().map(|r| (r.name.clone(), 0)).collect();
-        inner.runs.insert(spec.key.clone(), Run::new(dir, l, stage, children, offsets));
+        if std::thread::Builder::new().name("prepare".into()).spawn(work.clone()).is_err() {
+            // No thread to spare: prepared here instead.
+            work();
+        }
         Ok(())
     }
 
@@ -367,10 +275,14 @@ impl Backend for LocalBackend {
         let mut inner = self.lock();
         let grace = self.cfg.grace_s;
         let Some(run) = inner.runs.get_mut(key) else { return Ok(()) };
-        if run.stop.is_some() {
+        if run.p.stop.is_some() {
             return Ok(());
         }
-        run.stop = Some(cause);
+        run.p.stop = Some(cause);
+        if matches!(run.stage, Stage::Preparing) {
+            // Nothing starts once it is prepared; the next poll after that reports it stopped.
+            return Ok(());
+        }
         if let Stage::Pulling { jobs, .. } = &mut run.stage {
             // Nothing runs yet; the next poll reports it stopped.
             jobs.clear();
@@ -425,10 +337,10 @@ impl Backend for LocalBackend {
     }
 
     async fn read_metrics(&self, key: &AttemptKey, since_ms: u64) -> Vec<MetricPoint> {
-        let dir = attempt_dir(&self.cfg.runs_dir, key);
+        let layout = AttemptLayout::new(&self.cfg.runs_dir, key);
         let mut out = Vec::new();
         for (replica, _) in self.replica_names(key) {
-            let Ok(text) = std::fs::read_to_string(dir.join(&replica).join("metrics.jsonl")) else {
+            let Ok(text) = std::fs::read_to_string(layout.replica(&replica).metrics()) else {
                 continue;
             };
             for line in text.lines() {
@@ -452,14 +364,16 @@ impl Backend for LocalBackend {
         if !self.replica_names(key).iter().any(|(n, _)| n == replica) {
             return LogChunk { ended: true, missing: true, ..LogChunk::default() };
         }
-        let rdir = attempt_dir(&self.cfg.runs_dir, key).join(replica);
+        let layout = AttemptLayout::new(&self.cfg.runs_dir, key);
+        let rl = layout.replica(replica);
+        let rdir = rl.dir.clone();
         // Read `ended` first: a replica that ended before the read has its whole log on disk.
-        let ended = read_state(&rdir).is_some_and(|s| s.phase == Phase::Exited)
-            || attempt_dir(&self.cfg.runs_dir, key).join("outcome.json").exists();
+        let ended =
+            read_state(&rdir).is_some_and(|s| s.phase == Phase::Exited) || layout.outcome_json().exists();
         // Offsets count the replica's whole output; `log` starts at `log.base`, and the rotated `log.1` holds
         // what came just before it (anything older was dropped: a read from there starts at `log.1`).
         let base = logfile::log_base(&rdir);
-        let old_len = std::fs::metadata(rdir.join("log.1")).map_or(0, |m| m.len());
+        let old_len = std::fs::metadata(rl.rotated_log()).map_or(0, |m| m.len());
         let offset = offset.max(base.saturating_sub(old_len));
         let (file, at) =
             if offset < base { ("log.1", offset + old_len - base) } else { ("log", offset - base) };
@@ -473,7 +387,7 @@ impl Backend for LocalBackend {
         if file == "log.1"
             && offset + (data.len() as u64) == base
             && data.len() < max
-            && let Ok(f) = std::fs::File::open(rdir.join("log"))
+            && let Ok(f) = std::fs::File::open(rl.log())
         {
             let _ = f.take((max - data.len()) as u64).read_to_end(&mut data);
         }
@@ -483,7 +397,7 @@ impl Backend for LocalBackend {
             data.truncate(whole);
         }
         let next = offset + data.len() as u64;
-        let end = base + std::fs::metadata(rdir.join("log")).map_or(0, |m| m.len());
+        let end = base + std::fs::metadata(rl.log()).map_or(0, |m| m.len());
         let more = end > next;
         LogChunk { data, next, ended: ended && !more, missing: false }
     }

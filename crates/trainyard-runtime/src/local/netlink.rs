@@ -191,6 +191,19 @@ impl Netlink {
         .map(drop)
     }
 
+    /// Makes a bridge, up.
+    pub fn bridge(&mut self, name: &str) -> io::Result<()> {
+        self.call(|seq| {
+            let mut m = Msg::new(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, seq);
+            m.ifinfo(0, IFF_UP, IFF_UP).name(IFLA_IFNAME, name);
+            let info = m.nest(IFLA_LINKINFO);
+            m.name(IFLA_INFO_KIND, "bridge");
+            m.end(info);
+            m.finish()
+        })
+        .map(drop)
+    }
+
     /// Makes a veth pair: `name` here, up and on `master`, and `peer` in the namespace `peer_ns`.
     pub fn veth(&mut self, name: &str, master: i32, peer: &str, peer_ns: &impl AsFd) -> io::Result<()> {
         let ns = peer_ns.as_fd().as_raw_fd() as u32;

@@ -32,6 +32,7 @@
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -293,9 +294,8 @@ pub fn create_switch(ip: &Path, switch: &str, egress: Option<(&Egress, &Uplink)>
     if Path::new(NETNS_DIR).join(switch).exists() {
         return Ok(());
     }
-    ip_batch(ip, None, &format!("netns add {switch}\n"))?;
+    add_switch_namespace(switch)?;
     let made = (|| {
-        ip_batch(ip, Some(switch), "link add br0 type bridge\nlink set br0 up\n")?;
         let Some((egress, up)) = egress else { return Ok(()) };
         ip_batch(
             ip,
@@ -331,6 +331,52 @@ pub fn create_switch(ip: &Path, switch: &str, egress: Option<(&Egress, &Uplink)>
     })
 }
 
+/// Makes the named namespace `switch` with its bridge `br0`, up: what `ip netns add` and `ip link add br0
+/// type bridge` do, without starting them (a gang's start waits for it). As iproute2 has it, the names'
+/// dir is a mount point with shared propagation, so a name made here is seen from every mount namespace, and
+/// a name is a file with the namespace bind-mounted on it, made from a thread that made the namespace its
+/// own.
+fn add_switch_namespace(switch: &str) -> Result<(), String> {
+    use rustix::mount::{
+        MountPropagationFlags, UnmountFlags, mount_bind, mount_bind_recursive, mount_change,
+    };
+    let dir = Path::new(NETNS_DIR);
+    let step = |what: &str, e: std::io::Error| format!("{what}: {e}");
+    std::fs::create_dir_all(dir).map_err(|e| step("cannot make the namespaces' dir", e))?;
+    let shared = MountPropagationFlags::SHARED | MountPropagationFlags::REC;
+    if mount_change(dir, shared).is_err() {
+        // Not a mount point yet: bound onto itself first.
+        mount_bind_recursive(dir, dir)
+            .map_err(|e| step("cannot make the namespaces' dir a mount", e.into()))?;
+        mount_change(dir, shared).map_err(|e| step("cannot share the namespaces' dir", e.into()))?;
+    }
+    let path = dir.join(switch);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o000)
+        .open(&path)
+        .map_err(|e| step(&format!("cannot name the namespace {switch}"), e))?;
+    let made = std::thread::scope(|s| {
+        s.spawn(|| -> Result<(), String> {
+            // As in `create_replica`: a network namespace of this thread's own is sound.
+            #[allow(deprecated)]
+            rustix::thread::unshare(rustix::thread::UnshareFlags::NEWNET)
+                .map_err(|e| step("cannot make a network namespace", e.into()))?;
+            mount_bind("/proc/thread-self/ns/net", &path)
+                .map_err(|e| step(&format!("cannot name the namespace {switch}"), e.into()))?;
+            let mut nl = super::netlink::Netlink::open().map_err(|e| step("netlink", e))?;
+            nl.bridge("br0").map_err(|e| step("cannot make the bridge", e))
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the switch setup thread panicked".into()))
+    });
+    made.inspect_err(|_| {
+        let _ = rustix::mount::unmount(&path, UnmountFlags::DETACH);
+        let _ = std::fs::remove_file(&path);
+    })
+}
+
 fn open_named(name: &str) -> Result<OwnedFd, String> {
     rustix::fs::open(
         Path::new(NETNS_DIR).join(name),
@@ -342,8 +388,19 @@ fn open_named(name: &str) -> Result<OwnedFd, String> {
 
 /// Removes the attempt's switch namespace (and with it the bridge and the host ends of every veth pair).
 pub fn delete_switch(ip: &Path, switch: &str) {
-    if Path::new(NETNS_DIR).join(switch).exists() {
-        let _ = ip_batch(ip, None, &format!("netns delete {switch}\n"));
+    let path = Path::new(NETNS_DIR).join(switch);
+    if !path.exists() {
+        return;
+    }
+    // What `ip netns delete` does, without starting it: the name's bind mount goes, then the name (the
+    // namespace itself goes with its last user).
+    match rustix::mount::unmount(&path, rustix::mount::UnmountFlags::DETACH) {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&path);
+        }
+        Err(_) => {
+            let _ = ip_batch(ip, None, &format!("netns delete {switch}\n"));
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! RayJobs on the local backend: the head's and the workers' commands, their ports, and the driver's
 //! runtime env.
 
-use super::*;
+use super::sandbox::RUNTIME_DIR;
 
 /// Reads a Ray cluster's nodes and pending demand from its GCS (the head waits on it; autoscaling reads it).
 pub const RAY_PROBE_PY: &str = include_str!("ray_probe.py");
@@ -38,9 +38,12 @@ pub(super) fn ray_node_ports(base: u16) -> String {
     )
 }
 
-/// A RayJob replica's command. The head starts Ray, waits for every worker, then runs the entrypoint in its
-/// own sandbox (a driver must see its node's raylet): the entrypoint's output is the head's log and its exit
-/// status the task's. Workers join the head and run until stopped.
+/// The replica a Ray node runs in: its name and role (`head` or `worker`).
+pub(super) struct RayNode<'a> {
+    pub(super) name: &'a str,
+    pub(super) role: &'a str,
+}
+
 /// Where a Ray node is: its cluster's first port, its own address and the head's.
 pub(super) struct RayAt {
     pub(super) base: u16,
@@ -48,8 +51,11 @@ pub(super) struct RayAt {
     pub(super) head: std::net::Ipv4Addr,
 }
 
+/// A RayJob replica's command. The head starts Ray, waits for every worker, then runs the entrypoint in its
+/// own sandbox (a driver must see its node's raylet): the entrypoint's output is the head's log and its exit
+/// status the task's. Workers join the head and run until stopped.
 pub(super) fn ray_command(
-    r: &Replica,
+    r: &RayNode,
     res: &trainyard_core::Resources,
     at: &RayAt,
     nodes: usize,
@@ -59,7 +65,7 @@ pub(super) fn ray_command(
     let gcs = base + 1;
     let common = format!(
         "--block --disable-usage-stats --node-ip-address={me} --temp-dir=/tmp/ray/{} --num-cpus={} --num-gpus={} --memory={} {}",
-        short(&r.name),
+        short(r.name),
         res.vcpus.max(1),
         res.gpus,
         res.memory_mib * 1024 * 1024,

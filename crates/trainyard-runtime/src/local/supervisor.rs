@@ -228,6 +228,9 @@ pub fn main(dir: &Path) -> i32 {
         evict: Arc::default(),
     };
     sup.save();
+    // The replica's network namespace is made while its cgroups are: both wait mostly on the kernel (moving
+    // a process between cgroups and making a namespace take machine-wide locks), not on each other.
+    let net = job.net.clone().map(|net| std::thread::spawn(move || netns::create_replica(&net)));
     let cgroup = match Cgroup::create(&cgroup_name(dir), job.millicpu, job.memory_mib, job.limits.pids_max) {
         Ok(cg) => {
             sup.cgroups = cg.dirs();
@@ -250,8 +253,8 @@ pub fn main(dir: &Path) -> i32 {
             None
         }
     };
-    if let Some(net) = &job.net {
-        match netns::create_replica(net) {
+    if let Some(net) = net {
+        match net.join().unwrap_or_else(|_| Err("the network setup thread panicked".into())) {
             Ok(fd) => sup.netns = Some(fd),
             Err(why) => sup.event(
                 Reason::NetworkNotReady,

@@ -1,0 +1,189 @@
+//! An attempt's progress read from disk: each poll reads what its supervisors wrote (state, events, the
+//! log's end of a replica that ended, Ray's view), hands it to [`super::outcome`] for the decisions, and
+//! carries them out (supervisors started after the image pull, `stop.json` for the rest, the record and
+//! the clean-up once it ended).
+
+use super::*;
+
+impl Run {
+    pub(super) fn new(
+        dir: PathBuf,
+        l: Launched,
+        stage: Stage,
+        children: Vec<std::process::Child>,
+        offsets: BTreeMap<String, u64>,
+    ) -> Run {
+        Run { dir, l, stage, children, p: Progress::default(), offsets }
+    }
+
+    pub(super) fn key(&self) -> AttemptKey {
+        AttemptKey { task_id: self.l.task_id.clone(), attempt: self.l.attempt }
+    }
+
+    fn layout(&self) -> AttemptLayout {
+        AttemptLayout::at(&self.dir)
+    }
+
+    pub(super) fn stop_replicas(&self, which: impl Fn(&Replica) -> bool, req: &StopRequest) {
+        for r in self.l.replicas.iter().filter(|r| which(r)) {
+            let path = self.layout().replica(&r.name).stop_json();
+            if !path.exists() {
+                let _ = write_atomic(&path, &serde_json::to_vec(req).unwrap_or_default());
+            }
+        }
+    }
+
+    /// Collects new supervisor events as notes.
+    pub(super) fn drain_events(&mut self, out: &mut Vec<Observation>) {
+        let key = self.key();
+        for r in &self.l.replicas {
+            let rl = self.layout().replica(&r.name);
+            let at = self.offsets.get(&r.name).copied().unwrap_or(0);
+            let Ok(mut f) = std::fs::File::open(rl.events()) else { continue };
+            if f.metadata().map_or(0, |m| m.len()) <= at || f.seek(std::io::SeekFrom::Start(at)).is_err() {
+                continue;
+            }
+            let mut buf = Vec::new();
+            let _ = f.read_to_end(&mut buf);
+            let complete = buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            for line in buf[..complete].split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+                if let Ok(e) = serde_json::from_slice::<Event>(line) {
+                    out.push(Observation::Note { key: key.clone(), reason: e.reason, message: e.message });
+                }
+            }
+            let next = at + complete as u64;
+            self.offsets.insert(r.name.clone(), next);
+            let _ = std::fs::write(rl.events_offset(), next.to_string());
+        }
+    }
+
+    /// What the supervisors wrote, read for [`outcome::step`].
+    fn read(&self) -> Seen {
+        let layout = self.layout();
+        let states: Vec<(Replica, Option<ReplicaState>)> =
+            self.l.replicas.iter().map(|r| (r.clone(), read_state(&layout.replica(&r.name).dir))).collect();
+        // A supervisor that died without recording an exit (the machine restarted, someone killed it).
+        let lost = states
+            .iter()
+            .filter(|(_, s)| {
+                s.as_ref().is_some_and(|s| {
+                    s.phase != Phase::Exited
+                        && s.supervisor_pid != 0
+                        && !procs::alive(s.supervisor_pid, s.supervisor_ticks)
+                })
+            })
+            .map(|(r, _)| r.name.clone())
+            .collect();
+        let tails = if Seen::wants_tails(&self.p) {
+            states
+                .iter()
+                .filter(|(_, s)| s.as_ref().is_some_and(|s| s.phase == Phase::Exited))
+                .map(|(r, _)| (r.name.clone(), log_tail(&layout.replica(&r.name).dir, LOG_TAIL_BYTES)))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        // Written by the replica: read through the runtime dir's descriptor, never following a link.
+        let ray_state = match (&self.l.autoscale, self.l.replicas.iter().find(|r| r.role == "head")) {
+            (Some(_), Some(head)) if self.p.stop.is_none() && self.p.verdict.is_none() => {
+                runtime_dir::RuntimeDir::open(&layout.replica(&head.name).dir)
+                    .and_then(|rt| rt.read("ray-state.json"))
+                    .and_then(|b| serde_json::from_slice(&b).ok())
+            }
+            _ => None,
+        };
+        Seen { states, lost, tails, ray_state }
+    }
+}
+
+/// An ended replica's scratch, moved aside until it is deleted.
+const SCRATCH_GONE: &str = "scratch.gone";
+
+impl LocalBackend {
+    /// One attempt's progress: returns true when it ended (its outcome is in `out`).
+    pub(super) fn advance(&self, run: &mut Run, now: u64, out: &mut Vec<Observation>) -> bool {
+        if matches!(run.stage, Stage::Preparing) {
+            return false;
+        }
+        if let Stage::Pulling { pulling, jobs } = &mut run.stage {
+            let here = jobs.first().is_some_and(|j| j.sandbox.root.is_dir());
+            match outcome::pull(pulling, &run.l, here, now, out) {
+                Pull::Wait | Pull::BackOff => return false,
+                Pull::GaveUp => return true,
+                Pull::Start => {
+                    let jobs = std::mem::take(jobs);
+                    run.children = self.spawn(&run.dir, &jobs);
+                    run.stage = Stage::Running;
+                    return false;
+                }
+            }
+        }
+        for c in &mut run.children {
+            let _ = c.try_wait();
+        }
+        run.drain_events(out);
+        let seen = run.read();
+        let next = outcome::step(&mut run.p, &run.l, &seen, now, self.cfg.workers_after_master_ms, out);
+        if next.stop_all {
+            let req = StopRequest {
+                checkpoint: false,
+                checkpoint_timeout_s: 0,
+                signal: procs::SIGTERM,
+                grace_s: self.cfg.grace_s,
+            };
+            run.stop_replicas(|_| true, &req);
+        }
+        next.ended
+    }
+
+    pub(super) fn finish(&self, run: &Run, outcome: &Observation) {
+        let layout = run.layout();
+        let _ = write_atomic(
+            &layout.outcome_json(),
+            &serde_json::to_vec(&Recorded::from(outcome)).unwrap_or_default(),
+        );
+        // The container's local disk goes with the attempt (logs and events stay); so do its network, any
+        // cgroup a killed supervisor left, and then its uid slot. All but one rename per replica happens on a
+        // thread of its own: deleting what a task left in its scratch, unmounting and removing cgroups wait on
+        // the disk and the kernel (tens of ms for a gang on a busy machine, far more for a full scratch), and
+        // the poll that reports the end, with the control loop's tick, need not. The scratch is moved aside
+        // here, so it is gone from its place once the end is reported; the slot goes last, so that no next
+        // attempt gets its uplink while the old one is there.
+        let mut gone = Vec::new();
+        for r in &run.l.replicas {
+            let rl = layout.replica(&r.name);
+            let aside = rl.dir.join(SCRATCH_GONE);
+            match std::fs::rename(rl.scratch(), &aside) {
+                Ok(()) => gone.push(aside),
+                Err(_) => {
+                    let _ = std::fs::remove_dir_all(rl.scratch());
+                }
+            }
+        }
+        if let Some(dir) = &run.l.cleanup {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        let replicas: Vec<PathBuf> = run.l.replicas.iter().map(|r| layout.replica(&r.name).dir).collect();
+        let ip = self.cfg.ip.clone().filter(|_| run.l.networked);
+        let (task_id, attempt, uid, dir) = (run.l.task_id.clone(), run.l.attempt, run.l.uid, run.dir.clone());
+        let release = move || {
+            for aside in &gone {
+                let _ = std::fs::remove_dir_all(aside);
+            }
+            for r in &replicas {
+                supervisor::remove_cgroups(r);
+            }
+            if let Some(ip) = &ip {
+                let switch = netns::attempt_name(&task_id, attempt);
+                netns::delete_switch(ip, &switch);
+                switches::forget(&switch);
+            }
+            if uid >= UID_BASE {
+                slots::release(uid - UID_BASE, &dir);
+            }
+        };
+        if std::thread::Builder::new().name("release".into()).spawn(release.clone()).is_err() {
+            release();
+        }
+    }
+}
