@@ -20,10 +20,10 @@ pub const TICK_REST: u32 = 4;
 pub const SETTLING_INTERVAL: Duration = Duration::from_millis(5);
 
 /// Runs the control loop until the process ends: every [`TICK_INTERVAL`], sooner when woken (a task was
-/// created or stopped) or while attempts are starting or stopping ([`SETTLING_INTERVAL`]); when a tick takes
-/// long (a deep queue), never sooner than [`TICK_REST`] times its length after it, so that under a stream of
-/// submissions the loop takes at most about a fifth of a core from the API and batches what arrived
-/// meanwhile into its next tick.
+/// created or stopped) or while attempts are starting or stopping ([`SETTLING_INTERVAL`]); when a tick's
+/// scheduling cycle takes long (a deep queue), never sooner than [`TICK_REST`] times the cycle's length after
+/// it, so that under a stream of submissions the loop's cycles take at most about a fifth of a core from the
+/// API and what arrived meanwhile is batched into the next one.
 pub fn spawn_control_loop(
     control: Arc<Mutex<Control<AnyBackend>>>,
     metrics: Arc<Metrics>,
@@ -34,17 +34,23 @@ pub fn spawn_control_loop(
             let started = std::time::Instant::now();
             let result = control.lock().await.tick(now_ms()).await;
             let took = started.elapsed();
-            let settling = match result {
+            let (settling, planning) = match result {
                 Ok(report) => {
                     metrics.tick(&report, took);
-                    report.settling > 0
+                    let p = report.phases;
+                    let planning = Duration::from_micros(
+                        u64::from(p.snapshot_us) + u64::from(p.schedule_us) + u64::from(p.commit_us),
+                    );
+                    (report.settling > 0, planning.min(took))
                 }
                 Err(e) => {
                     eprintln!("trainyard: control loop: {e}");
-                    false
+                    (false, took)
                 }
             };
-            let floor = TICK_REST * took;
+            // The rest is counted on the part of the tick that grows with the queue (its scheduling cycle):
+            // the rest (observations, store writes, backend calls) is what a new task is waiting for.
+            let floor = TICK_REST * planning;
             if settling {
                 tokio::time::sleep(SETTLING_INTERVAL.max(floor)).await;
                 continue;
