@@ -73,23 +73,26 @@ impl Table {
     }
 }
 
-/// The texts of the writer's multi-row INSERTs, made once. A batch is cut into chunks of a power of two
-/// rows (64, 32, ..., 1), so seven texts per table cover every batch and each is prepared once per
-/// connection and then found in its statement cache, where a text per batch length would be prepared
-/// again for nearly every batch (the SQL compiler's cost grows with the rows).
+/// The texts of the writer's multi-row INSERTs, made once. A batch is cut into chunks of the lengths in
+/// [`CHUNK_LENGTHS`], so a few dozen texts cover every batch and each is prepared once per connection and
+/// then found in its statement cache (which holds 100), where a text per batch length up to 64 would not
+/// fit and be prepared again and again (the SQL compiler's cost grows with the rows). Lengths up to 16
+/// are exact, as batches under load are mostly of a few dozen: each chunk is a round trip to the
+/// database's thread.
 struct Statements {
-    /// Per shape, the text for 2^i rows at `[i]`.
+    /// Per table, the text for `CHUNK_LENGTHS[i]` rows at `[i]`.
     texts: Vec<Vec<String>>,
 }
 
-/// Chunk lengths: the powers of two up to [`ROWS_PER_INSERT`].
-const CHUNK_SIZES: usize = ROWS_PER_INSERT.trailing_zeros() as usize + 1;
+/// The chunk lengths a batch is cut into, ascending; the last is [`ROWS_PER_INSERT`].
+const CHUNK_LENGTHS: [usize; 18] =
+    [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 32, ROWS_PER_INSERT];
 
 impl Statements {
     fn new(dialect: Dialect) -> Self {
         let texts = Table::ALL
             .iter()
-            .map(|t| (0..CHUNK_SIZES).map(|i| Self::text(dialect, *t, 1 << i)).collect())
+            .map(|t| CHUNK_LENGTHS.iter().map(|n| Self::text(dialect, *t, *n)).collect())
             .collect();
         Statements { texts }
     }
@@ -121,9 +124,10 @@ impl Statements {
         sql
     }
 
-    fn get(&self, table: Table, rows: usize) -> &str {
-        debug_assert!(rows.is_power_of_two() && rows <= ROWS_PER_INSERT);
-        &self.texts[table as usize][rows.trailing_zeros() as usize]
+    /// The longest chunk to take from `rows` rows (at least one), and its INSERT into `table`.
+    fn next_chunk(&self, table: Table, rows: usize) -> (usize, &str) {
+        let i = CHUNK_LENGTHS.iter().rposition(|n| *n <= rows).unwrap_or(0);
+        (CHUNK_LENGTHS[i], &self.texts[table as usize][i])
     }
 }
 
@@ -134,8 +138,8 @@ enum Value<'a> {
     Int(i64),
 }
 
-/// Inserts `rows` (each one row's values, in its `VALUES` group's order) into `table`, in power-of-two
-/// chunks; returns the rows inserted.
+/// Inserts `rows` (each one row's values, in its `VALUES` group's order) into `table`, in the longest
+/// chunks there are texts for (100 rows go as 64 + 32 + 4, 29 as 16 + 13); returns the rows inserted.
 async fn insert_rows(
     conn: &mut sqlx::AnyConnection,
     statements: &Statements,
@@ -145,11 +149,10 @@ async fn insert_rows(
     let mut inserted = 0;
     let mut rest = rows;
     while !rest.is_empty() {
-        // The largest power of two that fits: 100 rows go as 64 + 32 + 4.
-        let n = ROWS_PER_INSERT.min(1 << rest.len().ilog2());
+        let (n, text) = statements.next_chunk(table, rest.len());
         let (chunk, after) = rest.split_at(n);
         rest = after;
-        let mut q = sqlx::query(statements.get(table, n));
+        let mut q = sqlx::query(text);
         for v in chunk.iter().flatten() {
             q = match *v {
                 Value::Text(s) => q.bind(s),
@@ -336,5 +339,44 @@ pub(crate) async fn writer(pool: AnyPool, dialect: Dialect, mut jobs: tokio::syn
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_every_batch_length_with_few_statements() {
+        let statements = Statements::new(Dialect::Sqlite);
+        let chunks = |mut rows: usize| {
+            let mut lengths = Vec::new();
+            while rows > 0 {
+                let (n, _) = statements.next_chunk(Table::Tasks, rows);
+                lengths.push(n);
+                rows -= n;
+            }
+            lengths
+        };
+        for (rows, expected) in
+            [(1, vec![1]), (16, vec![16]), (29, vec![16, 13]), (100, vec![64, 32, 4]), (512, vec![64; 8])]
+        {
+            assert_eq!(chunks(rows), expected, "{rows} rows");
+        }
+        for rows in 1..=GROUP_COMMIT_MAX {
+            assert!(chunks(rows).len() <= 3 + rows / ROWS_PER_INSERT, "{rows} rows");
+        }
+    }
+
+    #[test]
+    fn texts_number_parameters_as_each_dialect_binds_them() {
+        let check = |dialect, rows, has: &str, lacks: &str| {
+            let text = Statements::text(dialect, Table::Tasks, rows);
+            assert!(text.contains(has) && !text.contains(lacks), "{text}");
+            assert_eq!(text.matches("'', 0, 0)").count(), rows, "{text}");
+        };
+        // 11 parameters a task row: two rows end at $22 on PostgreSQL; SQLite binds `?` in order.
+        check(Dialect::Postgres, 2, "$22, '', 0, 0)", "$23");
+        check(Dialect::Sqlite, 2, "?, ?, '', 0, 0), (?", "$");
     }
 }
