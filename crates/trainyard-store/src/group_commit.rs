@@ -97,9 +97,9 @@ impl Statements {
         Statements { texts }
     }
 
-    /// The INSERT of `rows` rows into `table`. SQLite gets anonymous `?` parameters, bound in order: with numbered ones its
-    /// driver looks each number up in a list as long as the statement's parameters, which for 64 rows
-    /// costs more than binding them. PostgreSQL numbers them `$1`, `$2`, ... in the same order.
+    /// The INSERT of `rows` rows into `table`. SQLite gets anonymous `?` parameters, bound in order: with
+    /// numbered ones its driver looks each number up in a list as long as the statement's parameters, which
+    /// for 64 rows costs more than binding them. PostgreSQL numbers them `$1`, `$2`, ... in the same order.
     fn text(dialect: Dialect, table: Table, rows: usize) -> String {
         let (head, row, tail) = table.shape();
         let mut sql = String::with_capacity(head.len() + rows * (row.len() * 2 + 2) + tail.len());
