@@ -298,7 +298,7 @@ async fn write(
 /// The writer keeps one connection of the pool for itself while it works: its statement cache keeps the
 /// INSERTs prepared, and (on SQLite) its page cache keeps the pages new tasks go into, which a connection
 /// taken in turn with readers would have to read again after another connection's commit. A connection
-/// that failed is given back and another taken for the next batch.
+/// that fails is closed and another taken from the pool.
 pub(crate) async fn writer(pool: AnyPool, dialect: Dialect, mut jobs: tokio::sync::mpsc::Receiver<Job>) {
     let statements = Statements::new(dialect);
     let mut held: Option<PoolConnection<Any>> = None;
@@ -311,15 +311,26 @@ pub(crate) async fn writer(pool: AnyPool, dialect: Dialect, mut jobs: tokio::syn
                 Err(_) => break,
             }
         }
+        // The held connection is checked as the pool checks one before handing it out, so a connection
+        // lost meanwhile (a PostgreSQL restart) costs no batch: another is taken instead.
         let conn = match held.take() {
-            Some(c) => Ok(c),
+            Some(mut c) => match c.ping().await {
+                Ok(()) => Ok(c),
+                Err(_) => {
+                    c.close_on_drop();
+                    drop(c);
+                    pool.acquire().await.map_err(StoreError::from)
+                }
+            },
             None => pool.acquire().await.map_err(StoreError::from),
         };
         let written = match conn {
             Ok(mut c) => {
                 let r = write(&mut c, &statements, &batch).await;
-                if r.is_ok() {
-                    held = Some(c);
+                match r {
+                    Ok(_) => held = Some(c),
+                    // A connection a batch failed on is not trusted with the next one.
+                    Err(_) => c.close_on_drop(),
                 }
                 r
             }
