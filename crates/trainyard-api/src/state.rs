@@ -11,9 +11,18 @@ use trainyard_core::Catalog;
 use trainyard_runtime::AnyBackend;
 use trainyard_store::Store;
 
-/// What every handler shares.
+/// What every handler shares, behind one `Arc`: axum clones the state for every request (the route's
+/// service, the metrics layer, the handler's extractor), and a clone of the fields themselves is a dozen
+/// reference counts and some allocations (the webhook settings, the scheduler's config) each time.
+///
+/// Fields are read through `Deref`; setting one while wiring (`state.webhooks = ...`) goes through
+/// `DerefMut`, which copies the fields first if a clone of this state is already out.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+/// The fields of an [`AppState`].
+#[derive(Clone)]
+pub struct Shared {
     pub store: Store,
     /// The catalog in force; admins replace it through the API.
     pub catalog: CatalogHandle,
@@ -48,7 +57,7 @@ impl AppState {
     ) -> Self {
         let handle = CatalogHandle::new(catalog);
         let control = Control::new(store.clone(), backend.clone(), handle.clone(), config, secrets.clone());
-        AppState {
+        AppState(Arc::new(Shared {
             store,
             catalog: handle,
             secrets: Arc::new(secrets),
@@ -61,13 +70,33 @@ impl AppState {
             control: Arc::new(Mutex::new(control)),
             backend,
             wake: Arc::default(),
-        }
+        }))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for AppState {
+    fn deref_mut(&mut self) -> &mut Shared {
+        Arc::make_mut(&mut self.0)
     }
 }
 
 impl std::fmt::Debug for AppState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AppState").finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
     }
 }
 

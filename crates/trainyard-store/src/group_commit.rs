@@ -4,9 +4,10 @@
 
 use crate::create::{create_in, is_unique_violation, new_record};
 use crate::model::{Created, NewTask};
-use crate::rows::{Arg, TASK_COLUMNS, bind_all};
-use crate::{Result, Store, StoreError};
-use sqlx::AnyPool;
+use crate::rows::TASK_COLUMNS;
+use crate::{Dialect, Result, Store, StoreError};
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AnyPool, Connection};
 
 impl Store {
     /// Creates a task (and its first event) durably. With an idempotency key: a retry with the same key and
@@ -30,115 +31,205 @@ pub(crate) type Job = (NewTask, tokio::sync::oneshot::Sender<Result<Created>>);
 /// The most creates one group commit takes.
 pub(crate) const GROUP_COMMIT_MAX: usize = 512;
 
-/// Rows per multi-row INSERT: well under SQLite's oldest bound of 999 parameters at 10 per task row.
+/// Rows per multi-row INSERT at most: well under SQLite's oldest bound of 999 parameters at 11 per task row.
 const ROWS_PER_INSERT: usize = 64;
 
-/// Runs `head (...), (...) tail` over `rows` in chunks of [`ROWS_PER_INSERT`], binding each row's values in
-/// order; returns the rows inserted. `group(n)` is one row's `VALUES` group with its parameters numbered from
-/// `$n`.
-async fn insert_rows(
-    conn: &mut sqlx::AnyConnection,
-    head: &str,
-    tail: &str,
-    group: fn(usize) -> String,
-    rows: &[Vec<Arg>],
-) -> std::result::Result<u64, sqlx::Error> {
-    let mut inserted = 0;
-    for chunk in rows.chunks(ROWS_PER_INSERT) {
-        let mut sql = String::with_capacity(head.len() + chunk.len() * 64);
-        sql.push_str(head);
-        let mut n = 1;
-        for (i, r) in chunk.iter().enumerate() {
+/// The tables a batch goes into, each with its multi-row INSERT.
+#[derive(Debug, Clone, Copy)]
+enum Table {
+    Idempotency,
+    Tasks,
+    Labels,
+    Events,
+}
+
+impl Table {
+    const ALL: [Table; 4] = [Table::Idempotency, Table::Tasks, Table::Labels, Table::Events];
+
+    /// What comes before the rows, one row's `VALUES` group with `?` for each parameter, and what follows.
+    fn shape(self) -> (String, &'static str, &'static str) {
+        match self {
+            Table::Idempotency => (
+                "INSERT INTO idempotency (owner, key, body_hash, task_id, created_at_ms) VALUES ".into(),
+                "(?, ?, ?, ?, ?)",
+                " ON CONFLICT (owner, key) DO NOTHING",
+            ),
+            // A new task: attempt 0, version 1, updated when created (the time is bound twice), no placement,
+            // no retries, not deleted.
+            Table::Tasks => (
+                format!("INSERT INTO tasks ({TASK_COLUMNS}, deleted) VALUES "),
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 1, ?, ?, '', 0, 0)",
+                "",
+            ),
+            Table::Labels => {
+                ("INSERT INTO task_labels (task_id, key, value) VALUES ".into(), "(?, ?, ?)", "")
+            }
+            Table::Events => (
+                "INSERT INTO task_events (task_id, attempt, at_ms, reason, message) VALUES ".into(),
+                "(?, 0, ?, ?, ?)",
+                "",
+            ),
+        }
+    }
+}
+
+/// The texts of the writer's multi-row INSERTs, made once. A batch is cut into chunks of the lengths in
+/// [`CHUNK_LENGTHS`], so a few dozen texts cover every batch and each is prepared once per connection and
+/// then found in its statement cache (which holds 100), where a text per batch length up to 64 would not
+/// fit and be prepared again and again (the SQL compiler's cost grows with the rows). Lengths up to 16
+/// are exact, as batches under load are mostly of a few dozen: each chunk is a round trip to the
+/// database's thread.
+struct Statements {
+    /// Per table, the text for `CHUNK_LENGTHS[i]` rows at `[i]`.
+    texts: Vec<Vec<String>>,
+}
+
+/// The chunk lengths a batch is cut into, ascending; the last is [`ROWS_PER_INSERT`].
+const CHUNK_LENGTHS: [usize; 18] =
+    [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 32, ROWS_PER_INSERT];
+
+impl Statements {
+    fn new(dialect: Dialect) -> Self {
+        let texts = Table::ALL
+            .iter()
+            .map(|t| CHUNK_LENGTHS.iter().map(|n| Self::text(dialect, *t, *n)).collect())
+            .collect();
+        Statements { texts }
+    }
+
+    /// The INSERT of `rows` rows into `table`. SQLite gets anonymous `?` parameters, bound in order: with
+    /// numbered ones its driver looks each number up in a list as long as the statement's parameters, which
+    /// for 64 rows costs more than binding them. PostgreSQL numbers them `$1`, `$2`, ... in the same order.
+    fn text(dialect: Dialect, table: Table, rows: usize) -> String {
+        let (head, row, tail) = table.shape();
+        let mut sql = String::with_capacity(head.len() + rows * (row.len() * 2 + 2) + tail.len());
+        sql.push_str(&head);
+        let mut n = 0;
+        for i in 0..rows {
             if i > 0 {
                 sql.push_str(", ");
             }
-            sql.push_str(&group(n));
-            n += r.len();
+            for c in row.chars() {
+                match (c, dialect) {
+                    ('?', Dialect::Postgres) => {
+                        n += 1;
+                        sql.push('$');
+                        sql.push_str(&n.to_string());
+                    }
+                    _ => sql.push(c),
+                }
+            }
         }
         sql.push_str(tail);
-        inserted +=
-            bind_all(sqlx::query(&sql), chunk.iter().flatten()).execute(&mut *conn).await?.rows_affected();
+        sql
+    }
+
+    /// The longest chunk to take from `rows` rows (at least one), and its INSERT into `table`.
+    fn next_chunk(&self, table: Table, rows: usize) -> (usize, &str) {
+        let i = CHUNK_LENGTHS.iter().rposition(|n| *n <= rows).unwrap_or(0);
+        (CHUNK_LENGTHS[i], &self.texts[table as usize][i])
+    }
+}
+
+/// A value bound to a parameter, borrowed from the batch.
+#[derive(Clone, Copy)]
+enum Value<'a> {
+    Text(&'a str),
+    Int(i64),
+}
+
+/// Inserts `rows` (each one row's values, in its `VALUES` group's order) into `table`, in the longest
+/// chunks there are texts for (100 rows go as 64 + 32 + 4, 29 as 16 + 13); returns the rows inserted.
+async fn insert_rows(
+    conn: &mut sqlx::AnyConnection,
+    statements: &Statements,
+    table: Table,
+    rows: &[Vec<Value<'_>>],
+) -> std::result::Result<u64, sqlx::Error> {
+    let mut inserted = 0;
+    let mut rest = rows;
+    while !rest.is_empty() {
+        let (n, text) = statements.next_chunk(table, rest.len());
+        let (chunk, after) = rest.split_at(n);
+        rest = after;
+        let mut q = sqlx::query(text);
+        for v in chunk.iter().flatten() {
+            q = match *v {
+                Value::Text(s) => q.bind(s),
+                Value::Int(i) => q.bind(i),
+            };
+        }
+        inserted += q.execute(&mut *conn).await?.rows_affected();
     }
     Ok(inserted)
 }
 
 /// The whole batch in a few multi-row statements. `Ok(false)` when it cannot be done that way (an
 /// idempotency key already stored, or twice in the batch; a name taken): the caller rolls back.
-async fn insert_many(conn: &mut sqlx::AnyConnection, batch: &[Job]) -> Result<bool> {
-    let keyed: Vec<Vec<Arg>> = batch
+async fn insert_many(conn: &mut sqlx::AnyConnection, statements: &Statements, batch: &[Job]) -> Result<bool> {
+    let keyed: Vec<Vec<Value>> = batch
         .iter()
         .filter_map(|(t, _)| {
             let (key, hash) = t.idempotency.as_ref()?;
             Some(vec![
-                Arg::Text(t.owner.clone()),
-                Arg::Text(key.clone()),
-                Arg::Text(hash.clone()),
-                Arg::Text(t.id.clone()),
-                Arg::Int(t.created_at_ms),
+                Value::Text(&t.owner),
+                Value::Text(key),
+                Value::Text(hash),
+                Value::Text(&t.id),
+                Value::Int(t.created_at_ms),
             ])
         })
         .collect();
     if !keyed.is_empty() {
-        let inserted = insert_rows(
-            conn,
-            "INSERT INTO idempotency (owner, key, body_hash, task_id, created_at_ms) VALUES ",
-            " ON CONFLICT (owner, key) DO NOTHING",
-            |n| format!("(${n}, ${}, ${}, ${}, ${})", n + 1, n + 2, n + 3, n + 4),
-            &keyed,
-        )
-        .await?;
+        let inserted = insert_rows(conn, statements, Table::Idempotency, &keyed).await?;
         if inserted != keyed.len() as u64 {
             return Ok(false);
         }
     }
+    let labels_json: Vec<String> = batch
+        .iter()
+        .map(|(t, _)| serde_json::to_string(&t.labels).map_err(|e| StoreError::Corrupt(e.to_string())))
+        .collect::<Result<_>>()?;
     let mut tasks = Vec::with_capacity(batch.len());
     let mut labels = Vec::new();
     let mut events = Vec::new();
-    for (t, _) in batch {
-        let l = serde_json::to_string(&t.labels).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    for ((t, _), l) in batch.iter().zip(&labels_json) {
         tasks.push(vec![
-            Arg::Text(t.id.clone()),
-            Arg::Text(t.name.clone()),
-            Arg::Text(t.owner.clone()),
-            Arg::Text(t.project_group.clone()),
-            Arg::Text(t.task_type.clone()),
-            Arg::Text(t.status.as_str().to_owned()),
-            Arg::Int(i64::from(t.public)),
-            Arg::Text(l),
-            Arg::Text(t.spec_json.clone()),
-            Arg::Int(t.created_at_ms),
+            Value::Text(&t.id),
+            Value::Text(&t.name),
+            Value::Text(&t.owner),
+            Value::Text(&t.project_group),
+            Value::Text(&t.task_type),
+            Value::Text(t.status.as_str()),
+            Value::Int(i64::from(t.public)),
+            Value::Text(l),
+            Value::Text(&t.spec_json),
+            Value::Int(t.created_at_ms),
+            Value::Int(t.created_at_ms),
         ]);
         for (k, v) in &t.labels {
-            labels.push(vec![Arg::Text(t.id.clone()), Arg::Text(k.clone()), Arg::Text(v.clone())]);
+            labels.push(vec![Value::Text(&t.id), Value::Text(k), Value::Text(v)]);
         }
         if let Some((reason, message)) = &t.first_event {
             events.push(vec![
-                Arg::Text(t.id.clone()),
-                Arg::Int(t.created_at_ms),
-                Arg::Text(reason.as_str().to_owned()),
-                Arg::Text(message.clone()),
+                Value::Text(&t.id),
+                Value::Int(t.created_at_ms),
+                Value::Text(reason.as_str()),
+                Value::Text(message),
             ]);
         }
     }
-    let head = format!("INSERT INTO tasks ({TASK_COLUMNS}, deleted) VALUES ");
-    let group = |n: usize| {
-        let p: Vec<String> = (n..n + 9).map(|i| format!("${i}")).collect();
-        format!("({}, 0, 1, ${}, ${}, '', 0, 0)", p.join(", "), n + 9, n + 9)
-    };
-    match insert_rows(conn, &head, "", group, &tasks).await {
+    match insert_rows(conn, statements, Table::Tasks, &tasks).await {
         Err(e) if is_unique_violation(&e) => return Ok(false),
         other => {
             other?;
         }
     }
     if !labels.is_empty() {
-        let head = "INSERT INTO task_labels (task_id, key, value) VALUES ";
-        insert_rows(conn, head, "", |n| format!("(${n}, ${}, ${})", n + 1, n + 2), &labels).await?;
+        insert_rows(conn, statements, Table::Labels, &labels).await?;
     }
     if !events.is_empty() {
-        let head = "INSERT INTO task_events (task_id, attempt, at_ms, reason, message) VALUES ";
-        let group = |n: usize| format!("(${n}, 0, ${}, ${}, ${})", n + 1, n + 2, n + 3);
-        insert_rows(conn, head, "", group, &events).await?;
+        insert_rows(conn, statements, Table::Events, &events).await?;
     }
     Ok(true)
 }
@@ -146,23 +237,24 @@ async fn insert_many(conn: &mut sqlx::AnyConnection, batch: &[Job]) -> Result<bo
 /// One batch of creates in one transaction. Without savepoints it stops at the first failure and rolls
 /// everything back (the caller retries with them).
 async fn write_batch(
-    pool: &AnyPool,
+    conn: &mut sqlx::AnyConnection,
+    statements: &Statements,
     batch: &[Job],
     savepoints: bool,
     results: &mut Vec<Result<Created>>,
 ) -> Result<()> {
-    let mut tx = pool.begin().await?;
+    let mut tx = conn.begin().await?;
     if !savepoints {
         // The common case, a batch of new tasks with fresh keys and free names: a few multi-row statements
         // for the whole batch instead of a few per create. Anything else (a key seen before, a name taken)
         // rolls back here and takes the one-by-one path below, which answers each create on its own.
-        if insert_many(&mut tx, batch).await? {
+        if insert_many(&mut tx, statements, batch).await? {
             tx.commit().await?;
             results.extend(batch.iter().map(|(t, _)| Ok(Created::New(new_record(t)))));
             return Ok(());
         }
         tx.rollback().await?;
-        tx = pool.begin().await?;
+        tx = conn.begin().await?;
     }
     for (t, _) in batch {
         if savepoints {
@@ -184,8 +276,32 @@ async fn write_batch(
     Ok(())
 }
 
+/// Optimistic first: the whole batch in one transaction. If any create fails (a taken name, a reused key
+/// with another body), the batch runs again with a savepoint around each create, so that one failure is
+/// undone alone.
+async fn write(
+    conn: &mut sqlx::AnyConnection,
+    statements: &Statements,
+    batch: &[Job],
+) -> Result<Vec<Result<Created>>> {
+    let mut results: Vec<Result<Created>> = Vec::with_capacity(batch.len());
+    write_batch(conn, statements, batch, false, &mut results).await?;
+    if results.iter().any(|r| r.is_err()) {
+        results.clear();
+        write_batch(conn, statements, batch, true, &mut results).await?;
+    }
+    Ok(results)
+}
+
 /// Writes queued creates in batches: one transaction, one commit, then every answer.
-pub(crate) async fn writer(pool: AnyPool, mut jobs: tokio::sync::mpsc::Receiver<Job>) {
+///
+/// The writer keeps one connection of the pool for itself while it works: its statement cache keeps the
+/// INSERTs prepared, and (on SQLite) its page cache keeps the pages new tasks go into, which a connection
+/// taken in turn with readers would have to read again after another connection's commit. A connection
+/// that fails is closed and another taken from the pool.
+pub(crate) async fn writer(pool: AnyPool, dialect: Dialect, mut jobs: tokio::sync::mpsc::Receiver<Job>) {
+    let statements = Statements::new(dialect);
+    let mut held: Option<PoolConnection<Any>> = None;
     let mut batch: Vec<Job> = Vec::with_capacity(GROUP_COMMIT_MAX);
     while let Some(first) = jobs.recv().await {
         batch.push(first);
@@ -195,17 +311,33 @@ pub(crate) async fn writer(pool: AnyPool, mut jobs: tokio::sync::mpsc::Receiver<
                 Err(_) => break,
             }
         }
-        // Optimistic first: the whole batch in one transaction. If any create fails (a taken name, a reused
-        // key with another body), the batch runs again with a savepoint around each create, so that one failure
-        // is undone alone.
-        let mut results: Vec<Result<Created>> = Vec::with_capacity(batch.len());
-        let mut committed = write_batch(&pool, &batch, false, &mut results).await;
-        if committed.is_ok() && results.iter().any(|r| r.is_err()) {
-            results.clear();
-            committed = write_batch(&pool, &batch, true, &mut results).await;
-        }
-        match committed {
-            Ok(()) => {
+        // The held connection is checked as the pool checks one before handing it out, so a connection
+        // lost meanwhile (a PostgreSQL restart) costs no batch: another is taken instead.
+        let conn = match held.take() {
+            Some(mut c) => match c.ping().await {
+                Ok(()) => Ok(c),
+                Err(_) => {
+                    c.close_on_drop();
+                    drop(c);
+                    pool.acquire().await.map_err(StoreError::from)
+                }
+            },
+            None => pool.acquire().await.map_err(StoreError::from),
+        };
+        let written = match conn {
+            Ok(mut c) => {
+                let r = write(&mut c, &statements, &batch).await;
+                match r {
+                    Ok(_) => held = Some(c),
+                    // A connection a batch failed on is not trusted with the next one.
+                    Err(_) => c.close_on_drop(),
+                }
+                r
+            }
+            Err(e) => Err(e),
+        };
+        match written {
+            Ok(results) => {
                 for ((_, reply), r) in batch.drain(..).zip(results) {
                     let _ = reply.send(r);
                 }
@@ -218,5 +350,44 @@ pub(crate) async fn writer(pool: AnyPool, mut jobs: tokio::sync::mpsc::Receiver<
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_every_batch_length_with_few_statements() {
+        let statements = Statements::new(Dialect::Sqlite);
+        let chunks = |mut rows: usize| {
+            let mut lengths = Vec::new();
+            while rows > 0 {
+                let (n, _) = statements.next_chunk(Table::Tasks, rows);
+                lengths.push(n);
+                rows -= n;
+            }
+            lengths
+        };
+        for (rows, expected) in
+            [(1, vec![1]), (16, vec![16]), (29, vec![16, 13]), (100, vec![64, 32, 4]), (512, vec![64; 8])]
+        {
+            assert_eq!(chunks(rows), expected, "{rows} rows");
+        }
+        for rows in 1..=GROUP_COMMIT_MAX {
+            assert!(chunks(rows).len() <= 3 + rows / ROWS_PER_INSERT, "{rows} rows");
+        }
+    }
+
+    #[test]
+    fn texts_number_parameters_as_each_dialect_binds_them() {
+        let check = |dialect, rows, has: &str, lacks: &str| {
+            let text = Statements::text(dialect, Table::Tasks, rows);
+            assert!(text.contains(has) && !text.contains(lacks), "{text}");
+            assert_eq!(text.matches("'', 0, 0)").count(), rows, "{text}");
+        };
+        // 11 parameters a task row: two rows end at $22 on PostgreSQL; SQLite binds `?` in order.
+        check(Dialect::Postgres, 2, "$22, '', 0, 0)", "$23");
+        check(Dialect::Sqlite, 2, "?, ?, '', 0, 0), (?", "$");
     }
 }
