@@ -16,14 +16,17 @@ pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
 /// After a tick, the loop rests at least this many times as long as the tick took.
 pub const TICK_REST: u32 = 4;
 
+/// Queued tasks from which the loop rests on a tick's whole length (see [`spawn_control_loop`]).
+pub const DEEP_QUEUE: u32 = 1_000;
+
 /// Between ticks while an attempt is starting or stopping, or after a wake-up.
 pub const SETTLING_INTERVAL: Duration = Duration::from_millis(5);
 
 /// Runs the control loop until the process ends: every [`TICK_INTERVAL`], sooner when woken (a task was
-/// created or stopped) or while attempts are starting or stopping ([`SETTLING_INTERVAL`]); when a tick's
-/// scheduling cycle takes long (a deep queue), never sooner than [`TICK_REST`] times the cycle's length after
-/// it, so that under a stream of submissions the loop's cycles take at most about a fifth of a core from the
-/// API and what arrived meanwhile is batched into the next one.
+/// created or stopped) or while attempts are starting or stopping ([`SETTLING_INTERVAL`]); never sooner than
+/// [`TICK_REST`] times the last tick's length after it ([`DEEP_QUEUE`] tasks or more waiting; else times its
+/// scheduling cycle's), so that under a stream of submissions into a deep queue the loop takes at most about a
+/// fifth of a core from the API and batches what arrived meanwhile into its next tick.
 pub fn spawn_control_loop(
     control: Arc<Mutex<Control<AnyBackend>>>,
     metrics: Arc<Metrics>,
@@ -34,23 +37,25 @@ pub fn spawn_control_loop(
             let started = std::time::Instant::now();
             let result = control.lock().await.tick(now_ms()).await;
             let took = started.elapsed();
-            let (settling, planning) = match result {
+            let (settling, counted) = match result {
                 Ok(report) => {
                     metrics.tick(&report, took);
                     let p = report.phases;
-                    let planning = Duration::from_micros(
+                    let cycle = Duration::from_micros(
                         u64::from(p.snapshot_us) + u64::from(p.schedule_us) + u64::from(p.commit_us),
                     );
-                    (report.settling > 0, planning.min(took))
+                    // With a deep queue the whole tick counts (its sync and cycle dominate, and the rest keeps
+                    // the loop to about a fifth of a core); with a shallow one only the cycle does, so a new
+                    // task's start does not wait four times the observations and store writes before it.
+                    let counted = if report.waiting >= DEEP_QUEUE { took } else { cycle.min(took) };
+                    (report.settling > 0, counted)
                 }
                 Err(e) => {
                     eprintln!("trainyard: control loop: {e}");
                     (false, took)
                 }
             };
-            // The rest is counted on the part of the tick that grows with the queue (its scheduling cycle):
-            // the rest (observations, store writes, backend calls) is what a new task is waiting for.
-            let floor = TICK_REST * planning;
+            let floor = TICK_REST * counted;
             if settling {
                 tokio::time::sleep(SETTLING_INTERVAL.max(floor)).await;
                 continue;
