@@ -101,8 +101,17 @@ async fn main() {
 
     println!("control-loop tick, {n} queued tasks (32 admitted by quota), SQLite, fake backend");
     let t = Instant::now();
-    control.tick(now_ms()).await.unwrap();
+    let first = control.tick(now_ms()).await.unwrap().phases;
     println!("first tick (reads every spec)          {:>8.2} ms", t.elapsed().as_secs_f64() * 1e3);
+    println!(
+        "    sync {:.2} ms, snapshot {:.2}, schedule {:.2}, commit {:.2}, alarms {:.2}, reconcile {:.2}",
+        f64::from(first.sync_us) / 1e3,
+        f64::from(first.snapshot_us) / 1e3,
+        f64::from(first.schedule_us) / 1e3,
+        f64::from(first.commit_us) / 1e3,
+        f64::from(first.alarms_us) / 1e3,
+        f64::from(first.reconcile_us) / 1e3,
+    );
     let mut steady = Vec::new();
     let mut planned = 0;
     for _ in 0..20 {
