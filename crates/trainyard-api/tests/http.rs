@@ -200,6 +200,10 @@ fn create_runs_to_success_with_events_in_order() {
     let (code, list) = s.call("GET", "alice", "/api/v1/tasks?status=Succeeded", None, None);
     assert_eq!(code, 200);
     assert_eq!(list["items"].as_array().unwrap().len(), 1);
+    // A status that is none is a mistake said as such (it used to list nothing).
+    let (code, p) = s.call("GET", "alice", "/api/v1/tasks?status=succeeded", None, None);
+    assert_eq!(code, 400, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("is not one of Queued, Admitted"), "{p}");
 }
 
 #[test]
