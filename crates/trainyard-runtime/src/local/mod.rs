@@ -137,11 +137,13 @@ impl LocalBackend {
             switches::sweep(ip);
         }
         let mut inner = Inner::default();
+        let mut ended = Vec::new();
         for task in std::fs::read_dir(&cfg.runs_dir)?.flatten() {
             for attempt in std::fs::read_dir(task.path())?.flatten() {
                 let dir = attempt.path();
                 let layout = AttemptLayout::at(&dir);
                 if layout.outcome_json().exists() {
+                    ended.push(dir);
                     continue;
                 }
                 let Some(l) = std::fs::read(layout.launch_json())
@@ -171,6 +173,12 @@ impl LocalBackend {
                 inner.runs.insert(key, Run::new(dir, l, stage, Vec::new(), offsets));
             }
         }
+        // Scratch an ended replica left when the server stopped between moving it aside and deleting it.
+        std::thread::spawn(move || {
+            for dir in ended {
+                progress::delete_scratch_left_in(&dir);
+            }
+        });
         Ok(LocalBackend { cfg: Arc::new(cfg), inner: Arc::new(Mutex::new(inner)) })
     }
 

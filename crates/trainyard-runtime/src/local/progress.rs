@@ -99,6 +99,18 @@ impl Run {
 /// An ended replica's scratch, moved aside until it is deleted.
 const SCRATCH_GONE: &str = "scratch.gone";
 
+/// Deletes what is left of the scratch of an ended attempt's replicas (a server stopped before its release
+/// thread was done). Never follows a link: a replica's dir is the platform's, its scratch the task's.
+pub(super) fn delete_scratch_left_in(attempt_dir: &Path) {
+    let Ok(replicas) = std::fs::read_dir(attempt_dir) else { return };
+    for r in replicas.flatten() {
+        let aside = r.path().join(SCRATCH_GONE);
+        if std::fs::symlink_metadata(&aside).is_ok_and(|m| m.is_dir()) {
+            let _ = std::fs::remove_dir_all(&aside);
+        }
+    }
+}
+
 impl LocalBackend {
     /// One attempt's progress: returns true when it ended (its outcome is in `out`).
     pub(super) fn advance(&self, run: &mut Run, now: u64, out: &mut Vec<Observation>) -> bool {
@@ -185,5 +197,31 @@ impl LocalBackend {
         if std::thread::Builder::new().name("release".into()).spawn(release.clone()).is_err() {
             release();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scratch_left_by_a_stopped_server_is_deleted_and_no_link_is_followed() {
+        let root = std::env::temp_dir().join(format!("trainyard-scratch-gone-{}", std::process::id()));
+        let attempt = root.join("runs/t/a0");
+        let kept = root.join("outside");
+        std::fs::create_dir_all(attempt.join("r0").join(SCRATCH_GONE).join("deep")).unwrap();
+        std::fs::write(attempt.join("r0").join(SCRATCH_GONE).join("deep/f"), b"x").unwrap();
+        std::fs::create_dir_all(attempt.join("r1")).unwrap();
+        std::fs::create_dir_all(&kept).unwrap();
+        std::fs::write(kept.join("f"), b"keep").unwrap();
+        std::os::unix::fs::symlink(&kept, attempt.join("r1").join(SCRATCH_GONE)).unwrap();
+        std::fs::write(attempt.join("r0/log"), b"kept too").unwrap();
+
+        delete_scratch_left_in(&attempt);
+
+        assert!(!attempt.join("r0").join(SCRATCH_GONE).exists(), "the scratch left aside is deleted");
+        assert!(attempt.join("r0/log").exists(), "the rest of the replica's dir stays");
+        assert!(kept.join("f").exists(), "a link in its place is not followed");
+        let _ = std::fs::remove_dir_all(&root);
     }
 }
