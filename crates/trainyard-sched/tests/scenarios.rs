@@ -568,6 +568,33 @@ fn a_starving_gang_gets_nodes_held_and_small_tasks_go_elsewhere() {
 }
 
 #[test]
+fn a_starving_gang_its_quota_refuses_or_no_pool_could_take_holds_nothing() {
+    let mut f;
+    for (first, name, quota_units) in [("over-quota", "nlp", 8u64), ("too-big", "nlp", 64)] {
+        f = Fixture::new();
+        f.nodes("n", Some("A100"), 3)
+            .quota(name, Reserved, "a100", quota_units)
+            .quota("vision", Reserved, "a100", 64);
+        // n0 is full; n1 and n2 are free.
+        f.running(
+            Task::new("r0", "vision", Reserved).gang("a100", 8, 1),
+            &["n0"],
+            UsageClass::Reserved,
+            false,
+        );
+        // over-quota: 16 units against a quota of 8, never admitted whatever drains. too-big: 4 whole nodes
+        // in a pool of 3, which no empty pool could take either.
+        let replicas = if first == "too-big" { 4 } else { 2 };
+        f.pending(Task::new(first, name, Reserved).gang("a100", 8, replicas).at(0));
+        f.pending(Task::new("small", "vision", Reserved).gang("a100", 4, 1).at(400_000));
+        // Long past the starvation threshold, nothing is held for it: the small task takes the free room.
+        let got = f.run(600_000);
+        assert!(got.iter().any(|l| l.starts_with("admit small")), "{first}: {got:?}");
+        assert!(!got.iter().any(|l| l.contains("waiting behind")), "{first}: {got:?}");
+    }
+}
+
+#[test]
 fn ray_head_and_workers_on_their_own_specs() {
     let mut f = Fixture::new();
     f.nodes("g", Some("A100"), 1).nodes("c", None, 1);
