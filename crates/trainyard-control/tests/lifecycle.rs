@@ -236,6 +236,29 @@ async fn a_refused_launch_is_asked_again_with_events_and_fails_the_attempt_after
 }
 
 #[tokio::test]
+async fn a_node_marked_failed_stops_its_tasks_and_requeues_them() {
+    let backend = FakeBackend::new(Script { run_ms: 100_000, stop_ms: 1_000, ..Script::default() });
+    let (mut c, _) = control(backend.clone()).await;
+    let id = submit(&c, &task("on-node", "nlp", "Reserved", 0, ""), 0).await;
+    for now in [1, 2] {
+        c.tick(now).await.unwrap();
+    }
+    assert_eq!(status(&c, &id).await, ("Running".into(), 0));
+    let mut catalog = Catalog::from_yaml(CATALOG).unwrap();
+    catalog.nodes.get_mut("node-0").unwrap().failed = true;
+    c.catalog().set(catalog);
+    c.tick(3).await.unwrap();
+    // Stopping in the store first, so the end of the stop requeues it (it used to stay Running for ever).
+    assert_eq!(status(&c, &id).await, ("Stopping".into(), 0));
+    for now in [1_100, 1_200] {
+        c.tick(now).await.unwrap();
+    }
+    assert_eq!(status(&c, &id).await, ("Queued".into(), 1));
+    let r = reasons(&c, &id).await;
+    assert_eq!(&r[r.len() - 2..], ["NodeFailed", "Requeued"], "{r:?}");
+}
+
+#[tokio::test]
 async fn stopping_a_queued_and_a_running_task() {
     let backend = FakeBackend::new(Script { run_ms: 100_000, stop_ms: 2_000, ..Script::default() });
     let (mut c, _) = control(backend.clone()).await;
