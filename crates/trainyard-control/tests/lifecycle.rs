@@ -259,6 +259,28 @@ async fn a_node_marked_failed_stops_its_tasks_and_requeues_them() {
 }
 
 #[tokio::test]
+async fn a_stop_whose_attempt_ended_meanwhile_ends_the_stop() {
+    let backend = FakeBackend::new(Script { run_ms: 1_000, stop_ms: 60_000, ..Script::default() });
+    let (mut c, _) = control(backend.clone()).await;
+    let id = submit(&c, &task("ends", "nlp", "Reserved", 0, ""), 0).await;
+    for now in [1, 2] {
+        c.tick(now).await.unwrap();
+    }
+    // The stop request is lost (a backend that did not take it), and the attempt ends by itself.
+    backend.lose_requests(1);
+    c.stop(&id, false, 500).await.unwrap();
+    assert_eq!(status(&c, &id).await, ("Stopping".into(), 0));
+    for now in [1_100, 1_200] {
+        c.tick(now).await.unwrap();
+    }
+    // Its end, seen while it was being stopped, ends the stop (it used to be dropped as stale).
+    assert_eq!(status(&c, &id).await, ("Stopped".into(), 0));
+    let r = reasons(&c, &id).await;
+    assert!(r.contains(&"BackendError".to_owned()), "the lost request is an event: {r:?}");
+    assert_eq!(r.last().map(String::as_str), Some("Terminated"), "{r:?}");
+}
+
+#[tokio::test]
 async fn stopping_a_queued_and_a_running_task() {
     let backend = FakeBackend::new(Script { run_ms: 100_000, stop_ms: 2_000, ..Script::default() });
     let (mut c, _) = control(backend.clone()).await;
