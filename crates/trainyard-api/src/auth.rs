@@ -102,6 +102,20 @@ pub fn self_or_admin(user: &User, name: &str, what: &str) -> ApiResult<()> {
     }
 }
 
+/// The caller acting on a user's own things (tokens, TaskEnv, alarm subscriptions): the user themself or an
+/// admin (`what` says what others may not do), and a user that exists.
+pub async fn caller_acting_on(
+    state: &AppState,
+    headers: &HeaderMap,
+    name: &str,
+    what: &str,
+) -> ApiResult<User> {
+    let user = caller(state, headers).await?;
+    self_or_admin(&user, name, what)?;
+    known_user(state, name).await?;
+    Ok(user)
+}
+
 /// The user, or a 404 that says there is no such user.
 pub async fn known_user(state: &AppState, name: &str) -> ApiResult<User> {
     state.store.get_user(name).await?.ok_or_else(|| ApiError::NotFoundWhat(format!("no such user {name:?}")))

@@ -51,6 +51,11 @@ impl Entry {
 
 pub(crate) type ActiveKey = (i64, String);
 
+/// The backend's key for a task's current attempt.
+pub(crate) fn attempt_key(t: &TaskRecord) -> trainyard_runtime::AttemptKey {
+    trainyard_runtime::AttemptKey { task_id: t.id.clone(), attempt: t.attempt }
+}
+
 pub(crate) fn active_key(t: &TaskRecord) -> ActiveKey {
     (t.created_at_ms, t.id.clone())
 }

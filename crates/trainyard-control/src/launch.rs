@@ -1,13 +1,13 @@
 //! Admissions committed and launched: what a backend is given to run an attempt.
 
-use crate::active::Entry;
+use crate::active::{Entry, attempt_key};
 use crate::error::CommandError;
 use crate::place::Placement;
 use crate::policy::Step;
 use crate::report::TickReport;
 use crate::{Control, secrets};
 use trainyard_core::lifecycle::{Reason, Status};
-use trainyard_runtime::{AttemptKey, Backend, LaunchSpec};
+use trainyard_runtime::{Backend, LaunchSpec};
 use trainyard_store::{StoreError, TaskRecord};
 
 impl<B: Backend> Control<B> {
@@ -100,7 +100,7 @@ impl<B: Backend> Control<B> {
             });
         }
         Ok(Ok(LaunchSpec {
-            key: AttemptKey { task_id: t.id.clone(), attempt: t.attempt },
+            key: attempt_key(t),
             task_name: t.name.clone(),
             owner: t.owner.clone(),
             task,

@@ -1,11 +1,12 @@
 //! Reconciliation: the backend made to match the store.
 
 use crate::Control;
+use crate::active::attempt_key;
 use crate::error::CommandError;
 use crate::place::Placement;
 use crate::policy::{self, Call, Step, stop_cause_of};
 use trainyard_core::lifecycle::{Reason, Status};
-use trainyard_runtime::{AttemptKey, Backend, StopCause};
+use trainyard_runtime::{Backend, StopCause};
 use trainyard_store::TaskRecord;
 
 impl<B: Backend> Control<B> {
@@ -13,7 +14,7 @@ impl<B: Backend> Control<B> {
     /// events (the last stop request: preemption, a user's stop, deletion, a failed node), read once; a
     /// user's stop when none is recorded.
     pub(crate) async fn recorded_stop_cause(&self, t: &TaskRecord) -> Result<StopCause, CommandError> {
-        let key = AttemptKey { task_id: t.id.clone(), attempt: t.attempt };
+        let key = attempt_key(t);
         if let Some(cause) = self.requests.stop_cause(&key) {
             return Ok(cause);
         }
@@ -34,7 +35,7 @@ impl<B: Backend> Control<B> {
         let failed: std::collections::BTreeSet<&str> =
             catalog.nodes.iter().filter(|(_, n)| n.failed).map(|(name, _)| name.as_str()).collect();
         for &t in tasks {
-            let key = AttemptKey { task_id: t.id.clone(), attempt: t.attempt };
+            let key = attempt_key(t);
             // A node marked failed takes its replicas down with it: the attempt is stopped for NodeFailed (first
             // in the store, so its end requeues it, as for a preemption), then on the backend.
             if !failed.is_empty()

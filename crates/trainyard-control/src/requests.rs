@@ -3,20 +3,17 @@
 //! retry policy then handles like any infrastructure failure. No refusal is dropped.
 
 use crate::Control;
+use crate::active::attempt_key;
 use crate::error::CommandError;
 use crate::policy::{Call, Retry, Step};
 use trainyard_core::lifecycle::{Reason, Status};
-use trainyard_runtime::{AttemptKey, Backend, BackendError, LaunchSpec, StopCause};
+use trainyard_runtime::{Backend, BackendError, LaunchSpec, StopCause};
 use trainyard_store::TaskRecord;
-
-fn key_of(t: &TaskRecord) -> AttemptKey {
-    AttemptKey { task_id: t.id.clone(), attempt: t.attempt }
-}
 
 impl<B: Backend> Control<B> {
     /// Whether a request for the task's current attempt may be sent now.
     pub(crate) fn due(&self, t: &TaskRecord, call: Call, now_ms: i64) -> bool {
-        self.requests.due(&key_of(t), call, now_ms)
+        self.requests.due(&attempt_key(t), call, now_ms)
     }
 
     /// Starts (or starts again) the task's current attempt.
@@ -38,7 +35,7 @@ impl<B: Backend> Control<B> {
         cause: StopCause,
         now_ms: i64,
     ) -> Result<(), CommandError> {
-        let key = key_of(t);
+        let key = attempt_key(t);
         self.requests.stopping(&key, cause);
         let result = self.backend.stop(&key, cause).await;
         self.answered(t, Call::Stop, result, now_ms).await
@@ -62,7 +59,7 @@ impl<B: Backend> Control<B> {
         result: Result<(), BackendError>,
         now_ms: i64,
     ) -> Result<(), CommandError> {
-        let key = key_of(t);
+        let key = attempt_key(t);
         let Err(err) = result else {
             self.requests.accepted(&key, call);
             return Ok(());
@@ -101,7 +98,7 @@ impl<B: Backend> Control<B> {
     ) -> Result<(), CommandError> {
         let step = Step::new(Status::Failed, reason, why, t.attempt).clear_placement();
         if let Some(failed) = self.apply(t, step, now_ms).await? {
-            if let Err(e) = self.backend.stop(&key_of(t), StopCause::NodeFailed).await {
+            if let Err(e) = self.backend.stop(&attempt_key(t), StopCause::NodeFailed).await {
                 let why = format!("could not clear what the backend set up for attempt {}: {e}", t.attempt);
                 self.store.append_event(&t.id, t.attempt, now_ms, Reason::BackendError, &why).await?;
             }

@@ -1,7 +1,7 @@
 //! Users and what belongs to them: who the caller is, the users admins manage (and disable), API tokens,
 //! TaskEnv variables and alarm subscriptions.
 
-use crate::auth::{admin_only, caller, known_user, self_or_admin};
+use crate::auth::{admin_only, caller, caller_acting_on, known_user, self_or_admin};
 use crate::error::{ApiError, ApiResult, json_body};
 use crate::schema::{Optional, object_schema};
 use crate::state::{AppState, now_ms};
@@ -163,9 +163,7 @@ pub async fn list_tokens(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> ApiResult<Json<Items<TokenEntry>>> {
-    let user = caller(&state, &headers).await?;
-    self_or_admin(&user, &name, "list other users' tokens")?;
-    known_user(&state, &name).await?;
+    caller_acting_on(&state, &headers, &name, "list other users' tokens").await?;
     let items = state
         .store
         .list_tokens(&name)
@@ -183,9 +181,7 @@ pub async fn revoke_token(
     headers: HeaderMap,
     Path((name, id)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    let user = caller(&state, &headers).await?;
-    self_or_admin(&user, &name, "revoke other users' tokens")?;
-    known_user(&state, &name).await?;
+    caller_acting_on(&state, &headers, &name, "revoke other users' tokens").await?;
     if !state.store.revoke_token(&name, &id).await? {
         return Err(ApiError::NotFoundWhat(format!(
             "user {name} has no token {id:?}; GET /api/v1/users/{name}/tokens lists their ids"
@@ -201,9 +197,7 @@ pub async fn list_task_env(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> ApiResult<Json<Items<EnvEntry>>> {
-    let user = caller(&state, &headers).await?;
-    self_or_admin(&user, &name, "manage other users' TaskEnv")?;
-    known_user(&state, &name).await?;
+    caller_acting_on(&state, &headers, &name, "manage other users' TaskEnv").await?;
     let items = state
         .store
         .task_env(&name)
@@ -236,9 +230,7 @@ pub async fn put_task_env(
     Path(name): Path<String>,
     body: Bytes,
 ) -> ApiResult<StatusCode> {
-    let user = caller(&state, &headers).await?;
-    self_or_admin(&user, &name, "manage other users' TaskEnv")?;
-    known_user(&state, &name).await?;
+    caller_acting_on(&state, &headers, &name, "manage other users' TaskEnv").await?;
     let body: TaskEnvBody = json_body(&body, r#"{"name", "value", "hidden"}"#)?;
     let var = trainyard_core::spec::EnvVar { name: body.name, value: body.value, hidden: body.hidden };
     let mut report = Report::default();
@@ -263,9 +255,7 @@ pub async fn delete_task_env(
     headers: HeaderMap,
     Path((name, var)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    let user = caller(&state, &headers).await?;
-    self_or_admin(&user, &name, "manage other users' TaskEnv")?;
-    known_user(&state, &name).await?;
+    caller_acting_on(&state, &headers, &name, "manage other users' TaskEnv").await?;
     if state.store.delete_task_env(&name, &var).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -279,9 +269,7 @@ pub async fn get_user_alarms(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> ApiResult<Json<Items<AlarmSubscription>>> {
-    let user = caller(&state, &headers).await?;
-    self_or_admin(&user, &name, "manage other users' alarm subscriptions")?;
-    known_user(&state, &name).await?;
+    caller_acting_on(&state, &headers, &name, "manage other users' alarm subscriptions").await?;
     let subs = trainyard_control::alarms::user_subscriptions(&state.store, &name).await?;
     Ok(Json(subs.into()))
 }
@@ -294,9 +282,7 @@ pub async fn put_user_alarms(
     body: Bytes,
 ) -> ApiResult<StatusCode> {
     use trainyard_core::decode::{Decode, Decoder};
-    let user = caller(&state, &headers).await?;
-    self_or_admin(&user, &name, "manage other users' alarm subscriptions")?;
-    known_user(&state, &name).await?;
+    caller_acting_on(&state, &headers, &name, "manage other users' alarm subscriptions").await?;
     let value: Value = json_body(&body, "a JSON list")?;
     let mut d = Decoder::default();
     let subs = Vec::<AlarmSubscription>::decode(&value, "alarms", &mut d).unwrap_or_default();
