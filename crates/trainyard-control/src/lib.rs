@@ -10,11 +10,13 @@
 //! restart (the last wait reason of each queued task, nominated nodes of preemptors, autoscaling wants); a
 //! restarted loop reads the active tasks back and picks every one up where it was.
 //!
-//! Files: `submit` (the one way in), `active` (the working set), `tick` (one round and its scheduling
-//! cycle), `apply` (checked transitions), `launch` (admissions and what a backend is given), `observe` (what a
-//! backend reports), `policy` (the pure decisions: observation to transition, retries), `reconcile`,
-//! `autoscale`, `commands` (stop, resubmit), `handles` and `views` (what readers share), `ids`, `place`
-//! (the scheduler's snapshot and placements), `alarms`, `secrets`.
+//! Files: `submit` (the one way in), `active` (the working set) and `sync` (keeping it in step with the
+//! store), `tick` (one round and its scheduling cycle) and `report` (what it did), `apply` (checked
+//! transitions), `launch` (admissions and what a backend is given), `requests` (the backend asked, refusals
+//! retried), `observe` (what a backend reports), `policy` (the pure decisions: observation to transition,
+//! retries, waits after a refusal), `reconcile`, `autoscale`, `commands` (stop, resubmit), `handles` and
+//! `views` (what readers share), `ids`, `error`, `place` (the scheduler's snapshot and placements),
+//! `alarms`, `secrets`.
 
 #![forbid(unsafe_code)]
 
