@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod fake;
+pub mod kube;
 pub mod local;
 
 use serde::Serialize;
