@@ -237,7 +237,9 @@ pub fn attempt_objects(
     let by_role = group_replicas(&spec.replicas);
     match by_role.get(lead).map(Vec::len) {
         Some(1) => {}
-        n => problems.push(format!("the attempt needs exactly one {lead} replica, it has {}", n.unwrap_or(0))),
+        n => {
+            problems.push(format!("the attempt needs exactly one {lead} replica, it has {}", n.unwrap_or(0)))
+        }
     }
     for (role, rs) in &by_role {
         if role != lead && role != "worker" {
@@ -533,7 +535,8 @@ impl Ctx<'_> {
         labels.insert(ROLE_LABEL.into(), role.into());
         let mut annotations = self.annotations();
         if let Some(m) = task.advanced.metrics.as_ref().filter(|m| m.enabled && !m.endpoints.is_empty()) {
-            let eps: Vec<Value> = m.endpoints.iter().map(|e| json!({"port": e.port, "path": e.path})).collect();
+            let eps: Vec<Value> =
+                m.endpoints.iter().map(|e| json!({"port": e.port, "path": e.path})).collect();
             annotations.insert(METRICS_ANNOTATION.into(), Value::Array(eps).to_string().into());
             annotations.insert(METRICS_INTERVAL_ANNOTATION.into(), m.interval_seconds.to_string().into());
         }
@@ -585,7 +588,8 @@ impl Ctx<'_> {
     fn resources(replicas: &[&ReplicaPlan]) -> Value {
         let r = replicas.first().map(|r| r.resources).unwrap_or_default();
         // The same floors as the local backend's cgroups (one CPU, 64 MiB).
-        let mut list = json!({"cpu": r.vcpus.max(1).to_string(), "memory": format!("{}Mi", r.memory_mib.max(64))});
+        let mut list =
+            json!({"cpu": r.vcpus.max(1).to_string(), "memory": format!("{}Mi", r.memory_mib.max(64))});
         if r.gpus > 0 {
             list["nvidia.com/gpu"] = r.gpus.to_string().into();
         }
@@ -600,7 +604,8 @@ impl Ctx<'_> {
             env.value(k, *v);
         }
         for e in &task.environment.env {
-            let src = if e.hidden { Source::Secret(env_key(&e.name)) } else { Source::Value(e.value.clone()) };
+            let src =
+                if e.hidden { Source::Secret(env_key(&e.name)) } else { Source::Value(e.value.clone()) };
             env.set(&e.name, src);
         }
         let meta = &spec.task.metadata;
@@ -624,7 +629,9 @@ impl Ctx<'_> {
         let env = &task.environment;
         let mut m = vec![json!({"name": "trainyard-runtime", "mountPath": RUNTIME_DIR})];
         for (i, v) in env.volumes.iter().enumerate() {
-            m.push(json!({"name": format!("volume-{i}"), "mountPath": v.mount_path, "readOnly": v.read_only}));
+            m.push(
+                json!({"name": format!("volume-{i}"), "mountPath": v.mount_path, "readOnly": v.read_only}),
+            );
         }
         for (i, d) in env.datasets.iter().enumerate() {
             m.push(json!({"name": format!("dataset-{i}"), "mountPath": d.mount_path, "readOnly": true}));
@@ -649,9 +656,7 @@ impl Ctx<'_> {
     fn volumes(&self) -> Vec<Value> {
         let task = self.task();
         let env = &task.environment;
-        let claim = |name: &str, claim: &str, ro: bool| {
-            json!({"name": name, "persistentVolumeClaim": {"claimName": claim, "readOnly": ro}})
-        };
+        let claim = |name: &str, claim: &str, ro: bool| json!({"name": name, "persistentVolumeClaim": {"claimName": claim, "readOnly": ro}});
         let mut v = vec![json!({"name": "trainyard-runtime", "emptyDir": {}})];
         for (i, m) in env.volumes.iter().enumerate() {
             v.push(claim(&format!("volume-{i}"), &m.volume, m.read_only));
@@ -755,17 +760,18 @@ impl Ctx<'_> {
         let p = self.precheck()?;
         let mut env = self.env(role);
         for e in &p.env {
-            let src = if e.hidden { Source::Secret(precheck_key(&e.name)) } else { Source::Value(e.value.clone()) };
+            let src =
+                if e.hidden { Source::Secret(precheck_key(&e.name)) } else { Source::Value(e.value.clone()) };
             env.set(&e.name, src);
         }
         env.value(pe::MASTER_ADDR, precheck_service_name(self.name));
         env.value(pe::MASTER_PORT, MASTER_PORT.to_string());
         env.value(pe::WORLD_SIZE, self.spec.replicas.len().to_string());
-        env.set("TRAINYARD_REPLICA_INDEX", Source::Field(format!("metadata.labels['{KF_REPLICA_INDEX_LABEL}']")));
-        let mut cmd = format!(
-            "--out /dev/termination-log --timeout-s {}",
-            p.timeout_seconds
+        env.set(
+            "TRAINYARD_REPLICA_INDEX",
+            Source::Field(format!("metadata.labels['{KF_REPLICA_INDEX_LABEL}']")),
         );
+        let mut cmd = format!("--out /dev/termination-log --timeout-s {}", p.timeout_seconds);
         if let Some(t) = p.min_gemm_tflops {
             cmd.push_str(&format!(" --min-gemm-gflops {}", t * 1000.0));
         }
@@ -774,9 +780,8 @@ impl Ctx<'_> {
         }
         // RANK: 0 for the master, index + 1 for workers (as the operator numbers them).
         let offset = if role == "master" { 0 } else { 1 };
-        let script = format!(
-            "export RANK=$((TRAINYARD_REPLICA_INDEX + {offset}))\nexec python3 -c \"$1\" {cmd}\n"
-        );
+        let script =
+            format!("export RANK=$((TRAINYARD_REPLICA_INDEX + {offset}))\nexec python3 -c \"$1\" {cmd}\n");
         Some(json!({
             "name": "trainyard-precheck",
             "image": self.image,
@@ -850,7 +855,8 @@ impl Ctx<'_> {
         ]
         .into_iter()
         .collect();
-        let data: BTreeMap<&str, String> = files.into_iter().map(|(n, t)| (n, base64(t.as_bytes()))).collect();
+        let data: BTreeMap<&str, String> =
+            files.into_iter().map(|(n, t)| (n, base64(t.as_bytes()))).collect();
         json!({
             "apiVersion": "v1",
             "kind": "Secret",
@@ -892,7 +898,7 @@ pub fn pre_stop_script(timeout_s: u64, signal: CheckpointSignal) -> String {
 say() {{ echo "trainyard: $HOSTNAME: $*" > /proc/1/fd/1 2>/dev/null || true; }}
 catches() {{
   local k v m=
-  while read -r k v; do [ "$k" = SigCgt: ] && {{ m=$v; break; }}; done < "/proc/$1/status" 2>/dev/null
+  while read -r k v; do [ "$k" = SigCgt: ] && {{ m=$v; break; }}; done 2>/dev/null < "/proc/$1/status"
   [ -n "$m" ] && (( (16#$m >> (sig - 1)) & 1 ))
 }}
 t0=$SECONDS

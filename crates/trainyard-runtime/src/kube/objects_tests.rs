@@ -122,8 +122,8 @@ fn template<'a>(job: &'a Value, kind: &str) -> &'a Value {
 }
 
 fn affinity_nodes(t: &Value) -> Vec<&str> {
-    let e = &t["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-        ["nodeSelectorTerms"][0]["matchExpressions"][0];
+    let e = &t["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        [0]["matchExpressions"][0];
     assert_eq!(e["key"], "kubernetes.io/hostname");
     assert_eq!(e["operator"], "In");
     e["values"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect()
@@ -151,7 +151,10 @@ fn pytorchjob_of_a_master_and_two_workers_on_two_nodes() {
     assert_eq!(specs["Worker"]["replicas"], 2);
     assert_eq!(specs["Worker"]["restartPolicy"], "Never");
     assert_eq!(job["spec"]["nprocPerNode"], "2");
-    assert_eq!(job["spec"]["runPolicy"], json!({"cleanPodPolicy": "None", "ttlSecondsAfterFinished": 600, "backoffLimit": 0}));
+    assert_eq!(
+        job["spec"]["runPolicy"],
+        json!({"cleanPodPolicy": "None", "ttlSecondsAfterFinished": 600, "backoffLimit": 0})
+    );
 
     // Placement: each role on the nodes Trainyard chose for it.
     assert_eq!(affinity_nodes(template(job, "Master")), ["node-a"]);
@@ -168,7 +171,10 @@ fn pytorchjob_of_a_master_and_two_workers_on_two_nodes() {
         assert_eq!(labels["team"], "nlp");
         assert_eq!(labels["sim.trainyard.dev/run-ms"], "1500");
         assert!(labels.get("bad key!").is_none() && labels.get("long").is_none());
-        assert_eq!(t["metadata"]["annotations"]["trainyard.dev/metrics-endpoints"], r#"[{"path":"/metrics","port":8000}]"#);
+        assert_eq!(
+            t["metadata"]["annotations"]["trainyard.dev/metrics-endpoints"],
+            r#"[{"path":"/metrics","port":8000}]"#
+        );
         assert_eq!(t["metadata"]["annotations"]["trainyard.dev/metrics-interval-s"], "30");
 
         let pod = &t["spec"];
@@ -180,14 +186,20 @@ fn pytorchjob_of_a_master_and_two_workers_on_two_nodes() {
         assert_eq!(c["command"][1], "-c");
         assert_eq!(c["command"][4], "torchrun train.py --lr 'a b'");
         assert!(c["command"][2].as_str().unwrap().ends_with("exec bash -c \"$1\"\n"));
-        assert_eq!(c["ports"][0], json!({"name": "pytorchjob-port", "containerPort": 29500, "protocol": "TCP"}));
+        assert_eq!(
+            c["ports"][0],
+            json!({"name": "pytorchjob-port", "containerPort": 29500, "protocol": "TCP"})
+        );
         let res = json!({"cpu": "16", "memory": "131072Mi", "nvidia.com/gpu": "2"});
         assert_eq!(c["resources"], json!({"requests": res, "limits": res}));
 
         // Env: the hidden value only through the Secret; no variable the operator sets.
         let env = env_of(c);
         assert_eq!(env["LR"]["value"], "0.1");
-        assert_eq!(env["HF_TOKEN"]["valueFrom"]["secretKeyRef"], json!({"name": format!("{name}-env"), "key": "env.HF_TOKEN"}));
+        assert_eq!(
+            env["HF_TOKEN"]["valueFrom"]["secretKeyRef"],
+            json!({"name": format!("{name}-env"), "key": "env.HF_TOKEN"})
+        );
         assert!(env["HF_TOKEN"].get("value").is_none());
         assert_eq!(env["TASK_UUID"]["value"], "0190a5b2c3d4e5f6");
         assert_eq!(env["X_USER_NAME"]["value"], "alice");
@@ -197,17 +209,31 @@ fn pytorchjob_of_a_master_and_two_workers_on_two_nodes() {
         assert_eq!(env["TRAINYARD_ROLE"]["value"], role);
         assert_eq!(env["TRAINYARD_REPLICA"]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name");
         assert_eq!(env["HOME"]["value"], "/root");
-        for operator_sets in ["MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PET_NNODES", "PET_NODE_RANK",
-            "PET_NPROC_PER_NODE", "PET_MASTER_ADDR", "PET_MASTER_PORT", "CUDA_VISIBLE_DEVICES", "HOSTNAME"]
-        {
+        for operator_sets in [
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "WORLD_SIZE",
+            "RANK",
+            "PET_NNODES",
+            "PET_NODE_RANK",
+            "PET_NPROC_PER_NODE",
+            "PET_MASTER_ADDR",
+            "PET_MASTER_PORT",
+            "CUDA_VISIBLE_DEVICES",
+            "HOSTNAME",
+        ] {
             assert!(!env.contains_key(operator_sets), "{kind} sets {operator_sets}");
         }
         // The precheck's own variables stay in the precheck.
         assert!(!env.contains_key("NCCL_DEBUG"));
 
         // Volumes: PVCs named as the catalog entries, datasets and models read-only.
-        let mounts: BTreeMap<&str, &Value> =
-            c["volumeMounts"].as_array().unwrap().iter().map(|m| (m["mountPath"].as_str().unwrap(), m)).collect();
+        let mounts: BTreeMap<&str, &Value> = c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["mountPath"].as_str().unwrap(), m))
+            .collect();
         assert_eq!(mounts["/volume/ckpt"]["readOnly"], false);
         assert_eq!(mounts["/mnt/data"]["readOnly"], true);
         assert_eq!(mounts["/mnt/model"]["readOnly"], true);
@@ -215,14 +241,27 @@ fn pytorchjob_of_a_master_and_two_workers_on_two_nodes() {
         assert_eq!(mounts["/etc/trainyard/ssh"]["readOnly"], true);
         let vols: BTreeMap<&str, &Value> =
             pod["volumes"].as_array().unwrap().iter().map(|v| (v["name"].as_str().unwrap(), v)).collect();
-        assert_eq!(vols[mounts["/volume/ckpt"]["name"].as_str().unwrap()]["persistentVolumeClaim"], json!({"claimName": "ckpt", "readOnly": false}));
-        assert_eq!(vols[mounts["/mnt/data"]["name"].as_str().unwrap()]["persistentVolumeClaim"], json!({"claimName": "imagenet", "readOnly": true}));
-        assert_eq!(vols[mounts["/mnt/model"]["name"].as_str().unwrap()]["persistentVolumeClaim"], json!({"claimName": "llama-7b", "readOnly": true}));
+        assert_eq!(
+            vols[mounts["/volume/ckpt"]["name"].as_str().unwrap()]["persistentVolumeClaim"],
+            json!({"claimName": "ckpt", "readOnly": false})
+        );
+        assert_eq!(
+            vols[mounts["/mnt/data"]["name"].as_str().unwrap()]["persistentVolumeClaim"],
+            json!({"claimName": "imagenet", "readOnly": true})
+        );
+        assert_eq!(
+            vols[mounts["/mnt/model"]["name"].as_str().unwrap()]["persistentVolumeClaim"],
+            json!({"claimName": "llama-7b", "readOnly": true})
+        );
         assert_eq!(vols["trainyard-ssh"]["secret"]["secretName"], format!("{name}-ssh"));
 
         // Exit checkpoint: the hook, and time for it plus the grace period.
         let hook = c["lifecycle"]["preStop"]["exec"]["command"][2].as_str().unwrap();
-        assert!(hook.contains("checkpoint-requested") && hook.contains("checkpoint-done") && hook.contains("kill -s USR1"));
+        assert!(
+            hook.contains("checkpoint-requested")
+                && hook.contains("checkpoint-done")
+                && hook.contains("kill -s USR1")
+        );
         assert!(hook.contains("sig=10; timeout=120"), "{hook}");
         assert_eq!(pod["terminationGracePeriodSeconds"], 125);
 
@@ -234,7 +273,10 @@ fn pytorchjob_of_a_master_and_two_workers_on_two_nodes() {
         assert_eq!(init["resources"], c["resources"]);
         assert_eq!(init["command"][4], crate::local::PRECHECK_PY);
         let script = init["command"][2].as_str().unwrap();
-        assert!(script.contains("--out /dev/termination-log --timeout-s 120 --min-gemm-gflops 100000"), "{script}");
+        assert!(
+            script.contains("--out /dev/termination-log --timeout-s 120 --min-gemm-gflops 100000"),
+            "{script}"
+        );
         let offset = if role == "master" { 0 } else { 1 };
         assert!(script.contains(&format!("RANK=$((TRAINYARD_REPLICA_INDEX + {offset}))")), "{script}");
         let ienv = env_of(init);
@@ -263,7 +305,10 @@ fn pytorchjob_of_a_master_and_two_workers_on_two_nodes() {
     let svc = o.precheck_service.as_ref().unwrap();
     assert_eq!(svc["metadata"]["name"], format!("{name}-precheck"));
     assert_eq!(svc["spec"]["publishNotReadyAddresses"], true);
-    assert_eq!(svc["spec"]["selector"], json!({"training.kubeflow.org/job-name": name, "training.kubeflow.org/replica-type": "master"}));
+    assert_eq!(
+        svc["spec"]["selector"],
+        json!({"training.kubeflow.org/job-name": name, "training.kubeflow.org/replica-type": "master"})
+    );
 
     // SSH: the keys, and the hostfiles naming the operator's pods.
     let ssh = o.ssh_secret.as_ref().unwrap();
@@ -273,7 +318,10 @@ fn pytorchjob_of_a_master_and_two_workers_on_two_nodes() {
     assert!(wrapper.contains(&format!(
         "printf '%s\\n' '{name}-master-0 slots=2' '{name}-worker-0 slots=2' '{name}-worker-1 slots=2' > /root/hostfile"
     )), "{wrapper}");
-    assert!(wrapper.contains(&format!("{name}-master-0 {name}-worker-0 {name}-worker-1 > /root/hostfile.hostname")));
+    assert!(
+        wrapper
+            .contains(&format!("{name}-master-0 {name}-worker-0 {name}-worker-1 > /root/hostfile.hostname"))
+    );
     assert!(wrapper.contains("/usr/sbin/sshd -f /etc/trainyard/ssh/sshd_config"));
     assert!(o.pod_group.is_none());
 }
@@ -316,7 +364,10 @@ fn rayjob_with_workers_runtime_env_and_tmp_ray() {
     let cluster = &s["rayClusterSpec"];
     assert_eq!(cluster["enableInTreeAutoscaling"], false);
     let wg = &cluster["workerGroupSpecs"][0];
-    assert_eq!((wg["replicas"].as_u64(), wg["minReplicas"].as_u64(), wg["maxReplicas"].as_u64()), (Some(3), Some(3), Some(3)));
+    assert_eq!(
+        (wg["replicas"].as_u64(), wg["minReplicas"].as_u64(), wg["maxReplicas"].as_u64()),
+        (Some(3), Some(3), Some(3))
+    );
     let head = &cluster["headGroupSpec"]["template"];
     let worker = &wg["template"];
     assert_eq!(affinity_nodes(head), ["node-a"]);
@@ -326,7 +377,8 @@ fn rayjob_with_workers_runtime_env_and_tmp_ray() {
         assert_eq!(c["name"], format!("ray-{role}"));
         assert_eq!(c["image"], "rayproject/ray:2.46.0-gpu");
         assert!(c.get("command").is_none(), "KubeRay writes the command");
-        let tmp = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == "/tmp/ray").unwrap();
+        let tmp =
+            c["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == "/tmp/ray").unwrap();
         let vol = t["spec"]["volumes"].as_array().unwrap().iter().find(|v| v["name"] == tmp["name"]).unwrap();
         assert_eq!(vol["emptyDir"], json!({}));
         let env = env_of(c);
@@ -340,7 +392,12 @@ fn rayjob_with_workers_runtime_env_and_tmp_ray() {
     let shared = spec_with_shared_storage();
     let o = attempt_objects(&shared, &settings(), None).unwrap();
     let head = &o.job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"];
-    let tmp = head["containers"][0]["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == "/tmp/ray").unwrap();
+    let tmp = head["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == "/tmp/ray")
+        .unwrap();
     assert_eq!(tmp["subPath"], "ray-bert-x1y2z");
     let vol = head["volumes"].as_array().unwrap().iter().find(|v| v["name"] == tmp["name"]).unwrap();
     assert_eq!(vol["persistentVolumeClaim"]["claimName"], "ckpt");
@@ -403,7 +460,10 @@ fn job_names_fit_every_derived_name() {
         let key = AttemptKey { task_id: id.into(), attempt };
         let name = job_name(&key);
         assert!(name.len() <= JOB_NAME_MAX, "{name}");
-        assert!(name.starts_with("ty-") && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'));
+        assert!(
+            name.starts_with("ty-")
+                && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        );
         assert!(!name.ends_with('-') && !name.contains("--"), "{name}");
         // The operators' names: PyTorchJob pods and Services, KubeRay's cluster, head Service and pods.
         for derived in [
@@ -491,7 +551,10 @@ impl Crd {
     fn problems(&self, obj: &Value) -> Vec<String> {
         let (group, version) = obj["apiVersion"].as_str().unwrap_or("").split_once('/').unwrap_or(("", ""));
         if group != self.group || obj["kind"] != self.kind.as_str() {
-            return vec![format!("{} {} is not a {}/{}", obj["apiVersion"], obj["kind"], self.group, self.kind)];
+            return vec![format!(
+                "{} {} is not a {}/{}",
+                obj["apiVersion"], obj["kind"], self.group, self.kind
+            )];
         }
         let Some(schema) = self.versions.get(version) else {
             return vec![format!("version {version} is not served")];
@@ -563,8 +626,11 @@ fn check_schema(schema: &Value, v: &Value, path: &str, out: &mut Vec<String>) {
 
 #[test]
 fn every_object_passes_the_operators_crds() {
-    let (pytorch, ray, podgroup) =
-        (crd("kubeflow.org_pytorchjobs.yaml"), crd("ray.io_rayjobs.yaml"), crd("scheduling.volcano.sh_podgroups.yaml"));
+    let (pytorch, ray, podgroup) = (
+        crd("kubeflow.org_pytorchjobs.yaml"),
+        crd("ray.io_rayjobs.yaml"),
+        crd("scheduling.volcano.sh_podgroups.yaml"),
+    );
     let gangs = [
         Gang::Off,
         Gang::Volcano { queue: Some("q".into()) },
@@ -603,22 +669,62 @@ fn the_schema_check_catches_broken_objects() {
 
     let mut bad = good.clone();
     bad["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "two".into();
-    assert_eq!(pytorch.problems(&bad), [r#".spec.pytorchReplicaSpecs.Worker.replicas: "two" is not an integer"#]);
+    assert_eq!(
+        pytorch.problems(&bad),
+        [r#".spec.pytorchReplicaSpecs.Worker.replicas: "two" is not an integer"#]
+    );
 
     let mut bad = good.clone();
-    bad["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["terminationGracePeriodSeconds"] = "125".into();
+    bad["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["terminationGracePeriodSeconds"] =
+        "125".into();
     bad["spec"]["runPolicy"]["cleanUpEverything"] = true.into();
-    bad["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0].as_object_mut().unwrap().remove("name");
+    bad["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("name");
     let p = pytorch.problems(&bad);
     assert_eq!(p.len(), 3, "{p:?}");
     assert!(p.contains(&r#".spec.pytorchReplicaSpecs.Master.template.spec.terminationGracePeriodSeconds: "125" is not an integer"#.to_owned()), "{p:?}");
     assert!(p.contains(&".spec.runPolicy.cleanUpEverything: unknown field".to_owned()), "{p:?}");
-    assert!(p.contains(&".spec.pytorchReplicaSpecs.Master.template.spec.containers[0]: \"name\" is required".to_owned()), "{p:?}");
+    assert!(
+        p.contains(
+            &".spec.pytorchReplicaSpecs.Master.template.spec.containers[0]: \"name\" is required".to_owned()
+        ),
+        "{p:?}"
+    );
 
     let ray = crd("ray.io_rayjobs.yaml");
     let mut bad = attempt_objects(&spec("RayJob", 1, json!({})), &settings(), None).unwrap().job;
     assert!(ray.problems(&bad).is_empty());
     bad["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = "two".into();
-    assert_eq!(ray.problems(&bad), [r#".spec.rayClusterSpec.workerGroupSpecs[0].replicas: "two" is not an integer"#]);
+    assert_eq!(
+        ray.problems(&bad),
+        [r#".spec.rayClusterSpec.workerGroupSpecs[0].replicas: "two" is not an integer"#]
+    );
     assert_eq!(ray.problems(&good).len(), 1, "a PyTorchJob is no RayJob");
+}
+
+#[test]
+fn the_generated_shell_scripts_parse() {
+    let o = attempt_objects(&pytorch_spec(), &settings(), Some(&keys())).unwrap();
+    let pod = &template(&o.job, "Worker")["spec"];
+    let scripts = [
+        &pod["containers"][0]["command"][2],
+        &pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][2],
+        &pod["initContainers"][0]["command"][2],
+    ];
+    for script in scripts {
+        let script = script.as_str().unwrap();
+        // `bash -n`: read and parse only, nothing runs.
+        let out = std::process::Command::new("bash").args(["-n", "-c", script]).output().unwrap();
+        assert!(out.status.success(), "{script}\n{}", String::from_utf8_lossy(&out.stderr));
+    }
+    // The entrypoint of a RayJob runs the cmd as one word, whatever quotes it holds.
+    let ray = attempt_objects(&spec("RayJob", 0, json!({})), &settings(), None).unwrap();
+    let entry = ray.job["spec"]["entrypoint"].as_str().unwrap();
+    let out = std::process::Command::new("bash")
+        .args(["-c", &entry.replacen("bash -c", "printf %s", 1)])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "torchrun train.py --lr 'a b'");
 }
