@@ -163,6 +163,7 @@ pub struct LogChunk {
 pub enum AnyBackend {
     Fake(fake::FakeBackend),
     Local(local::LocalBackend),
+    Kube(kube::KubeBackend),
 }
 
 impl AnyBackend {
@@ -171,6 +172,7 @@ impl AnyBackend {
         match self {
             AnyBackend::Fake(_) => "fake",
             AnyBackend::Local(_) => "local",
+            AnyBackend::Kube(_) => "kubernetes",
         }
     }
 }
@@ -180,48 +182,56 @@ impl Backend for AnyBackend {
         match self {
             AnyBackend::Fake(b) => b.launch(spec).await,
             AnyBackend::Local(b) => b.launch(spec).await,
+            AnyBackend::Kube(b) => b.launch(spec).await,
         }
     }
     async fn scale(&self, spec: &LaunchSpec) -> Result<(), BackendError> {
         match self {
             AnyBackend::Fake(b) => b.scale(spec).await,
             AnyBackend::Local(b) => b.scale(spec).await,
+            AnyBackend::Kube(b) => b.scale(spec).await,
         }
     }
     async fn stop(&self, key: &AttemptKey, cause: StopCause) -> Result<(), BackendError> {
         match self {
             AnyBackend::Fake(b) => b.stop(key, cause).await,
             AnyBackend::Local(b) => b.stop(key, cause).await,
+            AnyBackend::Kube(b) => b.stop(key, cause).await,
         }
     }
     async fn poll(&self, now_ms: u64) -> Vec<Observation> {
         match self {
             AnyBackend::Fake(b) => b.poll(now_ms).await,
             AnyBackend::Local(b) => b.poll(now_ms).await,
+            AnyBackend::Kube(b) => b.poll(now_ms).await,
         }
     }
     async fn alive(&self) -> Vec<AttemptKey> {
         match self {
             AnyBackend::Fake(b) => b.alive().await,
             AnyBackend::Local(b) => b.alive().await,
+            AnyBackend::Kube(b) => b.alive().await,
         }
     }
     async fn replicas(&self, key: &AttemptKey) -> Vec<(String, String)> {
         match self {
             AnyBackend::Fake(b) => b.replicas(key).await,
             AnyBackend::Local(b) => b.replicas(key).await,
+            AnyBackend::Kube(b) => b.replicas(key).await,
         }
     }
     async fn read_metrics(&self, key: &AttemptKey, since_ms: u64) -> Vec<MetricPoint> {
         match self {
             AnyBackend::Fake(b) => b.read_metrics(key, since_ms).await,
             AnyBackend::Local(b) => b.read_metrics(key, since_ms).await,
+            AnyBackend::Kube(b) => b.read_metrics(key, since_ms).await,
         }
     }
     async fn read_log(&self, key: &AttemptKey, replica: &str, offset: u64, max: usize) -> LogChunk {
         match self {
             AnyBackend::Fake(b) => b.read_log(key, replica, offset, max).await,
             AnyBackend::Local(b) => b.read_log(key, replica, offset, max).await,
+            AnyBackend::Kube(b) => b.read_log(key, replica, offset, max).await,
         }
     }
 }

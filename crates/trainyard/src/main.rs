@@ -34,6 +34,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per run: the size of `Up`'s flags costs nothing worth boxing for.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Start Trainyard on this machine: the store (SQLite in the data dir), the scheduler, the backend and the
@@ -47,8 +49,9 @@ enum Command {
         /// A PostgreSQL URL to use instead of the SQLite file.
         #[arg(long, env = "TRAINYARD_DATABASE_URL", hide_env_values = true)]
         database_url: Option<String>,
-        /// What runs the replicas: `local` (sandboxed processes; needs bubblewrap), `fake` (nothing runs;
-        /// scripted durations), or `auto` (local when bubblewrap is installed).
+        /// What runs the replicas: `local` (sandboxed processes; needs bubblewrap), `kubernetes` (a cluster
+        /// with the Kubeflow training operator and KubeRay; see --kubeconfig), `fake` (nothing runs; scripted
+        /// durations), or `auto` (local when bubblewrap is installed).
         #[arg(long, env = "TRAINYARD_BACKEND", value_enum, default_value_t = up::BackendChoice::Auto)]
         backend: up::BackendChoice,
         /// On first start, split this machine into this many virtual nodes (CPUs, memory and GPUs shared out
@@ -63,6 +66,8 @@ enum Command {
         sandbox: up::SandboxFlags,
         #[command(flatten)]
         server: up::ServerFlags,
+        #[command(flatten)]
+        kube: up::KubeFlags,
     },
     /// Runs one replica under supervision (started by the local backend; not for people).
     #[command(hide = true)]
@@ -253,7 +258,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Validate(args) => validate::run(&args.files, args.catalog.as_deref(), args.output),
         Command::Supervise { dir } => ExitCode::from(trainyard_runtime::local::supervisor::main(&dir) as u8),
-        Command::Up { data_dir, listen, database_url, backend, nodes, webhook_ca, sandbox, server } => {
+        Command::Up { data_dir, listen, database_url, backend, nodes, webhook_ca, sandbox, server, kube } => {
             let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
                 Ok(rt) => rt,
                 Err(e) => {
@@ -261,7 +266,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let opts = up::Options { backend, nodes: nodes.max(1), webhook_ca, sandbox, server };
+            let opts = up::Options { backend, nodes: nodes.max(1), webhook_ca, sandbox, server, kube };
             match rt.block_on(up::run(&data_dir, &listen, database_url.as_deref(), &opts)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

@@ -17,6 +17,8 @@ pub enum BackendChoice {
     Auto,
     Local,
     Fake,
+    /// One PyTorchJob or RayJob object per attempt on a Kubernetes cluster (`--kubeconfig`).
+    Kubernetes,
 }
 
 #[derive(Debug)]
@@ -28,6 +30,137 @@ pub struct Options {
     pub webhook_ca: Option<std::path::PathBuf>,
     pub sandbox: SandboxFlags,
     pub server: ServerFlags,
+    pub kube: KubeFlags,
+}
+
+/// Where the Kubernetes backend finds its cluster and how it lays out its objects.
+#[derive(Debug, Clone, clap::Args)]
+pub struct KubeFlags {
+    /// The kubeconfig of the cluster (default: KUBECONFIG, ~/.kube/config, or the in-cluster service account).
+    #[arg(long, env = "KUBECONFIG", value_name = "FILE")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// The kubeconfig context to use (default: its current one).
+    #[arg(long, value_name = "NAME")]
+    pub kube_context: Option<String>,
+    /// The namespace of a project group's tasks; `{group}` is replaced by the group's name.
+    #[arg(long, default_value = "trainyard-{group}")]
+    pub kube_namespace: String,
+    /// A catalog image's reference in the cluster's registry, as NAME=REFERENCE (repeatable).
+    #[arg(long, value_name = "NAME=REFERENCE")]
+    pub kube_image: Vec<String>,
+    /// Cluster-side gang admission: `off` (Trainyard admits), `volcano[:QUEUE]` or `kueue:LOCALQUEUE`.
+    #[arg(long, default_value = "off")]
+    pub kube_gang: String,
+}
+
+impl KubeFlags {
+    fn config(&self) -> Result<trainyard_runtime::kube::KubeConfig> {
+        use trainyard_runtime::kube::objects::Gang;
+        let gang = match self.kube_gang.split_once(':') {
+            None if self.kube_gang == "off" => Gang::Off,
+            None if self.kube_gang == "volcano" => Gang::Volcano { queue: None },
+            Some(("volcano", q)) => Gang::Volcano { queue: Some(q.to_owned()) },
+            Some(("kueue", q)) if !q.is_empty() => Gang::Kueue { local_queue: q.to_owned() },
+            _ => anyhow::bail!(
+                "--kube-gang: expected off, volcano[:QUEUE] or kueue:LOCALQUEUE, got {:?}",
+                self.kube_gang
+            ),
+        };
+        let images = self
+            .kube_image
+            .iter()
+            .map(|i| match i.split_once('=') {
+                Some((name, reference)) if !name.is_empty() && !reference.is_empty() => {
+                    Ok((name.to_owned(), reference.to_owned()))
+                }
+                _ => anyhow::bail!("--kube-image: expected NAME=REFERENCE, got {i:?}"),
+            })
+            .collect::<Result<_>>()?;
+        Ok(trainyard_runtime::kube::KubeConfig {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.kube_context.clone(),
+            namespace: self.kube_namespace.clone(),
+            gang,
+            images,
+            ..Default::default()
+        })
+    }
+}
+
+/// A first catalog for a cluster: its nodes as they are now, their pools, a CPU instance spec and one per GPU
+/// model, and the default group's reserved quota over all of it.
+fn cluster_catalog(nodes: &std::collections::BTreeMap<String, trainyard_core::catalog::Node>) -> String {
+    use std::collections::BTreeMap;
+    let mut pools: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut specs = String::from("  cpu.small: {kind: CPU, vcpus: 1, memoryMib: 2048}\n");
+    let mut gpu_models: BTreeMap<&str, (u32, u32, u64)> = BTreeMap::new();
+    let mut vcpus = 0u32;
+    let mut lines = String::new();
+    for (name, n) in nodes {
+        pools.entry(n.pool.as_str()).or_default();
+        vcpus += n.vcpus;
+        match &n.gpu_model {
+            Some(model) => {
+                let e = gpu_models.entry(model.as_str()).or_insert((0, u32::MAX, u64::MAX));
+                e.0 += n.gpus;
+                e.1 = e.1.min(n.vcpus / n.gpus.max(1));
+                e.2 = e.2.min(n.memory_mib / u64::from(n.gpus.max(1)));
+                lines.push_str(&format!(
+                    "  {name}: {{pool: {}, gpuModel: {model}, gpus: {}, vcpus: {}, memoryMib: {}}}\n",
+                    n.pool, n.gpus, n.vcpus, n.memory_mib
+                ));
+            }
+            None => lines.push_str(&format!(
+                "  {name}: {{pool: {}, vcpus: {}, memoryMib: {}}}\n",
+                n.pool, n.vcpus, n.memory_mib
+            )),
+        }
+    }
+    if pools.is_empty() {
+        pools.insert("default", Vec::new());
+    }
+    let mut all_specs = vec!["cpu.small".to_owned()];
+    let mut quotas = String::new();
+    for (model, (_, cpu, mem)) in &gpu_models {
+        let spec =
+            format!("gpu.{}.1", model.to_lowercase().replace(|c: char| !c.is_ascii_alphanumeric(), "-"));
+        specs.push_str(&format!(
+            "  {spec}: {{kind: GPU, gpuModel: {model}, gpus: 1, vcpus: {}, memoryMib: {}}}\n",
+            (*cpu).max(1),
+            mem.max(&1024)
+        ));
+        all_specs.push(spec);
+    }
+    for pool in pools.keys() {
+        quotas.push_str(&format!(
+            "  - {{group: default, resourceType: Reserved, pool: {pool}, spec: cpu.small, units: {}}}\n",
+            vcpus.max(1)
+        ));
+        for (model, (count, _, _)) in &gpu_models {
+            let spec =
+                format!("gpu.{}.1", model.to_lowercase().replace(|c: char| !c.is_ascii_alphanumeric(), "-"));
+            quotas.push_str(&format!(
+                "  - {{group: default, resourceType: Reserved, pool: {pool}, spec: {spec}, units: {count}}}\n"
+            ));
+        }
+    }
+    let pools: String = pools
+        .keys()
+        .map(|p| format!("  {p}: {{cluster: kubernetes, instanceSpecs: [{}]}}\n", all_specs.join(", ")))
+        .collect();
+    format!(
+        "# The cluster's nodes, as `trainyard up --backend kubernetes` found them on first start. It seeds the\n\
+         # catalog in the store; change it later with `trainyard admin catalog set -f FILE`.\n\
+         regions: {{kubernetes: {{displayName: Kubernetes}}}}\n\
+         clusters: {{kubernetes: {{region: kubernetes}}}}\n\
+         pools:\n{pools}\
+         instanceSpecs:\n{specs}\
+         nodes:\n{lines}\
+         projectGroups: {{default: {{}}}}\n\
+         images: {{}}\n\
+         allowExternalImages: true\n\
+         quotas:\n{quotas}"
+    )
 }
 
 /// What the admin decides about the HTTP side: connection limits, a separate metrics address, and which
@@ -218,6 +351,25 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
     let data_dir =
         &data_dir.canonicalize().with_context(|| format!("cannot resolve {}", data_dir.display()))?;
     let catalog_path = data_dir.join("catalog.yaml");
+    let kube = if opts.backend == BackendChoice::Kubernetes {
+        let cfg = opts.kube.config()?;
+        let kube = trainyard_runtime::kube::KubeBackend::connect(cfg)
+            .await
+            .map_err(|e| anyhow::anyhow!("the Kubernetes backend: {e}"))?;
+        if !kube.synced(std::time::Duration::from_secs(60)).await {
+            anyhow::bail!(
+                "the Kubernetes backend: the watches did not list the cluster's objects within 60 s"
+            );
+        }
+        if !catalog_path.exists() {
+            let nodes = kube.inventory().await.map_err(|e| anyhow::anyhow!("the Kubernetes backend: {e}"))?;
+            std::fs::write(&catalog_path, cluster_catalog(&nodes)).context("cannot write the catalog")?;
+            println!("described the cluster's {} node(s) in {}", nodes.len(), catalog_path.display());
+        }
+        Some(kube)
+    } else {
+        None
+    };
     if !catalog_path.exists() {
         let machine = detect();
         std::fs::write(&catalog_path, local_catalog(&machine, opts.nodes))
@@ -259,6 +411,7 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
 
     let mut isolation = Vec::new();
     let backend = match (opts.backend, find_bwrap().and_then(|b| local::isolation_ready().map(|()| b))) {
+        (BackendChoice::Kubernetes, _) => AnyBackend::Kube(kube.expect("connected above")),
         (BackendChoice::Fake, _) => fake_backend(),
         (BackendChoice::Local | BackendChoice::Auto, Ok(bwrap)) => {
             let exe = std::env::current_exe().context("cannot find this program (the supervisor is it)")?;
@@ -371,6 +524,10 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
         }
         AnyBackend::Fake(_) => println!(
             "  backend: fake — tasks are scheduled and go through their whole lifecycle, but nothing is executed"
+        ),
+        AnyBackend::Kube(k) => println!(
+            "  backend: kubernetes — one PyTorchJob or RayJob per attempt (cluster serves: {:?})",
+            k.kinds()
         ),
     }
     println!(

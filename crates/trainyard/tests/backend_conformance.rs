@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use trainyard_core::Catalog;
 use trainyard_core::lifecycle::Reason;
 use trainyard_runtime::fake::{FakeBackend, Script};
+use trainyard_runtime::kube::{KubeBackend, KubeConfig};
 use trainyard_runtime::local::{LocalBackend, LocalConfig};
 use trainyard_runtime::{AttemptKey, Backend, LaunchSpec, Observation, ReplicaPlan, StopCause};
 
@@ -54,6 +55,16 @@ trait Subject {
     fn restarted(&self) -> Self;
     /// How long a scenario may take on this backend.
     fn patience(&self) -> Duration;
+    /// Anything else the attempt needs to behave so (the Kubernetes subject labels it for its simulated
+    /// kubelets).
+    fn adjust(&self, _spec: &mut LaunchSpec, _behaviour: Behaviour) {}
+    /// An attempt with `workers` workers that behaves so.
+    fn spec_for(&self, key: &AttemptKey, workers: u32, behaviour: Behaviour) -> LaunchSpec {
+        let cmd = self.arrange(key, behaviour);
+        let mut sp = spec(key, workers, &cmd);
+        self.adjust(&mut sp, behaviour);
+        sp
+    }
 }
 
 struct Fake {
@@ -110,7 +121,20 @@ impl Subject for Local {
     fn pass(&self, ms: u64) {
         std::thread::sleep(Duration::from_millis(ms));
     }
-    fn arrange(&self, _key: &AttemptKey, behaviour: Behaviour) -> String {
+    fn arrange(&self, key: &AttemptKey, behaviour: Behaviour) -> String {
+        Local::command(key, behaviour)
+    }
+    fn restarted(&self) -> Local {
+        Local { backend: LocalBackend::new(self.cfg.clone()).unwrap(), cfg: self.cfg.clone() }
+    }
+    fn patience(&self) -> Duration {
+        Duration::from_secs(60)
+    }
+}
+
+impl Local {
+    /// The command of an attempt that behaves so.
+    fn command(_key: &AttemptKey, behaviour: Behaviour) -> String {
         match behaviour {
             Behaviour::Succeed => "echo hello from $RANK".into(),
             Behaviour::Fail => "echo failing; exit 3".into(),
@@ -121,12 +145,94 @@ impl Subject for Local {
             }
         }
     }
-    fn restarted(&self) -> Local {
-        Local { backend: LocalBackend::new(self.cfg.clone()).unwrap(), cfg: self.cfg.clone() }
+}
+
+/// The Kubernetes backend against the test cluster `scripts/with-kube` starts (a real API server, the real
+/// training operator and KubeRay, kwok's simulated nodes): pods do what their `sim.trainyard.dev/*` labels say.
+struct Kube {
+    backend: KubeBackend,
+    cfg: KubeConfig,
+}
+
+impl Subject for Kube {
+    type B = KubeBackend;
+    fn backend(&self) -> &KubeBackend {
+        &self.backend
+    }
+    fn now_ms(&self) -> u64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+    }
+    fn pass(&self, ms: u64) {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+    fn arrange(&self, key: &AttemptKey, behaviour: Behaviour) -> String {
+        // What a real cluster would run; kwok runs nothing and follows the labels `adjust` sets.
+        Local::command(key, behaviour)
+    }
+    fn adjust(&self, spec: &mut LaunchSpec, behaviour: Behaviour) {
+        let labels = &mut spec.task.metadata.labels;
+        match behaviour {
+            Behaviour::Succeed => {
+                labels.insert(SIM_RUN_MS.into(), "2000".into());
+            }
+            Behaviour::Fail => {
+                labels.insert(SIM_RUN_MS.into(), "1000".into());
+                labels.insert(SIM_EXIT_CODE.into(), "3".into());
+            }
+            Behaviour::RunUntilStopped => {}
+        }
+    }
+    fn restarted(&self) -> Kube {
+        let backend = block(KubeBackend::connect(self.cfg.clone())).unwrap();
+        assert!(block(backend.synced(Duration::from_secs(30))), "the restarted backend's watches listed");
+        Kube { backend, cfg: self.cfg.clone() }
     }
     fn patience(&self) -> Duration {
-        Duration::from_secs(60)
+        Duration::from_secs(90)
     }
+}
+
+const SIM_RUN_MS: &str = "sim.trainyard.dev/run-ms";
+const SIM_EXIT_CODE: &str = "sim.trainyard.dev/exit-code";
+const SIM_NOT_READY: &str = "sim.trainyard.dev/not-ready";
+
+/// A kwok node of the test cluster (created or updated), with `labels`.
+fn kwok_node(client: &trainyard_runtime::kube::client::Client, name: &str, labels: serde_json::Value) {
+    use trainyard_runtime::kube::client::api::{Api, Patch, PatchParams};
+    use trainyard_runtime::kube::openapi::api::core::v1::Node;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut all_labels = serde_json::json!({"kubernetes.io/hostname": name, "type": "kwok"});
+    for (k, v) in labels.as_object().unwrap() {
+        all_labels[k] = v.clone();
+    }
+    let node = serde_json::json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"}, "labels": all_labels},
+    });
+    block(nodes.patch(name, &PatchParams::apply("conformance").force(), &Patch::Apply(&node))).unwrap();
+    let resources = serde_json::json!({"cpu": "4", "memory": "4Gi", "pods": "110"});
+    let status = serde_json::json!({"status": {"capacity": resources, "allocatable": resources}});
+    block(nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))).unwrap();
+}
+
+fn kube() -> Kube {
+    assert!(
+        std::env::var_os("TRAINYARD_KUBE_STACK").is_some(),
+        "the Kubernetes backend's suite needs the test cluster: run the tests with scripts/test, which starts it \
+         through scripts/with-kube (or run `scripts/with-kube cargo test ...`)"
+    );
+    let cfg = KubeConfig {
+        namespace: format!("conformance-{}-{{group}}", std::process::id()),
+        images: [("host".to_owned(), "registry.invalid/trainyard/host:1".to_owned())].into(),
+        grace_s: 2,
+        ..KubeConfig::default()
+    };
+    let backend = block(KubeBackend::connect(cfg.clone())).unwrap();
+    for node in ["node-a", "node-b"] {
+        kwok_node(&backend.client(), node, serde_json::json!({}));
+    }
+    assert!(block(backend.synced(Duration::from_secs(30))), "the watches listed");
+    Kube { backend, cfg }
 }
 
 fn local(name: &str) -> Local {
@@ -145,8 +251,14 @@ fn fake() -> Fake {
     Fake { backend: FakeBackend::new(Script::default()), clock: Arc::new(1_000_000.into()) }
 }
 
+/// One runtime for the whole suite: the Kubernetes backend's watches and writes run on it between calls.
 fn block<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+        })
+        .block_on(f)
 }
 
 /// An attempt of a PyTorchJob running `cmd` with `workers` workers, its replicas spread over both nodes, with
@@ -220,8 +332,7 @@ fn finished(o: &Observation) -> Option<Reason> {
 /// Launch, start, success; `alive` holds the attempt until it ended; a second launch changes nothing.
 fn launches_runs_and_succeeds<S: Subject>(s: &S) {
     let k = key(1);
-    let cmd = s.arrange(&k, Behaviour::Succeed);
-    let sp = spec(&k, 1, &cmd);
+    let sp = s.spec_for(&k, 1, Behaviour::Succeed);
     block(s.backend().launch(&sp)).unwrap();
     block(s.backend().launch(&sp)).unwrap();
     assert!(block(s.backend().alive()).contains(&k));
@@ -241,8 +352,7 @@ fn launches_runs_and_succeeds<S: Subject>(s: &S) {
 /// A replica that fails ends the attempt with a classified failure.
 fn a_failure_is_classified<S: Subject>(s: &S) {
     let k = key(2);
-    let cmd = s.arrange(&k, Behaviour::Fail);
-    block(s.backend().launch(&spec(&k, 0, &cmd))).unwrap();
+    block(s.backend().launch(&s.spec_for(&k, 0, Behaviour::Fail))).unwrap();
     let seen = until(s, &k, |o| finished(o).is_some());
     assert_eq!(seen.iter().find_map(finished), Some(Reason::UserError), "{seen:?}");
 }
@@ -251,8 +361,7 @@ fn a_failure_is_classified<S: Subject>(s: &S) {
 fn a_stop_ends_in_stopped_with_its_cause<S: Subject>(s: &S) {
     for (n, cause) in [(3, StopCause::UserStop), (4, StopCause::Preempted)] {
         let k = key(n);
-        let cmd = s.arrange(&k, Behaviour::RunUntilStopped);
-        block(s.backend().launch(&spec(&k, 1, &cmd))).unwrap();
+        block(s.backend().launch(&s.spec_for(&k, 1, Behaviour::RunUntilStopped))).unwrap();
         until(s, &k, |o| matches!(o, Observation::Started { .. }));
         block(s.backend().stop(&k, cause)).unwrap();
         block(s.backend().stop(&k, cause)).unwrap();
@@ -270,8 +379,7 @@ fn a_stop_ends_in_stopped_with_its_cause<S: Subject>(s: &S) {
 /// A stop right after the launch, before anything started, still ends in `Stopped`.
 fn a_stop_during_start_up_is_clean<S: Subject>(s: &S) {
     let k = key(5);
-    let cmd = s.arrange(&k, Behaviour::RunUntilStopped);
-    block(s.backend().launch(&spec(&k, 0, &cmd))).unwrap();
+    block(s.backend().launch(&s.spec_for(&k, 0, Behaviour::RunUntilStopped))).unwrap();
     block(s.backend().stop(&k, StopCause::UserStop)).unwrap();
     until(s, &k, |o| matches!(o, Observation::Stopped { .. }));
     assert!(!block(s.backend().alive()).contains(&k));
@@ -281,8 +389,7 @@ fn a_stop_during_start_up_is_clean<S: Subject>(s: &S) {
 /// stops it.
 fn a_restart_reattaches<S: Subject>(s: &S) {
     let k = key(6);
-    let cmd = s.arrange(&k, Behaviour::RunUntilStopped);
-    let sp = spec(&k, 1, &cmd);
+    let sp = s.spec_for(&k, 1, Behaviour::RunUntilStopped);
     block(s.backend().launch(&sp)).unwrap();
     until(s, &k, |o| matches!(o, Observation::Started { .. }));
     let again = s.restarted();
@@ -296,8 +403,7 @@ fn a_restart_reattaches<S: Subject>(s: &S) {
 /// A failed node takes the attempt down without a checkpoint window.
 fn a_node_failure_stops_at_once<S: Subject>(s: &S) {
     let k = key(7);
-    let cmd = s.arrange(&k, Behaviour::RunUntilStopped);
-    block(s.backend().launch(&spec(&k, 1, &cmd))).unwrap();
+    block(s.backend().launch(&s.spec_for(&k, 1, Behaviour::RunUntilStopped))).unwrap();
     until(s, &k, |o| matches!(o, Observation::Started { .. }));
     block(s.backend().stop(&k, StopCause::NodeFailed)).unwrap();
     let seen = until(s, &k, |o| matches!(o, Observation::Stopped { .. } | Observation::Finished { .. }));
@@ -314,15 +420,14 @@ fn a_node_failure_stops_at_once<S: Subject>(s: &S) {
 /// ends without failing the attempt.
 fn scales_up_and_down<S: Subject>(s: &S) {
     let k = key(9);
-    let cmd = s.arrange(&k, Behaviour::RunUntilStopped);
-    block(s.backend().launch(&spec(&k, 1, &cmd))).unwrap();
+    block(s.backend().launch(&s.spec_for(&k, 1, Behaviour::RunUntilStopped))).unwrap();
     until(s, &k, |o| matches!(o, Observation::Started { .. }));
-    block(s.backend().scale(&spec(&k, 2, &cmd))).unwrap();
+    block(s.backend().scale(&s.spec_for(&k, 2, Behaviour::RunUntilStopped))).unwrap();
     let names =
         |s: &S| -> Vec<String> { block(s.backend().replicas(&k)).into_iter().map(|(n, _)| n).collect() };
     assert!(names(s).iter().any(|n| n.ends_with("-worker-1")), "grown: {:?}", names(s));
     s.pass(1_000);
-    block(s.backend().scale(&spec(&k, 1, &cmd))).unwrap();
+    block(s.backend().scale(&s.spec_for(&k, 1, Behaviour::RunUntilStopped))).unwrap();
     // The removed replica ends (after its grace); the attempt does not.
     for _ in 0..50 {
         for o in block(s.backend().poll(s.now_ms())) {
@@ -356,8 +461,7 @@ fn the_local_backend_conforms() {
     suite(&s);
     // The local backend's logs: every replica's own, whole lines with their stream.
     let k = key(8);
-    let cmd = s.arrange(&k, Behaviour::Succeed);
-    block(s.backend().launch(&spec(&k, 1, &cmd))).unwrap();
+    block(s.backend().launch(&s.spec_for(&k, 1, Behaviour::Succeed))).unwrap();
     until(&s, &k, |o| finished(o).is_some());
     let replicas: BTreeMap<String, String> = block(s.backend().replicas(&k)).into_iter().collect();
     assert_eq!(replicas.len(), 2, "{replicas:?}");
@@ -370,4 +474,52 @@ fn the_local_backend_conforms() {
     }
     assert!(block(s.backend().read_log(&k, "no-such-replica", 0, 100)).missing);
     let _ = std::fs::remove_dir_all(&s.cfg.data_dir);
+}
+
+#[test]
+fn the_kubernetes_backend_conforms() {
+    let s = kube();
+    suite(&s);
+}
+
+/// A node that goes NotReady under a running attempt fails it as `NodeFailed` (retried elsewhere by the
+/// control loop) and names the node as suspect; its pods are deleted without waiting for the dead node.
+#[test]
+fn on_kubernetes_a_node_going_not_ready_fails_its_attempt_as_node_failed() {
+    let s = kube();
+    let node = format!("node-nr-{}", std::process::id());
+    kwok_node(&s.backend.client(), &node, serde_json::json!({}));
+    let k = key(20);
+    let mut sp = s.spec_for(&k, 0, Behaviour::RunUntilStopped);
+    sp.replicas[0].node = node.clone();
+    block(s.backend().launch(&sp)).unwrap();
+    until(&s, &k, |o| matches!(o, Observation::Started { .. }));
+    kwok_node(&s.backend.client(), &node, serde_json::json!({SIM_NOT_READY: "true"}));
+    let seen = until(&s, &k, |o| finished(o).is_some());
+    assert_eq!(seen.iter().find_map(finished), Some(Reason::NodeFailed), "{seen:?}");
+    assert!(
+        seen.iter().any(|o| matches!(o, Observation::NodeSuspect { node: n, .. } if *n == node)),
+        "{seen:?}"
+    );
+    assert!(!block(s.backend().alive()).contains(&k));
+}
+
+/// An object the API server refuses (here: a Kueue queue name that is no valid label value, an admin's
+/// mistake) ends the attempt at once with the server's own words, instead of retrying forever.
+#[test]
+fn on_kubernetes_an_object_the_api_server_refuses_fails_with_its_reason() {
+    let mut s = kube();
+    s.cfg.gang = trainyard_runtime::kube::objects::Gang::Kueue { local_queue: "not a valid label!".into() };
+    let s = s.restarted();
+    let k = key(21);
+    block(s.backend().launch(&s.spec_for(&k, 0, Behaviour::Succeed))).unwrap();
+    let seen = until(&s, &k, |o| finished(o).is_some());
+    let message = seen
+        .iter()
+        .find_map(|o| match o {
+            Observation::Finished { reason: Reason::UserError, message, .. } => Some(message.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{seen:?}"));
+    assert!(message.contains("422") && message.contains("queue-name"), "{message}");
 }

@@ -1,2 +1,18 @@
-//! The Kubernetes backend: each admitted attempt becomes one PyTorchJob or RayJob object (and its Secrets).
+//! The Kubernetes backend: one PyTorchJob (Kubeflow training operator) or RayJob (KubeRay) per attempt.
+//!
+//! - `objects`: an attempt's objects, pure (the job, its Secrets, the precheck's Service, a PodGroup).
+//! - `views`: API objects read into what the verdict needs; the labels and annotations tying them to attempts.
+//! - `status`: the verdict on a job and its pods, pure, with the local backend's failure classes.
+//! - `state`: what the watches have seen and what of it was reported.
+//! - `backend`: the client side: applies, deletions, watches, the `Backend` calls.
+
+mod backend;
 pub mod objects;
+mod state;
+pub mod status;
+pub mod views;
+
+/// The client library and the API types, for callers that talk to the cluster themselves (tests, tools).
+pub use ::k8s_openapi as openapi;
+pub use ::kube as client;
+pub use backend::{FIELD_MANAGER, KubeBackend, KubeConfig};

@@ -783,7 +783,7 @@ impl Ctx<'_> {
         let script =
             format!("export RANK=$((TRAINYARD_REPLICA_INDEX + {offset}))\nexec python3 -c \"$1\" {cmd}\n");
         Some(json!({
-            "name": "trainyard-precheck",
+            "name": super::status::PRECHECK_CONTAINER,
             "image": self.image,
             "imagePullPolicy": "IfNotPresent",
             "command": ["bash", "-c", script, "precheck", crate::local::PRECHECK_PY],

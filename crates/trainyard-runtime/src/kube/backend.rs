@@ -1,0 +1,745 @@
+//! The Kubernetes backend: each attempt is one PyTorchJob (Kubeflow training operator) or RayJob (KubeRay)
+//! object, written with server-side apply, and read back through watches, never polling loops.
+//!
+//! - `launch` records the attempt and returns; its objects are applied off the caller's path (a bounded
+//!   number at once), retried with backoff when the API server is unavailable, and an attempt whose objects
+//!   the server refuses (its CRD validation, a missing CRD) ends as a failure that names the server's reason.
+//! - Watches on the jobs, their pods and the nodes keep [`State`]; `poll` reads the attempts they touched.
+//! - Stateless: every object is named from its attempt and labelled, so a restarted server lists them and
+//!   reattaches, and a repeated apply changes nothing.
+
+use super::objects::{self, AttemptObjects, KubeSettings};
+use super::state::{Attempt, Cleanup, State};
+use super::status::JobKind;
+use super::views::{self, JobSettings};
+use crate::{AttemptKey, Backend, BackendError, LaunchSpec, LogChunk, MetricPoint, Observation, StopCause};
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, LogParams, Patch, PatchParams};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt, watcher as watch};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use trainyard_core::lifecycle::Reason;
+
+/// The field manager of every apply.
+pub const FIELD_MANAGER: &str = "trainyard";
+/// Writes in flight at once (launches, stops, deletions): the API server's own limit is a few hundred.
+const MAX_WRITES: usize = 64;
+/// Tries of one launch before it fails as `LaunchFailed` (the control loop then retries the task).
+const LAUNCH_TRIES: u32 = 5;
+
+/// How the backend reaches its cluster and lays out its objects (`trainyard up --backend kubernetes`).
+#[derive(Debug, Clone)]
+pub struct KubeConfig {
+    /// A kubeconfig file; None: `KUBECONFIG`, `~/.kube/config`, or the in-cluster service account.
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context (the catalog cluster's); None: the file's current one.
+    pub context: Option<String>,
+    /// The namespace of a project group's attempts; `{group}` is replaced by the group's name.
+    pub namespace: String,
+    /// Cluster-side gang admission (Volcano or Kueue), off by default: Trainyard admits.
+    pub gang: objects::Gang,
+    /// Catalog image name -> the OCI reference the cluster pulls; a name not listed is pulled as it is.
+    pub images: BTreeMap<String, String>,
+    /// Seconds between SIGTERM and SIGKILL at a stop (after the exit checkpoint, when there is one).
+    pub grace_s: u64,
+}
+
+impl Default for KubeConfig {
+    fn default() -> Self {
+        KubeConfig {
+            kubeconfig: None,
+            context: None,
+            namespace: "trainyard-{group}".to_owned(),
+            gang: objects::Gang::Off,
+            images: BTreeMap::new(),
+            grace_s: 5,
+        }
+    }
+}
+
+impl KubeConfig {
+    /// How the objects of an attempt of `group` are laid out.
+    fn settings(&self, group: &str) -> KubeSettings {
+        KubeSettings {
+            namespace: self.namespace_of(group),
+            gang: self.gang.clone(),
+            images: self.images.clone(),
+            grace_s: self.grace_s,
+            ..KubeSettings::default()
+        }
+    }
+
+    /// The namespace of a group: lower case, `-` for anything a namespace name cannot hold.
+    pub fn namespace_of(&self, group: &str) -> String {
+        let g: String = group
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+            .collect();
+        let ns = self.namespace.replace("{group}", g.trim_matches('-'));
+        ns.chars().take(63).collect::<String>().trim_end_matches('-').to_owned()
+    }
+}
+
+struct Inner {
+    client: kube::Client,
+    cfg: KubeConfig,
+    state: Mutex<State>,
+    /// The job kinds whose CRDs the cluster has.
+    kinds: Vec<JobKind>,
+    /// Namespaces known to exist.
+    namespaces: Mutex<HashSet<String>>,
+    writes: tokio::sync::Semaphore,
+    watches: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for w in self.watches.get_mut().map(std::mem::take).unwrap_or_default() {
+            w.abort();
+        }
+    }
+}
+
+/// See the module documentation.
+#[derive(Clone)]
+pub struct KubeBackend {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for KubeBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeBackend").field("cfg", &self.inner.cfg).field("kinds", &self.inner.kinds).finish()
+    }
+}
+
+/// Says what an API error was, for events and errors.
+fn api_error(what: &str, e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => {
+            format!("{what}: the API server answered {} {}: {}", s.code, s.reason, s.message)
+        }
+        other => format!("{what}: {other}"),
+    }
+}
+
+/// An error that asking again will not fix: the object is refused as it is.
+fn is_permanent(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if matches!(s.code, 400 | 403 | 404 | 405 | 413 | 415 | 422))
+}
+
+impl KubeBackend {
+    /// Connects, checks which job CRDs the cluster serves, and starts the watches on the current Tokio
+    /// runtime.
+    pub async fn connect(cfg: KubeConfig) -> Result<KubeBackend, BackendError> {
+        let options = kube::config::KubeConfigOptions { context: cfg.context.clone(), ..Default::default() };
+        let config = match &cfg.kubeconfig {
+            Some(path) => {
+                let file = kube::config::Kubeconfig::read_from(path)
+                    .map_err(|e| BackendError(format!("reading the kubeconfig {}: {e}", path.display())))?;
+                kube::Config::from_custom_kubeconfig(file, &options).await
+            }
+            None => kube::Config::infer()
+                .await
+                .map_err(|e| kube::config::KubeconfigError::LoadContext(e.to_string())),
+        }
+        .map_err(|e| BackendError(format!("the Kubernetes client configuration: {e}")))?;
+        let client =
+            kube::Client::try_from(config).map_err(|e| BackendError(format!("a Kubernetes client: {e}")))?;
+        let mut kinds = Vec::new();
+        for kind in [JobKind::PyTorch, JobKind::Ray] {
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &views::job_resource(kind));
+            match api.list(&ListParams::default().limit(1)).await {
+                Ok(_) => kinds.push(kind),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(BackendError(api_error("listing jobs", &e))),
+            }
+        }
+        let inner = Arc::new(Inner {
+            client,
+            cfg,
+            state: Mutex::new(State::default()),
+            kinds,
+            namespaces: Mutex::new(HashSet::new()),
+            writes: tokio::sync::Semaphore::new(MAX_WRITES),
+            watches: Mutex::new(Vec::new()),
+        });
+        let mut watches = Vec::new();
+        for &kind in &inner.kinds {
+            watches.push(tokio::spawn(watch_jobs(Arc::downgrade(&inner), kind)));
+        }
+        if inner.kinds.is_empty() {
+            inner.lock().synced_jobs = true;
+        }
+        watches.push(tokio::spawn(watch_pods(Arc::downgrade(&inner))));
+        watches.push(tokio::spawn(watch_nodes(Arc::downgrade(&inner))));
+        *inner.watches.lock().unwrap_or_else(|e| e.into_inner()) = watches;
+        Ok(KubeBackend { inner })
+    }
+
+    /// The job kinds the cluster serves.
+    pub fn kinds(&self) -> &[JobKind] {
+        &self.inner.kinds
+    }
+
+    /// Waits until the watches have listed everything once (what `alive` says is complete from then on).
+    pub async fn synced(&self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            {
+                let s = self.inner.lock();
+                if s.synced_jobs && s.synced_pods {
+                    return true;
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The cluster's nodes as catalog nodes (pool and GPU model from their labels, allocatable as capacity).
+    pub async fn inventory(&self) -> Result<BTreeMap<String, trainyard_core::catalog::Node>, BackendError> {
+        let nodes: Api<Node> = Api::all(self.inner.client.clone());
+        let list = nodes
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| BackendError(api_error("listing nodes", &e)))?;
+        Ok(list.items.iter().filter_map(views::catalog_node).collect())
+    }
+
+    pub fn client(&self) -> kube::Client {
+        self.inner.client.clone()
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn jobs(&self, namespace: &str, kind: JobKind) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), namespace, &views::job_resource(kind))
+    }
+
+    async fn ensure_namespace(&self, ns: &str) -> Result<(), kube::Error> {
+        if self.namespaces.lock().unwrap_or_else(|e| e.into_inner()).contains(ns) {
+            return Ok(());
+        }
+        let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
+        let body = json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": ns, "labels": {views::LABEL_MANAGED_BY: views::MANAGED_BY}},
+        });
+        api.patch(ns, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&body)).await?;
+        self.namespaces.lock().unwrap_or_else(|e| e.into_inner()).insert(ns.to_owned());
+        Ok(())
+    }
+
+    /// Applies an attempt's objects: its namespace, the job, then the rest (Secrets, the precheck's Service,
+    /// a PodGroup) owned by the job, so that they go with it. The job comes first for its uid; its pods are
+    /// made by the operator after it, and a pod that finds its Secret missing for a moment waits for it.
+    async fn apply(&self, ns: &str, objs: &AttemptObjects) -> Result<(), kube::Error> {
+        let _permit = self.writes.acquire().await.expect("the semaphore is never closed");
+        self.ensure_namespace(ns).await?;
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let job = self.api_for(ns, &objs.job)?;
+        let job = job.patch(&name_of(&objs.job), &pp, &Patch::Apply(&objs.job)).await?;
+        let uid = job.metadata.uid.unwrap_or_default();
+        let owner = json!([{
+            "apiVersion": objs.job["apiVersion"], "kind": objs.job["kind"],
+            "name": name_of(&objs.job), "uid": uid, "blockOwnerDeletion": false,
+        }]);
+        for o in objs.all().into_iter().filter(|o| !std::ptr::eq(*o, &objs.job)) {
+            let mut owned = o.clone();
+            owned["metadata"]["ownerReferences"] = owner.clone();
+            self.api_for(ns, o)?.patch(&name_of(o), &pp, &Patch::Apply(&owned)).await?;
+        }
+        Ok(())
+    }
+
+    /// The API of an object, by its apiVersion and kind.
+    fn api_for(&self, ns: &str, o: &Value) -> Result<Api<DynamicObject>, kube::Error> {
+        let (api_version, kind) = (o["apiVersion"].as_str().unwrap_or(""), o["kind"].as_str().unwrap_or(""));
+        let plural = match kind {
+            "PyTorchJob" => "pytorchjobs",
+            "RayJob" => "rayjobs",
+            "Secret" => "secrets",
+            "Service" => "services",
+            "PodGroup" => "podgroups",
+            "ConfigMap" => "configmaps",
+            other => {
+                return Err(kube::Error::Api(Box::new(kube::core::Status {
+                    code: 422,
+                    reason: "Invalid".into(),
+                    message: format!("no resource known for kind {other}"),
+                    ..Default::default()
+                })));
+            }
+        };
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let ar = kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk(group, version, kind),
+            plural,
+        );
+        Ok(Api::namespaced_with(self.client.clone(), ns, &ar))
+    }
+
+    /// Deletes an attempt's job (its pods and Secrets go with it, by owner); `now`: its pods too, without
+    /// grace (their node is gone).
+    async fn delete(&self, c: &Cleanup, selector: Option<&str>) -> Result<(), kube::Error> {
+        let _permit = self.writes.acquire().await.expect("the semaphore is never closed");
+        match self.jobs(&c.namespace, c.kind).delete(&c.job_name, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+        if c.now
+            && let Some(selector) = selector
+        {
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), &c.namespace);
+            let dp = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::background() };
+            pods.delete_collection(&dp, &ListParams::default().labels(selector)).await?;
+        }
+        Ok(())
+    }
+}
+
+fn name_of(v: &Value) -> String {
+    v["metadata"]["name"].as_str().unwrap_or_default().to_owned()
+}
+
+/// The label selector of one attempt's objects.
+fn attempt_selector(key: &AttemptKey) -> String {
+    objects::attempt_selector(key)
+}
+
+/// The annotations a restarted server reads its settings back from, added to the job.
+fn annotate(job: &mut Value, key: &AttemptKey, s: &JobSettings) {
+    let meta = &mut job["metadata"];
+    if !meta["annotations"].is_object() {
+        meta["annotations"] = json!({});
+    }
+    let a = &mut meta["annotations"];
+    a[views::ANN_TASK_ID] = json!(key.task_id);
+    a[views::ANN_PRECHECK] = json!(s.precheck.to_string());
+    a[views::ANN_PULL_TOLERANCE] = json!(s.pull_tolerance.to_string());
+    a[views::ANN_MOUNTS] = json!(serde_json::to_string(&s.mount_paths).unwrap_or_default());
+    a[views::ANN_RETAIN] = json!(s.retain.to_string());
+}
+
+fn settings_of(spec: &LaunchSpec) -> JobSettings {
+    let s = &spec.task.spec;
+    let e = &s.environment;
+    let mut mount_paths: Vec<String> = e.volumes.iter().map(|v| v.mount_path.clone()).collect();
+    mount_paths.extend(e.datasets.iter().map(|d| d.mount_path.clone()));
+    mount_paths.extend(e.models.iter().map(|m| m.mount_path.clone()));
+    JobSettings {
+        precheck: kind_of_spec(spec) == JobKind::PyTorch
+            && s.advanced.precheck.as_ref().is_some_and(|p| p.enabled),
+        pull_tolerance: s.advanced.image_pull_tolerance,
+        mount_paths,
+        // Debug retention keeps a RayJob's cluster after its entrypoint: the operator's TTL removes it.
+        retain: s.ray.as_ref().and_then(|r| r.debug.as_ref()).is_some_and(|d| d.enabled),
+    }
+}
+
+fn kind_of_spec(spec: &LaunchSpec) -> JobKind {
+    match spec.task.spec.task_type {
+        trainyard_core::spec::TaskType::RayJob => JobKind::Ray,
+        _ => JobKind::PyTorch,
+    }
+}
+
+/// Applies an attempt's objects until they are in, refused, or the tries are spent; says how it ended.
+async fn launch_in_background(inner: Arc<Inner>, key: AttemptKey, ns: String, objs: AttemptObjects) {
+    let mut wait = Duration::from_secs(1);
+    for attempt in 1..=LAUNCH_TRIES {
+        if inner.lock().attempts.get(&key).is_none_or(|a| a.stop.is_some()) {
+            // Stopped (or forgotten) before its objects were in: nothing more to create.
+            let mut s = inner.lock();
+            if let Some(a) = s.attempts.get_mut(&key) {
+                a.launched = false;
+                s.dirty.insert(key);
+            }
+            return;
+        }
+        match inner.apply(&ns, &objs).await {
+            Ok(()) => return,
+            Err(e) if is_permanent(&e) => {
+                let message = api_error("the cluster refused the attempt's objects", &e);
+                end_launch(&inner, &key, Reason::UserError, message);
+                return;
+            }
+            Err(e) => {
+                let message = api_error(
+                    &format!("applying the attempt's objects (try {attempt} of {LAUNCH_TRIES})"),
+                    &e,
+                );
+                inner.lock().out.push(Observation::Note {
+                    key: key.clone(),
+                    reason: Reason::BackendError,
+                    message: message.clone(),
+                });
+                if attempt == LAUNCH_TRIES {
+                    end_launch(&inner, &key, Reason::LaunchFailed, message);
+                    return;
+                }
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(60));
+            }
+        }
+    }
+}
+
+/// A launch that could not be made: the attempt ends (and what did get created is deleted).
+fn end_launch(inner: &Inner, key: &AttemptKey, reason: Reason, message: String) {
+    let mut s = inner.lock();
+    let Some(a) = s.attempts.get_mut(key) else { return };
+    if a.sent.finished || a.stop.is_some() {
+        a.launched = false;
+        s.dirty.insert(key.clone());
+        return;
+    }
+    a.sent.finished = true;
+    a.launched = false;
+    let cleanup = a.kind.map(|kind| Cleanup {
+        namespace: a.namespace.clone(),
+        job_name: a.job_name.clone(),
+        kind,
+        now: false,
+    });
+    s.out.push(Observation::Finished { key: key.clone(), reason, message });
+    s.cleanups.extend(cleanup);
+    s.dirty.insert(key.clone());
+}
+
+impl Backend for KubeBackend {
+    async fn launch(&self, spec: &LaunchSpec) -> Result<(), BackendError> {
+        let kind = kind_of_spec(spec);
+        let ns = self.inner.cfg.namespace_of(&spec.task.metadata.project_group);
+        let job_name = objects::job_name(&spec.key);
+        {
+            let s = self.inner.lock();
+            if s.attempts.get(&spec.key).is_some_and(|a| a.launched || a.job.is_some() || a.sent.finished) {
+                return Ok(());
+            }
+        }
+        let settings = settings_of(spec);
+        let objs = if !self.inner.kinds.contains(&kind) {
+            Err(vec![format!(
+                "the cluster serves no {} (install {})",
+                views::job_resource(kind).kind,
+                match kind {
+                    JobKind::PyTorch => "the Kubeflow training operator",
+                    JobKind::Ray => "the KubeRay operator",
+                }
+            )])
+        } else {
+            objects::attempt_objects(spec, &self.inner.cfg.settings(&spec.task.metadata.project_group), None)
+        };
+        let mut s = self.inner.lock();
+        let a: &mut Attempt = s.attempt(&spec.key, &ns, &job_name);
+        a.kind = Some(kind);
+        a.precheck = settings.precheck;
+        a.pull_tolerance = settings.pull_tolerance;
+        a.mount_paths = settings.mount_paths.clone();
+        a.retain = settings.retain;
+        a.launched = true;
+        match objs {
+            Ok(mut objs) => {
+                annotate(&mut objs.job, &spec.key, &settings);
+                drop(s);
+                tokio::spawn(launch_in_background(self.inner.clone(), spec.key.clone(), ns, objs));
+            }
+            Err(problems) => {
+                drop(s);
+                end_launch(
+                    &self.inner,
+                    &spec.key,
+                    Reason::UserError,
+                    format!("the attempt cannot run on Kubernetes: {}", problems.join("; ")),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    async fn scale(&self, spec: &LaunchSpec) -> Result<(), BackendError> {
+        // The job object is applied again with the replicas of `spec`; the operator adds or removes pods.
+        let ns = self.inner.cfg.namespace_of(&spec.task.metadata.project_group);
+        let ks = self.inner.cfg.settings(&spec.task.metadata.project_group);
+        let mut objs = objects::attempt_objects(spec, &ks, None).map_err(|p| BackendError(p.join("; ")))?;
+        annotate(&mut objs.job, &spec.key, &settings_of(spec));
+        self.inner.apply(&ns, &objs).await.map_err(|e| BackendError(api_error("scaling", &e)))
+    }
+
+    async fn stop(&self, key: &AttemptKey, cause: StopCause) -> Result<(), BackendError> {
+        let cleanup = {
+            let mut s = self.inner.lock();
+            let Some(a) = s.attempts.get_mut(key) else { return Ok(()) };
+            a.stop = Some(cause);
+            let cleanup = a.kind.map(|kind| Cleanup {
+                namespace: a.namespace.clone(),
+                job_name: a.job_name.clone(),
+                kind,
+                now: cause == StopCause::NodeFailed,
+            });
+            s.dirty.insert(key.clone());
+            cleanup
+        };
+        if let Some(c) = cleanup {
+            self.inner
+                .delete(&c, Some(&attempt_selector(key)))
+                .await
+                .map_err(|e| BackendError(api_error("deleting the job", &e)))?;
+        }
+        Ok(())
+    }
+
+    async fn poll(&self, _now_ms: u64) -> Vec<Observation> {
+        let (out, cleanups) = {
+            let mut s = self.inner.lock();
+            let out = s.poll();
+            (out, std::mem::take(&mut s.cleanups))
+        };
+        for c in cleanups {
+            let inner = self.inner.clone();
+            tokio::spawn(async move {
+                if let Err(e) = inner.delete(&c, None).await {
+                    eprintln!(
+                        "trainyard: {}",
+                        api_error(&format!("deleting job {}/{}", c.namespace, c.job_name), &e)
+                    );
+                    inner.lock().cleanups.push(c);
+                }
+            });
+        }
+        out
+    }
+
+    async fn alive(&self) -> Vec<AttemptKey> {
+        self.inner.lock().alive()
+    }
+
+    async fn replicas(&self, key: &AttemptKey) -> Vec<(String, String)> {
+        let s = self.inner.lock();
+        s.attempts
+            .get(key)
+            .map(|a| a.pods.values().map(|p| (p.name.clone(), p.role.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    async fn read_log(&self, key: &AttemptKey, replica: &str, offset: u64, max: usize) -> LogChunk {
+        let (ns, ended) = {
+            let s = self.inner.lock();
+            let Some(a) = s.attempts.get(key) else {
+                return LogChunk { missing: true, ..LogChunk::default() };
+            };
+            let Some(p) = a.pods.get(replica) else {
+                return LogChunk { missing: true, ..LogChunk::default() };
+            };
+            (a.namespace.clone(), matches!(p.phase.as_str(), "Succeeded" | "Failed"))
+        };
+        let pods: Api<Pod> = Api::namespaced(self.inner.client.clone(), &ns);
+        let lp = LogParams { timestamps: true, ..LogParams::default() };
+        match pods.logs(replica, &lp).await {
+            Ok(text) => {
+                let lines: String = text
+                    .lines()
+                    .map(|l| match l.split_once(' ') {
+                        Some((ts, rest)) => format!("{ts} O {rest}\n"),
+                        None => format!("{l}\n"),
+                    })
+                    .collect();
+                let bytes = lines.into_bytes();
+                let start = (offset as usize).min(bytes.len());
+                let end = (start + max).min(bytes.len());
+                LogChunk {
+                    data: bytes[start..end].to_vec(),
+                    next: end as u64,
+                    ended: ended && end == bytes.len(),
+                    missing: false,
+                }
+            }
+            Err(_) => LogChunk { next: offset, ended, ..LogChunk::default() },
+        }
+    }
+
+    async fn read_metrics(&self, _key: &AttemptKey, _since_ms: u64) -> Vec<MetricPoint> {
+        Vec::new()
+    }
+}
+
+// ---- watches ----
+
+async fn watch_jobs(inner: std::sync::Weak<Inner>, kind: JobKind) {
+    let Some(api) =
+        inner.upgrade().map(|i| Api::<DynamicObject>::all_with(i.client.clone(), &views::job_resource(kind)))
+    else {
+        return;
+    };
+    let cfg = watcher::Config::default().labels(views::MANAGED_SELECTOR);
+    let mut stream = watch(api, cfg).default_backoff().boxed();
+    let mut listed: HashSet<AttemptKey> = HashSet::new();
+    while let Some(ev) = stream.next().await {
+        let Some(inner) = inner.upgrade() else { return };
+        match ev {
+            Ok(Event::Init) => listed.clear(),
+            Ok(Event::InitApply(o)) => {
+                if let Some(k) = job_seen(&inner, kind, &o) {
+                    listed.insert(k);
+                }
+            }
+            Ok(Event::InitDone) => {
+                let mut s = inner.lock();
+                let gone: Vec<AttemptKey> = s
+                    .attempts
+                    .iter()
+                    .filter(|(k, a)| a.kind == Some(kind) && a.job.is_some() && !listed.contains(*k))
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for k in gone {
+                    if let Some(a) = s.attempts.get_mut(&k) {
+                        a.job = None;
+                    }
+                    s.dirty.insert(k);
+                }
+                s.synced_kinds.insert(kind);
+                s.synced_jobs = inner.kinds.iter().all(|k| s.synced_kinds.contains(k));
+            }
+            Ok(Event::Apply(o)) => {
+                job_seen(&inner, kind, &o);
+            }
+            Ok(Event::Delete(o)) => {
+                if let Some(k) = views::key_of(&o.metadata) {
+                    let mut s = inner.lock();
+                    if let Some(a) = s.attempts.get_mut(&k) {
+                        a.job = None;
+                        a.launched = false;
+                        s.dirty.insert(k);
+                    }
+                }
+            }
+            Err(e) => eprintln!("trainyard: watching {}s: {e}", views::job_resource(kind).kind),
+        }
+    }
+}
+
+/// A job as the watch saw it; returns its attempt.
+fn job_seen(inner: &Inner, kind: JobKind, o: &DynamicObject) -> Option<AttemptKey> {
+    let key = views::key_of(&o.metadata)?;
+    let ns = o.metadata.namespace.clone().unwrap_or_default();
+    let name = o.metadata.name.clone().unwrap_or_default();
+    let settings = views::job_settings(&o.metadata);
+    let mut s = inner.lock();
+    let a = s.attempt(&key, &ns, &name);
+    if a.job.is_none() && !a.launched {
+        // Reattached after a restart: the settings come from the job.
+        a.precheck = settings.precheck;
+        a.pull_tolerance = settings.pull_tolerance;
+        a.mount_paths = settings.mount_paths;
+        a.retain = settings.retain;
+    }
+    a.kind = Some(kind);
+    a.launched = false;
+    a.job = Some(views::job_view(o));
+    Some(key)
+}
+
+async fn watch_pods(inner: std::sync::Weak<Inner>) {
+    let Some(api) = inner.upgrade().map(|i| Api::<Pod>::all(i.client.clone())) else { return };
+    let cfg = watcher::Config::default().labels(views::MANAGED_SELECTOR);
+    let mut stream = watch(api, cfg).default_backoff().boxed();
+    let mut listed: HashSet<(AttemptKey, String)> = HashSet::new();
+    while let Some(ev) = stream.next().await {
+        let Some(inner) = inner.upgrade() else { return };
+        match ev {
+            Ok(Event::Init) => listed.clear(),
+            Ok(Event::InitApply(p)) => {
+                if let Some(k) = pod_seen(&inner, &p) {
+                    listed.insert(k);
+                }
+            }
+            Ok(Event::InitDone) => {
+                let mut s = inner.lock();
+                let mut touched = Vec::new();
+                for (k, a) in s.attempts.iter_mut() {
+                    let before = a.pods.len();
+                    a.pods.retain(|name, _| listed.contains(&(k.clone(), name.clone())));
+                    if a.pods.len() != before {
+                        touched.push(k.clone());
+                    }
+                }
+                s.dirty.extend(touched);
+                s.synced_pods = true;
+            }
+            Ok(Event::Apply(p)) => {
+                pod_seen(&inner, &p);
+            }
+            Ok(Event::Delete(p)) => {
+                if let Some(k) = views::key_of(&p.metadata) {
+                    let mut s = inner.lock();
+                    if let Some(a) = s.attempts.get_mut(&k) {
+                        a.pods.remove(p.metadata.name.as_deref().unwrap_or_default());
+                        s.dirty.insert(k);
+                    }
+                }
+            }
+            Err(e) => eprintln!("trainyard: watching pods: {e}"),
+        }
+    }
+}
+
+fn pod_seen(inner: &Inner, p: &Pod) -> Option<(AttemptKey, String)> {
+    let key = views::key_of(&p.metadata)?;
+    let name = p.metadata.name.clone()?;
+    let ns = p.metadata.namespace.clone().unwrap_or_default();
+    let job_name = objects::job_name(&key);
+    let mut s = inner.lock();
+    let a = s.attempt(&key, &ns, &job_name);
+    a.pods.insert(name.clone(), views::pod_view(p));
+    Some((key, name))
+}
+
+async fn watch_nodes(inner: std::sync::Weak<Inner>) {
+    let Some(api) = inner.upgrade().map(|i| Api::<Node>::all(i.client.clone())) else { return };
+    let mut stream = watch(api, watcher::Config::default()).default_backoff().boxed();
+    let mut listed: BTreeMap<String, Option<String>> = BTreeMap::new();
+    while let Some(ev) = stream.next().await {
+        let Some(inner) = inner.upgrade() else { return };
+        match ev {
+            Ok(Event::Init) => listed.clear(),
+            Ok(Event::InitApply(n)) => {
+                listed.insert(n.metadata.name.clone().unwrap_or_default(), views::node_down(&n));
+            }
+            Ok(Event::InitDone) => {
+                let mut s = inner.lock();
+                let known: Vec<String> = s.nodes_down.keys().cloned().collect();
+                for name in known {
+                    if !listed.contains_key(&name) {
+                        s.node(&name, Some("was deleted".to_owned()));
+                    }
+                }
+                for (name, down) in std::mem::take(&mut listed) {
+                    s.node(&name, down);
+                }
+            }
+            Ok(Event::Apply(n)) => {
+                inner.lock().node(n.metadata.name.as_deref().unwrap_or_default(), views::node_down(&n));
+            }
+            Ok(Event::Delete(n)) => {
+                inner
+                    .lock()
+                    .node(n.metadata.name.as_deref().unwrap_or_default(), Some("was deleted".to_owned()));
+            }
+            Err(e) => eprintln!("trainyard: watching nodes: {e}"),
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! What the watches have seen, per attempt, and what of it has been reported. Level-triggered: every watch
+//! event marks its attempt dirty, and `poll` reads the dirty attempts' objects afresh ([`super::status::assess`])
+//! and reports what changed since the last report. A restarted server starts with nothing reported, so it
+//! reports each attempt's present once (the control loop ignores what it already knows).
+
+use super::status::{Assessment, JobKind, JobView, PodView, assess};
+use crate::{AttemptKey, Observation, StopCause};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use trainyard_core::lifecycle::Reason;
+
+/// What is known of one attempt.
+#[derive(Debug, Clone)]
+pub(super) struct Attempt {
+    pub(super) namespace: String,
+    pub(super) job_name: String,
+    pub(super) kind: Option<JobKind>,
+    /// The job object as last seen; None when it was never seen or is gone.
+    pub(super) job: Option<JobView>,
+    pub(super) pods: BTreeMap<String, PodView>,
+    /// Settings read back from the job's annotations (or set at launch).
+    pub(super) precheck: bool,
+    pub(super) pull_tolerance: i64,
+    pub(super) mount_paths: Vec<String>,
+    /// Debug retention: the job is left for the operator's TTL instead of deleted once it ends.
+    pub(super) retain: bool,
+    /// Launched by this process and not yet seen by the watch: alive meanwhile.
+    pub(super) launched: bool,
+    /// Pulls that failed so far, and the last waiting reason per pod (a new pull is a new `ErrImagePull`).
+    pub(super) pulls: u32,
+    pub(super) pull_state: BTreeMap<String, String>,
+    pub(super) stop: Option<StopCause>,
+    pub(super) sent: Sent,
+}
+
+/// What has been reported of an attempt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Sent {
+    pub(super) started: bool,
+    pub(super) precheck_passed: bool,
+    pub(super) finished: bool,
+}
+
+impl Attempt {
+    pub(super) fn new(namespace: &str, job_name: &str) -> Attempt {
+        Attempt {
+            namespace: namespace.to_owned(),
+            job_name: job_name.to_owned(),
+            kind: None,
+            job: None,
+            pods: BTreeMap::new(),
+            precheck: false,
+            pull_tolerance: -1,
+            mount_paths: Vec::new(),
+            retain: false,
+            launched: false,
+            pulls: 0,
+            pull_state: BTreeMap::new(),
+            stop: None,
+            sent: Sent::default(),
+        }
+    }
+
+    /// Objects of it exist (or were just created).
+    fn exists(&self) -> bool {
+        self.launched || self.job.is_some() || !self.pods.is_empty()
+    }
+}
+
+/// A deletion the backend owes the cluster: an ended attempt's job (its pods and secrets go with it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Cleanup {
+    pub(super) namespace: String,
+    pub(super) job_name: String,
+    pub(super) kind: JobKind,
+    /// Delete its pods at once (their node is gone; nothing would run the exit hook).
+    pub(super) now: bool,
+}
+
+/// Everything the watches have seen.
+#[derive(Debug, Default)]
+pub(super) struct State {
+    pub(super) attempts: HashMap<AttemptKey, Attempt>,
+    pub(super) dirty: BTreeSet<AttemptKey>,
+    /// Nodes whose Ready condition is not True, and nodes that were deleted, with why.
+    pub(super) nodes_down: BTreeMap<String, String>,
+    /// Observations decided outside a poll (a stop of an attempt that has nothing left).
+    pub(super) out: Vec<Observation>,
+    pub(super) cleanups: Vec<Cleanup>,
+    /// The watches have listed everything once (jobs, pods): before that `alive` is not to be trusted.
+    pub(super) synced_jobs: bool,
+    pub(super) synced_pods: bool,
+    /// The job kinds whose watch has listed once.
+    pub(super) synced_kinds: std::collections::HashSet<JobKind>,
+}
+
+impl State {
+    pub(super) fn attempt(&mut self, key: &AttemptKey, namespace: &str, job_name: &str) -> &mut Attempt {
+        self.dirty.insert(key.clone());
+        self.attempts.entry(key.clone()).or_insert_with(|| Attempt::new(namespace, job_name))
+    }
+
+    /// A node went down or came back; its attempts are read again.
+    pub(super) fn node(&mut self, name: &str, down: Option<String>) {
+        let changed = match down {
+            Some(why) => self.nodes_down.insert(name.to_owned(), why.clone()).as_ref() != Some(&why),
+            None => self.nodes_down.remove(name).is_some(),
+        };
+        if changed {
+            for (key, a) in &self.attempts {
+                if a.pods.values().any(|p| p.node == name) {
+                    self.dirty.insert(key.clone());
+                }
+            }
+        }
+    }
+
+    /// Attempts that hold objects on the cluster and have not ended (as far as was reported).
+    pub(super) fn alive(&self) -> Vec<AttemptKey> {
+        let mut out: Vec<AttemptKey> = self
+            .attempts
+            .iter()
+            .filter(|(_, a)| a.exists() && (!a.sent.finished || a.stop.is_some()))
+            .map(|(k, _)| k.clone())
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Reports what changed in the dirty attempts.
+    pub(super) fn poll(&mut self) -> Vec<Observation> {
+        let mut out = std::mem::take(&mut self.out);
+        let synced = self.synced_jobs && self.synced_pods;
+        let dirty = std::mem::take(&mut self.dirty);
+        for key in dirty {
+            let Some(a) = self.attempts.get_mut(&key) else { continue };
+            let gone = synced && a.job.is_none() && a.pods.is_empty() && !a.launched;
+            if let Some(cause) = a.stop {
+                if gone {
+                    out.push(Observation::Stopped {
+                        key: key.clone(),
+                        cause: Some(cause),
+                        message: "the job and its pods are gone".to_owned(),
+                    });
+                    self.attempts.remove(&key);
+                }
+                continue;
+            }
+            if a.sent.finished {
+                if gone {
+                    self.attempts.remove(&key);
+                }
+                continue;
+            }
+            let Some(kind) = a.kind else {
+                // Pods seen before their job: nothing to say until the job is.
+                if gone {
+                    self.attempts.remove(&key);
+                }
+                continue;
+            };
+            let Some(job) = &a.job else {
+                if gone {
+                    // The job went away without a stop (deleted by hand, or its TTL): it ended unseen.
+                    out.push(Observation::Finished {
+                        key: key.clone(),
+                        reason: Reason::NodeFailed,
+                        message: format!("job {}/{} disappeared before it ended", a.namespace, a.job_name),
+                    });
+                    self.attempts.remove(&key);
+                }
+                continue;
+            };
+            let pods: Vec<PodView> = a.pods.values().cloned().collect();
+            let mounts: Vec<&str> = a.mount_paths.iter().map(String::as_str).collect();
+            let mut verdict = assess(kind, job, &pods, a.precheck, &mounts);
+            let down = pods.iter().find_map(|p| self.nodes_down.get(&p.node).map(|why| (p, why)));
+            let mut now = false;
+            if verdict.ended.is_none()
+                && let Some((p, why)) = down
+            {
+                now = true;
+                verdict.suspects.push((p.node.clone(), format!("node {} {why}", p.node)));
+                verdict.ended = Some((
+                    Reason::NodeFailed,
+                    format!("{} lost its node {}: the node {why}", p.name, p.node),
+                ));
+            }
+            if verdict.ended.is_none() {
+                pull_failures(&key, a, &pods, &mut verdict, &mut out);
+            }
+            report(&key, a, verdict, &mut out);
+            if a.sent.finished && (!a.retain || now) {
+                self.cleanups.push(Cleanup {
+                    namespace: a.namespace.clone(),
+                    job_name: a.job_name.clone(),
+                    kind,
+                    now,
+                });
+            }
+        }
+        out
+    }
+}
+
+/// Counts new image pulls that failed; past the tolerance (-1: never) the attempt fails.
+fn pull_failures(
+    key: &AttemptKey,
+    a: &mut Attempt,
+    pods: &[PodView],
+    v: &mut Assessment,
+    out: &mut Vec<Observation>,
+) {
+    for p in pods {
+        let now = p.pull_trouble().map(|(reason, _)| reason.to_owned()).unwrap_or_default();
+        let before = a.pull_state.insert(p.name.clone(), now.clone()).unwrap_or_default();
+        if now.is_empty() || now == before || now == "ImagePullBackOff" {
+            continue;
+        }
+        a.pulls += 1;
+        let message = p.pull_trouble().map(|(_, m)| m.to_owned()).unwrap_or_default();
+        out.push(Observation::Note {
+            key: key.clone(),
+            reason: Reason::ImagePullBackOff,
+            message: format!("{}: pull {} failed: {message}", p.name, a.pulls),
+        });
+        if a.pull_tolerance >= 0 && i64::from(a.pulls) > a.pull_tolerance {
+            let allowed = match a.pull_tolerance {
+                0 => "no retries allowed".to_owned(),
+                n => format!("{n} retries allowed"),
+            };
+            v.ended = Some((
+                Reason::ImagePullFailed,
+                format!("{}: {message}; gave up after {} pulls ({allowed})", p.name, a.pulls),
+            ));
+            return;
+        }
+    }
+}
+
+/// Turns a verdict into the observations not reported yet.
+fn report(key: &AttemptKey, a: &mut Attempt, v: Assessment, out: &mut Vec<Observation>) {
+    if v.started && !a.sent.started {
+        a.sent.started = true;
+        out.push(Observation::Started { key: key.clone(), precheck: a.precheck });
+    }
+    if a.precheck && v.precheck_passed && !a.sent.precheck_passed {
+        a.sent.precheck_passed = true;
+        out.push(Observation::PrecheckPassed {
+            key: key.clone(),
+            message: "every replica passed".to_owned(),
+        });
+    }
+    if let Some((reason, message)) = v.ended {
+        for (node, message) in v.suspects {
+            out.push(Observation::NodeSuspect { key: key.clone(), node, message });
+        }
+        a.sent.finished = true;
+        out.push(Observation::Finished { key: key.clone(), reason, message });
+    }
+}
+
+#[cfg(test)]
+#[path = "state_tests.rs"]
+mod tests;

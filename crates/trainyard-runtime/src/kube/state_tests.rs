@@ -1,0 +1,138 @@
+use super::super::status::ContainerState;
+use super::*;
+
+fn key() -> AttemptKey {
+    AttemptKey { task_id: "t-1".into(), attempt: 1 }
+}
+
+fn synced() -> State {
+    State { synced_jobs: true, synced_pods: true, ..State::default() }
+}
+
+fn pod(name: &str, node: &str, state: ContainerState) -> PodView {
+    PodView {
+        name: name.into(),
+        role: "master".into(),
+        node: node.into(),
+        phase: match state {
+            ContainerState::Running => "Running".into(),
+            _ => "Pending".into(),
+        },
+        init: Vec::new(),
+        containers: vec![("trainer".into(), state)],
+        deleting: false,
+    }
+}
+
+fn launched(s: &mut State) {
+    let a = s.attempt(&key(), "ns", "job");
+    a.kind = Some(JobKind::PyTorch);
+    a.launched = true;
+}
+
+fn reasons(out: &[Observation]) -> Vec<String> {
+    out.iter()
+        .map(|o| match o {
+            Observation::Started { .. } => "Started".to_owned(),
+            Observation::Finished { reason, .. } => format!("Finished {reason}"),
+            Observation::Stopped { cause, .. } => format!("Stopped {cause:?}"),
+            Observation::Note { reason, .. } => format!("Note {reason}"),
+            Observation::NodeSuspect { node, .. } => format!("Suspect {node}"),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn a_launch_is_alive_before_the_watch_sees_it_and_reports_each_step_once() {
+    let mut s = synced();
+    launched(&mut s);
+    assert_eq!(s.alive(), vec![key()]);
+    assert!(s.poll().is_empty());
+    let a = s.attempt(&key(), "ns", "job");
+    a.job = Some(JobView { conditions: vec![("Running".into(), String::new())], ..JobView::default() });
+    a.pods.insert("job-master-0".into(), pod("job-master-0", "n1", ContainerState::Running));
+    assert_eq!(reasons(&s.poll()), ["Started"]);
+    s.dirty.insert(key());
+    assert!(s.poll().is_empty(), "nothing new is reported twice");
+    s.attempt(&key(), "ns", "job").job.as_mut().unwrap().conditions.push(("Succeeded".into(), "done".into()));
+    assert_eq!(reasons(&s.poll()), ["Finished Completed"]);
+    assert!(s.alive().is_empty(), "an ended attempt is not alive");
+    assert_eq!(s.cleanups.len(), 1, "its job is deleted");
+}
+
+#[test]
+fn a_stop_ends_when_the_job_and_its_pods_are_gone() {
+    let mut s = synced();
+    launched(&mut s);
+    let a = s.attempt(&key(), "ns", "job");
+    a.launched = false;
+    a.job = Some(JobView::default());
+    a.pods.insert("p".into(), pod("p", "n1", ContainerState::Running));
+    a.stop = Some(StopCause::Preempted);
+    assert!(s.poll().is_empty());
+    s.attempt(&key(), "ns", "job").job = None;
+    assert!(s.poll().is_empty(), "a pod is still terminating");
+    assert_eq!(s.alive(), vec![key()]);
+    s.attempt(&key(), "ns", "job").pods.clear();
+    assert_eq!(reasons(&s.poll()), ["Stopped Some(Preempted)"]);
+    assert!(s.attempts.is_empty() && s.alive().is_empty());
+}
+
+#[test]
+fn nothing_is_called_gone_before_the_watches_have_listed_once() {
+    let mut s = State::default();
+    let a = s.attempt(&key(), "ns", "job");
+    a.kind = Some(JobKind::PyTorch);
+    a.stop = Some(StopCause::UserStop);
+    assert!(s.poll().is_empty());
+    s.synced_jobs = true;
+    s.synced_pods = true;
+    s.dirty.insert(key());
+    assert_eq!(reasons(&s.poll()), ["Stopped Some(UserStop)"]);
+}
+
+#[test]
+fn a_node_going_down_fails_its_attempt_as_node_failed_and_suspects_it() {
+    let mut s = synced();
+    launched(&mut s);
+    let a = s.attempt(&key(), "ns", "job");
+    a.job = Some(JobView::default());
+    a.pods.insert("p".into(), pod("p", "n1", ContainerState::Running));
+    assert_eq!(reasons(&s.poll()), ["Started"]);
+    s.node("n2", Some("is NotReady".into()));
+    assert!(s.dirty.is_empty(), "another node's trouble is not this attempt's");
+    s.node("n1", Some("is NotReady".into()));
+    assert_eq!(reasons(&s.poll()), ["Suspect n1", "Finished NodeFailed"]);
+    assert!(s.cleanups[0].now, "its pods are deleted at once");
+}
+
+#[test]
+fn failed_pulls_are_counted_per_new_pull_and_fail_past_the_tolerance() {
+    let mut s = synced();
+    launched(&mut s);
+    let a = s.attempt(&key(), "ns", "job");
+    a.pull_tolerance = 1;
+    a.job = Some(JobView::default());
+    let waiting = |r: &str| ContainerState::Waiting { reason: r.into(), message: "nope:1 not found".into() };
+    let mut steps = Vec::new();
+    for r in ["ErrImagePull", "ImagePullBackOff", "ImagePullBackOff", "ErrImagePull"] {
+        s.attempt(&key(), "ns", "job").pods.insert("p".into(), pod("p", "n1", waiting(r)));
+        steps.push(reasons(&s.poll()));
+    }
+    assert_eq!(steps[0], ["Note ImagePullBackOff"]);
+    assert!(steps[1].is_empty() && steps[2].is_empty());
+    assert_eq!(steps[3], ["Note ImagePullBackOff", "Finished ImagePullFailed"]);
+}
+
+#[test]
+fn a_job_that_disappears_without_a_stop_ended_unseen() {
+    let mut s = synced();
+    launched(&mut s);
+    let a = s.attempt(&key(), "ns", "job");
+    a.launched = false;
+    a.job = Some(JobView::default());
+    assert!(s.poll().is_empty());
+    s.attempt(&key(), "ns", "job").job = None;
+    assert_eq!(reasons(&s.poll()), ["Finished NodeFailed"]);
+}

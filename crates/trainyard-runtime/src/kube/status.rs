@@ -1,0 +1,215 @@
+//! What an attempt's job object and pods say, as a verdict: pure, so every rule is tested without a cluster.
+//! The watch side turns API objects into [`JobView`] and [`PodView`]; [`assess`] reads them the way the
+//! local backend reads its supervisors' records, with the same failure classes
+//! ([`trainyard_core::failure::classify`]).
+
+use trainyard_core::failure::{Exit, classify};
+use trainyard_core::lifecycle::Reason;
+
+/// The name of the precheck's init container (the objects and the verdict agree on it).
+pub const PRECHECK_CONTAINER: &str = "trainyard-precheck";
+/// Exit code of the precheck when the image has no torch: no fault of the node.
+const PRECHECK_NO_TORCH: i32 = 3;
+
+/// Which operator runs the attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobKind {
+    PyTorch,
+    Ray,
+}
+
+/// A job object's status, as far as the verdict needs it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobView {
+    /// Conditions that are `True`, by type (PyTorchJob: Created, Running, Restarting, Succeeded, Failed,
+    /// Suspended), with their messages.
+    pub conditions: Vec<(String, String)>,
+    /// RayJob: `status.jobStatus` (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED).
+    pub ray_job_status: Option<String>,
+    /// RayJob: `status.jobDeploymentStatus` (Initializing, Running, Complete, Failed, ...).
+    pub ray_deployment_status: Option<String>,
+    /// RayJob: `status.message` or `status.reason`.
+    pub message: Option<String>,
+    /// The object is being deleted.
+    pub deleting: bool,
+}
+
+impl JobView {
+    fn condition(&self, kind: &str) -> Option<&str> {
+        self.conditions.iter().find(|(t, _)| t == kind).map(|(_, m)| m.as_str())
+    }
+}
+
+/// How one container is, as its pod's status says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContainerState {
+    Waiting { reason: String, message: String },
+    Running,
+    Terminated { exit_code: i32, signal: Option<i32>, reason: String, message: String },
+}
+
+/// One pod of an attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodView {
+    pub name: String,
+    /// `master`, `worker` or `head`.
+    pub role: String,
+    /// The node it was bound to (empty while pending).
+    pub node: String,
+    /// `Pending`, `Running`, `Succeeded`, `Failed`, `Unknown`.
+    pub phase: String,
+    /// Init containers by name (the precheck is one).
+    pub init: Vec<(String, ContainerState)>,
+    /// The main containers by name.
+    pub containers: Vec<(String, ContainerState)>,
+    pub deleting: bool,
+}
+
+impl PodView {
+    fn precheck(&self) -> Option<&ContainerState> {
+        self.init.iter().find(|(n, _)| n == PRECHECK_CONTAINER).map(|(_, s)| s)
+    }
+
+    /// A main container that ran or runs.
+    fn started(&self) -> bool {
+        self.phase == "Running"
+            || self
+                .containers
+                .iter()
+                .any(|(_, s)| matches!(s, ContainerState::Running | ContainerState::Terminated { .. }))
+    }
+
+    /// The first main container that ended badly, as an [`Exit`] with its reason.
+    fn failed_exit(&self) -> Option<(Exit, String)> {
+        self.containers.iter().find_map(|(_, s)| match s {
+            ContainerState::Terminated { exit_code, signal, reason, message } if *exit_code != 0 => Some((
+                Exit { code: Some(*exit_code), signal: *signal, oom_killed: reason == "OOMKilled" },
+                message.clone(),
+            )),
+            _ => None,
+        })
+    }
+
+    /// Image pull trouble: the waiting reason and message of the first container stuck on its image.
+    pub fn pull_trouble(&self) -> Option<(&str, &str)> {
+        self.init.iter().chain(&self.containers).find_map(|(_, s)| match s {
+            ContainerState::Waiting { reason, message } if is_pull_reason(reason) => {
+                Some((reason.as_str(), message.as_str()))
+            }
+            _ => None,
+        })
+    }
+}
+
+/// Waiting reasons that mean the image could not be pulled.
+pub fn is_pull_reason(reason: &str) -> bool {
+    matches!(reason, "ErrImagePull" | "ImagePullBackOff" | "InvalidImageName" | "ErrImageNeverPull")
+}
+
+/// What an attempt's objects say now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Assessment {
+    /// A main container runs or ran (or, with a precheck, the precheck started).
+    pub started: bool,
+    /// Every pod's precheck ended well.
+    pub precheck_passed: bool,
+    /// How the attempt ended, once it has.
+    pub ended: Option<(Reason, String)>,
+    /// Nodes that look broken for this attempt (a failed precheck that was not about the image).
+    pub suspects: Vec<(String, String)>,
+}
+
+/// Reads a job and its pods. `precheck`: the attempt has a precheck init container. `mount_paths`: the task's
+/// mounts, so a missing file under one is named as a data problem.
+pub fn assess(
+    kind: JobKind,
+    job: &JobView,
+    pods: &[PodView],
+    precheck: bool,
+    mount_paths: &[&str],
+) -> Assessment {
+    let mut a = Assessment {
+        started: pods.iter().any(|p| {
+            p.started()
+                || (precheck
+                    && p.precheck().is_some_and(|s| {
+                        matches!(s, ContainerState::Running | ContainerState::Terminated { .. })
+                    }))
+        }),
+        ..Assessment::default()
+    };
+    if precheck {
+        let checks: Vec<_> = pods.iter().filter_map(|p| p.precheck().map(|s| (p, s))).collect();
+        a.precheck_passed = !checks.is_empty()
+            && checks.iter().all(|(_, s)| matches!(s, ContainerState::Terminated { exit_code: 0, .. }));
+        if let Some((p, code, message)) = checks.iter().find_map(|(p, s)| match s {
+            ContainerState::Terminated { exit_code, message, .. } if *exit_code != 0 => {
+                Some((p, *exit_code, message))
+            }
+            _ => None,
+        }) {
+            let why = if message.is_empty() {
+                format!("the precheck exited with code {code}")
+            } else {
+                message.clone()
+            };
+            if code != PRECHECK_NO_TORCH && !p.node.is_empty() {
+                a.suspects
+                    .push((p.node.clone(), format!("node {} failed the precheck of {}", p.node, p.name)));
+            }
+            a.ended = Some((Reason::PrecheckFailed, format!("{}: {why}", p.name)));
+            return a;
+        }
+    }
+    a.ended = match kind {
+        JobKind::PyTorch => pytorch_end(job, pods, mount_paths),
+        JobKind::Ray => ray_end(job, pods, mount_paths),
+    };
+    if a.ended.is_some() {
+        a.started = true;
+    }
+    a
+}
+
+/// The master first, then the workers in order: the first failed pod names the failure.
+fn failure_of(pods: &[PodView], mount_paths: &[&str]) -> Option<(Reason, String)> {
+    let mut ordered: Vec<&PodView> = pods.iter().collect();
+    ordered.sort_by_key(|p| (!matches!(p.role.as_str(), "master" | "head"), p.name.clone()));
+    ordered.iter().find_map(|p| {
+        let (exit, message) = p.failed_exit()?;
+        Some(classify(&p.name, &exit, &message, mount_paths))
+    })
+}
+
+fn pytorch_end(job: &JobView, pods: &[PodView], mount_paths: &[&str]) -> Option<(Reason, String)> {
+    if let Some(m) = job.condition("Succeeded") {
+        return Some((
+            Reason::Completed,
+            if m.is_empty() { "every replica ended well".to_owned() } else { m.to_owned() },
+        ));
+    }
+    let m = job.condition("Failed")?;
+    Some(
+        failure_of(pods, mount_paths)
+            .unwrap_or_else(|| (Reason::UserError, format!("the PyTorchJob failed: {m}"))),
+    )
+}
+
+fn ray_end(job: &JobView, pods: &[PodView], mount_paths: &[&str]) -> Option<(Reason, String)> {
+    let status = job.ray_job_status.as_deref().unwrap_or("");
+    let deployment = job.ray_deployment_status.as_deref().unwrap_or("");
+    let message = job.message.clone().unwrap_or_default();
+    match (status, deployment) {
+        ("SUCCEEDED", _) => Some((Reason::Completed, "the entrypoint ended well".to_owned())),
+        ("FAILED" | "STOPPED", _) | (_, "Failed") => {
+            Some(failure_of(pods, mount_paths).unwrap_or_else(|| {
+                (Reason::UserError, format!("the RayJob failed: {message}").trim_end_matches(": ").to_owned())
+            }))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+#[path = "status_tests.rs"]
+mod tests;

@@ -1,0 +1,126 @@
+use super::*;
+
+fn pod(name: &str, role: &str, phase: &str, containers: Vec<ContainerState>) -> PodView {
+    PodView {
+        name: name.to_owned(),
+        role: role.to_owned(),
+        node: format!("node-{name}"),
+        phase: phase.to_owned(),
+        init: Vec::new(),
+        containers: containers.into_iter().map(|s| ("trainer".to_owned(), s)).collect(),
+        deleting: false,
+    }
+}
+
+fn ended(code: i32, reason: &str) -> ContainerState {
+    ContainerState::Terminated {
+        exit_code: code,
+        signal: None,
+        reason: reason.to_owned(),
+        message: String::new(),
+    }
+}
+
+fn waiting(reason: &str) -> ContainerState {
+    ContainerState::Waiting { reason: reason.to_owned(), message: format!("{reason}: pulling nope:1") }
+}
+
+fn job(conditions: &[&str]) -> JobView {
+    JobView {
+        conditions: conditions.iter().map(|c| ((*c).to_owned(), format!("{c} says so"))).collect(),
+        ..JobView::default()
+    }
+}
+
+#[test]
+fn pending_pods_have_not_started_and_running_ones_have() {
+    let pending = [pod("m-0", "master", "Pending", vec![waiting("ContainerCreating")])];
+    let a = assess(JobKind::PyTorch, &job(&["Created"]), &pending, false, &[]);
+    assert_eq!(a, Assessment::default());
+    let running = [pod("m-0", "master", "Running", vec![ContainerState::Running])];
+    let a = assess(JobKind::PyTorch, &job(&["Created", "Running"]), &running, false, &[]);
+    assert!(a.started && a.ended.is_none(), "{a:?}");
+}
+
+#[test]
+fn a_succeeded_pytorchjob_completes() {
+    let pods = [pod("m-0", "master", "Succeeded", vec![ended(0, "Completed")])];
+    let a = assess(JobKind::PyTorch, &job(&["Created", "Succeeded"]), &pods, false, &[]);
+    assert_eq!(a.ended.map(|e| e.0), Some(Reason::Completed));
+    assert!(a.started);
+}
+
+#[test]
+fn a_failed_pytorchjob_is_classified_by_its_first_failed_pod_master_first() {
+    let pods = [
+        pod("j-worker-0", "worker", "Failed", vec![ended(2, "Error")]),
+        pod("j-master-0", "master", "Failed", vec![ended(3, "Error")]),
+    ];
+    let (reason, message) = assess(JobKind::PyTorch, &job(&["Failed"]), &pods, false, &[]).ended.unwrap();
+    assert_eq!(reason, Reason::UserError);
+    assert!(message.contains("j-master-0") && message.contains("code 3"), "{message}");
+
+    let oom = [pod("j-worker-0", "worker", "Failed", vec![ended(137, "OOMKilled")])];
+    let (reason, message) = assess(JobKind::PyTorch, &job(&["Failed"]), &oom, false, &[]).ended.unwrap();
+    assert_eq!(reason, Reason::OutOfMemory, "{message}");
+
+    // The operator failed the job but no pod says why (deleted pods, a backoff limit): its message.
+    let (reason, message) = assess(JobKind::PyTorch, &job(&["Failed"]), &[], false, &[]).ended.unwrap();
+    assert_eq!(reason, Reason::UserError);
+    assert!(message.contains("Failed says so"), "{message}");
+}
+
+#[test]
+fn the_precheck_passes_or_fails_with_a_suspect_node() {
+    let mut p = pod("m-0", "master", "Pending", vec![waiting("PodInitializing")]);
+    p.init = vec![(PRECHECK_CONTAINER.to_owned(), ContainerState::Running)];
+    let a = assess(JobKind::PyTorch, &job(&["Created"]), std::slice::from_ref(&p), true, &[]);
+    assert!(a.started && !a.precheck_passed && a.ended.is_none(), "{a:?}");
+
+    p.init[0].1 = ended(0, "Completed");
+    let a = assess(JobKind::PyTorch, &job(&["Created"]), std::slice::from_ref(&p), true, &[]);
+    assert!(a.precheck_passed, "{a:?}");
+
+    p.init[0].1 = ContainerState::Terminated {
+        exit_code: 2,
+        signal: None,
+        reason: "Error".into(),
+        message: "GPU 0 failed its check".into(),
+    };
+    let a = assess(JobKind::PyTorch, &job(&["Created"]), std::slice::from_ref(&p), true, &[]);
+    let (reason, message) = a.ended.unwrap();
+    assert_eq!(reason, Reason::PrecheckFailed);
+    assert!(message.contains("GPU 0 failed its check"), "{message}");
+    assert_eq!(
+        a.suspects,
+        vec![("node-m-0".to_owned(), "node node-m-0 failed the precheck of m-0".to_owned())]
+    );
+
+    // No torch in the image: the precheck fails, but the node is not to blame.
+    p.init[0].1 = ended(PRECHECK_NO_TORCH, "Error");
+    let a = assess(JobKind::PyTorch, &job(&["Created"]), std::slice::from_ref(&p), true, &[]);
+    assert_eq!(a.ended.map(|e| e.0), Some(Reason::PrecheckFailed));
+    assert!(a.suspects.is_empty());
+}
+
+#[test]
+fn rayjobs_end_by_their_job_status() {
+    let head = [pod("r-head", "head", "Running", vec![ContainerState::Running])];
+    let mut j = JobView { ray_job_status: Some("RUNNING".into()), ..JobView::default() };
+    assert_eq!(assess(JobKind::Ray, &j, &head, false, &[]).ended, None);
+    j.ray_job_status = Some("SUCCEEDED".into());
+    assert_eq!(assess(JobKind::Ray, &j, &head, false, &[]).ended.map(|e| e.0), Some(Reason::Completed));
+    j.ray_job_status = Some("FAILED".into());
+    j.message = Some("entrypoint exited with 1".into());
+    let (reason, message) = assess(JobKind::Ray, &j, &head, false, &[]).ended.unwrap();
+    assert_eq!(reason, Reason::UserError);
+    assert!(message.contains("entrypoint exited with 1"), "{message}");
+}
+
+#[test]
+fn pull_trouble_is_seen_on_init_and_main_containers() {
+    let p = pod("m-0", "master", "Pending", vec![waiting("ImagePullBackOff")]);
+    assert_eq!(p.pull_trouble().map(|t| t.0), Some("ImagePullBackOff"));
+    let p = pod("m-0", "master", "Pending", vec![waiting("ContainerCreating")]);
+    assert_eq!(p.pull_trouble(), None);
+}
