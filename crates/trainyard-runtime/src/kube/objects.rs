@@ -96,7 +96,8 @@ pub struct KubeSettings {
     /// `grace_s`.
     pub grace_s: u64,
     /// How long a finished PyTorchJob and its pods are kept (`runPolicy.ttlSecondsAfterFinished`), for the
-    /// logs and for debugging; 0 deletes the pods when the job ends (`cleanPodPolicy: All`).
+    /// logs and for debugging (running ones are deleted when the job ends: `cleanPodPolicy: Running`); 0
+    /// deletes every pod when the job ends (`cleanPodPolicy: All`).
     pub keep_finished_s: u32,
     /// The RayJob submitter pod's CPU (millicores) and memory (MiB): it only runs `ray job submit`.
     pub submitter_millicpu: u64,
@@ -414,7 +415,9 @@ impl Ctx<'_> {
         }
         let mut run_policy = json!({
             // Finished pods stay while the job is kept (their logs, `kubectl exec` for debugging).
-            "cleanPodPolicy": if self.s.keep_finished_s > 0 { "None" } else { "All" },
+            // Replicas still running when the job ends (a worker failed) are deleted at once; ended ones are
+            // kept until the TTL, for their logs.
+            "cleanPodPolicy": if self.s.keep_finished_s > 0 { "Running" } else { "All" },
             "ttlSecondsAfterFinished": self.s.keep_finished_s,
             // Trainyard's fault tolerance resubmits; the operator never restarts a replica.
             "backoffLimit": 0,

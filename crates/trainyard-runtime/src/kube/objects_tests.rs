@@ -153,7 +153,7 @@ fn pytorchjob_of_a_master_and_two_workers_on_two_nodes() {
     assert_eq!(job["spec"]["nprocPerNode"], "2");
     assert_eq!(
         job["spec"]["runPolicy"],
-        json!({"cleanPodPolicy": "None", "ttlSecondsAfterFinished": 600, "backoffLimit": 0})
+        json!({"cleanPodPolicy": "Running", "ttlSecondsAfterFinished": 600, "backoffLimit": 0})
     );
 
     // Placement: each role on the nodes Trainyard chose for it.

@@ -173,6 +173,7 @@ impl State {
             let pods: Vec<PodView> = a.pods.values().cloned().collect();
             let mounts: Vec<&str> = a.mount_paths.iter().map(String::as_str).collect();
             let mut verdict = assess(kind, job, &pods, a.precheck, &mounts);
+            let operator_ended = job.ended();
             let down = pods.iter().find_map(|p| self.nodes_down.get(&p.node).map(|why| (p, why)));
             let mut now = false;
             if verdict.ended.is_none()
@@ -188,8 +189,11 @@ impl State {
             if verdict.ended.is_none() {
                 pull_failures(&key, a, &pods, &mut verdict, &mut out);
             }
+            // A job its operator ended cleans up after itself (running pods at once, the rest after its TTL,
+            // the logs readable meanwhile); one that ended by Trainyard's verdict (a pull given up, a lost node)
+            // still has pods waiting or running, and is deleted.
             report(&key, a, verdict, &mut out);
-            if a.sent.finished && (!a.retain || now) {
+            if a.sent.finished && ((!a.retain && !operator_ended) || now) {
                 self.cleanups.push(Cleanup {
                     namespace: a.namespace.clone(),
                     job_name: a.job_name.clone(),

@@ -35,6 +35,14 @@ pub struct JobView {
 }
 
 impl JobView {
+    /// Its operator considers it over.
+    pub fn ended(&self) -> bool {
+        self.condition("Succeeded").is_some()
+            || self.condition("Failed").is_some()
+            || matches!(self.ray_job_status.as_deref(), Some("SUCCEEDED" | "FAILED" | "STOPPED"))
+            || matches!(self.ray_deployment_status.as_deref(), Some("Complete" | "Failed"))
+    }
+
     fn condition(&self, kind: &str) -> Option<&str> {
         self.conditions.iter().find(|(t, _)| t == kind).map(|(_, m)| m.as_str())
     }
