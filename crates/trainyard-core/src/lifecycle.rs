@@ -90,6 +90,9 @@ string_enum! {
         NetworkNotReady = "NetworkNotReady",
         /// A replica's log reached its cap and its oldest part was dropped.
         LogRotated = "LogRotated",
+        /// The cluster said something about the attempt's job or pods (a Kubernetes event: scheduling,
+        /// pulls, the operator's steps), in its own words.
+        ClusterEvent = "ClusterEvent",
     }
 }
 

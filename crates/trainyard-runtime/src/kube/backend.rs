@@ -177,6 +177,7 @@ impl KubeBackend {
         }
         watches.push(tokio::spawn(watch_pods(Arc::downgrade(&inner))));
         watches.push(tokio::spawn(watch_nodes(Arc::downgrade(&inner))));
+        watches.push(tokio::spawn(watch_events(Arc::downgrade(&inner))));
         *inner.watches.lock().unwrap_or_else(|e| e.into_inner()) = watches;
         Ok(KubeBackend { inner })
     }
@@ -669,15 +670,19 @@ async fn watch_pods(inner: std::sync::Weak<Inner>) {
             }
             Ok(Event::InitDone) => {
                 let mut s = inner.lock();
-                let mut touched = Vec::new();
-                for (k, a) in s.attempts.iter_mut() {
-                    let before = a.pods.len();
-                    a.pods.retain(|name, _| listed.contains(&(k.clone(), name.clone())));
-                    if a.pods.len() != before {
-                        touched.push(k.clone());
-                    }
+                let gone: Vec<(AttemptKey, String, String)> = s
+                    .attempts
+                    .iter()
+                    .flat_map(|(k, a)| {
+                        a.pods
+                            .keys()
+                            .filter(|name| !listed.contains(&(k.clone(), (*name).clone())))
+                            .map(|name| (k.clone(), a.namespace.clone(), name.clone()))
+                    })
+                    .collect();
+                for (k, ns, name) in gone {
+                    s.pod_gone(&k, &ns, &name);
                 }
-                s.dirty.extend(touched);
                 s.synced_pods = true;
             }
             Ok(Event::Apply(p)) => {
@@ -685,11 +690,8 @@ async fn watch_pods(inner: std::sync::Weak<Inner>) {
             }
             Ok(Event::Delete(p)) => {
                 if let Some(k) = views::key_of(&p.metadata) {
-                    let mut s = inner.lock();
-                    if let Some(a) = s.attempts.get_mut(&k) {
-                        a.pods.remove(p.metadata.name.as_deref().unwrap_or_default());
-                        s.dirty.insert(k);
-                    }
+                    let (ns, name) = (p.metadata.namespace.as_deref(), p.metadata.name.as_deref());
+                    inner.lock().pod_gone(&k, ns.unwrap_or_default(), name.unwrap_or_default());
                 }
             }
             Err(e) => eprintln!("trainyard: watching pods: {e}"),
@@ -701,11 +703,51 @@ fn pod_seen(inner: &Inner, p: &Pod) -> Option<(AttemptKey, String)> {
     let key = views::key_of(&p.metadata)?;
     let name = p.metadata.name.clone()?;
     let ns = p.metadata.namespace.clone().unwrap_or_default();
-    let job_name = objects::job_name(&key);
-    let mut s = inner.lock();
-    let a = s.attempt(&key, &ns, &job_name);
-    a.pods.insert(name.clone(), views::pod_view(p));
+    inner.lock().pod(&key, &ns, views::pod_view(p));
     Some((key, name))
+}
+
+/// Kubernetes events about the attempts' jobs and pods become their `ClusterEvent`s. Only events that happen
+/// while this server watches: the first listing (older events, already reported by an earlier server or
+/// gone) is skipped, and an event seen again (its count grew) is not repeated.
+async fn watch_events(inner: std::sync::Weak<Inner>) {
+    use k8s_openapi::api::core::v1::Event as KubeEvent;
+    let Some(api) = inner.upgrade().map(|i| Api::<KubeEvent>::all(i.client.clone())) else { return };
+    let mut stream = watch(api, watcher::Config::default()).default_backoff().boxed();
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut listing = true;
+    while let Some(ev) = stream.next().await {
+        let Some(inner) = inner.upgrade() else { return };
+        match ev {
+            Ok(Event::Init) => listing = true,
+            Ok(Event::InitApply(e)) => {
+                seen.extend(e.metadata.uid.clone());
+            }
+            Ok(Event::InitDone) => listing = false,
+            Ok(Event::Apply(e)) if !listing => {
+                let Some(uid) = e.metadata.uid.clone() else { continue };
+                if !seen.insert(uid) {
+                    continue;
+                }
+                if seen.len() > 100_000 {
+                    seen.clear();
+                }
+                let o = &e.involved_object;
+                let (Some(ns), Some(name)) = (o.namespace.as_deref(), o.name.as_deref()) else { continue };
+                let message = format!(
+                    "{} {}/{}: {} {}",
+                    e.type_.as_deref().unwrap_or("Normal"),
+                    o.kind.as_deref().unwrap_or("object"),
+                    name,
+                    e.reason.as_deref().unwrap_or(""),
+                    e.message.as_deref().unwrap_or("").trim()
+                );
+                inner.lock().cluster_event(ns, name, message);
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!("trainyard: watching events: {e}"),
+        }
+    }
 }
 
 async fn watch_nodes(inner: std::sync::Weak<Inner>) {

@@ -91,12 +91,52 @@ pub(super) struct State {
     pub(super) synced_pods: bool,
     /// The job kinds whose watch has listed once.
     pub(super) synced_kinds: std::collections::HashSet<JobKind>,
+    /// Jobs and pods by (namespace, name): what a Kubernetes event is about.
+    pub(super) by_object: HashMap<(String, String), AttemptKey>,
 }
 
 impl State {
     pub(super) fn attempt(&mut self, key: &AttemptKey, namespace: &str, job_name: &str) -> &mut Attempt {
         self.dirty.insert(key.clone());
-        self.attempts.entry(key.clone()).or_insert_with(|| Attempt::new(namespace, job_name))
+        self.attempts.entry(key.clone()).or_insert_with(|| {
+            self.by_object.insert((namespace.to_owned(), job_name.to_owned()), key.clone());
+            Attempt::new(namespace, job_name)
+        })
+    }
+
+    /// A pod of an attempt, as last seen.
+    pub(super) fn pod(&mut self, key: &AttemptKey, namespace: &str, pod: PodView) {
+        self.by_object.insert((namespace.to_owned(), pod.name.clone()), key.clone());
+        let job_name = super::objects::job_name(key);
+        self.attempt(key, namespace, &job_name).pods.insert(pod.name.clone(), pod);
+    }
+
+    /// A pod of an attempt is gone.
+    pub(super) fn pod_gone(&mut self, key: &AttemptKey, namespace: &str, name: &str) {
+        self.by_object.remove(&(namespace.to_owned(), name.to_owned()));
+        if let Some(a) = self.attempts.get_mut(key) {
+            a.pods.remove(name);
+            self.dirty.insert(key.clone());
+        }
+    }
+
+    /// An attempt that has nothing left and nothing more to say.
+    fn forget(&mut self, key: &AttemptKey) {
+        if let Some(a) = self.attempts.remove(key) {
+            self.by_object.remove(&(a.namespace.clone(), a.job_name));
+            for name in a.pods.into_keys() {
+                self.by_object.remove(&(a.namespace.clone(), name));
+            }
+        }
+    }
+
+    /// A Kubernetes event about `(namespace, name)`, reported with its attempt's observations.
+    pub(super) fn cluster_event(&mut self, namespace: &str, name: &str, message: String) {
+        if let Some(key) = self.by_object.get(&(namespace.to_owned(), name.to_owned()))
+            && self.attempts.contains_key(key)
+        {
+            self.out.push(Observation::Note { key: key.clone(), reason: Reason::ClusterEvent, message });
+        }
     }
 
     /// A node went down or came back; its attempts are read again.
@@ -141,20 +181,20 @@ impl State {
                         cause: Some(cause),
                         message: "the job and its pods are gone".to_owned(),
                     });
-                    self.attempts.remove(&key);
+                    self.forget(&key);
                 }
                 continue;
             }
             if a.sent.finished {
                 if gone {
-                    self.attempts.remove(&key);
+                    self.forget(&key);
                 }
                 continue;
             }
             let Some(kind) = a.kind else {
                 // Pods seen before their job: nothing to say until the job is.
                 if gone {
-                    self.attempts.remove(&key);
+                    self.forget(&key);
                 }
                 continue;
             };
@@ -166,7 +206,7 @@ impl State {
                         reason: Reason::NodeFailed,
                         message: format!("job {}/{} disappeared before it ended", a.namespace, a.job_name),
                     });
-                    self.attempts.remove(&key);
+                    self.forget(&key);
                 }
                 continue;
             };

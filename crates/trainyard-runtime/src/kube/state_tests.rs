@@ -141,3 +141,30 @@ fn a_job_that_disappears_without_a_stop_ended_unseen() {
     s.attempt(&key(), "ns", "job").job = None;
     assert_eq!(reasons(&s.poll()), ["Finished NodeFailed"]);
 }
+
+#[test]
+fn cluster_events_about_a_job_or_its_pods_reach_their_attempt_and_no_other() {
+    let mut s = synced();
+    launched(&mut s);
+    s.pod(&key(), "ns", pod("job-master-0", "n1", ContainerState::Running));
+    s.cluster_event("ns", "job", "Normal PyTorchJob/job: SuccessfulCreatePod created".into());
+    s.cluster_event("ns", "job-master-0", "Normal Pod/job-master-0: Scheduled assigned to n1".into());
+    s.cluster_event("other", "job", "about another namespace's job".into());
+    s.cluster_event("ns", "unrelated-pod", "about a pod that is not ours".into());
+    let out = s.poll();
+    let notes: Vec<&str> = out
+        .iter()
+        .filter_map(|o| match o {
+            Observation::Note { reason: Reason::ClusterEvent, message, .. } => Some(message.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(notes.len(), 2, "{out:?}");
+    assert!(notes[1].contains("Scheduled assigned to n1"));
+    // Once the attempt is forgotten, so are its objects.
+    s.attempt(&key(), "ns", "job").stop = Some(StopCause::UserStop);
+    s.attempt(&key(), "ns", "job").launched = false;
+    s.pod_gone(&key(), "ns", "job-master-0");
+    assert_eq!(reasons(&s.poll()), ["Stopped Some(UserStop)"]);
+    assert!(s.by_object.is_empty(), "{:?}", s.by_object);
+}

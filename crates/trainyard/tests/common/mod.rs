@@ -71,7 +71,11 @@ pub fn agent() -> ureq::Agent {
 
 fn spawn(dir: &Path, listen: &str, path: Option<&str>, args: &[String]) -> (Child, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_trainyard"));
-    cmd.args(["up", "--backend", "local", "--listen", listen, "--data-dir"])
+    cmd.arg("up");
+    if !args.iter().any(|a| a == "--backend") {
+        cmd.args(["--backend", "local"]);
+    }
+    cmd.args(["--listen", listen, "--data-dir"])
         .arg(dir)
         .args(args)
         .stdout(Stdio::piped())

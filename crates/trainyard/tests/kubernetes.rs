@@ -1,0 +1,142 @@
+//! End to end on Kubernetes, through Trainyard's own API and CLI: `trainyard up --backend kubernetes` against
+//! the test cluster `scripts/with-kube` starts (a real API server, the real Kubeflow training operator and
+//! KubeRay; kwok's simulated nodes and pods), the examples under `examples/kubernetes/` submitted with the CLI
+//! and followed to Running and Succeeded, with their objects checked on the API server.
+
+mod common;
+
+use common::{Options, Server, secs};
+use serde_json::Value;
+use trainyard_runtime::kube::client::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use trainyard_runtime::kube::openapi::api::core::v1::Node;
+use trainyard_runtime::kube::views::job_resource;
+
+fn block<T>(f: impl std::future::Future<Output = T>) -> T {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RUNTIME.get_or_init(|| tokio::runtime::Runtime::new().unwrap()).block_on(f)
+}
+
+fn client() -> trainyard_runtime::kube::client::Client {
+    assert!(
+        std::env::var_os("TRAINYARD_KUBE_STACK").is_some(),
+        "these tests need the test cluster: run them with scripts/test, which starts it through \
+         scripts/with-kube (or run `scripts/with-kube cargo test --test kubernetes`)"
+    );
+    block(trainyard_runtime::kube::client::Client::try_default()).expect("a client from KUBECONFIG")
+}
+
+/// A kwok node of `pool` with 8 vCPUs and 16 GiB.
+fn node(c: &trainyard_runtime::kube::client::Client, name: &str, pool: &str) {
+    let nodes: Api<Node> = Api::all(c.clone());
+    let body = serde_json::json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {"kubernetes.io/hostname": name, "type": "kwok", "trainyard.dev/pool": pool},
+        },
+    });
+    block(nodes.patch(name, &PatchParams::apply("e2e").force(), &Patch::Apply(&body))).unwrap();
+    let r = serde_json::json!({"cpu": "8", "memory": "16Gi", "pods": "110"});
+    let status = serde_json::json!({"status": {"capacity": r, "allocatable": r}});
+    block(nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))).unwrap();
+}
+
+/// The catalog of the test: the kwok nodes this test made, and the examples' images.
+fn catalog(nodes: &[String]) -> String {
+    let nodes: String =
+        nodes.iter().map(|n| format!("  {n}: {{pool: default, vcpus: 8, memoryMib: 16384}}\n")).collect();
+    format!(
+        "regions: {{kubernetes: {{}}}}\n\
+         clusters: {{kubernetes: {{region: kubernetes}}}}\n\
+         pools: {{default: {{cluster: kubernetes, instanceSpecs: [cpu.small]}}}}\n\
+         instanceSpecs: {{cpu.small: {{kind: CPU, vcpus: 1, memoryMib: 2048}}}}\n\
+         nodes:\n{nodes}\
+         projectGroups: {{default: {{}}}}\n\
+         images: {{pytorch: {{torch: true}}, ray: {{ray: true}}}}\n\
+         quotas: [{{group: default, resourceType: Reserved, pool: default, spec: cpu.small, units: 16}}]\n"
+    )
+}
+
+fn cli(s: &Server, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(args)
+        .env("TRAINYARD_SERVER", &s.base)
+        .env("TRAINYARD_TOKEN", &s.token)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "trainyard {args:?}: {text}");
+    text
+}
+
+/// The id a `trainyard submit` printed.
+fn submitted_id(s: &Server, printed: &str) -> String {
+    let (_, body) = s.call("GET", "/api/v1/tasks?limit=50", None);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["id"].as_str())
+        .find(|id| printed.contains(id))
+        .unwrap_or_else(|| panic!("no submitted task id in {printed}"))
+        .to_owned()
+}
+
+#[test]
+fn the_examples_run_through_the_real_operators_from_the_cli() {
+    let c = client();
+    let pid = std::process::id();
+    let nodes: Vec<String> = (1..=2).map(|i| format!("e2e-{pid}-{i}")).collect();
+    for n in &nodes {
+        node(&c, n, "e2e");
+    }
+    let namespace = format!("e2e-{pid}-{{group}}");
+    let s = Server::start_with(
+        "kube-e2e",
+        Options {
+            args: [
+                "--backend",
+                "kubernetes",
+                "--kube-namespace",
+                &namespace,
+                "--kube-image",
+                "pytorch=docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+                "--kube-image",
+                "ray=docker.io/rayproject/ray:2.60.0",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            own_catalog: true,
+            ..Options::default()
+        },
+    );
+    let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(&catalog(&nodes)));
+    assert_eq!(status, 200, "{body}");
+
+    let printed = cli(&s, &["submit", "-f", "examples/kubernetes/pytorch-ddp.yaml"]);
+    let id = submitted_id(&s, &printed);
+    s.wait_status(&id, "Running", secs(120));
+    // The attempt is one PyTorchJob in the group's namespace, labelled with its task and attempt, its pods
+    // bound to the nodes Trainyard's scheduler chose.
+    let ns = format!("e2e-{pid}-default");
+    let jobs: Api<DynamicObject> = Api::namespaced_with(
+        c.clone(),
+        &ns,
+        &job_resource(trainyard_runtime::kube::status::JobKind::PyTorch),
+    );
+    let listed =
+        block(jobs.list(&ListParams::default().labels(&format!("trainyard.dev/task={id}")))).unwrap();
+    assert_eq!(listed.items.len(), 1, "one job object per attempt");
+    let t = s.wait_status(&id, "Succeeded", secs(120));
+    let events = s.events_text(&id);
+    assert!(events.contains("Started"), "{events}");
+    assert!(t["placement"].to_string().contains(&nodes[0]) || t["placement"].to_string().contains(&nodes[1]));
+
+    let printed = cli(&s, &["submit", "-f", "examples/kubernetes/ray.yaml"]);
+    let id = submitted_id(&s, &printed);
+    s.wait_status(&id, "Running", secs(120));
+    s.wait_status(&id, "Succeeded", secs(180));
+}
