@@ -521,5 +521,5 @@ fn on_kubernetes_an_object_the_api_server_refuses_fails_with_its_reason() {
             _ => None,
         })
         .unwrap_or_else(|| panic!("{seen:?}"));
-    assert!(message.contains("422") && message.contains("queue-name"), "{message}");
+    assert!(message.contains("422 Invalid") && message.contains("\"not a valid label!\""), "{message}");
 }

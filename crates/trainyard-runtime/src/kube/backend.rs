@@ -265,6 +265,25 @@ impl Inner {
         Ok(())
     }
 
+    /// An attempt's SSH keys, read back from its Secret (after a restart of the server).
+    async fn read_ssh_keys(&self, ns: &str, job: &str) -> Result<objects::SshKeys, BackendError> {
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(self.client.clone(), ns);
+        let name = objects::ssh_secret_name(job);
+        let secret =
+            secrets.get(&name).await.map_err(|e| BackendError(api_error(&format!("reading {name}"), &e)))?;
+        let data = secret.data.unwrap_or_default();
+        let text = |k: &str| {
+            data.get(k)
+                .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+                .ok_or_else(|| BackendError(format!("Secret {name} has no {k}")))
+        };
+        Ok(objects::SshKeys {
+            private_key: text("id_ed25519")?,
+            public_key: text("id_ed25519.pub")?,
+            host_key: text("host_ed25519")?,
+        })
+    }
+
     /// The API of an object, by its apiVersion and kind.
     fn api_for(&self, ns: &str, o: &Value) -> Result<Api<DynamicObject>, kube::Error> {
         let (api_version, kind) = (o["apiVersion"].as_str().unwrap_or(""), o["kind"].as_str().unwrap_or(""));
@@ -351,6 +370,28 @@ fn settings_of(spec: &LaunchSpec) -> JobSettings {
     }
 }
 
+/// A fresh key pair and host key for an attempt that asks for passwordless SSH (the same `ssh-keygen` keys
+/// as on the local backend), read into memory; the files are removed at once.
+fn ssh_keys(key: &AttemptKey) -> Result<objects::SshKeys, String> {
+    let dir = std::env::temp_dir().join(format!(
+        "trainyard-ssh-{}-{}-{}",
+        std::process::id(),
+        key.task_id,
+        key.attempt
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let made = crate::local::ssh::make_keys(&dir).and_then(|()| {
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).map_err(|e| format!("{name}: {e}"));
+        Ok(objects::SshKeys {
+            private_key: read("id_ed25519")?,
+            public_key: read("id_ed25519.pub")?,
+            host_key: read("host_ed25519")?,
+        })
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    made
+}
+
 fn kind_of_spec(spec: &LaunchSpec) -> JobKind {
     match spec.task.spec.task_type {
         trainyard_core::spec::TaskType::RayJob => JobKind::Ray,
@@ -433,6 +474,11 @@ impl Backend for KubeBackend {
             }
         }
         let settings = settings_of(spec);
+        let ssh = if spec.task.spec.advanced.passwordless_ssh {
+            ssh_keys(&spec.key).map(Some).map_err(|e| vec![format!("passwordless SSH: {e}")])
+        } else {
+            Ok(None)
+        };
         let objs = if !self.inner.kinds.contains(&kind) {
             Err(vec![format!(
                 "the cluster serves no {} (install {})",
@@ -443,7 +489,10 @@ impl Backend for KubeBackend {
                 }
             )])
         } else {
-            objects::attempt_objects(spec, &self.inner.cfg.settings(&spec.task.metadata.project_group), None)
+            ssh.clone().and_then(|ssh| {
+                let settings = self.inner.cfg.settings(&spec.task.metadata.project_group);
+                objects::attempt_objects(spec, &settings, ssh.as_ref())
+            })
         };
         let mut s = self.inner.lock();
         let a: &mut Attempt = s.attempt(&spec.key, &ns, &job_name);
@@ -453,6 +502,7 @@ impl Backend for KubeBackend {
         a.mount_paths = settings.mount_paths.clone();
         a.retain = settings.retain;
         a.launched = true;
+        a.ssh = ssh.ok().flatten();
         match objs {
             Ok(mut objs) => {
                 annotate(&mut objs.job, &spec.key, &settings);
@@ -473,10 +523,21 @@ impl Backend for KubeBackend {
     }
 
     async fn scale(&self, spec: &LaunchSpec) -> Result<(), BackendError> {
-        // The job object is applied again with the replicas of `spec`; the operator adds or removes pods.
+        // The objects are applied again with the replicas of `spec` (the node affinity and the SSH hostfiles
+        // change with them); the operator adds or removes pods.
         let ns = self.inner.cfg.namespace_of(&spec.task.metadata.project_group);
+        let ssh = if spec.task.spec.advanced.passwordless_ssh {
+            let kept = self.inner.lock().attempts.get(&spec.key).and_then(|a| a.ssh.clone());
+            match kept {
+                Some(k) => Some(k),
+                None => Some(self.inner.read_ssh_keys(&ns, &objects::job_name(&spec.key)).await?),
+            }
+        } else {
+            None
+        };
         let ks = self.inner.cfg.settings(&spec.task.metadata.project_group);
-        let mut objs = objects::attempt_objects(spec, &ks, None).map_err(|p| BackendError(p.join("; ")))?;
+        let mut objs =
+            objects::attempt_objects(spec, &ks, ssh.as_ref()).map_err(|p| BackendError(p.join("; ")))?;
         annotate(&mut objs.job, &spec.key, &settings_of(spec));
         self.inner.apply(&ns, &objs).await.map_err(|e| BackendError(api_error("scaling", &e)))
     }

@@ -30,6 +30,8 @@ pub(super) struct Attempt {
     pub(super) pull_state: BTreeMap<String, String>,
     pub(super) stop: Option<StopCause>,
     pub(super) sent: Sent,
+    /// The attempt's SSH keys, when it has them (kept for a scale, which applies the objects again).
+    pub(super) ssh: Option<super::objects::SshKeys>,
 }
 
 /// What has been reported of an attempt.
@@ -57,6 +59,7 @@ impl Attempt {
             pull_state: BTreeMap::new(),
             stop: None,
             sent: Sent::default(),
+            ssh: None,
         }
     }
 

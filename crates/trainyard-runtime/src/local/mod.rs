@@ -49,7 +49,7 @@ pub mod sandbox;
 mod scratch;
 pub mod seccomp;
 mod spawn;
-mod ssh;
+pub(crate) mod ssh;
 pub mod supervisor;
 
 pub use config::*;

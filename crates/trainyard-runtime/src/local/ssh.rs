@@ -17,7 +17,7 @@ pub(super) fn keygen(path: &Path) -> Result<(), String> {
 }
 
 /// The attempt's key pair (the replicas' identity) and host key (every replica's sshd).
-pub(super) fn make_keys(ssh: &Path) -> Result<(), String> {
+pub(crate) fn make_keys(ssh: &Path) -> Result<(), String> {
     std::fs::create_dir_all(ssh).map_err(|e| e.to_string())?;
     keygen(&ssh.join("id_ed25519"))?;
     keygen(&ssh.join("host_ed25519"))
