@@ -425,7 +425,16 @@ fn scales_up_and_down<S: Subject>(s: &S) {
     block(s.backend().scale(&s.spec_for(&k, 2, Behaviour::RunUntilStopped))).unwrap();
     let names =
         |s: &S| -> Vec<String> { block(s.backend().replicas(&k)).into_iter().map(|(n, _)| n).collect() };
-    assert!(names(s).iter().any(|n| n.ends_with("-worker-1")), "grown: {:?}", names(s));
+    // Listed once the backend has it (at once where the backend starts it itself, after the operator made
+    // the pod on Kubernetes).
+    let t0 = Instant::now();
+    while !names(s).iter().any(|n| n.ends_with("-worker-1")) {
+        assert!(t0.elapsed() < s.patience(), "never grown: {:?}", names(s));
+        for o in block(s.backend().poll(s.now_ms())) {
+            assert!(o.key() != &k || finished(&o).is_none(), "growing is no failure: {o:?}");
+        }
+        s.pass(100);
+    }
     s.pass(1_000);
     block(s.backend().scale(&s.spec_for(&k, 1, Behaviour::RunUntilStopped))).unwrap();
     // The removed replica ends (after its grace); the attempt does not.
