@@ -31,7 +31,7 @@ pub const MANAGED_BY: &str = "trainyard";
 pub const TASK_LABEL: &str = "trainyard.dev/task";
 pub const ATTEMPT_LABEL: &str = "trainyard.dev/attempt";
 pub const GROUP_LABEL: &str = "trainyard.dev/group";
-/// The replica's role (`master`, `worker`, `head`, `submitter`) on pod templates.
+/// The replica's role (`master`, `worker`, `head`) on pod templates.
 pub const ROLE_LABEL: &str = "trainyard.dev/role";
 /// The raw task id and group, when the label value had to be changed to be valid.
 pub const TASK_ID_ANNOTATION: &str = "trainyard.dev/task-id";
@@ -99,9 +99,6 @@ pub struct KubeSettings {
     /// logs and for debugging (running ones are deleted when the job ends: `cleanPodPolicy: Running`); 0
     /// deletes every pod when the job ends (`cleanPodPolicy: All`).
     pub keep_finished_s: u32,
-    /// The RayJob submitter pod's CPU (millicores) and memory (MiB): it only runs `ray job submit`.
-    pub submitter_millicpu: u64,
-    pub submitter_memory_mib: u64,
 }
 
 impl Default for KubeSettings {
@@ -112,8 +109,6 @@ impl Default for KubeSettings {
             images: BTreeMap::new(),
             grace_s: 5,
             keep_finished_s: 600,
-            submitter_millicpu: 500,
-            submitter_memory_mib: 256,
         }
     }
 }
@@ -468,12 +463,11 @@ impl Ctx<'_> {
         let keep_s = ray.debug.as_ref().filter(|d| d.enabled).map_or(0, |d| d.retention_seconds);
         let mut spec = json!({
             "entrypoint": format!("bash -c {}", shell_quote(&task.environment.cmd)),
-            // K8sJobMode: `ray job submit` runs in a submitter pod of its own, outside the pods Trainyard
-            // placed, so they hold exactly the resources Trainyard admitted (SidecarMode would add the
-            // submitter's 500m CPU and 200Mi to the head pod); and the driver's output can be read from that
-            // pod, as users expect. HTTPMode would leave no pod to read it from.
-            "submissionMode": "K8sJobMode",
-            "submitterPodTemplate": self.submitter_template(),
+            // HTTPMode: the operator submits the entrypoint to the head's job API itself, so the attempt is
+            // exactly the pods Trainyard placed and admitted (K8sJobMode adds a submitter pod outside the
+            // admission, 500m CPU and 256Mi placed by the cluster; SidecarMode grows the head pod by as
+            // much). The driver's output stays in the Ray cluster's job logs (the dashboard's job API).
+            "submissionMode": "HTTPMode",
             "shutdownAfterJobFinishes": true,
             // Debug mode keeps the Ray cluster for its retention after the entrypoint ended.
             "ttlSecondsAfterFinished": keep_s,
@@ -502,27 +496,6 @@ impl Ctx<'_> {
             spec["suspend"] = true.into();
         }
         json!({"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": self.job_metadata(), "spec": spec})
-    }
-
-    fn submitter_template(&self) -> Value {
-        let mut labels = self.labels();
-        labels.insert(ROLE_LABEL.into(), "submitter".into());
-        let res = json!({
-            "cpu": format!("{}m", self.s.submitter_millicpu.max(1)),
-            "memory": format!("{}Mi", self.s.submitter_memory_mib.max(16)),
-        });
-        json!({
-            "metadata": {"labels": labels},
-            "spec": {
-                "restartPolicy": "Never",
-                "containers": [{
-                    "name": "ray-job-submitter",
-                    "image": self.image,
-                    "imagePullPolicy": "IfNotPresent",
-                    "resources": {"requests": res.clone(), "limits": res},
-                }],
-            },
-        })
     }
 
     /// The pod template of every replica of `role` (identical replicas share it).

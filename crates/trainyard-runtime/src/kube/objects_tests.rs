@@ -359,8 +359,8 @@ fn rayjob_with_workers_runtime_env_and_tmp_ray() {
     assert_eq!(s["runtimeEnvYAML"], "pip: [emoji]\nenv_vars: {A: b}\n");
     assert_eq!(s["shutdownAfterJobFinishes"], true);
     assert_eq!(s["ttlSecondsAfterFinished"], 900);
-    assert_eq!(s["submissionMode"], "K8sJobMode");
-    assert_eq!(s["submitterPodTemplate"]["metadata"]["labels"]["trainyard.dev/role"], "submitter");
+    assert_eq!(s["submissionMode"], "HTTPMode");
+    assert!(s.get("submitterPodTemplate").is_none(), "no pod beyond the ones Trainyard placed");
     let cluster = &s["rayClusterSpec"];
     assert_eq!(cluster["enableInTreeAutoscaling"], false);
     let wg = &cluster["workerGroupSpecs"][0];
