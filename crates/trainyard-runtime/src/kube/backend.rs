@@ -95,6 +95,8 @@ struct Inner {
     namespaces: Mutex<HashSet<String>>,
     writes: tokio::sync::Semaphore,
     watches: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Requests sent to the API server outside the watches (applies, deletions, reads).
+    requests: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for Inner {
@@ -167,6 +169,7 @@ impl KubeBackend {
             namespaces: Mutex::new(HashSet::new()),
             writes: tokio::sync::Semaphore::new(MAX_WRITES),
             watches: Mutex::new(Vec::new()),
+            requests: std::sync::atomic::AtomicU64::new(0),
         });
         let mut watches = Vec::new();
         for &kind in &inner.kinds {
@@ -207,11 +210,17 @@ impl KubeBackend {
     /// The cluster's nodes as catalog nodes (pool and GPU model from their labels, allocatable as capacity).
     pub async fn inventory(&self) -> Result<BTreeMap<String, trainyard_core::catalog::Node>, BackendError> {
         let nodes: Api<Node> = Api::all(self.inner.client.clone());
+        self.inner.sent();
         let list = nodes
             .list(&ListParams::default())
             .await
             .map_err(|e| BackendError(api_error("listing nodes", &e)))?;
         Ok(list.items.iter().filter_map(views::catalog_node).collect())
+    }
+
+    /// Requests this backend sent to the API server outside its watches (each apply, deletion and read).
+    pub fn requests(&self) -> u64 {
+        self.inner.requests.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn client(&self) -> kube::Client {
@@ -222,6 +231,11 @@ impl KubeBackend {
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One more request sent (counted for the scale benchmark's requests per admission).
+    fn sent(&self) {
+        self.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn jobs(&self, namespace: &str, kind: JobKind) -> Api<DynamicObject> {
@@ -238,6 +252,7 @@ impl Inner {
             "kind": "Namespace",
             "metadata": {"name": ns, "labels": {views::LABEL_MANAGED_BY: views::MANAGED_BY}},
         });
+        self.sent();
         api.patch(ns, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&body)).await?;
         self.namespaces.lock().unwrap_or_else(|e| e.into_inner()).insert(ns.to_owned());
         Ok(())
@@ -251,6 +266,7 @@ impl Inner {
         self.ensure_namespace(ns).await?;
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         let job = self.api_for(ns, &objs.job)?;
+        self.sent();
         let job = job.patch(&name_of(&objs.job), &pp, &Patch::Apply(&objs.job)).await?;
         let uid = job.metadata.uid.unwrap_or_default();
         let owner = json!([{
@@ -260,6 +276,7 @@ impl Inner {
         for o in objs.all().into_iter().filter(|o| !std::ptr::eq(*o, &objs.job)) {
             let mut owned = o.clone();
             owned["metadata"]["ownerReferences"] = owner.clone();
+            self.sent();
             self.api_for(ns, o)?.patch(&name_of(o), &pp, &Patch::Apply(&owned)).await?;
         }
         Ok(())
@@ -269,6 +286,7 @@ impl Inner {
     async fn read_ssh_keys(&self, ns: &str, job: &str) -> Result<objects::SshKeys, BackendError> {
         let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(self.client.clone(), ns);
         let name = objects::ssh_secret_name(job);
+        self.sent();
         let secret =
             secrets.get(&name).await.map_err(|e| BackendError(api_error(&format!("reading {name}"), &e)))?;
         let data = secret.data.unwrap_or_default();
@@ -315,6 +333,7 @@ impl Inner {
     /// grace (their node is gone).
     async fn delete(&self, c: &Cleanup, selector: Option<&str>) -> Result<(), kube::Error> {
         let _permit = self.writes.acquire().await.expect("the semaphore is never closed");
+        self.sent();
         match self.jobs(&c.namespace, c.kind).delete(&c.job_name, &DeleteParams::background()).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 404 => {}
@@ -325,6 +344,7 @@ impl Inner {
         {
             let pods: Api<Pod> = Api::namespaced(self.client.clone(), &c.namespace);
             let dp = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::background() };
+            self.sent();
             pods.delete_collection(&dp, &ListParams::default().labels(selector)).await?;
         }
         Ok(())
@@ -611,6 +631,7 @@ impl Backend for KubeBackend {
         };
         let pods: Api<Pod> = Api::namespaced(self.inner.client.clone(), &ns);
         let lp = LogParams { timestamps: true, ..LogParams::default() };
+        self.inner.sent();
         match pods.logs(replica, &lp).await {
             Ok(text) => {
                 let lines: String = text
