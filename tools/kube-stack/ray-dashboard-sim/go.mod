@@ -1,0 +1,3 @@
+module trainyard.dev/kube-stack/ray-dashboard-sim
+
+go 1.26.0
