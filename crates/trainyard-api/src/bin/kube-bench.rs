@@ -56,10 +56,15 @@ fn main() {
     let nodes = arg(&args, "--nodes").unwrap_or(if quick { 50 } else { 1_000 });
     let tasks = arg(&args, "--tasks").unwrap_or(if quick { 300 } else { 10_000 });
     if std::env::var_os("TRAINYARD_KUBE_STACK").is_none() {
-        eprintln!("kube-bench needs the test cluster: run it under scripts/with-kube (--with-kueue for Kueue)");
+        eprintln!(
+            "kube-bench needs the test cluster: run it under scripts/with-kube (--with-kueue for Kueue)"
+        );
         std::process::exit(2);
     }
-    assert!(nodes as u64 * u64::from(NODE_CPUS) >= tasks as u64, "{tasks} one-CPU tasks need more than {nodes} nodes");
+    assert!(
+        nodes as u64 * u64::from(NODE_CPUS) >= tasks as u64,
+        "{tasks} one-CPU tasks need more than {nodes} nodes"
+    );
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let client: Client = rt.block_on(Client::try_default()).expect("a client from KUBECONFIG");
     println!("kube-bench: {nodes} kwok nodes, {tasks} one-replica PyTorchJobs, {CLIENTS} clients");
@@ -73,7 +78,9 @@ fn main() {
         rt.block_on(drain(&client, "bench-ty-bench"));
         Some(rt.block_on(kueue_run(&client, nodes, tasks)))
     } else {
-        println!("  Kueue is not running in this stack (scripts/with-kube --with-kueue): its half is skipped");
+        println!(
+            "  Kueue is not running in this stack (scripts/with-kube --with-kueue): its half is skipped"
+        );
         None
     };
 
@@ -85,10 +92,22 @@ fn main() {
         println!("{what:<58} {:>12} {b_text:>12} {ratio:>8}", format!("{a:.1}{unit}"));
     };
     row("admissions/s (first submit until every job Running)", ty.rate, kueue.as_ref().map(|k| k.rate), "");
-    row("submit-to-Running latency p50 (s)", ty.p50.as_secs_f64(), kueue.as_ref().map(|k| k.p50.as_secs_f64()), "");
-    row("submit-to-Running latency p99 (s)", ty.p99.as_secs_f64(), kueue.as_ref().map(|k| k.p99.as_secs_f64()), "");
+    row(
+        "submit-to-Running latency p50 (s)",
+        ty.p50.as_secs_f64(),
+        kueue.as_ref().map(|k| k.p50.as_secs_f64()),
+        "",
+    );
+    row(
+        "submit-to-Running latency p99 (s)",
+        ty.p99.as_secs_f64(),
+        kueue.as_ref().map(|k| k.p99.as_secs_f64()),
+        "",
+    );
     println!("{:<58} {:>12.2}", "Trainyard's API requests per admission", ty.requests_per_admission);
-    println!("(goal: at least 10x Kueue's admission rate; Kueue's published figure is about 51 admissions/s)");
+    println!(
+        "(goal: at least 10x Kueue's admission rate; Kueue's published figure is about 51 admissions/s)"
+    );
 }
 
 #[derive(Debug)]
@@ -131,7 +150,9 @@ async fn make_nodes(client: &Client, n: usize) -> Vec<String> {
             .filter(|n| n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| !c.is_empty()))
             .filter(|n| {
                 n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_none_or(|t| {
-                    t.iter().all(|t| t.key != "node.kubernetes.io/not-ready" && t.key != "node.kubernetes.io/unreachable")
+                    t.iter().all(|t| {
+                        t.key != "node.kubernetes.io/not-ready" && t.key != "node.kubernetes.io/unreachable"
+                    })
                 })
             })
             .count();
@@ -144,9 +165,14 @@ async fn make_nodes(client: &Client, n: usize) -> Vec<String> {
 
 /// Watches the PyTorchJobs of `namespace` and notes when each first has its `Running` condition, by `key`
 /// (a label of the job).
-fn watch_running(client: &Client, namespace: &str, key: &'static str) -> Arc<Mutex<HashMap<String, Instant>>> {
+fn watch_running(
+    client: &Client,
+    namespace: &str,
+    key: &'static str,
+) -> Arc<Mutex<HashMap<String, Instant>>> {
     let seen: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &job_resource(JobKind::PyTorch));
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &job_resource(JobKind::PyTorch));
     let out = seen.clone();
     tokio::spawn(async move {
         let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
@@ -176,15 +202,26 @@ async fn wait_all(seen: &Mutex<HashMap<String, Instant>>, n: usize, what: &str) 
         if got >= n {
             return;
         }
-        assert!(t0.elapsed() < Duration::from_secs(1800), "{what}: {got} of {n} Running after {:?}", t0.elapsed());
+        assert!(
+            t0.elapsed() < Duration::from_secs(1800),
+            "{what}: {got} of {n} Running after {:?}",
+            t0.elapsed()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
-fn outcome(submitted: &HashMap<String, Instant>, running: &HashMap<String, Instant>, t0: Instant, requests: u64) -> Outcome {
+fn outcome(
+    submitted: &HashMap<String, Instant>,
+    running: &HashMap<String, Instant>,
+    t0: Instant,
+    requests: u64,
+) -> Outcome {
     let end = running.values().max().copied().unwrap_or(t0);
-    let lat: Vec<Duration> =
-        running.iter().filter_map(|(id, at)| submitted.get(id).map(|s| at.saturating_duration_since(*s))).collect();
+    let lat: Vec<Duration> = running
+        .iter()
+        .filter_map(|(id, at)| submitted.get(id).map(|s| at.saturating_duration_since(*s)))
+        .collect();
     Outcome {
         rate: running.len() as f64 / end.duration_since(t0).as_secs_f64().max(1e-9),
         p50: pct(&lat, 0.5),
@@ -200,7 +237,9 @@ async fn trainyard(client: &Client, nodes: &[String], tasks: usize) -> Outcome {
     let store = Store::connect(&format!("sqlite://{}", dir.join("trainyard.db").display())).await.unwrap();
     let node_lines: String = nodes
         .iter()
-        .map(|n| format!("  {n}: {{pool: default, vcpus: {NODE_CPUS}, memoryMib: {}}}\n", NODE_MEMORY_GIB * 1024))
+        .map(|n| {
+            format!("  {n}: {{pool: default, vcpus: {NODE_CPUS}, memoryMib: {}}}\n", NODE_MEMORY_GIB * 1024)
+        })
         .collect();
     let catalog = Catalog::from_yaml(&format!(
         "regions: {{kubernetes: {{}}}}\n\
@@ -221,12 +260,20 @@ async fn trainyard(client: &Client, nodes: &[String], tasks: usize) -> Outcome {
     };
     let kube = KubeBackend::connect(cfg).await.unwrap();
     assert!(kube.synced(Duration::from_secs(60)).await);
-    store.put_user(&User { name: "admin".into(), role: "admin".into(), groups: vec!["bench".into()] }, 0).await.unwrap();
+    store
+        .put_user(&User { name: "admin".into(), role: "admin".into(), groups: vec!["bench".into()] }, 0)
+        .await
+        .unwrap();
     let token = new_token().unwrap();
     store.add_token(&token_hash(&token), "admin", "bench", 0).await.unwrap();
     let secrets = SecretBox::generate().unwrap();
-    let state =
-        AppState::new(store, catalog, AnyBackend::Kube(kube.clone()), secrets, trainyard_sched::Config::default());
+    let state = AppState::new(
+        store,
+        catalog,
+        AnyBackend::Kube(kube.clone()),
+        secrets,
+        trainyard_sched::Config::default(),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(trainyard_api::serve(listener, state));
@@ -250,10 +297,12 @@ async fn trainyard(client: &Client, nodes: &[String], tasks: usize) -> Outcome {
     let per_client = tasks.div_ceil(CLIENTS);
     let handles: Vec<_> = (0..CLIENTS)
         .map(|c| {
-            let (base, token, body, submitted) = (base.clone(), token.clone(), body.clone(), submitted.clone());
+            let (base, token, body, submitted) =
+                (base.clone(), token.clone(), body.clone(), submitted.clone());
             let n = per_client.min(tasks.saturating_sub(c * per_client));
             std::thread::spawn(move || {
-                let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+                let agent: ureq::Agent =
+                    ureq::Agent::config_builder().http_status_as_error(false).build().into();
                 for i in 0..n {
                     let at = Instant::now();
                     let mut r = agent
@@ -275,7 +324,8 @@ async fn trainyard(client: &Client, nodes: &[String], tasks: usize) -> Outcome {
     }
     println!("  Trainyard: {tasks} submitted in {:.1} s", t0.elapsed().as_secs_f64());
     wait_all(&running, tasks, "Trainyard").await;
-    let out = outcome(&submitted.lock().unwrap(), &running.lock().unwrap(), t0, kube.requests() - requests_before);
+    let out =
+        outcome(&submitted.lock().unwrap(), &running.lock().unwrap(), t0, kube.requests() - requests_before);
     println!("  Trainyard: every job Running after {:.1} s", t0.elapsed().as_secs_f64());
     out
 }
@@ -283,7 +333,10 @@ async fn trainyard(client: &Client, nodes: &[String], tasks: usize) -> Outcome {
 async fn kueue_installed(client: &Client) -> bool {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue", "clusterqueues"));
     api.list(&Default::default()).await.is_ok()
-        && std::process::Command::new("pgrep").args(["-f", "bin/kueue"]).output().is_ok_and(|o| o.status.success())
+        && std::process::Command::new("pgrep")
+            .args(["-f", "bin/kueue"])
+            .output()
+            .is_ok_and(|o| o.status.success())
 }
 
 fn kueue(kind: &str, plural: &str) -> trainyard_runtime::kube::client::api::ApiResource {
@@ -309,7 +362,11 @@ async fn kueue_run(client: &Client, nodes: usize, tasks: usize) -> Outcome {
     let pp = PatchParams::apply("kube-bench").force();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
-        .patch(ns, &pp, &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})))
+        .patch(
+            ns,
+            &pp,
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})),
+        )
         .await
         .unwrap();
     let flavor = json!({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "bench"}});
@@ -334,7 +391,8 @@ async fn kueue_run(client: &Client, nodes: usize, tasks: usize) -> Outcome {
         "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
         "metadata": {"name": "bench", "namespace": ns}, "spec": {"clusterQueue": "bench"},
     });
-    let lqs: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &kueue("LocalQueue", "localqueues"));
+    let lqs: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &kueue("LocalQueue", "localqueues"));
     lqs.patch("bench", &pp, &Patch::Apply(&lq)).await.unwrap();
 
     let running = watch_running(client, ns, "bench/id");
