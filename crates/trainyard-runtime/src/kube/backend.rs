@@ -258,16 +258,18 @@ impl Inner {
         Ok(())
     }
 
-    /// Applies an attempt's objects: its namespace, the job, then the rest (Secrets, the precheck's Service,
+    /// Writes an attempt's objects: its namespace, the job, then the rest (Secrets, the precheck's Service,
     /// a PodGroup) owned by the job, so that they go with it. The job comes first for its uid; its pods are
     /// made by the operator after it, and a pod that finds its Secret missing for a moment waits for it.
-    async fn apply(&self, ns: &str, objs: &AttemptObjects) -> Result<(), kube::Error> {
+    ///
+    /// A new object is created (one POST); one that exists already (a launch asked again, a scale) is brought
+    /// to what it should be with a server-side apply. Both are idempotent (names come from the attempt), and
+    /// creating is several times cheaper for the API server than applying, which builds the managed fields
+    /// against the operators' large schemas (kube-bench measures the difference).
+    async fn apply(&self, ns: &str, objs: &AttemptObjects, update: bool) -> Result<(), kube::Error> {
         let _permit = self.writes.acquire().await.expect("the semaphore is never closed");
         self.ensure_namespace(ns).await?;
-        let pp = PatchParams::apply(FIELD_MANAGER).force();
-        let job = self.api_for(ns, &objs.job)?;
-        self.sent();
-        let job = job.patch(&name_of(&objs.job), &pp, &Patch::Apply(&objs.job)).await?;
+        let job = self.write(ns, &objs.job, update).await?;
         let uid = job.metadata.uid.unwrap_or_default();
         let owner = json!([{
             "apiVersion": objs.job["apiVersion"], "kind": objs.job["kind"],
@@ -276,10 +278,26 @@ impl Inner {
         for o in objs.all().into_iter().filter(|o| !std::ptr::eq(*o, &objs.job)) {
             let mut owned = o.clone();
             owned["metadata"]["ownerReferences"] = owner.clone();
-            self.sent();
-            self.api_for(ns, o)?.patch(&name_of(o), &pp, &Patch::Apply(&owned)).await?;
+            self.write(ns, &owned, update).await?;
         }
         Ok(())
+    }
+
+    /// Creates an object, or (when asked to update, or when it exists) applies it.
+    async fn write(&self, ns: &str, o: &Value, update: bool) -> Result<DynamicObject, kube::Error> {
+        let api = self.api_for(ns, o)?;
+        if !update {
+            let obj: DynamicObject = serde_json::from_value(o.clone()).map_err(kube::Error::SerdeError)?;
+            let pp =
+                kube::api::PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..Default::default() };
+            self.sent();
+            match api.create(&pp, &obj).await {
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                other => return other,
+            }
+        }
+        self.sent();
+        api.patch(&name_of(o), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(o)).await
     }
 
     /// An attempt's SSH keys, read back from its Secret (after a restart of the server).
@@ -432,7 +450,7 @@ async fn launch_in_background(inner: Arc<Inner>, key: AttemptKey, ns: String, ob
             }
             return;
         }
-        match inner.apply(&ns, &objs).await {
+        match inner.apply(&ns, &objs, false).await {
             Ok(()) => return,
             Err(e) if is_permanent(&e) => {
                 let message = api_error("the cluster refused the attempt's objects", &e);
@@ -559,7 +577,7 @@ impl Backend for KubeBackend {
         let mut objs =
             objects::attempt_objects(spec, &ks, ssh.as_ref()).map_err(|p| BackendError(p.join("; ")))?;
         annotate(&mut objs.job, &spec.key, &settings_of(spec));
-        self.inner.apply(&ns, &objs).await.map_err(|e| BackendError(api_error("scaling", &e)))
+        self.inner.apply(&ns, &objs, true).await.map_err(|e| BackendError(api_error("scaling", &e)))
     }
 
     async fn stop(&self, key: &AttemptKey, cause: StopCause) -> Result<(), BackendError> {
