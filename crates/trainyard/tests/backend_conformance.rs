@@ -532,3 +532,52 @@ fn on_kubernetes_an_object_the_api_server_refuses_fails_with_its_reason() {
         .unwrap_or_else(|| panic!("{seen:?}"));
     assert!(message.contains("422 Invalid") && message.contains("\"not a valid label!\""), "{message}");
 }
+
+/// What only a cluster shows: a container the kernel killed for memory is `OutOfMemory`, an image that cannot be
+/// pulled fails past the tolerance as `ImagePullFailed` (the pulls counted from the pods' states), and a restarted
+/// server reattaches by label to the one job an attempt has, creating no second one when the launch comes again.
+#[test]
+fn on_kubernetes_oom_pull_failures_and_reattaching_without_a_second_job() {
+    use trainyard_runtime::kube::client::api::{Api, DynamicObject, ListParams};
+    let s = kube();
+    let k = key(22);
+    let mut sp = s.spec_for(&k, 0, Behaviour::RunUntilStopped);
+    sp.task.metadata.labels.insert(SIM_RUN_MS.into(), "1000".into());
+    sp.task.metadata.labels.insert("sim.trainyard.dev/oom".into(), "true".into());
+    block(s.backend().launch(&sp)).unwrap();
+    let seen = until(&s, &k, |o| finished(o).is_some());
+    assert_eq!(seen.iter().find_map(finished), Some(Reason::OutOfMemory), "{seen:?}");
+
+    let k = key(23);
+    let mut sp = s.spec_for(&k, 0, Behaviour::RunUntilStopped);
+    sp.task.metadata.labels.insert("sim.trainyard.dev/pull-error".into(), "true".into());
+    sp.task.spec.advanced.image_pull_tolerance = 0;
+    block(s.backend().launch(&sp)).unwrap();
+    let seen = until(&s, &k, |o| finished(o).is_some());
+    assert_eq!(seen.iter().find_map(finished), Some(Reason::ImagePullFailed), "{seen:?}");
+    assert!(
+        seen.iter().any(|o| matches!(o, Observation::Note { reason: Reason::ImagePullBackOff, .. })),
+        "{seen:?}"
+    );
+
+    let k = key(24);
+    let sp = s.spec_for(&k, 1, Behaviour::RunUntilStopped);
+    block(s.backend().launch(&sp)).unwrap();
+    until(&s, &k, |o| matches!(o, Observation::Started { .. }));
+    let again = s.restarted();
+    block(again.backend().launch(&sp)).unwrap();
+    let seen = until(&again, &k, |o| matches!(o, Observation::Started { .. }));
+    assert!(seen.iter().all(|o| finished(o).is_none()), "{seen:?}");
+    let ns = s.cfg.namespace_of("default");
+    let jobs: Api<DynamicObject> = Api::namespaced_with(
+        s.backend.client(),
+        &ns,
+        &trainyard_runtime::kube::views::job_resource(trainyard_runtime::kube::status::JobKind::PyTorch),
+    );
+    let listed =
+        block(jobs.list(&ListParams::default().labels(&format!("trainyard.dev/task={}", k.task_id))))
+            .unwrap();
+    assert_eq!(listed.items.len(), 1, "one job for the attempt, however often it is launched");
+    block(again.backend().stop(&k, StopCause::UserStop)).unwrap();
+    until(&again, &k, |o| matches!(o, Observation::Stopped { .. }));
+}
