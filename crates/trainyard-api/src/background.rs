@@ -91,3 +91,46 @@ pub fn spawn_alarm_delivery(
         }
     })
 }
+
+/// How often the cluster's nodes are compared with the catalog (Kubernetes backend).
+pub const INVENTORY_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Keeps the catalog's nodes as the cluster has them (Kubernetes backend; nothing for the others): every
+/// [`INVENTORY_INTERVAL`], when the node watch saw a change, the cluster's nodes are merged into the catalog
+/// ([`trainyard_runtime::kube::inventory::merge`]) and the result is stored and used, as an admin's edit is.
+pub fn spawn_inventory_sync(state: crate::AppState) -> Option<tokio::task::JoinHandle<()>> {
+    let AnyBackend::Kube(kube) = state.backend.clone() else { return None };
+    Some(tokio::spawn(async move {
+        let mut seen_version = None;
+        let mut before = None;
+        loop {
+            tokio::time::sleep(INVENTORY_INTERVAL).await;
+            let Some((version, now)) = kube.inventory_view() else { continue };
+            if seen_version == Some(version) {
+                continue;
+            }
+            let catalog = state.catalog.get();
+            if let Some((next, said)) =
+                trainyard_runtime::kube::inventory::merge(&catalog, before.as_ref(), &now)
+            {
+                let text = match serde_json::to_string(&next) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        eprintln!("trainyard: the cluster's nodes: {e}");
+                        continue;
+                    }
+                };
+                if let Err(e) = state.store.put_setting(crate::CATALOG_SETTING, &text, now_ms()).await {
+                    eprintln!("trainyard: saving the cluster's nodes in the catalog: {e}");
+                    continue;
+                }
+                state.catalog.set(next);
+                for line in said {
+                    println!("trainyard: catalog: {line}");
+                }
+            }
+            seen_version = Some(version);
+            before = Some(now);
+        }
+    }))
+}

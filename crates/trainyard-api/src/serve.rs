@@ -78,9 +78,13 @@ pub async fn serve_with(
     let ticker = spawn_control_loop(state.control.clone(), state.metrics.clone(), state.wake.clone());
     let alarms =
         spawn_alarm_delivery(state.store.clone(), state.webhooks.clone(), webhook_key(&state.secrets));
+    let inventory = crate::background::spawn_inventory_sync(state.clone());
     let result = serve_connections(listener, router(state), limits).await;
     ticker.abort();
     alarms.abort();
+    if let Some(i) = inventory {
+        i.abort();
+    }
     if let Some(m) = metrics_server {
         m.abort();
     }

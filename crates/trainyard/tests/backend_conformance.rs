@@ -201,7 +201,9 @@ fn kwok_node(client: &trainyard_runtime::kube::client::Client, name: &str, label
     use trainyard_runtime::kube::client::api::{Api, Patch, PatchParams};
     use trainyard_runtime::kube::openapi::api::core::v1::Node;
     let nodes: Api<Node> = Api::all(client.clone());
-    let mut all_labels = serde_json::json!({"kubernetes.io/hostname": name, "type": "kwok"});
+    // A pool of their own: a server under test elsewhere on the cluster (its catalog follows the cluster's
+    // nodes in its pools) never places its tasks here.
+    let mut all_labels = serde_json::json!({"kubernetes.io/hostname": name, "type": "kwok", "trainyard.dev/pool": "conformance"});
     for (k, v) in labels.as_object().unwrap() {
         all_labels[k] = v.clone();
     }

@@ -91,7 +91,7 @@ fn the_examples_run_through_the_real_operators_from_the_cli() {
     let pid = std::process::id();
     let nodes: Vec<String> = (1..=2).map(|i| format!("e2e-{pid}-{i}")).collect();
     for n in &nodes {
-        node(&c, n, "e2e");
+        node(&c, n, "default");
     }
     let namespace = format!("e2e-{pid}-{{group}}");
     let s = Server::start_with(
@@ -133,10 +133,34 @@ fn the_examples_run_through_the_real_operators_from_the_cli() {
     let t = s.wait_status(&id, "Succeeded", secs(120));
     let events = s.events_text(&id);
     assert!(events.contains("Started"), "{events}");
-    assert!(t["placement"].to_string().contains(&nodes[0]) || t["placement"].to_string().contains(&nodes[1]));
+    let placed = t["placement"].to_string();
+    assert!(placed.contains(&nodes[0]) || placed.contains(&nodes[1]), "{placed}");
 
     let printed = cli(&s, &["submit", "-f", "examples/kubernetes/ray.yaml"]);
     let id = submitted_id(&s, &printed);
     s.wait_status(&id, "Running", secs(120));
     s.wait_status(&id, "Succeeded", secs(180));
+
+    // The catalog follows the cluster: a node that joins its pool is there within moments, a cordon in the
+    // cluster stops new work on it, and a node that leaves the cluster leaves the catalog.
+    let joined = format!("e2e-{pid}-3");
+    node(&c, &joined, "default");
+    let catalog_node = |name: &str| -> Value {
+        let (_, body) = s.call("GET", "/api/v1/catalog", None);
+        serde_json::from_str::<Value>(&body).unwrap()["nodes"][name].clone()
+    };
+    let until = |what: &str, ok: &dyn Fn() -> bool| {
+        let t0 = std::time::Instant::now();
+        while !ok() {
+            assert!(t0.elapsed() < secs(30), "{what}: {}", catalog_node(&joined));
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    };
+    until("the new node joins the catalog", &|| catalog_node(&joined)["vcpus"] == 8);
+    let nodes_api: Api<Node> = Api::all(c.clone());
+    let cordon = serde_json::json!({"spec": {"unschedulable": true}});
+    block(nodes_api.patch(&joined, &PatchParams::default(), &Patch::Merge(&cordon))).unwrap();
+    until("the cordon reaches the catalog", &|| catalog_node(&joined)["schedulable"] == false);
+    block(nodes_api.delete(&joined, &Default::default())).unwrap();
+    until("the node leaves the catalog", &|| catalog_node(&joined).is_null());
 }

@@ -218,6 +218,13 @@ impl KubeBackend {
         Ok(list.items.iter().filter_map(views::catalog_node).collect())
     }
 
+    /// The cluster's nodes as catalog nodes, with a number that grows with every change; None until the node
+    /// watch has listed them.
+    pub fn inventory_view(&self) -> Option<(u64, BTreeMap<String, trainyard_core::catalog::Node>)> {
+        let s = self.inner.lock();
+        s.inventory.clone().map(|inv| (s.inventory_version, inv))
+    }
+
     /// Requests this backend sent to the API server outside its watches (each apply, deletion and read).
     pub fn requests(&self) -> u64 {
         self.inner.requests.load(std::sync::atomic::Ordering::Relaxed)
@@ -854,12 +861,17 @@ async fn watch_nodes(inner: std::sync::Weak<Inner>) {
     let Some(api) = inner.upgrade().map(|i| Api::<Node>::all(i.client.clone())) else { return };
     let mut stream = watch(api, watcher::Config::default()).default_backoff().boxed();
     let mut listed: BTreeMap<String, Option<String>> = BTreeMap::new();
+    let mut listed_nodes = BTreeMap::new();
     while let Some(ev) = stream.next().await {
         let Some(inner) = inner.upgrade() else { return };
         match ev {
-            Ok(Event::Init) => listed.clear(),
+            Ok(Event::Init) => {
+                listed.clear();
+                listed_nodes.clear();
+            }
             Ok(Event::InitApply(n)) => {
                 listed.insert(n.metadata.name.clone().unwrap_or_default(), views::node_down(&n));
+                listed_nodes.extend(views::catalog_node(&n));
             }
             Ok(Event::InitDone) => {
                 let mut s = inner.lock();
@@ -872,14 +884,27 @@ async fn watch_nodes(inner: std::sync::Weak<Inner>) {
                 for (name, down) in std::mem::take(&mut listed) {
                     s.node(&name, down);
                 }
+                s.inventory = Some(std::mem::take(&mut listed_nodes));
+                s.inventory_version += 1;
             }
             Ok(Event::Apply(n)) => {
-                inner.lock().node(n.metadata.name.as_deref().unwrap_or_default(), views::node_down(&n));
+                let mut s = inner.lock();
+                s.node(n.metadata.name.as_deref().unwrap_or_default(), views::node_down(&n));
+                if let Some((name, node)) = views::catalog_node(&n)
+                    && let Some(inv) = s.inventory.as_mut()
+                    && inv.get(&name) != Some(&node)
+                {
+                    inv.insert(name, node);
+                    s.inventory_version += 1;
+                }
             }
             Ok(Event::Delete(n)) => {
-                inner
-                    .lock()
-                    .node(n.metadata.name.as_deref().unwrap_or_default(), Some("was deleted".to_owned()));
+                let name = n.metadata.name.clone().unwrap_or_default();
+                let mut s = inner.lock();
+                s.node(&name, Some("was deleted".to_owned()));
+                if s.inventory.as_mut().is_some_and(|inv| inv.remove(&name).is_some()) {
+                    s.inventory_version += 1;
+                }
             }
             Err(e) => eprintln!("trainyard: watching nodes: {e}"),
         }

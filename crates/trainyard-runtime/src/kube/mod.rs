@@ -4,9 +4,11 @@
 //! - `views`: API objects read into what the verdict needs; the labels and annotations tying them to attempts.
 //! - `status`: the verdict on a job and its pods, pure, with the local backend's failure classes.
 //! - `state`: what the watches have seen and what of it was reported.
+//! - `inventory`: the cluster's nodes merged into the catalog, pure.
 //! - `backend`: the client side: applies, deletions, watches, the `Backend` calls.
 
 mod backend;
+pub mod inventory;
 pub mod objects;
 mod state;
 pub mod status;

@@ -96,6 +96,9 @@ pub(super) struct State {
     pub(super) synced_kinds: std::collections::HashSet<JobKind>,
     /// Jobs and pods by (namespace, name): what a Kubernetes event is about.
     pub(super) by_object: HashMap<(String, String), AttemptKey>,
+    /// The cluster's nodes as catalog nodes (None until the node watch listed them), and a count of changes.
+    pub(super) inventory: Option<BTreeMap<String, trainyard_core::catalog::Node>>,
+    pub(super) inventory_version: u64,
 }
 
 impl State {
