@@ -51,6 +51,10 @@ pub struct KubeFlags {
     /// Cluster-side gang admission: `off` (Trainyard admits), `volcano[:QUEUE]` or `kueue:LOCALQUEUE`.
     #[arg(long, default_value = "off")]
     pub kube_gang: String,
+    /// Seconds a node may stay NotReady before the tasks on it fail as NodeFailed and are resubmitted (a
+    /// deleted node fails them at once).
+    #[arg(long, default_value_t = 60)]
+    pub kube_node_grace_s: u64,
 }
 
 impl KubeFlags {
@@ -82,6 +86,7 @@ impl KubeFlags {
             namespace: self.kube_namespace.clone(),
             gang,
             images,
+            node_grace_s: self.kube_node_grace_s,
             ..Default::default()
         })
     }

@@ -227,6 +227,8 @@ fn kube() -> Kube {
         namespace: format!("conformance-{}-{{group}}", std::process::id()),
         images: [("host".to_owned(), "registry.invalid/trainyard/host:1".to_owned())].into(),
         grace_s: 2,
+        // A NotReady node fails its attempts after 2 s here (60 s by default).
+        node_grace_s: 2,
         ..KubeConfig::default()
     };
     let backend = block(KubeBackend::connect(cfg.clone())).unwrap();

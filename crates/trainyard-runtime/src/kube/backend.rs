@@ -47,6 +47,9 @@ pub struct KubeConfig {
     pub images: BTreeMap<String, String>,
     /// Seconds between SIGTERM and SIGKILL at a stop (after the exit checkpoint, when there is one).
     pub grace_s: u64,
+    /// Seconds a node may stay NotReady before the attempts on it fail as `NodeFailed` (a deleted node fails
+    /// them at once). The node was already silent for the cluster's own grace before it was called NotReady.
+    pub node_grace_s: u64,
 }
 
 impl Default for KubeConfig {
@@ -58,6 +61,7 @@ impl Default for KubeConfig {
             gang: objects::Gang::Off,
             images: BTreeMap::new(),
             grace_s: 5,
+            node_grace_s: 60,
         }
     }
 }
@@ -161,10 +165,11 @@ impl KubeBackend {
                 Err(e) => return Err(BackendError(api_error("listing jobs", &e))),
             }
         }
+        let node_grace_s = cfg.node_grace_s;
         let inner = Arc::new(Inner {
             client,
             cfg,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State { node_grace_ms: node_grace_s * 1000, ..State::default() }),
             kinds,
             namespaces: Mutex::new(HashSet::new()),
             writes: tokio::sync::Semaphore::new(MAX_WRITES),
@@ -378,6 +383,11 @@ impl Inner {
 
 fn name_of(v: &Value) -> String {
     v["metadata"]["name"].as_str().unwrap_or_default().to_owned()
+}
+
+/// The wall clock in milliseconds (the control loop's clock, which `poll` is given).
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The label selector of one attempt's objects.
@@ -610,10 +620,10 @@ impl Backend for KubeBackend {
         Ok(())
     }
 
-    async fn poll(&self, _now_ms: u64) -> Vec<Observation> {
+    async fn poll(&self, now_ms: u64) -> Vec<Observation> {
         let (out, cleanups) = {
             let mut s = self.inner.lock();
-            let out = s.poll();
+            let out = s.poll(now_ms);
             (out, std::mem::take(&mut s.cleanups))
         };
         for c in cleanups {
@@ -878,18 +888,23 @@ async fn watch_nodes(inner: std::sync::Weak<Inner>) {
                 let known: Vec<String> = s.nodes_down.keys().cloned().collect();
                 for name in known {
                     if !listed.contains_key(&name) {
-                        s.node(&name, Some("was deleted".to_owned()));
+                        s.node(&name, Some("was deleted".to_owned()), true, wall_ms());
                     }
                 }
                 for (name, down) in std::mem::take(&mut listed) {
-                    s.node(&name, down);
+                    s.node(&name, down, false, wall_ms());
                 }
                 s.inventory = Some(std::mem::take(&mut listed_nodes));
                 s.inventory_version += 1;
             }
             Ok(Event::Apply(n)) => {
                 let mut s = inner.lock();
-                s.node(n.metadata.name.as_deref().unwrap_or_default(), views::node_down(&n));
+                s.node(
+                    n.metadata.name.as_deref().unwrap_or_default(),
+                    views::node_down(&n),
+                    false,
+                    wall_ms(),
+                );
                 if let Some((name, node)) = views::catalog_node(&n)
                     && let Some(inv) = s.inventory.as_mut()
                     && inv.get(&name) != Some(&node)
@@ -901,7 +916,7 @@ async fn watch_nodes(inner: std::sync::Weak<Inner>) {
             Ok(Event::Delete(n)) => {
                 let name = n.metadata.name.clone().unwrap_or_default();
                 let mut s = inner.lock();
-                s.node(&name, Some("was deleted".to_owned()));
+                s.node(&name, Some("was deleted".to_owned()), true, wall_ms());
                 if s.inventory.as_mut().is_some_and(|inv| inv.remove(&name).is_some()) {
                     s.inventory_version += 1;
                 }

@@ -79,13 +79,28 @@ pub(super) struct Cleanup {
     pub(super) now: bool,
 }
 
+/// A node that cannot run its replicas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct NodeDown {
+    pub(super) why: String,
+    /// When it was first seen down (the caller's clock, ms).
+    pub(super) since_ms: u64,
+    /// Deleted from the cluster: its replicas are gone for good.
+    pub(super) gone: bool,
+    /// Past its grace: its attempts fail.
+    pub(super) failed: bool,
+}
+
 /// Everything the watches have seen.
 #[derive(Debug, Default)]
 pub(super) struct State {
     pub(super) attempts: HashMap<AttemptKey, Attempt>,
     pub(super) dirty: BTreeSet<AttemptKey>,
-    /// Nodes whose Ready condition is not True, and nodes that were deleted, with why.
-    pub(super) nodes_down: BTreeMap<String, String>,
+    /// Nodes whose Ready condition is not True, and nodes that were deleted.
+    pub(super) nodes_down: BTreeMap<String, NodeDown>,
+    /// How long a node may be NotReady before its attempts fail (a deleted node fails them at once): a node
+    /// that misses a few heartbeats and comes back takes nothing down.
+    pub(super) node_grace_ms: u64,
     /// Observations decided outside a poll (a stop of an attempt that has nothing left).
     pub(super) out: Vec<Observation>,
     pub(super) cleanups: Vec<Cleanup>,
@@ -145,13 +160,36 @@ impl State {
         }
     }
 
-    /// A node went down or came back; its attempts are read again.
-    pub(super) fn node(&mut self, name: &str, down: Option<String>) {
-        let changed = match down {
-            Some(why) => self.nodes_down.insert(name.to_owned(), why.clone()).as_ref() != Some(&why),
-            None => self.nodes_down.remove(name).is_some(),
-        };
-        if changed {
+    /// A node went down (`down`: why; `gone`: it was deleted) or came back, at `now_ms`.
+    pub(super) fn node(&mut self, name: &str, down: Option<String>, gone: bool, now_ms: u64) {
+        match down {
+            Some(why) => {
+                let d = self.nodes_down.entry(name.to_owned()).or_insert(NodeDown {
+                    why: why.clone(),
+                    since_ms: now_ms,
+                    gone,
+                    failed: false,
+                });
+                d.why = why;
+                d.gone |= gone;
+            }
+            None => {
+                self.nodes_down.remove(name);
+            }
+        }
+    }
+
+    /// Nodes down past their grace (or deleted) take their attempts down: those are read again.
+    fn expire_nodes(&mut self, now_ms: u64) {
+        let grace = self.node_grace_ms;
+        let mut expired = Vec::new();
+        for (name, d) in self.nodes_down.iter_mut() {
+            if !d.failed && (d.gone || now_ms.saturating_sub(d.since_ms) >= grace) {
+                d.failed = true;
+                expired.push(name.clone());
+            }
+        }
+        for name in expired {
             for (key, a) in &self.attempts {
                 if a.pods.values().any(|p| p.node == name) {
                     self.dirty.insert(key.clone());
@@ -173,7 +211,8 @@ impl State {
     }
 
     /// Reports what changed in the dirty attempts.
-    pub(super) fn poll(&mut self) -> Vec<Observation> {
+    pub(super) fn poll(&mut self, now_ms: u64) -> Vec<Observation> {
+        self.expire_nodes(now_ms);
         let mut out = std::mem::take(&mut self.out);
         let synced = self.synced_jobs && self.synced_pods;
         let dirty = std::mem::take(&mut self.dirty);
@@ -220,7 +259,9 @@ impl State {
             let mounts: Vec<&str> = a.mount_paths.iter().map(String::as_str).collect();
             let mut verdict = assess(kind, job, &pods, a.precheck, &mounts);
             let operator_ended = job.ended();
-            let down = pods.iter().find_map(|p| self.nodes_down.get(&p.node).map(|why| (p, why)));
+            let down = pods
+                .iter()
+                .find_map(|p| self.nodes_down.get(&p.node).filter(|d| d.failed).map(|d| (p, &d.why)));
             let mut now = false;
             if verdict.ended.is_none()
                 && let Some((p, why)) = down

@@ -5,8 +5,10 @@ fn key() -> AttemptKey {
     AttemptKey { task_id: "t-1".into(), attempt: 1 }
 }
 
+const NOW: u64 = 1_000_000;
+
 fn synced() -> State {
-    State { synced_jobs: true, synced_pods: true, ..State::default() }
+    State { synced_jobs: true, synced_pods: true, node_grace_ms: 60_000, ..State::default() }
 }
 
 fn pod(name: &str, node: &str, state: ContainerState) -> PodView {
@@ -48,15 +50,15 @@ fn a_launch_is_alive_before_the_watch_sees_it_and_reports_each_step_once() {
     let mut s = synced();
     launched(&mut s);
     assert_eq!(s.alive(), vec![key()]);
-    assert!(s.poll().is_empty());
+    assert!(s.poll(NOW).is_empty());
     let a = s.attempt(&key(), "ns", "job");
     a.job = Some(JobView { conditions: vec![("Running".into(), String::new())], ..JobView::default() });
     a.pods.insert("job-master-0".into(), pod("job-master-0", "n1", ContainerState::Running));
-    assert_eq!(reasons(&s.poll()), ["Started"]);
+    assert_eq!(reasons(&s.poll(NOW)), ["Started"]);
     s.dirty.insert(key());
-    assert!(s.poll().is_empty(), "nothing new is reported twice");
+    assert!(s.poll(NOW).is_empty(), "nothing new is reported twice");
     s.attempt(&key(), "ns", "job").job.as_mut().unwrap().conditions.push(("Succeeded".into(), "done".into()));
-    assert_eq!(reasons(&s.poll()), ["Finished Completed"]);
+    assert_eq!(reasons(&s.poll(NOW)), ["Finished Completed"]);
     assert!(s.alive().is_empty(), "an ended attempt is not alive");
     assert!(s.cleanups.is_empty(), "a job its operator ended is left to its TTL (its logs stay readable)");
 }
@@ -70,12 +72,12 @@ fn a_stop_ends_when_the_job_and_its_pods_are_gone() {
     a.job = Some(JobView::default());
     a.pods.insert("p".into(), pod("p", "n1", ContainerState::Running));
     a.stop = Some(StopCause::Preempted);
-    assert!(s.poll().is_empty());
+    assert!(s.poll(NOW).is_empty());
     s.attempt(&key(), "ns", "job").job = None;
-    assert!(s.poll().is_empty(), "a pod is still terminating");
+    assert!(s.poll(NOW).is_empty(), "a pod is still terminating");
     assert_eq!(s.alive(), vec![key()]);
     s.attempt(&key(), "ns", "job").pods.clear();
-    assert_eq!(reasons(&s.poll()), ["Stopped Some(Preempted)"]);
+    assert_eq!(reasons(&s.poll(NOW)), ["Stopped Some(Preempted)"]);
     assert!(s.attempts.is_empty() && s.alive().is_empty());
 }
 
@@ -85,11 +87,11 @@ fn nothing_is_called_gone_before_the_watches_have_listed_once() {
     let a = s.attempt(&key(), "ns", "job");
     a.kind = Some(JobKind::PyTorch);
     a.stop = Some(StopCause::UserStop);
-    assert!(s.poll().is_empty());
+    assert!(s.poll(NOW).is_empty());
     s.synced_jobs = true;
     s.synced_pods = true;
     s.dirty.insert(key());
-    assert_eq!(reasons(&s.poll()), ["Stopped Some(UserStop)"]);
+    assert_eq!(reasons(&s.poll(NOW)), ["Stopped Some(UserStop)"]);
 }
 
 #[test]
@@ -99,12 +101,30 @@ fn a_node_going_down_fails_its_attempt_as_node_failed_and_suspects_it() {
     let a = s.attempt(&key(), "ns", "job");
     a.job = Some(JobView::default());
     a.pods.insert("p".into(), pod("p", "n1", ContainerState::Running));
-    assert_eq!(reasons(&s.poll()), ["Started"]);
-    s.node("n2", Some("is NotReady".into()));
-    assert!(s.dirty.is_empty(), "another node's trouble is not this attempt's");
-    s.node("n1", Some("is NotReady".into()));
-    assert_eq!(reasons(&s.poll()), ["Suspect n1", "Finished NodeFailed"]);
+    assert_eq!(reasons(&s.poll(NOW)), ["Started"]);
+    s.node("n2", Some("is NotReady".into()), false, NOW);
+    s.node("n2", None, false, NOW);
+    s.node("n1", Some("is NotReady".into()), false, NOW);
+    assert!(s.poll(NOW + 59_000).is_empty(), "within its grace a NotReady node takes nothing down");
+    s.node("n1", None, false, NOW + 59_000);
+    assert!(s.poll(NOW + 120_000).is_empty(), "it came back in time");
+    s.node("n1", Some("is NotReady".into()), false, NOW + 120_000);
+    s.node("n1", Some("is NotReady (still)".into()), false, NOW + 150_000);
+    assert!(s.poll(NOW + 179_000).is_empty(), "the grace counts from when it went down");
+    assert_eq!(reasons(&s.poll(NOW + 180_000)), ["Suspect n1", "Finished NodeFailed"]);
     assert!(s.cleanups[0].now, "its pods are deleted at once");
+}
+
+#[test]
+fn a_deleted_node_fails_its_attempts_at_once() {
+    let mut s = synced();
+    launched(&mut s);
+    let a = s.attempt(&key(), "ns", "job");
+    a.job = Some(JobView::default());
+    a.pods.insert("p".into(), pod("p", "n1", ContainerState::Running));
+    assert_eq!(reasons(&s.poll(NOW)), ["Started"]);
+    s.node("n1", Some("was deleted".into()), true, NOW);
+    assert_eq!(reasons(&s.poll(NOW)), ["Suspect n1", "Finished NodeFailed"]);
 }
 
 #[test]
@@ -118,7 +138,7 @@ fn failed_pulls_are_counted_per_new_pull_and_fail_past_the_tolerance() {
     let mut steps = Vec::new();
     for r in ["ErrImagePull", "ImagePullBackOff", "ImagePullBackOff", "ErrImagePull"] {
         s.attempt(&key(), "ns", "job").pods.insert("p".into(), pod("p", "n1", waiting(r)));
-        steps.push(reasons(&s.poll()));
+        steps.push(reasons(&s.poll(NOW)));
     }
     assert_eq!(steps[0], ["Note ImagePullBackOff"]);
     assert!(steps[1].is_empty() && steps[2].is_empty());
@@ -137,9 +157,9 @@ fn a_job_that_disappears_without_a_stop_ended_unseen() {
     let a = s.attempt(&key(), "ns", "job");
     a.launched = false;
     a.job = Some(JobView::default());
-    assert!(s.poll().is_empty());
+    assert!(s.poll(NOW).is_empty());
     s.attempt(&key(), "ns", "job").job = None;
-    assert_eq!(reasons(&s.poll()), ["Finished NodeFailed"]);
+    assert_eq!(reasons(&s.poll(NOW)), ["Finished NodeFailed"]);
 }
 
 #[test]
@@ -151,7 +171,7 @@ fn cluster_events_about_a_job_or_its_pods_reach_their_attempt_and_no_other() {
     s.cluster_event("ns", "job-master-0", "Normal Pod/job-master-0: Scheduled assigned to n1".into());
     s.cluster_event("other", "job", "about another namespace's job".into());
     s.cluster_event("ns", "unrelated-pod", "about a pod that is not ours".into());
-    let out = s.poll();
+    let out = s.poll(NOW);
     let notes: Vec<&str> = out
         .iter()
         .filter_map(|o| match o {
@@ -165,6 +185,6 @@ fn cluster_events_about_a_job_or_its_pods_reach_their_attempt_and_no_other() {
     s.attempt(&key(), "ns", "job").stop = Some(StopCause::UserStop);
     s.attempt(&key(), "ns", "job").launched = false;
     s.pod_gone(&key(), "ns", "job-master-0");
-    assert_eq!(reasons(&s.poll()), ["Stopped Some(UserStop)"]);
+    assert_eq!(reasons(&s.poll(NOW)), ["Stopped Some(UserStop)"]);
     assert!(s.by_object.is_empty(), "{:?}", s.by_object);
 }
