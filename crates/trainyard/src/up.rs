@@ -48,6 +48,10 @@ pub struct KubeFlags {
     /// A catalog image's reference in the cluster's registry, as NAME=REFERENCE (repeatable).
     #[arg(long, value_name = "NAME=REFERENCE")]
     pub kube_image: Vec<String>,
+    /// This server's name on the cluster: it labels its objects (`app.kubernetes.io/instance`) and manages only
+    /// those, so several Trainyard servers can share a cluster.
+    #[arg(long, default_value = "trainyard")]
+    pub kube_instance: String,
     /// Cluster-side gang admission: `off` (Trainyard admits), `volcano[:QUEUE]` or `kueue:LOCALQUEUE`.
     #[arg(long, default_value = "off")]
     pub kube_gang: String,
@@ -84,6 +88,7 @@ impl KubeFlags {
             kubeconfig: self.kubeconfig.clone(),
             context: self.kube_context.clone(),
             namespace: self.kube_namespace.clone(),
+            instance: self.kube_instance.clone(),
             gang,
             images,
             node_grace_s: self.kube_node_grace_s,

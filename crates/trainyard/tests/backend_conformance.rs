@@ -217,14 +217,18 @@ fn kwok_node(client: &trainyard_runtime::kube::client::Client, name: &str, label
     block(nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))).unwrap();
 }
 
-fn kube() -> Kube {
+/// A Kubernetes subject of its own: `name` keeps its namespace and objects apart from the other tests' (they run
+/// side by side, as threads of one process or as processes, on one cluster).
+fn kube(name: &str) -> Kube {
     assert!(
         std::env::var_os("TRAINYARD_KUBE_STACK").is_some(),
         "the Kubernetes backend's suite needs the test cluster: run the tests with scripts/test, which starts it \
          through scripts/with-kube (or run `scripts/with-kube cargo test ...`)"
     );
     let cfg = KubeConfig {
-        namespace: format!("conformance-{}-{{group}}", std::process::id()),
+        namespace: format!("conf-{}-{name}-{{group}}", std::process::id()),
+        // Each test is a server of its own on the shared cluster: it manages only its own objects.
+        instance: format!("conf-{}-{name}", std::process::id()),
         images: [("host".to_owned(), "registry.invalid/trainyard/host:1".to_owned())].into(),
         grace_s: 2,
         // A NotReady node fails its attempts after 2 s here (60 s by default).
@@ -491,7 +495,7 @@ fn the_local_backend_conforms() {
 
 #[test]
 fn the_kubernetes_backend_conforms() {
-    let s = kube();
+    let s = kube("suite");
     suite(&s);
 }
 
@@ -499,7 +503,7 @@ fn the_kubernetes_backend_conforms() {
 /// control loop) and names the node as suspect; its pods are deleted without waiting for the dead node.
 #[test]
 fn on_kubernetes_a_node_going_not_ready_fails_its_attempt_as_node_failed() {
-    let s = kube();
+    let s = kube("notready");
     let node = format!("node-nr-{}", std::process::id());
     kwok_node(&s.backend.client(), &node, serde_json::json!({}));
     let k = key(20);
@@ -521,7 +525,7 @@ fn on_kubernetes_a_node_going_not_ready_fails_its_attempt_as_node_failed() {
 /// mistake) ends the attempt at once with the server's own words, instead of retrying forever.
 #[test]
 fn on_kubernetes_an_object_the_api_server_refuses_fails_with_its_reason() {
-    let mut s = kube();
+    let mut s = kube("refused");
     s.cfg.gang = trainyard_runtime::kube::objects::Gang::Kueue { local_queue: "not a valid label!".into() };
     let s = s.restarted();
     let k = key(21);
@@ -543,7 +547,7 @@ fn on_kubernetes_an_object_the_api_server_refuses_fails_with_its_reason() {
 #[test]
 fn on_kubernetes_oom_pull_failures_and_reattaching_without_a_second_job() {
     use trainyard_runtime::kube::client::api::{Api, DynamicObject, ListParams};
-    let s = kube();
+    let s = kube("oom");
     let k = key(22);
     let mut sp = s.spec_for(&k, 0, Behaviour::RunUntilStopped);
     sp.task.metadata.labels.insert(SIM_RUN_MS.into(), "1000".into());

@@ -41,6 +41,9 @@ pub struct KubeConfig {
     pub context: Option<String>,
     /// The namespace of a project group's attempts; `{group}` is replaced by the group's name.
     pub namespace: String,
+    /// This server's name among the Trainyard servers using the cluster: it labels its objects and watches
+    /// only those.
+    pub instance: String,
     /// Cluster-side gang admission (Volcano or Kueue), off by default: Trainyard admits.
     pub gang: objects::Gang,
     /// Catalog image name -> the OCI reference the cluster pulls; a name not listed is pulled as it is.
@@ -58,6 +61,7 @@ impl Default for KubeConfig {
             kubeconfig: None,
             context: None,
             namespace: "trainyard-{group}".to_owned(),
+            instance: "trainyard".to_owned(),
             gang: objects::Gang::Off,
             images: BTreeMap::new(),
             grace_s: 5,
@@ -71,6 +75,7 @@ impl KubeConfig {
     fn settings(&self, group: &str) -> KubeSettings {
         KubeSettings {
             namespace: self.namespace_of(group),
+            instance: self.instance.clone(),
             gang: self.gang.clone(),
             images: self.images.clone(),
             grace_s: self.grace_s,
@@ -703,7 +708,8 @@ async fn watch_jobs(inner: std::sync::Weak<Inner>, kind: JobKind) {
     else {
         return;
     };
-    let cfg = watcher::Config::default().labels(views::MANAGED_SELECTOR);
+    let Some(selector) = inner.upgrade().map(|i| objects::instance_selector(&i.cfg.instance)) else { return };
+    let cfg = watcher::Config::default().labels(&selector);
     let mut stream = watch(api, cfg).default_backoff().boxed();
     let mut listed: HashSet<AttemptKey> = HashSet::new();
     while let Some(ev) = stream.next().await {
@@ -773,7 +779,8 @@ fn job_seen(inner: &Inner, kind: JobKind, o: &DynamicObject) -> Option<AttemptKe
 
 async fn watch_pods(inner: std::sync::Weak<Inner>) {
     let Some(api) = inner.upgrade().map(|i| Api::<Pod>::all(i.client.clone())) else { return };
-    let cfg = watcher::Config::default().labels(views::MANAGED_SELECTOR);
+    let Some(selector) = inner.upgrade().map(|i| objects::instance_selector(&i.cfg.instance)) else { return };
+    let cfg = watcher::Config::default().labels(&selector);
     let mut stream = watch(api, cfg).default_backoff().boxed();
     let mut listed: HashSet<(AttemptKey, String)> = HashSet::new();
     while let Some(ev) = stream.next().await {

@@ -46,6 +46,14 @@ pub const METRICS_INTERVAL_ANNOTATION: &str = "trainyard.dev/metrics-interval-s"
 
 /// Selects every object Trainyard made.
 pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=trainyard";
+/// Which Trainyard server made an object: two servers on one cluster (staging and production, or tests
+/// running side by side) each watch and manage only their own objects.
+pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
+
+/// Selects every object the Trainyard server named `instance` made.
+pub fn instance_selector(instance: &str) -> String {
+    format!("{MANAGED_SELECTOR},{INSTANCE_LABEL}={}", label_value(instance))
+}
 
 /// Kueue's queue label and Volcano's pod group annotation.
 pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
@@ -87,6 +95,8 @@ pub enum Gang {
 pub struct KubeSettings {
     /// Namespace of the attempt (the caller resolves it per project group).
     pub namespace: String,
+    /// The server's instance name (the `app.kubernetes.io/instance` label of its objects).
+    pub instance: String,
     pub gang: Gang,
     /// Catalog image name -> the OCI reference pods pull. The catalog's `Image` holds no reference (only a
     /// local root file system), so the cluster's settings hold them. An image name that is not a catalog
@@ -105,6 +115,7 @@ impl Default for KubeSettings {
     fn default() -> KubeSettings {
         KubeSettings {
             namespace: "default".into(),
+            instance: "trainyard".into(),
             gang: Gang::Off,
             images: BTreeMap::new(),
             grace_s: 5,
@@ -371,6 +382,7 @@ impl Ctx<'_> {
         let group = &self.spec.task.metadata.project_group;
         let mut m = serde_json::Map::new();
         m.insert(MANAGED_BY_LABEL.into(), MANAGED_BY.into());
+        m.insert(INSTANCE_LABEL.into(), label_value(&self.s.instance).into());
         m.insert(TASK_LABEL.into(), label_value(&key.task_id).into());
         m.insert(ATTEMPT_LABEL.into(), label_value(&key.attempt.to_string()).into());
         m.insert(GROUP_LABEL.into(), label_value(group).into());

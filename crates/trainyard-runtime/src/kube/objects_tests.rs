@@ -141,8 +141,8 @@ fn pytorchjob_of_a_master_and_two_workers_on_two_nodes() {
     assert_eq!(job["metadata"]["name"], name);
     assert_eq!(job["metadata"]["namespace"], "ty-vision");
     let want_labels = json!({
-        "app.kubernetes.io/managed-by": "trainyard", "trainyard.dev/task": "0190a5b2c3d4e5f6",
-        "trainyard.dev/attempt": "2", "trainyard.dev/group": "vision",
+        "app.kubernetes.io/managed-by": "trainyard", "app.kubernetes.io/instance": "trainyard",
+        "trainyard.dev/task": "0190a5b2c3d4e5f6", "trainyard.dev/attempt": "2", "trainyard.dev/group": "vision",
     });
     assert_eq!(job["metadata"]["labels"], want_labels);
     assert_eq!(job["metadata"]["annotations"]["trainyard.dev/image-pull-tolerance"], "2");
