@@ -473,7 +473,27 @@ async fn launch_in_background(inner: Arc<Inner>, key: AttemptKey, ns: String, ob
             return;
         }
         match inner.apply(&ns, &objs, false).await {
-            Ok(()) => return,
+            Ok(()) => {
+                // A stop that came while the objects were being written may have deleted nothing yet: it is
+                // carried out now, so nothing outlives it.
+                let stopped = {
+                    let s = inner.lock();
+                    s.attempts
+                        .get(&key)
+                        .and_then(|a| Some((a.stop?, a.kind?, a.namespace.clone(), a.job_name.clone())))
+                };
+                if let Some((cause, kind, namespace, job_name)) = stopped {
+                    let c = Cleanup { namespace, job_name, kind, now: cause == StopCause::NodeFailed };
+                    if let Err(e) = inner.delete(&c, Some(&attempt_selector(&key))).await {
+                        eprintln!(
+                            "trainyard: {}",
+                            api_error("deleting a job stopped while it was created", &e)
+                        );
+                        inner.lock().cleanups.push(c);
+                    }
+                }
+                return;
+            }
             Err(e) if is_permanent(&e) => {
                 let message = api_error("the cluster refused the attempt's objects", &e);
                 end_launch(&inner, &key, Reason::UserError, message);
