@@ -915,7 +915,13 @@ exit 0
 /// Label keys an operator or Trainyard itself sets: a task's label never replaces them.
 fn reserved_label(key: &str) -> bool {
     let prefix = key.split_once('/').map(|(p, _)| p);
+    // The instance label decides which server manages the pods: a task naming another would hand its pods
+    // over. Kubernetes' own prefixes are the system's.
     key == MANAGED_BY_LABEL
+        || key == INSTANCE_LABEL
+        || prefix.is_some_and(|p| {
+            p == "kubernetes.io" || p.ends_with(".kubernetes.io") || p == "k8s.io" || p.ends_with(".k8s.io")
+        })
         || matches!(
             prefix,
             Some(

@@ -499,6 +499,12 @@ fn label_values_and_keys() {
     assert!(is_label_value(&v) && v.starts_with("Vision-Team"), "{v}");
     assert!(is_label_value(&label_value(&"x".repeat(100))));
     assert!(is_label_key("sim.trainyard.dev/run-ms") && is_label_key("team"));
+    assert!(
+        reserved_label(INSTANCE_LABEL) && reserved_label(MANAGED_BY_LABEL),
+        "a task cannot hand its pods over"
+    );
+    assert!(reserved_label("node-role.kubernetes.io/x") && reserved_label("k8s.io/x"));
+    assert!(!reserved_label("team") && !reserved_label("sim.trainyard.dev/run-ms"));
     assert!(!is_label_key("bad key!") && !is_label_key("UPPER.dev/x") && !is_label_key("/x"));
     // A raw id that had to change is kept in an annotation.
     let mut spec = pytorch_spec();
