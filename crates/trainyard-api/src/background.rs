@@ -105,10 +105,7 @@ pub fn spawn_inventory_sync(state: crate::AppState) -> Option<tokio::task::JoinH
         let mut before = None;
         loop {
             tokio::time::sleep(INVENTORY_INTERVAL).await;
-            let Some((version, now)) = kube.inventory_view() else { continue };
-            if seen_version == Some(version) {
-                continue;
-            }
+            let Some((version, now)) = kube.inventory_since(seen_version) else { continue };
             let catalog = state.catalog.get();
             if let Some((next, said)) =
                 trainyard_runtime::kube::inventory::merge(&catalog, before.as_ref(), &now)

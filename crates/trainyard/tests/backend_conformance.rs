@@ -105,6 +105,11 @@ impl Subject for Fake {
     }
 }
 
+/// The wall clock in milliseconds, as the server's control loop passes it to real backends.
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
 struct Local {
     backend: LocalBackend,
     cfg: LocalConfig,
@@ -116,13 +121,13 @@ impl Subject for Local {
         &self.backend
     }
     fn now_ms(&self) -> u64 {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+        wall_ms()
     }
     fn pass(&self, ms: u64) {
         std::thread::sleep(Duration::from_millis(ms));
     }
-    fn arrange(&self, key: &AttemptKey, behaviour: Behaviour) -> String {
-        Local::command(key, behaviour)
+    fn arrange(&self, _key: &AttemptKey, behaviour: Behaviour) -> String {
+        command(behaviour)
     }
     fn restarted(&self) -> Local {
         Local { backend: LocalBackend::new(self.cfg.clone()).unwrap(), cfg: self.cfg.clone() }
@@ -132,17 +137,15 @@ impl Subject for Local {
     }
 }
 
-impl Local {
-    /// The command of an attempt that behaves so.
-    fn command(_key: &AttemptKey, behaviour: Behaviour) -> String {
-        match behaviour {
-            Behaviour::Succeed => "echo hello from $RANK".into(),
-            Behaviour::Fail => "echo failing; exit 3".into(),
-            Behaviour::RunUntilStopped => {
-                "trap 'touch $TRAINYARD_RUNTIME_DIR/checkpoint-done' USR1; echo running; \
-                                           while true; do sleep 0.1; done"
-                    .into()
-            }
+/// The command of an attempt that behaves so, on a backend that runs it.
+fn command(behaviour: Behaviour) -> String {
+    match behaviour {
+        Behaviour::Succeed => "echo hello from $RANK".into(),
+        Behaviour::Fail => "echo failing; exit 3".into(),
+        Behaviour::RunUntilStopped => {
+            "trap 'touch $TRAINYARD_RUNTIME_DIR/checkpoint-done' USR1; echo running; \
+                                       while true; do sleep 0.1; done"
+                .into()
         }
     }
 }
@@ -160,14 +163,14 @@ impl Subject for Kube {
         &self.backend
     }
     fn now_ms(&self) -> u64 {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+        wall_ms()
     }
     fn pass(&self, ms: u64) {
         std::thread::sleep(Duration::from_millis(ms));
     }
-    fn arrange(&self, key: &AttemptKey, behaviour: Behaviour) -> String {
+    fn arrange(&self, _key: &AttemptKey, behaviour: Behaviour) -> String {
         // What a real cluster would run; kwok runs nothing and follows the labels `adjust` sets.
-        Local::command(key, behaviour)
+        command(behaviour)
     }
     fn adjust(&self, spec: &mut LaunchSpec, behaviour: Behaviour) {
         let labels = &mut spec.task.metadata.labels;

@@ -228,10 +228,16 @@ impl KubeBackend {
         Ok(list.items.iter().filter_map(views::catalog_node).collect())
     }
 
-    /// The cluster's nodes as catalog nodes, with a number that grows with every change; None until the node
-    /// watch has listed them.
-    pub fn inventory_view(&self) -> Option<(u64, BTreeMap<String, trainyard_core::catalog::Node>)> {
+    /// The cluster's nodes as catalog nodes, with a number that grows with every change, when they changed
+    /// since `seen` (that number, from an earlier call); None until the node watch has listed them.
+    pub fn inventory_since(
+        &self,
+        seen: Option<u64>,
+    ) -> Option<(u64, BTreeMap<String, trainyard_core::catalog::Node>)> {
         let s = self.inner.lock();
+        if seen == Some(s.inventory_version) {
+            return None;
+        }
         s.inventory.clone().map(|inv| (s.inventory_version, inv))
     }
 
@@ -267,7 +273,7 @@ impl Inner {
         let body = json!({
             "apiVersion": "v1",
             "kind": "Namespace",
-            "metadata": {"name": ns, "labels": {views::LABEL_MANAGED_BY: views::MANAGED_BY}},
+            "metadata": {"name": ns, "labels": {objects::MANAGED_BY_LABEL: objects::MANAGED_BY}},
         });
         self.sent();
         api.patch(ns, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&body)).await?;
@@ -395,11 +401,6 @@ fn wall_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
-/// The label selector of one attempt's objects.
-fn attempt_selector(key: &AttemptKey) -> String {
-    objects::attempt_selector(key)
-}
-
 /// The annotations a restarted server reads its settings back from, added to the job.
 fn annotate(job: &mut Value, key: &AttemptKey, s: &JobSettings) {
     let meta = &mut job["metadata"];
@@ -407,9 +408,8 @@ fn annotate(job: &mut Value, key: &AttemptKey, s: &JobSettings) {
         meta["annotations"] = json!({});
     }
     let a = &mut meta["annotations"];
-    a[views::ANN_TASK_ID] = json!(key.task_id);
+    a[objects::TASK_ID_ANNOTATION] = json!(key.task_id);
     a[views::ANN_PRECHECK] = json!(s.precheck.to_string());
-    a[views::ANN_PULL_TOLERANCE] = json!(s.pull_tolerance.to_string());
     a[views::ANN_MOUNTS] = json!(serde_json::to_string(&s.mount_paths).unwrap_or_default());
     a[views::ANN_RETAIN] = json!(s.retain.to_string());
 }
@@ -484,7 +484,7 @@ async fn launch_in_background(inner: Arc<Inner>, key: AttemptKey, ns: String, ob
                 };
                 if let Some((cause, kind, namespace, job_name)) = stopped {
                     let c = Cleanup { namespace, job_name, kind, now: cause == StopCause::NodeFailed };
-                    if let Err(e) = inner.delete(&c, Some(&attempt_selector(&key))).await {
+                    if let Err(e) = inner.delete(&c, Some(&objects::attempt_selector(&key))).await {
                         eprintln!(
                             "trainyard: {}",
                             api_error("deleting a job stopped while it was created", &e)
@@ -638,7 +638,7 @@ impl Backend for KubeBackend {
         };
         if let Some(c) = cleanup {
             self.inner
-                .delete(&c, Some(&attempt_selector(key)))
+                .delete(&c, Some(&objects::attempt_selector(key)))
                 .await
                 .map_err(|e| BackendError(api_error("deleting the job", &e)))?;
         }

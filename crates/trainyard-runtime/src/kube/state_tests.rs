@@ -45,6 +45,17 @@ fn reasons(out: &[Observation]) -> Vec<String> {
         .collect()
 }
 
+/// An attempt whose one pod runs on node n1, its start reported.
+fn running_on_n1() -> State {
+    let mut s = synced();
+    launched(&mut s);
+    let a = s.attempt(&key(), "ns", "job");
+    a.job = Some(JobView::default());
+    a.pods.insert("p".into(), pod("p", "n1", ContainerState::Running));
+    assert_eq!(reasons(&s.poll(NOW)), ["Started"]);
+    s
+}
+
 #[test]
 fn a_launch_is_alive_before_the_watch_sees_it_and_reports_each_step_once() {
     let mut s = synced();
@@ -96,12 +107,7 @@ fn nothing_is_called_gone_before_the_watches_have_listed_once() {
 
 #[test]
 fn a_node_going_down_fails_its_attempt_as_node_failed_and_suspects_it() {
-    let mut s = synced();
-    launched(&mut s);
-    let a = s.attempt(&key(), "ns", "job");
-    a.job = Some(JobView::default());
-    a.pods.insert("p".into(), pod("p", "n1", ContainerState::Running));
-    assert_eq!(reasons(&s.poll(NOW)), ["Started"]);
+    let mut s = running_on_n1();
     s.node("n2", Some("is NotReady".into()), false, NOW);
     s.node("n2", None, false, NOW);
     s.node("n1", Some("is NotReady".into()), false, NOW);
@@ -117,12 +123,7 @@ fn a_node_going_down_fails_its_attempt_as_node_failed_and_suspects_it() {
 
 #[test]
 fn a_deleted_node_fails_its_attempts_at_once() {
-    let mut s = synced();
-    launched(&mut s);
-    let a = s.attempt(&key(), "ns", "job");
-    a.job = Some(JobView::default());
-    a.pods.insert("p".into(), pod("p", "n1", ContainerState::Running));
-    assert_eq!(reasons(&s.poll(NOW)), ["Started"]);
+    let mut s = running_on_n1();
     s.node("n1", Some("was deleted".into()), true, NOW);
     assert_eq!(reasons(&s.poll(NOW)), ["Suspect n1", "Finished NodeFailed"]);
 }

@@ -8,11 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
-pub use super::objects::{
-    ATTEMPT_LABEL as LABEL_ATTEMPT, MANAGED_BY, MANAGED_BY_LABEL as LABEL_MANAGED_BY, MANAGED_SELECTOR,
-    PULL_TOLERANCE_ANNOTATION as ANN_PULL_TOLERANCE, TASK_ID_ANNOTATION as ANN_TASK_ID,
-    TASK_LABEL as LABEL_TASK,
-};
+use super::objects::{ATTEMPT_LABEL, PULL_TOLERANCE_ANNOTATION, TASK_ID_ANNOTATION, TASK_LABEL};
 /// Annotations on the job that a restarted server reads its settings back from (beside the objects' own).
 pub const ANN_PRECHECK: &str = "trainyard.dev/precheck";
 pub const ANN_MOUNTS: &str = "trainyard.dev/mount-paths";
@@ -38,10 +34,10 @@ pub fn key_of(meta: &ObjectMeta) -> Option<AttemptKey> {
     let task_id = meta
         .annotations
         .as_ref()
-        .and_then(|a| a.get(ANN_TASK_ID))
-        .or_else(|| labels.get(LABEL_TASK))?
+        .and_then(|a| a.get(TASK_ID_ANNOTATION))
+        .or_else(|| labels.get(TASK_LABEL))?
         .clone();
-    let attempt = labels.get(LABEL_ATTEMPT)?.parse().ok()?;
+    let attempt = labels.get(ATTEMPT_LABEL)?.parse().ok()?;
     Some(AttemptKey { task_id, attempt })
 }
 
@@ -61,7 +57,9 @@ pub struct JobSettings {
 pub fn job_settings(meta: &ObjectMeta) -> JobSettings {
     JobSettings {
         precheck: annotation(meta, ANN_PRECHECK) == Some("true"),
-        pull_tolerance: annotation(meta, ANN_PULL_TOLERANCE).and_then(|v| v.parse().ok()).unwrap_or(-1),
+        pull_tolerance: annotation(meta, PULL_TOLERANCE_ANNOTATION)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(-1),
         mount_paths: annotation(meta, ANN_MOUNTS)
             .and_then(|v| serde_json::from_str(v).ok())
             .unwrap_or_default(),
