@@ -1,5 +1,5 @@
 // ray-dashboard-sim stands in for the Ray dashboard's job API (/api/jobs/) of every RayCluster in the test stack,
-// where no Ray head really runs (kwok simulates the pods).
+// where no Ray head really runs (kwok simulates the pods), and for the pod network (podnet.go).
 //
 // The KubeRay operator reaches a cluster's dashboard at http://<head-service>.<namespace>.svc.cluster.local:8265
 // with a plain net/http client, which honours HTTP_PROXY: scripts/with-kube starts the operator with
@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -46,6 +47,7 @@ type server struct {
 	api    string
 	token  string
 	client *http.Client
+	net    *podNet
 }
 
 func main() {
@@ -53,6 +55,8 @@ func main() {
 	api := flag.String("api-server", "", "API server URL")
 	token := flag.String("token", "", "bearer token for the API server")
 	ca := flag.String("ca", "", "CA certificate file of the API server")
+	podCIDR := flag.String("pod-cidr", "", "the simulated pods' address range (CONNECT tunnels there reach them)")
+	egress := flag.String("egress-socket", "", "a unix socket to serve too (the API server's egress proxy)")
 	flag.Parse()
 
 	pool := x509.NewCertPool()
@@ -72,7 +76,23 @@ func main() {
 			Transport: &http.Transport{Proxy: nil, TLSClientConfig: &tls.Config{RootCAs: pool}},
 		},
 	}
-	log.Printf("ray dashboard stand-in listening on %s", *listen)
+	s.net = &podNet{s: s, scrapes: map[string]int{}}
+	if *podCIDR != "" {
+		_, cidr, err := net.ParseCIDR(*podCIDR)
+		if err != nil {
+			log.Fatal(err)
+		}
+		s.net.cidr = cidr
+	}
+	if *egress != "" {
+		_ = os.Remove(*egress)
+		l, err := net.Listen("unix", *egress)
+		if err != nil {
+			log.Fatal(err)
+		}
+		go func() { log.Fatal(http.Serve(l, s)) }()
+	}
+	log.Printf("ray dashboard and pod network stand-in listening on %s", *listen)
 	log.Fatal(http.ListenAndServe(*listen, s))
 }
 
@@ -99,6 +119,10 @@ func reply(w http.ResponseWriter, code int, v any) {
 }
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodConnect {
+		s.net.connect(w, r)
+		return
+	}
 	if r.URL.Path == "/healthz" {
 		reply(w, 200, map[string]string{"status": "ok"})
 		return
