@@ -362,7 +362,8 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
         &data_dir.canonicalize().with_context(|| format!("cannot resolve {}", data_dir.display()))?;
     let catalog_path = data_dir.join("catalog.yaml");
     let kube = if opts.backend == BackendChoice::Kubernetes {
-        let cfg = opts.kube.config()?;
+        let cfg =
+            trainyard_runtime::kube::KubeConfig { data_dir: data_dir.join("kube"), ..opts.kube.config()? };
         let kube = trainyard_runtime::kube::KubeBackend::connect(cfg)
             .await
             .map_err(|e| anyhow::anyhow!("the Kubernetes backend: {e}"))?;

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 use trainyard_core::Catalog;
 use trainyard_core::lifecycle::Reason;
@@ -236,6 +237,7 @@ fn kube(name: &str) -> Kube {
         grace_s: 2,
         // A NotReady node fails its attempts after 2 s here (60 s by default).
         node_grace_s: 2,
+        data_dir: std::env::temp_dir().join(format!("ty-conformance-kube-{name}-{}", std::process::id())),
         ..KubeConfig::default()
     };
     let backend = block(KubeBackend::connect(cfg.clone())).unwrap();
@@ -500,6 +502,109 @@ fn the_local_backend_conforms() {
 fn the_kubernetes_backend_conforms() {
     let s = kube("suite");
     suite(&s);
+    let _ = std::fs::remove_dir_all(&s.cfg.data_dir);
+}
+
+/// On Kubernetes a replica's log and metrics outlive its pod: the log is followed through the API server
+/// while the container runs (kwok's simulated kubelet serves the same fixed log for every container), and the
+/// metrics endpoint is scraped through the API server's pod proxy (the simulated pod answers with its own
+/// name). A restarted server follows the running pods again from where the last one stopped, keeping each
+/// line once; once the attempt has been stopped and its pods deleted, both still read back, from this server
+/// and from a restarted one.
+#[test]
+fn on_kubernetes_logs_and_metrics_are_kept_after_the_pods_are_gone() {
+    use trainyard_runtime::kube::client::api::{Api, ListParams};
+    use trainyard_runtime::kube::openapi::api::core::v1::Pod;
+    let s = kube("telemetry");
+    let k = key(24);
+    let mut sp = s.spec_for(&k, 1, Behaviour::RunUntilStopped);
+    sp.task.spec.advanced.metrics = Some(trainyard_core::spec::MetricsMonitor {
+        enabled: true,
+        endpoints: vec![trainyard_core::spec::MetricsEndpoint { port: 9100, path: "/metrics".into() }],
+        interval_seconds: 1,
+    });
+    block(s.backend().launch(&sp)).unwrap();
+    until(&s, &k, |o| matches!(o, Observation::Started { .. }));
+    const LOG: &str = "2026-01-01T00:00:00.100Z O simulated container: started\n\
+                       2026-01-01T00:00:00.200Z O simulated container: a line on stderr\n\
+                       2026-01-01T00:00:01.000Z O simulated container: step 1 loss 0.50\n\
+                       2026-01-01T00:00:01.000Z O simulated container: step 2 loss 0.25\n\
+                       2026-01-01T00:00:02.500Z O simulated container: done\n";
+    let read = |b: &KubeBackend, name: &str| block(b.read_log(&k, name, 0, 1 << 20));
+    let replicas =
+        |b: &KubeBackend| -> BTreeMap<String, String> { block(b.replicas(&k)).into_iter().collect() };
+    let names: Vec<String> = replicas(&s.backend).into_keys().collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    // The whole log arrives while the pods run, and a second has passed for the cursor to be saved.
+    let t0 = Instant::now();
+    while !names.iter().all(|n| read(&s.backend, n).data == LOG.as_bytes()) {
+        assert!(
+            t0.elapsed() < s.patience(),
+            "{:?}",
+            String::from_utf8_lossy(&read(&s.backend, &names[0]).data)
+        );
+        s.pass(250);
+    }
+    s.pass(1_500);
+    // A restart while the pods run: the new server follows them again (the old one is gone).
+    let cfg = s.cfg.clone();
+    drop(s);
+    let s = Kube { backend: block(KubeBackend::connect(cfg.clone())).unwrap(), cfg };
+    assert!(block(s.backend.synced(Duration::from_secs(30))));
+    let t0 = Instant::now();
+    while s.backend.telemetry().log_requests.load(Relaxed) < 2 {
+        assert!(t0.elapsed() < s.patience(), "the restarted server follows the logs again");
+        s.pass(250);
+    }
+    s.pass(2_000);
+    block(s.backend().stop(&k, StopCause::UserStop)).unwrap();
+    until(&s, &k, |o| matches!(o, Observation::Stopped { .. }));
+    let t0 = Instant::now();
+    while !names.iter().all(|n| read(&s.backend, n).ended) {
+        assert!(t0.elapsed() < s.patience(), "the logs were never complete");
+        s.pass(250);
+    }
+    let pods: Api<Pod> = Api::namespaced(s.backend.client(), &s.cfg.namespace_of("default"));
+    let lp =
+        ListParams::default().labels(&trainyard_runtime::kube::objects::instance_selector(&s.cfg.instance));
+    let t0 = Instant::now();
+    while !block(pods.list(&lp)).unwrap().items.is_empty() {
+        assert!(t0.elapsed() < s.patience(), "the pods were never deleted");
+        block(s.backend().poll(s.now_ms()));
+        s.pass(250);
+    }
+    let check = |b: &KubeBackend, when: &str| {
+        assert_eq!(replicas(b).values().collect::<Vec<_>>(), ["master", "worker"], "{when}");
+        for name in &names {
+            let chunk = read(b, name);
+            assert_eq!(String::from_utf8_lossy(&chunk.data), LOG, "{when}: {name}'s log, each line once");
+            assert!(chunk.ended && !chunk.missing, "{when}: {name}'s log is complete");
+            // Read on from the middle: whole lines from there.
+            let second = LOG.find('\n').unwrap() + 1;
+            let rest = block(b.read_log(&k, name, second as u64, 1 << 20));
+            assert_eq!(String::from_utf8_lossy(&rest.data), LOG[second..], "{when}");
+        }
+        let points = block(b.read_metrics(&k, 0));
+        for name in &names {
+            let mine: Vec<_> = points.iter().filter(|p| &p.replica == name).collect();
+            assert!(
+                mine.iter().any(|p| p.name == "sim_pod_up"
+                    && p.labels.get("pod") == Some(name)
+                    && p.labels.get("port").map(String::as_str) == Some("9100")
+                    && p.value == 1.0),
+                "{when}: {name} scraped through the pod proxy: {mine:?}"
+            );
+            assert!(
+                mine.iter().any(|p| p.name == "trainyard_scrape_up" && p.value == 1.0),
+                "{when}: {name}'s scrape is up: {mine:?}"
+            );
+        }
+    };
+    check(&s.backend, "once the pods are gone");
+    let restarted = s.restarted();
+    check(&restarted.backend, "after another restart");
+    assert_eq!(restarted.backend.telemetry().log_requests.load(Relaxed), 0, "nothing is read again");
+    let _ = std::fs::remove_dir_all(&s.cfg.data_dir);
 }
 
 /// A node that goes NotReady under a running attempt fails it as `NodeFailed` (retried elsewhere by the

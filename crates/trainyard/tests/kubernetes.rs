@@ -135,6 +135,30 @@ fn the_examples_run_through_the_real_operators_from_the_cli() {
     assert!(events.contains("Started"), "{events}");
     let placed = t["placement"].to_string();
     assert!(placed.contains(&nodes[0]) || placed.contains(&nodes[1]), "{placed}");
+    // Each replica's log, followed through the API server while its pod ran, is served by Trainyard's own API
+    // (kwok's simulated kubelet gives every container the same log).
+    let (status, body) = s.call("GET", &format!("/api/v1/tasks/{id}/logs"), None);
+    assert_eq!(status, 200, "{body}");
+    let listed: Value = serde_json::from_str(&body).unwrap();
+    let replicas: Vec<String> = listed["items"][0]["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(replicas.len() >= 2, "master and workers: {body}");
+    for r in &replicas {
+        let deadline = std::time::Instant::now() + secs(30);
+        loop {
+            let (status, log) = s.call("GET", &format!("/api/v1/tasks/{id}/logs?replica={r}"), None);
+            assert_eq!(status, 200, "{log}");
+            if log.contains("2026-01-01T00:00:01.000Z O simulated container: step 1 loss 0.50") {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{r}'s log: {log}");
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+    }
 
     let printed = cli(&s, &["submit", "-f", "examples/kubernetes/ray.yaml"]);
     let id = submitted_id(&s, &printed);

@@ -271,6 +271,7 @@ async fn trainyard(client: &Client, nodes: &[String], tasks: usize) -> Outcome {
     let cfg = KubeConfig {
         namespace: "bench-ty-{group}".into(),
         images: [("bench".to_owned(), "registry.invalid/bench:1".to_owned())].into(),
+        data_dir: dir.join("kube"),
         ..KubeConfig::default()
     };
     let kube = KubeBackend::connect(cfg).await.unwrap();

@@ -8,6 +8,7 @@
 //! - Stateless: every object is named from its attempt and labelled, so a restarted server lists them and
 //!   reattaches, and a repeated apply changes nothing.
 
+use super::capture::{self, PodNow, Target, Telemetry};
 use super::objects::{self, AttemptObjects, KubeSettings};
 use super::state::{Attempt, Cleanup, State};
 use super::status::JobKind;
@@ -15,11 +16,11 @@ use super::views::{self, JobSettings};
 use crate::{AttemptKey, Backend, BackendError, LaunchSpec, LogChunk, MetricPoint, Observation, StopCause};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, LogParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, watcher as watch};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -53,6 +54,8 @@ pub struct KubeConfig {
     /// Seconds a node may stay NotReady before the attempts on it fail as `NodeFailed` (a deleted node fails
     /// them at once). The node was already silent for the cluster's own grace before it was called NotReady.
     pub node_grace_s: u64,
+    /// Where the attempts' logs and metrics are kept (they outlive the pods).
+    pub data_dir: PathBuf,
 }
 
 impl Default for KubeConfig {
@@ -66,6 +69,7 @@ impl Default for KubeConfig {
             images: BTreeMap::new(),
             grace_s: 5,
             node_grace_s: 60,
+            data_dir: std::env::temp_dir().join("trainyard-kube"),
         }
     }
 }
@@ -106,12 +110,19 @@ struct Inner {
     watches: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Requests sent to the API server outside the watches (applies, deletions, reads).
     requests: std::sync::atomic::AtomicU64,
+    /// The kept logs and metrics, and the followers and scrapers at work (by pod, and whether it scrapes).
+    store: capture::Store,
+    captures: Mutex<HashMap<(Target, bool), tokio::task::JoinHandle<()>>>,
+    telemetry: Arc<Telemetry>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         for w in self.watches.get_mut().map(std::mem::take).unwrap_or_default() {
             w.abort();
+        }
+        for (_, c) in self.captures.get_mut().map(std::mem::take).unwrap_or_default() {
+            c.abort();
         }
     }
 }
@@ -171,6 +182,7 @@ impl KubeBackend {
             }
         }
         let node_grace_s = cfg.node_grace_s;
+        let store = capture::Store::new(cfg.data_dir.join("attempts"));
         let inner = Arc::new(Inner {
             client,
             cfg,
@@ -180,6 +192,9 @@ impl KubeBackend {
             writes: tokio::sync::Semaphore::new(MAX_WRITES),
             watches: Mutex::new(Vec::new()),
             requests: std::sync::atomic::AtomicU64::new(0),
+            store,
+            captures: Mutex::new(HashMap::new()),
+            telemetry: Arc::new(Telemetry::default()),
         });
         let mut watches = Vec::new();
         for &kind in &inner.kinds {
@@ -244,6 +259,11 @@ impl KubeBackend {
     /// Requests this backend sent to the API server outside its watches (each apply, deletion and read).
     pub fn requests(&self) -> u64 {
         self.inner.requests.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// What the log followers and metrics scrapers sent.
+    pub fn telemetry(&self) -> &Telemetry {
+        &self.inner.telemetry
     }
 
     pub fn client(&self) -> kube::Client {
@@ -412,6 +432,9 @@ fn annotate(job: &mut Value, key: &AttemptKey, s: &JobSettings) {
     a[views::ANN_PRECHECK] = json!(s.precheck.to_string());
     a[views::ANN_MOUNTS] = json!(serde_json::to_string(&s.mount_paths).unwrap_or_default());
     a[views::ANN_RETAIN] = json!(s.retain.to_string());
+    if let Some(scrape) = &s.scrape {
+        a[views::ANN_METRICS] = json!(serde_json::to_string(scrape).unwrap_or_default());
+    }
 }
 
 fn settings_of(spec: &LaunchSpec) -> JobSettings {
@@ -427,6 +450,12 @@ fn settings_of(spec: &LaunchSpec) -> JobSettings {
         mount_paths,
         // Debug retention keeps a RayJob's cluster after its entrypoint: the operator's TTL removes it.
         retain: s.ray.as_ref().and_then(|r| r.debug.as_ref()).is_some_and(|d| d.enabled),
+        scrape: s.advanced.metrics.as_ref().filter(|m| m.enabled && !m.endpoints.is_empty()).map(|m| {
+            capture::Scrape {
+                endpoints: m.endpoints.iter().map(|e| (e.port as u16, e.path.clone())).collect(),
+                interval_s: u64::from(m.interval_seconds),
+            }
+        }),
     }
 }
 
@@ -581,6 +610,7 @@ impl Backend for KubeBackend {
         a.pull_tolerance = settings.pull_tolerance;
         a.mount_paths = settings.mount_paths.clone();
         a.retain = settings.retain;
+        a.scrape = settings.scrape.clone();
         a.launched = true;
         a.ssh = ssh.ok().flatten();
         match objs {
@@ -671,52 +701,25 @@ impl Backend for KubeBackend {
     }
 
     async fn replicas(&self, key: &AttemptKey) -> Vec<(String, String)> {
-        let s = self.inner.lock();
-        s.attempts
-            .get(key)
-            .map(|a| a.pods.values().map(|p| (p.name.clone(), p.role.clone())).collect())
-            .unwrap_or_default()
+        let mut out: BTreeMap<String, String> = self.inner.store.replicas(key).into_iter().collect();
+        if let Some(a) = self.inner.lock().attempts.get(key) {
+            out.extend(a.pods.values().map(|p| (p.name.clone(), p.role.clone())));
+        }
+        out.into_iter().collect()
     }
 
     async fn read_log(&self, key: &AttemptKey, replica: &str, offset: u64, max: usize) -> LogChunk {
-        let (ns, ended) = {
-            let s = self.inner.lock();
-            let Some(a) = s.attempts.get(key) else {
-                return LogChunk { missing: true, ..LogChunk::default() };
-            };
-            let Some(p) = a.pods.get(replica) else {
-                return LogChunk { missing: true, ..LogChunk::default() };
-            };
-            (a.namespace.clone(), matches!(p.phase.as_str(), "Succeeded" | "Failed"))
-        };
-        let pods: Api<Pod> = Api::namespaced(self.inner.client.clone(), &ns);
-        let lp = LogParams { timestamps: true, ..LogParams::default() };
-        self.inner.sent();
-        match pods.logs(replica, &lp).await {
-            Ok(text) => {
-                let lines: String = text
-                    .lines()
-                    .map(|l| match l.split_once(' ') {
-                        Some((ts, rest)) => format!("{ts} O {rest}\n"),
-                        None => format!("{l}\n"),
-                    })
-                    .collect();
-                let bytes = lines.into_bytes();
-                let start = (offset as usize).min(bytes.len());
-                let end = (start + max).min(bytes.len());
-                LogChunk {
-                    data: bytes[start..end].to_vec(),
-                    next: end as u64,
-                    ended: ended && end == bytes.len(),
-                    missing: false,
-                }
-            }
-            Err(_) => LogChunk { next: offset, ended, ..LogChunk::default() },
+        let chunk = self.inner.store.read_log(key, replica, offset, max);
+        if chunk.missing && self.inner.lock().attempts.get(key).is_some_and(|a| a.pods.contains_key(replica))
+        {
+            // A pod whose container has not started yet: its log is empty so far.
+            return LogChunk { next: offset, ..LogChunk::default() };
         }
+        chunk
     }
 
-    async fn read_metrics(&self, _key: &AttemptKey, _since_ms: u64) -> Vec<MetricPoint> {
-        Vec::new()
+    async fn read_metrics(&self, key: &AttemptKey, since_ms: u64) -> Vec<MetricPoint> {
+        self.inner.store.read_metrics(key, since_ms)
     }
 }
 
@@ -790,6 +793,7 @@ fn job_seen(inner: &Inner, kind: JobKind, o: &DynamicObject) -> Option<AttemptKe
         a.pull_tolerance = settings.pull_tolerance;
         a.mount_paths = settings.mount_paths;
         a.retain = settings.retain;
+        a.scrape = settings.scrape;
     }
     a.kind = Some(kind);
     a.launched = false;
@@ -843,12 +847,100 @@ async fn watch_pods(inner: std::sync::Weak<Inner>) {
     }
 }
 
-fn pod_seen(inner: &Inner, p: &Pod) -> Option<(AttemptKey, String)> {
+fn pod_seen(inner: &Arc<Inner>, p: &Pod) -> Option<(AttemptKey, String)> {
     let key = views::key_of(&p.metadata)?;
     let name = p.metadata.name.clone()?;
     let ns = p.metadata.namespace.clone().unwrap_or_default();
-    inner.lock().pod(&key, &ns, views::pod_view(p));
+    let view = views::pod_view(p);
+    let scrape = {
+        let mut s = inner.lock();
+        s.pod(&key, &ns, view.clone());
+        s.attempts.get(&key).and_then(|a| a.scrape.clone())
+    };
+    capture_pod(inner, &key, &ns, &view, scrape);
     Some((key, name))
+}
+
+/// Starts following a pod's log once its main container has started, and scraping its metrics endpoints while
+/// it runs (once each: a follower or scraper at work is left alone).
+fn capture_pod(
+    inner: &Arc<Inner>,
+    key: &AttemptKey,
+    ns: &str,
+    pod: &super::status::PodView,
+    scrape: Option<capture::Scrape>,
+) {
+    let Some((container, _)) = pod.containers.first() else { return };
+    if !pod.started() {
+        return;
+    }
+    let t = Target {
+        key: key.clone(),
+        namespace: ns.to_owned(),
+        pod: pod.name.clone(),
+        container: container.clone(),
+    };
+    let running = pod.phase == "Running" && !pod.deleting;
+    let follow = !inner.store.ended(key, &pod.name);
+    let scrape = scrape.filter(|_| running);
+    if !follow && scrape.is_none() {
+        return;
+    }
+    let mut captures = inner.captures.lock().unwrap_or_else(|e| e.into_inner());
+    captures.retain(|_, h| !h.is_finished());
+    let now = {
+        let (w, key, name) = (Arc::downgrade(inner), key.clone(), pod.name.clone());
+        move || pod_now(&w, &key, &name)
+    };
+    if follow && !captures.contains_key(&(t.clone(), false)) {
+        if let Err(e) = inner.store.add_replica(key, &pod.name, &pod.role) {
+            eprintln!("trainyard: cannot keep the log of pod {ns}/{}: {e}", pod.name);
+            return;
+        }
+        let task = capture::follow(
+            inner.client.clone(),
+            inner.store.clone(),
+            t.clone(),
+            inner.telemetry.clone(),
+            now.clone(),
+        );
+        captures.insert((t.clone(), false), tokio::spawn(task));
+    }
+    if let Some(scrape) = scrape
+        && !captures.contains_key(&(t.clone(), true))
+    {
+        let _ = inner.store.add_replica(key, &pod.name, &pod.role);
+        let running = move || now() == PodNow::Runs;
+        let task = capture::scrape(
+            inner.client.clone(),
+            inner.store.clone(),
+            t.clone(),
+            scrape,
+            inner.telemetry.clone(),
+            running,
+        );
+        captures.insert((t, true), tokio::spawn(task));
+    }
+}
+
+/// Where a pod is, as the watches last saw it.
+fn pod_now(inner: &std::sync::Weak<Inner>, key: &AttemptKey, name: &str) -> PodNow {
+    let Some(inner) = inner.upgrade() else { return PodNow::Gone };
+    let s = inner.lock();
+    match s.attempts.get(key).and_then(|a| a.pods.get(name)) {
+        None => PodNow::Gone,
+        Some(p) => {
+            let main_ended = p
+                .containers
+                .first()
+                .is_some_and(|(_, c)| matches!(c, super::status::ContainerState::Terminated { .. }));
+            if main_ended || matches!(p.phase.as_str(), "Succeeded" | "Failed") {
+                PodNow::Ended
+            } else {
+                PodNow::Runs
+            }
+        }
+    }
 }
 
 /// Kubernetes events about the attempts' jobs and pods become their `ClusterEvent`s. Only events that happen

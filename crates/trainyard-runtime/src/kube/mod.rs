@@ -5,9 +5,11 @@
 //! - `status`: the verdict on a job and its pods, pure, with the local backend's failure classes.
 //! - `state`: what the watches have seen and what of it was reported.
 //! - `inventory`: the cluster's nodes merged into the catalog, pure.
+//! - `capture`: the pods' logs and metrics, followed and scraped through the API server onto the server's disk.
 //! - `backend`: the client side: applies, deletions, watches, the `Backend` calls.
 
 mod backend;
+pub mod capture;
 pub mod inventory;
 pub mod objects;
 mod state;

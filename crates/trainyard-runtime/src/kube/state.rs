@@ -23,6 +23,8 @@ pub(super) struct Attempt {
     pub(super) mount_paths: Vec<String>,
     /// Debug retention: the job is left for the operator's TTL instead of deleted once it ends.
     pub(super) retain: bool,
+    /// The metrics endpoints of its pods.
+    pub(super) scrape: Option<super::capture::Scrape>,
     /// Launched by this process and not yet seen by the watch: alive meanwhile.
     pub(super) launched: bool,
     /// Pulls that failed so far, and the last waiting reason per pod (a new pull is a new `ErrImagePull`).
@@ -54,6 +56,7 @@ impl Attempt {
             pull_tolerance: -1,
             mount_paths: Vec::new(),
             retain: false,
+            scrape: None,
             launched: false,
             pulls: 0,
             pull_state: BTreeMap::new(),

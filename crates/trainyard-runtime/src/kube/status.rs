@@ -79,7 +79,7 @@ impl PodView {
     }
 
     /// A main container that ran or runs.
-    fn started(&self) -> bool {
+    pub fn started(&self) -> bool {
         self.phase == "Running"
             || self
                 .containers

@@ -13,6 +13,7 @@ use super::objects::{ATTEMPT_LABEL, PULL_TOLERANCE_ANNOTATION, TASK_ID_ANNOTATIO
 pub const ANN_PRECHECK: &str = "trainyard.dev/precheck";
 pub const ANN_MOUNTS: &str = "trainyard.dev/mount-paths";
 pub const ANN_RETAIN: &str = "trainyard.dev/retain";
+pub const ANN_METRICS: &str = "trainyard.dev/metrics";
 
 /// The job kinds' API resources.
 pub fn job_resource(kind: JobKind) -> ApiResource {
@@ -52,6 +53,8 @@ pub struct JobSettings {
     pub pull_tolerance: i64,
     pub mount_paths: Vec<String>,
     pub retain: bool,
+    /// The metrics endpoints to scrape on every pod.
+    pub scrape: Option<super::capture::Scrape>,
 }
 
 pub fn job_settings(meta: &ObjectMeta) -> JobSettings {
@@ -64,6 +67,7 @@ pub fn job_settings(meta: &ObjectMeta) -> JobSettings {
             .and_then(|v| serde_json::from_str(v).ok())
             .unwrap_or_default(),
         retain: annotation(meta, ANN_RETAIN) == Some("true"),
+        scrape: annotation(meta, ANN_METRICS).and_then(|v| serde_json::from_str(v).ok()),
     }
 }
 

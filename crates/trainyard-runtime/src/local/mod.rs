@@ -30,7 +30,7 @@
 //! and `netlink` (its network), `procs`, `metrics`, `spawn`, `logfile`, `runtime_dir`, `scratch` and `clock`.
 //! This file holds the backend's state and the `Backend` implementation.
 
-mod clock;
+pub(crate) mod clock;
 mod config;
 mod files;
 mod layout;

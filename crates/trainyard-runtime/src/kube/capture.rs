@@ -1,0 +1,529 @@
+//! The attempts' logs and metrics, kept on the server's disk so that they outlive the pods (a pod's log goes
+//! with the pod, and an ended attempt's job is deleted with its pods).
+//!
+//! - **Logs.** A follower per pod whose main container has started streams its log through the API server
+//!   (`follow`, `timestamps`) into `DIR/TASK/ATTEMPT/POD.log`, as the local backend's `TIMESTAMP O TEXT` lines
+//!   (the log API merges stdout and stderr). When the stream ends while the container still runs (a dropped
+//!   connection, an API server restart), it reconnects from the last second it kept (`sinceTime`) and skips
+//!   the lines it has, by the cursor it keeps beside the log (`POD.cursor`: the last timestamp kept, to the
+//!   nanosecond, and how many lines had it), which also lets a restarted server go on where the last one
+//!   stopped. Once the container has ended and its stream is drained, `POD.ended` marks the log complete.
+//! - **Metrics.** A scraper per running pod of an attempt with metrics endpoints reads each endpoint through
+//!   the API server's pod proxy every interval into `POD.metrics.jsonl` (the local backend's sample format).
+//!
+//! What the followers and scrapers send is counted apart from the backend's writes ([`Telemetry`]).
+
+use crate::local::clock::now_ms;
+use crate::local::metrics::{MAX_METRICS_FILE_BYTES, MAX_SAMPLES_PER_SCRAPE, Point};
+use crate::{AttemptKey, LogChunk, MetricPoint};
+use futures_util::AsyncBufReadExt;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The most a pod's kept log may hold; past it a last line says so and no more is kept.
+pub const MAX_LOG_BYTES: u64 = 256 << 20;
+/// The longest wait before a follower reconnects to a container that still runs.
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// The metrics endpoints of an attempt's replicas, as the job's annotation keeps them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scrape {
+    /// (port, path) on each pod.
+    pub endpoints: Vec<(u16, String)>,
+    pub interval_s: u64,
+}
+
+/// Requests the followers and scrapers sent (log streams opened, scrapes).
+#[derive(Debug, Default)]
+pub struct Telemetry {
+    pub log_requests: AtomicU64,
+    pub scrapes: AtomicU64,
+}
+
+/// Where a pod's container is, for its follower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PodNow {
+    Runs,
+    /// Its main container has ended: what the log API returns now is the whole log.
+    Ended,
+    /// The pod is gone (or the backend is): nothing more can be read.
+    Gone,
+}
+
+/// The pod a follower or scraper works for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct Target {
+    pub(super) key: AttemptKey,
+    pub(super) namespace: String,
+    pub(super) pod: String,
+    pub(super) container: String,
+}
+
+/// The files of the kept logs and metrics.
+#[derive(Debug, Clone)]
+pub(super) struct Store {
+    dir: PathBuf,
+}
+
+/// A task id as a file name (ids are the server's own, but nothing read from the cluster names a path as is).
+fn component(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' })
+        .collect()
+}
+
+impl Store {
+    pub(super) fn new(dir: PathBuf) -> Store {
+        Store { dir }
+    }
+
+    fn attempt_dir(&self, key: &AttemptKey) -> PathBuf {
+        self.dir.join(component(&key.task_id)).join(key.attempt.to_string())
+    }
+
+    fn file(&self, key: &AttemptKey, pod: &str, ext: &str) -> PathBuf {
+        self.attempt_dir(key).join(format!("{}.{ext}", component(pod)))
+    }
+
+    /// Records a replica (its role) once its log or metrics are kept.
+    pub(super) fn add_replica(&self, key: &AttemptKey, pod: &str, role: &str) -> std::io::Result<()> {
+        std::fs::create_dir_all(self.attempt_dir(key))?;
+        let path = self.file(key, pod, "role");
+        if !path.exists() {
+            std::fs::write(path, role)?;
+        }
+        Ok(())
+    }
+
+    /// The replicas with something kept, as (name, role).
+    pub(super) fn replicas(&self, key: &AttemptKey) -> Vec<(String, String)> {
+        let Ok(dir) = std::fs::read_dir(self.attempt_dir(key)) else { return Vec::new() };
+        let mut out: Vec<(String, String)> = dir
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_str()?.strip_suffix(".role")?.to_owned();
+                let role = std::fs::read_to_string(e.path()).ok()?;
+                Some((name, role))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    pub(super) fn ended(&self, key: &AttemptKey, pod: &str) -> bool {
+        self.file(key, pod, "ended").exists()
+    }
+
+    fn load_cursor(&self, key: &AttemptKey, pod: &str) -> Cursor {
+        std::fs::read_to_string(self.file(key, pod, "cursor"))
+            .ok()
+            .and_then(|s| {
+                let (ts, n) = s.trim().split_once(' ')?;
+                Some(Cursor { ts: ts.to_owned(), same: n.parse().ok()? })
+            })
+            .unwrap_or_default()
+    }
+
+    fn save_cursor(&self, key: &AttemptKey, pod: &str, c: &Cursor) -> std::io::Result<()> {
+        let path = self.file(key, pod, "cursor");
+        let tmp = path.with_extension("cursor.tmp");
+        std::fs::write(&tmp, format!("{} {}\n", c.ts, c.same))?;
+        std::fs::rename(tmp, path)
+    }
+
+    /// A replica's kept log from byte `offset`, whole lines, at most `max` bytes (one longer line is cut).
+    pub(super) fn read_log(&self, key: &AttemptKey, pod: &str, offset: u64, max: usize) -> LogChunk {
+        let ended = self.ended(key, pod);
+        let Ok(mut f) = std::fs::File::open(self.file(key, pod, "log")) else {
+            return LogChunk { next: offset, ended, missing: !ended, ..LogChunk::default() };
+        };
+        let len = f.metadata().map_or(0, |m| m.len());
+        let offset = offset.min(len);
+        let mut data = Vec::new();
+        if f.seek(std::io::SeekFrom::Start(offset)).is_ok() {
+            let _ = f.take(max as u64).read_to_end(&mut data);
+        }
+        let whole = data.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        if whole > 0 {
+            data.truncate(whole);
+        }
+        let next = offset + data.len() as u64;
+        LogChunk { data, next, ended: ended && next >= len, missing: false }
+    }
+
+    /// The samples of an attempt's replicas taken after `since_ms`.
+    pub(super) fn read_metrics(&self, key: &AttemptKey, since_ms: u64) -> Vec<MetricPoint> {
+        let mut out = Vec::new();
+        for (pod, _) in self.replicas(key) {
+            let Ok(text) = std::fs::read_to_string(self.file(key, &pod, "metrics.jsonl")) else { continue };
+            for line in text.lines() {
+                if let Ok(p) = serde_json::from_str::<Point>(line)
+                    && p.t > since_ms
+                {
+                    out.push(MetricPoint {
+                        replica: pod.clone(),
+                        at_ms: p.t,
+                        name: p.n,
+                        labels: p.l,
+                        value: p.v,
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+// ---- the log follower ----
+
+/// Where a kept log stands: the last timestamp kept (normalised, see [`ts_key`]) and how many kept lines had it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Cursor {
+    pub(super) ts: String,
+    pub(super) same: u32,
+}
+
+/// Which lines of a stream are new, given the cursor it was opened at: a stream opened with `sinceTime` starts
+/// at the cursor's whole second, so it repeats what was kept of that second.
+#[derive(Debug, Clone)]
+pub(super) struct Dedup {
+    from: Cursor,
+    seen_at_from: u32,
+    pub(super) now: Cursor,
+}
+
+impl Dedup {
+    pub(super) fn new(c: Cursor) -> Dedup {
+        Dedup { from: c.clone(), seen_at_from: 0, now: c }
+    }
+
+    /// Whether a line with this timestamp key is new (then it is counted as kept).
+    pub(super) fn keep(&mut self, key: &str) -> bool {
+        match key.cmp(self.from.ts.as_str()) {
+            std::cmp::Ordering::Less => return false,
+            std::cmp::Ordering::Equal => {
+                self.seen_at_from += 1;
+                if self.seen_at_from <= self.from.same {
+                    return false;
+                }
+            }
+            std::cmp::Ordering::Greater => {}
+        }
+        if self.now.ts == key {
+            self.now.same += 1;
+        } else {
+            self.now = Cursor { ts: key.to_owned(), same: 1 };
+        }
+        true
+    }
+}
+
+/// An RFC 3339 UTC timestamp as the log API writes it (`2026-01-01T00:00:01.5Z`, fraction trimmed) as a key
+/// that sorts in time order: the fraction padded to nanoseconds.
+pub(super) fn ts_key(ts: &str) -> Option<String> {
+    let b = ts.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[10] != b'T' || b[13] != b':' || !ts.ends_with('Z') {
+        return None;
+    }
+    let (secs, rest) = ts.split_at(19);
+    let frac = rest.strip_suffix('Z')?;
+    let digits = match frac.strip_prefix('.') {
+        Some(d) if d.len() <= 9 && d.bytes().all(|c| c.is_ascii_digit()) => d,
+        None if frac.is_empty() => "",
+        _ => return None,
+    };
+    Some(format!("{secs}.{digits:0<9}Z"))
+}
+
+/// One line of the log API's answer (`TIMESTAMP TEXT`) as its key and the kept line (`TIMESTAMP_MS O TEXT`).
+pub(super) fn log_line(raw: &str) -> Option<(String, String)> {
+    let (ts, text) = raw.split_once(' ').unwrap_or((raw, ""));
+    let key = ts_key(ts)?;
+    Some((key.clone(), format!("{}Z O {text}\n", &key[..23])))
+}
+
+/// How long a follow stream may stay open after the container has ended before the follower stops reading
+/// (a kubelet ends the stream itself once the log is drained).
+const DRAIN: Duration = Duration::from_secs(3);
+
+/// The open log file of a pod, with what is waiting to be written.
+struct LogSink {
+    file: std::fs::File,
+    kept: u64,
+    buf: String,
+}
+
+impl LogSink {
+    fn flush(&mut self) -> std::io::Result<()> {
+        if !self.buf.is_empty() {
+            self.file.write_all(self.buf.as_bytes())?;
+            self.kept += self.buf.len() as u64;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+}
+
+/// How one follow stream ended.
+enum StreamEnd {
+    /// The stream ended, or the container had ended and nothing more came for [`DRAIN`].
+    Drained,
+    /// The log passed [`MAX_LOG_BYTES`], or it could not be written: nothing more is kept.
+    Full,
+}
+
+/// Follows a pod's log into the store until its container has ended and the stream is drained, or the pod is
+/// gone. `now` says where the pod is.
+pub(super) async fn follow(
+    client: kube::Client,
+    store: Store,
+    t: Target,
+    telemetry: Arc<Telemetry>,
+    now: impl Fn() -> PodNow,
+) {
+    let path = store.file(&t.key, &t.pod, "log");
+    let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(&path) else {
+        eprintln!("trainyard: cannot keep the log of pod {}/{} in {}", t.namespace, t.pod, path.display());
+        return;
+    };
+    let kept = file.metadata().map_or(0, |m| m.len());
+    let mut sink = LogSink { file, kept, buf: String::new() };
+    let mut cursor = store.load_cursor(&t.key, &t.pod);
+    let mut backoff = Duration::from_millis(500);
+    let mut errors = 0u32;
+    loop {
+        // Where the pod was before this read: when it had ended, this read returns the whole log.
+        let before = now();
+        if before == PodNow::Gone {
+            break;
+        }
+        let mut uri = format!(
+            "/api/v1/namespaces/{}/pods/{}/log?container={}&follow=true&timestamps=true",
+            t.namespace, t.pod, t.container
+        );
+        if cursor.ts.len() >= 19 {
+            uri.push_str(&format!("&sinceTime={}Z", &cursor.ts[..19]));
+        }
+        telemetry.log_requests.fetch_add(1, Ordering::Relaxed);
+        let req = http::Request::get(uri).body(Vec::new()).expect("a valid request");
+        match client.request_stream(req).await {
+            Ok(stream) => {
+                let mut dedup = Dedup::new(cursor.clone());
+                let save = |c: &Cursor| {
+                    let _ = store.save_cursor(&t.key, &t.pod, c);
+                };
+                let end = read_stream(stream, &mut dedup, &mut sink, &now, &save).await;
+                cursor = dedup.now;
+                save(&cursor);
+                if matches!(end, StreamEnd::Full) || before == PodNow::Ended || now() != PodNow::Runs {
+                    break;
+                }
+                errors = 0;
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => break,
+            Err(e) => {
+                // Unreachable or refused: a container that has ended gets a few more tries.
+                errors += 1;
+                if errors >= 3 && now() != PodNow::Runs {
+                    eprintln!("trainyard: reading the log of pod {}/{}: {e}", t.namespace, t.pod);
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+    finish(&store, &t);
+}
+
+/// Reads one follow stream into the sink, writing what came and saving the cursor every second.
+async fn read_stream(
+    stream: impl futures_util::AsyncBufRead + Unpin,
+    dedup: &mut Dedup,
+    sink: &mut LogSink,
+    now: &impl Fn() -> PodNow,
+    save: &impl Fn(&Cursor),
+) -> StreamEnd {
+    let mut saved = dedup.now.clone();
+    let mut lines = stream.lines();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut ended_at: Option<tokio::time::Instant> = None;
+    loop {
+        tokio::select! {
+            line = futures_util::StreamExt::next(&mut lines) => {
+                let Some(Ok(raw)) = line else { break };
+                let Some((key, line)) = log_line(&raw) else { continue };
+                if !dedup.keep(&key) {
+                    continue;
+                }
+                if sink.kept + (sink.buf.len() + line.len()) as u64 > MAX_LOG_BYTES {
+                    sink.buf.push_str(&format!(
+                        "{} O trainyard: the log passed {} MiB; no more of it is kept\n",
+                        &key[..23],
+                        MAX_LOG_BYTES >> 20
+                    ));
+                    let _ = sink.flush();
+                    return StreamEnd::Full;
+                }
+                sink.buf.push_str(&line);
+                if sink.buf.len() > 64 << 10 && sink.flush().is_err() {
+                    return StreamEnd::Full;
+                }
+            }
+            _ = tick.tick() => {
+                if sink.flush().is_err() {
+                    return StreamEnd::Full;
+                }
+                if saved != dedup.now {
+                    save(&dedup.now);
+                    saved = dedup.now.clone();
+                }
+                if now() == PodNow::Runs {
+                    ended_at = None;
+                } else if ended_at.get_or_insert_with(tokio::time::Instant::now).elapsed() >= DRAIN {
+                    break;
+                }
+            }
+        }
+    }
+    if sink.flush().is_err() {
+        return StreamEnd::Full;
+    }
+    StreamEnd::Drained
+}
+
+fn finish(store: &Store, t: &Target) {
+    let _ = std::fs::write(store.file(&t.key, &t.pod, "ended"), b"");
+}
+
+// ---- the metrics scraper ----
+
+/// Scrapes a pod's endpoints through the API server's pod proxy every interval while `running` says so.
+pub(super) async fn scrape(
+    client: kube::Client,
+    store: Store,
+    t: Target,
+    s: Scrape,
+    telemetry: Arc<Telemetry>,
+    running: impl Fn() -> bool,
+) {
+    let path = store.file(&t.key, &t.pod, "metrics.jsonl");
+    let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(&path) else { return };
+    let interval = Duration::from_secs(s.interval_s.max(1));
+    while running() {
+        let at = now_ms();
+        let mut points = Vec::new();
+        for (port, ep) in &s.endpoints {
+            let uri = format!("/api/v1/namespaces/{}/pods/{}:{port}/proxy{ep}", t.namespace, t.pod);
+            telemetry.scrapes.fetch_add(1, Ordering::Relaxed);
+            let req = http::Request::get(uri).body(Vec::new()).expect("a valid request");
+            let up = match tokio::time::timeout(Duration::from_secs(5), client.request_text(req)).await {
+                Ok(Ok(body)) => {
+                    let page = trainyard_core::promtext::parse(&body);
+                    points.extend(
+                        page.samples
+                            .into_iter()
+                            .filter(|x| x.value.is_finite())
+                            .take(MAX_SAMPLES_PER_SCRAPE)
+                            .map(|x| Point { t: at, n: x.name, l: x.labels, v: x.value }),
+                    );
+                    1.0
+                }
+                _ => 0.0,
+            };
+            let l = BTreeMap::from([("endpoint".to_owned(), format!(":{port}{ep}"))]);
+            points.push(Point { t: at, n: "trainyard_scrape_up".into(), l, v: up });
+        }
+        let mut buf = Vec::new();
+        for p in &points {
+            if serde_json::to_writer(&mut buf, p).is_ok() {
+                buf.push(b'\n');
+            }
+        }
+        let kept = file.metadata().map_or(0, |m| m.len());
+        if kept + buf.len() as u64 <= MAX_METRICS_FILE_BYTES {
+            let _ = file.write_all(&buf);
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_become_keys_that_sort_in_time_order() {
+        assert_eq!(ts_key("2026-01-01T00:00:01Z").unwrap(), "2026-01-01T00:00:01.000000000Z");
+        assert_eq!(ts_key("2026-01-01T00:00:01.5Z").unwrap(), "2026-01-01T00:00:01.500000000Z");
+        // Trimmed fractions compare wrongly as text; their keys do not.
+        assert!("2026-01-01T00:00:01.1Z" > "2026-01-01T00:00:01.12Z");
+        assert!(ts_key("2026-01-01T00:00:01.1Z") < ts_key("2026-01-01T00:00:01.12Z"));
+        for bad in [
+            "",
+            "hello",
+            "2026-01-01T00:00:01+01:00",
+            "2026-01-01T00:00:01.1234567890Z",
+            "2026-01-01T00:00:01.x",
+        ] {
+            assert_eq!(ts_key(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_line_of_the_log_api_becomes_a_kept_line() {
+        let (key, line) = log_line("2026-01-01T00:00:01.123456789Z step 1 loss 0.5").unwrap();
+        assert_eq!(key, "2026-01-01T00:00:01.123456789Z");
+        assert_eq!(line, "2026-01-01T00:00:01.123Z O step 1 loss 0.5\n");
+        assert_eq!(log_line("2026-01-01T00:00:01Z").unwrap().1, "2026-01-01T00:00:01.000Z O \n");
+        assert_eq!(log_line("no timestamp here"), None);
+    }
+
+    #[test]
+    fn a_resumed_stream_keeps_only_what_is_new() {
+        // Kept so far: up to the second line of 00:00:01.000000000.
+        let at = |s: &str| ts_key(s).unwrap();
+        let cursor = Cursor { ts: at("2026-01-01T00:00:01Z"), same: 2 };
+        let mut d = Dedup::new(cursor);
+        // The stream opened with sinceTime=00:00:01 repeats that second.
+        assert!(!d.keep(&at("2026-01-01T00:00:00.5Z")), "older");
+        assert!(!d.keep(&at("2026-01-01T00:00:01Z")), "first of the second, kept before");
+        assert!(!d.keep(&at("2026-01-01T00:00:01Z")), "second of the second, kept before");
+        assert!(d.keep(&at("2026-01-01T00:00:01Z")), "a third line of that instant is new");
+        assert_eq!(d.now, Cursor { ts: at("2026-01-01T00:00:01Z"), same: 3 });
+        assert!(d.keep(&at("2026-01-01T00:00:02Z")));
+        assert!(d.keep(&at("2026-01-01T00:00:02Z")));
+        assert_eq!(d.now, Cursor { ts: at("2026-01-01T00:00:02Z"), same: 2 });
+        // A fresh log keeps everything.
+        let mut fresh = Dedup::new(Cursor::default());
+        assert!(fresh.keep(&at("2026-01-01T00:00:00Z")));
+    }
+
+    #[test]
+    fn the_store_reads_whole_lines_and_says_when_a_log_is_complete() {
+        let dir = std::env::temp_dir().join(format!("ty-kube-store-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::new(dir.clone());
+        let key = AttemptKey { task_id: "t/../x".into(), attempt: 2 };
+        assert!(store.read_log(&key, "p", 0, 100).missing);
+        store.add_replica(&key, "p", "worker").unwrap();
+        assert!(store.attempt_dir(&key).starts_with(&dir), "a task id names no path outside the store");
+        std::fs::write(store.file(&key, "p", "log"), "a\nbb\nccc").unwrap();
+        let c = store.read_log(&key, "p", 0, 4);
+        assert_eq!((c.data.as_slice(), c.next, c.ended, c.missing), (&b"a\n"[..], 2, false, false));
+        let c = store.read_log(&key, "p", 2, 100);
+        assert_eq!(c.data, b"bb\n", "the unfinished last line waits");
+        finish(
+            &store,
+            &Target { key: key.clone(), namespace: "n".into(), pod: "p".into(), container: "c".into() },
+        );
+        assert!(store.read_log(&key, "p", 5, 100).ended);
+        assert_eq!(store.replicas(&key), [("p".to_owned(), "worker".to_owned())]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
