@@ -114,6 +114,7 @@ struct Inner {
     store: capture::Store,
     captures: Mutex<HashMap<(Target, bool), tokio::task::JoinHandle<()>>>,
     telemetry: Arc<Telemetry>,
+    log_streams: Arc<tokio::sync::Semaphore>,
 }
 
 impl Drop for Inner {
@@ -195,6 +196,7 @@ impl KubeBackend {
             store,
             captures: Mutex::new(HashMap::new()),
             telemetry: Arc::new(Telemetry::default()),
+            log_streams: Arc::new(tokio::sync::Semaphore::new(capture::MAX_LOG_STREAMS)),
         });
         let mut watches = Vec::new();
         for &kind in &inner.kinds {
@@ -902,6 +904,7 @@ fn capture_pod(
             inner.store.clone(),
             t.clone(),
             inner.telemetry.clone(),
+            inner.log_streams.clone(),
             now.clone(),
         );
         captures.insert((t.clone(), false), tokio::spawn(task));

@@ -29,6 +29,10 @@ use std::time::Duration;
 pub const MAX_LOG_BYTES: u64 = 256 << 20;
 /// The longest wait before a follower reconnects to a container that still runs.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// Follow streams a server holds open at once (the API server proxies each to a kubelet); past that, pods wait
+/// their turn (first come, first served), and a stream open for [`HOLD`] gives way when others wait.
+pub const MAX_LOG_STREAMS: usize = 512;
+const HOLD: Duration = Duration::from_secs(300);
 
 /// The metrics endpoints of an attempt's replicas, as the job's annotation keeps them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -275,6 +279,8 @@ enum StreamEnd {
     Drained,
     /// The log passed [`MAX_LOG_BYTES`], or it could not be written: nothing more is kept.
     Full,
+    /// Open for [`HOLD`] while other pods wait for a stream: it reconnects after them.
+    GaveWay,
 }
 
 /// Follows a pod's log into the store until its container has ended and the stream is drained, or the pod is
@@ -284,6 +290,7 @@ pub(super) async fn follow(
     store: Store,
     t: Target,
     telemetry: Arc<Telemetry>,
+    streams: Arc<tokio::sync::Semaphore>,
     now: impl Fn() -> PodNow,
 ) {
     let path = store.file(&t.key, &t.pod, "log");
@@ -297,6 +304,7 @@ pub(super) async fn follow(
     let mut backoff = Duration::from_millis(500);
     let mut errors = 0u32;
     loop {
+        let Ok(permit) = streams.clone().acquire_owned().await else { return };
         // Where the pod was before this read: when it had ended, this read returns the whole log.
         let before = now();
         if before == PodNow::Gone {
@@ -317,16 +325,21 @@ pub(super) async fn follow(
                 let save = |c: &Cursor| {
                     let _ = store.save_cursor(&t.key, &t.pod, c);
                 };
-                let end = read_stream(stream, &mut dedup, &mut sink, &now, &save).await;
+                let end = read_stream(stream, &mut dedup, &mut sink, &now, &save, &streams).await;
+                drop(permit);
                 cursor = dedup.now;
                 save(&cursor);
                 if matches!(end, StreamEnd::Full) || before == PodNow::Ended || now() != PodNow::Runs {
                     break;
                 }
                 errors = 0;
+                if matches!(end, StreamEnd::GaveWay) {
+                    continue;
+                }
             }
             Err(kube::Error::Api(s)) if s.code == 404 => break,
             Err(e) => {
+                drop(permit);
                 // Unreachable or refused: a container that has ended gets a few more tries.
                 errors += 1;
                 if errors >= 3 && now() != PodNow::Runs {
@@ -348,7 +361,9 @@ async fn read_stream(
     sink: &mut LogSink,
     now: &impl Fn() -> PodNow,
     save: &impl Fn(&Cursor),
+    streams: &tokio::sync::Semaphore,
 ) -> StreamEnd {
+    let opened = tokio::time::Instant::now();
     let mut saved = dedup.now.clone();
     let mut lines = stream.lines();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -382,6 +397,10 @@ async fn read_stream(
                 if saved != dedup.now {
                     save(&dedup.now);
                     saved = dedup.now.clone();
+                }
+                if opened.elapsed() >= HOLD && streams.available_permits() == 0 {
+                    let _ = sink.flush();
+                    return StreamEnd::GaveWay;
                 }
                 if now() == PodNow::Runs {
                     ended_at = None;
