@@ -5,7 +5,8 @@
 //! 2. **Trainyard:** a server in this process (SQLite, the Kubernetes backend) is sent T one-replica
 //!    PyTorchJob tasks over HTTP (32 clients at once); measured: admissions per second from the first submit
 //!    until every job object has its `Running` condition, the submit-to-Running latency per task, and the API
-//!    requests Trainyard itself sent per admission (applies, deletions, reads; its watches not counted);
+//!    requests Trainyard itself sent per admission (applies, deletions, reads; its watches and the log
+//!    streams that follow the running pods counted apart);
 //! 3. **Kueue** (when the stack runs it: `scripts/with-kube --with-kueue`): the same T jobs created directly,
 //!    suspended under a LocalQueue whose ClusterQueue covers every node, admitted by Kueue and placed by
 //!    kube-scheduler, on the same API server and nodes; measured the same way.
@@ -353,6 +354,12 @@ async fn trainyard(client: &Client, nodes: &[String], tasks: usize) -> Outcome {
     let out =
         outcome(&submitted.lock().unwrap(), &running.lock().unwrap(), t0, kube.requests() - requests_before);
     println!("  Trainyard: every job Running after {:.1} s", t0.elapsed().as_secs_f64());
+    let streams = kube.telemetry().log_requests.load(std::sync::atomic::Ordering::Relaxed);
+    println!(
+        "  Trainyard: {streams} log streams opened besides ({:.2} per admission; at most {} open at once)",
+        streams as f64 / tasks.max(1) as f64,
+        trainyard_runtime::kube::capture::MAX_LOG_STREAMS
+    );
     out
 }
 
