@@ -95,39 +95,46 @@ pub fn spawn_alarm_delivery(
 /// How often the cluster's nodes are compared with the catalog (Kubernetes backend).
 pub const INVENTORY_INTERVAL: Duration = Duration::from_secs(2);
 
-/// Keeps the catalog's nodes as the cluster has them (Kubernetes backend; nothing for the others): every
-/// [`INVENTORY_INTERVAL`], when the node watch saw a change, the cluster's nodes are merged into the catalog
-/// ([`trainyard_runtime::kube::inventory::merge`]) and the result is stored and used, as an admin's edit is.
+/// Keeps the catalog's nodes as the clusters have them (Kubernetes backend; nothing for the others): every
+/// [`INVENTORY_INTERVAL`], for each cluster whose node watch saw a change, its nodes are merged into the
+/// catalog's pools of that cluster ([`trainyard_runtime::kube::inventory::merge`]) and the result is stored and
+/// used, as an admin's edit is.
 pub fn spawn_inventory_sync(state: crate::AppState) -> Option<tokio::task::JoinHandle<()>> {
-    let AnyBackend::Kube(kube) = state.backend.clone() else { return None };
+    let AnyBackend::Kube(fleet) = state.backend.clone() else { return None };
     Some(tokio::spawn(async move {
-        let mut seen_version = None;
-        let mut before = None;
+        let n = fleet.members().len();
+        let mut seen_version = vec![None; n];
+        let mut before = vec![None; n];
         loop {
             tokio::time::sleep(INVENTORY_INTERVAL).await;
-            let Some((version, now)) = kube.inventory_since(seen_version) else { continue };
-            let catalog = state.catalog.get();
-            if let Some((next, said)) =
-                trainyard_runtime::kube::inventory::merge(&catalog, before.as_ref(), &now)
-            {
-                let text = match serde_json::to_string(&next) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        eprintln!("trainyard: the cluster's nodes: {e}");
+            for (i, member) in fleet.members().iter().enumerate() {
+                let Some((version, now)) = member.inventory_since(seen_version[i]) else { continue };
+                let catalog = state.catalog.get();
+                let serves = |pool: &str| {
+                    catalog.pools.get(pool).is_some_and(|p| fleet.member_of(&catalog, &p.cluster) == Some(i))
+                };
+                if let Some((next, said)) =
+                    trainyard_runtime::kube::inventory::merge(&catalog, before[i].as_ref(), &now, &serves)
+                {
+                    let text = match serde_json::to_string(&next) {
+                        Ok(t) => t,
+                        Err(e) => {
+                            eprintln!("trainyard: the cluster's nodes: {e}");
+                            continue;
+                        }
+                    };
+                    if let Err(e) = state.store.put_setting(crate::CATALOG_SETTING, &text, now_ms()).await {
+                        eprintln!("trainyard: saving the cluster's nodes in the catalog: {e}");
                         continue;
                     }
-                };
-                if let Err(e) = state.store.put_setting(crate::CATALOG_SETTING, &text, now_ms()).await {
-                    eprintln!("trainyard: saving the cluster's nodes in the catalog: {e}");
-                    continue;
+                    state.catalog.set(next);
+                    for line in said {
+                        println!("trainyard: catalog: {line}");
+                    }
                 }
-                state.catalog.set(next);
-                for line in said {
-                    println!("trainyard: catalog: {line}");
-                }
+                seen_version[i] = Some(version);
+                before[i] = Some(now);
             }
-            seen_version = Some(version);
-            before = Some(now);
         }
     }))
 }

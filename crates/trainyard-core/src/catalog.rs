@@ -75,6 +75,9 @@ pub struct Region {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Cluster {
     pub region: String,
+    /// The kubeconfig context that reaches this cluster (Kubernetes backend); none: the server's default one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
 }
 
 /// A resource pool in one cluster, offering some instance specs.

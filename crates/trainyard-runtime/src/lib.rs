@@ -163,7 +163,7 @@ pub struct LogChunk {
 pub enum AnyBackend {
     Fake(fake::FakeBackend),
     Local(local::LocalBackend),
-    Kube(kube::KubeBackend),
+    Kube(kube::KubeFleet),
 }
 
 impl AnyBackend {

@@ -9,6 +9,7 @@ use trainyard_control::secrets::SecretBox;
 use trainyard_core::Catalog;
 use trainyard_runtime::AnyBackend;
 use trainyard_runtime::fake::{FakeBackend, Script};
+use trainyard_runtime::kube::{KubeBackend, KubeConfig, KubeFleet};
 use trainyard_runtime::local::{self, LocalBackend, LocalConfig, find_bwrap};
 
 /// Which backend `up` starts.
@@ -95,6 +96,15 @@ impl KubeFlags {
             ..Default::default()
         })
     }
+}
+
+/// The Kubernetes backend of one kubeconfig context, its watches listed.
+async fn connect_kube(cfg: KubeConfig) -> Result<KubeBackend> {
+    let kube = KubeBackend::connect(cfg).await.map_err(|e| anyhow::anyhow!("the Kubernetes backend: {e}"))?;
+    if !kube.synced(std::time::Duration::from_secs(60)).await {
+        anyhow::bail!("the Kubernetes backend: the watches did not list the cluster's objects within 60 s");
+    }
+    Ok(kube)
 }
 
 /// A first catalog for a cluster: its nodes as they are now, their pools, a CPU instance spec and one per GPU
@@ -361,17 +371,13 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
     let data_dir =
         &data_dir.canonicalize().with_context(|| format!("cannot resolve {}", data_dir.display()))?;
     let catalog_path = data_dir.join("catalog.yaml");
-    let kube = if opts.backend == BackendChoice::Kubernetes {
-        let cfg =
-            trainyard_runtime::kube::KubeConfig { data_dir: data_dir.join("kube"), ..opts.kube.config()? };
-        let kube = trainyard_runtime::kube::KubeBackend::connect(cfg)
-            .await
-            .map_err(|e| anyhow::anyhow!("the Kubernetes backend: {e}"))?;
-        if !kube.synced(std::time::Duration::from_secs(60)).await {
-            anyhow::bail!(
-                "the Kubernetes backend: the watches did not list the cluster's objects within 60 s"
-            );
-        }
+    let kube_cfg = if opts.backend == BackendChoice::Kubernetes {
+        Some(KubeConfig { data_dir: data_dir.join("kube"), ..opts.kube.config()? })
+    } else {
+        None
+    };
+    let kube = if let Some(cfg) = kube_cfg.clone() {
+        let kube = connect_kube(cfg).await?;
         if !catalog_path.exists() {
             let nodes = kube.inventory().await.map_err(|e| anyhow::anyhow!("the Kubernetes backend: {e}"))?;
             std::fs::write(&catalog_path, cluster_catalog(&nodes)).context("cannot write the catalog")?;
@@ -422,7 +428,20 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
 
     let mut isolation = Vec::new();
     let backend = match (opts.backend, find_bwrap().and_then(|b| local::isolation_ready().map(|()| b))) {
-        (BackendChoice::Kubernetes, _) => AnyBackend::Kube(kube.expect("connected above")),
+        (BackendChoice::Kubernetes, _) => {
+            // The default context's cluster, and one backend per other context the catalog's clusters name.
+            let (default, cfg) = kube.zip(kube_cfg).expect("connected above");
+            let mut others = Vec::new();
+            for context in KubeFleet::other_contexts(&catalog, cfg.context.as_deref()) {
+                let member = KubeConfig { context: Some(context.clone()), ..cfg.clone() };
+                others.push(
+                    connect_kube(member)
+                        .await
+                        .with_context(|| format!("the kubeconfig context {context}"))?,
+                );
+            }
+            AnyBackend::Kube(KubeFleet::new(default, others))
+        }
         (BackendChoice::Fake, _) => fake_backend(),
         (BackendChoice::Local | BackendChoice::Auto, Ok(bwrap)) => {
             let exe = std::env::current_exe().context("cannot find this program (the supervisor is it)")?;
@@ -536,10 +555,15 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
         AnyBackend::Fake(_) => println!(
             "  backend: fake — tasks are scheduled and go through their whole lifecycle, but nothing is executed"
         ),
-        AnyBackend::Kube(k) => println!(
-            "  backend: kubernetes — one PyTorchJob or RayJob per attempt (cluster serves: {:?})",
-            k.kinds()
-        ),
+        AnyBackend::Kube(fleet) => {
+            for k in fleet.members() {
+                println!(
+                    "  backend: kubernetes — one PyTorchJob or RayJob per attempt (context {}: serves {:?})",
+                    k.context().unwrap_or("(default)"),
+                    k.kinds()
+                );
+            }
+        }
     }
     println!(
         "  CLI:     export TRAINYARD_TOKEN=$(cat {}) ; trainyard submit -f examples/local/hello.yaml --wait",

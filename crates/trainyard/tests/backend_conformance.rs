@@ -516,7 +516,7 @@ fn on_kubernetes_logs_and_metrics_are_kept_after_the_pods_are_gone() {
     use trainyard_runtime::kube::client::api::{Api, ListParams};
     use trainyard_runtime::kube::openapi::api::core::v1::Pod;
     let s = kube("telemetry");
-    let k = key(24);
+    let k = key(25);
     let mut sp = s.spec_for(&k, 1, Behaviour::RunUntilStopped);
     sp.task.spec.advanced.metrics = Some(trainyard_core::spec::MetricsMonitor {
         enabled: true,
@@ -647,6 +647,96 @@ fn on_kubernetes_an_object_the_api_server_refuses_fails_with_its_reason() {
         })
         .unwrap_or_else(|| panic!("{seen:?}"));
     assert!(message.contains("422 Invalid") && message.contains("\"not a valid label!\""), "{message}");
+}
+
+/// Cluster-side gang admission with Kueue (`--kube-gang kueue:QUEUE`): the job is created suspended under the
+/// queue, and Kueue lets it go only when its ClusterQueue can take every replica at once. With room for one of
+/// the two replicas nothing starts (no pod at all); once the quota has room for both, both start together and
+/// the attempt runs to success.
+#[test]
+fn on_kubernetes_kueue_admits_the_whole_gang_or_nothing() {
+    use trainyard_runtime::kube::client::api::{
+        Api, ApiResource, DynamicObject, GroupVersionKind, ListParams,
+    };
+    use trainyard_runtime::kube::client::api::{Patch, PatchParams};
+    use trainyard_runtime::kube::openapi::api::core::v1::{Namespace, Pod};
+    let mut s = kube("kueue");
+    let queue = format!("conf-{}", std::process::id());
+    s.cfg.gang = trainyard_runtime::kube::objects::Gang::Kueue { local_queue: queue.clone() };
+    let s = s.restarted();
+    let client = s.backend.client();
+    let kueue = |kind: &str, plural: &str| {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta1", kind), plural)
+    };
+    let pp = PatchParams::apply("conformance").force();
+    let ns = s.cfg.namespace_of("default");
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let body = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+    block(namespaces.patch(&ns, &pp, &Patch::Apply(&body)))
+        .unwrap_or_else(|e| panic!("{e} (is Kueue in the stack? scripts/with-kube starts it)"));
+    let flavors: Api<DynamicObject> =
+        Api::all_with(client.clone(), &kueue("ResourceFlavor", "resourceflavors"));
+    let flavor = serde_json::json!({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
+                                    "metadata": {"name": queue}});
+    block(flavors.patch(&queue, &pp, &Patch::Apply(&flavor))).unwrap();
+    let cqs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue", "clusterqueues"));
+    let cluster_queue = |cpu: &str| {
+        serde_json::json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": queue},
+            "spec": {"namespaceSelector": {}, "resourceGroups": [{
+                "coveredResources": ["cpu", "memory"],
+                "flavors": [{"name": queue, "resources": [
+                    {"name": "cpu", "nominalQuota": cpu}, {"name": "memory", "nominalQuota": "64Gi"}]}],
+            }]},
+        })
+    };
+    block(cqs.patch(&queue, &pp, &Patch::Apply(&cluster_queue("1")))).unwrap();
+    let lqs: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &kueue("LocalQueue", "localqueues"));
+    let local_queue = serde_json::json!({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+                                         "metadata": {"name": queue, "namespace": ns},
+                                         "spec": {"clusterQueue": queue}});
+    block(lqs.patch(&queue, &pp, &Patch::Apply(&local_queue))).unwrap();
+
+    // Two replicas of one CPU each against a quota of one CPU: Kueue holds the whole gang.
+    let k = key(26);
+    block(s.backend().launch(&s.spec_for(&k, 1, Behaviour::Succeed))).unwrap();
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &kueue("Workload", "workloads"));
+    let t0 = Instant::now();
+    let workload = loop {
+        if let Some(w) = block(workloads.list(&ListParams::default())).unwrap().items.into_iter().next() {
+            break w;
+        }
+        assert!(t0.elapsed() < s.patience(), "Kueue made no Workload for the job");
+        block(s.backend().poll(s.now_ms()));
+        s.pass(250);
+    };
+    assert!(workload.data["status"]["admission"].is_null(), "not admitted: {:?}", workload.data["status"]);
+    for _ in 0..12 {
+        for o in block(s.backend().poll(s.now_ms())) {
+            assert!(!matches!(o, Observation::Started { .. }) && finished(&o).is_none(), "held: {o:?}");
+        }
+        s.pass(250);
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    assert!(block(pods.list(&ListParams::default())).unwrap().items.is_empty(), "no replica runs alone");
+
+    // Room for both: admitted together, started, done.
+    block(cqs.patch(&queue, &pp, &Patch::Apply(&cluster_queue("4")))).unwrap();
+    let seen = until(&s, &k, |o| finished(o).is_some());
+    assert!(seen.iter().any(|o| matches!(o, Observation::Started { .. })), "{seen:?}");
+    assert_eq!(seen.iter().find_map(finished), Some(Reason::Completed), "{seen:?}");
+    let admitted = block(workloads.get(&workload.metadata.name.clone().unwrap())).unwrap();
+    assert_eq!(
+        admitted.data["status"]["admission"]["podSetAssignments"].as_array().map(Vec::len),
+        Some(2),
+        "both replica sets admitted in one admission: {:?}",
+        admitted.data["status"]
+    );
+    let _ = block(lqs.delete(&queue, &Default::default()));
+    let _ = block(cqs.delete(&queue, &Default::default()));
+    let _ = block(flavors.delete(&queue, &Default::default()));
 }
 
 /// What only a cluster shows: a container the kernel killed for memory is `OutOfMemory`, an image that cannot be

@@ -188,3 +188,225 @@ fn the_examples_run_through_the_real_operators_from_the_cli() {
     block(nodes_api.delete(&joined, &Default::default())).unwrap();
     until("the node leaves the catalog", &|| catalog_node(&joined).is_null());
 }
+
+/// A second test cluster: `scripts/with-kube` run as a child process, its stack up until this is dropped.
+struct SecondStack {
+    child: std::process::Child,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl SecondStack {
+    fn start(name: &str) -> SecondStack {
+        let dir = std::env::temp_dir().join(format!("ty-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let kubeconfig = dir.join("kubeconfig");
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+        let mut child = std::process::Command::new(format!("{root}/scripts/with-kube"))
+            .args([
+                "--without-kueue",
+                "sh",
+                "-c",
+                r#"cp "$TRAINYARD_KUBE_STACK/kubeconfig" "$0.tmp" && mv "$0.tmp" "$0" && exec sleep 3600"#,
+            ])
+            .arg(&kubeconfig)
+            .env_remove("KUBECONFIG")
+            .env_remove("TRAINYARD_KUBE_STACK")
+            .env_remove("TRAINYARD_KUBE_BIN")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        while !kubeconfig.exists() {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("the second test cluster did not start: {status}");
+            }
+            assert!(t0.elapsed() < secs(300), "the second test cluster did not start within 300 s");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        SecondStack { child, kubeconfig }
+    }
+
+    fn client(&self) -> trainyard_runtime::kube::client::Client {
+        use trainyard_runtime::kube::client::config::{KubeConfigOptions, Kubeconfig};
+        let file = Kubeconfig::read_from(&self.kubeconfig).unwrap();
+        block(async {
+            let config = trainyard_runtime::kube::client::Config::from_custom_kubeconfig(
+                file,
+                &KubeConfigOptions::default(),
+            )
+            .await
+            .unwrap();
+            // The client's buffer task runs on the tests' runtime.
+            trainyard_runtime::kube::client::Client::try_from(config).unwrap()
+        })
+    }
+}
+
+impl Drop for SecondStack {
+    fn drop(&mut self) {
+        // TERM: with-kube stops its command, then the stack.
+        let _ = std::process::Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
+
+/// The server, CA file and token of a `scripts/with-kube` kubeconfig.
+fn kubeconfig_parts(path: &std::path::Path) -> (String, String, String) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+            .trim()
+            .to_owned()
+    };
+    (field("server:"), field("certificate-authority:"), field("token:"))
+}
+
+/// One kubeconfig with a context per cluster: (context name, that cluster's kubeconfig).
+fn merged_kubeconfig(parts: &[(&str, &std::path::Path)], out: &std::path::Path) {
+    let mut clusters = String::new();
+    let mut users = String::new();
+    let mut contexts = String::new();
+    for (name, path) in parts {
+        let (server, ca, token) = kubeconfig_parts(path);
+        clusters.push_str(&format!(
+            "- name: {name}\n  cluster: {{server: {server}, certificate-authority: {ca}}}\n"
+        ));
+        users.push_str(&format!("- name: {name}\n  user: {{token: {token}}}\n"));
+        contexts.push_str(&format!("- name: {name}\n  context: {{cluster: {name}, user: {name}}}\n"));
+    }
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n{clusters}users:\n{users}contexts:\n{contexts}current-context: {}\n",
+        parts[0].0
+    );
+    std::fs::write(out, text).unwrap();
+}
+
+/// Two clusters behind one server: each catalog cluster names the kubeconfig context that reaches it. A task
+/// placed in a cluster runs there (its job object is on that cluster's API server, none on the other), each
+/// cluster's nodes reach only its own pools in the catalog, and logs come back from either.
+#[test]
+fn each_catalog_cluster_runs_its_tasks_where_its_context_points() {
+    let east = client();
+    let west_stack = SecondStack::start("kube-west");
+    let west = west_stack.client();
+    let pid = std::process::id();
+    let (east_node, west_node) = (format!("mc-{pid}-east"), format!("mc-{pid}-west"));
+    node(&east, &east_node, "east-pool");
+    node(&west, &west_node, "west-pool");
+    let dir = std::env::temp_dir().join(format!("ty-kube-multi-cfg-{pid}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    let east_file = std::path::PathBuf::from(std::env::var("KUBECONFIG").unwrap());
+    merged_kubeconfig(&[("east", &east_file), ("west", &west_stack.kubeconfig)], &kubeconfig);
+    let namespace = format!("mc-{pid}-{{group}}");
+    let mut s = Server::start_with(
+        "kube-multi",
+        Options {
+            args: [
+                "--backend",
+                "kubernetes",
+                "--kubeconfig",
+                kubeconfig.to_str().unwrap(),
+                "--kube-context",
+                "east",
+                "--kube-namespace",
+                &namespace,
+                "--kube-image",
+                "pytorch=docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            own_catalog: true,
+            ..Options::default()
+        },
+    );
+    let catalog = format!(
+        "regions: {{r: {{}}}}\n\
+         clusters: {{gpu-east: {{region: r, context: east}}, gpu-west: {{region: r, context: west}}}}\n\
+         pools: {{east-pool: {{cluster: gpu-east, instanceSpecs: [cpu.small]}}, \
+                  west-pool: {{cluster: gpu-west, instanceSpecs: [cpu.small]}}}}\n\
+         instanceSpecs: {{cpu.small: {{kind: CPU, vcpus: 1, memoryMib: 2048}}}}\n\
+         nodes:\n  {east_node}: {{pool: east-pool, vcpus: 8, memoryMib: 16384}}\n\
+         \x20 {west_node}: {{pool: west-pool, vcpus: 8, memoryMib: 16384}}\n\
+         projectGroups: {{default: {{}}}}\n\
+         images: {{pytorch: {{torch: true}}}}\n\
+         quotas: [{{group: default, resourceType: Reserved, pool: east-pool, spec: cpu.small, units: 8}},\n\
+         \x20        {{group: default, resourceType: Reserved, pool: west-pool, spec: cpu.small, units: 8}}]\n"
+    );
+    let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(&catalog));
+    assert_eq!(status, 200, "{body}");
+    // Contexts are connected at start: the restart connects the west one the catalog now names.
+    s.restart();
+
+    let task = |cluster: &str, pool: &str| {
+        serde_json::json!({
+            "apiVersion": "trainyard.dev/v1", "kind": "TrainingTask",
+            "metadata": {"namePrefix": format!("mc-{cluster}"), "projectGroup": "default",
+                         "labels": {"sim.trainyard.dev/run-ms": "2000"}},
+            "spec": {
+                "type": "PyTorchJob",
+                "placement": {"region": "r", "cluster": cluster},
+                "environment": {"image": "pytorch", "cmd": "echo hello"},
+                "compute": {"resourceType": "Reserved", "pool": pool, "workers": 1,
+                            "instanceSpecs": [{"spec": "cpu.small"}]},
+            }
+        })
+    };
+    let ns = format!("mc-{pid}-default");
+    let jobs_of = |c: &trainyard_runtime::kube::client::Client, id: &str| {
+        let jobs: Api<DynamicObject> = Api::namespaced_with(
+            c.clone(),
+            &ns,
+            &job_resource(trainyard_runtime::kube::status::JobKind::PyTorch),
+        );
+        block(jobs.list(&ListParams::default().labels(&format!("trainyard.dev/task={id}"))))
+            .map(|l| l.items.len())
+            .unwrap_or(0)
+    };
+    for (cluster, pool, here, there) in
+        [("gpu-west", "west-pool", &west, &east), ("gpu-east", "east-pool", &east, &west)]
+    {
+        let id = s.submit(&task(cluster, pool));
+        s.wait_status(&id, "Running", secs(120));
+        assert_eq!(jobs_of(here, &id), 1, "{cluster}'s task has its job on {cluster}'s API server");
+        assert_eq!(jobs_of(there, &id), 0, "and none on the other");
+        s.wait_status(&id, "Succeeded", secs(120));
+        let (_, listed) = s.call("GET", &format!("/api/v1/tasks/{id}/logs"), None);
+        let v: Value = serde_json::from_str(&listed).unwrap();
+        let replica =
+            v["items"][0]["replicas"][0]["name"].as_str().unwrap_or_else(|| panic!("{listed}")).to_owned();
+        let t0 = std::time::Instant::now();
+        loop {
+            let (_, log) = s.call("GET", &format!("/api/v1/tasks/{id}/logs?replica={replica}"), None);
+            if log.contains("simulated container: done") {
+                break;
+            }
+            assert!(t0.elapsed() < secs(30), "{cluster}: {log}");
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+    }
+
+    // A node that joins the west cluster reaches the west pool (and only the west cluster's nodes do).
+    let joined = format!("mc-{pid}-west-2");
+    node(&west, &joined, "west-pool");
+    let stray = format!("mc-{pid}-east-in-west-pool");
+    node(&east, &stray, "west-pool");
+    let t0 = std::time::Instant::now();
+    loop {
+        let (_, body) = s.call("GET", "/api/v1/catalog", None);
+        let nodes = serde_json::from_str::<Value>(&body).unwrap()["nodes"].clone();
+        if nodes[&joined]["pool"] == "west-pool" {
+            assert!(nodes[&stray].is_null(), "an east node labelled with a west pool stays out: {nodes}");
+            break;
+        }
+        assert!(t0.elapsed() < secs(30), "the west node never joined: {nodes}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let nodes_api: Api<Node> = Api::all(east.clone());
+    let _ = block(nodes_api.delete(&stray, &Default::default()));
+    let _ = std::fs::remove_dir_all(&dir);
+}

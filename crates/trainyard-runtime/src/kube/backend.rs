@@ -263,6 +263,16 @@ impl KubeBackend {
         self.inner.requests.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Whether this backend knows an attempt (launched it, or its watches saw its objects).
+    pub fn knows(&self, key: &AttemptKey) -> bool {
+        self.inner.lock().attempts.contains_key(key)
+    }
+
+    /// The kubeconfig context it uses (None: the file's current one, or in-cluster).
+    pub fn context(&self) -> Option<&str> {
+        self.inner.cfg.context.as_deref()
+    }
+
     /// What the log followers and metrics scrapers sent.
     pub fn telemetry(&self) -> &Telemetry {
         &self.inner.telemetry

@@ -7,21 +7,28 @@
 //!   Trainyard stays until then.
 //! - A new node joins when its pool is in the catalog (a node of an unknown pool could never be used).
 //! - A node gone from the cluster leaves the catalog. An admin's `failed` mark is never touched.
+//! - With several clusters, each cluster's nodes touch only the pools it serves (`serves`).
 
 use std::collections::BTreeMap;
 use trainyard_core::Catalog;
 use trainyard_core::catalog::Node;
 
-/// Merges the cluster's nodes (`now`) into `catalog`; `before` is what the last merge saw (None on the first).
-/// Returns the new catalog when anything changed, with what changed in words.
+/// Merges the cluster's nodes (`now`) into `catalog`; `before` is what the last merge saw (None on the first);
+/// `serves` says which pools are this cluster's (a node in another's is left alone). Returns the new catalog
+/// when anything changed, with what changed in words.
 pub fn merge(
     catalog: &Catalog,
     before: Option<&BTreeMap<String, Node>>,
     now: &BTreeMap<String, Node>,
+    serves: &dyn Fn(&str) -> bool,
 ) -> Option<(Catalog, Vec<String>)> {
     let mut next = catalog.clone();
     let mut said = Vec::new();
     for (name, seen) in now {
+        let pool = next.nodes.get(name).map_or(&seen.pool, |n| &n.pool);
+        if !serves(pool) || !serves(&seen.pool) {
+            continue;
+        }
         // On the first merge (a server start) only a cordon or a NotReady node is carried over, so an admin's
         // cordon through Trainyard survives a restart.
         let changed_in_cluster = match before {
@@ -73,7 +80,7 @@ pub fn merge(
     // Only nodes the cluster had and lost leave: one an admin described that the cluster never showed stays.
     if let Some(before) = before {
         for name in before.keys().filter(|n| !now.contains_key(*n)) {
-            if next.nodes.remove(name).is_some() {
+            if next.nodes.get(name).is_some_and(|n| serves(&n.pool)) && next.nodes.remove(name).is_some() {
                 said.push(format!("node {name} left the cluster"));
             }
         }
@@ -120,28 +127,35 @@ quotas: []
             ("x".into(), node(4, true, "gpu")),
         ]
         .into();
-        let (cat, said) = merge(&cat, None, &first).unwrap();
+        let (cat, said) = merge(&cat, None, &first, &|_| true).unwrap();
         assert_eq!(cat.nodes["a"].vcpus, 8, "{said:?}");
         assert!(cat.nodes.contains_key("b"), "joined");
         assert!(!cat.nodes.contains_key("x"), "its pool is not in the catalog");
         assert!(cat.nodes.contains_key("manual"), "a node the cluster never showed stays");
-        assert_eq!(merge(&cat, Some(&first), &first), None, "nothing changed, nothing written");
+        assert_eq!(merge(&cat, Some(&first), &first, &|_| true), None, "nothing changed, nothing written");
 
         // An admin cordons b through Trainyard: the cluster's unchanged state does not undo it.
         let mut admin = cat.clone();
         admin.nodes.get_mut("b").unwrap().schedulable = false;
         admin.nodes.get_mut("b").unwrap().failed = true;
-        assert_eq!(merge(&admin, Some(&first), &first), None);
+        assert_eq!(merge(&admin, Some(&first), &first, &|_| true), None);
 
         // The cluster cordons a and loses b.
         let second: BTreeMap<String, Node> = [("a".into(), node(8, false, "default"))].into();
-        let (cat, said) = merge(&admin, Some(&first), &second).unwrap();
+        let (cat, said) = merge(&admin, Some(&first), &second, &|_| true).unwrap();
         assert!(!cat.nodes["a"].schedulable, "{said:?}");
         assert!(!cat.nodes.contains_key("b"), "{said:?}");
         assert!(said.iter().any(|s| s.contains("left the cluster")), "{said:?}");
 
         // Uncordoned in the cluster: it takes work again.
-        let (cat, _) = merge(&cat, Some(&second), &first).unwrap();
+        let (cat, _) = merge(&cat, Some(&second), &first, &|_| true).unwrap();
         assert!(cat.nodes["a"].schedulable);
+
+        // Another cluster's view: it serves no pool here, so its nodes (even one named like ours) change
+        // nothing, and one it loses is not ours to remove.
+        let other: BTreeMap<String, Node> =
+            [("a".into(), node(2, false, "default")), ("c".into(), node(4, true, "default"))].into();
+        assert_eq!(merge(&cat, Some(&other), &BTreeMap::new(), &|_| false), None);
+        assert_eq!(merge(&cat, None, &other, &|p| p != "default"), None);
     }
 }

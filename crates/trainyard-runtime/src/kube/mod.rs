@@ -7,9 +7,11 @@
 //! - `inventory`: the cluster's nodes merged into the catalog, pure.
 //! - `capture`: the pods' logs and metrics, followed and scraped through the API server onto the server's disk.
 //! - `backend`: the client side: applies, deletions, watches, the `Backend` calls.
+//! - `fleet`: one backend per kubeconfig context, for catalogs with several clusters.
 
 mod backend;
 pub mod capture;
+pub mod fleet;
 pub mod inventory;
 pub mod objects;
 mod state;
@@ -20,3 +22,4 @@ pub mod views;
 pub use ::k8s_openapi as openapi;
 pub use ::kube as client;
 pub use backend::{FIELD_MANAGER, KubeBackend, KubeConfig};
+pub use fleet::KubeFleet;
