@@ -115,6 +115,7 @@ struct Inner {
     captures: Mutex<HashMap<(Target, bool), tokio::task::JoinHandle<()>>>,
     telemetry: Arc<Telemetry>,
     log_streams: Arc<tokio::sync::Semaphore>,
+    capture_calls: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for Inner {
@@ -197,6 +198,7 @@ impl KubeBackend {
             captures: Mutex::new(HashMap::new()),
             telemetry: Arc::new(Telemetry::default()),
             log_streams: Arc::new(tokio::sync::Semaphore::new(capture::MAX_LOG_STREAMS)),
+            capture_calls: std::sync::atomic::AtomicU64::new(0),
         });
         let mut watches = Vec::new();
         for &kind in &inner.kinds {
@@ -899,7 +901,10 @@ fn capture_pod(
         return;
     }
     let mut captures = inner.captures.lock().unwrap_or_else(|e| e.into_inner());
-    captures.retain(|_, h| !h.is_finished());
+    if inner.capture_calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 1024 == 0 {
+        // Now and then, not at every pod event: the handles of the finished ones go.
+        captures.retain(|_, h| !h.is_finished());
+    }
     let now = {
         let (w, key, name) = (Arc::downgrade(inner), key.clone(), pod.name.clone());
         move || pod_now(&w, &key, &name)

@@ -16,7 +16,6 @@
 use crate::local::clock::now_ms;
 use crate::local::metrics::{MAX_METRICS_FILE_BYTES, MAX_SAMPLES_PER_SCRAPE, Point};
 use crate::{AttemptKey, LogChunk, MetricPoint};
-use futures_util::AsyncBufReadExt;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, Write};
@@ -27,6 +26,9 @@ use std::time::Duration;
 
 /// The most a pod's kept log may hold; past it a last line says so and no more is kept.
 pub const MAX_LOG_BYTES: u64 = 256 << 20;
+/// The longest line kept: a longer one is cut there (a task's output is untrusted: a line without an end must
+/// not grow in the server's memory).
+pub const MAX_LINE_BYTES: usize = 64 << 10;
 /// The longest wait before a follower reconnects to a container that still runs.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// Follow streams a server holds open at once (the API server proxies each to a kubelet); past that, pods wait
@@ -354,6 +356,36 @@ pub(super) async fn follow(
     finish(&store, &t);
 }
 
+/// Reads up to the next newline into `buf` (without it), keeping at most [`MAX_LINE_BYTES`] and skipping the rest
+/// of a longer line (`cut` says so). Ok(true): a whole line; Ok(false): the end of the stream. Cancel-safe: what
+/// was read stays in `buf` and `cut`.
+async fn read_line(
+    r: &mut (impl futures_util::AsyncBufRead + Unpin),
+    buf: &mut Vec<u8>,
+    cut: &mut bool,
+) -> std::io::Result<bool> {
+    use futures_util::AsyncBufReadExt;
+    loop {
+        let avail = r.fill_buf().await?;
+        if avail.is_empty() {
+            return Ok(false);
+        }
+        let (take, used, done) = match avail.iter().position(|&b| b == b'\n') {
+            Some(i) => (i, i + 1, true),
+            None => (avail.len(), avail.len(), false),
+        };
+        let room = MAX_LINE_BYTES.saturating_sub(buf.len());
+        if !*cut {
+            buf.extend_from_slice(&avail[..take.min(room)]);
+            *cut = take > room;
+        }
+        r.consume_unpin(used);
+        if done {
+            return Ok(true);
+        }
+    }
+}
+
 /// Reads one follow stream into the sink, writing what came and saving the cursor every second.
 async fn read_stream(
     stream: impl futures_util::AsyncBufRead + Unpin,
@@ -365,14 +397,32 @@ async fn read_stream(
 ) -> StreamEnd {
     let opened = tokio::time::Instant::now();
     let mut saved = dedup.now.clone();
-    let mut lines = stream.lines();
+    let mut stream = stream;
+    let (mut raw, mut cut) = (Vec::new(), false);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut ended_at: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
-            line = futures_util::StreamExt::next(&mut lines) => {
-                let Some(Ok(raw)) = line else { break };
-                let Some((key, line)) = log_line(&raw) else { continue };
+            got = read_line(&mut stream, &mut raw, &mut cut) => {
+                let whole = matches!(got, Ok(true));
+                if !whole && raw.is_empty() {
+                    break;
+                }
+                let mut text = String::from_utf8_lossy(&raw).into_owned();
+                if cut {
+                    text.push_str(&format!(" [trainyard: the line was cut at {} KiB]", MAX_LINE_BYTES >> 10));
+                }
+                raw.clear();
+                cut = false;
+                let parsed = log_line(&text);
+                if !whole {
+                    // The stream ended in the middle of a line: keep what came, then stop.
+                    if let Some((_, line)) = parsed.filter(|(key, _)| dedup.keep(key)) {
+                        sink.buf.push_str(&line);
+                    }
+                    break;
+                }
+                let Some((key, line)) = parsed else { continue };
                 if !dedup.keep(&key) {
                     continue;
                 }
@@ -501,6 +551,24 @@ mod tests {
         assert_eq!(line, "2026-01-01T00:00:01.123Z O step 1 loss 0.5\n");
         assert_eq!(log_line("2026-01-01T00:00:01Z").unwrap().1, "2026-01-01T00:00:01.000Z O \n");
         assert_eq!(log_line("no timestamp here"), None);
+    }
+
+    #[test]
+    fn a_line_without_an_end_is_cut_not_kept_whole() {
+        use futures_util::FutureExt;
+        let long = "x".repeat(MAX_LINE_BYTES * 3);
+        let text = format!("2026-01-01T00:00:01Z {long}\n2026-01-01T00:00:02Z short\nno end");
+        let mut r = futures_util::io::Cursor::new(text.into_bytes());
+        let (mut buf, mut cut) = (Vec::new(), false);
+        assert!(read_line(&mut r, &mut buf, &mut cut).now_or_never().unwrap().unwrap());
+        assert_eq!((buf.len(), cut), (MAX_LINE_BYTES, true));
+        buf.clear();
+        cut = false;
+        assert!(read_line(&mut r, &mut buf, &mut cut).now_or_never().unwrap().unwrap());
+        assert_eq!((buf.as_slice(), cut), (&b"2026-01-01T00:00:02Z short"[..], false));
+        buf.clear();
+        assert!(!read_line(&mut r, &mut buf, &mut cut).now_or_never().unwrap().unwrap(), "the end");
+        assert_eq!(buf, b"no end", "what came before the end is there");
     }
 
     #[test]
