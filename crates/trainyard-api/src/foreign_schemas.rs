@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use trainyard_control::QuotaLine;
 use trainyard_core::catalog::{
     Catalog, Cluster, DataAsset, Image, InstanceKind, InstanceSpec, LabelPolicy, Node, Pool, ProjectGroup,
-    QuotaEntry, Region, Volume,
+    QuotaEntry, Region, Registry, Volume,
 };
 use trainyard_core::decode::Decode;
 use trainyard_core::demand::{Demand, QuotaDemand, Resources, Role, RoleDemand};
@@ -126,6 +126,7 @@ object_schema!(
         "projectGroups": BTreeMap<String, ProjectGroup>,
         "images": BTreeMap<String, Image>,
         "allowExternalImages": bool,
+        "registries": Optional<BTreeMap<String, Registry>>,
         "volumes": BTreeMap<String, Volume>,
         "datasets": BTreeMap<String, DataAsset>,
         "models": BTreeMap<String, DataAsset>,
@@ -135,7 +136,15 @@ object_schema!(
 );
 
 object_schema!(closed Region as "Region" { "displayName": Optional<String> });
-object_schema!(closed Cluster as "Cluster" { "region": String });
+object_schema!(closed Cluster as "Cluster" { "region": String, "context": Optional<String> });
+object_schema!(
+    /// A registry external image references may come from, and how it is reached.
+    closed Registry as "Registry" {
+        "mirrors": Optional<Vec<String>>,
+        "insecure": Optional<bool>,
+        "caBundle": Optional<String>,
+    }
+);
 object_schema!(closed Pool as "Pool" { "cluster": String, "instanceSpecs": Vec<String> });
 object_schema!(closed ProjectGroup as "ProjectGroup" { "displayName": Optional<String> });
 

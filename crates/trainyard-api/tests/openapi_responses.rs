@@ -20,12 +20,13 @@ use trainyard_store::{Store, User};
 
 const CATALOG: &str = r#"
 regions: {local: {displayName: Local}}
-clusters: {local: {region: local}}
+clusters: {local: {region: local, context: local-admin}}
 pools: {default: {cluster: local, instanceSpecs: [cpu.small]}}
 instanceSpecs: {cpu.small: {kind: CPU, vcpus: 1, memoryMib: 1024}}
 nodes: {node-0: {pool: default, vcpus: 16, memoryMib: 65536}}
 projectGroups: {nlp: {displayName: Language}, cv: {}}
 images: {host: {torch: true, ray: true, projectGroups: [nlp, cv]}, cv-only: {projectGroups: [cv]}}
+registries: {ghcr.io: {mirrors: ["mirror.example:5000"], caBundle: /etc/trainyard/ca.pem}, "localhost:5000": {insecure: true}}
 volumes: {ckpt: {projectGroups: [nlp]}, shared: {multiPodReadWrite: true}}
 datasets: {alpaca: {projectGroups: [cv]}}
 models: {llama: {path: /srv/models/llama}}

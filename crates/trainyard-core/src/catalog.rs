@@ -36,6 +36,10 @@ pub struct Catalog {
     /// Whether an image reference outside the catalog may be used (the backend must be able to pull it).
     #[serde(default = "yes")]
     pub allow_external_images: bool,
+    /// The registries such references may come from, by `host[:port]` (`docker.io` for Docker Hub). Empty:
+    /// any registry.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub registries: BTreeMap<String, Registry>,
     #[serde(default)]
     pub volumes: BTreeMap<String, Volume>,
     #[serde(default)]
@@ -78,6 +82,21 @@ pub struct Cluster {
     /// The kubeconfig context that reaches this cluster (Kubernetes backend); none: the server's default one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+}
+
+/// A registry that image references may come from, and how it is reached.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Registry {
+    /// Mirrors (`host[:port]`) tried first, in order; the registry itself after them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mirrors: Vec<String>,
+    /// Plain HTTP instead of TLS: only for a registry on a network the admin trusts.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure: bool,
+    /// A PEM file of certificate authorities trusted for it besides the system's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_bundle: Option<String>,
 }
 
 /// A resource pool in one cluster, offering some instance specs.
@@ -277,6 +296,18 @@ impl Catalog {
         for (name, c) in &self.clusters {
             if !self.regions.contains_key(&c.region) {
                 out.push(format!("cluster {name}: region {:?} does not exist", c.region));
+            }
+        }
+        for (name, r) in &self.registries {
+            for host in std::iter::once(name).chain(&r.mirrors) {
+                if let Err(why) = crate::image_ref::check_registry(host) {
+                    out.push(format!("registry {name}: {why}"));
+                }
+            }
+            if matches!(name.as_str(), "index.docker.io" | "registry-1.docker.io") {
+                out.push(format!(
+                    "registry {name}: name Docker Hub docker.io (references to it are read so)"
+                ));
             }
         }
         for (name, p) in &self.pools {

@@ -11,6 +11,7 @@ pub mod decode;
 pub mod demand;
 pub mod failure;
 mod grammar;
+pub mod image_ref;
 pub mod lifecycle;
 pub mod parse;
 pub mod platform_env;

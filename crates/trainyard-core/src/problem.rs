@@ -102,6 +102,8 @@ codes! {
     /// A webhook whose destination is a loopback, link-local, private, unspecified or multicast address
     /// the server's admin has not allowed.
     RestrictedAddress = "restricted-address",
+    /// An image reference to a registry the catalog does not list among its registries.
+    RegistryNotAllowed = "registry-not-allowed",
 }
 
 impl fmt::Display for Code {

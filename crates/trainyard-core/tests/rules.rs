@@ -354,6 +354,26 @@ fn images() {
         r.problems.iter().map(|p| (p.path.as_str(), p.code)).collect::<Vec<_>>(),
         [(p, Code::NotFound)]
     );
+    // With registries listed, a reference must come from one of them (Docker Hub's short names are docker.io).
+    let mut listed = catalog();
+    listed.registries.insert("ghcr.io".into(), Default::default());
+    listed.registries.insert("docker.io".into(), Default::default());
+    for (image, want) in [
+        ("ghcr.io/org/train:1.2", vec![]),
+        ("pytorch/pytorch:2.3", vec![]),
+        ("ubuntu", vec![]),
+        ("registry.example:5000/team/x:1", vec![(p, Code::RegistryNotAllowed)]),
+        ("GHCR.io/org/train", vec![]),
+    ] {
+        let mut t = base(PYTORCH);
+        t.spec.environment.image = image.into();
+        let r = validate(&t, &listed);
+        assert_eq!(r.problems.iter().map(|p| (p.path.as_str(), p.code)).collect::<Vec<_>>(), want, "{image}");
+    }
+    let mut t = base(PYTORCH);
+    t.spec.environment.image = "registry.example:5000/team/x:1".into();
+    let m = &validate(&t, &listed).problems[0].message;
+    assert!(m.contains("registry.example:5000") && m.contains("allowed: docker.io, ghcr.io"), "{m}");
     // A RayJob needs an image with Ray.
     case(RAY, |t| t.spec.environment.image = "pytorch-2.3-cuda12".into(), &[(p, Code::Incompatible)]);
     let w = case(RAY, |t| t.spec.environment.image = "ghcr.io/x/y:1".into(), &[(p, Code::Incompatible)]);

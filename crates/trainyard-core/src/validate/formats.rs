@@ -50,68 +50,9 @@ pub fn check_label_value(v: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// An OCI image reference: `[host[:port]/]path[:tag][@algo:digest]`.
+/// An OCI image reference: `[host[:port]/]path[:tag][@algo:digest]` (see [`crate::image_ref`]).
 pub fn check_image_reference(s: &str) -> Result<(), String> {
-    if s.len() > IMAGE_REF_MAX {
-        return Err(format!("it is {} characters; at most {IMAGE_REF_MAX}", s.len()));
-    }
-    let (rest, digest) = match s.split_once('@') {
-        Some((r, d)) => (r, Some(d)),
-        None => (s, None),
-    };
-    if let Some(d) = digest {
-        let ok = d.split_once(':').is_some_and(|(algo, hex)| {
-            !algo.is_empty()
-                && algo.chars().all(|c| {
-                    c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '+' | '.' | '_' | '-')
-                })
-                && hex.len() >= 32
-                && hex.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
-        });
-        if !ok {
-            return Err("the digest after @ must look like sha256:<64 hex digits>".to_owned());
-        }
-    }
-    // A tag is after the last ':' that comes after the last '/'.
-    let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
-    let (name, tag) = match rest[last_slash..].rfind(':') {
-        Some(i) => (&rest[..last_slash + i], Some(&rest[last_slash + i + 1..])),
-        None => (rest, None),
-    };
-    if let Some(t) = tag {
-        let ok = !t.is_empty()
-            && t.len() <= 128
-            && t.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
-            && t.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
-        if !ok {
-            return Err(format!("tag \"{t}\" must be 1 to 128 letters, digits, _, . or -"));
-        }
-    }
-    let mut parts: Vec<&str> = name.split('/').collect();
-    if parts.len() > 1 && (parts[0].contains(['.', ':']) || parts[0] == "localhost") {
-        let host = parts.remove(0);
-        let (h, port) = host.split_once(':').map_or((host, None), |(h, p)| (h, Some(p)));
-        if h.is_empty() || !h.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-')) {
-            return Err(format!("registry host \"{host}\" is not a host name"));
-        }
-        if port.is_some_and(|p| p.parse::<u16>().is_err()) {
-            return Err(format!("registry host \"{host}\" has a bad port"));
-        }
-    }
-    for part in &parts {
-        let ok = !part.is_empty()
-            && part
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'))
-            && part.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-            && part.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit());
-        if !ok {
-            return Err(format!(
-                "path component \"{part}\" must be lowercase letters and digits, separated by . _ or -"
-            ));
-        }
-    }
-    Ok(())
+    crate::image_ref::ImageRef::parse(s).map(|_| ())
 }
 
 /// An absolute http or https URL with a host.

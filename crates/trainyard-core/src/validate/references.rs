@@ -3,7 +3,6 @@
 //! cluster and to its project group.
 
 use super::context::{Place, V, names};
-use super::formats::check_image_reference;
 use crate::catalog::ClusterScoped;
 use crate::problem::{Code, field, index};
 use crate::spec::{TaskType, TrainingTask};
@@ -187,7 +186,8 @@ impl<'a> V<'a> {
                 }
             }
             None => {
-                if let Err(why) = check_image_reference(name) {
+                let parsed = crate::image_ref::ImageRef::parse(name);
+                if let Err(why) = &parsed {
                     self.report.error(
                         path,
                         Code::InvalidName,
@@ -200,6 +200,19 @@ impl<'a> V<'a> {
                         format!(
                             "image \"{name}\" is not in the catalog; choose one of: {}",
                             names(self.cat.images.keys())
+                        ),
+                    );
+                } else if let Ok(r) = parsed.as_ref()
+                    && !self.cat.registries.is_empty()
+                    && !self.cat.registries.contains_key(&r.registry)
+                {
+                    self.report.error(
+                        path,
+                        Code::RegistryNotAllowed,
+                        format!(
+                            "image \"{name}\" comes from registry {}, which the catalog does not allow; allowed: {}",
+                            r.registry,
+                            names(self.cat.registries.keys())
                         ),
                     );
                 } else if needs_ray {
