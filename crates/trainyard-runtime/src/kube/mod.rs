@@ -6,7 +6,7 @@
 //! - `state`: what the watches have seen and what of it was reported.
 //! - `inventory`: the cluster's nodes merged into the catalog, pure.
 //! - `capture`: the pods' logs and metrics, followed and scraped through the API server onto the server's disk.
-//! - `backend`: the client side: applies, deletions, watches, the `Backend` calls.
+//! - `backend`: the client side: applies, deletions, the `Backend` calls; its `watches` keep the state.
 //! - `fleet`: one backend per kubeconfig context, for catalogs with several clusters.
 
 mod backend;
