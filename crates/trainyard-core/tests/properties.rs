@@ -279,7 +279,8 @@ fn external_image() -> impl Strategy<Value = String> {
         Just(String::new()),
         select(&["registry.example.com/", "localhost/", "localhost:5000/", "ghcr.io/", "10.0.0.1:443/"][..])
             .prop_map(str::to_owned),
-        "[a-z0-9]{1,8}\\.[a-z]{2,4}(:[0-9]{1,4})?/",
+        // A port is 1 to 65535 (0 is no port).
+        "[a-z0-9]{1,8}\\.[a-z]{2,4}(:[1-9][0-9]{0,3})?/",
     ];
     let first = "[a-z0-9]([a-z0-9_-]{0,10}[a-z0-9])?";
     let rest = vec("/[a-z0-9]([a-z0-9._-]{0,10}[a-z0-9])?", 0..3).prop_map(|v| v.concat());
