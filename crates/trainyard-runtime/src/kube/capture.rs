@@ -14,10 +14,9 @@
 //! What the followers and scrapers send is counted apart from the backend's writes ([`Telemetry`]).
 
 use crate::local::clock::now_ms;
-use crate::local::metrics::{MAX_METRICS_FILE_BYTES, MAX_SAMPLES_PER_SCRAPE, Point};
+use crate::local::metrics::{self, Point};
 use crate::{AttemptKey, LogChunk, MetricPoint};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::io::{Read, Seek, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -491,33 +490,10 @@ pub(super) async fn scrape(
             let uri = format!("/api/v1/namespaces/{}/pods/{}:{port}/proxy{ep}", t.namespace, t.pod);
             telemetry.scrapes.fetch_add(1, Ordering::Relaxed);
             let req = http::Request::get(uri).body(Vec::new()).expect("a valid request");
-            let up = match tokio::time::timeout(Duration::from_secs(5), client.request_text(req)).await {
-                Ok(Ok(body)) => {
-                    let page = trainyard_core::promtext::parse(&body);
-                    points.extend(
-                        page.samples
-                            .into_iter()
-                            .filter(|x| x.value.is_finite())
-                            .take(MAX_SAMPLES_PER_SCRAPE)
-                            .map(|x| Point { t: at, n: x.name, l: x.labels, v: x.value }),
-                    );
-                    1.0
-                }
-                _ => 0.0,
-            };
-            let l = BTreeMap::from([("endpoint".to_owned(), format!(":{port}{ep}"))]);
-            points.push(Point { t: at, n: "trainyard_scrape_up".into(), l, v: up });
+            let page = tokio::time::timeout(Duration::from_secs(5), client.request_text(req)).await;
+            metrics::scraped(at, *port, ep, page.ok().and_then(Result::ok).as_deref(), &mut points);
         }
-        let mut buf = Vec::new();
-        for p in &points {
-            if serde_json::to_writer(&mut buf, p).is_ok() {
-                buf.push(b'\n');
-            }
-        }
-        let kept = file.metadata().map_or(0, |m| m.len());
-        if kept + buf.len() as u64 <= MAX_METRICS_FILE_BYTES {
-            let _ = file.write_all(&buf);
-        }
+        metrics::append(&mut file, &points);
         tokio::time::sleep(interval).await;
     }
 }

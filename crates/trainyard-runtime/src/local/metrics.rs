@@ -63,6 +63,38 @@ pub fn http_get(port: u16, path: &str) -> Result<String, String> {
     Ok(body.to_owned())
 }
 
+/// One scrape of an endpoint as samples: the page's (finite ones, at most [`MAX_SAMPLES_PER_SCRAPE`]) when it
+/// answered (`page`), and `trainyard_scrape_up` 1 or 0 for the endpoint either way.
+pub fn scraped(t: u64, port: u16, path: &str, page: Option<&str>, out: &mut Vec<Point>) {
+    if let Some(body) = page {
+        let page = trainyard_core::promtext::parse(body);
+        out.extend(
+            page.samples
+                .into_iter()
+                .filter(|s| s.value.is_finite())
+                .take(MAX_SAMPLES_PER_SCRAPE)
+                .map(|s| Point { t, n: s.name, l: s.labels, v: s.value }),
+        );
+    }
+    let l = BTreeMap::from([("endpoint".to_owned(), format!(":{port}{path}"))]);
+    out.push(Point { t, n: "trainyard_scrape_up".into(), l, v: if page.is_some() { 1.0 } else { 0.0 } });
+}
+
+/// Appends samples to a metrics file, one JSON line each, unless that would take it past
+/// [`MAX_METRICS_FILE_BYTES`] (the file is on the host's disk and the task decides how much it exposes).
+pub fn append(file: &mut std::fs::File, points: &[Point]) {
+    let mut buf = Vec::new();
+    for p in points {
+        if serde_json::to_writer(&mut buf, p).is_ok() {
+            buf.push(b'\n');
+        }
+    }
+    let kept = file.metadata().map_or(0, |m| m.len());
+    if kept + buf.len() as u64 <= MAX_METRICS_FILE_BYTES {
+        let _ = file.write_all(&buf);
+    }
+}
+
 /// CPU seconds (user + system) and resident bytes of a process.
 fn usage(pid: u32) -> Option<(f64, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -160,33 +192,8 @@ pub fn monitor(dir: &Path, job: &MonitorJob, sandbox: &Arc<AtomicU32>, stop: &Ar
             }
         }
         for (port, path) in &job.endpoints {
-            let up = match http_get(*port, path) {
-                Ok(body) => {
-                    let page = trainyard_core::promtext::parse(&body);
-                    points.extend(
-                        page.samples
-                            .into_iter()
-                            .filter(|s| s.value.is_finite())
-                            .take(MAX_SAMPLES_PER_SCRAPE)
-                            .map(|s| Point { t, n: s.name, l: s.labels, v: s.value }),
-                    );
-                    1.0
-                }
-                Err(_) => 0.0,
-            };
-            let l = BTreeMap::from([("endpoint".to_owned(), format!(":{port}{path}"))]);
-            points.push(Point { t, n: "trainyard_scrape_up".into(), l, v: up });
+            scraped(t, *port, path, http_get(*port, path).ok().as_deref(), &mut points);
         }
-        let mut buf = Vec::new();
-        for p in &points {
-            if serde_json::to_writer(&mut buf, p).is_ok() {
-                buf.push(b'\n');
-            }
-        }
-        // The file is on the host's disk and the task decides how much it exposes: it stops at its cap.
-        let kept = file.metadata().map_or(0, |m| m.len());
-        if kept + buf.len() as u64 <= MAX_METRICS_FILE_BYTES {
-            let _ = file.write_all(&buf);
-        }
+        append(&mut file, &points);
     }
 }
