@@ -1,0 +1,293 @@
+//! One pull: the reference resolved to a manifest (through the registry's mirrors first), the missing layers
+//! fetched and verified into the blob store, then unpacked in order into a new root file system and moved
+//! into the cache whole.
+
+use crate::error::{FailureClass, PullError, classify};
+use crate::store::{ImageConfig, Meta, Store, has_bash, no_bash, now_ms};
+use crate::{Access, Image, Phase, Slot};
+use futures_util::StreamExt;
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
+use oci_client::manifest::OciDescriptor;
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use sha2::Digest;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use trainyard_core::image_ref::ImageRef;
+
+/// Layers fetched at once.
+const PARALLEL_LAYERS: usize = 3;
+
+/// Layer media types this machine unpacks (tar, plain or gzip).
+const LAYER_TYPES: &[&str] = &[
+    "application/vnd.oci.image.layer.v1.tar",
+    "application/vnd.oci.image.layer.v1.tar+gzip",
+    "application/vnd.docker.image.rootfs.diff.tar.gzip",
+    "application/vnd.oci.image.layer.nondistributable.v1.tar",
+    "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
+    "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip",
+];
+
+/// The registry client for these settings: TLS with the system's authorities plus the admin's bundles,
+/// plain HTTP only for registries marked insecure.
+fn client(access: &Access) -> Result<Client, PullError> {
+    let mut insecure = Vec::new();
+    let mut roots = Vec::new();
+    for (host, r) in &access.registries {
+        if r.insecure {
+            insecure.push(host.clone());
+        }
+        if let Some(path) = &r.ca_bundle {
+            let data = std::fs::read(path).map_err(|e| {
+                PullError::new(
+                    FailureClass::Unreachable,
+                    format!("the CA bundle {path} configured for registry {host} cannot be read: {e}"),
+                )
+            })?;
+            roots.push(Certificate { encoding: CertificateEncoding::Pem, data });
+        }
+    }
+    let config = ClientConfig {
+        protocol: ClientProtocol::HttpsExcept(insecure),
+        extra_root_certificates: roots,
+        platform_resolver: Some(Box::new(oci_client::client::linux_amd64_resolver)),
+        connect_timeout: Some(std::time::Duration::from_secs(10)),
+        read_timeout: Some(std::time::Duration::from_secs(60)),
+        user_agent: concat!("trainyard/", env!("CARGO_PKG_VERSION")),
+        max_concurrent_download: PARALLEL_LAYERS,
+        ..ClientConfig::default()
+    };
+    Ok(Client::new(config))
+}
+
+fn auth(access: &Access, host: &str) -> RegistryAuth {
+    match access.credentials.get(host) {
+        Some(c) => RegistryAuth::Basic(c.username.clone(), c.password.clone()),
+        None => RegistryAuth::Anonymous,
+    }
+}
+
+/// `r` at `host` (the registry itself or one of its mirrors).
+fn at(r: &ImageRef, host: &str) -> Reference {
+    match (&r.digest, &r.tag) {
+        (Some(d), _) => Reference::with_digest(host.to_owned(), r.repository.clone(), d.clone()),
+        (None, t) => Reference::with_tag(
+            host.to_owned(),
+            r.repository.clone(),
+            t.clone().unwrap_or_else(|| trainyard_core::image_ref::DEFAULT_TAG.to_owned()),
+        ),
+    }
+}
+
+/// Pulls `reference` into the cache (or finds it there) and returns the image.
+pub(crate) async fn pull(
+    store: &Store,
+    reference: &str,
+    access: &Access,
+    slot: &Slot,
+) -> Result<Image, PullError> {
+    let r = ImageRef::parse(reference)
+        .map_err(|e| PullError::new(FailureClass::Invalid, format!("image reference {reference:?}: {e}")))?;
+    let shown = r.to_string();
+    let client = client(access)?;
+    let mut hosts: Vec<String> =
+        access.registries.get(&r.registry).map(|x| x.mirrors.clone()).unwrap_or_default();
+    hosts.push(r.registry.clone());
+    // The manifest, from the first source that has it.
+    let mut found = None;
+    let mut last_err = None;
+    for host in &hosts {
+        let reference = at(&r, host);
+        let auth = auth(access, host);
+        match client.pull_manifest_and_config_and_list_digest(&reference, &auth).await {
+            Ok(m) => {
+                found = Some((reference, m));
+                break;
+            }
+            Err(e) => last_err = Some(classify(&shown, &e)),
+        }
+    }
+    let Some((source, (manifest, digest, config_text, list_digest))) = found else {
+        return Err(
+            last_err.unwrap_or_else(|| PullError::new(FailureClass::Invalid, "no registry to pull from"))
+        );
+    };
+    if let Some(pinned) = &r.digest
+        && *pinned != digest
+        && list_digest.as_deref() != Some(pinned.as_str())
+    {
+        return Err(PullError::new(
+            FailureClass::DigestMismatch,
+            format!("pulling {shown}: the registry answered with manifest {digest}, not the pinned {pinned}"),
+        ));
+    }
+    let config =
+        ImageConfig::from_config_json(&config_text).map_err(|e| PullError::new(FailureClass::Invalid, e))?;
+    if let Some(meta) = store.meta(&digest) {
+        store.touch(&digest, Some(&shown));
+        if !meta.bash {
+            return Err(no_bash(&shown));
+        }
+        return Ok(Image::of(store, meta, shown));
+    }
+    for l in &manifest.layers {
+        if !LAYER_TYPES.contains(&l.media_type.as_str()) {
+            let hint = if l.media_type.contains("zstd") { " (push it with gzip layers)" } else { "" };
+            return Err(PullError::new(
+                FailureClass::Invalid,
+                format!(
+                    "image {shown} has a layer of type {}, which this machine cannot unpack{hint}",
+                    l.media_type
+                ),
+            ));
+        }
+    }
+    // The layers not in the blob store yet.
+    let missing: Vec<OciDescriptor> = {
+        let mut seen = std::collections::BTreeSet::new();
+        manifest
+            .layers
+            .iter()
+            .filter(|l| !store.blob(&l.digest).exists() && seen.insert(l.digest.clone()))
+            .cloned()
+            .collect()
+    };
+    slot.total.store(missing.iter().map(|l| l.size.max(0) as u64).sum(), Ordering::Relaxed);
+    slot.set_phase(Phase::Downloading);
+    let fetches: Vec<_> =
+        missing.into_iter().map(|l| fetch(&client, store, &source, l, slot, &shown)).collect();
+    let fetched: Vec<Result<(), PullError>> =
+        futures_util::stream::iter(fetches).buffer_unordered(PARALLEL_LAYERS).collect().await;
+    fetched.into_iter().collect::<Result<Vec<()>, PullError>>()?;
+    slot.set_phase(Phase::Unpacking);
+    let layers: Vec<String> = manifest.layers.iter().map(|l| l.digest.clone()).collect();
+    let (store2, shown2, digest2) = (store.clone(), shown.clone(), digest.clone());
+    let meta = tokio::task::spawn_blocking(move || unpack(&store2, &shown2, &digest2, layers, config))
+        .await
+        .map_err(|e| PullError::new(FailureClass::Invalid, format!("unpacking {shown}: {e}")))??;
+    if !meta.bash {
+        return Err(no_bash(&shown));
+    }
+    Ok(Image::of(store, meta, shown))
+}
+
+/// Fetches one layer into the blob store: written under `tmp/`, hashed as it arrives, renamed into place
+/// only when its bytes are the digest's.
+async fn fetch(
+    client: &Client,
+    store: &Store,
+    source: &Reference,
+    layer: OciDescriptor,
+    slot: &Slot,
+    shown: &str,
+) -> Result<(), PullError> {
+    let work = store.scratch("blob")?;
+    let tmp = work.join("data");
+    let file = tokio::fs::File::create(&tmp).await.map_err(|e| PullError::io("writing a layer", &e))?;
+    let mut w = Hashing { inner: file, hash: sha2::Sha256::new(), slot, bytes: 0 };
+    let got = client.pull_blob(source, &layer, &mut w).await;
+    let result = match got {
+        Err(e) => Err(classify(shown, &e)),
+        Ok(()) => {
+            let actual = format!("sha256:{:x}", w.hash.clone().finalize());
+            if actual != layer.digest {
+                Err(PullError::new(
+                    FailureClass::DigestMismatch,
+                    format!(
+                        "pulling {shown}: layer {} arrived as {actual} ({} bytes): the registry served bytes that \
+                         are not the image's; the pull is retried as the image pull tolerance allows",
+                        layer.digest, w.bytes
+                    ),
+                ))
+            } else {
+                std::fs::rename(&tmp, store.blob(&layer.digest))
+                    .map_err(|e| PullError::io("storing a layer", &e))
+            }
+        }
+    };
+    let _ = std::fs::remove_dir_all(&work);
+    result
+}
+
+/// Applies the layers in order into a new root file system and moves the image into the cache.
+fn unpack(
+    store: &Store,
+    shown: &str,
+    digest: &str,
+    layers: Vec<String>,
+    config: ImageConfig,
+) -> Result<Meta, PullError> {
+    let work = store.scratch("image")?;
+    let run = || -> Result<Meta, PullError> {
+        let rootfs = work.join("rootfs");
+        std::fs::create_dir(&rootfs).map_err(|e| PullError::io("making the root file system", &e))?;
+        std::fs::set_permissions(&rootfs, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .map_err(|e| PullError::io("making the root file system", &e))?;
+        let mut bytes = 0;
+        for (i, l) in layers.iter().enumerate() {
+            let f = std::fs::File::open(store.blob(l)).map_err(|e| PullError::io("reading a layer", &e))?;
+            let applied = crate::unpack::apply_layer(&rootfs, f).map_err(|e| {
+                let class = if e.starts_with(crate::unpack::NO_SPACE) {
+                    FailureClass::DiskFull
+                } else {
+                    FailureClass::Invalid
+                };
+                PullError::new(
+                    class,
+                    format!("unpacking layer {} of {} of {shown} ({l}): {e}", i + 1, layers.len()),
+                )
+            })?;
+            bytes += applied.bytes;
+        }
+        let meta = Meta {
+            digest: digest.to_owned(),
+            references: vec![shown.to_owned()],
+            layers: layers.clone(),
+            config: config.clone(),
+            rootfs_bytes: bytes,
+            bash: has_bash(&rootfs),
+            pulled_ms: now_ms(),
+        };
+        store.commit(&work, &meta)?;
+        Ok(meta)
+    };
+    let out = run();
+    if work.exists() {
+        let _ = std::fs::remove_dir_all(&work);
+    }
+    out
+}
+
+/// A file writer that hashes what it writes and counts it into the pull's progress.
+struct Hashing<'a> {
+    inner: tokio::fs::File,
+    hash: sha2::Sha256,
+    slot: &'a Slot,
+    bytes: u64,
+}
+
+impl tokio::io::AsyncWrite for Hashing<'_> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_write(cx, buf) {
+            Poll::Ready(Ok(n)) => {
+                this.hash.update(&buf[..n]);
+                this.bytes += n as u64;
+                this.slot.done.fetch_add(n as u64, Ordering::Relaxed);
+                Poll::Ready(Ok(n))
+            }
+            other => other,
+        }
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
