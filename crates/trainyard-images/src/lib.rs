@@ -13,6 +13,8 @@
 pub mod error;
 mod pull;
 pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod unpack;
 
 pub use error::{FailureClass, PullError};
@@ -263,7 +265,7 @@ impl Images {
                 pulled_ms: m.pulled_ms,
             })
             .collect();
-        out.sort_by(|a, b| b.last_used_ms.cmp(&a.last_used_ms));
+        out.sort_by_key(|c| std::cmp::Reverse(c.last_used_ms));
         out
     }
 
@@ -277,38 +279,52 @@ impl Images {
     /// in `in_use` or whose pull is under way; then the blobs no remaining image has. `max_bytes` 0 prunes
     /// everything not in use.
     pub fn gc(&self, max_bytes: u64, in_use: &BTreeSet<String>) -> Collected {
+        // While a pull is under way its fetched layers are not yet any image's: loose blobs stay then.
         let busy: bool = self.pulls().values().any(|s| matches!(&*s.state(), State::Pulling));
         let mut all = self.store.all();
         all.sort_by_key(|m| self.store.last_used_ms(&m.digest));
-        let mut bytes = self.bytes();
-        let mut out = Collected::default();
-        let mut kept: Vec<&Meta> = Vec::new();
+        let mut users: HashMap<String, usize> = HashMap::new();
         for m in &all {
-            if bytes <= max_bytes || in_use.contains(&m.digest) {
-                kept.push(m);
-                continue;
-            }
-            if self.store.remove_image(&m.digest).is_ok() {
-                out.removed.push(m.digest.clone());
-                out.freed_bytes += m.rootfs_bytes;
-                bytes = bytes.saturating_sub(m.rootfs_bytes);
-            } else {
-                kept.push(m);
+            for l in m.layers.iter().collect::<BTreeSet<_>>() {
+                *users.entry(l.clone()).or_default() += 1;
             }
         }
-        // Blobs: those of kept images stay; while a pull is under way its fetched layers are not yet any
-        // image's, so blobs are left alone then.
+        let mut out = Collected::default();
+        let mut bytes = self.bytes();
         if !busy {
-            let wanted: BTreeSet<&str> =
-                kept.iter().flat_map(|m| m.layers.iter().map(String::as_str)).collect();
             for b in self.store.blobs() {
-                if !wanted.contains(b.as_str()) {
+                if !users.contains_key(&b) {
                     let n = self.store.blob_bytes(&b);
                     if std::fs::remove_file(self.store.blob(&b)).is_ok() {
                         out.freed_bytes += n;
+                        bytes = bytes.saturating_sub(n);
                     }
                 }
             }
+        }
+        for m in &all {
+            if bytes <= max_bytes {
+                break;
+            }
+            if in_use.contains(&m.digest) || self.store.remove_image(&m.digest).is_err() {
+                continue;
+            }
+            out.removed.push(m.digest.clone());
+            let mut freed = m.rootfs_bytes;
+            for l in m.layers.iter().collect::<BTreeSet<_>>() {
+                let n = users.get_mut(l.as_str()).map(|n| {
+                    *n -= 1;
+                    *n
+                });
+                if n == Some(0) {
+                    let b = self.store.blob_bytes(l);
+                    if std::fs::remove_file(self.store.blob(l)).is_ok() {
+                        freed += b;
+                    }
+                }
+            }
+            out.freed_bytes += freed;
+            bytes = bytes.saturating_sub(freed);
         }
         // Pulls that answered with a removed image ask again.
         self.pulls()
