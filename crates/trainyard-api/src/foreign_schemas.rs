@@ -180,6 +180,7 @@ object_schema!(
         "ray": bool,
         "torch": bool,
         "rootfs": Optional<String>,
+        "reference": Optional<String>,
         "projectGroups": Optional<Vec<String>>,
     }
 );

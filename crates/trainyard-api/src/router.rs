@@ -34,6 +34,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/quota", get(admin::quota))
         .route("/api/v1/admin/catalog", put(admin::put_catalog))
         .route("/api/v1/admin/nodes/{name}", put(admin::put_node))
+        .route("/api/v1/admin/images", get(admin::list_images))
+        .route("/api/v1/admin/images/prune", post(admin::prune_images))
         .route("/api/v1/admin/users", post(users::put_user).get(users::list_users))
         .route(
             "/api/v1/admin/users/{name}/disable",

@@ -185,6 +185,23 @@ pub struct TaskPage {
     pub next_cursor: Option<String>,
 }
 object_schema!(
+    /// A registry image in the local backend's cache: its digest, the references it was pulled by, the bytes
+    /// it holds (its root file system and the layers only it uses), and when it was last used and pulled.
+    closed trainyard_images::Cached as "CachedImage" {
+        "digest": String,
+        "references": Vec<String>,
+        "bytes": u64,
+        "lastUsedMs": u64,
+        "pulledMs": u64,
+    }
+);
+
+object_schema!(
+    /// What pruning the image cache removed (digests), the bytes it freed and the bytes the cache holds now.
+    closed trainyard_images::Collected as "ImagePrune" { "removed": Vec<String>, "freedBytes": u64, "bytes": u64 }
+);
+
+object_schema!(
     /// A page of tasks (specs left out); `nextCursor` is null on the last page.
     closed TaskPage as "TaskPage" { "items": Vec<TaskView>, "nextCursor": Option<String> }
 );

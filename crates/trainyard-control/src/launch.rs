@@ -106,6 +106,7 @@ impl<B: Backend> Control<B> {
             task,
             replicas: placement.replicas.clone(),
             catalog: self.catalog.get(),
+            registry_logins: Default::default(),
         }))
     }
 }

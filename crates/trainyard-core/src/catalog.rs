@@ -181,6 +181,10 @@ pub struct Image {
     /// this machine's root); any other image without one cannot be pulled here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rootfs: Option<String>,
+    /// The registry image this preset stands for (`registry/repository:tag` or `...@sha256:...`): what the
+    /// local backend pulls and a cluster's pods run. Without it, a cluster runs the image by its name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
     /// Project groups that may use it; empty means every group. For [`HOST_IMAGE`] it is also who besides
     /// admins may use it at all (the server enforces that; empty means admins only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -308,6 +312,19 @@ impl Catalog {
                 out.push(format!(
                     "registry {name}: name Docker Hub docker.io (references to it are read so)"
                 ));
+            }
+        }
+        for (name, i) in &self.images {
+            let Some(r) = &i.reference else { continue };
+            match crate::image_ref::ImageRef::parse(r) {
+                Err(why) => out.push(format!("image {name}: reference {r:?}: {why}")),
+                Ok(p) if !self.registries.is_empty() && !self.registries.contains_key(&p.registry) => out.push(
+                    format!("image {name}: reference {r:?} comes from registry {}, which registries does not list", p.registry),
+                ),
+                Ok(_) if i.rootfs.is_some() => {
+                    out.push(format!("image {name}: give rootfs or reference, not both"))
+                }
+                Ok(_) => {}
             }
         }
         for (name, p) in &self.pools {

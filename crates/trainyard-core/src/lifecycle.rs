@@ -79,6 +79,8 @@ string_enum! {
         ScaledUp = "ScaledUp",
         ScaledDown = "ScaledDown",
         ImagePullBackOff = "ImagePullBackOff",
+        /// An image is being pulled from its registry: how far.
+        ImagePulling = "ImagePulling",
         PrecheckResult = "PrecheckResult",
         CheckpointDone = "CheckpointDone",
         CheckpointTimedOut = "CheckpointTimedOut",

@@ -247,10 +247,18 @@ pub fn gzip(b: &[u8]) -> Vec<u8> {
 
 /// A layer of files (`path`, contents, mode), owned by root.
 pub fn files_layer(files: &[(&str, &[u8], u32)]) -> Vec<u8> {
+    let owned: Vec<(&str, &[u8], u32, u64)> = files.iter().map(|(p, d, m)| (*p, *d, *m, 0)).collect();
+    owned_files_layer(&owned)
+}
+
+/// A layer of files (`path`, contents, mode, owner's uid and gid).
+pub fn owned_files_layer(files: &[(&str, &[u8], u32, u64)]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
-    for (p, data, mode) in files {
+    for (p, data, mode, uid) in files {
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(tar::EntryType::Regular);
+        h.set_uid(*uid);
+        h.set_gid(*uid);
         h.set_mode(*mode);
         h.set_size(data.len() as u64);
         h.set_mtime(1_700_000_000);
@@ -286,7 +294,18 @@ fn add_host_path(b: &mut tar::Builder<Vec<u8>>, p: &Path, done: &mut std::collec
         b.append_path_with_name(p, rel).unwrap();
         let to = std::fs::read_link(p).unwrap();
         let to = if to.is_absolute() { to } else { p.parent().unwrap().join(to) };
-        add_host_path(b, &to, done);
+        // `..` taken lexically: the tar builder refuses such names.
+        let mut norm = PathBuf::from("/");
+        for c in to.components() {
+            match c {
+                std::path::Component::Normal(x) => norm.push(x),
+                std::path::Component::ParentDir => {
+                    norm.pop();
+                }
+                _ => {}
+            }
+        }
+        add_host_path(b, &norm, done);
     } else if m.is_file() {
         b.append_path_with_name(p, rel).unwrap();
     }

@@ -75,7 +75,7 @@ fn apply_tar(root: &Path, r: impl Read) -> Result<Applied, String> {
             continue;
         }
         let parent = resolve(root, &parent_rel, true)?;
-        std::fs::create_dir_all(&parent).map_err(|e| format!("cannot make {}: {e}", parent_rel.display()))?;
+        make_dirs(root, &parent).map_err(|e| format!("cannot make {}: {e}", parent_rel.display()))?;
         let target = parent.join(&name);
         let header = entry.header();
         let raw_mode = header.mode().unwrap_or(0o644) & 0o7777;
@@ -235,6 +235,21 @@ pub fn shared_mode(mode: u32, uid: u64, gid: u64) -> u32 {
         m |= (m >> 3) & 0o5;
     }
     m
+}
+
+/// Makes `dir` (resolved, under `root`) and the dirs on the way to it that no layer named, mode 0755 (not the
+/// server's private umask: replicas must pass through them).
+fn make_dirs(root: &Path, dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() || dir == root {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent()
+        && parent.starts_with(root)
+    {
+        make_dirs(root, parent)?;
+    }
+    std::fs::create_dir(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
 }
 
 /// Removes what the layers below put in `dir` (an opaque whiteout), keeping this layer's entries.

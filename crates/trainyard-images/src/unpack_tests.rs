@@ -192,6 +192,10 @@ fn modes_drop_set_id_bits_and_share_an_image_users_files() {
     assert_eq!(mode("suid"), 0o755);
     assert_eq!(mode("secret"), 0o600, "root's private files stay private");
     assert_eq!(mode("mine"), 0o705);
+    // Dirs no entry names are made passable, whatever the server's umask.
+    apply_layer(&root, &layer(&[E::File("implied/deeper/f", "x", 0o644, 0)])[..]).unwrap();
+    assert_eq!(mode("implied"), 0o755);
+    assert_eq!(mode("implied/deeper"), 0o755);
     assert_eq!(std::fs::metadata(root.join("mine")).unwrap().mtime(), 1_700_000_000);
 }
 

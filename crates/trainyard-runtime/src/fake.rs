@@ -329,6 +329,7 @@ mod tests {
             task: TrainingTask::default(),
             replicas: Vec::new(),
             catalog: Default::default(),
+            registry_logins: Default::default(),
         }
     }
 

@@ -52,6 +52,23 @@ pub struct LaunchSpec {
     /// The catalog at launch: images, volume, dataset and model homes, node devices.
     #[serde(skip)]
     pub catalog: std::sync::Arc<trainyard_core::Catalog>,
+    /// Credentials for the registries the task's image comes from (opened from their sealed form for this
+    /// launch; never written anywhere by a backend).
+    #[serde(skip)]
+    pub registry_logins: std::sync::Arc<std::collections::BTreeMap<String, RegistryLogin>>,
+}
+
+/// A registry's basic credentials.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RegistryLogin {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for RegistryLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RegistryLogin({}, ****)", self.username)
+    }
 }
 
 /// Why an attempt is being stopped; decides whether the exit checkpoint notice is sent.
@@ -173,6 +190,23 @@ impl AnyBackend {
             AnyBackend::Fake(_) => "fake",
             AnyBackend::Local(_) => "local",
             AnyBackend::Kube(_) => "kubernetes",
+        }
+    }
+
+    /// The registry images this machine keeps (the local backend's cache; none elsewhere), most recently
+    /// used first.
+    pub fn cached_images(&self) -> Vec<trainyard_images::Cached> {
+        match self {
+            AnyBackend::Local(b) => b.cached_images(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Removes every cached image that no attempt runs or is about to run.
+    pub fn prune_images(&self) -> trainyard_images::Collected {
+        match self {
+            AnyBackend::Local(b) => b.prune_images(),
+            _ => trainyard_images::Collected::default(),
         }
     }
 }

@@ -232,6 +232,10 @@ pub struct SandboxFlags {
     /// Size of one replica's log file in KiB before it rotates (the previous file is kept, older ones go).
     #[arg(long, default_value_t = trainyard_runtime::local::supervisor::DEFAULT_LOG_BYTES / 1024)]
     pub replica_log_kib: u64,
+    /// The size the cache of registry images (under the data dir's `images/`) is kept under, in GiB; least
+    /// recently used images that no task runs go first.
+    #[arg(long, env = "TRAINYARD_IMAGE_CACHE_GIB", default_value_t = trainyard_runtime::local::IMAGE_CACHE_MAX_BYTES >> 30)]
+    pub image_cache_gib: u64,
 }
 use trainyard_sched::Config;
 use trainyard_store::{Store, User};
@@ -477,6 +481,12 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
             // The way from the data dir to each replica's own dirs: passable by the sandboxes, listable by
             // nobody; everything else the server writes is its own (mode 0600/0700).
             local::make_passage(data_dir).map_err(|e| anyhow::anyhow!("the data dir: {e}"))?;
+            // Registry images: pulled into a cache whose root file systems the sandboxes may reach.
+            cfg.images = Some(
+                trainyard_images::Images::open(&data_dir.join("images"), Some(local::SANDBOX_GID))
+                    .context("cannot open the image cache")?,
+            );
+            cfg.image_cache_max_bytes = f.image_cache_gib.saturating_mul(1 << 30);
             isolation = local::describe_isolation(&cfg);
             let local = LocalBackend::new(cfg).context("cannot open the runs dir")?;
             AnyBackend::Local(local)

@@ -310,6 +310,7 @@ fn spec(key: &AttemptKey, workers: u32, cmd: &str) -> LaunchSpec {
         task,
         replicas,
         catalog: Arc::new(catalog),
+        registry_logins: Default::default(),
     }
 }
 

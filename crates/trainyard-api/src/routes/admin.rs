@@ -85,3 +85,32 @@ pub async fn quota(State(state): State<AppState>, headers: HeaderMap) -> ApiResu
     let groups = (user.role != "admin").then_some(user.groups.as_slice());
     Ok(Json(state.views.quota_report(groups).into()))
 }
+
+/// The registry images this server's machine keeps, most recently used first (admin). Only the local backend
+/// keeps a cache; elsewhere the list is empty.
+pub async fn list_images(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Items<trainyard_images::Cached>>> {
+    let user = caller(&state, &headers).await?;
+    admin_only(&user)?;
+    let backend = state.backend.clone();
+    let items = tokio::task::spawn_blocking(move || backend.cached_images())
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(Json(items.into()))
+}
+
+/// Removes every cached image that no task runs or is about to run (admin).
+pub async fn prune_images(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> ApiResult<Json<trainyard_images::Collected>> {
+    let user = caller(&state, &headers).await?;
+    admin_only(&user)?;
+    let backend = state.backend.clone();
+    let done = tokio::task::spawn_blocking(move || backend.prune_images())
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(Json(done))
+}

@@ -72,6 +72,7 @@ fn spec(kind: &str, workers: u32, extra: serde_json::Value) -> LaunchSpec {
         task,
         replicas,
         catalog: Arc::new(catalog),
+        registry_logins: Default::default(),
     }
 }
 

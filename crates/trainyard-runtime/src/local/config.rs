@@ -44,7 +44,14 @@ pub struct LocalConfig {
     pub hide: Vec<PathBuf>,
     /// Replicas reach beyond their attempt (off unless the admin turns it on).
     pub egress: Option<netns::Egress>,
+    /// The cache of registry images (None: only `host` and images with a root file system here run).
+    pub images: Option<trainyard_images::Images>,
+    /// The size the image cache is kept under (least recently used images not in use go first).
+    pub image_cache_max_bytes: u64,
 }
+
+/// The image cache's default size limit.
+pub const IMAGE_CACHE_MAX_BYTES: u64 = 100 << 30;
 
 impl LocalConfig {
     pub fn new(data_dir: &Path, supervisor: (PathBuf, Vec<String>), bwrap: PathBuf) -> LocalConfig {
@@ -61,6 +68,8 @@ impl LocalConfig {
             limits: supervisor::Limits::default(),
             hide: vec![data_dir.to_owned()],
             egress: None,
+            images: None,
+            image_cache_max_bytes: IMAGE_CACHE_MAX_BYTES,
         }
     }
 }

@@ -56,7 +56,7 @@ pub use config::*;
 pub use files::make_passage;
 use files::*;
 use layout::AttemptLayout;
-use outcome::{LOG_TAIL_BYTES, Progress, Pull, Pulling, Recorded, Seen};
+use outcome::{Fetch, Fetched, LOG_TAIL_BYTES, Progress, Pull, Pulling, Recorded, Seen};
 use plan::{Launched, Replica};
 pub use prepare::PRECHECK_PY;
 pub use ray::RAY_PROBE_PY;
@@ -74,6 +74,8 @@ use trainyard_core::spec::TaskType;
 
 #[derive(Debug)]
 enum Stage {
+    /// Waiting for its image from a registry; nothing of it is made yet.
+    Fetching(Box<Fetching>),
     /// Its network, dirs and files are being made, and its supervisors started, by a thread of its own.
     Preparing,
     /// Waiting for the image.
@@ -84,11 +86,22 @@ enum Stage {
     Running,
 }
 
+/// What an attempt waiting for a registry image keeps until it can be prepared.
+#[derive(Debug)]
+struct Fetching {
+    spec: LaunchSpec,
+    replicas: Vec<Replica>,
+    f: Fetch,
+    access: trainyard_images::Access,
+}
+
 #[derive(Debug)]
 struct Run {
     dir: PathBuf,
     l: Launched,
     stage: Stage,
+    /// The registry image it runs (kept for replicas added later).
+    pulled: Option<plan::Pulled>,
     children: Vec<std::process::Child>,
     /// What was decided so far.
     p: Progress,
@@ -101,6 +114,39 @@ struct Inner {
     runs: BTreeMap<AttemptKey, Run>,
     /// Finished attempts whose outcome is re-reported when launched again (a restart in between).
     replay: Vec<Observation>,
+}
+
+/// How the image cache reaches the registries a task's image may come from.
+fn access(spec: &LaunchSpec) -> trainyard_images::Access {
+    trainyard_images::Access {
+        registries: spec.catalog.registries.clone(),
+        credentials: spec
+            .registry_logins
+            .iter()
+            .map(|(host, l)| {
+                (
+                    host.clone(),
+                    trainyard_images::Credential {
+                        username: l.username.clone(),
+                        password: l.password.clone(),
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+/// The digest a task's earlier attempt resolved its image to (`runs/TASK/image.json`), so that every attempt
+/// of a task runs the same bytes; None when the task's image is another now.
+fn pinned_image(runs_dir: &Path, task_id: &str, reference: &str) -> Option<String> {
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(runs_dir.join(task_id).join("image.json")).ok()?).ok()?;
+    (v["reference"].as_str() == Some(reference)).then(|| v["pinned"].as_str().map(str::to_owned)).flatten()
+}
+
+fn pin_image(runs_dir: &Path, task_id: &str, reference: &str, image: &trainyard_images::Image) {
+    let v = serde_json::json!({"reference": reference, "pinned": image.pinned(), "digest": image.digest});
+    let _ = write_atomic(&runs_dir.join(task_id).join("image.json"), v.to_string().as_bytes());
 }
 
 /// The local backend. Cloning shares the state.
@@ -195,10 +241,12 @@ impl Backend for LocalBackend {
             return Ok(());
         }
         let (base, have, uid) = (run.l.ray_base, run.l.replicas.clone(), run.l.uid);
+        let pulled = run.pulled.clone();
         let replicas =
             plan::place_replicas(spec, &have, plan::gpus_in_use(inner.runs.values().map(|r| &r.l)));
         let uid = (uid >= UID_BASE).then_some(uid);
-        let (_, mut l, jobs) = self.prepare(spec, replicas, uid, Some(base)).map_err(BackendError)?;
+        let (_, mut l, jobs) =
+            self.prepare(spec, replicas, uid, Some(base), pulled.as_ref()).map_err(BackendError)?;
         let run = inner.runs.get_mut(&spec.key).expect("checked above");
         // Replicas that stay keep what they were given (their GPUs above all).
         for r in l.replicas.iter_mut() {
@@ -258,24 +306,30 @@ impl Backend for LocalBackend {
         // one; the rest (the network, dirs and files, the supervisors) is done off the caller's path: the
         // control loop's tick does not wait for it, and the next polls see the attempt start.
         let replicas = plan::place_replicas(spec, &[], plan::gpus_in_use(inner.runs.values().map(|r| &r.l)));
-        let l = Launched::preparing(&spec.key, replicas.clone());
+        let mut l = Launched::preparing(&spec.key, replicas.clone());
+        // A registry image: pulled first (the polls follow the pull), the attempt prepared once it is here.
+        if let plan::ImageSource::Registry(reference) = plan::image_source(spec)
+            && let Some(images) = &self.cfg.images
+        {
+            for d in [&self.cfg.runs_dir, layout.dir.parent().unwrap_or(&layout.dir), &layout.dir] {
+                make_passage(d).map_err(BackendError)?;
+            }
+            let reference =
+                pinned_image(&self.cfg.runs_dir, &spec.key.task_id, &reference).unwrap_or(reference);
+            let access = access(spec);
+            images.start(&reference, &access);
+            l.image = spec.task.spec.environment.image.clone();
+            l.pull_tolerance = spec.task.spec.advanced.image_pull_tolerance;
+            let fetching = Fetching { spec: spec.clone(), replicas, f: Fetch::new(reference), access };
+            let stage = Stage::Fetching(Box::new(fetching));
+            inner.runs.insert(spec.key.clone(), Run::new(layout.dir, l, stage, Vec::new(), BTreeMap::new()));
+            return Ok(());
+        }
         inner
             .runs
             .insert(spec.key.clone(), Run::new(layout.dir, l, Stage::Preparing, Vec::new(), BTreeMap::new()));
         drop(inner);
-        let work = {
-            let (backend, spec) = (self.clone(), spec.clone());
-            move || {
-                let prepare = || backend.prepare(&spec, replicas.clone(), None, None);
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(prepare))
-                    .unwrap_or_else(|_| Err("its preparation panicked".into()));
-                backend.prepared(&spec, result)
-            }
-        };
-        if std::thread::Builder::new().name("prepare".into()).spawn(work.clone()).is_err() {
-            // No thread to spare: prepared here instead.
-            work();
-        }
+        self.start_preparing(spec.clone(), replicas, None, true);
         Ok(())
     }
 
@@ -287,6 +341,17 @@ impl Backend for LocalBackend {
             return Ok(());
         }
         run.p.stop = Some(cause);
+        if matches!(run.stage, Stage::Fetching(_)) {
+            // Nothing was made yet: the replicas are recorded stopped, and the next poll reports it.
+            for r in &run.l.replicas {
+                let dir = run.dir.join(&r.name);
+                let _ = make_passage(&dir);
+                ReplicaState::ended(supervisor::ExitRecord { stopped: true, ..Default::default() })
+                    .write(&dir);
+            }
+            run.stage = Stage::Running;
+            return Ok(());
+        }
         if matches!(run.stage, Stage::Preparing) {
             // Nothing starts once it is prepared; the next poll after that reports it stopped.
             return Ok(());
@@ -321,9 +386,14 @@ impl Backend for LocalBackend {
         let mut inner = self.lock();
         let mut out: Vec<Observation> = std::mem::take(&mut inner.replay);
         let mut ended = Vec::new();
+        let mut pulled = false;
         for (key, run) in inner.runs.iter_mut() {
             let before = out.len();
-            if self.advance(run, now, &mut out) {
+            let fetching = matches!(run.stage, Stage::Fetching(_));
+            let over = self.advance(run, now, &mut out);
+            // An image came into the cache: it is brought under its size limit after this poll.
+            pulled |= fetching && run.pulled.is_some();
+            if over {
                 if let Some(last) = out[before..].last() {
                     self.finish(run, last);
                 }
@@ -332,6 +402,9 @@ impl Backend for LocalBackend {
         }
         for key in ended {
             inner.runs.remove(&key);
+        }
+        if pulled {
+            self.collect_images(&inner);
         }
         out
     }

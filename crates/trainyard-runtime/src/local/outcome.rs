@@ -277,6 +277,139 @@ fn autoscale(
 }
 
 /// Where an image pull stands.
+/// An attempt waiting for its image from a registry: what the pull tolerance has counted so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Fetch {
+    /// What is pulled: the task's image, or the digest an earlier attempt of the task resolved it to.
+    pub(super) reference: String,
+    /// Failed pulls so far.
+    pub(super) tries: u32,
+    /// A failure was counted and the next pull waits until `next_at_ms`.
+    pub(super) backing_off: bool,
+    pub(super) next_at_ms: u64,
+    /// When the first look was, and when progress was last said (0: never).
+    pub(super) started_ms: u64,
+    pub(super) noted_ms: u64,
+}
+
+impl Fetch {
+    pub(super) fn new(reference: String) -> Fetch {
+        Fetch { reference, tries: 0, backing_off: false, next_at_ms: 0, started_ms: 0, noted_ms: 0 }
+    }
+}
+
+/// What to do about an attempt waiting for a registry image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Fetched {
+    Wait,
+    /// Pull again (the backoff is over, or nobody is pulling it).
+    Retry,
+    /// The image is ready: prepare the attempt.
+    Ready(trainyard_images::Image),
+    /// The attempt ended (the observation was pushed).
+    GaveUp,
+}
+
+/// How often an attempt's pull progress becomes an event.
+pub(super) const PULL_PROGRESS_EVERY_MS: u64 = 5_000;
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
+}
+
+/// One look at a registry pull (`look`, from the image cache) for an attempt: progress said now and then,
+/// the image handed over once ready, and a failure counted against the image pull tolerance: a failure that
+/// another try cannot mend (not found, unauthorized, an image that cannot run here) ends the attempt at once;
+/// the others are retried with backoff unless the tolerance is spent (`0`: none, `-1`: never spent).
+pub(super) fn fetch(
+    f: &mut Fetch,
+    l: &Launched,
+    look: trainyard_images::Look,
+    now: u64,
+    out: &mut Vec<Observation>,
+) -> Fetched {
+    use trainyard_images::{Look, Phase};
+    let key = key_of(l);
+    if f.started_ms == 0 {
+        f.started_ms = now;
+    }
+    match look {
+        Look::Unknown => Fetched::Retry,
+        Look::Pulling { phase, done, total } => {
+            if now.saturating_sub(f.noted_ms) >= PULL_PROGRESS_EVERY_MS && now > f.started_ms {
+                f.noted_ms = now;
+                let what = match phase {
+                    Phase::Resolving => "resolving its reference".to_owned(),
+                    Phase::Downloading if total > 0 => format!(
+                        "{} of {} of layers ({}%)",
+                        mib(done),
+                        mib(total),
+                        (done.min(total) * 100) / total
+                    ),
+                    Phase::Downloading => format!("{} of layers", mib(done)),
+                    Phase::Unpacking => format!("{} of layers fetched; unpacking", mib(done)),
+                };
+                out.push(Observation::Note {
+                    key,
+                    reason: Reason::ImagePulling,
+                    message: format!("pulling image {}: {what}", f.reference),
+                });
+            }
+            Fetched::Wait
+        }
+        Look::Ready(image) => {
+            let secs = now.saturating_sub(f.started_ms) as f64 / 1000.0;
+            let retried =
+                if f.tries > 0 { format!(" after {} failed pulls", f.tries) } else { String::new() };
+            out.push(Observation::Note {
+                key,
+                reason: Reason::ImagePulled,
+                message: format!(
+                    "image {} is {} (every attempt of this task runs these bytes); ready in {secs:.1} s{retried}",
+                    f.reference,
+                    image.digest
+                ),
+            });
+            Fetched::Ready(image)
+        }
+        Look::Failed(e) => {
+            if f.backing_off {
+                if now < f.next_at_ms {
+                    return Fetched::Wait;
+                }
+                f.backing_off = false;
+                return Fetched::Retry;
+            }
+            f.tries += 1;
+            let (tries, tol) = (f.tries, l.pull_tolerance);
+            if !e.class.retryable() || tol == 0 || (tol > 0 && i64::from(tries) > tol) {
+                let why = if !e.class.retryable() {
+                    "another try would fail the same way".to_owned()
+                } else if tol == 0 {
+                    "the image pull tolerance allows no retries".to_owned()
+                } else {
+                    format!("gave up after {tries} pulls ({tol} retries allowed)")
+                };
+                out.push(Observation::Finished {
+                    key,
+                    reason: Reason::ImagePullFailed,
+                    message: format!("{e}; {why}"),
+                });
+                return Fetched::GaveUp;
+            }
+            let backoff = (1000u64 << (tries - 1).min(5)).min(30_000);
+            f.backing_off = true;
+            f.next_at_ms = now + backoff;
+            out.push(Observation::Note {
+                key,
+                reason: Reason::ImagePullBackOff,
+                message: format!("{e}; pull {tries} failed, next try in {} s", backoff / 1000),
+            });
+            Fetched::Wait
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Pulling {
     /// Failed pulls so far.

@@ -16,6 +16,7 @@ fn launched(task_type: &str, roles: &[(&str, &str)]) -> Launched {
         networked: false,
         task_type: task_type.into(),
         image: "img".into(),
+        image_digest: None,
         replicas: roles.iter().map(|(n, r)| replica(n, r)).collect(),
         mount_paths: vec![],
         checkpoint: None,
@@ -292,4 +293,86 @@ fn recorded_outcomes_are_said_again() {
     assert_eq!(Recorded::from(&stop).observation(key.clone()), stop);
     let fin = Observation::Finished { key: key.clone(), reason: Reason::OutOfMemory, message: "x".into() };
     assert_eq!(Recorded::from(&fin).observation(key), fin);
+}
+
+fn failed(class: trainyard_images::FailureClass) -> trainyard_images::Look {
+    trainyard_images::Look::Failed(trainyard_images::PullError::new(class, "pulling r: it failed"))
+}
+
+/// Runs the fetch decisions over `looks` (one per poll, 60 s apart so every backoff is over) and returns
+/// the decisions and the reasons of what they said.
+fn fetches(tolerance: i64, looks: Vec<trainyard_images::Look>) -> (Vec<Fetched>, Vec<Reason>) {
+    let mut l = launched("PyTorchJob", &[("m", "master")]);
+    l.pull_tolerance = tolerance;
+    let mut f = Fetch::new("r".into());
+    let (mut decisions, mut out) = (Vec::new(), Vec::new());
+    for (i, look) in looks.into_iter().enumerate() {
+        decisions.push(fetch(&mut f, &l, look, 1_000 + 60_000 * i as u64, &mut out));
+    }
+    let reasons = out
+        .iter()
+        .map(|o| match o {
+            Observation::Note { reason, .. } | Observation::Finished { reason, .. } => *reason,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    (decisions, reasons)
+}
+
+#[test]
+fn a_registry_pull_follows_the_image_pull_tolerance() {
+    use trainyard_images::FailureClass::{NotFound, Unreachable};
+    // 0: the first retryable failure ends the attempt.
+    let (d, r) = fetches(0, vec![failed(Unreachable)]);
+    assert_eq!(d, [Fetched::GaveUp]);
+    assert_eq!(r, [Reason::ImagePullFailed]);
+    // 2: two backoffs (each failure counted once, however many polls see it), then the third ends it.
+    let looks = vec![
+        failed(Unreachable),
+        failed(Unreachable),
+        failed(Unreachable),
+        failed(Unreachable),
+        failed(Unreachable),
+    ];
+    let (d, r) = fetches(2, looks);
+    assert_eq!(d, [Fetched::Wait, Fetched::Retry, Fetched::Wait, Fetched::Retry, Fetched::GaveUp]);
+    assert_eq!(r, [Reason::ImagePullBackOff, Reason::ImagePullBackOff, Reason::ImagePullFailed]);
+    // -1: never spent.
+    let (d, _) = fetches(-1, (0..40).map(|_| failed(Unreachable)).collect());
+    assert!(!d.contains(&Fetched::GaveUp));
+    // A failure another try cannot mend ends it at once, whatever the tolerance.
+    let (d, r) = fetches(-1, vec![failed(NotFound)]);
+    assert_eq!((d, r), (vec![Fetched::GaveUp], vec![Reason::ImagePullFailed]));
+}
+
+#[test]
+fn pull_progress_is_said_now_and_then_and_the_ready_image_names_its_digest() {
+    use trainyard_images::{Image, Look, Phase};
+    let l = launched("PyTorchJob", &[("m", "master")]);
+    let mut f = Fetch::new("reg/x:1".into());
+    let mut out = Vec::new();
+    let pulling = |done| Look::Pulling { phase: Phase::Downloading, done, total: 4 << 20 };
+    for (t, done) in [(1_000, 0), (2_000, 1 << 20), (6_500, 2 << 20), (7_000, 3 << 20)] {
+        assert_eq!(fetch(&mut f, &l, pulling(done), t, &mut out), Fetched::Wait);
+    }
+    let said: Vec<String> = out
+        .iter()
+        .map(|o| match o {
+            Observation::Note { message, .. } => message.clone(),
+            _ => String::new(),
+        })
+        .collect();
+    // Not at the first look, then at most every 5 s.
+    assert_eq!(said, ["pulling image reg/x:1: 2.0 MiB of 4.0 MiB of layers (50%)"]);
+    let image = Image {
+        digest: "sha256:ab".into(),
+        reference: "reg/x:1".into(),
+        rootfs: "/c".into(),
+        config: Default::default(),
+    };
+    out.clear();
+    assert_eq!(fetch(&mut f, &l, Look::Ready(image.clone()), 9_000, &mut out), Fetched::Ready(image));
+    let Observation::Note { reason, message, .. } = &out[0] else { panic!() };
+    assert_eq!(*reason, Reason::ImagePulled);
+    assert!(message.contains("sha256:ab") && message.contains("ready in 8.0 s"), "{message}");
 }

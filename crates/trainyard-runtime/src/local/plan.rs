@@ -44,6 +44,9 @@ pub(super) struct Launched {
     pub(super) networked: bool,
     pub(super) task_type: String,
     pub(super) image: String,
+    /// The digest of the image pulled for it (an image in use: the cache keeps it).
+    #[serde(default)]
+    pub(super) image_digest: Option<String>,
     pub(super) replicas: Vec<Replica>,
     pub(super) mount_paths: Vec<String>,
     pub(super) checkpoint: Option<(u64, i32)>,
@@ -71,6 +74,7 @@ impl Launched {
             networked: false,
             task_type: String::new(),
             image: String::new(),
+            image_digest: None,
             replicas,
             mount_paths: Vec::new(),
             checkpoint: None,
@@ -247,6 +251,40 @@ pub(super) fn signal_number(s: trainyard_core::spec::CheckpointSignal) -> i32 {
 }
 
 /// The image's root file system here: `/` for `host`, a registered one, or None (its pull fails).
+/// Where a task's image comes from on this machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum ImageSource {
+    /// `host`, or a catalog image with a root file system an admin keeps here.
+    Here,
+    /// A registry image (a catalog image's `reference`, or an address the task names): pulled into the cache.
+    Registry(String),
+    /// A catalog image with neither: it cannot be had here.
+    Missing,
+}
+
+pub(super) fn image_source(spec: &LaunchSpec) -> ImageSource {
+    let name = &spec.task.spec.environment.image;
+    if name == trainyard_core::catalog::HOST_IMAGE {
+        return ImageSource::Here;
+    }
+    match spec.catalog.images.get(name) {
+        Some(i) if i.rootfs.is_some() => ImageSource::Here,
+        Some(i) => i.reference.clone().map_or(ImageSource::Missing, ImageSource::Registry),
+        None if trainyard_core::image_ref::ImageRef::parse(name).is_ok() => {
+            ImageSource::Registry(name.clone())
+        }
+        None => ImageSource::Missing,
+    }
+}
+
+/// A pulled image, as an attempt runs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Pulled {
+    pub(super) image: trainyard_images::Image,
+    /// Who its processes are (its config's `User`).
+    pub(super) inner: super::sandbox::Inner,
+}
+
 pub(super) fn image_root(spec: &LaunchSpec) -> Option<PathBuf> {
     let image = &spec.task.spec.environment.image;
     if image == "host" {
@@ -290,6 +328,8 @@ pub(super) struct Plan<'a> {
     pub(super) net: &'a Network,
     /// The image's root (None: not here).
     pub(super) root: Option<PathBuf>,
+    /// The image, when it was pulled from a registry.
+    pub(super) pulled: Option<&'a Pulled>,
     pub(super) mounts: Vec<Mount>,
     pub(super) hide: Vec<PathBuf>,
     /// The attempt's `/etc/resolv.conf` (egress only).
@@ -318,6 +358,14 @@ impl Plan<'_> {
         };
         let mut env: Vec<(String, String)> = vec![("PATH".into(), path)];
         env.extend(pe::DEFAULTS.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        // The image's own env, under the task's.
+        if let Some(p) = self.pulled {
+            for kv in &p.image.config.env {
+                if let Some((k, v)) = kv.split_once('=') {
+                    env.push((k.to_owned(), v.to_owned()));
+                }
+            }
+        }
         for e in &s.environment.env {
             env.push((e.name.clone(), e.value.clone()));
         }
@@ -418,6 +466,8 @@ impl Plan<'_> {
                 resolv: self.resolv.clone(),
                 hide: self.hide.clone(),
                 mounts: self.mounts.clone(),
+                inner: self.pulled.map(|p| p.inner.clone()).unwrap_or_default(),
+                workdir: self.pulled.and_then(|p| p.image.config.working_dir.clone()),
             },
             uid: self.uid,
             gid: self.gid,
@@ -454,6 +504,7 @@ impl Plan<'_> {
             networked: self.net.networked,
             task_type: s.task_type.to_string(),
             image: s.environment.image.clone(),
+            image_digest: self.pulled.map(|p| p.image.digest.clone()),
             replicas: self.replicas.to_vec(),
             mount_paths: self.mounts.iter().map(|m| m.dst.display().to_string()).collect(),
             checkpoint: checkpoint(s),

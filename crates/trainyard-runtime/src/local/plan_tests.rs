@@ -59,6 +59,7 @@ fn spec(kind: &str, workers: u32, gpus: u64, extra: serde_json::Value) -> Launch
         task,
         replicas,
         catalog: Arc::new(catalog),
+        registry_logins: Default::default(),
     }
 }
 
@@ -86,6 +87,7 @@ fn jobs(spec: &LaunchSpec, networked: bool) -> Vec<ReplicaJob> {
         replicas: &replicas,
         net: &net,
         root: image_root(spec),
+        pulled: None,
         mounts: vec![],
         hide: hidden(&cfg, spec),
         resolv: None,
@@ -160,6 +162,7 @@ fn launched_for_test() -> Launched {
         replicas: &replicas,
         net: &net,
         root: None,
+        pulled: None,
         mounts: vec![Mount { src: "/v".into(), dst: "/data".into(), read_only: true }],
         hide: vec![],
         resolv: None,

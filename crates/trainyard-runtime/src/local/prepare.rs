@@ -82,6 +82,7 @@ impl LocalBackend {
         replicas: Vec<Replica>,
         uid: Option<u32>,
         ray_base: Option<u16>,
+        pulled: Option<&plan::Pulled>,
     ) -> Result<Prepared, String> {
         let s = &spec.task.spec;
         let layout = AttemptLayout::new(&self.cfg.runs_dir, &spec.key);
@@ -134,14 +135,18 @@ impl LocalBackend {
         if ssh {
             make_keys(&layout.ssh())?;
         }
-        let root = plan::image_root(spec);
+        let root = match pulled {
+            Some(p) => Some(p.image.rootfs.clone()),
+            None => plan::image_root(spec),
+        };
         // The sandbox's users: the image's, and the one replicas run as.
         let image_file =
             |name: &str| root.as_ref().and_then(|r| std::fs::read_to_string(r.join("etc").join(name)).ok());
         let (passwd, group) = (layout.passwd(), layout.group());
-        std::fs::write(&passwd, sandbox::identity_file(image_file("passwd").as_deref(), true))
+        let inner = pulled.map(|p| p.inner.clone()).unwrap_or_default();
+        std::fs::write(&passwd, sandbox::identity_file(image_file("passwd").as_deref(), true, &inner))
             .map_err(|e| e.to_string())?;
-        std::fs::write(&group, sandbox::identity_file(image_file("group").as_deref(), false))
+        std::fs::write(&group, sandbox::identity_file(image_file("group").as_deref(), false, &inner))
             .map_err(|e| e.to_string())?;
         own(&passwd, 0, 0, 0o644)?;
         own(&group, 0, 0, 0o644)?;
@@ -163,6 +168,7 @@ impl LocalBackend {
             replicas: &replicas,
             net: &net,
             root,
+            pulled,
             mounts,
             hide: plan::hidden(&self.cfg, spec),
             resolv,
@@ -191,7 +197,7 @@ impl LocalBackend {
             std::fs::write(home.join("hostfile"), &hostfile).map_err(|e| e.to_string())?;
             std::fs::write(home.join("hostfile.hostname"), &names).map_err(|e| e.to_string())?;
             if ssh {
-                ssh_material(&layout.ssh(), &home, &runtime, &replicas)?;
+                ssh_material(&layout.ssh(), &home, &runtime, &replicas, &inner.name)?;
             }
             if plan::precheck(s).is_some() {
                 std::fs::write(runtime.join("precheck.py"), PRECHECK_PY).map_err(|e| e.to_string())?;

@@ -13,7 +13,7 @@ impl Run {
         children: Vec<std::process::Child>,
         offsets: BTreeMap<String, u64>,
     ) -> Run {
-        Run { dir, l, stage, children, p: Progress::default(), offsets }
+        Run { dir, l, stage, pulled: None, children, p: Progress::default(), offsets }
     }
 
     pub(super) fn key(&self) -> AttemptKey {
@@ -114,6 +114,9 @@ pub(super) fn delete_scratch_left_in(attempt_dir: &Path) {
 impl LocalBackend {
     /// One attempt's progress: returns true when it ended (its outcome is in `out`).
     pub(super) fn advance(&self, run: &mut Run, now: u64, out: &mut Vec<Observation>) -> bool {
+        if matches!(run.stage, Stage::Fetching(_)) {
+            return self.fetching(run, now, out);
+        }
         if matches!(run.stage, Stage::Preparing) {
             return false;
         }
@@ -146,6 +149,111 @@ impl LocalBackend {
             run.stop_replicas(|_| true, &req);
         }
         next.ended
+    }
+
+    /// An attempt waiting for its registry image: the pull looked at, and the attempt prepared once the image
+    /// is here (or ended, as the image pull tolerance says). True when it ended.
+    fn fetching(&self, run: &mut Run, now: u64, out: &mut Vec<Observation>) -> bool {
+        let key = run.key();
+        let (Some(images), Stage::Fetching(fx)) = (&self.cfg.images, &mut run.stage) else { return false };
+        let look = images.look(&fx.f.reference);
+        let image = match outcome::fetch(&mut fx.f, &run.l, look, now, out) {
+            Fetched::Wait => return false,
+            Fetched::GaveUp => return true,
+            Fetched::Retry => {
+                images.start(&fx.f.reference, &fx.access);
+                return false;
+            }
+            Fetched::Ready(image) => image,
+        };
+        let etc = |n: &str| std::fs::read_to_string(image.rootfs.join("etc").join(n)).ok();
+        let user = image.config.user.as_deref();
+        let inner = match sandbox::Inner::of_image(user, etc("passwd").as_deref(), etc("group").as_deref()) {
+            Ok(inner) => inner,
+            Err(why) => {
+                out.push(Observation::Finished {
+                    key,
+                    reason: Reason::ImagePullFailed,
+                    message: format!("image {} cannot run here: {why}", fx.f.reference),
+                });
+                return true;
+            }
+        };
+        pin_image(&self.cfg.runs_dir, &run.l.task_id, &fx.spec.task.spec.environment.image, &image);
+        let Stage::Fetching(fx) = std::mem::replace(&mut run.stage, Stage::Preparing) else { return false };
+        let pulled = plan::Pulled { image, inner };
+        run.l.image_digest = Some(pulled.image.digest.clone());
+        run.pulled = Some(pulled.clone());
+        // The lock is held here: a preparation that finds no thread fails the attempt instead of running inline.
+        if !self.start_preparing(fx.spec, fx.replicas, Some(pulled), false) {
+            out.push(Observation::Finished {
+                key: run.key(),
+                reason: Reason::NodeFailed,
+                message: "the attempt could not be prepared on this machine: no thread to prepare it on"
+                    .into(),
+            });
+            return true;
+        }
+        false
+    }
+
+    /// Prepares an attempt on a thread of its own (the poll and the control loop's tick do not wait for it).
+    /// With no thread to spare it is prepared here when `inline` (the caller holds no lock); false when it
+    /// was not prepared at all.
+    pub(super) fn start_preparing(
+        &self,
+        spec: LaunchSpec,
+        replicas: Vec<Replica>,
+        pulled: Option<plan::Pulled>,
+        inline: bool,
+    ) -> bool {
+        let work = {
+            let backend = self.clone();
+            move || {
+                let prepare = || backend.prepare(&spec, replicas.clone(), None, None, pulled.as_ref());
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(prepare))
+                    .unwrap_or_else(|_| Err("its preparation panicked".into()));
+                backend.prepared(&spec, result)
+            }
+        };
+        if std::thread::Builder::new().name("prepare".into()).spawn(work.clone()).is_ok() {
+            return true;
+        }
+        if inline {
+            work();
+        }
+        inline
+    }
+
+    /// The digests of the images attempts here run or are about to.
+    fn images_in_use(inner: &Inner) -> BTreeSet<String> {
+        inner
+            .runs
+            .values()
+            .filter_map(|r| {
+                r.l.image_digest.clone().or_else(|| r.pulled.as_ref().map(|p| p.image.digest.clone()))
+            })
+            .collect()
+    }
+
+    /// Brings the image cache under its size limit (on a thread of its own), keeping every image in use.
+    pub(super) fn collect_images(&self, inner: &Inner) {
+        let Some(images) = self.cfg.images.clone() else { return };
+        let in_use = Self::images_in_use(inner);
+        let max = self.cfg.image_cache_max_bytes;
+        let _ = std::thread::Builder::new().name("image-gc".into()).spawn(move || images.gc(max, &in_use));
+    }
+
+    /// The image cache's images, most recently used first.
+    pub fn cached_images(&self) -> Vec<trainyard_images::Cached> {
+        self.cfg.images.as_ref().map(|i| i.cached()).unwrap_or_default()
+    }
+
+    /// Removes every cached image no attempt here runs or is about to run.
+    pub fn prune_images(&self) -> trainyard_images::Collected {
+        let Some(images) = &self.cfg.images else { return Default::default() };
+        let in_use = Self::images_in_use(&self.lock());
+        images.gc(0, &in_use)
     }
 
     pub(super) fn finish(&self, run: &Run, outcome: &Observation) {

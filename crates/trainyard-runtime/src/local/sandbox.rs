@@ -97,6 +97,83 @@ pub struct SandboxPlan {
     pub hide: Vec<PathBuf>,
     /// Volumes, datasets, models and shared storage, in order.
     pub mounts: Vec<Mount>,
+    /// Who the replica's processes are inside (the image's `User`, or Trainyard's own user).
+    #[serde(default)]
+    pub inner: Inner,
+    /// Where the command starts (the image's `WorkingDir`; `/root` when it names none).
+    #[serde(default)]
+    pub workdir: Option<String>,
+}
+
+/// The user a replica's processes are inside their user namespace: the image's `User` when it names one
+/// other than root, else Trainyard's [`INNER_USER`] at [`INNER_UID`]. Outside, it is always the attempt's
+/// unprivileged host uid (one uid is mapped; root inside is never given).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inner {
+    pub uid: u32,
+    pub gid: u32,
+    pub name: String,
+    pub group: String,
+}
+
+impl Default for Inner {
+    fn default() -> Inner {
+        Inner { uid: INNER_UID, gid: INNER_UID, name: INNER_USER.to_owned(), group: INNER_USER.to_owned() }
+    }
+}
+
+impl Inner {
+    /// The user an image's `User` names (`name`, `uid`, `name:group`, `uid:gid`), looked up in the image's
+    /// `/etc/passwd` and `/etc/group`. Root (or nothing) is Trainyard's own user: a sandbox is never root.
+    pub fn of_image(user: Option<&str>, passwd: Option<&str>, group: Option<&str>) -> Result<Inner, String> {
+        let Some(spec) = user.map(str::trim).filter(|u| !u.is_empty()) else { return Ok(Inner::default()) };
+        let (u, g) = match spec.split_once(':') {
+            Some((u, g)) => (u, Some(g)),
+            None => (spec, None),
+        };
+        let entries = |text: Option<&str>| -> Vec<(String, u32, Option<u32>)> {
+            text.unwrap_or("")
+                .lines()
+                .filter_map(|l| {
+                    let f: Vec<&str> = l.split(':').collect();
+                    Some((
+                        f.first()?.to_string(),
+                        f.get(2)?.parse().ok()?,
+                        f.get(3).and_then(|x| x.parse().ok()),
+                    ))
+                })
+                .collect()
+        };
+        let (users, groups) = (entries(passwd), entries(group));
+        let (uid, name, primary) = match u.parse::<u32>() {
+            Ok(uid) => match users.iter().find(|x| x.1 == uid) {
+                Some(x) => (uid, x.0.clone(), x.2),
+                None => (uid, INNER_USER.to_owned(), None),
+            },
+            Err(_) => match users.iter().find(|x| x.0 == u) {
+                Some(x) => (x.1, x.0.clone(), x.2),
+                None => return Err(format!("the image's User \"{u}\" is not in its /etc/passwd")),
+            },
+        };
+        if uid == 0 {
+            return Ok(Inner::default());
+        }
+        let gid = match g {
+            Some(g) => match g.parse::<u32>() {
+                Ok(gid) => gid,
+                Err(_) => groups
+                    .iter()
+                    .find(|x| x.0 == g)
+                    .map(|x| x.1)
+                    .ok_or_else(|| format!("the image's User group \"{g}\" is not in its /etc/group"))?,
+            },
+            None => primary.unwrap_or(uid),
+        };
+        // Group 0 would be root's group inside: the user's own id instead.
+        let gid = if gid == 0 { uid } else { gid };
+        let group = groups.iter().find(|x| x.1 == gid).map_or_else(|| name.clone(), |x| x.0.clone());
+        Ok(Inner { uid, gid, name, group })
+    }
 }
 
 /// What only the supervisor knows when it starts bubblewrap.
@@ -120,8 +197,8 @@ impl SandboxPlan {
     /// carve around missing mount points).
     pub fn args(&self, start: &Start) -> Vec<OsString> {
         let mut a: Vec<OsString> = Vec::new();
-        let inner = INNER_UID.to_string();
-        arg(&mut a, &[&"--die-with-parent", &"--unshare-user", &"--uid", &inner, &"--gid", &inner]);
+        let (uid, gid) = (self.inner.uid.to_string(), self.inner.gid.to_string());
+        arg(&mut a, &[&"--die-with-parent", &"--unshare-user", &"--uid", &uid, &"--gid", &gid]);
         arg(&mut a, &[&"--disable-userns", &"--cap-drop", &"ALL"]);
         arg(&mut a, &[&"--unshare-pid", &"--unshare-uts", &"--unshare-ipc", &"--unshare-cgroup"]);
         if !start.in_netns {
@@ -214,7 +291,8 @@ impl SandboxPlan {
         if let Some(fd) = start.seccomp_fd {
             arg(&mut a, &[&"--seccomp", &fd.to_string()]);
         }
-        arg(&mut a, &[&"--remount-ro", &"/", &"--chdir", &"/root"]);
+        let workdir = self.workdir.as_deref().unwrap_or("/root");
+        arg(&mut a, &[&"--remount-ro", &"/", &"--chdir", &workdir]);
         a
     }
 }
@@ -228,23 +306,24 @@ fn ssh_host_keys() -> Vec<PathBuf> {
 }
 
 /// The sandbox's `/etc/passwd` or `/etc/group`: the image's entries (without any that claims the inner
-/// uid or the inner user's name) and the inner user's own, whose home is `/root`.
-pub fn identity_file(image_file: Option<&str>, passwd: bool) -> String {
-    let inner = INNER_UID.to_string();
+/// user's id or name) and the inner user's own, whose home is `/root`.
+pub fn identity_file(image_file: Option<&str>, passwd: bool, inner: &Inner) -> String {
+    let (name, id) = if passwd { (&inner.name, inner.uid) } else { (&inner.group, inner.gid) };
+    let id_s = id.to_string();
     let mut out = String::new();
     for line in image_file.unwrap_or("").lines() {
         let mut f = line.split(':');
-        let (name, id) = (f.next().unwrap_or(""), f.nth(1).unwrap_or(""));
-        if line.trim().is_empty() || name == INNER_USER || id == inner {
+        let (n, i) = (f.next().unwrap_or(""), f.nth(1).unwrap_or(""));
+        if line.trim().is_empty() || n == name || i == id_s {
             continue;
         }
         out.push_str(line);
         out.push('\n');
     }
     if passwd {
-        out.push_str(&format!("{INNER_USER}:x:{inner}:{inner}:Trainyard task:/root:/bin/bash\n"));
+        out.push_str(&format!("{name}:x:{id}:{}:Trainyard task:/root:/bin/bash\n", inner.gid));
     } else {
-        out.push_str(&format!("{INNER_USER}:x:{inner}:\n"));
+        out.push_str(&format!("{name}:x:{id}:\n"));
     }
     out
 }
@@ -304,7 +383,45 @@ mod tests {
             hide: Vec::new(),
             host_view: false,
             mounts,
+            inner: Inner::default(),
+            workdir: None,
         }
+    }
+
+    #[test]
+    fn an_images_user_is_who_its_processes_are_but_never_root() {
+        let passwd = "root:x:0:0::/root:/bin/bash\nalice:x:1001:1002::/home/alice:/bin/bash\n";
+        let group = "root:x:0:\nstaff:x:1002:\nvideo:x:44:\n";
+        let of = |u: Option<&str>| Inner::of_image(u, Some(passwd), Some(group));
+        assert_eq!(of(None).unwrap(), Inner::default());
+        assert_eq!(of(Some("root")).unwrap(), Inner::default());
+        assert_eq!(of(Some("0:0")).unwrap(), Inner::default());
+        let alice = Inner { uid: 1001, gid: 1002, name: "alice".into(), group: "staff".into() };
+        assert_eq!(of(Some("alice")).unwrap(), alice);
+        assert_eq!(of(Some("1001")).unwrap(), alice);
+        assert_eq!(
+            of(Some("alice:video")).unwrap(),
+            Inner { gid: 44, group: "video".into(), ..alice.clone() }
+        );
+        assert_eq!(of(Some("alice:0")).unwrap().gid, 1001, "never root's group");
+        let nobody_here = of(Some("4242:4242")).unwrap();
+        assert_eq!((nobody_here.uid, nobody_here.gid, nobody_here.name.as_str()), (4242, 4242, INNER_USER));
+        assert!(of(Some("bob")).unwrap_err().contains("not in its /etc/passwd"));
+        assert!(of(Some("alice:nogroup")).unwrap_err().contains("not in its /etc/group"));
+        let mut p = plan(Path::new("/img"), Vec::new());
+        p.inner = alice.clone();
+        p.workdir = Some("/app".into());
+        let a = p
+            .args(&Start::default())
+            .iter()
+            .map(|x| x.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(a.contains("--uid 1001 --gid 1002"), "{a}");
+        assert!(a.ends_with("--chdir /app"), "{a}");
+        let f = identity_file(Some(passwd), true, &alice);
+        assert_eq!(f.lines().filter(|l| l.starts_with("alice:")).count(), 1);
+        assert!(f.contains("alice:x:1001:1002:Trainyard task:/root:/bin/bash"), "{f}");
     }
 
     fn joined(a: &[OsString]) -> String {

@@ -30,6 +30,7 @@ pub(super) fn ssh_material(
     home: &Path,
     runtime: &Path,
     replicas: &[Replica],
+    user: &str,
 ) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     let io = |e: std::io::Error| e.to_string();
@@ -44,7 +45,7 @@ pub(super) fn ssh_material(
         config.push_str(&format!(
             "Host {name}\n  HostName {name}\n  Port 22\n  User {user}\n  IdentityFile ~/.ssh/id_ed25519\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n",
             name = r.name,
-            user = sandbox::INNER_USER,
+            user = user,
         ));
     }
     std::fs::write(dot.join("config"), config).map_err(io)?;

@@ -1,0 +1,168 @@
+//! Registry images on the local backend, end to end: a real registry on 127.0.0.1, images these tests build
+//! from this machine's Debian packages and push, and tasks that run from them through `trainyard up`.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use trainyard_images::testing::{
+    FlakyProxy, GZIP_LAYER, TAR_LAYER, TestRegistry, debian_closure, files_layer, gzip, host_layer,
+    owned_files_layer,
+};
+
+/// [`CATALOG`] with registry images allowed from `registries` (host → settings).
+fn catalog_with(registries: Value) -> String {
+    let mut c: Value = serde_saphyr::from_str(CATALOG).unwrap();
+    c["allowExternalImages"] = json!(true);
+    c["registries"] = registries;
+    serde_json::to_string(&c).unwrap()
+}
+
+fn use_catalog(s: &Server, catalog: &str) {
+    let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(catalog));
+    assert_eq!(status, 200, "{body}");
+}
+
+/// A runnable base: bash, coreutils and the libraries they need, from this machine's packages.
+fn base_layer() -> Vec<u8> {
+    gzip(&host_layer(&debian_closure(&["bash", "coreutils"])))
+}
+
+const PASSWD: &[u8] = b"root:x:0:0:root:/root:/bin/bash\nalice:x:1001:1001:Alice:/home/alice:/bin/bash\n";
+const GROUP: &[u8] = b"root:x:0:\nalice:x:1001:\n";
+
+fn on_image(prefix: &str, image: &str, cmd: &str) -> Value {
+    let mut t = pytorch(prefix, 0, cmd);
+    t["spec"]["environment"]["image"] = json!(image);
+    t
+}
+
+#[test]
+fn a_task_runs_from_a_registry_image_with_its_config_and_every_attempt_runs_the_same_bytes() {
+    let reg = TestRegistry::start("e2e", true, false);
+    let base = base_layer();
+    let v1 = owned_files_layer(&[
+        ("etc/passwd", PASSWD, 0o644, 0),
+        ("etc/group", GROUP, 0o644, 0),
+        ("app/version", b"v1\n", 0o644, 0),
+        // The image's user's own file: readable by the replica, which runs as that user.
+        ("app/private", b"alice's own\n", 0o600, 1001),
+        ("app/roots", b"root's own\n", 0o600, 0),
+    ]);
+    let config = json!({
+        "Env": ["GREETING=from-image", "OVERRIDE=image", "PATH=/usr/local/bin:/usr/bin:/bin"],
+        "WorkingDir": "/app",
+        "User": "alice",
+    });
+    let d1 = reg.push("team/base", "stable", &[(GZIP_LAYER, base.clone()), (TAR_LAYER, v1)], config.clone());
+    let s = Server::start("images-e2e", None);
+    let ca = reg.ca.as_ref().unwrap().display().to_string();
+    use_catalog(&s, &catalog_with(json!({ reg.host.clone(): {"caBundle": ca} })));
+
+    let image = format!("{}/team/base:stable", reg.host);
+    // Attempt 0 runs until its node is marked failed (after the test moved the tag); attempt 1, on another
+    // node, must still run v1.
+    let cmd = "echo \"$GREETING $OVERRIDE $(id -un) $(id -u) $(pwd) $(cat version) $(cat private)\"; \
+               cat roots 2>/dev/null && echo LEAKED; if [ \"$TRAINYARD_ATTEMPT\" = 0 ]; then sleep 120; fi";
+    let mut task = on_image("img", &image, cmd);
+    task["spec"]["environment"]["env"] = json!([{"name": "OVERRIDE", "value": "task"}]);
+    let id = s.submit(&task);
+    let pulled = s.wait_event(&id, "ImagePulled", secs(120));
+    assert!(pulled.contains(&d1), "the event names the digest: {pulled}");
+    let t = s.wait_status(&id, "Running", secs(60));
+    s.wait_log(&id, &format!("{}-master-0", t["name"].as_str().unwrap()), "from-image", secs(30));
+    // The tag moves while attempt 0 runs; then its node fails.
+    let v2 = files_layer(&[
+        ("etc/passwd", PASSWD, 0o644),
+        ("etc/group", GROUP, 0o644),
+        ("app/version", b"v2\n", 0o644),
+    ]);
+    let d2 = reg.push("team/base", "stable", &[(GZIP_LAYER, base), (TAR_LAYER, v2)], config);
+    assert_ne!(d1, d2);
+    let node = t["placement"]["replicas"][0]["node"].as_str().unwrap_or_else(|| panic!("{t}")).to_owned();
+    let (status, body) = s.call("PUT", &format!("/api/v1/admin/nodes/{node}"), Some(r#"{"failed": true}"#));
+    assert_eq!(status, 204, "{body}");
+    let t = s.wait_status(&id, "Succeeded", secs(120));
+    let name = t["name"].as_str().unwrap();
+    for attempt in [0, 1] {
+        let log = s.log(&id, &format!("{name}-master-0"), Some(attempt));
+        assert!(
+            log.contains("from-image task alice 1001 /app v1 alice's own"),
+            "attempt {attempt}: the image's env under the task's, its user, working dir and files:\n{log}"
+        );
+        assert!(!log.contains("LEAKED"), "root's private file stays private:\n{log}");
+    }
+    let events = s.events_text(&id);
+    assert!(events.contains(&format!("{image}@{d1}")), "attempt 1 pulled the pinned digest:\n{events}");
+    assert!(!events.contains(&d2), "{events}");
+    // The root file system is the cache's, read-only, and shared: the image is in the cache once.
+    let (status, body) = s.call("GET", "/api/v1/admin/images", None);
+    assert_eq!(status, 200, "{body}");
+    let cached: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(cached["items"].as_array().unwrap().len(), 1, "{body}");
+    assert_eq!(cached["items"][0]["digest"], json!(d1));
+}
+
+#[test]
+fn image_pull_tolerance_against_a_registry_that_fails_its_first_pulls() {
+    let reg = TestRegistry::start("tolerance", false, false);
+    reg.push("t/ok", "1", &[(GZIP_LAYER, base_layer())], json!({}));
+    let s = Server::start("images-tolerance", None);
+    let flaky = |fail| FlakyProxy::start(&reg.host, fail);
+    let (p0, pn, pinf) = (flaky(1000), flaky(1000), flaky(3));
+    let mut regs = serde_json::Map::new();
+    for p in [&p0, &pn, &pinf] {
+        regs.insert(p.host.clone(), json!({"insecure": true}));
+    }
+    use_catalog(&s, &catalog_with(Value::Object(regs)));
+    let submit = |p: &FlakyProxy, tolerance: i64| {
+        let mut t = on_image("tol", &format!("{}/t/ok:1", p.host), "echo ran");
+        t["spec"]["advanced"] = json!({"imagePullTolerance": tolerance});
+        s.submit(&t)
+    };
+    let (none, two, forever) = (submit(&p0, 0), submit(&pn, 2), submit(&pinf, -1));
+    let t = s.wait_status(&none, "Failed", secs(60));
+    assert!(
+        t["statusReason"].as_str().unwrap_or("").contains("ImagePullFailed")
+            || s.events_text(&none).contains("ImagePullFailed"),
+        "{t}"
+    );
+    let ev = s.events_text(&none);
+    assert!(ev.contains("registry-unreachable") && ev.contains("allows no retries"), "{ev}");
+    assert!(!ev.contains("ImagePullBackOff"), "tolerance 0: one pull, no retry:\n{ev}");
+
+    s.wait_status(&two, "Failed", secs(60));
+    let ev = s.events_text(&two);
+    assert_eq!(ev.matches("ImagePullBackOff").count(), 2, "{ev}");
+    assert!(ev.contains("gave up after 3 pulls (2 retries allowed)"), "{ev}");
+
+    s.wait_status(&forever, "Succeeded", secs(120));
+    let ev = s.events_text(&forever);
+    assert!(ev.contains("ImagePullBackOff") && ev.contains("ImagePulled"), "{ev}");
+    assert!(
+        pinf.failed.load(std::sync::atomic::Ordering::SeqCst) == 3,
+        "the registry failed its first pulls"
+    );
+}
+
+#[test]
+fn a_missing_image_and_one_without_bash_fail_at_once_with_what_to_do() {
+    let reg = TestRegistry::start("final", false, false);
+    reg.push("t/nobash", "1", &[(TAR_LAYER, files_layer(&[("etc/hostname", b"x\n", 0o644)]))], json!({}));
+    let s = Server::start("images-final", None);
+    use_catalog(&s, &catalog_with(json!({ reg.host.clone(): {"insecure": true} })));
+    let mut missing = on_image("miss", &format!("{}/t/missing:1", reg.host), "true");
+    missing["spec"]["advanced"] = json!({"imagePullTolerance": -1});
+    let missing = s.submit(&missing);
+    let nobash = s.submit(&on_image("nobash", &format!("{}/t/nobash:1", reg.host), "true"));
+    s.wait_status(&missing, "Failed", secs(60));
+    let ev = s.events_text(&missing);
+    assert!(ev.contains("not-found") && ev.contains("another try would fail the same way"), "{ev}");
+    s.wait_status(&nobash, "Failed", secs(60));
+    assert!(s.events_text(&nobash).contains("has no bash"), "{}", s.events_text(&nobash));
+    // A registry the catalog does not allow is refused at submission, with the field's path.
+    let (status, body) =
+        s.call("POST", "/api/v1/tasks", Some(&on_image("x", "other.example/t/x:1", "true").to_string()));
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("registry-not-allowed") && body.contains("spec.environment.image"), "{body}");
+}
