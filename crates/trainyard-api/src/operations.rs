@@ -3,7 +3,7 @@
 //! table are checked against each other by tests, and so are the answers and their schemas.
 
 use crate::error::ProblemBody;
-use crate::routes::admin::NodeStateBody;
+use crate::routes::admin::{NodeStateBody, RegistryLoginBody, RegistryLoginEntry};
 use crate::routes::tasks::{CloneBody, ShareBody};
 use crate::routes::users::{TaskEnvBody, TokenBody, UserBody};
 use crate::schema::{Schemas, schema_of};
@@ -312,6 +312,39 @@ pub const OPERATIONS: &[Operation] = &[
     },
     Operation {
         method: "get",
+        path: "/api/v1/admin/registries",
+        summary: "The registries that have a login: host, user name, when set (admin; never the passwords)",
+        query: &[],
+        body: Body::None,
+        ok: 200,
+        answer: Answer::Json(schema_of::<Items<RegistryLoginEntry>>),
+        also_ok: &[],
+        errors: &[],
+    },
+    Operation {
+        method: "put",
+        path: "/api/v1/admin/registries/{host}/login",
+        summary: "Set the login images are pulled from a registry with; the password is stored sealed (admin)",
+        query: &[],
+        body: Body::Json(schema_of::<RegistryLoginBody>),
+        ok: 204,
+        answer: Answer::Empty,
+        also_ok: &[],
+        errors: &[],
+    },
+    Operation {
+        method: "delete",
+        path: "/api/v1/admin/registries/{host}/login",
+        summary: "Remove a registry's login (admin)",
+        query: &[],
+        body: Body::None,
+        ok: 204,
+        answer: Answer::Empty,
+        also_ok: &[],
+        errors: &[404],
+    },
+    Operation {
+        method: "get",
         path: "/api/v1/admin/users",
         summary: "Every user: name, role and project groups, by name (admin; never tokens)",
         query: &[],
@@ -473,6 +506,7 @@ pub fn path_parameter(name: &str) -> &'static str {
         "name" => "a user's name (for /admin/nodes: a node's)",
         "token" => "a token's id, as listed",
         "var" => "a TaskEnv variable's name",
+        "host" => "a registry's host[:port], as image references name it",
         _ => "",
     }
 }

@@ -36,6 +36,11 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/admin/nodes/{name}", put(admin::put_node))
         .route("/api/v1/admin/images", get(admin::list_images))
         .route("/api/v1/admin/images/prune", post(admin::prune_images))
+        .route("/api/v1/admin/registries", get(admin::list_registry_logins))
+        .route(
+            "/api/v1/admin/registries/{host}/login",
+            put(admin::put_registry_login).delete(admin::delete_registry_login),
+        )
         .route("/api/v1/admin/users", post(users::put_user).get(users::list_users))
         .route(
             "/api/v1/admin/users/{name}/disable",

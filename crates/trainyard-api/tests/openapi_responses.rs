@@ -268,6 +268,27 @@ fn every_answer_matches_its_documented_schema() {
     assert_eq!(c.call(node, "/api/v1/admin/nodes/node-0", "root", Some("{}")).status, 400);
     assert_eq!(c.call(node, "/api/v1/admin/nodes/node-0", "alice", Some("{}")).status, 403);
 
+    // The image cache (this backend keeps none) and registry logins.
+    let images = "get /api/v1/admin/images";
+    assert_eq!(c.call(images, "/api/v1/admin/images", "root", None).status, 200);
+    assert_eq!(c.call(images, "/api/v1/admin/images", "alice", None).status, 403);
+    let prune = "post /api/v1/admin/images/prune";
+    assert_eq!(c.call(prune, "/api/v1/admin/images/prune", "root", None).status, 200);
+    assert_eq!(c.call(prune, "/api/v1/admin/images/prune", "alice", None).status, 403);
+    let login = "put /api/v1/admin/registries/{host}/login";
+    let at = "/api/v1/admin/registries/registry.example:5000/login";
+    assert_eq!(c.call(login, at, "root", Some(r#"{"username": "ci", "password": "s3cret"}"#)).status, 204);
+    assert_eq!(c.call(login, at, "root", Some(r#"{"username": "", "password": ""}"#)).status, 400);
+    assert_eq!(c.call(login, at, "alice", Some(r#"{"username": "a", "password": "b"}"#)).status, 403);
+    let logins = "get /api/v1/admin/registries";
+    let listed = c.call(logins, "/api/v1/admin/registries", "root", None);
+    assert_eq!(listed.status, 200);
+    assert!(listed.text.contains("registry.example:5000") && !listed.text.contains("s3cret"), "{}", listed.text);
+    assert_eq!(c.call(logins, "/api/v1/admin/registries", "alice", None).status, 403);
+    let unset = "delete /api/v1/admin/registries/{host}/login";
+    assert_eq!(c.call(unset, at, "root", None).status, 204);
+    assert_eq!(c.call(unset, at, "root", None).status, 404);
+
     // Tasks of both types, a replayed create, and refusals.
     let body = task("torch", "nlp", "PyTorchJob", hidden);
     let torch = c.call_keyed(TASKS, "/api/v1/tasks", "alice", Some(&body), Some("k-1"));

@@ -99,14 +99,18 @@ impl<B: Backend> Control<B> {
                 hidden: var.hidden,
             });
         }
+        // The logins of the registries its image may come from, opened for this launch only.
+        let catalog = self.catalog.get();
+        let hosts = crate::registry_logins::hosts_of(&task.spec.environment.image, &catalog);
+        let registry_logins = crate::registry_logins::open_for(&self.store, &self.secrets, &hosts).await?;
         Ok(Ok(LaunchSpec {
             key: attempt_key(t),
             task_name: t.name.clone(),
             owner: t.owner.clone(),
             task,
             replicas: placement.replicas.clone(),
-            catalog: self.catalog.get(),
-            registry_logins: Default::default(),
+            registry_logins: std::sync::Arc::new(registry_logins),
+            catalog,
         }))
     }
 }

@@ -33,6 +33,7 @@ mod observe;
 mod place;
 mod policy;
 mod reconcile;
+pub mod registry_logins;
 mod report;
 mod requests;
 pub mod secrets;

@@ -30,6 +30,8 @@ pub enum Binding<'a> {
     Task { id: &'a str, owner: &'a str, name: &'a str },
     /// A hidden TaskEnv variable of one user.
     TaskEnv { user: &'a str, name: &'a str },
+    /// A registry's password, for one user name at one registry host.
+    Registry { host: &'a str, username: &'a str },
 }
 
 impl Binding<'_> {
@@ -38,6 +40,7 @@ impl Binding<'_> {
         let fields = match self {
             Binding::Task { id, owner, name } => ["task", id, owner, name],
             Binding::TaskEnv { user, name } => ["task-env", user, name, ""],
+            Binding::Registry { host, username } => ["registry", host, username, ""],
         };
         serde_json::to_vec(&fields).expect("an array of strings always serialises")
     }

@@ -91,7 +91,7 @@ impl TestRegistry {
         }
         let mut user = None;
         if auth {
-            let password = format!("pw-{port}");
+            let password = format!("trainyard-secret-{port}-{}", std::process::id());
             // The registry reads bcrypt hashes; glibc's crypt makes them ($2b$ and $2a$ are one algorithm).
             let out = Command::new("python3")
                 .args([

@@ -166,3 +166,67 @@ fn a_missing_image_and_one_without_bash_fail_at_once_with_what_to_do() {
     assert_eq!(status, 422, "{body}");
     assert!(body.contains("registry-not-allowed") && body.contains("spec.environment.image"), "{body}");
 }
+
+/// Every file under `dir` (not following links).
+fn files_under(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let Ok(t) = e.file_type() else { continue };
+        if t.is_dir() {
+            files_under(&e.path(), out);
+        } else if t.is_file() {
+            out.push(e.path());
+        }
+    }
+}
+
+#[test]
+fn a_private_registry_is_pulled_from_with_the_login_an_admin_set_and_its_password_stays_sealed() {
+    let reg = TestRegistry::start("login", true, true);
+    reg.push("private/app", "1", &[(GZIP_LAYER, base_layer())], json!({}));
+    let s = Server::start("images-login", None);
+    let ca = reg.ca.as_ref().unwrap().display().to_string();
+    use_catalog(&s, &catalog_with(json!({ reg.host.clone(): {"caBundle": ca} })));
+    let image = format!("{}/private/app:1", reg.host);
+
+    let first = s.submit(&on_image("nologin", &image, "echo ran"));
+    s.wait_status(&first, "Failed", secs(60));
+    let ev = s.events_text(&first);
+    assert!(
+        ev.contains("unauthorized") && ev.contains("ask an admin to set this registry's credentials"),
+        "{ev}"
+    );
+
+    let (user, password) = reg.user.clone().unwrap();
+    let path = format!("/api/v1/admin/registries/{}/login", reg.host);
+    let (status, body) = s.call("PUT", &path, Some(r#"{"username": "", "password": ""}"#));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("username") && body.contains("password"), "every problem at once: {body}");
+    let (status, body) =
+        s.call("PUT", &path, Some(&json!({"username": user, "password": password}).to_string()));
+    assert_eq!(status, 204, "{body}");
+    let (status, body) = s.call("GET", "/api/v1/admin/registries", None);
+    assert_eq!(status, 200);
+    assert!(body.contains(&reg.host) && body.contains(&user) && !body.contains(&password), "{body}");
+
+    let second = s.submit(&on_image("login", &image, "echo ran"));
+    let t = s.wait_status(&second, "Succeeded", secs(120));
+    assert!(s.log(&second, &format!("{}-master-0", t["name"].as_str().unwrap()), None).contains("ran"));
+
+    // The password is nowhere under the data dir in the clear (the database, the runs, the cache).
+    let mut files = Vec::new();
+    files_under(&s.dir, &mut files);
+    assert!(files.len() > 10);
+    for f in files {
+        let bytes = std::fs::read(&f).unwrap_or_default();
+        assert!(
+            !bytes.windows(password.len()).any(|w| w == password.as_bytes()),
+            "{} holds the password",
+            f.display()
+        );
+    }
+    let (status, _) = s.call("DELETE", &path, None);
+    assert_eq!(status, 204);
+    let (status, _) = s.call("DELETE", &path, None);
+    assert_eq!(status, 404);
+}

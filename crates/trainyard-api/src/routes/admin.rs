@@ -114,3 +114,89 @@ pub async fn prune_images(
         .map_err(|e| ApiError::Internal(e.to_string()))?;
     Ok(Json(done))
 }
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryLoginBody {
+    username: String,
+    password: String,
+}
+object_schema!(
+    /// A registry's login: its user name and password (stored sealed; never answered with).
+    closed RegistryLoginBody as "RegistryLogin" { "username": String, "password": String }
+);
+
+/// A registry's login as listed: never its password.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RegistryLoginEntry {
+    host: String,
+    username: String,
+    updated_at_ms: i64,
+}
+object_schema!(
+    /// A registry host that has a login: its user name and when it was set.
+    closed RegistryLoginEntry as "RegistryLoginEntry" { "host": String, "username": String, "updatedAtMs": i64 }
+);
+
+/// The registries that have a login (admin; never the passwords).
+pub async fn list_registry_logins(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Items<RegistryLoginEntry>>> {
+    let user = caller(&state, &headers).await?;
+    admin_only(&user)?;
+    let all = trainyard_control::registry_logins::all(&state.store).await?;
+    let items = all
+        .into_iter()
+        .map(|(host, s)| RegistryLoginEntry { host, username: s.username, updated_at_ms: s.updated_at_ms })
+        .collect::<Vec<_>>();
+    Ok(Json(items.into()))
+}
+
+/// Sets the login Trainyard pulls images from a registry with (admin). The password is sealed under the
+/// server key before it is stored and opened only for the launches that pull from that registry.
+pub async fn put_registry_login(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(host): Path<String>,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
+    let user = caller(&state, &headers).await?;
+    admin_only(&user)?;
+    let body: RegistryLoginBody = json_body(&body, r#"{"username": "...", "password": "..."}"#)?;
+    let mut problems = Vec::new();
+    if let Err(why) = trainyard_core::image_ref::check_registry(&host) {
+        problems.push(format!("registry host {host:?}: {why}"));
+    }
+    if body.username.is_empty() || body.username.len() > 256 || body.username.contains([':', '\n', '\r']) {
+        problems.push("username: 1 to 256 characters, without ':' or line breaks".to_owned());
+    }
+    if body.password.is_empty() || body.password.len() > 4096 {
+        problems.push("password: 1 to 4096 characters".to_owned());
+    }
+    if !problems.is_empty() {
+        return Err(ApiError::BadRequest(problems.join("; ")));
+    }
+    let now = now_ms();
+    let login =
+        trainyard_control::registry_logins::seal(&state.secrets, &host, &body.username, &body.password, now)
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+    trainyard_control::registry_logins::put(&state.store, &host, login, now).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Removes a registry's login (admin).
+pub async fn delete_registry_login(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(host): Path<String>,
+) -> ApiResult<StatusCode> {
+    let user = caller(&state, &headers).await?;
+    admin_only(&user)?;
+    if trainyard_control::registry_logins::remove(&state.store, &host, now_ms()).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFoundWhat(format!("registry {host:?} has no login")))
+    }
+}
