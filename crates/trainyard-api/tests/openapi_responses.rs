@@ -283,7 +283,11 @@ fn every_answer_matches_its_documented_schema() {
     let logins = "get /api/v1/admin/registries";
     let listed = c.call(logins, "/api/v1/admin/registries", "root", None);
     assert_eq!(listed.status, 200);
-    assert!(listed.text.contains("registry.example:5000") && !listed.text.contains("s3cret"), "{}", listed.text);
+    assert!(
+        listed.text.contains("registry.example:5000") && !listed.text.contains("s3cret"),
+        "{}",
+        listed.text
+    );
     assert_eq!(c.call(logins, "/api/v1/admin/registries", "alice", None).status, 403);
     let unset = "delete /api/v1/admin/registries/{host}/login";
     assert_eq!(c.call(unset, at, "root", None).status, 204);

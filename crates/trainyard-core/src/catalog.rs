@@ -414,3 +414,28 @@ impl InstanceSpec {
         self.gpu_model.as_deref() == node_gpu_model
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_references_and_registries_are_checked_together() {
+        let text = r#"
+registries: {registry.example: {mirrors: [mirror.example:5000]}, index.docker.io: {}}
+images:
+  ok: {reference: "registry.example/ml/torch:2.3"}
+  elsewhere: {reference: "other.example/ml/torch:2.3"}
+  broken: {reference: "Registry.Example/UPPER:"}
+  both: {reference: "registry.example/x:1", rootfs: /images/x}
+"#;
+        let Err(CatalogError::Inconsistent(problems)) = Catalog::from_yaml(text) else { panic!("accepted") };
+        let all = problems.join("\n");
+        assert!(all.contains("registry index.docker.io: name Docker Hub docker.io"), "{all}");
+        assert!(all.contains("image elsewhere") && all.contains("which registries does not list"), "{all}");
+        assert!(all.contains("image broken: reference"), "{all}");
+        assert!(all.contains("image both: give rootfs or reference, not both"), "{all}");
+        assert!(!all.contains("image ok"), "{all}");
+        assert_eq!(problems.len(), 4, "{all}");
+    }
+}

@@ -98,9 +98,9 @@ pub struct KubeSettings {
     /// The server's instance name (the `app.kubernetes.io/instance` label of its objects).
     pub instance: String,
     pub gang: Gang,
-    /// Catalog image name -> the OCI reference pods pull. The catalog's `Image` holds no reference (only a
-    /// local root file system), so the cluster's settings hold them. An image name that is not a catalog
-    /// entry is an image reference already and is pulled as it is.
+    /// Catalog image name -> the OCI reference pods pull in this cluster, over the catalog image's own
+    /// `reference` (a cluster may pull the same image through a registry of its own). An image name that is
+    /// not a catalog entry is an image reference already and is pulled as it is.
     pub images: BTreeMap<String, String>,
     /// Between SIGTERM and SIGKILL (after the exit checkpoint, when there is one), as the local backend's
     /// `grace_s`.
@@ -284,9 +284,12 @@ fn resolve_image(spec: &LaunchSpec, s: &KubeSettings) -> Result<String, String> 
     if image == trainyard_core::catalog::HOST_IMAGE {
         return Err("the `host` image is this machine's own system: it does not exist in a cluster".into());
     }
+    if let Some(reference) = spec.catalog.images.get(image).and_then(|i| i.reference.as_ref()) {
+        return Ok(reference.clone());
+    }
     if spec.catalog.images.contains_key(image) {
         return Err(format!(
-            "catalog image {image:?} has no image reference in this cluster's Kubernetes settings"
+            "catalog image {image:?} has no image reference (its catalog entry's `reference`, or this cluster's Kubernetes settings)"
         ));
     }
     Ok(image.clone())

@@ -449,6 +449,12 @@ fn what_cannot_be_mapped_is_refused_with_every_reason() {
     spec.task.spec.environment.image = "cuda".into();
     let errs = attempt_objects(&spec, &KubeSettings::default(), Some(&keys())).unwrap_err();
     assert!(errs[0].contains("\"cuda\" has no image reference"), "{errs:?}");
+    // A catalog image's own reference.
+    let mut catalog = (*spec.catalog).clone();
+    catalog.images.get_mut("cuda").unwrap().reference = Some("registry.example/ml/cuda:12".into());
+    spec.catalog = Arc::new(catalog);
+    let o = attempt_objects(&spec, &KubeSettings::default(), Some(&keys())).unwrap();
+    assert_eq!(template(&o.job, "Master")["spec"]["containers"][0]["image"], "registry.example/ml/cuda:12");
     // An image outside the catalog is a reference already.
     spec.task.spec.environment.image = "ghcr.io/me/train:1".into();
     let o = attempt_objects(&spec, &KubeSettings::default(), Some(&keys())).unwrap();
