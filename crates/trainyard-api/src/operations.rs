@@ -8,8 +8,8 @@ use crate::routes::tasks::{CloneBody, ShareBody};
 use crate::routes::users::{TaskEnvBody, TokenBody, UserBody};
 use crate::schema::{Schemas, schema_of};
 use crate::views::{
-    AttemptReplicas, EnvEntry, EventView, Items, MetricsView, NewToken, TaskPage, TaskView, TokenEntry,
-    UserEntry, UserView, Validation,
+    AttemptReplicas, EnvEntry, EventView, Items, MetricsView, NewToken, RecentImage, TaskPage, TaskView,
+    TokenEntry, UserEntry, UserView, Validation,
 };
 use serde_json::{Value, json};
 use trainyard_control::QuotaLine;
@@ -417,6 +417,17 @@ pub const OPERATIONS: &[Operation] = &[
         body: Body::None,
         ok: 204,
         answer: Answer::Empty,
+        also_ok: &[],
+        errors: &[404],
+    },
+    Operation {
+        method: "get",
+        path: "/api/v1/users/{name}/images",
+        summary: "The images the user's newest tasks ran, newest first, each once (at most 20)",
+        query: &[],
+        body: Body::None,
+        ok: 200,
+        answer: Answer::Json(schema_of::<Items<RecentImage>>),
         also_ok: &[],
         errors: &[404],
     },

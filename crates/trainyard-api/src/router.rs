@@ -53,6 +53,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/users/{name}/tokens", post(users::create_token).get(users::list_tokens))
         .route("/api/v1/users/{name}/tokens/{token}", delete(users::revoke_token))
         .route("/api/v1/users/{name}/env", get(users::list_task_env).put(users::put_task_env))
+        .route("/api/v1/users/{name}/images", get(users::list_recent_images))
         .route("/api/v1/users/{name}/env/{var}", delete(users::delete_task_env))
         .route("/api/v1/users/{name}/alarms", get(users::get_user_alarms).put(users::put_user_alarms))
         .merge(console::routes())

@@ -184,6 +184,19 @@ pub struct TaskPage {
     /// Where the next page starts; null on the last.
     pub next_cursor: Option<String>,
 }
+/// An image a user's task ran.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecentImage {
+    pub image: String,
+    /// When the newest task that ran it was created.
+    pub last_used_ms: i64,
+}
+object_schema!(
+    /// An image a user's task ran, and when the newest such task was created.
+    closed RecentImage as "RecentImage" { "image": String, "lastUsedMs": i64 }
+);
+
 object_schema!(
     /// A registry image in the local backend's cache: its digest, the references it was pulled by, the bytes
     /// it holds (its root file system and the layers only it uses), and when it was last used and pulled.

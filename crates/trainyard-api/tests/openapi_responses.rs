@@ -268,6 +268,11 @@ fn every_answer_matches_its_documented_schema() {
     assert_eq!(c.call(node, "/api/v1/admin/nodes/node-0", "root", Some("{}")).status, 400);
     assert_eq!(c.call(node, "/api/v1/admin/nodes/node-0", "alice", Some("{}")).status, 403);
 
+    // The images a user's tasks ran (none yet), and another user's (refused).
+    let recent = "get /api/v1/users/{name}/images";
+    assert_eq!(c.call(recent, "/api/v1/users/alice/images", "alice", None).status, 200);
+    assert_eq!(c.call(recent, "/api/v1/users/nobody-here/images", "root", None).status, 404);
+
     // The image cache (this backend keeps none) and registry logins.
     let images = "get /api/v1/admin/images";
     assert_eq!(c.call(images, "/api/v1/admin/images", "root", None).status, 200);

@@ -65,6 +65,23 @@ impl Store {
     }
 }
 
+impl Store {
+    /// The specs (as stored) and creation times of a user's newest `limit` tasks, newest first (by the
+    /// owner index): what the console's recently used images are read from.
+    pub async fn recent_specs(&self, owner: &str, limit: u32) -> Result<Vec<(String, i64)>> {
+        use sqlx::Row;
+        let rows = sqlx::query(
+            "SELECT spec, created_at_ms FROM tasks WHERE owner = $1 AND deleted = 0 \
+             ORDER BY created_at_ms DESC LIMIT $2",
+        )
+        .bind(owner)
+        .bind(i64::from(limit.min(MAX_PAGE)))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(|r| Ok((r.try_get::<String, _>(0)?, r.try_get::<i64, _>(1)?))).collect()
+    }
+}
+
 /// The query of one page and its parameters: `limit + 1` rows, so that the caller knows whether another
 /// page follows.
 fn list_query(

@@ -443,3 +443,84 @@ fn clone_asks_for_hidden_values_and_admins_disable_users_and_revoke_tokens() {
     // Who may use what: the catalog's entries with their groups.
     assert!(b.text_of("#catalog-groups tr[data-entry='image/host']").contains("admins only"));
 }
+
+/// Registry images in the console: the picker offers the catalog's presets (one stands for a registry image),
+/// an address is checked as it is typed (syntax, then its registry), the task runs from it, and the next form
+/// offers it as recently used; the admin page shows the cache, sets a registry login (never shown again) and
+/// prunes what no task runs.
+#[test]
+fn registry_images_in_the_form_and_on_the_admin_page() {
+    use trainyard_images::testing::{GZIP_LAYER, TestRegistry, debian_closure, gzip, host_layer};
+    let reg = TestRegistry::start("console", false, false);
+    let base = gzip(&host_layer(&debian_closure(&["bash", "coreutils"])));
+    let digest = reg.push("team/tools", "1", &[(GZIP_LAYER, base)], json!({"Env": ["TOOL=registry"]}));
+    let s = Server::start("console-images", None);
+    let mut catalog: serde_json::Value = serde_saphyr::from_str(common::CATALOG).unwrap();
+    catalog["allowExternalImages"] = json!(true);
+    catalog["registries"] = json!({ reg.host.clone(): {"insecure": true} });
+    catalog["images"]["tools"] = json!({"reference": format!("{}/team/tools:1", reg.host)});
+    let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(&catalog.to_string()));
+    assert_eq!(status, 200, "{body}");
+    let b = Browser::start();
+    sign_in(&b, &s);
+    b.goto(&format!("{}/#/create", s.base));
+    let image = b.find(&input_id("spec.environment.image"));
+    let options = b.script(
+        "return [...document.querySelectorAll('#image-choices option')].map(o => o.value + '=' + o.dataset.kind)",
+        json!([]),
+    );
+    let options = options.to_string();
+    assert!(options.contains("host=preset") && options.contains("tools=preset"), "{options}");
+    assert!(b.text_of("#image-picker").contains(&reg.host), "{}", b.text_of("#image-picker"));
+    let prefix = b.find(&input_id("metadata.namePrefix"));
+    b.type_into(&prefix, "fromreg");
+    b.type_into(&b.find(&input_id("spec.environment.cmd")), "echo tool is $TOOL");
+    let problem =
+        |b: &Browser| b.try_find("[data-path='spec.environment.image'] .field-problem").map(|e| b.text(&e));
+    b.clear(&image);
+    b.type_into(&image, "Team/Tools:1");
+    b.wait("the address's syntax refused", || problem(&b).filter(|p| !p.is_empty()));
+    b.clear(&image);
+    b.type_into(&image, "other.example/team/tools:1");
+    b.wait("a registry the catalog does not allow", || problem(&b).filter(|p| p.contains(&reg.host)));
+    b.screenshot(&shots().join("create-form-image-registry-not-allowed.png"));
+    let address = format!("{}/team/tools:1", reg.host);
+    b.clear(&image);
+    b.type_into(&image, &address);
+    b.wait("no problem", || problem(&b).is_none().then_some(()));
+    b.screenshot(&shots().join("create-form-image-address.png"));
+    b.click(&b.find("#create-submit"));
+    b.wait("the task page", || b.url().contains("#/tasks/").then_some(()));
+    b.wait("success", || (b.text_of("h1 .badge") == "Succeeded").then_some(()));
+    b.wait("the pull in the events", || b.text_of("#events").contains(&digest).then_some(()));
+    b.wait("the image's env in the log", || b.text_of("#log").contains("tool is registry").then_some(()));
+
+    // The next form offers it as recently used.
+    b.goto(&format!("{}/#/create", s.base));
+    b.wait("the recent image", || {
+        let v = b.script(
+            "return [...document.querySelectorAll('#image-choices option[data-kind=recent]')].map(o => o.value)",
+            json!([]),
+        );
+        v.to_string().contains(&address).then_some(())
+    });
+
+    // The admin page: the cache, a login, a prune.
+    b.goto(&format!("{}/#/admin", s.base));
+    b.wait("the cached image", || {
+        b.text_of(&format!("#cached-images tr[data-digest='{digest}']")).contains(&address).then_some(())
+    });
+    b.type_into(&b.find("#login-host"), &reg.host);
+    b.type_into(&b.find("#login-user"), "ci-bot");
+    b.type_into(&b.find("#login-password"), "never-shown-again");
+    b.click(&b.find("#set-login"));
+    b.wait("the login listed", || {
+        b.text_of(&format!("#registry-logins tr[data-host='{}']", reg.host)).contains("ci-bot").then_some(())
+    });
+    assert!(!b.script("return document.body.innerText", json!([])).to_string().contains("never-shown-again"));
+    scroll_to(&b, "#cached-images");
+    b.screenshot(&shots().join("admin-image-cache.png"));
+    b.click(&b.find("#prune-images"));
+    b.wait("the cache emptied", || b.text_of("#cached-images").contains("No registry images").then_some(()));
+    assert!(b.text_of("#admin-msg").contains("pruned 1 image,"), "{}", b.text_of("#admin-msg"));
+}

@@ -559,6 +559,7 @@ async function createPage(params) {
   // The user's TaskEnv before the first render: drawing the form again when it arrives would replace the
   // inputs under the user's hands.
   const inherited = await api("GET", `/api/v1/users/${encodeURIComponent(me.name)}/env`).then(({ data }) => data.items || [], () => []);
+  const recentImages = await api("GET", `/api/v1/users/${encodeURIComponent(me.name)}/images`).then(({ data }) => (data.items || []).map((x) => x.image), () => []);
   api("GET", "/api/v1/quota").then(({ data }) => { quota = data.items; check(); }).catch(() => {});
 
   const changed = (rerender) => {
@@ -593,6 +594,31 @@ async function createPage(params) {
     if (!options.includes(v) && options.length) setPath(doc, path, input.value);
     input.addEventListener("change", () => { setPath(doc, path, input.value); changed(rerender); });
     return field(path, label, input, hint);
+  };
+  // The image: a preset of the catalog (offered in this cluster and group), one the user's tasks ran lately, or
+  // an address typed in (`registry/repository:tag` or `...@sha256:...`) when the catalog allows them. The
+  // validator checks the address's syntax and its registry as it is typed; its problem shows under the field.
+  const imagePicker = (hint) => {
+    const path = "spec.environment.image";
+    const presets = inCluster(cat.images);
+    const recent = recentImages.filter((x) => !presets.includes(x) && (cat.allowExternalImages || x in cat.images));
+    const input = h("input", { id: `in-${path}`, value: getPath(doc, path) ?? "", list: "image-choices", spellcheck: "false", autocomplete: "off",
+      placeholder: cat.allowExternalImages ? "a preset, or registry/repository:tag" : "a preset image" });
+    input.addEventListener("input", () => { setPath(doc, path, input.value.trim()); changed(false); });
+    const describe = (name) => {
+      const x = cat.images[name] || {};
+      return [x.reference || (name === "host" ? "this machine's system" : ""), x.torch ? "PyTorch" : "", x.ray ? "Ray" : ""].filter(Boolean).join(" · ");
+    };
+    const choices = h("datalist", { id: "image-choices" },
+      presets.map((n) => h("option", { value: n, "data-kind": "preset" }, `preset${describe(n) ? `: ${describe(n)}` : ""}`)),
+      recent.map((n) => h("option", { value: n, "data-kind": "recent" }, "recently used")));
+    const registries = Object.keys(cat.registries || {});
+    const hints = [hint,
+      presets.length ? `Presets: ${presets.join(", ")}.` : "",
+      recent.length ? `Recently used: ${recent.join(", ")}.` : "",
+      cat.allowExternalImages ? `Or an image address${registries.length ? ` from ${registries.join(", ")}` : ""}; the task runs its command with bash -c, so the image needs bash.` : ""].filter(Boolean).join(" ");
+    return h("div", { class: "field", "data-path": path, id: "image-picker" }, h("label", { for: `in-${path}` }, "Image"), input, choices,
+      h("div", { class: "muted" }, hints));
   };
   // An optional block (precheck, fault tolerance, ...): present in the document only when switched on.
   const block = (path, label, defaults, body) => {
@@ -687,7 +713,7 @@ async function createPage(params) {
         check1("metadata.public", "Public within the project group"),
         labelsEditor()),
       h("section", { "aria-labelledby": "sec-env" }, h("h2", { id: "sec-env" }, "Environment"),
-        select("spec.environment.image", "Image", inCluster(cat.images), false, ray ? "RayJob needs an image with Ray" : ""),
+        imagePicker(ray ? "RayJob needs an image with Ray." : ""),
         inherited.length ? h("div", { class: "inherited", id: "inherited-env" }, h("span", { class: "muted" }, "Inherited from your TaskEnv (a variable of the same name below wins): "),
           inherited.map((v) => h("span", { class: "label", "data-name": v.name }, v.hidden ? `${v.name} (hidden)` : `${v.name}=${v.value}`))) : "",
         list("spec.environment.env", "Environment variables", () => ({ name: "", value: "" }), (p) => [
@@ -826,6 +852,30 @@ async function adminPage() {
   const labelSwitch = h("input", { type: "checkbox", id: "label-validation" });
   const users = h("tbody", { id: "users" });
   const owners = h("tbody", { id: "catalog-groups" });
+  const cached = h("tbody", { id: "cached-images" });
+  const cacheTotal = h("span", { id: "cache-total", class: "muted" });
+  const logins = h("tbody", { id: "registry-logins" });
+  const login = { host: h("input", { id: "login-host", "aria-label": "registry host", placeholder: "registry.example:5000", spellcheck: "false" }),
+    username: h("input", { id: "login-user", "aria-label": "registry user name", spellcheck: "false" }),
+    password: h("input", { id: "login-password", type: "password", "aria-label": "registry password", autocomplete: "new-password" }) };
+  const mib = (b) => `${(b / 1048576).toFixed(1)} MiB`;
+  async function loadImages() {
+    try {
+      const { data } = await api("GET", "/api/v1/admin/images");
+      cached.replaceChildren(...data.items.map((x) => h("tr", { "data-digest": x.digest },
+        h("td", { class: "mono", title: x.digest }, x.digest.slice(0, 19)), h("td", { class: "mono" }, x.references.join(", ")),
+        h("td", {}, mib(x.bytes)), h("td", {}, new Date(x.lastUsedMs).toLocaleString()))));
+      if (!data.items.length) cached.replaceChildren(h("tr", {}, h("td", { colspan: 4, class: "muted" }, "No registry images are cached on this machine.")));
+      cacheTotal.textContent = `${data.items.length} image${data.items.length === 1 ? "" : "s"}, ${mib(data.items.reduce((a, x) => a + x.bytes, 0))}`;
+      const l = await api("GET", "/api/v1/admin/registries");
+      logins.replaceChildren(...l.data.items.map((x) => h("tr", { "data-host": x.host },
+        h("td", { class: "mono" }, x.host), h("td", {}, x.username), h("td", {}, new Date(x.updatedAtMs).toLocaleString()),
+        h("td", {}, h("button", { type: "button", class: "link", "aria-label": `remove the login of ${x.host}`, onclick: async () => {
+          if (!confirm(`Remove the login of ${x.host}?`)) return;
+          try { await api("DELETE", `/api/v1/admin/registries/${encodeURIComponent(x.host)}/login`); say(`login of ${x.host} removed`); loadImages(); } catch (e) { say(e.message, true); }
+        } }, "Remove")))));
+    } catch (e) { say(e.message, true); }
+  }
   const groups = h("tbody", { id: "project-groups" });
   let cat = null;
 
@@ -918,6 +968,7 @@ async function adminPage() {
     })));
     quota.replaceChildren(...q.items.map((l) => h("tr", {}, [l.group, l.resourceType, l.pool, l.spec, l.limit, l.limit - l.remaining, l.remaining, l.poolAvailable, l.idle].map((v) => h("td", {}, v)))));
     await loadUsers();
+    await loadImages();
   }
 
   async function saveCatalog(text) {
@@ -955,6 +1006,30 @@ async function adminPage() {
     h("section", {}, h("h2", { id: "owners-title" }, "Who may use what"),
       h("table", { "aria-labelledby": "owners-title" }, h("thead", {}, h("tr", {}, ["Kind", "Name", "Project groups"].map((c) => h("th", { scope: "col" }, c)))), owners),
       h("p", { class: "muted" }, "Set projectGroups on an image, volume, dataset or model in the catalog below; without it every group may use it (the host image: admins only).")),
+    h("section", {}, h("h2", { id: "images-title" }, "Image cache"),
+      h("table", { "aria-labelledby": "images-title" }, h("thead", {}, h("tr", {}, ["Digest", "References", "Size", "Last used"].map((c) => h("th", { scope: "col" }, c)))), cached),
+      h("div", { class: "row" }, cacheTotal,
+        h("button", { type: "button", id: "prune-images", class: "danger", onclick: async () => {
+          if (!confirm("Remove every cached image that no task runs?")) return;
+          try {
+            const { data } = await api("POST", "/api/v1/admin/images/prune");
+            say(`pruned ${data.removed.length} image${data.removed.length === 1 ? "" : "s"}, ${mib(data.freedBytes)} freed`);
+            loadImages();
+          } catch (e) { say(e.message, true); }
+        } }, "Prune unused images")),
+      h("h3", { id: "logins-title" }, "Registry logins"),
+      h("table", { "aria-labelledby": "logins-title" }, h("thead", {}, h("tr", {}, ["Registry", "User", "Set", ""].map((c) => h("th", { scope: "col" }, c)))), logins),
+      h("div", { class: "row-item" }, login.host, login.username, login.password,
+        h("button", { type: "button", id: "set-login", onclick: async () => {
+          try {
+            await api("PUT", `/api/v1/admin/registries/${encodeURIComponent(login.host.value.trim())}/login`,
+              JSON.stringify({ username: login.username.value, password: login.password.value }), { "Content-Type": "application/json" });
+            say(`login of ${login.host.value.trim()} set`);
+            login.password.value = "";
+            loadImages();
+          } catch (e) { say(e.message, true); }
+        } }, "Set login")),
+      h("p", { class: "muted" }, "Passwords are stored sealed and never shown again; tasks pulling from the registry (or its mirrors) use the login.")),
     h("section", {}, h("h2", {}, "Catalog"), catalogText, h("div", { class: "row" }, h("span", { class: "muted" }, "Regions, clusters, pools, nodes, instance specs, quotas, images, volumes, datasets, models, labels."),
       h("button", { type: "button", id: "save-catalog", onclick: () => { if (confirm("Replace the catalog?")) saveCatalog(catalogText.value); } }, "Save catalog"))),
     h("section", {}, h("h2", { id: "users-title" }, "Users and tokens"),

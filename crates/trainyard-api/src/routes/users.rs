@@ -7,7 +7,7 @@ use crate::schema::{Optional, object_schema};
 use crate::state::{AppState, now_ms};
 use crate::submit::webhook_problems;
 use crate::tokens::{new_token, token_hash};
-use crate::views::{EnvEntry, Items, NewToken, Role, TokenEntry, UserEntry, UserView};
+use crate::views::{EnvEntry, Items, NewToken, RecentImage, Role, TokenEntry, UserEntry, UserView};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -208,6 +208,28 @@ pub async fn list_task_env(
             EnvEntry { name: v.name, value, hidden: v.hidden }
         })
         .collect::<Vec<_>>();
+    Ok(Json(items.into()))
+}
+
+/// The images a user's newest tasks ran, newest first, each once (at most 20, from the newest 200 tasks):
+/// what the console offers beside the catalog's presets.
+pub async fn list_recent_images(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Items<RecentImage>>> {
+    caller_acting_on(&state, &headers, &name, "see other users' images").await?;
+    let mut items: Vec<RecentImage> = Vec::new();
+    for (spec, created_at_ms) in state.store.recent_specs(&name, 200).await? {
+        let Ok(v) = serde_json::from_str::<Value>(&spec) else { continue };
+        let Some(image) = v["spec"]["environment"]["image"].as_str() else { continue };
+        if !image.is_empty() && !items.iter().any(|x| x.image == image) {
+            items.push(RecentImage { image: image.to_owned(), last_used_ms: created_at_ms });
+        }
+        if items.len() == 20 {
+            break;
+        }
+    }
     Ok(Json(items.into()))
 }
 
