@@ -225,9 +225,10 @@ fn unpack(
         std::fs::set_permissions(&rootfs, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .map_err(|e| PullError::io("making the root file system", &e))?;
         let mut bytes = 0;
+        let mut unpacker = crate::unpack::Unpacker::new(&rootfs);
         for (i, l) in layers.iter().enumerate() {
             let f = std::fs::File::open(store.blob(l)).map_err(|e| PullError::io("reading a layer", &e))?;
-            let applied = crate::unpack::apply_layer(&rootfs, f).map_err(|e| {
+            let applied = unpacker.apply(f).map_err(|e| {
                 let class = if e.starts_with(crate::unpack::NO_SPACE) {
                     FailureClass::DiskFull
                 } else {

@@ -351,6 +351,19 @@ pub fn debian_closure(packages: &[&str]) -> Vec<PathBuf> {
             }
         }
     }
+    // What maintainer scripts make: the alternatives' links (`libblas.so.3` through `/etc/alternatives`)
+    // that lead to one of these files.
+    let have: std::collections::BTreeSet<PathBuf> = files.iter().cloned().collect();
+    for dir in ["/usr/bin", "/usr/sbin", "/usr/lib/x86_64-linux-gnu"] {
+        let Ok(rd) = std::fs::read_dir(dir) else { continue };
+        for e in rd.flatten() {
+            let p = e.path();
+            let via_alternatives = std::fs::read_link(&p).is_ok_and(|t| t.starts_with("/etc/alternatives"));
+            if via_alternatives && std::fs::canonicalize(&p).is_ok_and(|t| have.contains(&t)) {
+                files.push(p);
+            }
+        }
+    }
     files.sort();
     files.dedup();
     files

@@ -34,126 +34,212 @@ const MAX_LINK_HOPS: u32 = 40;
 const WHITEOUT: &str = ".wh.";
 const OPAQUE: &str = ".wh..wh..opq";
 
-/// Applies a layer read from `raw` (gzip or plain tar, told apart by their first bytes) onto `root`.
-pub fn apply_layer(root: &Path, raw: impl Read) -> Result<Applied, String> {
-    let mut buf = BufReader::with_capacity(1 << 20, raw);
-    let head = buf.fill_buf().map_err(|e| format!("cannot read the layer: {e}"))?;
-    if head.starts_with(&[0x1f, 0x8b]) {
-        apply_tar(root, flate2::bufread::MultiGzDecoder::new(buf))
-    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        Err("the layer is zstd-compressed, which this machine does not unpack yet (push it with gzip)".into())
-    } else {
-        apply_tar(root, buf)
+/// Applies a layer read from `raw` (gzip or plain tar, told apart by their first bytes) onto `root`, a root
+/// file system of any origin (every path is resolved on disk).
+pub fn apply_layer(root: &Path, raw: impl Read + Send) -> Result<Applied, String> {
+    Unpacker { root: root.to_path_buf(), links: None }.apply(raw)
+}
+
+/// Applies the layers of one image, in order, onto a root it builds from empty. It knows every symlink the
+/// root holds (it made them), so a path none of whose parents is one of them resolves without asking the
+/// disk, and only the others are walked link by link.
+#[derive(Debug)]
+pub struct Unpacker {
+    root: PathBuf,
+    /// Paths (relative to the root) that are or were symlinks; None: not known, resolve on disk always.
+    links: Option<HashSet<PathBuf>>,
+}
+
+impl Unpacker {
+    /// For an empty `root`.
+    pub fn new(root: &Path) -> Unpacker {
+        Unpacker { root: root.to_path_buf(), links: Some(HashSet::new()) }
+    }
+
+    /// Applies one layer (gzip or plain tar). A gzip layer is inflated on a thread of its own while this one
+    /// writes the files (each takes about half the time; on two cores the two overlap).
+    pub fn apply(&mut self, raw: impl Read + Send) -> Result<Applied, String> {
+        let mut buf = BufReader::with_capacity(1 << 20, raw);
+        let head = buf.fill_buf().map_err(|e| format!("cannot read the layer: {e}"))?;
+        if head.starts_with(&[0x1f, 0x8b]) {
+            std::thread::scope(|scope| {
+                let (tx, rx) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(8);
+                scope.spawn(move || {
+                    let mut gz = flate2::bufread::MultiGzDecoder::new(buf);
+                    loop {
+                        let mut chunk = vec![0u8; 1 << 20];
+                        let mut n = 0;
+                        // Whole chunks (the decoder hands out a little at a time).
+                        while n < chunk.len() {
+                            match gz.read(&mut chunk[n..]) {
+                                Ok(0) => break,
+                                Ok(k) => n += k,
+                                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                                Err(e) => {
+                                    let _ = tx.send(Err(e));
+                                    return;
+                                }
+                            }
+                        }
+                        chunk.truncate(n);
+                        let done = n == 0;
+                        // The reader went away (the layer failed): stop.
+                        if tx.send(Ok(chunk)).is_err() || done {
+                            return;
+                        }
+                    }
+                });
+                self.apply_tar(Chunks { rx, cur: Vec::new(), at: 0 })
+            })
+        } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+            Err("the layer is zstd-compressed, which this machine does not unpack yet (push it with gzip)"
+                .into())
+        } else {
+            self.apply_tar(buf)
+        }
+    }
+
+    /// `rel` resolved inside the root: directly when no prefix of it is a known symlink, else on disk.
+    fn resolve(&self, rel: &Path, follow_last: bool) -> Result<PathBuf, String> {
+        if let Some(links) = &self.links {
+            let mut through_link = false;
+            let mut prefix = PathBuf::new();
+            let mut n = rel.components().count();
+            for c in rel.components() {
+                prefix.push(c);
+                n -= 1;
+                if (n > 0 || follow_last) && links.contains(&prefix) {
+                    through_link = true;
+                    break;
+                }
+            }
+            if !through_link {
+                return Ok(self.root.join(rel));
+            }
+        }
+        resolve(&self.root, rel, follow_last)
+    }
+
+    fn link_made(&mut self, rel: &Path) {
+        if let Some(links) = &mut self.links {
+            links.insert(rel.to_path_buf());
+        }
     }
 }
 
-fn apply_tar(root: &Path, r: impl Read) -> Result<Applied, String> {
-    let mut archive = tar::Archive::new(r);
-    let mut done = Applied::default();
-    // Paths this layer wrote: an opaque whiteout keeps them.
-    let mut ours: HashSet<PathBuf> = HashSet::new();
-    let entries = archive.entries().map_err(|e| format!("the layer is not a tar archive: {e}"))?;
-    for entry in entries {
-        let mut entry = entry.map_err(|e| format!("a damaged entry in the layer: {e}"))?;
-        let path = entry.path().map_err(|e| format!("an entry's path: {e}"))?.into_owned();
-        let rel = clean(&path);
-        let Some(name) = rel.file_name().map(OsStr::to_owned) else { continue };
-        let parent_rel = rel.parent().map(Path::to_path_buf).unwrap_or_default();
-        let name_s = name.to_string_lossy();
-        if name_s == OPAQUE {
-            let dir = resolve(root, &parent_rel, true)?;
-            empty_below(root, &dir, &parent_rel, &ours)?;
-            continue;
-        }
-        if let Some(gone) = name_s.strip_prefix(WHITEOUT) {
-            let dir = resolve(root, &parent_rel, true)?;
-            remove_any(&dir.join(gone))?;
-            continue;
-        }
-        let kind = entry.header().entry_type();
-        if matches!(kind, tar::EntryType::XGlobalHeader | tar::EntryType::XHeader) {
-            continue;
-        }
-        let parent = resolve(root, &parent_rel, true)?;
-        make_dirs(root, &parent).map_err(|e| format!("cannot make {}: {e}", parent_rel.display()))?;
-        let target = parent.join(&name);
-        let header = entry.header();
-        let raw_mode = header.mode().unwrap_or(0o644) & 0o7777;
-        let (uid, gid) = (header.uid().unwrap_or(0), header.gid().unwrap_or(0));
-        let mode = shared_mode(raw_mode, uid, gid);
-        let mtime = header.mtime().unwrap_or(0);
-        let at = || rel.display().to_string();
-        match kind {
-            tar::EntryType::Directory => {
-                match std::fs::symlink_metadata(&target) {
-                    Ok(m) if m.is_dir() => {}
-                    Ok(_) => {
-                        remove_any(&target)?;
-                        mkdir(&target, &at)?;
+impl Unpacker {
+    fn apply_tar(&mut self, r: impl Read) -> Result<Applied, String> {
+        let root = self.root.clone();
+        let root = root.as_path();
+        let mut archive = tar::Archive::new(r);
+        let mut done = Applied::default();
+        // Paths this layer wrote: an opaque whiteout keeps them.
+        let mut ours: HashSet<PathBuf> = HashSet::new();
+        let entries = archive.entries().map_err(|e| format!("the layer is not a tar archive: {e}"))?;
+        for entry in entries {
+            let mut entry = entry.map_err(|e| format!("a damaged entry in the layer: {e}"))?;
+            let path = entry.path().map_err(|e| format!("an entry's path: {e}"))?.into_owned();
+            let rel = clean(&path);
+            let Some(name) = rel.file_name().map(OsStr::to_owned) else { continue };
+            let parent_rel = rel.parent().map(Path::to_path_buf).unwrap_or_default();
+            let name_s = name.to_string_lossy();
+            if name_s == OPAQUE {
+                let dir = self.resolve(&parent_rel, true)?;
+                empty_below(root, &dir, &parent_rel, &ours)?;
+                continue;
+            }
+            if let Some(gone) = name_s.strip_prefix(WHITEOUT) {
+                let dir = self.resolve(&parent_rel, true)?;
+                remove_any(&dir.join(gone))?;
+                continue;
+            }
+            let kind = entry.header().entry_type();
+            if matches!(kind, tar::EntryType::XGlobalHeader | tar::EntryType::XHeader) {
+                continue;
+            }
+            let parent = self.resolve(&parent_rel, true)?;
+            make_dirs(root, &parent).map_err(|e| format!("cannot make {}: {e}", parent_rel.display()))?;
+            let target = parent.join(&name);
+            let header = entry.header();
+            let raw_mode = header.mode().unwrap_or(0o644) & 0o7777;
+            let (uid, gid) = (header.uid().unwrap_or(0), header.gid().unwrap_or(0));
+            let mode = shared_mode(raw_mode, uid, gid);
+            let mtime = header.mtime().unwrap_or(0);
+            let at = || rel.display().to_string();
+            match kind {
+                tar::EntryType::Directory => {
+                    match std::fs::symlink_metadata(&target) {
+                        Ok(m) if m.is_dir() => {}
+                        Ok(_) => {
+                            remove_any(&target)?;
+                            mkdir(&target, &at)?;
+                        }
+                        Err(_) => mkdir(&target, &at)?,
                     }
-                    Err(_) => mkdir(&target, &at)?,
+                    chmod(&target, mode, &at)?;
                 }
-                chmod(&target, mode, &at)?;
-            }
-            tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
-                remove_any(&target)?;
-                let mut f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(&target)
-                    .map_err(|e| io_err(&at(), &e))?;
-                let n = std::io::copy(&mut entry, &mut f).map_err(|e| io_err(&at(), &e))?;
-                f.set_permissions(std::fs::Permissions::from_mode(mode)).map_err(|e| io_err(&at(), &e))?;
-                set_mtime(&target, mtime);
-                done.bytes += n;
-            }
-            tar::EntryType::Symlink => {
-                let to = entry
-                    .link_name()
-                    .map_err(|e| format!("{}: {e}", at()))?
-                    .ok_or_else(|| format!("{}: a symlink without a target", at()))?
-                    .into_owned();
-                remove_any(&target)?;
-                std::os::unix::fs::symlink(&to, &target).map_err(|e| io_err(&at(), &e))?;
-                set_mtime(&target, mtime);
-            }
-            tar::EntryType::Link => {
-                let to = entry
-                    .link_name()
-                    .map_err(|e| format!("{}: {e}", at()))?
-                    .ok_or_else(|| format!("{}: a hard link without a target", at()))?
-                    .into_owned();
-                let src = resolve(root, &clean(&to), false)?;
-                let m = std::fs::symlink_metadata(&src).map_err(|_| {
-                    format!("{}: links to {}, which the layers do not have", at(), to.display())
-                })?;
-                if m.is_dir() {
-                    return Err(format!("{}: a hard link to a directory", at()));
-                }
-                if src != target {
+                tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
                     remove_any(&target)?;
-                    std::fs::hard_link(&src, &target).map_err(|e| io_err(&at(), &e))?;
+                    let mut f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(&target)
+                        .map_err(|e| io_err(&at(), &e))?;
+                    let n = std::io::copy(&mut entry, &mut f).map_err(|e| io_err(&at(), &e))?;
+                    f.set_permissions(std::fs::Permissions::from_mode(mode))
+                        .map_err(|e| io_err(&at(), &e))?;
+                    set_mtime(&target, mtime);
+                    done.bytes += n;
                 }
+                tar::EntryType::Symlink => {
+                    let to = entry
+                        .link_name()
+                        .map_err(|e| format!("{}: {e}", at()))?
+                        .ok_or_else(|| format!("{}: a symlink without a target", at()))?
+                        .into_owned();
+                    remove_any(&target)?;
+                    std::os::unix::fs::symlink(&to, &target).map_err(|e| io_err(&at(), &e))?;
+                    set_mtime(&target, mtime);
+                    self.link_made(&rel);
+                }
+                tar::EntryType::Link => {
+                    let to = entry
+                        .link_name()
+                        .map_err(|e| format!("{}: {e}", at()))?
+                        .ok_or_else(|| format!("{}: a hard link without a target", at()))?
+                        .into_owned();
+                    let src = resolve(root, &clean(&to), false)?;
+                    let m = std::fs::symlink_metadata(&src).map_err(|_| {
+                        format!("{}: links to {}, which the layers do not have", at(), to.display())
+                    })?;
+                    if m.is_dir() {
+                        return Err(format!("{}: a hard link to a directory", at()));
+                    }
+                    if src != target {
+                        remove_any(&target)?;
+                        std::fs::hard_link(&src, &target).map_err(|e| io_err(&at(), &e))?;
+                    }
+                }
+                tar::EntryType::Fifo => {
+                    remove_any(&target)?;
+                    rustix::fs::mknodat(
+                        rustix::fs::CWD,
+                        &target,
+                        rustix::fs::FileType::Fifo,
+                        rustix::fs::Mode::from_raw_mode(mode),
+                        0,
+                    )
+                    .map_err(|e| format!("{}: {e}", at()))?;
+                    chmod(&target, mode, &at)?;
+                }
+                // Devices: the sandbox has its own /dev. Anything else is not a file system entry.
+                _ => continue,
             }
-            tar::EntryType::Fifo => {
-                remove_any(&target)?;
-                rustix::fs::mknodat(
-                    rustix::fs::CWD,
-                    &target,
-                    rustix::fs::FileType::Fifo,
-                    rustix::fs::Mode::from_raw_mode(mode),
-                    0,
-                )
-                .map_err(|e| format!("{}: {e}", at()))?;
-                chmod(&target, mode, &at)?;
-            }
-            // Devices: the sandbox has its own /dev. Anything else is not a file system entry.
-            _ => continue,
+            ours.insert(rel);
+            done.entries += 1;
         }
-        ours.insert(rel);
-        done.entries += 1;
+        Ok(done)
     }
-    Ok(done)
 }
 
 /// A layer's path as a relative path of normal components (`./a/../b` is `b`; nothing climbs above the
@@ -170,6 +256,33 @@ fn clean(p: &Path) -> PathBuf {
         }
     }
     out
+}
+
+/// The inflated bytes of a layer, as the inflating thread hands them over.
+struct Chunks {
+    rx: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    cur: Vec<u8>,
+    at: usize,
+}
+
+impl Read for Chunks {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.at == self.cur.len() {
+            match self.rx.recv() {
+                Ok(Ok(c)) if c.is_empty() => return Ok(0),
+                Ok(Ok(c)) => {
+                    self.cur = c;
+                    self.at = 0;
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = out.len().min(self.cur.len() - self.at);
+        out[..n].copy_from_slice(&self.cur[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
 }
 
 /// `rel` resolved inside `root` as if `root` were `/`: symlinks on the way (and the last component's, when

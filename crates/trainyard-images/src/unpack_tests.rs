@@ -225,3 +225,48 @@ fn garbage_is_an_error_not_a_panic() {
     let zstd = [0x28, 0xb5, 0x2f, 0xfd, 0, 0];
     assert!(apply_layer(&root, &zstd[..]).unwrap_err().contains("zstd"));
 }
+
+#[test]
+fn an_unpacker_that_knows_its_links_resolves_the_same_and_stays_inside() {
+    let s = Scratch::new("unp");
+    let outside = s.0.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let layers = [
+        layer(&[
+            E::Dir("usr"),
+            E::Dir("usr/bin"),
+            E::Sym("bin", "usr/bin"),
+            E::Sym("abs", outside.to_str().unwrap()),
+            E::Sym("up", "../../../../../../../../outside"),
+        ]),
+        layer(&[
+            E::File("bin/bash", "#!", 0o755, 0),
+            E::File("abs/planted", "x", 0o644, 0),
+            E::File("up/planted", "y", 0o644, 0),
+            E::Link("bin/sh", "bin/bash"),
+        ]),
+        // A dir replaced by a link in a later layer, then written through.
+        layer(&[E::Dir("opt"), E::Dir("real")]),
+        layer(&[E::Sym("opt", "/real"), E::File("opt/f", "through", 0o644, 0)]),
+    ];
+    let known = s.0.join("known");
+    std::fs::create_dir(&known).unwrap();
+    let mut u = Unpacker::new(&known);
+    for l in &layers {
+        u.apply(&l[..]).unwrap();
+    }
+    let walked = s.0.join("walked");
+    std::fs::create_dir(&walked).unwrap();
+    for l in &layers {
+        apply_layer(&walked, &l[..]).unwrap();
+    }
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "nothing was written outside the root");
+    for root in [&known, &walked] {
+        assert_eq!(read(root, "usr/bin/bash").as_deref(), Some("#!"));
+        assert_eq!(read(root, "usr/bin/sh").as_deref(), Some("#!"));
+        assert_eq!(read(root, "outside/planted").as_deref(), Some("y"));
+        assert_eq!(read(root, "real/f").as_deref(), Some("through"));
+        let inside = outside.strip_prefix("/").unwrap();
+        assert_eq!(read(root, &format!("{}/planted", inside.display())).as_deref(), Some("x"));
+    }
+}

@@ -230,3 +230,39 @@ fn a_private_registry_is_pulled_from_with_the_login_an_admin_set_and_its_passwor
     let (status, _) = s.call("DELETE", &path, None);
     assert_eq!(status, 404);
 }
+
+/// A 1 + 1 torchrun job with a gloo all-reduce, from an image that carries Debian's `python3-torch` (the
+/// package and everything it depends on, about 1 GiB): both replicas run from one read-only root in the cache.
+#[test]
+fn a_torchrun_gloo_job_runs_from_an_image_that_carries_python3_torch() {
+    let reg = TestRegistry::start("torch", false, false);
+    let layer = host_layer(&debian_closure(&["python3-torch", "bash", "coreutils"]));
+    let digest = reg.push("ml/torch", "cpu", &[(TAR_LAYER, layer)], json!({"Env": ["PYTHONUNBUFFERED=1"]}));
+    let s = Server::start("images-torch", None);
+    use_catalog(&s, &catalog_with(json!({ reg.host.clone(): {"insecure": true} })));
+    let cmd = r#"cat > /tmp/allreduce.py <<'PY'
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+n = dist.get_world_size()
+assert t.item() == n * (n + 1) / 2, t
+print("all-reduce gave", t.item(), "over", n, "ranks with torch", torch.__version__, flush=True)
+dist.destroy_process_group()
+PY
+torchrun --redirects 1 --tee 1 /tmp/allreduce.py"#;
+    let mut task = pytorch_on("cpu.large", "torchimg", 1, cmd);
+    task["spec"]["environment"]["image"] = json!(format!("{}/ml/torch:cpu", reg.host));
+    let id = s.submit(&task);
+    let t = s.wait_status(&id, "Succeeded", secs(600));
+    let events = s.events_text(&id);
+    assert!(events.contains(&digest), "{events}");
+    let master = format!("{}-master-0", t["name"].as_str().unwrap());
+    let log = s.log(&id, &master, None);
+    assert!(log.contains("all-reduce gave 3.0 over 2 ranks"), "{log}");
+    // One image in the cache, pulled once for both replicas.
+    let (_, body) = s.call("GET", "/api/v1/admin/images", None);
+    let cached: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(cached["items"].as_array().unwrap().len(), 1, "{body}");
+    assert!(cached["items"][0]["bytes"].as_u64().unwrap() > 500 << 20, "{body}");
+}

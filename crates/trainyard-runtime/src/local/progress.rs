@@ -225,13 +225,25 @@ impl LocalBackend {
         inline
     }
 
-    /// The digests of the images attempts here run or are about to.
-    fn images_in_use(inner: &Inner) -> BTreeSet<String> {
+    /// The digests of the images attempts here run or are about to (one whose pull is ready but that has not
+    /// looked yet included).
+    fn images_in_use(&self, inner: &Inner) -> BTreeSet<String> {
+        let images = self.cfg.images.as_ref();
         inner
             .runs
             .values()
             .filter_map(|r| {
-                r.l.image_digest.clone().or_else(|| r.pulled.as_ref().map(|p| p.image.digest.clone()))
+                let ready = match (&r.stage, images) {
+                    (Stage::Fetching(fx), Some(images)) => match images.look(&fx.f.reference) {
+                        trainyard_images::Look::Ready(i) => Some(i.digest),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                r.l.image_digest
+                    .clone()
+                    .or_else(|| r.pulled.as_ref().map(|p| p.image.digest.clone()))
+                    .or(ready)
             })
             .collect()
     }
@@ -239,7 +251,7 @@ impl LocalBackend {
     /// Brings the image cache under its size limit (on a thread of its own), keeping every image in use.
     pub(super) fn collect_images(&self, inner: &Inner) {
         let Some(images) = self.cfg.images.clone() else { return };
-        let in_use = Self::images_in_use(inner);
+        let in_use = self.images_in_use(inner);
         let max = self.cfg.image_cache_max_bytes;
         let _ = std::thread::Builder::new().name("image-gc".into()).spawn(move || images.gc(max, &in_use));
     }
@@ -252,7 +264,7 @@ impl LocalBackend {
     /// Removes every cached image no attempt here runs or is about to run.
     pub fn prune_images(&self) -> trainyard_images::Collected {
         let Some(images) = &self.cfg.images else { return Default::default() };
-        let in_use = Self::images_in_use(&self.lock());
+        let in_use = self.images_in_use(&self.lock());
         images.gc(0, &in_use)
     }
 
