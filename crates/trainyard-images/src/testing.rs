@@ -166,6 +166,17 @@ impl TestRegistry {
             .count()
     }
 
+    /// How many times each blob was served, by digest.
+    pub fn blobs_served(&self) -> std::collections::BTreeMap<String, usize> {
+        let mut out = std::collections::BTreeMap::new();
+        for l in self.log().lines().filter(|l| l.contains("\"GET /v2/") && l.contains("\" 200 ")) {
+            if let Some(d) = l.split("/blobs/").nth(1).and_then(|r| r.split([' ', '"']).next()) {
+                *out.entry(d.to_owned()).or_default() += 1;
+            }
+        }
+        out
+    }
+
     /// Where the registry keeps a blob's bytes (to damage it).
     pub fn blob_file(&self, digest: &str) -> PathBuf {
         let hex = digest.strip_prefix("sha256:").unwrap();
@@ -231,6 +242,11 @@ impl Drop for TestRegistry {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The digest of a blob's bytes.
+pub fn digest_of(b: &[u8]) -> String {
+    format!("sha256:{:x}", sha2::Sha256::digest(b))
 }
 
 pub fn gunzip(b: &[u8]) -> Vec<u8> {

@@ -6,8 +6,8 @@ mod common;
 use common::*;
 use serde_json::{Value, json};
 use trainyard_images::testing::{
-    FlakyProxy, GZIP_LAYER, TAR_LAYER, TestRegistry, debian_closure, files_layer, gzip, host_layer,
-    owned_files_layer,
+    FlakyProxy, GZIP_LAYER, TAR_LAYER, TestRegistry, debian_closure, digest_of, files_layer, gzip,
+    host_layer, owned_files_layer,
 };
 
 /// [`CATALOG`] with registry images allowed from `registries` (host → settings).
@@ -41,6 +41,7 @@ fn on_image(prefix: &str, image: &str, cmd: &str) -> Value {
 fn a_task_runs_from_a_registry_image_with_its_config_and_every_attempt_runs_the_same_bytes() {
     let reg = TestRegistry::start("e2e", true, false);
     let base = base_layer();
+    let base_digest = digest_of(&base);
     let v1 = owned_files_layer(&[
         ("etc/passwd", PASSWD, 0o644, 0),
         ("etc/group", GROUP, 0o644, 0),
@@ -54,6 +55,7 @@ fn a_task_runs_from_a_registry_image_with_its_config_and_every_attempt_runs_the_
         "WorkingDir": "/app",
         "User": "alice",
     });
+    let v1_digest = digest_of(&v1);
     let d1 = reg.push("team/base", "stable", &[(GZIP_LAYER, base.clone()), (TAR_LAYER, v1)], config.clone());
     let s = Server::start("images-e2e", None);
     let ca = reg.ca.as_ref().unwrap().display().to_string();
@@ -94,6 +96,11 @@ fn a_task_runs_from_a_registry_image_with_its_config_and_every_attempt_runs_the_
     }
     let events = s.events_text(&id);
     assert!(events.contains(&format!("{image}@{d1}")), "attempt 1 pulled the pinned digest:\n{events}");
+    // Two attempts, each layer fetched once: the second attempt ran from the cache (the registry's own log).
+    let served = reg.blobs_served();
+    for layer in [base_digest, v1_digest] {
+        assert_eq!(served.get(&layer), Some(&1), "layer {layer}: {served:?}");
+    }
     assert!(!events.contains(&d2), "{events}");
     // The root file system is the cache's, read-only, and shared: the image is in the cache once.
     let (status, body) = s.call("GET", "/api/v1/admin/images", None);
@@ -265,4 +272,53 @@ torchrun --redirects 1 --tee 1 /tmp/allreduce.py"#;
     let cached: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(cached["items"].as_array().unwrap().len(), 1, "{body}");
     assert!(cached["items"][0]["bytes"].as_u64().unwrap() > 500 << 20, "{body}");
+}
+
+/// With a cache limit of 0, every pull collects the cache down to the images in use: one a running task
+/// runs stays, and goes once no task runs it.
+#[test]
+fn the_cache_never_removes_an_image_in_use() {
+    let reg = TestRegistry::start("gc-e2e", false, false);
+    let base = base_layer();
+    let x = reg.push(
+        "gc/x",
+        "1",
+        &[(GZIP_LAYER, base.clone()), (TAR_LAYER, files_layer(&[("x", b"x", 0o644)]))],
+        json!({}),
+    );
+    let y = reg.push(
+        "gc/y",
+        "1",
+        &[(GZIP_LAYER, base), (TAR_LAYER, files_layer(&[("y", b"y", 0o644)]))],
+        json!({}),
+    );
+    let s = Server::start_with(
+        "images-gc",
+        Options { args: vec!["--image-cache-gib".into(), "0".into()], ..Options::default() },
+    );
+    use_catalog(&s, &catalog_with(json!({ reg.host.clone(): {"insecure": true} })));
+    let cached = || -> Vec<String> {
+        let (_, body) = s.call("GET", "/api/v1/admin/images", None);
+        let v: Value = serde_json::from_str(&body).unwrap();
+        v["items"].as_array().unwrap().iter().map(|i| i["digest"].as_str().unwrap().to_owned()).collect()
+    };
+    let long = s.submit(&on_image("gcx", &format!("{}/gc/x:1", reg.host), "sleep 600"));
+    s.wait_status(&long, "Running", secs(60));
+    let short = s.submit(&on_image("gcy", &format!("{}/gc/y:1", reg.host), "true"));
+    s.wait_status(&short, "Succeeded", secs(60));
+    // The collection after y's pull kept x (in use) and y (about to run).
+    let now = cached();
+    assert!(now.contains(&x) && now.contains(&y), "{now:?}");
+    s.call("POST", &format!("/api/v1/tasks/{long}/stop"), None);
+    s.wait_status(&long, "Stopped", secs(60));
+    // The next pull's collection removes both: neither runs any more once it ended.
+    let again = s.submit(&on_image("gcy2", &format!("{}/gc/y:1", reg.host), "true"));
+    s.wait_status(&again, "Succeeded", secs(60));
+    let t0 = std::time::Instant::now();
+    while cached().contains(&x) {
+        assert!(t0.elapsed() < secs(30), "x is still cached: {:?}", cached());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // y was in use by the task that pulled it when that collection ran.
+    assert_eq!(cached(), [y]);
 }
