@@ -246,3 +246,63 @@ fn an_interrupted_pull_leaves_nothing_half_visible() {
     assert!(images.cached().is_empty());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn mirrors_are_tried_first_and_the_registry_after_them() {
+    let origin = TestRegistry::start("origin", false, false);
+    let mirror = TestRegistry::start("mirror", false, false);
+    let layer = base_layer();
+    // The mirror has the image; the origin has it too, and must not be asked for its layers.
+    mirror.push("team/m", "1", &[(TAR_LAYER, layer.clone())], serde_json::json!({}));
+    origin.push("team/m", "1", &[(TAR_LAYER, layer.clone())], serde_json::json!({}));
+    let only_origin = files_layer(&[("usr/bin/bash", BASH, 0o755), ("only", b"origin", 0o644)]);
+    origin.push("team/o", "1", &[(TAR_LAYER, only_origin.clone())], serde_json::json!({}));
+    let mut access = origin.access();
+    access.registries.get_mut(&origin.host).unwrap().mirrors = vec![mirror.host.clone()];
+    access.registries.insert(
+        mirror.host.clone(),
+        trainyard_core::catalog::Registry { insecure: true, ..Default::default() },
+    );
+    let c = Cache::new("mirrors");
+    let r = format!("{}/team/m:1", origin.host);
+    c.images.start(&r, &access);
+    let Look::Ready(img) = wait(&c.images, &r) else { panic!("{:?}", c.images.look(&r)) };
+    assert_eq!(img.reference, r, "the image keeps its own name");
+    assert_eq!(mirror.blob_gets(&sha(&layer)), 1, "{}", mirror.log());
+    assert_eq!(origin.blob_gets(&sha(&layer)), 0, "{}", origin.log());
+    // What the mirror does not have comes from the registry itself.
+    let r = format!("{}/team/o:1", origin.host);
+    c.images.start(&r, &access);
+    assert!(matches!(wait(&c.images, &r), Look::Ready(_)));
+    assert_eq!(origin.blob_gets(&sha(&only_origin)), 1);
+}
+
+#[test]
+fn a_full_disk_is_said_as_such() {
+    let reg = TestRegistry::start("full", false, false);
+    let big: Vec<u8> = (0..6u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+    reg.push(
+        "big",
+        "1",
+        &[(TAR_LAYER, files_layer(&[("usr/bin/bash", BASH, 0o755), ("big", &big, 0o644)]))],
+        serde_json::json!({}),
+    );
+    let dir = std::env::temp_dir().join(format!("ty-cache-full-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A 4 MiB file system for the cache (the tests run as root, as the local backend needs).
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+        .arg(&dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(mounted, "mounting a small tmpfs (needs root)");
+    let images = Images::open(&dir.join("cache"), None).unwrap();
+    let r = format!("{}/big:1", reg.host);
+    images.start(&r, &reg.access());
+    let got = wait(&images, &r);
+    let _ = std::process::Command::new("umount").arg(&dir).status();
+    let _ = std::fs::remove_dir_all(&dir);
+    let Look::Failed(e) = got else { panic!("{got:?}") };
+    assert_eq!(e.class, FailureClass::DiskFull, "{e}");
+    assert!(e.class.retryable() && e.message.contains("no space left"), "{e}");
+}
