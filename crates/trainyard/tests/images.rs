@@ -247,17 +247,7 @@ fn a_torchrun_gloo_job_runs_from_an_image_that_carries_python3_torch() {
     let digest = reg.push("ml/torch", "cpu", &[(TAR_LAYER, layer)], json!({"Env": ["PYTHONUNBUFFERED=1"]}));
     let s = Server::start("images-torch", None);
     use_catalog(&s, &catalog_with(json!({ reg.host.clone(): {"insecure": true} })));
-    let cmd = r#"cat > /tmp/allreduce.py <<'PY'
-import torch, torch.distributed as dist
-dist.init_process_group("gloo")
-t = torch.tensor([float(dist.get_rank() + 1)])
-dist.all_reduce(t)
-n = dist.get_world_size()
-assert t.item() == n * (n + 1) / 2, t
-print("all-reduce gave", t.item(), "over", n, "ranks with torch", torch.__version__, flush=True)
-dist.destroy_process_group()
-PY
-torchrun --redirects 1 --tee 1 /tmp/allreduce.py"#;
+    let cmd = TORCHRUN_ALL_REDUCE;
     let mut task = pytorch_on("cpu.large", "torchimg", 1, cmd);
     task["spec"]["environment"]["image"] = json!(format!("{}/ml/torch:cpu", reg.host));
     let id = s.submit(&task);

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Options, Server, pytorch, pytorch_on, secs};
+use common::{Options, Server, TORCHRUN_ALL_REDUCE, pytorch, pytorch_on, secs};
 use serde_json::json;
 
 /// Rank 0 listens on MASTER_PORT, the others connect and send their rank, all agree on the sum; every
@@ -233,17 +233,7 @@ fn logs_follow_over_server_sent_events() {
 #[test]
 fn torchrun_gloo_all_reduce_with_the_precheck() {
     let s = Server::start("torchrun", None);
-    let cmd = r#"cat > /tmp/allreduce.py <<'PY'
-import torch, torch.distributed as dist
-dist.init_process_group("gloo")
-t = torch.tensor([float(dist.get_rank() + 1)])
-dist.all_reduce(t)
-n = dist.get_world_size()
-assert t.item() == n * (n + 1) / 2, t
-print("all-reduce gave", t.item(), "over", n, "ranks", flush=True)
-dist.destroy_process_group()
-PY
-torchrun --redirects 1 --tee 1 /tmp/allreduce.py"#;
+    let cmd = TORCHRUN_ALL_REDUCE;
     // 1 + 2 replicas, each in its own network namespace: gloo's rendezvous and all-reduce cross them.
     let mut task = pytorch_on("cpu.large", "torch", 2, cmd);
     task["spec"]["advanced"] = json!({"precheck": {"enabled": true, "timeoutSeconds": 120}});

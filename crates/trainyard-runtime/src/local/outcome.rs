@@ -310,6 +310,18 @@ pub(super) enum Fetched {
     GaveUp,
 }
 
+/// After `tries` failed pulls under tolerance `tol` (-1 never spent, 0 no retries, N retries): None when the
+/// tolerance is spent (with why), else the wait before the next pull (1 s doubling to 30 s).
+fn next_pull(tries: u32, tol: i64) -> Result<u64, String> {
+    if tol == 0 {
+        return Err("the image pull tolerance allows no retries".to_owned());
+    }
+    if tol > 0 && i64::from(tries) > tol {
+        return Err(format!("gave up after {tries} pulls ({tol} retries allowed)"));
+    }
+    Ok((1000u64 << (tries.max(1) - 1).min(5)).min(30_000))
+}
+
 /// How often an attempt's pull progress becomes an event.
 pub(super) const PULL_PROGRESS_EVERY_MS: u64 = 5_000;
 
@@ -381,23 +393,19 @@ pub(super) fn fetch(
                 return Fetched::Retry;
             }
             f.tries += 1;
-            let (tries, tol) = (f.tries, l.pull_tolerance);
-            if !e.class.retryable() || tol == 0 || (tol > 0 && i64::from(tries) > tol) {
-                let why = if !e.class.retryable() {
-                    "another try would fail the same way".to_owned()
-                } else if tol == 0 {
-                    "the image pull tolerance allows no retries".to_owned()
-                } else {
-                    format!("gave up after {tries} pulls ({tol} retries allowed)")
-                };
-                out.push(Observation::Finished {
-                    key,
-                    reason: Reason::ImagePullFailed,
-                    message: format!("{e}; {why}"),
-                });
-                return Fetched::GaveUp;
-            }
-            let backoff = (1000u64 << (tries - 1).min(5)).min(30_000);
+            let tries = f.tries;
+            let backoff = match next_pull(tries, l.pull_tolerance) {
+                Ok(wait) if e.class.retryable() => wait,
+                spent => {
+                    let why = spent.err().unwrap_or_else(|| "another try would fail the same way".to_owned());
+                    out.push(Observation::Finished {
+                        key,
+                        reason: Reason::ImagePullFailed,
+                        message: format!("{e}; {why}"),
+                    });
+                    return Fetched::GaveUp;
+                }
+            };
             f.backing_off = true;
             f.next_at_ms = now + backoff;
             out.push(Observation::Note {
@@ -449,19 +457,22 @@ pub(super) fn pull(pl: &mut Pulling, l: &Launched, here: bool, now: u64, out: &m
         return Pull::Start;
     }
     pl.tries += 1;
-    let (tries, tol) = (pl.tries, l.pull_tolerance);
+    let tries = pl.tries;
     let why = format!("image {} is not available on this machine (available: {})", l.image, pl.available);
-    if tol == 0 || (tol > 0 && i64::from(tries) > tol) {
-        let allowed =
-            if tol == 0 { "no retries allowed".to_owned() } else { format!("{tol} retries allowed") };
-        out.push(Observation::Finished {
-            key,
-            reason: Reason::ImagePullFailed,
-            message: format!("{why}; gave up after {tries} pulls ({allowed})"),
-        });
-        return Pull::GaveUp;
-    }
-    let backoff = (1000u64 << (tries - 1).min(5)).min(30_000);
+    let backoff = match next_pull(tries, l.pull_tolerance) {
+        Ok(wait) => wait,
+        Err(_) => {
+            let tol = l.pull_tolerance;
+            let allowed =
+                if tol == 0 { "no retries allowed".to_owned() } else { format!("{tol} retries allowed") };
+            out.push(Observation::Finished {
+                key,
+                reason: Reason::ImagePullFailed,
+                message: format!("{why}; gave up after {tries} pulls ({allowed})"),
+            });
+            return Pull::GaveUp;
+        }
+    };
     pl.next_at_ms = now + backoff;
     out.push(Observation::Note {
         key,

@@ -14,10 +14,9 @@
 //!
 //!   cargo run --release -p trainyard --features image-bench --bin image-bench [-- --runs N --small]
 
-use serde_json::{Value, json};
-use std::io::BufRead;
+use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use trainyard_images::testing::{GZIP_LAYER, TestRegistry, debian_closure, gzip, host_layer};
 use trainyard_images::{Images, Look, Phase};
@@ -47,63 +46,21 @@ fn split(files: Vec<PathBuf>, n: usize) -> Vec<Vec<PathBuf>> {
     out
 }
 
+#[path = "shared/up.rs"]
+mod up;
+
+/// A `trainyard up` of its own, removed with its data dir when dropped.
 struct Server {
-    child: Child,
-    base: String,
-    auth: String,
-    agent: ureq::Agent,
+    child: std::process::Child,
+    api: up::Api,
     dir: PathBuf,
 }
 
 impl Server {
     fn start(catalog: &str) -> Server {
-        let exe = std::env::current_exe().unwrap().with_file_name("trainyard");
         let dir = std::env::temp_dir().join(format!("ty-image-bench-{}-{}", std::process::id(), rand()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut child = Command::new(&exe)
-            .args(["up", "--backend", "local", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(&dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("trainyard up starts (build it first: cargo build --release -p trainyard)");
-        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let base = lines
-            .by_ref()
-            .map_while(Result::ok)
-            .find_map(|l| {
-                l.trim()
-                    .strip_prefix("API:")
-                    .map(|r| r.split_whitespace().next().unwrap().trim_end_matches("/api/v1").to_owned())
-            })
-            .expect("the API address");
-        std::thread::spawn(move || for _ in lines {});
-        let token = std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_owned();
-        let s = Server {
-            child,
-            base,
-            auth: format!("Bearer {token}"),
-            agent: ureq::Agent::config_builder().http_status_as_error(false).build().into(),
-            dir,
-        };
-        assert_eq!(s.call("PUT", "/api/v1/admin/catalog", Some(catalog)).0, 200);
-        s
-    }
-
-    fn call(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
-        let url = format!("{}{path}", self.base);
-        let r = match method {
-            "GET" => self.agent.get(&url).header("Authorization", &self.auth).call(),
-            "PUT" => {
-                self.agent.put(&url).header("Authorization", &self.auth).send(body.unwrap_or("").as_bytes())
-            }
-            _ => {
-                self.agent.post(&url).header("Authorization", &self.auth).send(body.unwrap_or("").as_bytes())
-            }
-        };
-        let mut r = r.expect("the server answers");
-        let text = r.body_mut().read_to_string().unwrap_or_default();
-        (r.status().as_u16(), serde_json::from_str(&text).unwrap_or(Value::Null))
+        let (child, api) = up::start(&dir, catalog);
+        Server { child, api, dir }
     }
 
     /// Submits a task on `image` and returns the time until the API says Running.
@@ -117,14 +74,11 @@ impl Server {
                                  "instanceSpecs": [{"spec": "cpu.tiny"}]}}
         });
         let t0 = Instant::now();
-        let (status, v) = self.call("POST", "/api/v1/tasks", Some(&task.to_string()));
+        let (status, v) = self.api.call("POST", "/api/v1/tasks", Some(&task.to_string()));
         assert_eq!(status, 201, "{v}");
         let id = v["id"].as_str().unwrap().to_owned();
         loop {
-            let s = self.call("GET", &format!("/api/v1/tasks/{id}"), None).1["status"]
-                .as_str()
-                .unwrap_or("")
-                .to_owned();
+            let s = self.api.status(&id);
             if s == "Running" {
                 break;
             }
@@ -133,14 +87,14 @@ impl Server {
             std::thread::sleep(Duration::from_millis(2));
         }
         let took = t0.elapsed().as_secs_f64();
-        self.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
+        self.api.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
         took
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = Command::new("kill").arg(self.child.id().to_string()).status();
+        let _ = std::process::Command::new("kill").arg(self.child.id().to_string()).status();
         let _ = self.child.wait();
         std::thread::sleep(Duration::from_millis(500));
         let _ = std::fs::remove_dir_all(&self.dir);

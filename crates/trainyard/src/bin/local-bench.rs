@@ -8,9 +8,7 @@
 //! It starts `trainyard up --backend local` (the binary next to this one) on a temp data dir, and drives it
 //! over HTTP as a client would, polling the task until it is Running.
 
-use serde_json::{Value, json};
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
+use serde_json::json;
 use std::time::{Duration, Instant};
 
 const CATALOG: &str = r#"
@@ -26,33 +24,16 @@ images: {host: {}}
 quotas: [{group: default, resourceType: Reserved, pool: default, spec: cpu.tiny, units: 32}]
 "#;
 
-struct Api {
-    base: String,
-    auth: String,
-    agent: ureq::Agent,
+#[path = "shared/up.rs"]
+mod up;
+use up::Api;
+
+trait Wait {
+    fn wait(&self, id: &str, want: &str) -> Duration;
+    fn wait_output(&self, id: &str, replicas: &[String], line: &str);
 }
 
-impl Api {
-    fn call(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
-        let url = format!("{}{path}", self.base);
-        let r = match method {
-            "GET" => self.agent.get(&url).header("Authorization", &self.auth).call(),
-            "PUT" => {
-                self.agent.put(&url).header("Authorization", &self.auth).send(body.unwrap_or("").as_bytes())
-            }
-            _ => {
-                self.agent.post(&url).header("Authorization", &self.auth).send(body.unwrap_or("").as_bytes())
-            }
-        };
-        let mut r = r.expect("the server answers");
-        let text = r.body_mut().read_to_string().unwrap_or_default();
-        (r.status().as_u16(), serde_json::from_str(&text).unwrap_or(Value::Null))
-    }
-
-    fn status(&self, id: &str) -> String {
-        self.call("GET", &format!("/api/v1/tasks/{id}"), None).1["status"].as_str().unwrap_or("").to_owned()
-    }
-
+impl Wait for Api {
     fn wait(&self, id: &str, want: &str) -> Duration {
         let t0 = Instant::now();
         loop {
@@ -68,9 +49,7 @@ impl Api {
             std::thread::sleep(Duration::from_micros(500));
         }
     }
-}
 
-impl Api {
     /// Waits until every replica's log holds `line`.
     fn wait_output(&self, id: &str, replicas: &[String], line: &str) {
         let t0 = Instant::now();
@@ -137,36 +116,11 @@ fn platform_pids(data_dir: &str) -> Vec<u32> {
 fn main() {
     let runs: usize =
         std::env::args().skip_while(|a| a != "--runs").nth(1).and_then(|n| n.parse().ok()).unwrap_or(40);
-    let exe = std::env::current_exe().unwrap().with_file_name("trainyard");
     let dir = std::env::temp_dir().join(format!("ty-local-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let dir = dir.canonicalize().unwrap();
-    let mut server: Child = Command::new(&exe)
-        .args(["up", "--backend", "local", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("trainyard up starts (build it first: cargo build --release -p trainyard)");
-    let mut lines = std::io::BufReader::new(server.stdout.take().unwrap()).lines();
-    let base = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|l| {
-            l.trim()
-                .strip_prefix("API:")
-                .map(|r| r.split_whitespace().next().unwrap().trim_end_matches("/api/v1").to_owned())
-        })
-        .expect("the API address");
-    std::thread::spawn(move || for _ in lines {});
-    let token = std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_owned();
-    let api = Api {
-        base,
-        auth: format!("Bearer {token}"),
-        agent: ureq::Agent::config_builder().http_status_as_error(false).build().into(),
-    };
-    assert_eq!(api.call("PUT", "/api/v1/admin/catalog", Some(CATALOG)).0, 200);
+    let (mut server, api) = up::start(&dir, CATALOG);
 
     println!("local backend, {runs} runs each, submit until the API shows Running (free capacity):");
     println!("{:<26} {:>9} {:>9} {:>9}   target", "", "p50 ms", "p99 ms", "max ms");

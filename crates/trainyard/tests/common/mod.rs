@@ -320,6 +320,21 @@ pub fn rayjob(prefix: &str, workers: u32, entrypoint: &str, ray: Value) -> Value
     t
 }
 
+/// A torchrun job's command: a gloo all-reduce over every rank, checked, printed as
+/// `all-reduce gave S over N ranks`. (`--redirects 1 --tee 1`: Debian's torch 1.13 under Python 3.11 cannot
+/// parse torchrun's default `0` for these, an enum change in 3.11.)
+pub const TORCHRUN_ALL_REDUCE: &str = r#"cat > /tmp/allreduce.py <<'PY'
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+n = dist.get_world_size()
+assert t.item() == n * (n + 1) / 2, t
+print("all-reduce gave", t.item(), "over", n, "ranks with torch", torch.__version__, flush=True)
+dist.destroy_process_group()
+PY
+torchrun --redirects 1 --tee 1 /tmp/allreduce.py"#;
+
 pub fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
 }
