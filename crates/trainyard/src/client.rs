@@ -9,6 +9,23 @@ use serde_json::Value;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+/// Writes one line to standard output. A reader that went away (`trainyard list | head`) ends the program
+/// quietly, with status 0, as a pipeline expects.
+pub fn write_line(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "{args}").and_then(|()| out.flush()).is_err() {
+        std::process::exit(0);
+    }
+}
+
+/// `println!` through [`write_line`].
+macro_rules! outln {
+    () => { $crate::client::write_line(format_args!("")) };
+    ($($t:tt)*) => { $crate::client::write_line(format_args!($($t)*)) };
+}
+pub(crate) use outln;
+
 #[derive(Debug, Clone)]
 pub struct Conn {
     pub server: String,
@@ -29,7 +46,7 @@ pub struct Failure {
     pub code: u8,
 }
 
-type CallResult<T> = Result<T, Failure>;
+pub type CallResult<T> = Result<T, Failure>;
 
 fn usage(message: impl Into<String>) -> Failure {
     Failure { message: message.into(), code: 2 }
@@ -78,6 +95,72 @@ impl Conn {
     }
 }
 
+impl Conn {
+    /// A GET whose answer is text: (the text, `X-Next-Offset`, `X-Log-Ended`).
+    pub fn get_text(&self, path: &str) -> CallResult<(String, u64, bool)> {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .build()
+            .into();
+        let url = format!("{}{path}", self.server.trim_end_matches('/'));
+        let auth = format!("Bearer {}", self.token.as_deref().unwrap_or(""));
+        let mut resp =
+            agent.get(&url).header("Authorization", &auth).call().map_err(|e| {
+                usage(format!("cannot reach {}: {e} (is `trainyard up` running?)", self.server))
+            })?;
+        let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let (next, ended) = (header("x-next-offset"), header("x-log-ended"));
+        let status = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        if status >= 400 {
+            let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
+            return Err(Failure { message: problem_text(&v), code: 1 });
+        }
+        Ok((text, next.and_then(|n| n.parse().ok()).unwrap_or(0), ended.as_deref() == Some("true")))
+    }
+
+    /// A GET answered with a stream that may last (server-sent events): its body, line by line.
+    pub fn stream(&self, path: &str) -> CallResult<impl std::io::BufRead + use<>> {
+        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        let url = format!("{}{path}", self.server.trim_end_matches('/'));
+        let auth = format!("Bearer {}", self.token.as_deref().unwrap_or(""));
+        let resp =
+            agent.get(&url).header("Authorization", &auth).call().map_err(|e| {
+                usage(format!("cannot reach {}: {e} (is `trainyard up` running?)", self.server))
+            })?;
+        if resp.status().as_u16() >= 400 {
+            let mut resp = resp;
+            let text = resp.body_mut().read_to_string().unwrap_or_default();
+            let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
+            return Err(Failure { message: problem_text(&v), code: 1 });
+        }
+        Ok(std::io::BufReader::new(resp.into_body().into_reader()))
+    }
+}
+
+impl Conn {
+    /// A GET answered with JSON.
+    pub fn call_json(&self, method: &str, path: &str) -> CallResult<(u16, Value)> {
+        self.call(method, path, None, None)
+    }
+}
+
+/// The id of the task `task` names: its name or its id, among the tasks the caller can see.
+pub fn resolve(c: &Conn, task: &str) -> CallResult<String> {
+    let (_, v) = c.call("GET", &format!("/api/v1/tasks?q={}&limit=50", encode(task)), None, None)?;
+    v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|t| t["id"].as_str() == Some(task) || t["name"].as_str() == Some(task))
+        .and_then(|t| t["id"].as_str().map(str::to_owned))
+        .ok_or_else(|| Failure {
+            message: format!("no task named {task:?} (or with that id) among those you can see; `trainyard list` shows them"),
+            code: 1,
+        })
+}
+
 /// A problem document for people: the detail, then every problem with its path.
 fn problem_text(v: &Value) -> String {
     let mut out = format!(
@@ -100,8 +183,8 @@ fn problem_text(v: &Value) -> String {
 
 fn print(v: &Value, format: Format) {
     match format {
-        Format::Json | Format::Table => println!("{}", serde_json::to_string_pretty(v).unwrap_or_default()),
-        Format::Yaml => print!("{}", serde_saphyr::to_string(v).unwrap_or_default()),
+        Format::Json | Format::Table => outln!("{}", serde_json::to_string_pretty(v).unwrap_or_default()),
+        Format::Yaml => outln!("{}", serde_saphyr::to_string(v).unwrap_or_default().trim_end()),
     }
 }
 
@@ -144,7 +227,7 @@ fn table(items: &[Value]) {
         }
     }
     let line = |c: [&str; 6]| {
-        println!(
+        outln!(
             "{:<a$}  {:<b$}  {:<c$}  {:<d$}  {:<e$}  {}",
             c[0],
             c[1],
@@ -178,7 +261,7 @@ pub fn finish(r: CallResult<ExitCode>) -> ExitCode {
 pub fn whoami(c: &Conn) -> CallResult<ExitCode> {
     let (_, v) = c.call("GET", "/api/v1/whoami", None, None)?;
     let groups: Vec<&str> = v["groups"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-    println!(
+    outln!(
         "{} ({}), groups: {}",
         v["name"].as_str().unwrap_or(""),
         v["role"].as_str().unwrap_or(""),
@@ -206,7 +289,7 @@ pub fn submit(
     let name = t["name"].as_str().unwrap_or("").to_owned();
     let id = t["id"].as_str().unwrap_or("").to_owned();
     if format == Format::Table {
-        println!("{} {name} (id {id})", if status == 201 { "created" } else { "already created" });
+        outln!("{} {name} (id {id})", if status == 201 { "created" } else { "already created" });
     } else {
         print(&t, format);
     }
@@ -226,11 +309,11 @@ pub fn submit(
         let (_, t) = c.call("GET", &format!("/api/v1/tasks/{id}"), None, None)?;
         match t["status"].as_str().unwrap_or("") {
             "Succeeded" => {
-                println!("{name} succeeded");
+                outln!("{name} succeeded");
                 return Ok(ExitCode::SUCCESS);
             }
             s @ ("Failed" | "Stopped") => {
-                println!("{name} {}", s.to_lowercase());
+                outln!("{name} {}", s.to_lowercase());
                 return Ok(ExitCode::from(1));
             }
             _ => {}
@@ -275,23 +358,20 @@ pub fn get(c: &Conn, id: &str, format: Format) -> CallResult<ExitCode> {
 
 pub fn describe(c: &Conn, id: &str) -> CallResult<ExitCode> {
     let (_, t) = c.call("GET", &format!("/api/v1/tasks/{}", encode(id)), None, None)?;
-    println!("Name:     {}", t["name"].as_str().unwrap_or(""));
-    println!("ID:       {}", t["id"].as_str().unwrap_or(""));
-    println!("Type:     {}", t["type"].as_str().unwrap_or(""));
-    println!("Status:   {} (attempt {})", t["status"].as_str().unwrap_or(""), t["attempt"]);
-    println!(
+    outln!("Name:     {}", t["name"].as_str().unwrap_or(""));
+    outln!("ID:       {}", t["id"].as_str().unwrap_or(""));
+    outln!("Type:     {}", t["type"].as_str().unwrap_or(""));
+    outln!("Status:   {} (attempt {})", t["status"].as_str().unwrap_or(""), t["attempt"]);
+    outln!(
         "Owner:    {} / group {}",
         t["owner"].as_str().unwrap_or(""),
         t["projectGroup"].as_str().unwrap_or("")
     );
     if let Some(r) = t["queue"]["reason"].as_str() {
-        println!(
-            "Queue:    #{} ({} in its group): {r}",
-            t["queue"]["position"], t["queue"]["positionInGroup"]
-        );
+        outln!("Queue:    #{} ({} in its group): {r}", t["queue"]["position"], t["queue"]["positionInGroup"]);
     }
     for r in t["placement"]["replicas"].as_array().into_iter().flatten() {
-        println!(
+        outln!(
             "Replica:  {}-{} rank {} on {}",
             r["role"].as_str().unwrap_or(""),
             r["index"],
@@ -299,14 +379,14 @@ pub fn describe(c: &Conn, id: &str) -> CallResult<ExitCode> {
             r["node"].as_str().unwrap_or("")
         );
     }
-    println!("Events:");
+    outln!("Events:");
     events(c, id)
 }
 
 pub fn events(c: &Conn, id: &str) -> CallResult<ExitCode> {
     let (_, ev) = c.call("GET", &format!("/api/v1/tasks/{}/events", encode(id)), None, None)?;
     for e in ev["items"].as_array().into_iter().flatten() {
-        println!(
+        outln!(
             "  {:>5}  attempt {}  {:<16} {}",
             ago(e["atMs"].as_i64().unwrap_or(0)),
             e["attempt"],
@@ -324,8 +404,8 @@ pub fn act(c: &Conn, id: &str, verb: &str) -> CallResult<ExitCode> {
         _ => c.call("POST", &format!("{path}/{verb}"), Some(b""), None)?,
     };
     match verb {
-        "delete" => println!("deleted {id}"),
-        _ => println!("{} is {}", t["name"].as_str().unwrap_or(id), t["status"].as_str().unwrap_or("?")),
+        "delete" => outln!("deleted {id}"),
+        _ => outln!("{} is {}", t["name"].as_str().unwrap_or(id), t["status"].as_str().unwrap_or("?")),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -335,7 +415,7 @@ pub fn admin_catalog_set(c: &Conn, file: &std::path::Path) -> CallResult<ExitCod
     let body = std::fs::read(file).map_err(|e| usage(format!("cannot read {}: {e}", file.display())))?;
     let (_, v) = c.call("PUT", "/api/v1/admin/catalog", Some(&body), None)?;
     let count = |k: &str| v[k].as_object().map_or(0, |m| m.len());
-    println!(
+    outln!(
         "catalog replaced: {} regions, {} clusters, {} pools, {} instance specs, {} nodes, {} project groups",
         count("regions"),
         count("clusters"),
@@ -358,7 +438,7 @@ pub fn admin_catalog_get(c: &Conn, format: Format) -> CallResult<ExitCode> {
 pub fn admin_user(c: &Conn, name: &str, role: &str, groups: &[String]) -> CallResult<ExitCode> {
     let body = serde_json::json!({"name": name, "role": role, "groups": groups}).to_string();
     c.call("POST", "/api/v1/admin/users", Some(body.as_bytes()), None)?;
-    println!("user {name}: {role}, groups {}", groups.join(", "));
+    outln!("user {name}: {role}, groups {}", groups.join(", "));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -367,7 +447,7 @@ pub fn admin_token(c: &Conn, user: &str, label: &str) -> CallResult<ExitCode> {
     let body = serde_json::json!({"label": label}).to_string();
     let (_, v) =
         c.call("POST", &format!("/api/v1/users/{}/tokens", encode(user)), Some(body.as_bytes()), None)?;
-    println!("{}", v["token"].as_str().unwrap_or(""));
+    outln!("{}", v["token"].as_str().unwrap_or(""));
     eprintln!("token for {user} (shown once; store it now)");
     Ok(ExitCode::SUCCESS)
 }
@@ -377,9 +457,9 @@ pub fn admin_user_disabled(c: &Conn, name: &str, disabled: bool) -> CallResult<E
     let action = if disabled { "disable" } else { "enable" };
     c.call("POST", &format!("/api/v1/admin/users/{}/{action}", encode(name)), None, None)?;
     if disabled {
-        println!("user {name} is disabled: their tokens are refused (within seconds on every server)");
+        outln!("user {name} is disabled: their tokens are refused (within seconds on every server)");
     } else {
-        println!("user {name} is enabled");
+        outln!("user {name} is enabled");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -387,9 +467,9 @@ pub fn admin_user_disabled(c: &Conn, name: &str, disabled: bool) -> CallResult<E
 /// `admin token USER --list`: the user's tokens by id (never the tokens themselves).
 pub fn admin_token_list(c: &Conn, user: &str) -> CallResult<ExitCode> {
     let (_, v) = c.call("GET", &format!("/api/v1/users/{}/tokens", encode(user)), None, None)?;
-    println!("{:<18} {:<24} CREATED (ms since 1970)", "ID", "LABEL");
+    outln!("{:<18} {:<24} CREATED (ms since 1970)", "ID", "LABEL");
     for t in v["items"].as_array().into_iter().flatten() {
-        println!(
+        outln!(
             "{:<18} {:<24} {}",
             t["id"].as_str().unwrap_or(""),
             t["label"].as_str().unwrap_or(""),
@@ -402,7 +482,7 @@ pub fn admin_token_list(c: &Conn, user: &str) -> CallResult<ExitCode> {
 /// `admin token USER --revoke ID`.
 pub fn admin_token_revoke(c: &Conn, user: &str, id: &str) -> CallResult<ExitCode> {
     c.call("DELETE", &format!("/api/v1/users/{}/tokens/{}", encode(user), encode(id)), None, None)?;
-    println!("token {id} of {user} is revoked");
+    outln!("token {id} of {user} is revoked");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -419,7 +499,7 @@ pub fn admin_node(c: &Conn, name: &str, body: &serde_json::Value) -> CallResult<
         (_, Some(true)) => "is marked failed: its replicas are killed and fault tolerance takes over",
         _ => "is repaired",
     };
-    println!("node {name} {what}");
+    outln!("node {name} {what}");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -430,12 +510,20 @@ pub fn quota(c: &Conn, format: Format) -> CallResult<ExitCode> {
         print(&v, format);
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "{:<14} {:<9} {:<12} {:<14} {:>6} {:>9} {:>10} {:>6} {:>10}",
-        "GROUP", "TYPE", "POOL", "SPEC", "QUOTA", "REMAINING", "AVAILABLE", "IDLE", "UNRESERVED"
+        "GROUP",
+        "TYPE",
+        "POOL",
+        "SPEC",
+        "QUOTA",
+        "REMAINING",
+        "AVAILABLE",
+        "IDLE",
+        "UNRESERVED"
     );
     for q in v["items"].as_array().into_iter().flatten() {
-        println!(
+        outln!(
             "{:<14} {:<9} {:<12} {:<14} {:>6} {:>9} {:>10} {:>6} {:>10}",
             q["group"].as_str().unwrap_or(""),
             q["resourceType"].as_str().unwrap_or(""),

@@ -2,6 +2,7 @@
 //! HTTP API (`validate` works offline).
 
 mod client;
+mod logs;
 mod up;
 mod validate;
 
@@ -92,8 +93,9 @@ enum Command {
     },
     /// List the tasks you can see, newest first.
     List {
-        #[arg(long)]
-        status: Option<String>,
+        /// Only tasks in this status (any case).
+        #[arg(long, value_enum, ignore_case = true)]
+        status: Option<StatusArg>,
         #[arg(long = "type")]
         task_type: Option<String>,
         #[arg(long)]
@@ -112,22 +114,61 @@ enum Command {
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
         output: Format,
     },
-    /// One task.
+    /// One task (by name or id).
     Get {
-        id: String,
+        /// The task's name or id.
+        task: String,
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
         output: Format,
     },
     /// A task's details, placement and events.
-    Describe { id: String },
+    Describe {
+        /// The task's name or id.
+        task: String,
+    },
     /// A task's events.
-    Events { id: String },
+    Events {
+        /// The task's name or id.
+        task: String,
+    },
+    /// A replica's log: the master's (or the head's) of the latest attempt unless asked otherwise.
+    Logs {
+        /// The task's name or id.
+        task: String,
+        /// Follow the log until the replica ends.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// Only the last N lines (then, with -f, what comes).
+        #[arg(long, value_name = "N")]
+        tail: Option<usize>,
+        /// The replica: its full name, or its role and index (`worker-1`, `head-0`).
+        #[arg(long, conflicts_with = "all")]
+        replica: Option<String>,
+        /// Every replica of the attempt, each line prefixed with its replica's name.
+        #[arg(long)]
+        all: bool,
+        /// The attempt (0 is the first) [default: the latest].
+        #[arg(long)]
+        attempt: Option<i64>,
+        /// Put the time each line was written before it.
+        #[arg(long)]
+        timestamps: bool,
+    },
     /// Stop a task (running ones get the checkpoint window first).
-    Stop { id: String },
+    Stop {
+        /// The task's name or id.
+        task: String,
+    },
     /// Delete a task (stopping it first); its history is kept.
-    Delete { id: String },
+    Delete {
+        /// The task's name or id.
+        task: String,
+    },
     /// Run an ended task again, as a new attempt.
-    Resubmit { id: String },
+    Resubmit {
+        /// The task's name or id.
+        task: String,
+    },
     /// Who the token belongs to.
     Whoami,
     /// Quotas of your groups (all for admins), what is left, and the pool's available, idle and unreserved
@@ -199,6 +240,21 @@ enum CatalogCommand {
         #[arg(short = 'f', long = "file")]
         file: PathBuf,
     },
+}
+
+/// A task status, as `list --status` takes it (any case).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "PascalCase")]
+enum StatusArg {
+    Queued,
+    Admitted,
+    Starting,
+    Prechecking,
+    Running,
+    Stopping,
+    Succeeded,
+    Failed,
+    Stopped,
 }
 
 #[derive(Debug, clap::Args)]
@@ -282,7 +338,7 @@ fn main() -> ExitCode {
             client::finish(client::list(
                 &conn,
                 &[
-                    ("status", status),
+                    ("status", status.and_then(|s| s.to_possible_value()).map(|v| v.get_name().to_owned())),
                     ("type", task_type),
                     ("group", group),
                     ("owner", owner),
@@ -293,12 +349,28 @@ fn main() -> ExitCode {
                 output,
             ))
         }
-        Command::Get { id, output } => client::finish(client::get(&conn, &id, output)),
-        Command::Describe { id } => client::finish(client::describe(&conn, &id)),
-        Command::Events { id } => client::finish(client::events(&conn, &id)),
-        Command::Stop { id } => client::finish(client::act(&conn, &id, "stop")),
-        Command::Delete { id } => client::finish(client::act(&conn, &id, "delete")),
-        Command::Resubmit { id } => client::finish(client::act(&conn, &id, "resubmit")),
+        Command::Get { task, output } => {
+            client::finish(client::resolve(&conn, &task).and_then(|id| client::get(&conn, &id, output)))
+        }
+        Command::Describe { task } => {
+            client::finish(client::resolve(&conn, &task).and_then(|id| client::describe(&conn, &id)))
+        }
+        Command::Events { task } => {
+            client::finish(client::resolve(&conn, &task).and_then(|id| client::events(&conn, &id)))
+        }
+        Command::Logs { task, follow, tail, replica, all, attempt, timestamps } => {
+            let opts = logs::LogOpts { follow, tail, replica, all, attempt, timestamps };
+            client::finish(logs::logs(&conn, &task, &opts))
+        }
+        Command::Stop { task } => {
+            client::finish(client::resolve(&conn, &task).and_then(|id| client::act(&conn, &id, "stop")))
+        }
+        Command::Delete { task } => {
+            client::finish(client::resolve(&conn, &task).and_then(|id| client::act(&conn, &id, "delete")))
+        }
+        Command::Resubmit { task } => {
+            client::finish(client::resolve(&conn, &task).and_then(|id| client::act(&conn, &id, "resubmit")))
+        }
         Command::Whoami => client::finish(client::whoami(&conn)),
         Command::Quota { output } => client::finish(client::quota(&conn, output)),
         Command::Admin { command } => client::finish(match command {

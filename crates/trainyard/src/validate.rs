@@ -58,7 +58,7 @@ pub fn run(files: &[PathBuf], catalog: Option<&Path>, output: Output) -> ExitCod
     }
     match output {
         Output::Json => match serde_json::to_string_pretty(&results) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => crate::client::outln!("{s}"),
             Err(e) => {
                 eprintln!("trainyard: {e}");
                 return ExitCode::from(2);
@@ -108,12 +108,12 @@ fn print_table(r: &FileResult) {
     let plural = |n: usize, w: &str| format!("{n} {w}{}", if n == 1 { "" } else { "s" });
     if r.valid {
         let w = if warnings > 0 { format!(" ({})", plural(warnings, "warning")) } else { String::new() };
-        println!("{}: valid{w}", r.file);
+        crate::client::outln!("{}: valid{w}", r.file);
     } else {
-        println!("{}: {}, {}", r.file, plural(errors, "error"), plural(warnings, "warning"));
+        crate::client::outln!("{}: {}, {}", r.file, plural(errors, "error"), plural(warnings, "warning"));
     }
     for p in &r.problems {
-        println!("  {p}");
+        crate::client::outln!("  {p}");
     }
     let n = r.demand.len();
     for d in &r.demand {
@@ -123,7 +123,7 @@ fn print_table(r: &FileResult) {
 
 fn print_demand(d: &Demand, options: usize) {
     let head = &d.roles[d.roles.len() - 1];
-    println!(
+    crate::client::outln!(
         "  demand with option {} of {options} ({} × {} per replica):",
         d.option + 1,
         head.spec,
@@ -168,7 +168,7 @@ fn print_demand(d: &Demand, options: usize) {
             // Names left-aligned, figures right-aligned.
             if i == 0 || i == 2 { s.push_str(&format!(" {c:<w$}")) } else { s.push_str(&format!(" {c:>w$}")) }
         }
-        println!("{}", s.trim_end());
+        crate::client::outln!("{}", s.trim_end());
     };
     line(&header);
     for row in &rows {
@@ -179,5 +179,5 @@ fn print_demand(d: &Demand, options: usize) {
         .iter()
         .map(|q| format!("{} unit{} of {}", q.units, if q.units == 1 { "" } else { "s" }, q.spec))
         .collect();
-    println!("    quota checked: {}", quota.join(", "));
+    crate::client::outln!("    quota checked: {}", quota.join(", "));
 }

@@ -222,3 +222,81 @@ fn up_then_submit_and_wait() {
     let _ = server.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The daily verbs by name, through the real binary on the local backend: `get`, `describe` and `events`
+/// take a name; `logs` shows the master's log, a replica's last lines, every replica with timestamps, and
+/// follows a running one to its end; `list --status` takes any case and refuses what is not a status; a
+/// pipe closed early (`| head`) ends the CLI quietly with status 0.
+#[test]
+fn logs_and_names_through_the_real_binary() {
+    let s = common::Server::start("cli-logs", None);
+    let cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_trainyard"))
+            .args(args)
+            .env("TRAINYARD_SERVER", &s.base)
+            .env("TRAINYARD_TOKEN", &s.token)
+            .output()
+            .unwrap()
+    };
+    let text =
+        |o: &Output| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let cmd = "for i in 1 2 3 4 5; do echo \"$TRAINYARD_ROLE says $i\"; sleep 0.3; done; seq 1 200000 > /tmp/big; \
+               if [ \"$TRAINYARD_ROLE\" = master ]; then cat /tmp/big; fi; echo \"$TRAINYARD_ROLE done\"";
+    let id = s.submit(&common::pytorch("clilogs", 1, cmd));
+    let t = s.wait_status(&id, "Running", common::secs(60));
+    let name = t["name"].as_str().unwrap().to_owned();
+
+    // Followed while it runs, to its end.
+    let follow = cli(&["logs", &name, "-f", "--replica", "worker-0"]);
+    let out = text(&follow);
+    assert_eq!(follow.status.code(), Some(0), "{out}");
+    assert!(out.contains("worker says 1") && out.ends_with("worker done\n"), "{out}");
+    s.wait_status(&id, "Succeeded", common::secs(60));
+
+    let get = cli(&["get", &name, "-o", "json"]);
+    let v: serde_json::Value =
+        serde_json::from_slice(&get.stdout).unwrap_or_else(|_| panic!("{}", text(&get)));
+    assert_eq!(v["id"], serde_json::json!(id));
+    assert!(text(&cli(&["describe", &name])).contains(&id));
+    assert!(text(&cli(&["events", &name])).contains("Completed"));
+    let missing = cli(&["get", "no-such-task"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(text(&missing).contains("no task named \"no-such-task\""), "{}", text(&missing));
+
+    let master = cli(&["logs", &name, "--tail", "3"]);
+    assert_eq!(text(&master), "199999\n200000\nmaster done\n");
+    let worker = cli(&["logs", &id, "--replica", "worker-0", "--tail", "2"]);
+    assert_eq!(text(&worker), "worker says 5\nworker done\n");
+    let all = text(&cli(&["logs", &name, "--all", "--timestamps", "--tail", "1"]));
+    let lines: Vec<&str> = all.lines().collect();
+    assert_eq!(lines.len(), 2, "{all}");
+    assert!(
+        lines[0].starts_with(&format!("[{name}-master-0] 20")) && lines[0].ends_with("Z master done"),
+        "{all}"
+    );
+    assert!(
+        lines[1].starts_with(&format!("[{name}-worker-0] 20")) && lines[1].ends_with("Z worker done"),
+        "{all}"
+    );
+    let bad_replica = cli(&["logs", &name, "--replica", "worker-7"]);
+    assert_eq!(bad_replica.status.code(), Some(1));
+    assert!(text(&bad_replica).contains("has no replica \"worker-7\""), "{}", text(&bad_replica));
+
+    let running = cli(&["list", "--status", "succeeded", "-o", "json"]);
+    let v: serde_json::Value =
+        serde_json::from_slice(&running.stdout).unwrap_or_else(|_| panic!("{}", text(&running)));
+    assert_eq!(v["items"][0]["id"], serde_json::json!(id));
+    let bogus = cli(&["list", "--status", "bogus"]);
+    assert_eq!(bogus.status.code(), Some(2));
+    assert!(text(&bogus).contains("possible values"), "{}", text(&bogus));
+
+    // 1.3 MB of log into `head -1`: the CLI meets a closed pipe and ends quietly.
+    let piped = Command::new("bash")
+        .args(["-c", &format!("\"$0\" logs {name} | head -1; echo \"status ${{PIPESTATUS[0]}}\"")])
+        .arg(env!("CARGO_BIN_EXE_trainyard"))
+        .env("TRAINYARD_SERVER", &s.base)
+        .env("TRAINYARD_TOKEN", &s.token)
+        .output()
+        .unwrap();
+    assert_eq!(text(&piped), "master says 1\nstatus 0\n");
+}

@@ -1,0 +1,143 @@
+//! `trainyard logs TASK`: a replica's log (the master's or the head's unless `--replica` or `--all` says
+//! otherwise), of the latest attempt unless `--attempt`, whole or its last `--tail` lines, and with `-f`
+//! followed until the replica ends. Lines are the task's own output; `--timestamps` puts the time each was
+//! written before it.
+
+use crate::client::{CallResult, Conn, Failure, outln, resolve};
+use std::io::BufRead;
+use std::process::ExitCode;
+
+/// What `logs` was asked for.
+#[derive(Debug, Clone, Default)]
+pub struct LogOpts {
+    pub follow: bool,
+    pub tail: Option<usize>,
+    pub replica: Option<String>,
+    pub all: bool,
+    pub attempt: Option<i64>,
+    pub timestamps: bool,
+}
+
+/// A stored log line (`TIME STREAM TEXT`) as shown.
+fn shown(line: &str, timestamps: bool, prefix: &str) -> String {
+    let mut parts = line.splitn(3, ' ');
+    let (time, _stream, text) = (parts.next().unwrap_or(""), parts.next(), parts.next());
+    match (text, timestamps) {
+        (Some(text), true) => format!("{prefix}{time} {text}"),
+        (Some(text), false) => format!("{prefix}{text}"),
+        // Not in the stored form: as it is.
+        (None, _) => format!("{prefix}{line}"),
+    }
+}
+
+pub fn logs(c: &Conn, task: &str, o: &LogOpts) -> CallResult<ExitCode> {
+    let id = resolve(c, task)?;
+    let (_, v) = c.call_json("GET", &format!("/api/v1/tasks/{id}/logs"))?;
+    let attempts = v["items"].as_array().cloned().unwrap_or_default();
+    let chosen = match o.attempt {
+        Some(a) => attempts.iter().find(|x| x["attempt"].as_i64() == Some(a)),
+        None => attempts.first(),
+    };
+    let Some(chosen) = chosen else {
+        let which = o.attempt.map_or_else(|| "yet".to_owned(), |a| format!("in attempt {a}"));
+        return Err(Failure {
+            message: format!(
+                "{task} has no replicas {which} (queued or starting?); `trainyard describe {task}` says where it is"
+            ),
+            code: 1,
+        });
+    };
+    let attempt = chosen["attempt"].as_i64().unwrap_or(0);
+    let names: Vec<String> = chosen["replicas"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["name"].as_str().map(str::to_owned))
+        .collect();
+    let picked: Vec<String> = match (&o.replica, o.all) {
+        (_, true) => names.clone(),
+        (Some(r), false) => {
+            let found: Vec<String> =
+                names.iter().filter(|n| *n == r || n.ends_with(&format!("-{r}"))).cloned().collect();
+            if found.is_empty() {
+                return Err(Failure {
+                    message: format!(
+                        "attempt {attempt} of {task} has no replica {r:?}; it has {}",
+                        names.join(", ")
+                    ),
+                    code: 1,
+                });
+            }
+            found
+        }
+        (None, false) => names.iter().take(1).cloned().collect(),
+    };
+    let many = picked.len() > 1;
+    let prefix = |r: &str| if many { format!("[{r}] ") } else { String::new() };
+    // What is there now (its last `tail` lines), and where it ends.
+    let mut ends = Vec::new();
+    for r in &picked {
+        let (mut text, mut at) = (String::new(), 0u64);
+        loop {
+            let (chunk, next, _) =
+                c.get_text(&format!("/api/v1/tasks/{id}/logs?replica={r}&attempt={attempt}&offset={at}"))?;
+            if chunk.is_empty() || next <= at {
+                break;
+            }
+            text.push_str(&chunk);
+            at = next;
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        let from = o.tail.map_or(0, |n| lines.len().saturating_sub(n));
+        for l in &lines[from..] {
+            outln!("{}", shown(l, o.timestamps, &prefix(r)));
+        }
+        ends.push((r.clone(), at));
+    }
+    if !o.follow {
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Followed from there, each replica on a thread of its own, until each ends.
+    let threads: Vec<_> = ends
+        .into_iter()
+        .map(|(r, at)| {
+            let (c, id, ts, prefix) = (c.clone(), id.clone(), o.timestamps, prefix(&r));
+            std::thread::spawn(move || -> CallResult<()> {
+                let path =
+                    format!("/api/v1/tasks/{id}/logs?replica={r}&attempt={attempt}&offset={at}&follow=true");
+                let mut ended = false;
+                for line in c.stream(&path)?.lines() {
+                    let Ok(line) = line else { break };
+                    if line.starts_with("event: end") {
+                        ended = true;
+                    } else if let Some(data) =
+                        line.strip_prefix("data: ").or_else(|| line.strip_prefix("data:"))
+                    {
+                        if ended {
+                            break;
+                        }
+                        outln!("{}", shown(data, ts, &prefix));
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().map_err(|_| Failure { message: "a log follower failed".into(), code: 2 })??;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown;
+
+    #[test]
+    fn stored_lines_are_shown_with_or_without_their_time() {
+        let l = "2026-12-02T00:44:38.995Z O loss 0.25 at step 3";
+        assert_eq!(shown(l, false, ""), "loss 0.25 at step 3");
+        assert_eq!(shown(l, true, "[w-0] "), "[w-0] 2026-12-02T00:44:38.995Z loss 0.25 at step 3");
+        assert_eq!(shown("odd", false, ""), "odd");
+    }
+}
