@@ -591,7 +591,11 @@ echo "attempt $TRAINYARD_ATTEMPT on $TRAINYARD_NODE""#;
 /// the catalog it writes for this machine.
 #[test]
 fn every_local_example_succeeds_on_a_fresh_up() {
-    let s = Server::start_with("examples", Options { own_catalog: true, ..Options::default() });
+    // The catalog `up` writes for this machine, with Ray on the server's PATH (the Ray example needs it).
+    let s = Server::start_with(
+        "examples",
+        Options { own_catalog: true, path: Some(ray_path()), ..Options::default() },
+    );
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/local");
     let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).collect();
     files.sort();
@@ -601,7 +605,18 @@ fn every_local_example_succeeds_on_a_fresh_up() {
         let (status, body) = s.call("POST", "/api/v1/tasks", Some(&text));
         assert!(status == 201 || status == 200, "{}: {status} {body}", f.display());
         let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"].as_str().unwrap().to_owned();
-        s.wait_status(&id, "Succeeded", secs(120));
+        s.wait_status(&id, "Succeeded", secs(180));
+        // What each one says when it did its work.
+        let said = match f.file_name().and_then(|n| n.to_str()).unwrap_or("") {
+            "hello.yaml" => "rank 1 of 2",
+            "torchrun-gloo.yaml" => "all-reduce gave 3.0",
+            "ddp-train.yaml" => "identical on all 2 ranks",
+            "checkpoint.yaml" => "trained 20 steps",
+            "ray.yaml" => "sum of squares over",
+            other => panic!("{other}: say here what it prints when it works"),
+        };
+        let logs = s.all_logs(&id);
+        assert!(logs.contains(said), "{}: no {said:?} in\n{logs}", f.display());
     }
 }
 
