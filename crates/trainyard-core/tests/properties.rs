@@ -916,6 +916,7 @@ proptest! {
     #[test]
     fn generated_tasks_validate_with_no_problems(task in valid_task()) {
         let report = validate(&task, cat());
+        let report = fits_or_never(report);
         prop_assert!(
             report.problems.is_empty(),
             "a valid task got problems:\n{}--- task:\n{:#?}",
@@ -930,7 +931,8 @@ proptest! {
         reparse(&yaml, "YAML", &task)?;
         // And end to end: the YAML checks clean against the catalog.
         let checked = check(yaml.as_bytes(), cat());
-        prop_assert!(checked.report.problems.is_empty(), "{}", render(&checked.report.problems));
+        let report = fits_or_never(checked.report);
+        prop_assert!(report.problems.is_empty(), "{}", render(&report.problems));
     }
 
     // Fails at the time of writing: serde_json, built without its `float_roundtrip` feature, reads some
@@ -939,6 +941,14 @@ proptest! {
     fn generated_tasks_round_trip_through_json(task in valid_task()) {
         reparse(&task.to_json(), "JSON", &task)?;
     }
+}
+
+/// A generated task is valid in every field but may ask for more than the example catalog's quota or nodes
+/// could ever give (the admission check's `never-fits` at `spec.compute.instanceSpecs`, tested on its own in
+/// the validator's tests): that one problem is left out here.
+fn fits_or_never(mut report: trainyard_core::Report) -> trainyard_core::Report {
+    report.problems.retain(|p| !(p.code == Code::NeverFits && p.path == "spec.compute.instanceSpecs"));
+    report
 }
 
 /// The generator reaches every section it is meant to cover (so a weakened strategy cannot pass quietly).

@@ -425,9 +425,57 @@ fn spec(name: &str, count: u32) -> InstanceSpecChoice {
     InstanceSpecChoice { spec: name.into(), count_per_node: count }
 }
 
+/// A task valid in every field that no placement could ever admit under the catalog (its quota, its pool's
+/// nodes) is refused with each option's reason, rather than left to wait forever; one that fits with any option
+/// is not.
+#[test]
+fn admission_that_can_never_happen() {
+    // nlp's Reserved quota in a100-pool: 64 units of gpu.a100.1, 32 of gpu.h100.1; the pool has four 8-GPU A100
+    // nodes and one 8-GPU H100 node.
+    case(PYTORCH, |t| t.spec.compute.workers = 3, &[]);
+    let m = case(PYTORCH, |t| t.spec.compute.workers = 8, &[("spec.compute.instanceSpecs", Code::NeverFits)]);
+    assert!(
+        m[0].contains("it needs 72 units of gpu.a100.1 and group \"nlp\"'s Reserved quota there is 64"),
+        "{m:?}"
+    );
+    // Within quota (64 units), but eight 8-GPU replicas need eight nodes and the pool has four; the H100
+    // fallback is over its quota: both reasons are given.
+    let m = case(
+        PYTORCH,
+        |t| {
+            t.spec.compute.workers = 7;
+            t.spec.compute.instance_specs = vec![spec("gpu.a100.1", 8), spec("gpu.h100.1", 8)];
+        },
+        &[("spec.compute.instanceSpecs", Code::NeverFits)],
+    );
+    assert!(m[0].contains("option 1 (gpu.a100.1): its 8 replicas of gpu.a100.1 need"), "{m:?}");
+    assert!(m[0].contains("the pool's nodes hold 4 such replicas even when empty"), "{m:?}");
+    assert!(m[0].contains("option 2 (gpu.h100.1): it needs 64 units of gpu.h100.1"), "{m:?}");
+    // Idle supplementation may lend what is over the quota: only capacity is claimed then (4 A100 replicas fit).
+    case(
+        PYTORCH,
+        |t| {
+            t.spec.compute.workers = 3;
+            t.spec.compute.instance_specs = vec![spec("gpu.a100.1", 8)];
+            t.spec.compute.idle_supplement = true;
+        },
+        &[],
+    );
+    // Spot without a Spot limit: quota says nothing; the capacity still does.
+    case(
+        PYTORCH,
+        |t| {
+            t.spec.compute.resource_type = trainyard_core::spec::ResourceType::Spot;
+            t.spec.compute.workers = 4;
+        },
+        &[("spec.compute.instanceSpecs", Code::NeverFits)],
+    );
+}
+
 #[test]
 fn compute() {
-    case(PYTORCH, |t| t.spec.compute.workers = 4095, &[]);
+    // In range, but no quota or pool could ever hold 4,096 eight-GPU replicas.
+    case(PYTORCH, |t| t.spec.compute.workers = 4095, &[("spec.compute.instanceSpecs", Code::NeverFits)]);
     case(PYTORCH, |t| t.spec.compute.workers = 4096, &[("spec.compute.workers", Code::OutOfRange)]);
     case(PYTORCH, |t| t.spec.compute.priority = 0, &[("spec.compute.priority", Code::OutOfRange)]);
     case(PYTORCH, |t| t.spec.compute.priority = 10, &[]);

@@ -13,6 +13,7 @@
 //! the shapes of strings (label keys and values, image references, URLs), and [`limits`] names every bound.
 //! [`validate_tainted`] runs the groups one after the other: its order is the order of problems in a report.
 
+mod admission;
 mod advanced;
 mod compute;
 mod context;
@@ -58,6 +59,7 @@ pub fn validate_tainted(task: &TrainingTask, catalog: &Catalog, tainted: &BTreeS
     v.compute(task, &place);
     v.advanced(task);
     v.type_specific(task, &place);
+    v.admission(task, &place);
     let V { mut report, tainted, .. } = v;
     report.problems.retain(|p| !tainted.iter().any(|t| is_under(&p.path, t)));
     report

@@ -1,0 +1,122 @@
+//! Whether a task that is valid in every field could ever be admitted under today's catalog: each instance
+//! spec option is tried against the pool's nodes (all of them, empty) and the group's quota. Only what holds
+//! whatever else runs is claimed, so a task refused here would wait forever, never merely for a while:
+//!
+//! - **Quota**: a Reserved gang needs more units of a spec than the group's Reserved quota in the pool (unless
+//!   idle supplementation may lend the rest); any other resource type, more than a limit the group has.
+//! - **Capacity**: the replicas of one shape (a role's) need more nodes than the pool has that could hold one
+//!   (each node holds as many as its GPUs, vCPUs and memory allow, counted exactly); or the gang needs more
+//!   GPUs, vCPUs or memory than the matching nodes have in all.
+
+use super::context::{Place, V};
+use crate::catalog::Catalog;
+use crate::demand::{Demand, Resources, demand_options};
+use crate::problem::Code;
+use crate::spec::{ResourceType, TrainingTask};
+
+impl V<'_> {
+    /// Refuses a task no placement could ever admit (every option short of something that does not change
+    /// while the catalog stays as it is), with each option's reason.
+    pub(super) fn admission(&mut self, t: &TrainingTask, place: &Place) {
+        let (Some(pool), Some(group)) = (place.pool, place.group) else { return };
+        if !self.report.is_ok() {
+            return;
+        }
+        let cat = self.cat;
+        let Ok(options) = demand_options(&t.spec, &|s| cat.instance_specs.get(s)) else { return };
+        let mut reasons = Vec::new();
+        for d in &options {
+            match never(cat, t, pool, group, d) {
+                Some(why) => reasons.push(format!(
+                    "option {} ({}): {why}",
+                    d.option + 1,
+                    t.spec.compute.instance_specs.get(d.option).map_or("", |c| c.spec.as_str())
+                )),
+                None => return,
+            }
+        }
+        if reasons.is_empty() {
+            return;
+        }
+        let message = format!(
+            "this task can never be admitted in pool \"{pool}\" as the catalog stands (it would wait forever): {}",
+            reasons.join("; ")
+        );
+        self.report.error("spec.compute.instanceSpecs", Code::NeverFits, message);
+    }
+}
+
+/// Why option `d` can never be admitted, if it cannot.
+fn never(cat: &Catalog, t: &TrainingTask, pool: &str, group: &str, d: &Demand) -> Option<String> {
+    let c = &t.spec.compute;
+    for q in &d.quota {
+        let limit = |rt: ResourceType| -> Option<u64> {
+            let lines: Vec<u64> = cat
+                .quotas
+                .iter()
+                .filter(|l| l.group == group && l.resource_type == rt && l.pool == pool && l.spec == q.spec)
+                .map(|l| l.units)
+                .collect();
+            (!lines.is_empty()).then(|| lines.iter().sum())
+        };
+        let rt = c.resource_type;
+        let binding = match rt {
+            ResourceType::Reserved if c.idle_supplement && !c.guarantee => None,
+            ResourceType::Reserved => Some(limit(rt).unwrap_or(0)),
+            _ => limit(rt),
+        };
+        if let Some(l) = binding.filter(|l| q.units > *l) {
+            return Some(format!(
+                "it needs {} units of {} and group \"{group}\"'s {rt} quota there is {l}",
+                q.units, q.spec
+            ));
+        }
+    }
+    // Capacity: each role's replicas (one shape) on the nodes that match its spec, counted exactly; then the
+    // whole gang against the matching nodes' total.
+    let mut total_need = Resources::default();
+    let mut total_have = Resources::default();
+    let mut counted = std::collections::BTreeSet::new();
+    // Replicas of one shape (the master and the workers of a PyTorchJob are one), counted together.
+    let mut shapes: Vec<(&str, Resources, u64)> = Vec::new();
+    for r in &d.roles {
+        total_need = total_need + r.total;
+        match shapes.iter_mut().find(|(s, per, _)| *s == r.spec && *per == r.per_replica) {
+            Some((_, _, n)) => *n += u64::from(r.replicas),
+            None => shapes.push((&r.spec, r.per_replica, u64::from(r.replicas))),
+        }
+    }
+    for (spec_name, per, replicas) in shapes {
+        let spec = cat.instance_specs.get(spec_name)?;
+        let mut fit = 0u64;
+        let mut matching = 0;
+        for (name, n) in cat.pool_nodes(pool).filter(|(_, n)| spec.matches_node(n.gpu_model.as_deref())) {
+            matching += 1;
+            let cap = Resources { gpus: n.gpus.into(), vcpus: n.vcpus.into(), memory_mib: n.memory_mib };
+            let each = |have: u64, need: u64| if need == 0 { u64::MAX } else { have / need };
+            fit = fit.saturating_add(
+                each(cap.gpus, per.gpus)
+                    .min(each(cap.vcpus, per.vcpus))
+                    .min(each(cap.memory_mib, per.memory_mib)),
+            );
+            if counted.insert(name.clone()) {
+                total_have = total_have + cap;
+            }
+        }
+        if matching == 0 {
+            // No node of this kind at all: the per-replica check says so at the spec.
+            return None;
+        }
+        if fit < replicas {
+            return Some(format!(
+                "its {replicas} replicas of {spec_name} need {per} each, and the pool's nodes hold {fit} such replicas even when empty"
+            ));
+        }
+    }
+    if !total_need.fits_in(&total_have) {
+        return Some(format!(
+            "the gang needs {total_need} at once, more than the pool's matching nodes have in all ({total_have})"
+        ));
+    }
+    None
+}
