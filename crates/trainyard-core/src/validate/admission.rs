@@ -93,7 +93,7 @@ fn never(cat: &Catalog, t: &TrainingTask, pool: &str, group: &str, d: &Demand) -
         for (name, n) in cat.pool_nodes(pool).filter(|(_, n)| spec.matches_node(n.gpu_model.as_deref())) {
             matching += 1;
             let cap = Resources { gpus: n.gpus.into(), vcpus: n.vcpus.into(), memory_mib: n.memory_mib };
-            let each = |have: u64, need: u64| if need == 0 { u64::MAX } else { have / need };
+            let each = |have: u64, need: u64| have.checked_div(need).unwrap_or(u64::MAX);
             fit = fit.saturating_add(
                 each(cap.gpus, per.gpus)
                     .min(each(cap.vcpus, per.vcpus))
