@@ -43,15 +43,16 @@ fn server() -> Server {
 
 /// A server whose alarm webhooks may also go to these networks (as `up --webhook-allow-net`).
 fn server_allowing(webhook_nets: &[&str]) -> Server {
-    server_with(webhook_nets, trainyard_api::HttpLimits::default(), false).0
+    server_with(webhook_nets, trainyard_api::HttpLimits::default(), false, 300).0
 }
 
 /// A server with these webhook networks allowed, these connection limits, and when `metrics_address` a
-/// separate metrics address (returned).
+/// separate metrics address (returned); its fake tasks run `run_ms` once started.
 fn server_with(
     webhook_nets: &[&str],
     limits: trainyard_api::HttpLimits,
     metrics_address: bool,
+    run_ms: u64,
 ) -> (Server, Option<String>) {
     let webhook_nets: Vec<trainyard_control::alarms::Net> =
         webhook_nets.iter().map(|n| trainyard_control::alarms::Net::parse(n).unwrap()).collect();
@@ -64,7 +65,7 @@ fn server_with(
     std::fs::create_dir_all(&dir).unwrap();
     let db = dir.join("t.db");
     let url = format!("sqlite://{}", db.display());
-    let fake = FakeBackend::new(Script { start_ms: 100, run_ms: 300, ..Script::default() });
+    let fake = FakeBackend::new(Script { start_ms: 100, run_ms, ..Script::default() });
     let base = rt.block_on(async {
         let store = Store::connect(&url).await.unwrap();
         let mut tokens = std::collections::BTreeMap::new();
@@ -880,31 +881,46 @@ fn a_deleted_task_cannot_be_resubmitted() {
 /// caller's own group it still does.
 #[test]
 fn validate_shows_only_the_callers_groups_quota() {
-    let s = server();
-    // 9 replicas of cpu.small: one more than the group's 8 units, so the answer says what is left.
-    let big = |group: &str| task("big", group, false, "").replace("workers: 1", "workers: 8");
-    // The answer comes from the last tick's view: wait for the first one.
+    // Tasks run for ten minutes: carol's 4-unit task holds half of cv's 8 units while the test asks.
+    let (s, _) = server_with(&[], trainyard_api::HttpLimits::default(), false, 600_000);
+    let (code, v) = s.call(
+        "POST",
+        "carol",
+        "/api/v1/tasks",
+        Some(&task("hold", "cv", false, "").replace("workers: 1", "workers: 3")),
+        None,
+    );
+    assert_eq!(code, 201, "{v}");
+    let held = v["id"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while s.call("GET", "carol", &format!("/api/v1/tasks/{held}"), None, None).1["status"] != "Running" {
+        assert!(Instant::now() < deadline, "the holding task never ran");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // 6 replicas of cpu.small: within the group's 8 units, but 4 are left, so the answer says so.
+    let big = |group: &str| task("big", group, false, "").replace("workers: 1", "workers: 5");
+    // The answer comes from the last tick's view: wait for one that has the holding task.
     let deadline = Instant::now() + Duration::from_secs(10);
     let own = loop {
         let (code, v) = s.call("POST", "carol", "/api/v1/validate", Some(&big("cv")), None);
         assert_eq!(code, 200, "{v}");
         let reason = v["admission"]["reason"].as_str().unwrap().to_owned();
-        if !reason.contains("not in the scheduler's view yet") {
+        if reason.contains("left") {
             break reason;
         }
         assert!(Instant::now() < deadline, "{v}");
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert!(own.contains("cv") && own.contains('8'), "a member sees her group's figures: {own}");
+    assert!(own.contains("cv") && own.contains('4'), "a member sees her group's figures: {own}");
     let (code, v) = s.call("POST", "alice", "/api/v1/validate", Some(&big("cv")), None);
     assert_eq!(code, 200, "{v}");
     let text = v["admission"].to_string();
-    assert!(!text.contains('8') && !text.contains("left"), "{text}");
+    assert!(!text.contains('4') && !text.contains("left"), "{text}");
     assert!(text.contains("not a member of project group cv"), "{text}");
     assert!(v["fragmentation"].is_null(), "{v}");
     // An admin sees every group's.
     let (_, v) = s.call("POST", "root", "/api/v1/validate", Some(&big("cv")), None);
-    assert!(v["admission"]["reason"].as_str().unwrap().contains('8'), "{v}");
+    assert!(v["admission"]["reason"].as_str().unwrap().contains('4'), "{v}");
 }
 
 /// Finding 15, at subscription time: a webhook to a loopback, link-local, private, unspecified or multicast
@@ -953,7 +969,7 @@ fn webhooks_to_internal_addresses_are_refused_at_subscription() {
 /// network) and nothing else; on the API's address only with an admin token.
 #[test]
 fn metrics_on_a_separate_address_need_no_token_and_serve_nothing_else() {
-    let (s, metrics) = server_with(&[], trainyard_api::HttpLimits::default(), true);
+    let (s, metrics) = server_with(&[], trainyard_api::HttpLimits::default(), true, 300);
     let metrics = metrics.unwrap();
     let mut r = agent().get(&format!("{metrics}/metrics")).call().unwrap();
     assert_eq!(r.status().as_u16(), 200);
@@ -974,7 +990,7 @@ fn slow_and_surplus_connections_are_cut_off() {
         idle_timeout: Duration::from_secs(2),
         max_connections: 4,
     };
-    let (s, _) = server_with(&[], limits, false);
+    let (s, _) = server_with(&[], limits, false, 300);
     let addr = s.base.trim_start_matches("http://").to_owned();
     let connect = || {
         let c = std::net::TcpStream::connect(&addr).unwrap();

@@ -196,6 +196,15 @@ impl Sim {
         let t = match created {
             Ok(Created::New(t)) => t,
             Ok(Created::Existing(t)) => return Err(format!("a create without a key found {}", t.id)),
+            // A task no placement could ever admit (the drawn giants, or more than its group's quota) is
+            // refused at submission now, instead of waiting forever: what the world expects of it.
+            Err(SubmitError::Invalid(r))
+                if r.errors().all(|p| {
+                    p.code == trainyard_core::Code::NeverFits && p.path == "spec.compute.instanceSpecs"
+                }) =>
+            {
+                return Ok(());
+            }
             Err(SubmitError::Invalid(r)) => {
                 return Err(format!("the simulation drew an invalid task: {:?}\n{}", r.problems, drawn.body));
             }

@@ -358,9 +358,14 @@ fn f13_metrics_need_an_admin_token_or_their_own_address() {
 #[test]
 fn f14_validate_shows_only_the_callers_groups() {
     let t = tenants("attack-validate", &[]);
+    // `other` runs a 2-unit task, so 4 of its 6 units are left; a 6-unit task fits its quota but waits now.
+    let mut running = job("run", "other", "sleep 600", json!([]));
+    running["spec"]["compute"]["workers"] = json!(1);
+    let run = t.s.submit(&running);
+    t.s.wait_status(&run, "Running", secs(60));
     let big = |group: &str| {
         let mut task = job("big", group, "true", json!([]));
-        task["spec"]["compute"]["workers"] = json!(11);
+        task["spec"]["compute"]["workers"] = json!(5);
         task.to_string()
     };
     let deadline = Instant::now() + secs(20);
@@ -372,10 +377,10 @@ fn f14_validate_shows_only_the_callers_groups() {
         }
         std::thread::sleep(Duration::from_millis(200));
     };
-    assert!(own.contains("other") && own.contains('6'), "bob sees his group's figures: {own}");
+    assert!(own.contains("other") && own.contains('4'), "bob sees his group's figures: {own}");
     let (_, v) = call(&t.s, Some(&t.alice), "POST", "/api/v1/validate", Some(&big("other")), &[]);
     let text = v["admission"].to_string();
-    assert!(!text.contains('6') && !text.contains("left"), "alice learns other's quota: {text}");
+    assert!(!text.contains('4') && !text.contains("left"), "alice learns other's usage: {text}");
 }
 
 /// Finding 15: an alarm webhook to loopback is refused when subscribed (and never sent); with the network

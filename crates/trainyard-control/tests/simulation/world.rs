@@ -56,7 +56,8 @@ pub struct Drawn {
 }
 
 /// A task: PyTorchJob or RayJob, in either pool, of any resource type, priority and size; a few are too large
-/// to ever fit (more replicas than the pool holds), and `storm` ones are high-priority Reserved work.
+/// to ever fit (more replicas than the pool holds; validation refuses those, and tasks over their group's quota,
+/// at submission), and `storm` ones are high-priority Reserved work.
 pub fn task(rng: &mut Rng, storm_group: Option<&str>) -> Drawn {
     let group = storm_group.unwrap_or_else(|| *rng.pick(GROUPS));
     let ray = rng.chance(0.3);
