@@ -146,6 +146,22 @@ impl Conn {
     }
 }
 
+/// The server's catalog (its JSON text), when a server answers at `c` with a token within a few seconds.
+pub fn server_catalog(c: &Conn) -> Option<String> {
+    let token = c.token.as_deref()?;
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(3)))
+        .build()
+        .into();
+    let url = format!("{}/api/v1/catalog", c.server.trim_end_matches('/'));
+    let mut resp = agent.get(&url).header("Authorization", &format!("Bearer {token}")).call().ok()?;
+    if resp.status().as_u16() != 200 {
+        return None;
+    }
+    resp.body_mut().read_to_string().ok()
+}
+
 /// The id of the task `task` names: its name or its id, among the tasks the caller can see.
 pub fn resolve(c: &Conn, task: &str) -> CallResult<String> {
     let (_, v) = c.call("GET", &format!("/api/v1/tasks?q={}&limit=50", encode(task)), None, None)?;

@@ -263,9 +263,13 @@ struct ValidateArgs {
     #[arg(required = true)]
     files: Vec<PathBuf>,
     /// The catalog (regions, clusters, pools, specs, images, storage, labels) to check references against.
-    /// Without it, the example catalog built into this binary is used.
+    /// Without it: the server's catalog when a server answers (see --server, --token), else the example
+    /// catalog built into this binary. Which one was used is said on standard error.
     #[arg(long, env = "TRAINYARD_CATALOG")]
     catalog: Option<PathBuf>,
+    /// Do not ask a server for its catalog.
+    #[arg(long)]
+    offline: bool,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
     output: Output,
@@ -312,7 +316,9 @@ fn main() -> ExitCode {
     let server = cli.server.or(config.server).unwrap_or_else(|| "http://127.0.0.1:8080".to_owned());
     let conn = Conn { server, token };
     match cli.command {
-        Command::Validate(args) => validate::run(&args.files, args.catalog.as_deref(), args.output),
+        Command::Validate(args) => {
+            validate::run(&args.files, args.catalog.as_deref(), &conn, args.offline, args.output)
+        }
         Command::Supervise { dir } => ExitCode::from(trainyard_runtime::local::supervisor::main(&dir) as u8),
         Command::Up { data_dir, listen, database_url, backend, nodes, webhook_ca, sandbox, server, kube } => {
             let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

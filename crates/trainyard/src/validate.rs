@@ -21,14 +21,23 @@ struct FileResult {
     demand: Vec<Demand>,
 }
 
-pub fn run(files: &[PathBuf], catalog: Option<&Path>, output: Output) -> ExitCode {
-    let catalog = match load_catalog(catalog) {
+/// Checks `files` against `catalog` (a file), else the catalog of the server `conn` reaches (unless
+/// `offline`), else the example catalog built into this binary; which one is said on standard error.
+pub fn run(
+    files: &[PathBuf],
+    catalog: Option<&Path>,
+    conn: &crate::client::Conn,
+    offline: bool,
+    output: Output,
+) -> ExitCode {
+    let (catalog, origin) = match load_catalog(catalog, (!offline).then_some(conn)) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("trainyard: {e}");
             return ExitCode::from(2);
         }
     };
+    eprintln!("trainyard: checked against {origin}");
     let mut results = Vec::with_capacity(files.len());
     let mut unreadable = false;
     for f in files {
@@ -79,15 +88,30 @@ pub fn run(files: &[PathBuf], catalog: Option<&Path>, output: Output) -> ExitCod
     }
 }
 
-fn load_catalog(path: Option<&Path>) -> Result<Catalog, String> {
-    let (text, origin) = match path {
-        Some(p) => (
+fn load_catalog(
+    path: Option<&Path>,
+    conn: Option<&crate::client::Conn>,
+) -> Result<(Catalog, String), String> {
+    let server = conn.and_then(|c| crate::client::server_catalog(c).map(|text| (text, c.server.clone())));
+    let (text, origin) = match (path, server) {
+        (Some(p), _) => (
             std::fs::read_to_string(p).map_err(|e| format!("cannot read catalog {}: {e}", p.display()))?,
-            p.display().to_string(),
+            format!("the catalog in {}", p.display()),
         ),
-        None => (EXAMPLE_CATALOG.to_owned(), "the built-in example catalog".to_owned()),
+        (None, Some((text, server))) => (text, format!("the catalog of {server}")),
+        (None, None) => {
+            let why = match conn {
+                Some(c) => format!(
+                    " (no server answered at {} with a token; --catalog FILE names another)",
+                    c.server
+                ),
+                None => String::new(),
+            };
+            (EXAMPLE_CATALOG.to_owned(), format!("the example catalog built into this binary{why}"))
+        }
     };
-    Catalog::from_yaml(&text).map_err(|e| format!("{origin}: {e}"))
+    let catalog = Catalog::from_yaml(&text).map_err(|e| format!("{origin}: {e}"))?;
+    Ok((catalog, origin))
 }
 
 fn read_input(path: &Path) -> std::io::Result<Vec<u8>> {

@@ -15,6 +15,8 @@ fn trainyard(args: &[&str], stdin: Option<&str>) -> Output {
         .args(args)
         .current_dir(repo())
         .env_remove("TRAINYARD_CATALOG")
+        // No server: the example catalog built into the binary, whatever runs on this machine.
+        .env("TRAINYARD_SERVER", "http://127.0.0.1:9")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -299,4 +301,22 @@ fn logs_and_names_through_the_real_binary() {
         .output()
         .unwrap();
     assert_eq!(text(&piped), "master says 1\nstatus 0\n");
+
+    // `validate` checks against the server's catalog when one answers, and says which catalog it used.
+    let hello = repo().join("examples/local/hello.yaml");
+    let hello = hello.to_str().unwrap();
+    let online = cli(&["validate", hello]);
+    assert_eq!(online.status.code(), Some(0), "{}", text(&online));
+    assert!(
+        String::from_utf8_lossy(&online.stderr)
+            .contains(&format!("checked against the catalog of {}", s.base))
+    );
+    let offline = cli(&["validate", "--offline", hello]);
+    assert_eq!(
+        offline.status.code(),
+        Some(1),
+        "the example catalog has no group default: {}",
+        text(&offline)
+    );
+    assert!(String::from_utf8_lossy(&offline.stderr).contains("the example catalog built into this binary"));
 }
