@@ -312,10 +312,16 @@ pub fn submit(
     if !wait {
         return Ok(ExitCode::SUCCESS);
     }
-    // Follow it: print each new event until it ends.
+    wait_until_done(c, &id, &name)
+}
+
+/// Follows a task until it ends: each new event, and while it is queued its place and the scheduler's reason
+/// whenever they change, on standard error; then how it ended. Exit status 0 only when it succeeded.
+pub fn wait_until_done(c: &Conn, id: &str, name: &str) -> CallResult<ExitCode> {
     const WAIT_LIMIT: Duration = Duration::from_secs(24 * 3600);
     let start = Instant::now();
     let mut after = 0i64;
+    let mut last_queue = String::new();
     loop {
         let (_, ev) = c.call("GET", &format!("/api/v1/tasks/{id}/events?after={after}"), None, None)?;
         for e in ev["items"].as_array().into_iter().flatten() {
@@ -323,6 +329,16 @@ pub fn submit(
             eprintln!("  {:<16} {}", e["reason"].as_str().unwrap_or(""), e["message"].as_str().unwrap_or(""));
         }
         let (_, t) = c.call("GET", &format!("/api/v1/tasks/{id}"), None, None)?;
+        if let Some(reason) = t["queue"]["reason"].as_str() {
+            let line = format!(
+                "queued #{} ({} in its group): {reason}",
+                t["queue"]["position"], t["queue"]["positionInGroup"]
+            );
+            if line != last_queue {
+                eprintln!("  {line}");
+                last_queue = line;
+            }
+        }
         match t["status"].as_str().unwrap_or("") {
             "Succeeded" => {
                 outln!("{name} succeeded");

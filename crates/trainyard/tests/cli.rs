@@ -176,6 +176,30 @@ fn up_then_submit_and_wait() {
     let list = cli(&["list", "-o", "json"]);
     let v: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
     assert_eq!(v["items"][0]["status"], "Succeeded");
+    // While it waits in the queue, `--wait` says where and why.
+    let catalog: serde_json::Value =
+        serde_json::from_slice(&cli(&["admin", "catalog", "get", "-o", "json"]).stdout).unwrap();
+    let nodes: Vec<String> = catalog["nodes"].as_object().unwrap().keys().cloned().collect();
+    for n in &nodes {
+        assert_eq!(cli(&["admin", "node", n, "--cordon"]).status.code(), Some(0));
+    }
+    let waiting = Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(["submit", "-f", "examples/local/hello.yaml", "--wait"])
+        .env("TRAINYARD_SERVER", &api)
+        .env("TRAINYARD_TOKEN", &token)
+        .current_dir(repo())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    for n in &nodes {
+        assert_eq!(cli(&["admin", "node", n, "--uncordon"]).status.code(), Some(0));
+    }
+    let waited = waiting.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&waited.stderr).to_string();
+    assert_eq!(waited.status.code(), Some(0), "{said}");
+    assert!(said.contains("queued #1 (1 in its group): "), "{said}");
     let bad = cli(&["submit", "-f", "examples/invalid/bad-name.yaml"]);
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("metadata.namePrefix"));
