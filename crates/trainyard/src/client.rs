@@ -358,9 +358,8 @@ pub fn wait_until_done(c: &Conn, id: &str, name: &str) -> CallResult<ExitCode> {
 }
 
 pub fn list(c: &Conn, filters: &[(&str, Option<String>)], format: Format) -> CallResult<ExitCode> {
-    let mut query: Vec<String> =
+    let query: Vec<String> =
         filters.iter().filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", encode(v)))).collect();
-    query.push("limit=200".into());
     let (_, v) = c.call("GET", &format!("/api/v1/tasks?{}", query.join("&")), None, None)?;
     let items = v["items"].as_array().cloned().unwrap_or_default();
     match format {
@@ -388,8 +387,13 @@ pub fn get(c: &Conn, id: &str, format: Format) -> CallResult<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn describe(c: &Conn, id: &str) -> CallResult<ExitCode> {
+pub fn describe(c: &Conn, id: &str, format: Format) -> CallResult<ExitCode> {
     let (_, t) = c.call("GET", &format!("/api/v1/tasks/{}", encode(id)), None, None)?;
+    if format != Format::Table {
+        let (_, ev) = c.call("GET", &format!("/api/v1/tasks/{}/events", encode(id)), None, None)?;
+        print(&serde_json::json!({"task": t, "events": ev["items"]}), format);
+        return Ok(ExitCode::SUCCESS);
+    }
     outln!("Name:     {}", t["name"].as_str().unwrap_or(""));
     outln!("ID:       {}", t["id"].as_str().unwrap_or(""));
     outln!("Type:     {}", t["type"].as_str().unwrap_or(""));
@@ -412,11 +416,15 @@ pub fn describe(c: &Conn, id: &str) -> CallResult<ExitCode> {
         );
     }
     outln!("Events:");
-    events(c, id)
+    events(c, id, format)
 }
 
-pub fn events(c: &Conn, id: &str) -> CallResult<ExitCode> {
+pub fn events(c: &Conn, id: &str, format: Format) -> CallResult<ExitCode> {
     let (_, ev) = c.call("GET", &format!("/api/v1/tasks/{}/events", encode(id)), None, None)?;
+    if format != Format::Table {
+        print(&ev, format);
+        return Ok(ExitCode::SUCCESS);
+    }
     for e in ev["items"].as_array().into_iter().flatten() {
         outln!(
             "  {:>5}  attempt {}  {:<16} {}",
@@ -429,12 +437,17 @@ pub fn events(c: &Conn, id: &str) -> CallResult<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn act(c: &Conn, id: &str, verb: &str) -> CallResult<ExitCode> {
+pub fn act(c: &Conn, id: &str, verb: &str, format: Format) -> CallResult<ExitCode> {
     let path = format!("/api/v1/tasks/{}", encode(id));
     let (_, t) = match verb {
         "delete" => c.call("DELETE", &path, None, None)?,
         _ => c.call("POST", &format!("{path}/{verb}"), Some(b""), None)?,
     };
+    if format != Format::Table {
+        let shown = if verb == "delete" { serde_json::json!({"id": id, "deleted": true}) } else { t };
+        print(&shown, format);
+        return Ok(ExitCode::SUCCESS);
+    }
     match verb {
         "delete" => outln!("deleted {id}"),
         _ => outln!("{} is {}", t["name"].as_str().unwrap_or(id), t["status"].as_str().unwrap_or("?")),

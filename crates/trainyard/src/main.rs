@@ -111,6 +111,9 @@ enum Command {
         /// newest (default), oldest, name or updated.
         #[arg(long)]
         sort: Option<String>,
+        /// At most this many tasks (1 to 500).
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=500))]
+        limit: u32,
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
         output: Format,
     },
@@ -125,11 +128,15 @@ enum Command {
     Describe {
         /// The task's name or id.
         task: String,
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
+        output: Format,
     },
     /// A task's events.
     Events {
         /// The task's name or id.
         task: String,
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
+        output: Format,
     },
     /// A replica's log: the master's (or the head's) of the latest attempt unless asked otherwise.
     Logs {
@@ -158,16 +165,22 @@ enum Command {
     Stop {
         /// The task's name or id.
         task: String,
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
+        output: Format,
     },
     /// Delete a task (stopping it first); its history is kept.
     Delete {
         /// The task's name or id.
         task: String,
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
+        output: Format,
     },
     /// Run an ended task again, as a new attempt.
     Resubmit {
         /// The task's name or id.
         task: String,
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
+        output: Format,
     },
     /// Who the token belongs to.
     Whoami,
@@ -340,7 +353,7 @@ fn main() -> ExitCode {
         Command::Submit { file, idempotency_key, wait, output } => {
             client::finish(client::submit(&conn, &file, idempotency_key.as_deref(), wait, output))
         }
-        Command::List { status, task_type, group, owner, labels, query, sort, output } => {
+        Command::List { status, task_type, group, owner, labels, query, sort, limit, output } => {
             client::finish(client::list(
                 &conn,
                 &[
@@ -351,6 +364,7 @@ fn main() -> ExitCode {
                     ("labels", labels),
                     ("q", query),
                     ("sort", sort),
+                    ("limit", Some(limit.to_string())),
                 ],
                 output,
             ))
@@ -358,25 +372,25 @@ fn main() -> ExitCode {
         Command::Get { task, output } => {
             client::finish(client::resolve(&conn, &task).and_then(|id| client::get(&conn, &id, output)))
         }
-        Command::Describe { task } => {
-            client::finish(client::resolve(&conn, &task).and_then(|id| client::describe(&conn, &id)))
+        Command::Describe { task, output } => {
+            client::finish(client::resolve(&conn, &task).and_then(|id| client::describe(&conn, &id, output)))
         }
-        Command::Events { task } => {
-            client::finish(client::resolve(&conn, &task).and_then(|id| client::events(&conn, &id)))
+        Command::Events { task, output } => {
+            client::finish(client::resolve(&conn, &task).and_then(|id| client::events(&conn, &id, output)))
         }
         Command::Logs { task, follow, tail, replica, all, attempt, timestamps } => {
             let opts = logs::LogOpts { follow, tail, replica, all, attempt, timestamps };
             client::finish(logs::logs(&conn, &task, &opts))
         }
-        Command::Stop { task } => {
-            client::finish(client::resolve(&conn, &task).and_then(|id| client::act(&conn, &id, "stop")))
-        }
-        Command::Delete { task } => {
-            client::finish(client::resolve(&conn, &task).and_then(|id| client::act(&conn, &id, "delete")))
-        }
-        Command::Resubmit { task } => {
-            client::finish(client::resolve(&conn, &task).and_then(|id| client::act(&conn, &id, "resubmit")))
-        }
+        Command::Stop { task, output } => client::finish(
+            client::resolve(&conn, &task).and_then(|id| client::act(&conn, &id, "stop", output)),
+        ),
+        Command::Delete { task, output } => client::finish(
+            client::resolve(&conn, &task).and_then(|id| client::act(&conn, &id, "delete", output)),
+        ),
+        Command::Resubmit { task, output } => client::finish(
+            client::resolve(&conn, &task).and_then(|id| client::act(&conn, &id, "resubmit", output)),
+        ),
         Command::Whoami => client::finish(client::whoami(&conn)),
         Command::Quota { output } => client::finish(client::quota(&conn, output)),
         Command::Admin { command } => client::finish(match command {

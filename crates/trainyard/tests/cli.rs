@@ -285,6 +285,17 @@ fn logs_and_names_through_the_real_binary() {
     assert_eq!(v["id"], serde_json::json!(id));
     assert!(text(&cli(&["describe", &name])).contains(&id));
     assert!(text(&cli(&["events", &name])).contains("Completed"));
+    // Every read verb prints JSON or YAML when asked.
+    let d: serde_json::Value =
+        serde_json::from_slice(&cli(&["describe", &name, "-o", "json"]).stdout).unwrap();
+    assert_eq!(d["task"]["id"], serde_json::json!(id));
+    assert!(d["events"].as_array().is_some_and(|e| e.iter().any(|e| e["reason"] == "Completed")), "{d}");
+    let ev = String::from_utf8_lossy(&cli(&["events", &name, "-o", "yaml"]).stdout).to_string();
+    assert!(ev.contains("reason: Completed"), "{ev}");
+    let one: serde_json::Value =
+        serde_json::from_slice(&cli(&["list", "--limit", "1", "-o", "json"]).stdout).unwrap();
+    assert_eq!(one["items"].as_array().map(Vec::len), Some(1), "{one}");
+    assert_eq!(cli(&["list", "--limit", "0"]).status.code(), Some(2));
     let missing = cli(&["get", "no-such-task"]);
     assert_eq!(missing.status.code(), Some(1));
     assert!(text(&missing).contains("no task named \"no-such-task\""), "{}", text(&missing));
