@@ -201,8 +201,12 @@ async fn fetch(
                     ),
                 ))
             } else {
-                std::fs::rename(&tmp, store.blob(&layer.digest))
-                    .map_err(|e| PullError::io("storing a layer", &e))
+                // On disk before it is visible under its digest: a power cut leaves no short blob there.
+                match w.inner.sync_all().await {
+                    Err(e) => Err(PullError::io("storing a layer", &e)),
+                    Ok(()) => std::fs::rename(&tmp, store.blob(&layer.digest))
+                        .map_err(|e| PullError::io("storing a layer", &e)),
+                }
             }
         }
     };
