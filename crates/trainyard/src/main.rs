@@ -184,6 +184,13 @@ enum Command {
     },
     /// Who the token belongs to.
     Whoami,
+    /// A completion script for your shell: `source <(trainyard completion bash)`, or write it where your shell
+    /// loads completions from (`trainyard completion zsh > ~/.zfunc/_trainyard`, fish's
+    /// `~/.config/fish/completions/trainyard.fish`).
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Quotas of your groups (all for admins), what is left, and the pool's available, idle and unreserved
     /// capacity.
     Quota {
@@ -392,6 +399,17 @@ fn main() -> ExitCode {
             client::resolve(&conn, &task).and_then(|id| client::act(&conn, &id, "resubmit", output)),
         ),
         Command::Whoami => client::finish(client::whoami(&conn)),
+        Command::Completion { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(
+                shell,
+                &mut <Cli as clap::CommandFactory>::command(),
+                "trainyard",
+                &mut out,
+            );
+            client::outln!("{}", String::from_utf8_lossy(&out).trim_end());
+            ExitCode::SUCCESS
+        }
         Command::Quota { output } => client::finish(client::quota(&conn, output)),
         Command::Admin { command } => client::finish(match command {
             AdminCommand::Catalog { command: CatalogCommand::Get { output } } => {

@@ -89,6 +89,19 @@ fn reads_standard_input_and_a_catalog_file() {
 }
 
 #[test]
+fn completion_scripts_for_each_shell() {
+    for (shell, mark) in
+        [("bash", "complete -F"), ("zsh", "#compdef trainyard"), ("fish", "complete -c trainyard")]
+    {
+        let o = trainyard(&["completion", shell], None);
+        let out = stdout(&o);
+        assert_eq!(o.status.code(), Some(0), "{shell}: {out}");
+        assert!(out.contains(mark) && out.contains("logs") && out.contains("tail"), "{shell}: {out}");
+    }
+    assert_eq!(trainyard(&["completion", "tcsh"], None).status.code(), Some(2));
+}
+
+#[test]
 fn unreadable_inputs_exit_2() {
     let o = trainyard(&["validate", "does/not/exist.yaml"], None);
     assert_eq!(o.status.code(), Some(2));
