@@ -62,15 +62,17 @@ impl Run {
         let layout = self.layout();
         let states: Vec<(Replica, Option<ReplicaState>)> =
             self.l.replicas.iter().map(|r| (r.clone(), read_state(&layout.replica(&r.name).dir))).collect();
-        // A supervisor that died without recording an exit (the machine restarted, someone killed it).
+        // A supervisor that died without recording an exit (the machine restarted, someone killed it). Its
+        // state is read again once it is found gone: a supervisor that recorded the exit and ended between the
+        // first read and the look at its process is not lost (the next poll reads the exit).
         let lost = states
             .iter()
-            .filter(|(_, s)| {
+            .filter(|(r, s)| {
                 s.as_ref().is_some_and(|s| {
                     s.phase != Phase::Exited
                         && s.supervisor_pid != 0
                         && !procs::alive(s.supervisor_pid, s.supervisor_ticks)
-                })
+                }) && read_state(&layout.replica(&r.name).dir).is_none_or(|s| s.phase != Phase::Exited)
             })
             .map(|(r, _)| r.name.clone())
             .collect();
