@@ -53,20 +53,35 @@ fn usage(message: impl Into<String>) -> Failure {
 }
 
 impl Conn {
-    fn call(
+    /// An HTTP client for one request: every status is an answer, and it gives up after `timeout` (None:
+    /// never, for a stream that may last).
+    fn agent(timeout: Option<Duration>) -> ureq::Agent {
+        ureq::Agent::config_builder().http_status_as_error(false).timeout_global(timeout).build().into()
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.server.trim_end_matches('/'))
+    }
+
+    fn auth(&self) -> String {
+        format!("Bearer {}", self.token.as_deref().unwrap_or(""))
+    }
+
+    fn unreachable(&self, e: ureq::Error) -> Failure {
+        usage(format!("cannot reach {}: {e} (is `trainyard up` running?)", self.server))
+    }
+
+    /// `method` on `path`; the answer's JSON (a string when it is not JSON, null when empty), or the problem
+    /// the server answered with.
+    pub(crate) fn call(
         &self,
         method: &str,
         path: &str,
         body: Option<&[u8]>,
         key: Option<&str>,
     ) -> CallResult<(u16, Value)> {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(60)))
-            .build()
-            .into();
-        let url = format!("{}{path}", self.server.trim_end_matches('/'));
-        let auth = format!("Bearer {}", self.token.as_deref().unwrap_or(""));
+        let agent = Self::agent(Some(Duration::from_secs(60)));
+        let (url, auth) = (self.url(path), self.auth());
         let result = match method {
             "GET" => agent.get(&url).header("Authorization", &auth).call(),
             "DELETE" => agent.delete(&url).header("Authorization", &auth).call(),
@@ -79,86 +94,59 @@ impl Conn {
                 req.send(body.unwrap_or_default())
             }
         };
-        let mut resp = result
-            .map_err(|e| usage(format!("cannot reach {}: {e} (is `trainyard up` running?)", self.server)))?;
+        let mut resp = result.map_err(|e| self.unreachable(e))?;
         let status = resp.status().as_u16();
         let text = resp.body_mut().read_to_string().unwrap_or_default();
+        if status >= 400 {
+            return Err(refusal(text));
+        }
         let value = if text.is_empty() {
             Value::Null
         } else {
             serde_json::from_str(&text).unwrap_or(Value::String(text))
         };
-        if status >= 400 {
-            return Err(Failure { message: problem_text(&value), code: 1 });
-        }
         Ok((status, value))
     }
-}
 
-impl Conn {
+    /// A GET answered with success, or the problem the server answered with.
+    fn get(&self, path: &str, timeout: Option<Duration>) -> CallResult<ureq::http::Response<ureq::Body>> {
+        let mut resp = Self::agent(timeout)
+            .get(&self.url(path))
+            .header("Authorization", &self.auth())
+            .call()
+            .map_err(|e| self.unreachable(e))?;
+        if resp.status().as_u16() >= 400 {
+            return Err(refusal(resp.body_mut().read_to_string().unwrap_or_default()));
+        }
+        Ok(resp)
+    }
+
     /// A GET whose answer is text: (the text, `X-Next-Offset`, `X-Log-Ended`).
     pub fn get_text(&self, path: &str) -> CallResult<(String, u64, bool)> {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(60)))
-            .build()
-            .into();
-        let url = format!("{}{path}", self.server.trim_end_matches('/'));
-        let auth = format!("Bearer {}", self.token.as_deref().unwrap_or(""));
-        let mut resp =
-            agent.get(&url).header("Authorization", &auth).call().map_err(|e| {
-                usage(format!("cannot reach {}: {e} (is `trainyard up` running?)", self.server))
-            })?;
+        let mut resp = self.get(path, Some(Duration::from_secs(60)))?;
         let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let (next, ended) = (header("x-next-offset"), header("x-log-ended"));
-        let status = resp.status().as_u16();
         let text = resp.body_mut().read_to_string().unwrap_or_default();
-        if status >= 400 {
-            let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
-            return Err(Failure { message: problem_text(&v), code: 1 });
-        }
         Ok((text, next.and_then(|n| n.parse().ok()).unwrap_or(0), ended.as_deref() == Some("true")))
     }
 
     /// A GET answered with a stream that may last (server-sent events): its body, line by line.
     pub fn stream(&self, path: &str) -> CallResult<impl std::io::BufRead + use<>> {
-        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-        let url = format!("{}{path}", self.server.trim_end_matches('/'));
-        let auth = format!("Bearer {}", self.token.as_deref().unwrap_or(""));
-        let resp =
-            agent.get(&url).header("Authorization", &auth).call().map_err(|e| {
-                usage(format!("cannot reach {}: {e} (is `trainyard up` running?)", self.server))
-            })?;
-        if resp.status().as_u16() >= 400 {
-            let mut resp = resp;
-            let text = resp.body_mut().read_to_string().unwrap_or_default();
-            let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
-            return Err(Failure { message: problem_text(&v), code: 1 });
-        }
+        let resp = self.get(path, None)?;
         Ok(std::io::BufReader::new(resp.into_body().into_reader()))
     }
 }
 
-impl Conn {
-    /// A GET answered with JSON.
-    pub fn call_json(&self, method: &str, path: &str) -> CallResult<(u16, Value)> {
-        self.call(method, path, None, None)
-    }
+/// A refusal's body (a problem document, or text) as a failure with status 1.
+fn refusal(text: String) -> Failure {
+    let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    Failure { message: problem_text(&v), code: 1 }
 }
 
 /// The server's catalog (its JSON text), when a server answers at `c` with a token within a few seconds.
 pub fn server_catalog(c: &Conn) -> Option<String> {
-    let token = c.token.as_deref()?;
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(3)))
-        .build()
-        .into();
-    let url = format!("{}/api/v1/catalog", c.server.trim_end_matches('/'));
-    let mut resp = agent.get(&url).header("Authorization", &format!("Bearer {token}")).call().ok()?;
-    if resp.status().as_u16() != 200 {
-        return None;
-    }
+    c.token.as_deref()?;
+    let mut resp = c.get("/api/v1/catalog", Some(Duration::from_secs(3))).ok()?;
     resp.body_mut().read_to_string().ok()
 }
 

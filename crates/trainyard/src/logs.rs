@@ -32,7 +32,7 @@ fn shown(line: &str, timestamps: bool, prefix: &str) -> String {
 
 pub fn logs(c: &Conn, task: &str, o: &LogOpts) -> CallResult<ExitCode> {
     let id = resolve(c, task)?;
-    let (_, v) = c.call_json("GET", &format!("/api/v1/tasks/{id}/logs"))?;
+    let (_, v) = c.call("GET", &format!("/api/v1/tasks/{id}/logs"), None, None)?;
     let attempts = v["items"].as_array().cloned().unwrap_or_default();
     let chosen = match o.attempt {
         Some(a) => attempts.iter().find(|x| x["attempt"].as_i64() == Some(a)),
