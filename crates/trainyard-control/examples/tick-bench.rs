@@ -20,6 +20,10 @@ use trainyard_runtime::fake::{FakeBackend, Script};
 use trainyard_sched::Config;
 use trainyard_store::{NewTask, Store};
 
+/// The server binary's allocator, so the loop is measured as it runs there.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const CATALOG: &str = r#"
 regions: {local: {}}
 clusters: {local: {region: local}}
@@ -186,6 +190,23 @@ async fn main() {
         mean(|p| p.alarms_us),
         mean(|p| p.reconcile_us),
     );
+    // The slowest ticks (those at and above p99), phase by phase: what makes the tail.
+    let mut by_time: Vec<usize> = (0..stream.len()).collect();
+    by_time.sort_by_key(|&i| std::cmp::Reverse(stream[i]));
+    for &i in by_time.iter().take((stream.len() / 100).max(1) + 1) {
+        let p = &phases[i];
+        println!(
+            "    slow tick {:>7.2} ms: observe {:.2}, sync {:.2}, snapshot {:.2}, schedule {:.2}, commit {:.2}, alarms {:.2}, reconcile {:.2}",
+            ms(stream[i]),
+            f64::from(p.observe_us) / 1e3,
+            f64::from(p.sync_us) / 1e3,
+            f64::from(p.snapshot_us) / 1e3,
+            f64::from(p.schedule_us) / 1e3,
+            f64::from(p.commit_us) / 1e3,
+            f64::from(p.alarms_us) / 1e3,
+            f64::from(p.reconcile_us) / 1e3,
+        );
+    }
     let info = control.queue_info(&format!("{:016x}", k - 1));
     println!("    (the last arrival waits at {:?})", info.map(|q| (q.position, q.reason)));
     let _ = std::fs::remove_dir_all(&dir);
