@@ -1,0 +1,84 @@
+"""Trainyard's Python client: submit, watch and manage training tasks on a Trainyard server.
+
+>>> import trainyard
+>>> with trainyard.Client.from_env() as c:
+...     task = c.wait(c.submit("examples/local/hello.yaml"))
+...     for line in c.logs(task):
+...         print(line)
+"""
+
+from .client import DEFAULT_SERVER, Client, SpecLike, TaskRef, __version__
+from .errors import (
+    AccountDisabled,
+    BadRequest,
+    Conflict,
+    FieldProblem,
+    Forbidden,
+    NotFound,
+    PayloadTooLarge,
+    ProblemError,
+    ServerError,
+    TrainyardConnectionError,
+    TrainyardError,
+    Unauthorized,
+    UnexpectedResponse,
+    ValidationError,
+    WaitTimeout,
+)
+from .models import (
+    TERMINAL_STATUSES,
+    Admission,
+    AttemptReplicas,
+    Event,
+    LogLine,
+    MetricSeries,
+    Metrics,
+    Page,
+    Placement,
+    PlacementReplica,
+    QueuePosition,
+    Replica,
+    Status,
+    Task,
+    User,
+    Validation,
+)
+
+__all__ = [
+    "DEFAULT_SERVER",
+    "TERMINAL_STATUSES",
+    "AccountDisabled",
+    "Admission",
+    "AttemptReplicas",
+    "BadRequest",
+    "Client",
+    "Conflict",
+    "Event",
+    "FieldProblem",
+    "Forbidden",
+    "LogLine",
+    "MetricSeries",
+    "Metrics",
+    "NotFound",
+    "Page",
+    "PayloadTooLarge",
+    "Placement",
+    "PlacementReplica",
+    "ProblemError",
+    "QueuePosition",
+    "Replica",
+    "ServerError",
+    "SpecLike",
+    "Status",
+    "Task",
+    "TaskRef",
+    "TrainyardConnectionError",
+    "TrainyardError",
+    "Unauthorized",
+    "UnexpectedResponse",
+    "User",
+    "Validation",
+    "ValidationError",
+    "WaitTimeout",
+    "__version__",
+]

@@ -1,0 +1,381 @@
+"""What the API answers with, as typed, read-only dataclasses.
+
+Each is built from the server's JSON by ``from_json``, with the field names in Python's spelling
+(``projectGroup`` is ``project_group``); every one keeps the JSON it was built from in ``raw``, so a field a
+newer server adds is not lost.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Generic, TypeVar
+
+from .errors import FieldProblem
+
+__all__ = [
+    "TERMINAL_STATUSES",
+    "Admission",
+    "AttemptReplicas",
+    "Event",
+    "LogLine",
+    "MetricSeries",
+    "Metrics",
+    "Page",
+    "Placement",
+    "PlacementReplica",
+    "QueuePosition",
+    "Replica",
+    "Status",
+    "Task",
+    "User",
+    "Validation",
+]
+
+
+class Status(enum.StrEnum):
+    """Where a task is in its life. Members compare equal to the server's strings (``"Running"``)."""
+
+    QUEUED = "Queued"
+    ADMITTED = "Admitted"
+    STARTING = "Starting"
+    PRECHECKING = "Prechecking"
+    RUNNING = "Running"
+    STOPPING = "Stopping"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    STOPPED = "Stopped"
+
+    @classmethod
+    def parse(cls, value: str | Status) -> Status:
+        """A status from its name in any case (``"running"``, ``"RUNNING"``); ValueError if unknown."""
+        if isinstance(value, Status):
+            return value
+        for s in cls:
+            if s.value.lower() == value.strip().lower():
+                return s
+        known = ", ".join(s.value for s in cls)
+        raise ValueError(f"status {value!r} is not one of {known}")
+
+    @property
+    def is_terminal(self) -> bool:
+        """Done for good: nothing more happens unless someone resubmits the task."""
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES: frozenset[Status] = frozenset({Status.SUCCEEDED, Status.FAILED, Status.STOPPED})
+"""What :meth:`trainyard.Client.wait` waits for unless told otherwise."""
+
+
+def _ms_to_datetime(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePosition:
+    """Where a queued task stands as of the control loop's last tick, and why it waits."""
+
+    position: int
+    position_in_group: int
+    reason: str
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> QueuePosition:
+        return cls(position=int(d["position"]), position_in_group=int(d["positionInGroup"]), reason=str(d["reason"]))
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementReplica:
+    """One replica of a placed attempt: its role, index and rank, the node it runs on and its share."""
+
+    role: str
+    index: int
+    rank: int
+    node: str
+    resources: dict[str, int]
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> PlacementReplica:
+        return cls(
+            role=str(d["role"]),
+            index=int(d["index"]),
+            rank=int(d["rank"]),
+            node=str(d["node"]),
+            resources={str(k): int(v) for k, v in dict(d.get("resources") or {}).items()},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where an attempt runs: the instance-spec option chosen, each replica's node, and the units counted
+    against quota as ``(spec, resource type, units)``."""
+
+    option: int
+    replicas: list[PlacementReplica]
+    units: list[tuple[str, str, int]]
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Placement:
+        return cls(
+            option=int(d["option"]),
+            replicas=[PlacementReplica.from_json(r) for r in d.get("replicas") or []],
+            units=[(str(u[0]), str(u[1]), int(u[2])) for u in d.get("units") or []],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A task as the API shows it. ``spec`` (hidden values masked) is ``None`` in lists; ``get`` has it."""
+
+    id: str
+    name: str
+    owner: str
+    project_group: str
+    type: str
+    """``PyTorchJob`` or ``RayJob``."""
+    status: Status
+    public: bool
+    labels: dict[str, str]
+    attempt: int
+    retries: int
+    created_at_ms: int
+    updated_at_ms: int
+    placement: Placement | None
+    queue: QueuePosition | None
+    spec: dict[str, Any] | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Task:
+        placement = d.get("placement")
+        queue = d.get("queue")
+        spec = d.get("spec")
+        return cls(
+            id=str(d["id"]),
+            name=str(d["name"]),
+            owner=str(d["owner"]),
+            project_group=str(d["projectGroup"]),
+            type=str(d["type"]),
+            status=Status.parse(str(d["status"])),
+            public=bool(d["public"]),
+            labels={str(k): str(v) for k, v in dict(d.get("labels") or {}).items()},
+            attempt=int(d["attempt"]),
+            retries=int(d["retries"]),
+            created_at_ms=int(d["createdAtMs"]),
+            updated_at_ms=int(d["updatedAtMs"]),
+            placement=Placement.from_json(placement) if isinstance(placement, dict) else None,
+            queue=QueuePosition.from_json(queue) if isinstance(queue, dict) else None,
+            spec=spec if isinstance(spec, dict) else None,
+            raw=d,
+        )
+
+    @property
+    def is_terminal(self) -> bool:
+        """Succeeded, Failed or Stopped."""
+        return self.status.is_terminal
+
+    @property
+    def created_at(self) -> datetime:
+        return _ms_to_datetime(self.created_at_ms)
+
+    @property
+    def updated_at(self) -> datetime:
+        return _ms_to_datetime(self.updated_at_ms)
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a list; ``next_cursor`` (``None`` on the last page) asks for the next one."""
+
+    items: list[T]
+    next_cursor: str | None
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One event of a task's history, with its attempt and a stable reason code (``Started``, ...)."""
+
+    seq: int
+    attempt: int
+    at_ms: int
+    reason: str
+    message: str
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Event:
+        return cls(
+            seq=int(d["seq"]),
+            attempt=int(d["attempt"]),
+            at_ms=int(d["atMs"]),
+            reason=str(d["reason"]),
+            message=str(d["message"]),
+        )
+
+    @property
+    def at(self) -> datetime:
+        return _ms_to_datetime(self.at_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """A replica by its full name (``hello-ab12c-worker-0``), with its role."""
+
+    name: str
+    role: str
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Replica:
+        return cls(name=str(d["name"]), role=str(d["role"]))
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptReplicas:
+    """The replicas one attempt of a task had (their logs can be read)."""
+
+    attempt: int
+    replicas: list[Replica]
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> AttemptReplicas:
+        return cls(attempt=int(d["attempt"]), replicas=[Replica.from_json(r) for r in d.get("replicas") or []])
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One line of a replica's log. ``str(line)`` is its text."""
+
+    replica: str
+    attempt: int
+    text: str
+    time: str
+    """When it was written, as the server stored it (RFC 3339, UTC); empty when the line had no time."""
+    stream: str
+    """``O`` (standard output) or ``E`` (standard error); empty when unknown."""
+
+    @classmethod
+    def parse(cls, stored: str, *, replica: str, attempt: int) -> LogLine:
+        """A line in the server's stored form, ``TIME STREAM TEXT``; another line is kept as its text."""
+        parts = stored.split(" ", 2)
+        if len(parts) >= 2 and parts[1] in ("O", "E") and parts[0][:1].isdigit() and "T" in parts[0]:
+            return cls(replica=replica, attempt=attempt, time=parts[0], stream=parts[1], text=parts[2] if len(parts) == 3 else "")
+        return cls(replica=replica, attempt=attempt, time="", stream="", text=stored)
+
+    @property
+    def timestamp(self) -> datetime | None:
+        if not self.time:
+            return None
+        try:
+            return datetime.fromisoformat(self.time.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSeries:
+    """One metric of one replica with one label set; ``points`` are ``(at_ms, value)``, oldest first."""
+
+    replica: str
+    name: str
+    labels: dict[str, str]
+    points: list[tuple[int, float]]
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> MetricSeries:
+        return cls(
+            replica=str(d["replica"]),
+            name=str(d["name"]),
+            labels={str(k): str(v) for k, v in dict(d.get("labels") or {}).items()},
+            points=[(int(p[0]), float(p[1])) for p in d.get("points") or []],
+        )
+
+    @property
+    def values(self) -> list[float]:
+        return [v for _, v in self.points]
+
+    @property
+    def last(self) -> float | None:
+        """The newest value, if any."""
+        return self.points[-1][1] if self.points else None
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    """A task's metrics for one attempt: preset ones are named ``trainyard_*``, the rest are the task's own."""
+
+    attempt: int
+    series: list[MetricSeries]
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Metrics:
+        return cls(attempt=int(d["attempt"]), series=[MetricSeries.from_json(s) for s in d.get("series") or []])
+
+    def named(self, name: str) -> list[MetricSeries]:
+        """The series of one metric (one per replica and label set)."""
+        return [s for s in self.series if s.name == name]
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    """A user with their role (``admin`` or ``member``) and project groups."""
+
+    name: str
+    role: str
+    groups: list[str]
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> User:
+        return cls(name=str(d["name"]), role=str(d["role"]), groups=[str(g) for g in d.get("groups") or []])
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """Whether the scheduler would admit a task now, and why not."""
+
+    now: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Validation:
+    """A task document checked without creating it (``Client.validate``)."""
+
+    valid: bool
+    problems: list[FieldProblem]
+    """Every problem found, each with its field path (warnings too when valid)."""
+    admission: Admission | None
+    demand: list[dict[str, Any]] | None
+    """The demand of each instance-spec option, as the server computed it (when valid)."""
+    task: dict[str, Any] | None
+    """The document as the server read it, defaults filled in."""
+    yaml: str | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Validation:
+        adm = d.get("admission")
+        demand = d.get("demand")
+        task = d.get("task")
+        yaml_text = d.get("yaml")
+        return cls(
+            valid=bool(d["valid"]),
+            problems=[FieldProblem.from_json(p) for p in d.get("problems") or [] if isinstance(p, dict)],
+            admission=Admission(now=bool(adm["now"]), reason=str(adm["reason"])) if isinstance(adm, dict) else None,
+            demand=[x for x in demand if isinstance(x, dict)] if isinstance(demand, list) else None,
+            task=task if isinstance(task, dict) else None,
+            yaml=yaml_text if isinstance(yaml_text, str) else None,
+            raw=d,
+        )

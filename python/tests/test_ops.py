@@ -1,0 +1,128 @@
+"""What is done to a task once it exists: events, metrics, resubmit, clone and delete."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+import trainyard
+from helpers import task_doc, unique
+
+Run = Callable[..., trainyard.Task]
+
+
+def test_events_tell_the_history_in_order(client: trainyard.Client, run: Run) -> None:
+    done = run(task_doc(unique("ev"), "echo hi"))
+    events = client.events(done.name)
+    assert [e.reason for e in events][0] == "Submitted"
+    assert {"Admitted", "Started", "Completed"} <= {e.reason for e in events}
+    assert events[-1].reason == "Completed"
+    seqs = [e.seq for e in events]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    assert all(e.attempt == 0 and e.message for e in events)
+    assert all(abs(e.at - done.created_at) < timedelta(minutes=5) for e in events)
+    assert client.events(done, after=seqs[-2]) == events[-1:]
+
+
+# Serves one custom metric in the Prometheus text format for a few seconds.
+EXPORTER = """python3 -c '
+import http.server, threading, time
+class Page(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"# TYPE train_loss gauge\\ntrain_loss{phase=\\"train\\"} 0.25\\n")
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("0.0.0.0", 9100), Page)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+print("serving", flush=True)
+time.sleep(6)
+'"""
+
+
+def test_metrics_call_shape(client: trainyard.Client, run: Run) -> None:
+    doc = task_doc(unique("met"), EXPORTER)
+    doc["spec"]["advanced"] = {"metrics": {"endpoints": [{"port": 9100, "path": "/metrics"}], "intervalSeconds": 5}}
+    done = run(doc)
+    assert done.status is trainyard.Status.SUCCEEDED, [x.text for x in client.logs(done)]
+    m = client.metrics(done)
+    assert isinstance(m, trainyard.Metrics) and m.attempt == 0
+    replica = f"{done.name}-master-0"
+    for s in m.series:
+        assert s.replica == replica
+        assert all(isinstance(at, int) and isinstance(v, float) for at, v in s.points)
+        assert [at for at, _ in s.points] == sorted(at for at, _ in s.points)
+    assert any(s.name.startswith("trainyard_") for s in m.series)  # the preset resource metrics
+
+    [loss] = client.metrics(done.name, name="train_loss").series
+    assert (loss.replica, loss.name, loss.labels) == (replica, "train_loss", {"phase": "train"})
+    assert loss.points and set(loss.values) == {0.25} and loss.last == 0.25
+    assert m.named("train_loss") == [loss]
+
+    assert client.metrics(done, name="no_such_metric").series == []
+    assert client.metrics(done, since=datetime.now(UTC) + timedelta(hours=1)).series == []
+    later = client.metrics(done, name="train_loss", since=loss.points[-1][0] - 1).series
+    assert [s.points for s in later] == [loss.points[-1:]]
+    assert client.metrics(done, attempt=0).attempt == 0
+
+
+def test_resubmit_runs_it_again_as_a_new_attempt(client: trainyard.Client, run: Run) -> None:
+    done = run(task_doc(unique("again"), "echo hi"))
+    queued = client.resubmit(done.name)
+    assert queued.id == done.id and queued.attempt == 1
+    assert queued.status is trainyard.Status.QUEUED
+    with_attempt = client.wait(done, timeout=30, poll=0.2)
+    assert with_attempt.status is trainyard.Status.SUCCEEDED and with_attempt.attempt == 1
+    events = client.events(done)
+    assert "Resubmitted" in [e.reason for e in events]
+    assert {e.attempt for e in events} == {0, 1}
+
+
+def test_clone_makes_a_new_task_from_the_spec(client: trainyard.Client, run: Run) -> None:
+    original = run(task_doc(unique("orig"), "echo cloned"))
+    copy = client.clone(original.name)
+    assert copy.id != original.id and copy.name != original.name
+    assert copy.status is trainyard.Status.QUEUED and copy.owner == "admin"
+    assert copy.spec is not None and copy.spec["spec"]["environment"]["cmd"] == "echo cloned"
+    copy = client.wait(copy, timeout=30, poll=0.2)
+    assert copy.status is trainyard.Status.SUCCEEDED
+    assert [x.text for x in client.logs(copy)] == ["cloned"]
+
+    again = client.clone(original, project_group="default")
+    assert again.project_group == "default"
+    client.wait(again, timeout=30, poll=0.2)
+    with pytest.raises(trainyard.ValidationError) as refused:
+        client.clone(original, project_group="no-such-group")
+    assert refused.value.paths == ["metadata.projectGroup"]
+
+
+def test_delete_takes_it_out_of_lists(client: trainyard.Client, run: Run) -> None:
+    done = run(task_doc(unique("del"), "echo bye"))
+    client.delete(done.name)
+    assert client.list(search=done.name).items == []
+    with pytest.raises(trainyard.NotFound):
+        client.get(done.name)
+    with pytest.raises(trainyard.NotFound):
+        client.get(done.id)  # named by a string, it is looked up among the listed tasks, as the CLI does
+    # A deleted task is not run again.
+    with pytest.raises(trainyard.Conflict) as refused:
+        client.resubmit(done)
+    assert "deleted" in refused.value.detail
+    # What the refusal suggests: a clone runs its spec again (the Task names it by id, with no lookup).
+    copy = client.clone(done)
+    assert copy.id != done.id
+    assert client.wait(copy, timeout=30, poll=0.2).status is trainyard.Status.SUCCEEDED
+
+
+def test_delete_stops_a_running_task(client: trainyard.Client) -> None:
+    task = client.submit(task_doc(unique("delrun"), "sleep 60"))
+    client.wait(task, until=[trainyard.Status.RUNNING], timeout=30, poll=0.2)
+    client.delete(task)
+    ended = client.wait(task, timeout=30, poll=0.2)
+    assert ended.status is trainyard.Status.STOPPED
+    assert "Deleted" in [e.reason for e in client.events(task)] or "StopRequested" in [
+        e.reason for e in client.events(task)
+    ]
