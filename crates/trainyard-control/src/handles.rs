@@ -45,8 +45,8 @@ impl CatalogHandle {
 #[derive(Debug, Clone, Default)]
 pub struct QueueBoard(Arc<std::sync::RwLock<Waits>>);
 
-/// Every queued task's wait, by task id. Rebuilt at every scheduling cycle with an entry per queued task,
-/// so its hashing is the cheap kind: task ids are platform-made (not chosen by users), so a hash that is fast
+/// Every queued task's wait, by task id. Rebuilt by a full scheduling cycle with an entry per queued task
+/// (and updated in place by the others), so its hashing is the cheap kind: task ids are platform-made (not chosen by users), so a hash that is fast
 /// but not collision-resistant cannot be steered.
 pub(crate) type Waits = HashMap<Arc<str>, QueueInfo, std::hash::BuildHasherDefault<IdHasher>>;
 
@@ -94,6 +94,18 @@ impl QueueBoard {
     /// Puts this tick's waits up and hands back the last tick's, for the caller to drop outside the lock.
     pub(crate) fn replace(&self, waits: Waits) -> Waits {
         std::mem::replace(&mut *self.0.write().unwrap_or_else(|e| e.into_inner()), waits)
+    }
+
+    /// Updates the board in place: the waits that moved (or are new) and the tasks no longer waiting.
+    pub(crate) fn update(&self, moved: Vec<(Arc<str>, QueueInfo)>, left: &[Arc<str>]) {
+        if moved.is_empty() && left.is_empty() {
+            return;
+        }
+        let mut board = self.0.write().unwrap_or_else(|e| e.into_inner());
+        for id in left {
+            board.remove(id);
+        }
+        board.extend(moved);
     }
 }
 

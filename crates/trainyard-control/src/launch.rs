@@ -42,7 +42,7 @@ impl<B: Backend> Control<B> {
             let Some(t) = t else {
                 // Its record here is behind the store's: planned again once it is read back.
                 report.conflicts += 1;
-                self.dirty = true;
+                self.changed();
                 continue;
             };
             self.nominated.remove(&t.id);

@@ -15,7 +15,8 @@
 //! transitions), `launch` (admissions and what a backend is given), `requests` (the backend asked, refusals
 //! retried), `observe` (what a backend reports), `policy` (the pure decisions: observation to transition,
 //! retries, waits after a refusal), `reconcile`, `autoscale`, `commands` (stop, resubmit), `handles` and
-//! `views` (what readers share), `ids`, `error`, `place` (the scheduler's snapshot and placements),
+//! `views` (what readers share), `ids`, `error`, `place` (the scheduler's snapshot and placements), `queue`
+//! (the waiting tasks between cycles, parked ones included, and their places on the board),
 //! `alarms`, `secrets`.
 
 #![forbid(unsafe_code)]
@@ -32,6 +33,7 @@ mod launch;
 mod observe;
 mod place;
 mod policy;
+mod queue;
 mod reconcile;
 pub mod registry_logins;
 mod report;
@@ -74,12 +76,23 @@ pub struct Control<B> {
     options: OptionsCache,
     /// Something the plan reads changed since the last one (see `tick`).
     dirty: bool,
+    /// ... and it was more than queued arrivals: the next plan is a cycle over the whole queue.
+    full: bool,
+    /// Queued tasks new to the working set (with their specs) since the last plan.
+    fresh: Vec<ActiveKey>,
+    /// Queued tasks that left the working set since the last plan.
+    gone: Vec<Arc<str>>,
+    /// Waiting tasks every plan looks at again: preemptors whose victims are leaving, each pool's starving
+    /// task (see `queue`).
+    unparked: Vec<ActiveKey>,
+    /// Every waiting task in queue order, with its place on the board.
+    queue: queue::Queue,
+    /// Tests: every plan of arrivals is checked against a cycle over the whole queue.
+    check_parking: bool,
     /// The catalog the last plan was made under.
     planned_for: Option<Arc<Catalog>>,
     /// Until when the clock alone leaves the last plan standing (starvation thresholds).
     quiet_until_ms: i64,
-    /// Tasks waiting in the last plan.
-    last_waiting: u32,
     /// When queued tasks are next checked against their queued-too-long alarms.
     queue_alarms_at_ms: i64,
     nominated: BTreeMap<String, Vec<String>>,
@@ -127,9 +140,14 @@ impl<B: Backend> Control<B> {
             specs: SpecInterner::default(),
             options: OptionsCache::default(),
             dirty: true,
+            full: true,
+            fresh: Vec::new(),
+            gone: Vec::new(),
+            unparked: Vec::new(),
+            queue: queue::Queue::default(),
+            check_parking: false,
             planned_for: None,
             quiet_until_ms: 0,
-            last_waiting: 0,
             queue_alarms_at_ms: 0,
             nominated: BTreeMap::new(),
             scale_wants: BTreeMap::new(),
@@ -191,6 +209,20 @@ impl<B: Backend> Control<B> {
         let submitter = self.submitter();
         let task = submitter.validate(body)?;
         submitter.submit(owner, &task, body, idempotency_key, now_ms).await
+    }
+
+    /// For tests: every plan that takes in only arrivals is first checked against a cycle over the whole
+    /// queue (same admissions, preemptions and wait reasons, parked tasks included); a difference panics.
+    #[doc(hidden)]
+    pub fn check_parking(&mut self, on: bool) {
+        self.check_parking = on;
+    }
+
+    /// Makes the next tick plan the whole queue, as after any change but a queued arrival (for tests that
+    /// check an incremental plan against a whole one).
+    #[doc(hidden)]
+    pub fn plan_whole_next(&mut self) {
+        self.changed();
     }
 
     /// The last wait of a queued task.

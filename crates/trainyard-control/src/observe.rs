@@ -44,7 +44,7 @@ impl<B: Backend> Control<B> {
                     // Kept in the store first, so a restarted loop still leaves the node out.
                     self.store.avoid_node(&t.id, node, now_ms).await?;
                     self.excluded.entry(t.id.clone()).or_default().insert(node.clone());
-                    self.dirty = true;
+                    self.changed();
                     format!("{message}; the next attempts of this task leave it out")
                 } else {
                     format!("{message}; node replacement is off, so it may be used again")
@@ -66,7 +66,7 @@ impl<B: Backend> Control<B> {
                     }
                     if extra > 0 {
                         self.scale_wants.insert(t.id.clone(), extra);
-                        self.dirty = true;
+                        self.changed();
                     }
                 }
                 Some(t.clone())

@@ -15,6 +15,9 @@ pub struct TickReport {
     /// Whether this tick ran a scheduling cycle (false: nothing the plan reads had changed, the last one
     /// stands).
     pub planned: bool,
+    /// Whether that cycle looked at the whole queue (false: only what arrived since the last plan and what a
+    /// cycle always looks at again; the parked rest kept its waits).
+    pub whole: bool,
     /// Where the tick's time went.
     pub phases: Phases,
 }

@@ -5,7 +5,7 @@ use crate::Control;
 use crate::active::*;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use trainyard_core::lifecycle::Reason;
+use trainyard_core::lifecycle::{Reason, Status};
 use trainyard_core::spec::TrainingTask;
 use trainyard_runtime::Backend;
 use trainyard_store::{StoreError, TaskRecord};
@@ -76,7 +76,7 @@ impl<B: Backend> Control<B> {
                 }
                 for key in vanished {
                     if let Some(gone) = self.active.remove(&key) {
-                        self.forget(&gone.id);
+                        self.forget(&gone);
                     }
                 }
                 self.refresh_excluded().await?;
@@ -92,11 +92,15 @@ impl<B: Backend> Control<B> {
                     let entry = match old.remove(&key) {
                         Some(e) if e.record.version == t.version => e,
                         Some(e) => {
-                            self.dirty = true;
+                            self.changed();
                             Entry { record: Arc::new(t), ..e }
                         }
                         None => {
+                            // Planned once its spec is read (see `read_missing_specs`).
                             self.dirty = true;
+                            if t.status != Status::Queued {
+                                self.changed();
+                            }
                             let (id, name) = (Arc::from(t.id.as_str()), Arc::from(t.name.as_str()));
                             Entry { id, name, record: Arc::new(t), spec: None }
                         }
@@ -104,7 +108,7 @@ impl<B: Backend> Control<B> {
                     self.active.insert(key, entry);
                 }
                 for (_, gone) in old {
-                    self.forget(&gone.id);
+                    self.forget(&gone);
                 }
                 self.refresh_excluded().await?;
                 self.full_synced_ms = now_ms;
@@ -123,7 +127,7 @@ impl<B: Backend> Control<B> {
         }
         if excluded != self.excluded {
             self.excluded = excluded;
-            self.dirty = true;
+            self.changed();
         }
         Ok(())
     }
@@ -137,32 +141,64 @@ impl<B: Backend> Control<B> {
             // Known already at this version: only a spec it lacked is news.
             Some(known) if known.record.version >= t.version && known.spec.is_none() && spec.is_some() => {
                 known.spec = spec;
-                self.dirty = true;
+                let queued = known.record.status == Status::Queued;
+                self.arrived(key, queued);
             }
             Some(known) if known.record.version >= t.version => {}
             Some(known) if keep => {
                 t.spec_json = String::new();
                 known.record = Arc::new(t);
                 known.spec = known.spec.take().or(spec);
-                self.dirty = true;
+                self.changed();
             }
             Some(_) => {
-                self.active.remove(&key);
-                self.forget(&t.id);
+                if let Some(gone) = self.active.remove(&key) {
+                    self.forget(&gone);
+                }
             }
             None if keep => {
                 t.spec_json = String::new();
                 let (id, name) = (Arc::from(t.id.as_str()), Arc::from(t.name.as_str()));
-                self.active.insert(key, Entry { id, name, record: Arc::new(t), spec });
-                self.dirty = true;
+                let (queued, planned) = (t.status == Status::Queued, spec.is_some());
+                self.active.insert(key.clone(), Entry { id, name, record: Arc::new(t), spec });
+                if planned {
+                    self.arrived(key, queued);
+                } else if !queued {
+                    self.changed();
+                }
             }
             None => {}
         }
     }
 
-    /// Drops what the loop kept about a task that has left the active set.
-    pub(crate) fn forget(&mut self, id: &str) {
+    /// Something other than a queued arrival changed what the plan reads: the next plan looks at the whole
+    /// queue.
+    pub(crate) fn changed(&mut self) {
         self.dirty = true;
+        self.full = true;
+    }
+
+    /// A task of the working set can now be planned (it is new, or its spec was just read): a queued one is
+    /// an arrival, which the next plan takes in without looking at the parked queue again (see `queue`).
+    fn arrived(&mut self, key: ActiveKey, queued: bool) {
+        self.dirty = true;
+        if queued {
+            self.fresh.push(key);
+        } else {
+            self.full = true;
+        }
+    }
+
+    /// Drops what the loop kept about a task that has left the active set. A queued task leaving frees
+    /// nothing: it only leaves the queue.
+    pub(crate) fn forget(&mut self, gone: &Entry) {
+        let id = &*gone.id;
+        if gone.record.status == Status::Queued {
+            self.dirty = true;
+            self.gone.push(gone.id.clone());
+        } else {
+            self.changed();
+        }
         self.nominated.remove(id);
         self.scale_wants.remove(id);
         self.excluded.remove(id);
@@ -186,11 +222,12 @@ impl<B: Backend> Control<B> {
         // Tasks submitted from one document store the same text: it is parsed once (a restart with a deep
         // queue of a sweep's tasks reads them all).
         let mut parsed: HashMap<String, Arc<TrainingTask>> = HashMap::new();
+        let mut read: Vec<(ActiveKey, bool)> = Vec::new();
         for e in self.active.values_mut().filter(|e| e.spec.is_none()) {
             let Some(json) = specs.remove(&*e.id) else { continue };
             if let Some(spec) = parsed.get(&json) {
                 e.spec = Some(spec.clone());
-                self.dirty = true;
+                read.push((active_key(&e.record), e.record.status == Status::Queued));
                 continue;
             }
             let t = TaskRecord { spec_json: json, ..(*e.record).clone() };
@@ -199,10 +236,13 @@ impl<B: Backend> Control<B> {
                     let spec = self.specs.intern(Arc::new(slim(task)));
                     parsed.insert(t.spec_json, spec.clone());
                     e.spec = Some(spec);
-                    self.dirty = true;
+                    read.push((active_key(&e.record), e.record.status == Status::Queued));
                 }
                 Err(err) => unreadable.push((e.record.clone(), err)),
             }
+        }
+        for (key, queued) in read {
+            self.arrived(key, queued);
         }
         for (t, err) in unreadable {
             if self.unreadable.insert(t.id.clone()) {

@@ -1,13 +1,15 @@
 //! One round of the control loop: observations, the working set, a scheduling cycle when anything it reads
 //! changed, its decisions committed, queued-too-long alarms, reconciliation.
 
-use crate::active::{ActiveKey, Entry};
+use crate::active::{ActiveKey, Entry, active_key};
 use crate::error::CommandError;
 use crate::handles::*;
 use crate::place::{Placement, snapshot_for};
 use crate::policy::Step;
+use crate::queue::Waiting;
 use crate::report::{TickReport, us_since};
 use crate::{Control, alarms};
+use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -71,22 +73,34 @@ impl<B: Backend> Control<B> {
         // excluded nodes, autoscaling wants) and, through starvation, the clock: while none of them changed, it
         // would come out the same, and the last one stands (a deep queue that nothing moves costs no cycle).
         let catalog = self.catalog.get();
-        let unchanged = !self.dirty
-            && self.planned_for.as_ref().is_some_and(|c| Arc::ptr_eq(c, &catalog))
-            && now_ms < self.quiet_until_ms;
-        if unchanged {
-            report.waiting = self.last_waiting;
-        } else {
+        let same_catalog = self.planned_for.as_ref().is_some_and(|c| Arc::ptr_eq(c, &catalog));
+        if self.dirty || !same_catalog || now_ms >= self.quiet_until_ms {
+            // Only queued arrivals since the last plan: a cycle over them and what a cycle always looks at
+            // again, the rest of the queue parked (see `queue`); anything else: the whole queue.
+            let full = self.full || !same_catalog || now_ms >= self.quiet_until_ms;
             self.dirty = false;
+            self.full = false;
             self.planned_for = Some(catalog.clone());
-            if let Err(e) = self.plan(&catalog, &entries, now_ms, report).await {
-                // A plan cut short is made again next tick.
-                self.dirty = true;
+            let result = if full {
+                self.fresh.clear();
+                self.gone.clear();
+                self.plan(&catalog, &entries, true, now_ms, report).await
+            } else {
+                let part = self.part(active, &entries);
+                if self.check_parking {
+                    self.same_as_whole(&catalog, &entries, &part, now_ms);
+                }
+                self.plan(&catalog, &part, false, now_ms, report).await
+            };
+            if let Err(e) = result {
+                // A plan cut short is made again next tick, whole.
+                self.changed();
                 return Err(e);
             }
             report.planned = true;
-            self.last_waiting = report.waiting;
+            report.whole = full;
         }
+        report.waiting = self.queue.len() as u32;
         // Queued longer than a subscription (the task's or its owner's) allows: raised once per attempt (the
         // store keeps it once).
         // Thresholds are in seconds: looked at about once a second, not on every tick.
@@ -123,12 +137,90 @@ impl<B: Backend> Control<B> {
         Ok(())
     }
 
+    /// What an incremental plan looks at: every task holding resources, the queued arrivals since the last
+    /// plan, and the waiting tasks a cycle always looks at again; in queue order, as the working set.
+    fn part<'a>(&mut self, active: &'a BTreeMap<ActiveKey, Entry>, entries: &[&'a Entry]) -> Vec<&'a Entry> {
+        let mut keys = std::mem::take(&mut self.fresh);
+        keys.extend(self.unparked.iter().cloned());
+        keys.sort_unstable();
+        keys.dedup();
+        let mut part: Vec<&Entry> =
+            entries.iter().filter(|e| e.record.status != Status::Queued).copied().collect();
+        part.extend(
+            keys.iter()
+                .filter_map(|k| active.get(k))
+                .filter(|e| e.spec.is_some() && e.record.status == Status::Queued),
+        );
+        part.sort_unstable_by(|a, b| (a.record.created_at_ms, &*a.id).cmp(&(b.record.created_at_ms, &*b.id)));
+        part
+    }
+
+    /// For tests (see [`Control::check_parking`]): a cycle over `part` decides what a cycle over the whole
+    /// queue (`all`) decides (the same admissions and preemptions, the same wait reasons for what `part`
+    /// holds), and, when it decides nothing, every parked task's reason on the board is the one the whole
+    /// cycle gives it. Panics with the difference otherwise.
+    fn same_as_whole(&self, catalog: &Arc<Catalog>, all: &[&Entry], part: &[&Entry], now_ms: i64) {
+        type Outcome = (BTreeMap<String, String>, Vec<String>, Vec<String>);
+        let outcome = |entries: &[&Entry]| -> Outcome {
+            let mut cache = crate::place::OptionsCache::default();
+            let (snap, index) = snapshot_for(
+                catalog,
+                entries,
+                &mut cache,
+                &self.nominated,
+                &self.scale_wants,
+                &self.excluded,
+            );
+            let plan = schedule(&snap, now_ms.max(0) as u64, &self.config);
+            let (mut waits, mut admitted, mut preempted) = (BTreeMap::new(), Vec::new(), Vec::new());
+            for d in &plan.decisions {
+                match d {
+                    Decision::Admit(a) => admitted.push(index.name_of(entries, a.attempt)),
+                    Decision::Preempt(p) => {
+                        preempted.push(entries[index.running[p.running_index]].name.to_string())
+                    }
+                    Decision::Wait(w) => {
+                        let p = &snap.pending[w.pending_index];
+                        let why = w.reason.describe(&snap, p.group, |id| index.name_of(entries, id));
+                        waits.insert(entries[index.pending[w.pending_index]].id.to_string(), why);
+                    }
+                }
+            }
+            admitted.sort();
+            preempted.sort();
+            (waits, admitted, preempted)
+        };
+        let (whole, some) = (outcome(all), outcome(part));
+        assert_eq!(
+            (&some.1, &some.2),
+            (&whole.1, &whole.2),
+            "admissions and preemptions, part against whole"
+        );
+        // After an admission or a preemption, parked tasks' figures (free capacity, quota left) are stale
+        // until the next plan, which is whole: compared only when the cycle decided nothing.
+        let decided = !whole.1.is_empty() || !whole.2.is_empty();
+        for (id, why) in whole.0.iter().filter(|(id, _)| !decided || some.0.contains_key(*id)) {
+            let (seen, how) = match some.0.get(id) {
+                Some(w) => (w.clone(), "looked at again"),
+                None => (
+                    self.waits
+                        .get(id)
+                        .map_or_else(|| "not on the board".to_owned(), |q| q.reason.to_string()),
+                    "parked",
+                ),
+            };
+            assert_eq!(&seen, why, "the wait of {id} ({how}) against the whole cycle's");
+        }
+    }
+
     /// Builds the scheduler's snapshot, runs a cycle and commits its decisions: admissions (one transaction),
-    /// preemptions, and the queue board's places and reasons.
+    /// preemptions, and the queue with its board's places and reasons. `full`: `entries` holds every active
+    /// task; otherwise only what [`Self::part`] chose, and the parked rest of the queue keeps its waits.
     pub(crate) async fn plan(
         &mut self,
         catalog: &Arc<Catalog>,
         entries: &[&Entry],
+        full: bool,
         now_ms: i64,
         report: &mut TickReport,
     ) -> Result<(), CommandError> {
@@ -148,15 +240,17 @@ impl<B: Backend> Control<B> {
         let t0 = Instant::now();
         // Admissions are committed together after the other decisions: one transaction for all of them.
         let mut admits: Vec<(usize, Placement)> = Vec::new();
-        let mut waits = Waits::with_capacity_and_hasher(snap.pending.len(), Default::default());
+        let mut waiting: Vec<(String, Waiting)> =
+            Vec::with_capacity(if full { snap.pending.len() } else { 0 });
         // Tasks behind a full quota mostly wait for the same reason: described once, shared.
         let mut described: Vec<(trainyard_sched::GroupIx, &WaitReason, Arc<str>)> = Vec::new();
+        let mut unparked: Vec<ActiveKey> = Vec::new();
         for d in &plan.decisions {
             match d {
                 Decision::Admit(a) if index.scale_ups.contains(&a.pending_index) => {
                     let i = index.pending[a.pending_index];
                     self.scale_wants.remove(&entries[i].record.id);
-                    self.dirty = true;
+                    self.changed();
                     self.grow(&entries[i].record, &snap, a, now_ms).await?;
                     report.admitted += 1;
                 }
@@ -184,7 +278,7 @@ impl<B: Backend> Control<B> {
                         .await?
                     else {
                         report.conflicts += 1;
-                        self.dirty = true;
+                        self.changed();
                         continue;
                     };
                     self.send_stop(&t, StopCause::Preempted, now_ms).await?;
@@ -208,32 +302,72 @@ impl<B: Backend> Control<B> {
                             text
                         }
                     };
-                    match &w.reason {
+                    let preempting = match &w.reason {
                         WaitReason::Preempting { nodes, .. } => {
-                            self.dirty = true;
+                            self.changed();
                             self.nominated.insert(
                                 t.id.clone(),
                                 nodes.iter().map(|n| snap.nodes[n.ix()].name.clone()).collect(),
                             );
+                            unparked.push(active_key(t));
+                            true
                         }
                         WaitReason::Blocked { .. } => {
                             if self.nominated.remove(&t.id).is_some() {
-                                self.dirty = true;
+                                self.changed();
                             }
+                            false
                         }
+                    };
+                    let w =
+                        Waiting::new(entries[i].id.clone(), p.priority, t.created_at_ms, reason, preempting);
+                    if full {
+                        waiting.push((t.project_group.clone(), w));
+                    } else {
+                        self.queue.upsert(&t.project_group, w);
                     }
-                    waits.insert(
-                        entries[i].id.clone(),
-                        QueueInfo { position: w.position, position_in_group: w.position_in_group, reason },
-                    );
-                    report.waiting += 1;
                 }
             }
         }
-        self.admit(entries, admits, now_ms, report).await?;
-        // When the clock alone would change the plan: the next queued task to reach the starvation threshold.
+        // Queued tasks this cycle admitted leave the queue and its board.
+        let mut left: Vec<Arc<str>> = std::mem::take(&mut self.gone);
+        if !full {
+            if !left.is_empty() {
+                let gone: std::collections::HashSet<&str> = left.iter().map(|id| &**id).collect();
+                self.queue.remove_all(&gone);
+            }
+            for (i, _) in &admits {
+                let (e, task) = (entries[*i], entries[*i].spec());
+                let c = &task.spec.compute;
+                self.queue.remove(&e.record.project_group, c.priority, e.record.created_at_ms, &e.id);
+                left.push(e.id.clone());
+            }
+        }
+        // Each pool's starving task (as the cycle picks it: past the threshold, highest priority, then oldest)
+        // is looked at by every cycle, parked or not.
         let threshold = self.config.starvation_after_ms;
-        self.quiet_until_ms = snap
+        let now = now_ms.max(0) as u64;
+        let mut starving: BTreeMap<trainyard_sched::PoolIx, usize> = BTreeMap::new();
+        for (k, a) in snap.pending.iter().enumerate() {
+            if index.scale_ups.contains(&k)
+                || !a.nominated.is_empty()
+                || now.saturating_sub(a.submitted_at_ms) < threshold
+            {
+                continue;
+            }
+            let best = starving.entry(a.pool).or_insert(k);
+            let b = &snap.pending[*best];
+            if (Reverse(a.priority), a.submitted_at_ms, a.id) < (Reverse(b.priority), b.submitted_at_ms, b.id)
+            {
+                *best = k;
+            }
+        }
+        unparked.extend(starving.values().map(|&k| active_key(&entries[index.pending[k]].record)));
+        self.unparked = unparked;
+        self.admit(entries, admits, now_ms, report).await?;
+        // When the clock alone would change the plan: the next queued task to reach the starvation threshold
+        // (parked tasks' thresholds were counted by the full plan that parked them).
+        let next = snap
             .pending
             .iter()
             .filter(|a| a.nominated.is_empty())
@@ -241,11 +375,28 @@ impl<B: Backend> Control<B> {
             .filter(|&at| at > now_ms)
             .min()
             .unwrap_or(i64::MAX);
+        self.quiet_until_ms = if full { next } else { self.quiet_until_ms.min(next) };
+        // Places on the board, by the fair order with this plan's shares; only what moved is written.
+        let shares = trainyard_sched::dominant_shares(&snap, &plan);
+        let share = |g: &str| snap.groups.iter().position(|x| x == g).map_or(0, |ix| shares[ix]);
+        let old_board = if full {
+            self.queue.rebuild(waiting);
+            let mut waits = Waits::with_capacity_and_hasher(self.queue.len(), Default::default());
+            self.queue.place(share, |id, info| {
+                waits.insert(id.clone(), info);
+            });
+            Some(self.waits.replace(waits))
+        } else {
+            let mut moved = Vec::new();
+            self.queue.place(share, |id, info| moved.push((id.clone(), info)));
+            self.waits.update(moved, &left);
+            None
+        };
         // Kept (not copied) for the quota figures until the next plan.
-        let old = (self.waits.replace(waits), self.views.snapshot.set(Arc::new(snap)), plan, index);
+        let old = (old_board, self.views.snapshot.set(Arc::new(snap)), plan, index);
         // The last cycle's board and snapshot and this cycle's decisions (each an entry per queued task) are
         // freed off the loop's path.
-        if old.0.len() > 1_000 {
+        if old.0.as_ref().is_some_and(|b| b.len() > 1_000) || old.1.pending.len() > 1_000 {
             tokio::task::spawn_blocking(move || drop(old));
         }
         report.phases.commit_us = us_since(t0);

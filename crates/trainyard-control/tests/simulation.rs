@@ -96,6 +96,8 @@ struct Sim {
     failed_until: BTreeMap<String, i64>,
     log: VecDeque<String>,
     crashes: u32,
+    /// Plans that took in only arrivals, each checked against a plan of the whole queue.
+    incremental_plans: u32,
 }
 
 impl Sim {
@@ -125,6 +127,7 @@ impl Sim {
             failed_until: BTreeMap::new(),
             log: VecDeque::new(),
             crashes: 0,
+            incremental_plans: 0,
         };
         sim.start().await;
         sim
@@ -133,13 +136,14 @@ impl Sim {
     /// A control loop that knows nothing but the store, the backend and the catalog.
     async fn start(&mut self) {
         let store = Store::connect(&self.url).await.expect("the simulation's store opens");
-        let control = Control::new(
+        let mut control = Control::new(
             store,
             self.backend.clone(),
             self.catalog.clone(),
             sched_config(),
             SecretBox::new([7; 32]),
         );
+        control.check_parking(true);
         self.control = Some(control);
     }
 
@@ -370,9 +374,49 @@ impl Sim {
         if report.admitted + report.preempted > 0 {
             self.note(format!("tick: {report:?}"));
         }
+        if report.planned && !report.whole && report.conflicts == 0 {
+            let decided = report.admitted + report.preempted > 0;
+            self.same_as_whole(now, decided).await?;
+        }
         let store = self.control().store().clone();
         let wrong = self.checker.check(&store, &self.backend, now, full).await;
         if wrong.is_empty() { Ok(()) } else { Err(wrong.join("\n")) }
+    }
+
+    /// A plan that took in only arrivals (the parked queue left as it was) must be the plan a cycle over the
+    /// whole queue makes: planning the whole queue again at the same time admits nothing more, and when the
+    /// plan decided nothing, preempts nothing either and leaves every queued task's place and reason as they
+    /// were. (After an admission a parked task's figures are stale until the next plan, which is whole, and
+    /// a parked preemptor may now find the admitted task a victim, as it would after a whole plan.)
+    async fn same_as_whole(&mut self, now: i64, decided: bool) -> Result<(), String> {
+        self.incremental_plans += 1;
+        let store = self.control().store().clone();
+        let queued =
+            store.tasks_in_status_without_spec(&[Status::Queued]).await.map_err(|e| e.to_string())?;
+        let board = |c: &Control<FakeBackend>| -> Vec<_> {
+            queued.iter().map(|t| (&t.name, c.queue_info(&t.id))).collect()
+        };
+        let before = board(self.control());
+        self.control().plan_whole_next();
+        let again = self.control().tick(now).await.map_err(|e| format!("tick failed: {e}"))?;
+        if again.observations > 0 || again.conflicts > 0 {
+            return Ok(());
+        }
+        if again.admitted > 0 || (!decided && again.preempted > 0) {
+            return Err(format!("the whole queue planned after an incremental plan decided more: {again:?}"));
+        }
+        if decided {
+            return Ok(());
+        }
+        let after = board(self.control());
+        for (b, a) in before.iter().zip(&after) {
+            if b != a {
+                return Err(format!(
+                    "an incremental plan's board differs from the whole queue's: {b:?} against {a:?}"
+                ));
+            }
+        }
+        Ok(())
     }
 
     async fn run(&mut self, steps: u32) -> Result<String, String> {
@@ -382,11 +426,12 @@ impl Sim {
         }
         let counts = self.control().store().count_by_status().await.map_err(|e| e.to_string())?;
         Ok(format!(
-            "seed {}: {} tasks, {} launches, {} crashes, {counts:?}",
+            "seed {}: {} tasks, {} launches, {} crashes, {} incremental plans checked, {counts:?}",
             self.seed,
             self.ids.len(),
             self.backend.launches(),
-            self.crashes
+            self.crashes,
+            self.incremental_plans
         ))
     }
 

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod invariants;
+mod order;
 mod plan;
 mod preempt;
 mod quota;
@@ -15,6 +16,7 @@ mod state;
 pub mod views;
 
 pub use invariants::{check_plan, check_snapshot};
+pub use order::{GroupQueue, dominant_shares, fair_order};
 pub use plan::*;
 pub use schedule::{Config, schedule};
 pub use snapshot::*;

@@ -394,11 +394,7 @@ impl Shares {
 
     /// Dominant share in parts per million.
     fn of(&self, g: usize) -> u64 {
-        let u = self.used[g];
-        let share = |x: u64, t: u64| x.saturating_mul(1_000_000).checked_div(t).unwrap_or(0);
-        share(u.gpus, self.total.gpus)
-            .max(share(u.vcpus, self.total.vcpus))
-            .max(share(u.memory_mib, self.total.memory_mib))
+        crate::order::share_of(self.used[g], self.total)
     }
 }
 
