@@ -90,6 +90,8 @@ pub(crate) const WIDE_SYNC_SKEW_MS: i64 = 2_000;
 pub(crate) const WIDE_SYNC_EVERY_MS: i64 = 1_000;
 /// A full read of the active tasks at least this often, whatever the incremental syncs saw.
 pub(crate) const FULL_SYNC_EVERY_MS: i64 = 10_000;
+/// From this many tasks in the working set, the full read runs beside the loop instead of in a tick.
+pub(crate) const FULL_READ_BESIDE_FROM: usize = 5_000;
 
 /// Statuses that the control loop still has work for.
 /// Whether the loop has work for a task: an active status, and for a deleted task only while it still holds

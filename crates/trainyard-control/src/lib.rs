@@ -109,6 +109,10 @@ pub struct Control<B> {
     synced_to_ms: Option<i64>,
     wide_synced_ms: i64,
     full_synced_ms: i64,
+    /// The full read of a deep working set, running beside the loop (see `sync`).
+    full_read: Option<
+        tokio::task::JoinHandle<Result<Vec<trainyard_store::TaskVersion>, trainyard_store::StoreError>>,
+    >,
     /// The scheduler's view at the last tick, for the quota figures.
     views: SchedViews,
     /// Refused backend requests and stop causes (see `requests`).
@@ -158,6 +162,7 @@ impl<B: Backend> Control<B> {
             synced_to_ms: None,
             wide_synced_ms: 0,
             full_synced_ms: 0,
+            full_read: None,
             requests: policy::Requests::default(),
         }
     }

@@ -8,43 +8,18 @@ use std::sync::Arc;
 use trainyard_core::lifecycle::{Reason, Status};
 use trainyard_core::spec::TrainingTask;
 use trainyard_runtime::Backend;
-use trainyard_store::{StoreError, TaskRecord};
+use trainyard_store::{StoreError, TaskRecord, TaskVersion};
 
 impl<B: Backend> Control<B> {
     /// Brings `active` up to date with the store.
     pub(crate) async fn sync_active(&mut self, now_ms: i64) -> Result<(), StoreError> {
-        match self.synced_to_ms {
-            Some(since) if now_ms - self.full_synced_ms < FULL_SYNC_EVERY_MS => {
-                let skew = if now_ms - self.wide_synced_ms >= WIDE_SYNC_EVERY_MS {
-                    self.wide_synced_ms = now_ms;
-                    WIDE_SYNC_SKEW_MS
-                } else {
-                    SYNC_SKEW_MS
-                };
-                // Versions first (a light read): records only for what is news to the working set. Most rows
-                // of a look-back are known already (this process's arrivals, the last ticks' changes).
-                let changed = self.store.versions_updated_since(since - skew).await?;
-                let news: Vec<&str> = changed
-                    .iter()
-                    .filter(|v| match self.active.get(&(v.created_at_ms, v.id.clone())) {
-                        Some(known) => known.record.version < v.version,
-                        None => is_active(v.status, v.deleted),
-                    })
-                    .map(|v| v.id.as_str())
-                    .collect();
-                if !news.is_empty() {
-                    for t in self.store.tasks_without_spec(&news).await? {
-                        self.absorb(t, None);
-                    }
-                }
-            }
-            Some(_) => {
+        let due = self.synced_to_ms.is_some() && now_ms - self.full_synced_ms >= FULL_SYNC_EVERY_MS;
+        let versions = if due { self.full_read().await? } else { None };
+        match (self.synced_to_ms, versions) {
+            (Some(_), Some(versions)) => {
                 // The safety net, also light: every active task's version, set against the working set in
                 // queue order; records are read only for tasks new to it, changed, or gone from the store's
-                // active set.
-                let mut versions = self.store.versions_in_status(ACTIVE).await?;
-                versions.retain(|v| is_active(v.status, v.deleted));
-                versions.sort_unstable_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+                // active set. (Tasks changed since the versions were read are read again, harmlessly.)
                 let mut fetch: Vec<&str> = Vec::new();
                 // Working-set entries read again (changed, or no longer active in the store).
                 let mut again: Vec<&ActiveKey> = Vec::new();
@@ -83,7 +58,31 @@ impl<B: Backend> Control<B> {
                 self.full_synced_ms = now_ms;
                 self.wide_synced_ms = now_ms;
             }
-            None => {
+            (Some(since), None) => {
+                let skew = if now_ms - self.wide_synced_ms >= WIDE_SYNC_EVERY_MS {
+                    self.wide_synced_ms = now_ms;
+                    WIDE_SYNC_SKEW_MS
+                } else {
+                    SYNC_SKEW_MS
+                };
+                // Versions first (a light read): records only for what is news to the working set. Most rows
+                // of a look-back are known already (this process's arrivals, the last ticks' changes).
+                let changed = self.store.versions_updated_since(since - skew).await?;
+                let news: Vec<&str> = changed
+                    .iter()
+                    .filter(|v| match self.active.get(&(v.created_at_ms, v.id.clone())) {
+                        Some(known) => known.record.version < v.version,
+                        None => is_active(v.status, v.deleted),
+                    })
+                    .map(|v| v.id.as_str())
+                    .collect();
+                if !news.is_empty() {
+                    for t in self.store.tasks_without_spec(&news).await? {
+                        self.absorb(t, None);
+                    }
+                }
+            }
+            (None, _) => {
                 let all = self.store.tasks_in_status_without_spec(ACTIVE).await?;
                 // Specs already read are kept: they never change.
                 let mut old = std::mem::take(&mut self.active);
@@ -117,6 +116,35 @@ impl<B: Backend> Control<B> {
         }
         self.synced_to_ms = Some(now_ms);
         Ok(())
+    }
+
+    /// Every active task's version, in queue order, for the safety net: read here when the working set is
+    /// small; for a deep one the read (hundreds of milliseconds at 50,000 tasks) runs beside the loop, and
+    /// the first sync after it is done uses it. `None` while it runs.
+    async fn full_read(&mut self) -> Result<Option<Vec<TaskVersion>>, StoreError> {
+        async fn read(store: trainyard_store::Store) -> Result<Vec<TaskVersion>, StoreError> {
+            let mut versions = store.versions_in_status(ACTIVE).await?;
+            versions.retain(|v| is_active(v.status, v.deleted));
+            versions.sort_unstable_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+            Ok(versions)
+        }
+        if self.active.len() < FULL_READ_BESIDE_FROM && self.full_read.is_none() {
+            return read(self.store.clone()).await.map(Some);
+        }
+        match self.full_read.take() {
+            None => {
+                self.full_read = Some(tokio::spawn(read(self.store.clone())));
+                Ok(None)
+            }
+            Some(h) if h.is_finished() => match h.await {
+                Ok(versions) => versions.map(Some),
+                Err(e) => Err(StoreError::Corrupt(format!("the full read of the active tasks failed: {e}"))),
+            },
+            Some(h) => {
+                self.full_read = Some(h);
+                Ok(None)
+            }
+        }
     }
 
     /// Nodes the active tasks leave out, as recorded (after a restart, the only copy).
