@@ -17,6 +17,10 @@ pub const UID_SLOTS: u32 = 1_000_000;
 /// Where torchrun's store listens in every PyTorchJob (each replica has its own network namespace).
 pub const MASTER_PORT: u16 = 29_500;
 
+/// Idle supervisors kept ready by default: a gang of this many replicas starts without waiting for any
+/// supervisor to start (about 10 MB of memory each while idle).
+pub const DEFAULT_SUPERVISOR_POOL: usize = 8;
+
 /// How the local backend runs.
 #[derive(Debug, Clone)]
 pub struct LocalConfig {
@@ -40,6 +44,8 @@ pub struct LocalConfig {
     pub network: netns::Range,
     /// Processes, scratch and log size per replica.
     pub limits: supervisor::Limits,
+    /// Idle supervisors kept ready for replicas (see `pool`); 0: each is started when needed.
+    pub supervisor_pool: usize,
     /// Host paths a `host` replica never sees (the data dir).
     pub hide: Vec<PathBuf>,
     /// Replicas reach beyond their attempt (off unless the admin turns it on).
@@ -66,6 +72,7 @@ impl LocalConfig {
             ip: netns::find_ip().ok(),
             network: netns::Range::default(),
             limits: supervisor::Limits::default(),
+            supervisor_pool: DEFAULT_SUPERVISOR_POOL,
             hide: vec![data_dir.to_owned()],
             egress: None,
             images: None,

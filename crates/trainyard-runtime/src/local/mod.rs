@@ -23,7 +23,8 @@
 //!
 //! The files: `config` (the backend's settings and what `up` reports), `layout` (every path of an attempt),
 //! `plan` (pure: each replica's name, GPUs, place on the network, env, mounts and job), `prepare` (what the
-//! machine holds resolved, the attempt's dirs and files written, supervisors started), `files` (ownership,
+//! machine holds resolved, the attempt's dirs and files written, supervisors started), `pool` (supervisors
+//! started ahead of need), `files` (ownership,
 //! passages, uid slots), `ray` and `ssh` (their commands and material), `outcome` (pure: progress and the
 //! verdict from what supervisors wrote), `progress` (reads those files and carries out the decisions), and,
 //! run by each replica's supervisor, `supervisor`, `sandbox` (bubblewrap's command line), `seccomp`, `netns`
@@ -40,6 +41,7 @@ pub mod netlink;
 pub mod netns;
 mod outcome;
 mod plan;
+mod pool;
 mod prepare;
 pub mod procs;
 mod progress;
@@ -154,6 +156,8 @@ fn pin_image(runs_dir: &Path, task_id: &str, reference: &str, image: &trainyard_
 pub struct LocalBackend {
     cfg: Arc<LocalConfig>,
     inner: Arc<Mutex<Inner>>,
+    /// Supervisors started ahead of need.
+    pool: Arc<pool::SupervisorPool>,
 }
 
 fn read_state(replica_dir: &Path) -> Option<ReplicaState> {
@@ -225,7 +229,11 @@ impl LocalBackend {
                 progress::delete_scratch_left_in(&dir);
             }
         });
-        Ok(LocalBackend { cfg: Arc::new(cfg), inner: Arc::new(Mutex::new(inner)) })
+        // Pooled supervisors killed while they waited left their cgroups; then the pool is filled.
+        pool::sweep();
+        let pool = Arc::new(pool::SupervisorPool::new(&cfg.supervisor, cfg.supervisor_pool));
+        pool.fill();
+        Ok(LocalBackend { cfg: Arc::new(cfg), inner: Arc::new(Mutex::new(inner)), pool })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {

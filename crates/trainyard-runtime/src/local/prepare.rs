@@ -4,6 +4,9 @@
 
 use super::*;
 use plan::{Network, Plan};
+use pool::SupervisorPool;
+use std::io::Write;
+use supervisor::PooledJob;
 
 /// The precheck program, written into every replica's runtime dir when the precheck is on.
 pub const PRECHECK_PY: &str = include_str!("precheck.py");
@@ -288,24 +291,29 @@ impl LocalBackend {
         let _ = std::fs::write(layout.spawned(), b"");
         let mut children = Vec::new();
         for job in jobs {
+            let replica_dir = layout.replica(&job.name).dir;
+            // An idle pooled supervisor when there is one (see `pool`), else one started now.
+            let pooled = self.pool.take().and_then(|mut child| {
+                let sent = PooledJob { dir: replica_dir.clone(), job: job.clone() };
+                let given = child.stdin.take().is_some_and(|mut stdin| {
+                    stdin.write_all(&serde_json::to_vec(&sent).unwrap_or_default()).is_ok()
+                });
+                if given {
+                    return Some(child);
+                }
+                let _ = child.kill();
+                std::thread::spawn(move || drop(child.wait()));
+                None
+            });
+            if let Some(child) = pooled {
+                children.push(child);
+                continue;
+            }
             let (exe, args) = &self.cfg.supervisor;
-            let mut c = std::process::Command::new(exe);
-            // A fixed environment: nothing of the server's (its token, a preload) reaches the supervisor.
-            c.args(args)
-                .arg(&layout.replica(&job.name).dir)
-                .env_clear()
-                .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null());
-            std::os::unix::process::CommandExt::process_group(&mut c, 0);
-            match c.spawn() {
+            match SupervisorPool::command(exe, args, &replica_dir).spawn() {
                 Ok(mut child) => {
                     if let Some(mut stdin) = child.stdin.take() {
-                        let _ = std::io::Write::write_all(
-                            &mut stdin,
-                            &serde_json::to_vec(job).unwrap_or_default(),
-                        );
+                        let _ = stdin.write_all(&serde_json::to_vec(job).unwrap_or_default());
                     }
                     children.push(child);
                 }
@@ -317,6 +325,7 @@ impl LocalBackend {
                 }
             }
         }
+        self.pool.fill();
         children
     }
 

@@ -145,6 +145,16 @@ fn current(controller: &str) -> PathBuf {
     if controller.is_empty() { Path::new(CG).to_owned() } else { Path::new(CG).join(controller) }
 }
 
+/// The dirs under which [`Cgroup::enter_new`] makes cgroups (`trainyard/` in each hierarchy it uses).
+pub fn cgroup_parents() -> Vec<PathBuf> {
+    let mut dirs = vec![current("").join("trainyard")];
+    for ctl in ["memory", "cpu", "pids"] {
+        dirs.push(current(ctl).join("trainyard"));
+    }
+    dirs.retain(|d| d.starts_with(CG) && d.is_dir());
+    dirs
+}
+
 /// Makes a cgroup dir that the replica's sandbox (another uid) can bind and read: its limits are shown to it
 /// read-only at `/sys/fs/cgroup`.
 fn make_cgroup_dir(dir: &Path) -> std::io::Result<()> {
@@ -160,11 +170,18 @@ impl Cgroup {
     /// Makes `trainyard/NAME` with the limits and moves this process into it (so everything it starts is
     /// inside from the first instruction). Err says why limits cannot be enforced here.
     pub fn create(name: &str, millicpu: u64, memory_mib: u64, pids_max: u64) -> Result<Cgroup, String> {
+        let cg = Cgroup::enter_new(name)?;
+        cg.limit(millicpu, memory_mib, pids_max)?;
+        Ok(cg)
+    }
+
+    /// Makes `trainyard/NAME` in each controller and moves this process into it, with no limits yet.
+    /// Moving a process between cgroups waits on the kernel (an RCU grace period, 10-15 ms on cgroup v1): a
+    /// pooled supervisor does it while it waits for a replica, then takes the replica's name and limits
+    /// ([`Cgroup::rename`], [`Cgroup::limit`]).
+    pub fn enter_new(name: &str) -> Result<Cgroup, String> {
         let cg = Path::new(CG);
         let me = std::process::id().to_string();
-        let bytes = (memory_mib * 1024 * 1024).to_string();
-        let period = 100_000u64;
-        let quota = (millicpu * period / 1000).max(1000);
         let fail = |what: &str, e: std::io::Error| format!("{what}: {e}");
         if cg.join("cgroup.controllers").exists() {
             let here = current("");
@@ -174,11 +191,6 @@ impl Cgroup {
             let _ = std::fs::write(parent.join("cgroup.subtree_control"), "+cpu +memory +pids");
             let dir = parent.join(name);
             make_cgroup_dir(&dir).map_err(|e| fail("cannot create a cgroup", e))?;
-            std::fs::write(dir.join("memory.max"), &bytes).map_err(|e| fail("cannot set memory.max", e))?;
-            std::fs::write(dir.join("cpu.max"), format!("{quota} {period}"))
-                .map_err(|e| fail("cannot set cpu.max", e))?;
-            std::fs::write(dir.join("pids.max"), pids_max.to_string())
-                .map_err(|e| fail("cannot set pids.max", e))?;
             std::fs::write(dir.join("cgroup.procs"), &me).map_err(|e| fail("cannot enter the cgroup", e))?;
             return Ok(Cgroup::V2(dir));
         }
@@ -188,32 +200,85 @@ impl Cgroup {
         }
         let memory = current("memory").join("trainyard").join(name);
         make_cgroup_dir(&memory).map_err(|e| fail("cannot create a memory cgroup", e))?;
-        std::fs::write(memory.join("memory.limit_in_bytes"), &bytes)
-            .map_err(|e| fail("cannot set memory.limit_in_bytes", e))?;
         std::fs::write(memory.join("cgroup.procs"), &me)
             .map_err(|e| fail("cannot enter the memory cgroup", e))?;
         let cpu = (|| {
             let dir = current("cpu").join("trainyard").join(name);
             make_cgroup_dir(&dir).ok()?;
-            std::fs::write(dir.join("cpu.cfs_period_us"), period.to_string()).ok()?;
-            std::fs::write(dir.join("cpu.cfs_quota_us"), quota.to_string()).ok()?;
             std::fs::write(dir.join("cgroup.procs"), &me).ok()?;
             Some(dir)
         })();
-        let pids = (|| -> Result<PathBuf, String> {
+        let pids = (|| -> Option<PathBuf> {
             if !cg.join("pids").join("cgroup.procs").exists() {
-                return Err("this host has no pids cgroup controller".into());
+                return None;
             }
             let dir = current("pids").join("trainyard").join(name);
-            make_cgroup_dir(&dir).map_err(|e| fail("cannot create a pids cgroup", e))?;
-            std::fs::write(dir.join("pids.max"), pids_max.to_string())
-                .map_err(|e| fail("cannot set pids.max", e))?;
-            std::fs::write(dir.join("cgroup.procs"), &me)
-                .map_err(|e| fail("cannot enter the pids cgroup", e))?;
-            Ok(dir)
-        })()
-        .ok();
+            make_cgroup_dir(&dir).ok()?;
+            std::fs::write(dir.join("cgroup.procs"), &me).ok()?;
+            Some(dir)
+        })();
         Ok(Cgroup::V1 { memory, cpu, pids })
+    }
+
+    /// Sets the replica's CPU, memory and process limits. A controller whose limit cannot be set is left
+    /// out on cgroup v1 (CPU, processes: `limits_pids` says which); memory is required.
+    pub fn limit(&self, millicpu: u64, memory_mib: u64, pids_max: u64) -> Result<(), String> {
+        let bytes = (memory_mib * 1024 * 1024).to_string();
+        let period = 100_000u64;
+        let quota = (millicpu * period / 1000).max(1000);
+        let fail = |what: &str, e: std::io::Error| format!("{what}: {e}");
+        match self {
+            Cgroup::V2(dir) => {
+                std::fs::write(dir.join("memory.max"), &bytes)
+                    .map_err(|e| fail("cannot set memory.max", e))?;
+                std::fs::write(dir.join("cpu.max"), format!("{quota} {period}"))
+                    .map_err(|e| fail("cannot set cpu.max", e))?;
+                std::fs::write(dir.join("pids.max"), pids_max.to_string())
+                    .map_err(|e| fail("cannot set pids.max", e))?;
+            }
+            Cgroup::V1 { memory, cpu, pids } => {
+                std::fs::write(memory.join("memory.limit_in_bytes"), &bytes)
+                    .map_err(|e| fail("cannot set memory.limit_in_bytes", e))?;
+                // Best effort, as the controller itself is (some hosts refuse CFS quotas).
+                if let Some(dir) = cpu {
+                    let _ = std::fs::write(dir.join("cpu.cfs_period_us"), period.to_string())
+                        .and_then(|()| std::fs::write(dir.join("cpu.cfs_quota_us"), quota.to_string()));
+                }
+                if let Some(dir) = pids {
+                    std::fs::write(dir.join("pids.max"), pids_max.to_string())
+                        .map_err(|e| fail("cannot set pids.max", e))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The same cgroups under another name (cgroup v1 renames a cgroup in place; v2 cannot, and answers
+    /// Err, with the cgroups unchanged).
+    pub fn rename(self, name: &str) -> Result<Cgroup, (Cgroup, String)> {
+        let moved = |dir: &PathBuf| dir.with_file_name(name);
+        let Cgroup::V1 { memory, cpu, pids } = self else {
+            return Err((self, "cgroup v2 does not rename cgroups".into()));
+        };
+        let dirs: Vec<&PathBuf> = std::iter::once(&memory).chain(cpu.iter()).chain(pids.iter()).collect();
+        for (k, dir) in dirs.iter().enumerate() {
+            if let Err(e) = std::fs::rename(dir, moved(dir)) {
+                // Put back what was renamed, so the cgroups keep one name.
+                for done in &dirs[..k] {
+                    let _ = std::fs::rename(moved(done), done);
+                }
+                let why = format!("cannot rename {}: {e}", dir.display());
+                return Err((
+                    Cgroup::V1 { memory: memory.clone(), cpu: cpu.clone(), pids: pids.clone() },
+                    why,
+                ));
+            }
+        }
+        Ok(Cgroup::V1 {
+            memory: moved(&memory),
+            cpu: cpu.as_ref().map(moved),
+            pids: pids.as_ref().map(moved),
+        })
     }
 
     /// Whether the number of processes is limited.

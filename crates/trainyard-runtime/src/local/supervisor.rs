@@ -195,16 +195,66 @@ impl Sup {
     }
 }
 
-/// `trainyard supervise DIR`: runs one replica to its end. The exit code is 0 whenever the outcome was
-/// recorded (the replica's own status is in `state.json`).
+/// What a pooled supervisor is sent when a replica is given to it: the replica's dir and its job.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PooledJob {
+    pub dir: PathBuf,
+    pub job: ReplicaJob,
+}
+
+/// The name of a pooled supervisor's cgroups while it waits (see [`super::pool`]).
+pub fn pool_cgroup_name(pid: u32) -> String {
+    format!("{}{pid}", super::pool::CGROUP_PREFIX)
+}
+
+/// `trainyard supervise DIR`: runs one replica to its end, its job read from standard input. The exit code
+/// is 0 whenever the outcome was recorded (the replica's own status is in `state.json`).
+///
+/// `trainyard supervise -`: a pooled supervisor (see [`super::pool`]). It enters cgroups of its own first,
+/// then waits for a [`PooledJob`] on standard input, takes the replica's cgroup name and limits, and runs it
+/// as above; standard input closed with nothing sent (the server is gone, or has no use for it) ends it.
 pub fn main(dir: &Path) -> i32 {
     // Nothing this process starts gains privileges by exec (bubblewrap is not set-uid here).
     let _ = rustix::thread::set_no_new_privs(true);
+    let pooled = dir == Path::new("-");
+    let waiting = pooled.then(|| Cgroup::enter_new(&pool_cgroup_name(std::process::id())));
     let mut input = String::new();
-    if std::io::Read::read_to_string(&mut std::io::stdin(), &mut input).is_err() {
-        return 2;
+    let read = std::io::Read::read_to_string(&mut std::io::stdin(), &mut input);
+    if !pooled {
+        let Ok(job) = serde_json::from_str::<ReplicaJob>(&input) else { return 2 };
+        return run(dir, job, None);
     }
-    let Ok(job) = serde_json::from_str::<ReplicaJob>(&input) else { return 2 };
+    let sent = read.ok().and_then(|_| serde_json::from_str::<PooledJob>(&input).ok());
+    let Some(PooledJob { dir, job }) = sent else {
+        if let Some(Ok(cg)) = waiting {
+            cg.remove();
+        }
+        return if input.trim().is_empty() { 0 } else { 2 };
+    };
+    // The replica's name and limits on the cgroups it is in already; where that cannot be done (cgroup v2
+    // renames nothing), they go and the replica's are made as an unpooled supervisor makes them.
+    let ready = match waiting {
+        Some(Ok(cg)) => match cg.rename(&cgroup_name(&dir)) {
+            Ok(cg) => match cg.limit(job.millicpu, job.memory_mib, job.limits.pids_max) {
+                Ok(()) => Some(cg),
+                Err(_) => {
+                    cg.remove();
+                    None
+                }
+            },
+            Err((cg, _)) => {
+                cg.remove();
+                None
+            }
+        },
+        Some(Err(_)) | None => None,
+    };
+    run(&dir, job, ready)
+}
+
+/// Runs one replica to its end (see [`main`]). `ready`: cgroups already entered, with the replica's name
+/// and limits (a pooled supervisor's).
+fn run(dir: &Path, job: ReplicaJob, ready: Option<Cgroup>) -> i32 {
     let Ok(events) = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("events.jsonl"))
     else {
         return 2;
@@ -231,7 +281,11 @@ pub fn main(dir: &Path) -> i32 {
     // The replica's network namespace is made while its cgroups are: both wait mostly on the kernel (moving
     // a process between cgroups and making a namespace take machine-wide locks), not on each other.
     let net = job.net.clone().map(|net| std::thread::spawn(move || netns::create_replica(&net)));
-    let cgroup = match Cgroup::create(&cgroup_name(dir), job.millicpu, job.memory_mib, job.limits.pids_max) {
+    let made = match ready {
+        Some(cg) => Ok(cg),
+        None => Cgroup::create(&cgroup_name(dir), job.millicpu, job.memory_mib, job.limits.pids_max),
+    };
+    let cgroup = match made {
         Ok(cg) => {
             sup.cgroups = cg.dirs();
             if !cg.limits_pids() {
