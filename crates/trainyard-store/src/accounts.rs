@@ -1,6 +1,6 @@
 //! Users (role, groups, disabled) and their tokens, stored by hash and named by a prefix of it.
 
-use crate::model::{TOKEN_ID_LEN, TokenInfo, User};
+use crate::model::{TOKEN_ID_LEN, TOKEN_USE_RESOLUTION_MS, TokenInfo, User};
 use crate::rows::user_from_row;
 use crate::{Result, Store, StoreError};
 use sqlx::Row;
@@ -87,7 +87,8 @@ impl Store {
     /// characters of the hash) to revoke it by.
     pub async fn list_tokens(&self, user: &str) -> Result<Vec<TokenInfo>> {
         let rows = sqlx::query(
-            "SELECT hash, label, created_at_ms FROM tokens WHERE user_name = $1 ORDER BY created_at_ms, hash",
+            "SELECT hash, label, created_at_ms, last_used_at_ms FROM tokens WHERE user_name = $1 \
+             ORDER BY created_at_ms, hash",
         )
         .bind(user)
         .fetch_all(&self.pool)
@@ -95,13 +96,27 @@ impl Store {
         rows.iter()
             .map(|r| {
                 let hash: String = r.try_get(0)?;
+                let used: i64 = r.try_get(3)?;
                 Ok(TokenInfo {
                     id: hash.chars().take(TOKEN_ID_LEN).collect(),
                     label: r.try_get(1)?,
                     created_at_ms: r.try_get(2)?,
+                    last_used_at_ms: (used > 0).then_some(used),
                 })
             })
             .collect()
+    }
+
+    /// Records that a token was used at `at_ms`. A use within [`TOKEN_USE_RESOLUTION_MS`] of the recorded
+    /// one (or an older one) writes nothing, so a busy token costs a write a minute at most.
+    pub async fn touch_token(&self, hash: &str, at_ms: i64) -> Result<()> {
+        sqlx::query("UPDATE tokens SET last_used_at_ms = $1 WHERE hash = $2 AND last_used_at_ms <= $3")
+            .bind(at_ms)
+            .bind(hash)
+            .bind(at_ms - TOKEN_USE_RESOLUTION_MS)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     /// Revokes (deletes) a user's token by its id; false when the user has no such token.

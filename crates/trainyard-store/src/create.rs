@@ -19,6 +19,19 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Whether `owner` already created a task with this idempotency key (a retry of it answers that task,
+    /// or a conflict for another body, and creates nothing).
+    pub async fn idempotency_key_used(&self, owner: &str, key: &str) -> Result<bool> {
+        let row = sqlx::query("SELECT 1 FROM idempotency WHERE owner = $1 AND key = $2")
+            .bind(owner)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.is_some())
+    }
+}
+
 pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
 }

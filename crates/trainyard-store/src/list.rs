@@ -124,6 +124,14 @@ fn list_query(
         vals.push(Arg::Text(v.user.clone()));
         push(&mut sql, &clause, vals);
     }
+    if let Some(user) = &filter.operable_by {
+        push(
+            &mut sql,
+            "(t.owner = ? OR EXISTS (SELECT 1 FROM task_shares s WHERE s.task_id = t.id AND s.user_name = ? \
+             AND s.operate = 1))",
+            vec![Arg::Text(user.clone()), Arg::Text(user.clone())],
+        );
+    }
     for (col, val) in [
         ("t.owner", &filter.owner),
         ("t.project_group", &filter.project_group),

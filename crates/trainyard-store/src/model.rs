@@ -85,6 +85,9 @@ pub struct TaskFilter {
     pub search: Option<String>,
     /// `key=value` label selectors, all of which must hold.
     pub labels: Vec<(String, String)>,
+    /// Only tasks this user may operate: their own, and those shared with them with operate rights (for
+    /// an admin, leave it out).
+    pub operable_by: Option<String>,
     pub sort: SortOrder,
 }
 
@@ -179,13 +182,19 @@ pub struct TaskEnvVar {
 /// practice, and they say nothing usable about the token).
 pub const TOKEN_ID_LEN: usize = 16;
 
-/// A token as it is listed: its id, label and creation time.
+/// A token as it is listed: its id, label, creation time and when it was last used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenInfo {
     pub id: String,
     pub label: String,
     pub created_at_ms: i64,
+    /// When a request last authenticated with it, to within [`TOKEN_USE_RESOLUTION_MS`]; `None`: never
+    /// (or not since this was recorded).
+    pub last_used_at_ms: Option<i64>,
 }
+
+/// How finely a token's last use is recorded: a use within this long of the recorded one writes nothing.
+pub const TOKEN_USE_RESOLUTION_MS: i64 = 60_000;
 
 /// A user of the platform.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -179,6 +179,17 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
             "ALTER TABLE users ADD COLUMN disabled BIGINT NOT NULL DEFAULT 0",
         ],
     ),
+    (
+        12,
+        &[
+            // When a token was last used (0: never, or before this column), to the minute.
+            "ALTER TABLE tokens ADD COLUMN last_used_at_ms BIGINT NOT NULL DEFAULT 0",
+            // A user's queued tasks, for the per-user cap checked at every create: only queued tasks are in
+            // it, so it stays small, and a count reads at most the cap's worth of its entries (status and
+            // deleted are columns too, so SQLite counts from the index alone).
+            "CREATE INDEX tasks_queued_by_owner ON tasks (owner, status, deleted) WHERE status = 'Queued' AND deleted = 0",
+        ],
+    ),
 ];
 
 pub(crate) async fn migrate(pool: &AnyPool, dialect: Dialect) -> Result<()> {

@@ -234,6 +234,19 @@ impl Store {
         rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect()
     }
 
+    /// How many queued tasks (not deleted) `owner` has, counting no further than `at_most`: what the per-user
+    /// cap on queued tasks is checked against at every create, through an index of queued tasks only.
+    pub async fn queued_count(&self, owner: &str, at_most: i64) -> Result<i64> {
+        // The literals match the index's own condition, so both databases use it.
+        let sql = format!(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE owner = $1 AND status = '{}' AND deleted = 0 \
+             LIMIT $2) q",
+            Status::Queued.as_str()
+        );
+        let row = sqlx::query(&sql).bind(owner).bind(at_most.max(0)).fetch_one(&self.pool).await?;
+        Ok(row.try_get(0)?)
+    }
+
     /// Number of stored tasks (deleted ones included).
     pub async fn count_tasks(&self) -> Result<i64> {
         Ok(sqlx::query("SELECT COUNT(*) FROM tasks").fetch_one(&self.pool).await?.try_get(0)?)

@@ -78,7 +78,96 @@ conformance!(
     changes_since,
     tokens_are_revoked_and_users_disabled,
     specs_and_hidden_task_env_for_resealing,
+    tokens_record_their_last_use,
+    queued_tasks_are_counted_per_owner,
+    operable_tasks_are_filtered_in_the_query,
 );
+
+/// A token's last use is recorded to the minute: a use within a minute of the recorded one writes nothing;
+/// a token never used lists none.
+async fn tokens_record_their_last_use(store: Store, _: String) {
+    let u = User { name: "alice".into(), role: "member".into(), groups: vec![] };
+    store.put_user(&u, 1).await.unwrap();
+    let hash = |c: char| c.to_string().repeat(64);
+    store.add_token(&hash('a'), "alice", "laptop", 2).await.unwrap();
+    store.add_token(&hash('b'), "alice", "ci", 3).await.unwrap();
+    let used = |store: Store| async move {
+        store.list_tokens("alice").await.unwrap().into_iter().map(|t| t.last_used_at_ms).collect::<Vec<_>>()
+    };
+    assert_eq!(used(store.clone()).await, [None, None]);
+    store.touch_token(&hash('a'), 100_000).await.unwrap();
+    assert_eq!(used(store.clone()).await, [Some(100_000), None]);
+    store.touch_token(&hash('a'), 100_000 + TOKEN_USE_RESOLUTION_MS - 1).await.unwrap();
+    assert_eq!(used(store.clone()).await, [Some(100_000), None], "within the resolution: unchanged");
+    store.touch_token(&hash('a'), 100_000 + TOKEN_USE_RESOLUTION_MS).await.unwrap();
+    store.touch_token(&hash('b'), 7 * TOKEN_USE_RESOLUTION_MS).await.unwrap();
+    assert_eq!(
+        used(store.clone()).await,
+        [Some(100_000 + TOKEN_USE_RESOLUTION_MS), Some(7 * TOKEN_USE_RESOLUTION_MS)]
+    );
+    store.touch_token("no-such-hash", 1_000_000).await.unwrap();
+}
+
+/// The per-user cap's count: a user's queued tasks that are not deleted, no further than asked; and whether
+/// an idempotency key was used (a retry of a create is never refused by the cap).
+async fn queued_tasks_are_counted_per_owner(store: Store, _: String) {
+    for i in 0..6 {
+        let mut t = new_task(&format!("a{i}"), "alice", "nlp", i);
+        if i == 5 {
+            t.idempotency = Some(("key-a".into(), "h".into()));
+        }
+        store.create_task(&t).await.unwrap();
+    }
+    let mut running = new_task("r", "alice", "nlp", 10);
+    running.status = Status::Running;
+    store.create_task(&running).await.unwrap();
+    store.create_task(&new_task("b0", "bob", "nlp", 11)).await.unwrap();
+    assert_eq!(store.queued_count("alice", 100).await.unwrap(), 6);
+    assert_eq!(store.queued_count("alice", 4).await.unwrap(), 4, "no further than asked");
+    assert_eq!(store.queued_count("bob", 100).await.unwrap(), 1);
+    assert_eq!(store.queued_count("carol", 100).await.unwrap(), 0);
+    store.delete_task("a0", 20).await.unwrap();
+    let a1 = store.get_task("a1").await.unwrap().unwrap();
+    let admitted = Transition {
+        task_id: "a1".into(),
+        expected_version: a1.version,
+        status: Status::Admitted,
+        attempt: 0,
+        at_ms: 21,
+        reason: Reason::Admitted,
+        message: "admitted".into(),
+        placement: None,
+        retries: None,
+    };
+    store.transition(&admitted).await.unwrap();
+    assert_eq!(store.queued_count("alice", 100).await.unwrap(), 4, "deleted and admitted ones are not");
+    assert!(store.idempotency_key_used("alice", "key-a").await.unwrap());
+    assert!(!store.idempotency_key_used("bob", "key-a").await.unwrap(), "keys are per user");
+    assert!(!store.idempotency_key_used("alice", "key-b").await.unwrap());
+}
+
+/// `operable_by`: the user's own tasks and those shared with them with operate rights, not those they
+/// may only see.
+async fn operable_tasks_are_filtered_in_the_query(store: Store, _: String) {
+    for (id, owner) in [("own", "alice"), ("viewed", "bob"), ("operated", "bob"), ("other", "bob")] {
+        let mut t = new_task(id, owner, "nlp", 1);
+        t.public = true;
+        store.create_task(&t).await.unwrap();
+    }
+    store.share("viewed", "alice", false).await.unwrap();
+    store.share("operated", "alice", true).await.unwrap();
+    store.share("other", "carol", true).await.unwrap();
+    let filter = TaskFilter { operable_by: Some("alice".into()), ..Default::default() };
+    let mut ids: Vec<String> =
+        store.list_tasks(&filter, None, 100).await.unwrap().items.into_iter().map(|t| t.id).collect();
+    ids.sort();
+    assert_eq!(ids, ["operated", "own"]);
+    let filter =
+        TaskFilter { operable_by: Some("alice".into()), owner: Some("bob".into()), ..Default::default() };
+    let ids: Vec<String> =
+        store.list_tasks(&filter, None, 100).await.unwrap().items.into_iter().map(|t| t.id).collect();
+    assert_eq!(ids, ["operated"]);
+}
 
 /// Revoking deletes one token of its user only; a disabled user's tokens still say whose they are (so the
 /// API can answer "disabled", not "unknown"), and enabling restores them.
