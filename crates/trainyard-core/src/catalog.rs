@@ -34,7 +34,8 @@ pub struct Catalog {
     #[serde(default)]
     pub images: BTreeMap<String, Image>,
     /// Whether an image reference outside the catalog may be used (the backend must be able to pull it).
-    #[serde(default = "yes")]
+    /// Closed unless the catalog says so: a catalog that leaves it out allows catalog images only.
+    #[serde(default)]
     pub allow_external_images: bool,
     /// The registries such references may come from, by `host[:port]` (`docker.io` for Docker Hub). Empty:
     /// any registry.
@@ -418,6 +419,14 @@ impl InstanceSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_a_catalog_leaves_out_is_empty_or_closed() {
+        let empty = Catalog::from_yaml("{}").unwrap();
+        assert!(!empty.allow_external_images, "external images are allowed only when the catalog says so");
+        assert_eq!(empty, Catalog::default());
+        assert!(Catalog::from_yaml("allowExternalImages: true").unwrap().allow_external_images);
+    }
 
     #[test]
     fn image_references_and_registries_are_checked_together() {
