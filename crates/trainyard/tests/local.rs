@@ -655,3 +655,74 @@ fn a_lost_attempts_network_is_removed_by_the_next_start() {
     let _next = Server::start("sweep-next", None);
     assert!(!switch.exists(), "the next start removed the lost attempt's network");
 }
+
+/// Replicas start on supervisors started ahead of need (the local backend's `pool`): the pool is there
+/// before any task; a replica's supervisor is one of them, and its cgroups carry the replica's name and
+/// limits; when the server ends, the idle ones exit and leave no cgroup behind.
+#[test]
+fn replicas_run_on_pooled_supervisors_in_cgroups_of_their_own() {
+    let mut s = Server::start("pool", None);
+    let marker = format!("{}/runs/-", s.dir.display());
+    let deadline = std::time::Instant::now() + secs(30);
+    while Server::processes_with(&marker).len() < 8 {
+        assert!(std::time::Instant::now() < deadline, "the pool never filled");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let idle = Server::processes_with(&marker);
+    let id = s.submit(&pytorch("pooled", 1, "sleep 60"));
+    s.wait_status(&id, "Running", secs(60));
+    let attempt = s.dir.join("runs").join(&id).join("a0");
+    let replicas: Vec<String> = std::fs::read_dir(&attempt)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().join("state.json").exists())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(replicas.len(), 2, "{replicas:?}");
+    // Where each replica's cgroups are, relative to their hierarchy, and whether that is cgroup v2.
+    let mut parents = Vec::new();
+    for replica in &replicas {
+        let state = std::fs::read(attempt.join(replica).join("state.json")).unwrap();
+        let state: serde_json::Value = serde_json::from_slice(&state).unwrap();
+        let pid = state["supervisor_pid"].as_u64().unwrap() as u32;
+        assert!(idle.contains(&pid), "{replica}'s supervisor {pid} is not one of the pool's {idle:?}");
+        let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        let line = cgroups
+            .lines()
+            .find(|l| l.split(':').nth(1).is_some_and(|c| c.split(',').any(|c| c == "memory")))
+            .or_else(|| cgroups.lines().find(|l| l.starts_with("0::")))
+            .unwrap_or_else(|| panic!("no memory cgroup in {cgroups}"));
+        let v2 = line.starts_with("0::");
+        let path = line.splitn(3, ':').nth(2).unwrap();
+        assert!(path.ends_with(&format!("{id}-a0-{replica}")), "{replica}'s cgroup is {path}");
+        let dir = if v2 { format!("/sys/fs/cgroup{path}") } else { format!("/sys/fs/cgroup/memory{path}") };
+        let limit = std::fs::read_to_string(format!("{dir}/memory.limit_in_bytes"))
+            .or_else(|_| std::fs::read_to_string(format!("{dir}/memory.max")))
+            .unwrap();
+        let limit: u64 = limit.trim().parse().unwrap_or(u64::MAX);
+        assert!(limit < 1 << 40, "{replica}'s memory limit is {limit}");
+        parents.push((v2, path.rsplit_once('/').unwrap().0.to_owned()));
+    }
+    let (status, body) = s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
+    assert!(status < 300, "{status} {body}");
+    s.wait_status(&id, "Stopped", secs(60));
+    s.kill();
+    let deadline = std::time::Instant::now() + secs(20);
+    while !Server::processes_with(&marker).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "idle pooled supervisors outlived their server");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let mut left = Vec::new();
+    for (v2, parent) in &parents {
+        let bases: Vec<String> = if *v2 {
+            vec![format!("/sys/fs/cgroup{parent}")]
+        } else {
+            ["memory", "cpu", "pids"].iter().map(|c| format!("/sys/fs/cgroup/{c}{parent}")).collect()
+        };
+        for base in bases {
+            let dirs = idle.iter().map(|pid| format!("{base}/pool-{pid}"));
+            left.extend(dirs.filter(|d| std::path::Path::new(d).exists()));
+        }
+    }
+    assert!(left.is_empty(), "cgroups of the pool left behind: {left:?}");
+}

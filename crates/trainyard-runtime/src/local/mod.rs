@@ -231,7 +231,7 @@ impl LocalBackend {
         });
         // Pooled supervisors killed while they waited left their cgroups; then the pool is filled.
         pool::sweep();
-        let pool = Arc::new(pool::SupervisorPool::new(&cfg.supervisor, cfg.supervisor_pool));
+        let pool = Arc::new(pool::SupervisorPool::new(&cfg.supervisor, &cfg.runs_dir, cfg.supervisor_pool));
         pool.fill();
         Ok(LocalBackend { cfg: Arc::new(cfg), inner: Arc::new(Mutex::new(inner)), pool })
     }

@@ -1,6 +1,7 @@
 //! Supervisors started ahead of need. Starting a replica's supervisor costs, before any of the replica's own
 //! work: executing this (large) binary, and moving the new process into its cgroups, which on cgroup v1
-//! waits for an RCU grace period (10-15 ms, measured). A pooled supervisor (`trainyard supervise -`) has done
+//! waits for an RCU grace period (10-15 ms, measured). A pooled supervisor (`trainyard supervise RUNS_DIR/-`,
+//! the runs dir naming its server) has done
 //! both while it waited; given a replica ([`super::supervisor::PooledJob`] on its standard input), it renames
 //! its cgroups to the replica's and sets the limits, both quick. The pool is refilled off the launch path,
 //! after each launch that took from it.
@@ -24,17 +25,20 @@ pub const CGROUP_PREFIX: &str = "pool-";
 pub struct SupervisorPool {
     exe: std::path::PathBuf,
     args: Vec<String>,
+    /// `RUNS_DIR/-`, a pooled supervisor's argument.
+    marker: std::path::PathBuf,
     size: usize,
     idle: Mutex<Vec<Child>>,
     filling: AtomicBool,
 }
 
 impl SupervisorPool {
-    /// A pool of up to `size` idle supervisors (`exe args -`); empty until [`SupervisorPool::fill`].
-    pub fn new(supervisor: &(std::path::PathBuf, Vec<String>), size: usize) -> Self {
+    /// A pool of up to `size` idle supervisors (`exe args RUNS_DIR/-`); empty until [`SupervisorPool::fill`].
+    pub fn new(supervisor: &(std::path::PathBuf, Vec<String>), runs_dir: &Path, size: usize) -> Self {
         SupervisorPool {
             exe: supervisor.0.clone(),
             args: supervisor.1.clone(),
+            marker: runs_dir.join("-"),
             size,
             idle: Mutex::new(Vec::new()),
             filling: AtomicBool::new(false),
@@ -42,7 +46,7 @@ impl SupervisorPool {
     }
 
     /// A supervisor's command line, its environment fixed: nothing of the server's (its token, a preload)
-    /// reaches it. `dir`: the replica dir, or `-` for a pooled one.
+    /// reaches it. `dir`: the replica dir, or `RUNS_DIR/-` for a pooled one.
     pub fn command(exe: &Path, args: &[String], dir: &Path) -> Command {
         let mut c = Command::new(exe);
         c.args(args)
@@ -79,7 +83,7 @@ impl SupervisorPool {
                 if have >= pool.size {
                     break;
                 }
-                match Self::command(&pool.exe, &pool.args, Path::new("-")).spawn() {
+                match Self::command(&pool.exe, &pool.args, &pool.marker).spawn() {
                     Ok(child) => pool.idle.lock().unwrap_or_else(|e| e.into_inner()).push(child),
                     Err(_) => break,
                 }

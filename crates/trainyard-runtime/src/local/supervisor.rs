@@ -210,13 +210,14 @@ pub fn pool_cgroup_name(pid: u32) -> String {
 /// `trainyard supervise DIR`: runs one replica to its end, its job read from standard input. The exit code
 /// is 0 whenever the outcome was recorded (the replica's own status is in `state.json`).
 ///
-/// `trainyard supervise -`: a pooled supervisor (see [`super::pool`]). It enters cgroups of its own first,
+/// `trainyard supervise RUNS_DIR/-`: a pooled supervisor (see [`super::pool`]; the runs dir in its command
+/// line says whose it is). It enters cgroups of its own first,
 /// then waits for a [`PooledJob`] on standard input, takes the replica's cgroup name and limits, and runs it
 /// as above; standard input closed with nothing sent (the server is gone, or has no use for it) ends it.
 pub fn main(dir: &Path) -> i32 {
     // Nothing this process starts gains privileges by exec (bubblewrap is not set-uid here).
     let _ = rustix::thread::set_no_new_privs(true);
-    let pooled = dir == Path::new("-");
+    let pooled = dir.file_name().is_some_and(|n| n == "-");
     let waiting = pooled.then(|| Cgroup::enter_new(&pool_cgroup_name(std::process::id())));
     let mut input = String::new();
     let read = std::io::Read::read_to_string(&mut std::io::stdin(), &mut input);

@@ -104,12 +104,12 @@ fn platform_pids(data_dir: &str) -> Vec<u32> {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
         let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        // A pooled supervisor (`supervise -`) counts once it runs a replica (it has a child).
+        // A pooled supervisor (`supervise RUNS_DIR/-`) counts once it runs a replica (it has a child).
         let busy = || {
-            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).is_ok_and(|c| !c.trim().is_empty())
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .is_ok_and(|c| !c.trim().is_empty())
         };
-        if (cmd.contains(" supervise ") && cmd.contains(data_dir))
-            || (cmd.ends_with(" supervise - ") && busy())
+        if (cmd.contains(" supervise ") && cmd.contains(data_dir) && (!cmd.ends_with("/- ") || busy()))
             || (cmd.contains("bwrap --die-with-parent") && cmd.contains(data_dir))
         {
             out.push(pid);
