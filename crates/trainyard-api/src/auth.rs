@@ -8,18 +8,30 @@ use axum::http::{HeaderMap, header};
 use trainyard_core::TrainingTask;
 use trainyard_store::{TaskRecord, User};
 
-/// The caller, from `Authorization: Bearer TOKEN`: 401 without a known token, 403 when the user is disabled.
-pub async fn caller(state: &AppState, headers: &HeaderMap) -> ApiResult<User> {
+/// The hash of the request's bearer token, if it has one.
+pub fn bearer_hash(headers: &HeaderMap) -> Option<String> {
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or(ApiError::Unauthorized)?;
-    let hash = token_hash(token.trim());
+        .and_then(|v| v.strip_prefix("Bearer "))?;
+    Some(token_hash(token.trim()))
+}
+
+/// The caller, from `Authorization: Bearer TOKEN`: 401 without a known token, 403 when the user is disabled.
+/// A token looked up in the store (not in the cache: at most every few seconds per token) has its last use
+/// recorded, off the request's path.
+pub async fn caller(state: &AppState, headers: &HeaderMap) -> ApiResult<User> {
+    let hash = bearer_hash(headers).ok_or(ApiError::Unauthorized)?;
     let (user, disabled) = match state.tokens.get(&hash) {
         Some(found) => found,
         None => {
             let found = state.store.token_account(&hash).await?.ok_or(ApiError::Unauthorized)?;
+            let (store, used) = (state.store.clone(), hash.clone());
+            tokio::spawn(async move {
+                if let Err(e) = store.touch_token(&used, crate::state::now_ms()).await {
+                    eprintln!("trainyard: recording a token's use: {e}");
+                }
+            });
             state.tokens.put(hash, found.clone());
             found
         }

@@ -2,7 +2,8 @@
 //! the store's, the control loop's and a refused submission's) become an HTTP status and a problem, and
 //! [`problems_for_every_error`] rewrites the router's and axum's extractors' own error answers the same way.
 
-use crate::schema::{Optional, object_schema};
+use crate::catalog_guard::CatalogConflict;
+use crate::schema::{ApiSchema, Optional, Schemas, object_schema};
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -24,6 +25,13 @@ pub enum ApiError {
     Invalid(Report),
     Conflict(String),
     BadRequest(String),
+    /// The caller has as many queued tasks as one user may (an admin setting): 429 with `Retry-After`.
+    TooManyQueued {
+        limit: u64,
+        queued: u64,
+    },
+    /// A catalog replacement would take away what active tasks use: 409, each conflict listed.
+    CatalogInUse(Vec<CatalogConflict>),
     Internal(String),
 }
 
@@ -76,17 +84,51 @@ pub struct ProblemBody {
     /// A refused task document's problems (422 `invalid-task`), each with its path.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problems: Option<Vec<Problem>>,
+    /// What active tasks use that a refused catalog would take away (409 `catalog-in-use`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conflicts: Option<Vec<CatalogConflict>>,
+    /// The cap on a user's queued tasks (429 `too-many-queued`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// The caller's queued tasks (429 `too-many-queued`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queued: Option<u64>,
 }
 object_schema!(
-    /// An error, as an RFC 9457 problem document. `type` ends in a stable code.
+    /// An error, as an RFC 9457 problem document. `type` ends in a stable code; `problems` (422
+    /// `invalid-task`), `conflicts` (409 `catalog-in-use`), `limit` and `queued` (429 `too-many-queued`) are
+    /// there with those codes only.
     closed ProblemBody as "Problem" {
-        "type": String,
+        "type": ProblemType,
         "title": String,
-        "status": u16,
+        "status": ErrorStatus,
         "detail": String,
         "problems": Optional<Vec<Problem>>,
+        "conflicts": Optional<Vec<CatalogConflict>>,
+        "limit": Optional<u64>,
+        "queued": Optional<u64>,
     }
 );
+
+/// The schema of a problem's `type`: a URI under `https://trainyard.dev/problems/` ending in a stable code.
+#[derive(Debug)]
+pub struct ProblemType;
+
+impl ApiSchema for ProblemType {
+    fn schema(_: &mut Schemas) -> serde_json::Value {
+        serde_json::json!({"type": "string", "pattern": "^https://trainyard\\.dev/problems/[a-z]+(-[a-z]+)*$"})
+    }
+}
+
+/// The schema of a problem's `status`: an HTTP error status.
+#[derive(Debug)]
+pub struct ErrorStatus;
+
+impl ApiSchema for ErrorStatus {
+    fn schema(_: &mut Schemas) -> serde_json::Value {
+        serde_json::json!({"type": "integer", "minimum": 400, "maximum": 599})
+    }
+}
 
 impl ProblemBody {
     pub fn new(status: StatusCode, code: &str, title: &str, detail: String) -> Self {
@@ -96,6 +138,9 @@ impl ProblemBody {
             status: status.as_u16(),
             detail,
             problems: None,
+            conflicts: None,
+            limit: None,
+            queued: None,
         }
     }
 
@@ -110,6 +155,20 @@ impl ProblemBody {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let body = self.problem();
+        let too_many = body.status == StatusCode::TOO_MANY_REQUESTS.as_u16();
+        let mut resp = body.into_response();
+        if too_many {
+            let wait = HeaderValue::from(crate::settings::QUEUED_CAP_RETRY_AFTER_S);
+            resp.headers_mut().insert(header::RETRY_AFTER, wait);
+        }
+        resp
+    }
+}
+
+impl ApiError {
+    /// The problem document this error answers with.
+    pub fn problem(self) -> ProblemBody {
         let (status, code, title, detail) = match self {
             ApiError::Unauthorized => (
                 StatusCode::UNAUTHORIZED,
@@ -140,19 +199,66 @@ impl IntoResponse for ApiError {
                     format!("{n} problem(s) to fix; each has a path, a code and what to change"),
                 );
                 body.problems = Some(report.problems);
-                return body.into_response();
+                return body;
             }
             ApiError::Conflict(d) => (StatusCode::CONFLICT, "conflict", "Conflict", d),
             ApiError::BadRequest(d) => (StatusCode::BAD_REQUEST, "bad-request", "Bad request", d),
+            ApiError::TooManyQueued { limit, queued } => {
+                let mut body = ProblemBody::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too-many-queued",
+                    "Too many queued tasks",
+                    format!(
+                        "you have {queued} queued tasks and one user may have at most {limit} (an admin's \
+                         setting, maxQueuedTasksPerUser); wait for some to start, or stop some, then try again"
+                    ),
+                );
+                (body.limit, body.queued) = (Some(limit), Some(queued));
+                return body;
+            }
+            ApiError::CatalogInUse(conflicts) => {
+                let first = conflicts.iter().take(3).map(|c| c.message.as_str()).collect::<Vec<_>>();
+                let mut body = ProblemBody::new(
+                    StatusCode::CONFLICT,
+                    "catalog-in-use",
+                    "The catalog takes away what active tasks use",
+                    format!(
+                        "{} conflict(s) with active tasks, each listed in conflicts with the tasks it concerns: \
+                         {}{}; keep what they use until they end, or replace the catalog anyway with ?force=true",
+                        conflicts.len(),
+                        first.join("; "),
+                        if conflicts.len() > first.len() { "; ..." } else { "" }
+                    ),
+                );
+                body.conflicts = Some(conflicts);
+                return body;
+            }
             ApiError::Internal(d) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", d),
         };
-        ProblemBody::new(status, code, title, detail).into_response()
+        ProblemBody::new(status, code, title, detail)
     }
 }
 
 /// Parses a JSON request body; `shape` tells the caller what was expected.
 pub fn json_body<T: serde::de::DeserializeOwned>(body: &[u8], shape: &str) -> ApiResult<T> {
     serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("the body must be {shape}: {e}")))
+}
+
+/// Parses a JSON object body into `T`. serde reads a struct from an array too (its fields in order), so
+/// the body's top level is checked to be an object first: `["x"]` is refused, never taken as `{"label": "x"}`.
+pub fn json_object<T: serde::de::DeserializeOwned>(body: &[u8], shape: &str) -> ApiResult<T> {
+    let value: serde_json::Value = json_body(body, shape)?;
+    if !value.is_object() {
+        let found = match value {
+            serde_json::Value::Array(_) => "an array",
+            serde_json::Value::String(_) => "a string",
+            serde_json::Value::Number(_) => "a number",
+            serde_json::Value::Bool(_) => "a boolean",
+            _ => "null",
+        };
+        return Err(ApiError::BadRequest(format!("the body must be a JSON object, {shape}; it is {found}")));
+    }
+    serde_json::from_value(value).map_err(|e| ApiError::BadRequest(format!("the body must be {shape}: {e}")))
 }
 
 /// The longest request target (path and query) served; longer is a 414 problem. (hyper itself answers a

@@ -6,17 +6,19 @@
 //! `/` and `/console/*`; the OpenAPI document describes each of the others with its answers and errors, from
 //! [`openapi::OPERATIONS`]):
 //! - `GET /whoami`
-//! - tasks: `POST /tasks` (YAML or JSON body; `Idempotency-Key` header), `GET /tasks` (filters, cursor
-//!   paging), `POST /validate`, `GET`/`DELETE /tasks/{id}`, `POST /tasks/{id}/stop`, `.../resubmit`,
-//!   `.../clone`, `.../shares`
+//! - tasks: `POST /tasks` (YAML or JSON body; `Idempotency-Key` header; within the owner's cap on queued
+//!   tasks), `GET /tasks` (filters, cursor paging), `DELETE /tasks` (by filter), `POST /validate`,
+//!   `GET`/`DELETE /tasks/{id}`, `POST /tasks/{id}/stop`, `.../resubmit`, `.../clone`, `.../shares`
 //! - what a task tells: `GET /tasks/{id}/events`, `.../logs` (replicas; a log as text or a stream),
 //!   `.../metrics`
-//! - the cluster: `GET /catalog`, `GET /quota`; admin: `PUT /admin/catalog`, `PUT /admin/nodes/{name}`
+//! - the cluster: `GET /catalog`, `GET /quota`; admin: `PUT /admin/catalog` (refused when it takes away what
+//!   active tasks use: `catalog_guard`), `PUT /admin/nodes/{node}`, `GET`/`PUT /admin/settings`
 //! - users: admin: `GET`/`POST /admin/users`, `POST /admin/users/{name}/disable` and `.../enable`; the user
 //!   or an admin: `GET`/`POST /users/{name}/tokens`, `DELETE /users/{name}/tokens/{token}`,
 //!   `GET`/`PUT /users/{name}/env`, `DELETE /users/{name}/env/{var}`, `GET`/`PUT /users/{name}/alarms`
 //!
 //! A task the caller may not see answers 404, exactly like one that does not exist, so names do not leak.
+//! Every query refuses a parameter its operation does not take (400).
 //!
 //! Where things are: [`router`] maps routes to the handlers in `routes/` (one file per family); every
 //! submission goes through `submit`; who may do what is `auth`; answers are the types in [`views`], whose
@@ -27,6 +29,7 @@
 
 mod auth;
 mod background;
+pub mod catalog_guard;
 pub mod console;
 mod error;
 mod foreign_schemas;
@@ -37,6 +40,7 @@ mod router;
 mod routes;
 pub mod schema;
 mod serve;
+pub mod settings;
 mod state;
 mod submit;
 mod tokens;

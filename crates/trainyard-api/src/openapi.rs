@@ -15,10 +15,13 @@ fn error_description(status: u16) -> &'static str {
         403 => "Not allowed: the caller's role, group or rights, or a disabled account (account-disabled)",
         404 => "No such task (or one the caller may not see), user, node, token, variable or replica",
         409 => {
-            "In conflict with the current state (the task's status, or an Idempotency-Key used for another body)"
+            "In conflict with the current state (the task's status, an Idempotency-Key used for another body, or a catalog that takes away what active tasks use: `conflicts` lists each)"
         }
         413 => "The body is too large",
         422 => "The document has problems: `problems` lists each with its path and code",
+        429 => {
+            "The owner has as many queued tasks as one user may (too-many-queued: `limit` and `queued` say how many); Retry-After says when to try again"
+        }
         _ => "A problem",
     }
 }
@@ -26,14 +29,13 @@ fn error_description(status: u16) -> &'static str {
 /// The error statuses an operation answers with: its own and those of its kind (see [`Operation::errors`]).
 pub fn error_statuses(op: &Operation) -> Vec<u16> {
     let mut statuses = op.errors.to_vec();
+    // Every operation refuses a query parameter it does not take.
+    statuses.push(400);
     if op.path.starts_with("/api/v1/") || op.path == "/metrics" {
         statuses.extend([401, 403]);
     }
     if !matches!(op.body, Body::None) {
         statuses.push(413);
-    }
-    if matches!(op.body, Body::Json(_) | Body::OptionalJson(_)) || !op.query.is_empty() {
-        statuses.push(400);
     }
     statuses.sort_unstable();
     statuses.dedup();
@@ -77,14 +79,22 @@ fn request_body(body: &Body, schemas: &mut Schemas) -> Option<Value> {
     })
 }
 
-fn parameters(op: &Operation) -> Vec<Value> {
+/// The path's parameters, then the query's, then the headers'. Query parameters are each optional; a
+/// parameter not listed is refused (400).
+fn parameters(op: &Operation, schemas: &mut Schemas) -> Vec<Value> {
     let in_path = op.path.split('/').filter_map(|s| s.strip_prefix('{')?.strip_suffix('}'));
     let mut out: Vec<Value> = in_path
-        .map(|name| json!({"name": name, "in": "path", "required": true, "description": path_parameter(name), "schema": {"type": "string"}}))
+        .map(|name| {
+            let (what, schema) = path_parameter(name).unwrap_or(("", json!({"type": "string"})));
+            json!({"name": name, "in": "path", "required": true, "description": what, "schema": schema})
+        })
         .collect();
-    out.extend(op.query.iter().map(|(name, kind, what)| {
-        json!({"name": name, "in": "query", "required": false, "description": what, "schema": {"type": kind}})
-    }));
+    for (place, params) in [("query", op.query), ("header", op.headers)] {
+        out.extend(params.iter().map(|p| {
+            json!({"name": p.name, "in": place, "required": false, "description": p.description,
+                   "schema": (p.schema)(schemas)})
+        }));
+    }
     out
 }
 
@@ -104,8 +114,8 @@ pub fn document() -> Value {
             responses.insert(status.to_string(), problem_answer(error_description(status)));
         }
         responses.insert("default".into(), problem_answer("Any other error (414, 500)"));
-        let mut operation = json!({"summary": op.summary, "responses": responses});
-        let parameters = parameters(op);
+        let mut operation = json!({"operationId": op.id, "summary": op.summary, "responses": responses});
+        let parameters = parameters(op, &mut schemas);
         if !parameters.is_empty() {
             operation["parameters"] = Value::Array(parameters);
         }

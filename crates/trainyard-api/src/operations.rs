@@ -7,14 +7,17 @@ use crate::routes::admin::{NodeStateBody, RegistryLoginBody, RegistryLoginEntry}
 use crate::routes::tasks::{CloneBody, ShareBody};
 use crate::routes::users::{TaskEnvBody, TokenBody, UserBody};
 use crate::schema::{Schemas, schema_of};
+use crate::settings::AdminSettings;
 use crate::views::{
-    AttemptReplicas, EnvEntry, EventView, Items, MetricsView, NewToken, RecentImage, TaskPage, TaskView,
-    TokenEntry, UserEntry, UserView, Validation,
+    AttemptReplicas, BulkDeleted, EnvEntry, EventView, Items, MetricsView, NewToken, RecentImage, TaskPage,
+    TaskView, TokenEntry, UserEntry, UserView, Validation,
 };
 use serde_json::{Value, json};
 use trainyard_control::QuotaLine;
 use trainyard_core::Catalog;
-use trainyard_core::spec::AlarmSubscription;
+use trainyard_core::lifecycle::Status;
+use trainyard_core::spec::{AlarmSubscription, TaskType};
+use trainyard_store::MAX_PAGE;
 
 /// A body's or an answer's schema, made on demand (named types are defined in the document's components).
 pub type SchemaFn = fn(&mut Schemas) -> Value;
@@ -22,10 +25,15 @@ pub type SchemaFn = fn(&mut Schemas) -> Value;
 /// One operation.
 #[derive(Debug)]
 pub struct Operation {
+    /// The `operationId`: unique, camelCase, what generated clients name the call.
+    pub id: &'static str,
     pub method: &'static str,
     pub path: &'static str,
     pub summary: &'static str,
+    /// Every query parameter the handler reads (it refuses any other with a 400).
     pub query: &'static [Param],
+    /// The request headers the operation reads besides `Authorization`.
+    pub headers: &'static [Param],
     pub body: Body,
     /// The success status.
     pub ok: u16,
@@ -33,14 +41,100 @@ pub struct Operation {
     pub answer: Answer,
     /// Other success statuses with the same answer (a create replayed with its `Idempotency-Key`: 200).
     pub also_ok: &'static [u16],
-    /// The error statuses the operation itself answers with, each a problem document. Routes under
-    /// `/api/v1` (and `/metrics`) may also answer 401 and 403 (no token, a disabled account); operations
-    /// with a body 413, with a JSON body or query parameters 400; any 414 and 500 (`default`).
+    /// The error statuses the operation itself answers with, each a problem document. Every operation may
+    /// also answer 400 (a query parameter it does not take, or one that does not parse); routes under
+    /// `/api/v1` (and `/metrics`) 401 and 403 (no token, a disabled account); operations with a body 413;
+    /// any 414 and 500 (`default`).
     pub errors: &'static [u16],
 }
 
-/// A query parameter: name, JSON type, what it does.
-pub type Param = (&'static str, &'static str, &'static str);
+/// A query parameter or a header: its name, its schema, what it does.
+#[derive(Debug)]
+pub struct Param {
+    pub name: &'static str,
+    pub schema: SchemaFn,
+    pub description: &'static str,
+}
+
+const fn param(name: &'static str, schema: SchemaFn, description: &'static str) -> Param {
+    Param { name, schema, description }
+}
+
+/// A pattern that matches any of `names` in any case (`[Qq][Uu]...`), for a parameter the server reads so.
+fn any_case_pattern(names: &[&str]) -> String {
+    let each = names.iter().map(|n| {
+        n.chars()
+            .map(|c| match (c.to_ascii_uppercase(), c.to_ascii_lowercase()) {
+                (u, l) if u != l => format!("[{u}{l}]"),
+                _ => c.to_string(),
+            })
+            .collect::<String>()
+    });
+    format!("^(?:{})$", each.collect::<Vec<_>>().join("|"))
+}
+
+/// One of `names`, in any case: the names themselves for tools that list choices, and the pattern that
+/// says any case is read as its name.
+fn any_case_enum(names: &[&str], what: &str) -> Value {
+    json!({
+        "type": "string",
+        "anyOf": [{"enum": names}, {"pattern": any_case_pattern(names)}],
+        "description": format!("{what}: one of {}, in any case", names.join(", ")),
+    })
+}
+
+fn string(_: &mut Schemas) -> Value {
+    json!({"type": "string"})
+}
+
+fn non_empty_string(_: &mut Schemas) -> Value {
+    json!({"type": "string", "minLength": 1})
+}
+
+fn boolean(_: &mut Schemas) -> Value {
+    json!({"type": "boolean"})
+}
+
+fn non_negative(_: &mut Schemas) -> Value {
+    json!({"type": "integer", "minimum": 0})
+}
+
+fn status_filter(_: &mut Schemas) -> Value {
+    any_case_enum(Status::NAMES, "a status")
+}
+
+fn type_filter(_: &mut Schemas) -> Value {
+    any_case_enum(TaskType::NAMES, "a task type")
+}
+
+fn sort_order(_: &mut Schemas) -> Value {
+    json!({"type": "string", "enum": ["newest", "oldest", "name", "updated"], "default": "newest"})
+}
+
+fn page_limit(_: &mut Schemas) -> Value {
+    json!({"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": crate::routes::tasks::DEFAULT_PAGE})
+}
+
+fn label_selector(_: &mut Schemas) -> Value {
+    json!({"type": "string", "pattern": "^(?:[^,=]+=[^,]*)?(?:,(?:[^,=]+=[^,]*)?)*$"})
+}
+
+fn idempotency_key(_: &mut Schemas) -> Value {
+    json!({"type": "string", "minLength": 1, "maxLength": crate::IDEMPOTENCY_KEY_MAX_BYTES})
+}
+
+/// The filters a list and a bulk delete share.
+const STATUS: Param =
+    param("status", status_filter, "only tasks in this status (any case: running is Running)");
+const TYPE: Param = param("type", type_filter, "only PyTorchJob or RayJob tasks (any case)");
+const GROUP: Param = param("group", string, "only this project group's");
+const OWNER: Param = param("owner", string, "only this user's");
+const SEARCH: Param = param("q", string, "a task's whole name or id (that task alone), else part of a name");
+const LABELS: Param = param(
+    "labels",
+    label_selector,
+    "key=value[,key=value...]: every one of these labels (empty pairs are skipped)",
+);
 
 /// What an operation takes.
 #[derive(Debug)]
@@ -68,11 +162,11 @@ pub enum Answer {
     Logs(SchemaFn),
 }
 
-/// The catalog as a request: the shape `GET /api/v1/catalog` answers with, but left-out fields take their
-/// defaults (and YAML is fine), so the request schema is loose and the parser says what is wrong.
+/// The catalog as a request: the shape `GET /api/v1/catalog` answers with, but left-out fields are empty or
+/// closed (and YAML is fine), so the request schema is loose and the parser says what is wrong.
 fn catalog_request(schemas: &mut Schemas) -> Value {
     let reference = schema_of::<Catalog>(schemas);
-    json!({"type": "object", "description": format!("A catalog as {} describes it; left-out fields take their defaults", reference["$ref"].as_str().unwrap_or("the Catalog schema"))})
+    json!({"type": "object", "description": format!("A catalog as {} describes it; a field left out is empty, or closed (allowExternalImages: false)", reference["$ref"].as_str().unwrap_or("the Catalog schema"))})
 }
 
 /// The problem schema, for the document builder.
@@ -83,10 +177,12 @@ pub fn problem_schema(schemas: &mut Schemas) -> Value {
 /// Every operation the router serves (a test checks the router against this table).
 pub const OPERATIONS: &[Operation] = &[
     Operation {
+        id: "whoami",
         method: "get",
         path: "/api/v1/whoami",
         summary: "The caller: name, role, groups",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 200,
         answer: Answer::Json(schema_of::<UserView>),
@@ -94,10 +190,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[],
     },
     Operation {
+        id: "getCatalog",
         method: "get",
         path: "/api/v1/catalog",
         summary: "The catalog tasks are checked against",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 200,
         answer: Answer::Json(schema_of::<Catalog>),
@@ -105,31 +203,52 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[],
     },
     Operation {
+        id: "createTask",
         method: "post",
         path: "/api/v1/tasks",
-        summary: "Submit a task (YAML or JSON). Send Idempotency-Key to make retries safe: the same key and body return the first task (200), another body is a 409",
+        summary: "Submit a task (YAML or JSON). Send Idempotency-Key to make retries safe: the same key and body return the first task (200), another body is a 409. A user with as many queued tasks as the cap allows (maxQueuedTasksPerUser, an admin setting; default 1,000) gets a 429 with Retry-After",
         query: &[],
+        headers: &[param(
+            "Idempotency-Key",
+            idempotency_key,
+            "makes retries safe: the same key and body answer the first task (200), another body a 409; 1 to 255 characters, a UUID is usual",
+        )],
         body: Body::Document(schema_of::<trainyard_core::TrainingTask>),
         ok: 201,
         answer: Answer::Json(schema_of::<TaskView>),
         also_ok: &[200],
-        errors: &[400, 403, 409, 422],
+        errors: &[403, 409, 422, 429],
     },
     Operation {
+        id: "deleteTasks",
+        method: "delete",
+        path: "/api/v1/tasks",
+        summary: "Delete the tasks that match every filter given (at least one) and that the caller may operate (admins: any; others: their own and those shared with them with operate rights), up to 500 at a time (more: true says to send it again). Each is deleted as DELETE /api/v1/tasks/{id} does: a running one is stopped first, with its checkpoint window",
+        query: &[STATUS, TYPE, GROUP, OWNER, SEARCH, LABELS],
+        headers: &[],
+        body: Body::None,
+        ok: 200,
+        answer: Answer::Json(schema_of::<BulkDeleted>),
+        also_ok: &[],
+        errors: &[],
+    },
+    Operation {
+        id: "listTasks",
         method: "get",
         path: "/api/v1/tasks",
         summary: "Tasks visible to the caller (newest first unless sort says otherwise), a page at a time",
         query: &[
-            ("status", "string", "only tasks in this status"),
-            ("type", "string", "only PyTorchJob or RayJob tasks"),
-            ("group", "string", "only this project group's"),
-            ("owner", "string", "only this user's"),
-            ("q", "string", "a name or id, or part of one"),
-            ("labels", "string", "key=value[,key=value...]"),
-            ("sort", "string", "newest (default), oldest, name or updated"),
-            ("cursor", "string", "where the page starts: the previous page's nextCursor"),
-            ("limit", "integer", "tasks per page (default 50, at most 500)"),
+            STATUS,
+            TYPE,
+            GROUP,
+            OWNER,
+            SEARCH,
+            LABELS,
+            param("sort", sort_order, "newest (default), oldest, name or updated"),
+            param("cursor", non_empty_string, "where the page starts: the previous page's nextCursor"),
+            param("limit", page_limit, "tasks per page (default 50, 1 to 500)"),
         ],
+        headers: &[],
         body: Body::None,
         ok: 200,
         answer: Answer::Json(schema_of::<TaskPage>),
@@ -137,10 +256,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[],
     },
     Operation {
+        id: "getTask",
         method: "get",
         path: "/api/v1/tasks/{id}",
         summary: "One task: spec (hidden values masked), placement, queue position and reason",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 200,
         answer: Answer::Json(schema_of::<TaskView>),
@@ -148,10 +269,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[404],
     },
     Operation {
+        id: "deleteTask",
         method: "delete",
         path: "/api/v1/tasks/{id}",
-        summary: "Stop (with the checkpoint window) and delete; the history is kept",
+        summary: "Stop (with the checkpoint window) and delete: the task leaves lists and never runs again; its record (deleted: true) and history stay readable by id. Deleting a deleted task again is a 204 that changes nothing",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 204,
         answer: Answer::Empty,
@@ -159,10 +282,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[404, 409],
     },
     Operation {
+        id: "listTaskEvents",
         method: "get",
         path: "/api/v1/tasks/{id}/events",
         summary: "Every event of the task, in order (at most 1,000 an answer)",
-        query: &[("after", "integer", "only events after this sequence number")],
+        query: &[param("after", non_negative, "only events after this sequence number (default 0)")],
+        headers: &[],
         body: Body::None,
         ok: 200,
         answer: Answer::Json(schema_of::<Items<EventView>>),
@@ -170,15 +295,21 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[404],
     },
     Operation {
+        id: "getTaskLogs",
         method: "get",
         path: "/api/v1/tasks/{id}/logs",
         summary: "Without replica: the replicas of each attempt (JSON). With replica: its log as text from offset (X-Next-Offset says where to go on, X-Log-Ended whether it ended); follow=true streams server-sent events, one line each, until it ends",
         query: &[
-            ("replica", "string", "the replica whose log to read"),
-            ("attempt", "integer", "which attempt (default: the latest)"),
-            ("offset", "integer", "where to start, in bytes"),
-            ("follow", "boolean", "stream as server-sent events until the replica ends"),
+            param(
+                "replica",
+                string,
+                "the replica whose log to read (without it: the replicas of each attempt)",
+            ),
+            param("attempt", non_negative, "which attempt (default: the latest)"),
+            param("offset", non_negative, "where to start, in bytes (default 0)"),
+            param("follow", boolean, "stream as server-sent events until the replica ends (default false)"),
         ],
+        headers: &[],
         body: Body::None,
         ok: 200,
         answer: Answer::Logs(schema_of::<Items<AttemptReplicas>>),
@@ -186,14 +317,16 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[404],
     },
     Operation {
+        id: "getTaskMetrics",
         method: "get",
         path: "/api/v1/tasks/{id}/metrics",
         summary: "Preset (trainyard_*) and scraped metrics per replica as series of [atMs, value]",
         query: &[
-            ("attempt", "integer", "which attempt (default: the latest)"),
-            ("since", "integer", "only samples after this Unix time in ms"),
-            ("name", "string", "only this metric"),
+            param("attempt", non_negative, "which attempt (default: the latest)"),
+            param("since", non_negative, "only samples after this Unix time in ms (default 0)"),
+            param("name", string, "only this metric"),
         ],
+        headers: &[],
         body: Body::None,
         ok: 200,
         answer: Answer::Json(schema_of::<MetricsView>),
@@ -201,10 +334,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[404],
     },
     Operation {
+        id: "validateTask",
         method: "post",
         path: "/api/v1/validate",
         summary: "Check a task document without creating it: every problem, and the demand of each instance-spec option",
         query: &[],
+        headers: &[],
         body: Body::Document(schema_of::<trainyard_core::TrainingTask>),
         ok: 200,
         answer: Answer::Json(schema_of::<Validation>),
@@ -212,10 +347,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[],
     },
     Operation {
+        id: "stopTask",
         method: "post",
         path: "/api/v1/tasks/{id}/stop",
         summary: "Stop: a queued task at once, a running one through Stopping",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 200,
         answer: Answer::Json(schema_of::<TaskView>),
@@ -223,32 +360,38 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[404, 409],
     },
     Operation {
+        id: "resubmitTask",
         method: "post",
         path: "/api/v1/tasks/{id}/resubmit",
-        summary: "Run an ended task again as a new attempt",
+        summary: "Run an ended task again as a new attempt (not a deleted one: clone it); within its owner's cap on queued tasks (429 over it)",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 200,
         answer: Answer::Json(schema_of::<TaskView>),
         also_ok: &[],
-        errors: &[404, 409],
+        errors: &[404, 409, 429],
     },
     Operation {
+        id: "cloneTask",
         method: "post",
         path: "/api/v1/tasks/{id}/clone",
         summary: "A new task from this one's spec, owned by the caller, in one of the caller's project groups (admins: any). Hidden values are never copied: give each in hiddenValues, or the answer is a 422 (masked-value) naming the variable",
         query: &[],
+        headers: &[],
         body: Body::OptionalJson(schema_of::<CloneBody>),
         ok: 201,
         answer: Answer::Json(schema_of::<TaskView>),
         also_ok: &[],
-        errors: &[404, 422],
+        errors: &[404, 422, 429],
     },
     Operation {
+        id: "shareTask",
         method: "post",
         path: "/api/v1/tasks/{id}/shares",
         summary: "Share with a user: view, or view and operate (owner or admin)",
         query: &[],
+        headers: &[],
         body: Body::Json(schema_of::<ShareBody>),
         ok: 204,
         answer: Answer::Empty,
@@ -256,10 +399,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[404],
     },
     Operation {
+        id: "getQuota",
         method: "get",
         path: "/api/v1/quota",
         summary: "Quota and usage per project group, resource type, pool and instance spec (members see their groups)",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 200,
         answer: Answer::Json(schema_of::<Items<QuotaLine>>),
@@ -267,21 +412,55 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[],
     },
     Operation {
+        id: "replaceCatalog",
         method: "put",
         path: "/api/v1/admin/catalog",
-        summary: "Replace the catalog (YAML or JSON; admin)",
-        query: &[],
+        summary: "Replace the catalog (YAML or JSON; admin). A field left out is empty, or closed (allowExternalImages: false). A catalog that takes away what active tasks (queued to stopping) use is a 409 listing each conflict: their project group, region, cluster, pool, instance spec, image, volumes, datasets, models, the quota they are admitted under, the nodes their replicas run on (gone, moved or smaller); force=true replaces it anyway",
+        query: &[param(
+            "force",
+            boolean,
+            "replace the catalog even when it takes away what active tasks use (default false): queued tasks that no longer fit wait, running ones go on",
+        )],
+        headers: &[],
         body: Body::Document(catalog_request),
         ok: 200,
         answer: Answer::Json(schema_of::<Catalog>),
         also_ok: &[],
-        errors: &[400],
+        errors: &[409],
     },
     Operation {
+        id: "getSettings",
+        method: "get",
+        path: "/api/v1/admin/settings",
+        summary: "The API's settings: the most queued tasks one user may have (admin)",
+        query: &[],
+        headers: &[],
+        body: Body::None,
+        ok: 200,
+        answer: Answer::Json(schema_of::<AdminSettings>),
+        also_ok: &[],
+        errors: &[],
+    },
+    Operation {
+        id: "updateSettings",
         method: "put",
-        path: "/api/v1/admin/nodes/{name}",
+        path: "/api/v1/admin/settings",
+        summary: "Replace the API's settings (admin): this server applies them at once, others sharing the store within 5 s",
+        query: &[],
+        headers: &[],
+        body: Body::Json(schema_of::<AdminSettings>),
+        ok: 200,
+        answer: Answer::Json(schema_of::<AdminSettings>),
+        also_ok: &[],
+        errors: &[],
+    },
+    Operation {
+        id: "updateNode",
+        method: "put",
+        path: "/api/v1/admin/nodes/{node}",
         summary: "Cordon or uncordon a node (schedulable), or mark it failed: its replicas are killed and fault tolerance takes over (admin)",
         query: &[],
+        headers: &[],
         body: Body::Json(schema_of::<NodeStateBody>),
         ok: 204,
         answer: Answer::Empty,
@@ -289,10 +468,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[404],
     },
     Operation {
+        id: "listCachedImages",
         method: "get",
         path: "/api/v1/admin/images",
         summary: "The registry images the local backend keeps: digest, references, bytes, last use (admin)",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 200,
         answer: Answer::Json(schema_of::<Items<trainyard_images::Cached>>),
@@ -300,10 +481,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[],
     },
     Operation {
+        id: "pruneCachedImages",
         method: "post",
         path: "/api/v1/admin/images/prune",
         summary: "Remove every cached registry image that no task runs or is about to run (admin)",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 200,
         answer: Answer::Json(schema_of::<trainyard_images::Collected>),
@@ -311,10 +494,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[],
     },
     Operation {
+        id: "listRegistryLogins",
         method: "get",
         path: "/api/v1/admin/registries",
         summary: "The registries that have a login: host, user name, when set (admin; never the passwords)",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 200,
         answer: Answer::Json(schema_of::<Items<RegistryLoginEntry>>),
@@ -322,10 +507,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[],
     },
     Operation {
+        id: "setRegistryLogin",
         method: "put",
         path: "/api/v1/admin/registries/{host}/login",
         summary: "Set the login images are pulled from a registry with; the password is stored sealed (admin)",
         query: &[],
+        headers: &[],
         body: Body::Json(schema_of::<RegistryLoginBody>),
         ok: 204,
         answer: Answer::Empty,
@@ -333,10 +520,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[],
     },
     Operation {
+        id: "deleteRegistryLogin",
         method: "delete",
         path: "/api/v1/admin/registries/{host}/login",
         summary: "Remove a registry's login (admin)",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 204,
         answer: Answer::Empty,
@@ -344,10 +533,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[404],
     },
     Operation {
+        id: "listUsers",
         method: "get",
         path: "/api/v1/admin/users",
         summary: "Every user: name, role and project groups, by name (admin; never tokens)",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 200,
         answer: Answer::Json(schema_of::<Items<UserEntry>>),
@@ -355,10 +546,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[],
     },
     Operation {
+        id: "saveUser",
         method: "post",
         path: "/api/v1/admin/users",
         summary: "Create or update a user (admin)",
         query: &[],
+        headers: &[],
         body: Body::Json(schema_of::<UserBody>),
         ok: 200,
         answer: Answer::Json(schema_of::<UserView>),
@@ -366,10 +559,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[],
     },
     Operation {
+        id: "createToken",
         method: "post",
         path: "/api/v1/users/{name}/tokens",
         summary: "A new API token for the user (shown once; the user or an admin)",
         query: &[],
+        headers: &[],
         body: Body::OptionalJson(schema_of::<TokenBody>),
         ok: 201,
         answer: Answer::Json(schema_of::<NewToken>),
@@ -377,10 +572,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[404],
     },
     Operation {
+        id: "listTokens",
         method: "get",
         path: "/api/v1/users/{name}/tokens",
-        summary: "The user's tokens: id, label and creation time, never the token (the user or an admin)",
+        summary: "The user's tokens: id, label, creation time, last use (to the minute) and which one the request came with; never the token (the user themself, or an admin)",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 200,
         answer: Answer::Json(schema_of::<Items<TokenEntry>>),
@@ -388,10 +585,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[404],
     },
     Operation {
+        id: "revokeToken",
         method: "delete",
         path: "/api/v1/users/{name}/tokens/{token}",
         summary: "Revoke a token by its id (the user or an admin); refused from then on (other servers: within the token cache's 5 s)",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 204,
         answer: Answer::Empty,
@@ -399,10 +598,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[404],
     },
     Operation {
+        id: "disableUser",
         method: "post",
         path: "/api/v1/admin/users/{name}/disable",
         summary: "Disable a user: every token of theirs is refused with a 403 (account-disabled); tasks stay (admin)",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 204,
         answer: Answer::Empty,
@@ -410,10 +611,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[404, 409],
     },
     Operation {
+        id: "enableUser",
         method: "post",
         path: "/api/v1/admin/users/{name}/enable",
         summary: "Enable a disabled user again (admin)",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 204,
         answer: Answer::Empty,
@@ -421,10 +624,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[404],
     },
     Operation {
+        id: "listRecentImages",
         method: "get",
         path: "/api/v1/users/{name}/images",
         summary: "The images the user's newest tasks ran, newest first, each once (at most 20)",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 200,
         answer: Answer::Json(schema_of::<Items<RecentImage>>),
@@ -432,10 +637,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[404],
     },
     Operation {
+        id: "listTaskEnv",
         method: "get",
         path: "/api/v1/users/{name}/env",
         summary: "The user's TaskEnv (hidden values masked)",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 200,
         answer: Answer::Json(schema_of::<Items<EnvEntry>>),
@@ -443,10 +650,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[404],
     },
     Operation {
+        id: "setTaskEnv",
         method: "put",
         path: "/api/v1/users/{name}/env",
         summary: "Set a TaskEnv variable (a task's own variable of the same name wins)",
         query: &[],
+        headers: &[],
         body: Body::Json(schema_of::<TaskEnvBody>),
         ok: 204,
         answer: Answer::Empty,
@@ -454,10 +663,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[404, 422],
     },
     Operation {
+        id: "deleteTaskEnv",
         method: "delete",
         path: "/api/v1/users/{name}/env/{var}",
         summary: "Remove a TaskEnv variable",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 204,
         answer: Answer::Empty,
@@ -465,10 +676,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[404],
     },
     Operation {
+        id: "getUserAlarms",
         method: "get",
         path: "/api/v1/users/{name}/alarms",
         summary: "The user's alarm subscriptions (for every task they own)",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 200,
         answer: Answer::Json(schema_of::<Items<AlarmSubscription>>),
@@ -476,10 +689,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[404],
     },
     Operation {
+        id: "replaceUserAlarms",
         method: "put",
         path: "/api/v1/users/{name}/alarms",
         summary: "Replace the user's alarm subscriptions (checked like a task's advanced.alarms)",
         query: &[],
+        headers: &[],
         body: Body::Json(schema_of::<Vec<AlarmSubscription>>),
         ok: 204,
         answer: Answer::Empty,
@@ -487,10 +702,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[404, 422],
     },
     Operation {
+        id: "getMetrics",
         method: "get",
         path: "/metrics",
         summary: "Prometheus metrics of the server (an admin's token; `trainyard up --metrics-listen` serves them without one on an address of their own)",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 200,
         answer: Answer::Text,
@@ -498,10 +715,12 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[],
     },
     Operation {
+        id: "healthz",
         method: "get",
         path: "/healthz",
         summary: "Liveness",
         query: &[],
+        headers: &[],
         body: Body::None,
         ok: 200,
         answer: Answer::Text,
@@ -510,14 +729,19 @@ pub const OPERATIONS: &[Operation] = &[
     },
 ];
 
-/// What a path parameter is.
-pub fn path_parameter(name: &str) -> &'static str {
-    match name {
-        "id" => "the task's id",
-        "name" => "a user's name (for /admin/nodes: a node's)",
-        "token" => "a token's id, as listed",
-        "var" => "a TaskEnv variable's name",
-        "host" => "a registry's host[:port], as image references name it",
-        _ => "",
-    }
+/// What a path parameter is, and its schema; `None` for a name no path uses (a test holds every path to it).
+pub fn path_parameter(name: &str) -> Option<(&'static str, Value)> {
+    let any = json!({"type": "string", "minLength": 1});
+    Some(match name {
+        "id" => ("the task's id", any),
+        "name" => ("a user's name", any),
+        "node" => ("a node's name, as the catalog lists it", any),
+        "token" => (
+            "a token's id, as listed",
+            json!({"type": "string", "pattern": format!("^[0-9a-fA-F]{{{}}}$", trainyard_store::TOKEN_ID_LEN)}),
+        ),
+        "var" => ("a TaskEnv variable's name", any),
+        "host" => ("a registry's host[:port], as image references name it", any),
+        _ => return None,
+    })
 }

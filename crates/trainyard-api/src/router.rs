@@ -3,10 +3,10 @@
 
 use crate::console;
 use crate::error::problems_for_every_error;
-use crate::routes::{admin, server, tasks, telemetry, users};
+use crate::routes::{NoParams, admin, server, tasks, telemetry, users};
 use crate::state::AppState;
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::response::Response;
 use axum::routing::{delete, get, post, put};
 use trainyard_core::MAX_DOCUMENT_BYTES;
@@ -21,7 +21,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/docs", get(server::docs_page))
         .route("/api/v1/whoami", get(users::whoami))
         .route("/api/v1/validate", post(tasks::validate_task))
-        .route("/api/v1/tasks", post(tasks::create_task).get(tasks::list_tasks))
+        .route("/api/v1/tasks", post(tasks::create_task).get(tasks::list_tasks).delete(tasks::delete_tasks))
         .route("/api/v1/tasks/{id}", get(tasks::get_task).delete(tasks::delete_task))
         .route("/api/v1/tasks/{id}/stop", post(tasks::stop_task))
         .route("/api/v1/tasks/{id}/resubmit", post(tasks::resubmit_task))
@@ -33,7 +33,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/catalog", get(admin::catalog))
         .route("/api/v1/quota", get(admin::quota))
         .route("/api/v1/admin/catalog", put(admin::put_catalog))
-        .route("/api/v1/admin/nodes/{name}", put(admin::put_node))
+        .route("/api/v1/admin/nodes/{node}", put(admin::put_node))
+        .route("/api/v1/admin/settings", get(admin::get_settings).put(admin::put_settings))
         .route("/api/v1/admin/images", get(admin::list_images))
         .route("/api/v1/admin/images/prune", post(admin::prune_images))
         .route("/api/v1/admin/registries", get(admin::list_registry_logins))
@@ -44,11 +45,11 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/admin/users", post(users::put_user).get(users::list_users))
         .route(
             "/api/v1/admin/users/{name}/disable",
-            post(|State(s), h, Path(name)| users::set_user_disabled(s, h, name, true)),
+            post(|State(s), h, Path(name), _: Query<NoParams>| users::set_user_disabled(s, h, name, true)),
         )
         .route(
             "/api/v1/admin/users/{name}/enable",
-            post(|State(s), h, Path(name)| users::set_user_disabled(s, h, name, false)),
+            post(|State(s), h, Path(name), _: Query<NoParams>| users::set_user_disabled(s, h, name, false)),
         )
         .route("/api/v1/users/{name}/tokens", post(users::create_token).get(users::list_tokens))
         .route("/api/v1/users/{name}/tokens/{token}", delete(users::revoke_token))

@@ -43,6 +43,8 @@ pub struct Shared {
     pub webhooks: trainyard_control::alarms::Webhooks,
     /// The scheduler's view at the last tick (would-admit, fragmentation, quota), without the loop's lock.
     pub views: trainyard_control::SchedViews,
+    /// Admins' settings of the API (the per-user cap on queued tasks), as last read.
+    pub settings: crate::settings::SettingsCache,
 }
 
 impl AppState {
@@ -66,6 +68,7 @@ impl AppState {
             views: control.views(),
             webhooks: trainyard_control::alarms::Webhooks::system(),
             tokens: Default::default(),
+            settings: Default::default(),
             metrics: Default::default(),
             control: Arc::new(Mutex::new(control)),
             backend,

@@ -1,9 +1,11 @@
 //! The one way a task enters the system through the API: create and clone both go through [`submit`], which
 //! checks the document, the caller's membership of its project group, catalog entries kept from members
-//! (the `host` image) and its webhooks, then stores it through the control crate and hands it to the loop.
+//! (the `host` image), its webhooks and the caller's cap on queued tasks, then stores it through the control
+//! crate and hands it to the loop.
 
 use crate::auth::{may_use_catalog, may_use_group};
 use crate::error::{ApiError, ApiResult};
+use crate::settings::check_queued_cap;
 use crate::state::{AppState, now_ms};
 use std::borrow::Cow;
 use trainyard_core::spec::AlarmSubscription;
@@ -33,12 +35,17 @@ pub struct Submitted {
 /// order: membership (first for a copy, whose group is known before its document is checked, so a copy into
 /// another group is refused as such rather than for the hidden values it would have to be given), the
 /// document against the catalog, membership of the checked document's group, the catalog's own limits,
-/// the webhooks; then the store, and the control loop is told.
+/// the webhooks, the caller's queued tasks against their cap; then the store, and the control loop is told.
 pub async fn submit(state: &AppState, user: &User, draft: Draft<'_>) -> ApiResult<Submitted> {
     let (body, idempotency_key) = match &draft {
         Draft::Document { body, idempotency_key } => {
             if let Some(key) = idempotency_key {
                 check_idempotency_key(key)?;
+            }
+            if body.iter().all(u8::is_ascii_whitespace) {
+                return Err(ApiError::BadRequest(
+                    "send the task document (YAML or JSON) as the body; the body is empty".into(),
+                ));
             }
             (Cow::Borrowed(*body), *idempotency_key)
         }
@@ -54,7 +61,10 @@ pub async fn submit(state: &AppState, user: &User, draft: Draft<'_>) -> ApiResul
     if !webhooks.is_ok() {
         return Err(ApiError::Invalid(webhooks));
     }
+    // Held until the task is stored: near the cap, the caller's creates take turns.
+    let pass = check_queued_cap(state, &user.name, idempotency_key).await?;
     let created = state.submitter.submit(&user.name, &task, &body, idempotency_key, now_ms()).await?;
+    drop(pass);
     state.wake.notify_one();
     Ok(Submitted { created, task })
 }

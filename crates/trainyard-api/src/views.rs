@@ -53,6 +53,8 @@ pub struct TaskView {
     pub retries: i64,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
+    /// Deleted: out of lists, not to run again; its record and history stay readable by id.
+    pub deleted: bool,
     pub placement: PlacementView,
     pub queue: Option<QueueView>,
     /// Null in lists.
@@ -60,7 +62,8 @@ pub struct TaskView {
 }
 object_schema!(
     /// A task: its record, where it runs (placement) or where it waits (queue), and its spec with hidden
-    /// values masked (null in lists).
+    /// values masked (null in lists). `deleted` is true once it was deleted: lists leave it out and it
+    /// cannot be resubmitted, but it is still read by id (a running one goes on to Stopped).
     closed TaskView as "Task" {
         "id": String,
         "name": String,
@@ -70,10 +73,11 @@ object_schema!(
         "status": Status,
         "public": bool,
         "labels": BTreeMap<String, String>,
-        "attempt": i64,
-        "retries": i64,
-        "createdAtMs": i64,
-        "updatedAtMs": i64,
+        "attempt": Count,
+        "retries": Count,
+        "createdAtMs": Millis,
+        "updatedAtMs": Millis,
+        "deleted": bool,
         "placement": PlacementView,
         "queue": Option<QueueView>,
         "spec": Option<TrainingTask>,
@@ -170,6 +174,7 @@ pub(crate) fn task_view(state: &AppState, t: &TaskRecord, spec: Spec) -> TaskVie
         retries: t.retries,
         created_at_ms: t.created_at_ms,
         updated_at_ms: t.updated_at_ms,
+        deleted: t.deleted,
         placement: PlacementView(serde_json::from_str(&t.placement).unwrap_or(Value::Null)),
         queue,
         spec,
@@ -232,7 +237,7 @@ pub struct EventView {
 object_schema!(
     /// One event of a task's history, with the attempt it belongs to and a stable reason code.
     closed EventView as "Event" {
-        "seq": i64, "attempt": i64, "atMs": i64, "reason": String, "message": String,
+        "seq": Count, "attempt": Count, "atMs": Millis, "reason": String, "message": String,
     }
 );
 
@@ -384,7 +389,49 @@ pub struct NewToken {
 }
 object_schema!(
     /// A new API token, shown in this answer only; `id` names it for listing and revoking.
-    closed NewToken as "NewToken" { "user": String, "token": String, "id": String, "label": String }
+    closed NewToken as "NewToken" { "user": String, "token": TokenSecret, "id": TokenId, "label": String }
+);
+
+/// A token itself, for the schema.
+#[derive(Debug)]
+pub struct TokenSecret;
+
+impl ApiSchema for TokenSecret {
+    fn schema(_: &mut Schemas) -> Value {
+        json!({"type": "string", "pattern": "^ty_[0-9a-f]{48}$"})
+    }
+}
+
+/// What a bulk delete did.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BulkDeleted {
+    /// How many tasks were deleted.
+    pub deleted: u64,
+    /// Their ids, in the list's order (newest first).
+    pub ids: Vec<String>,
+    /// Whether more tasks match: the same request deletes the next ones.
+    pub more: bool,
+    /// Tasks that matched but could not be deleted this time, and why.
+    pub failed: Vec<BulkFailure>,
+}
+object_schema!(
+    /// What a bulk delete did: how many and which tasks it deleted (running ones are stopped first, with
+    /// the checkpoint window), whether more match (send the same request again), and any it could not.
+    closed BulkDeleted as "BulkDeleted" {
+        "deleted": u64, "ids": Vec<String>, "more": bool, "failed": Vec<BulkFailure>,
+    }
+);
+
+/// A task a bulk delete could not delete.
+#[derive(Debug, Serialize)]
+pub struct BulkFailure {
+    pub id: String,
+    pub detail: String,
+}
+object_schema!(
+    /// A task a bulk delete matched but could not delete, and why.
+    closed BulkFailure as "BulkFailure" { "id": String, "detail": String }
 );
 
 /// A token as listed: never the token.
@@ -394,11 +441,52 @@ pub struct TokenEntry {
     pub id: String,
     pub label: String,
     pub created_at_ms: i64,
+    /// When a request last came with it, to the minute; null when none has since it was recorded.
+    pub last_used_at_ms: Option<i64>,
+    /// Whether it is the token the listing request came with.
+    pub current: bool,
 }
 object_schema!(
-    /// A token as listed: its id, label and creation time, never the token.
-    closed TokenEntry as "TokenEntry" { "id": String, "label": String, "createdAtMs": i64 }
+    /// A token as listed: its id, label, creation time, last use (to the minute; null: never) and whether the
+    /// listing request came with it; never the token.
+    closed TokenEntry as "TokenEntry" {
+        "id": TokenId,
+        "label": String,
+        "createdAtMs": Millis,
+        "lastUsedAtMs": Option<Millis>,
+        "current": bool,
+    }
 );
+
+/// A token's id, for the schema: the first hex characters of its hash.
+#[derive(Debug)]
+pub struct TokenId;
+
+impl ApiSchema for TokenId {
+    fn schema(_: &mut Schemas) -> Value {
+        json!({"type": "string", "pattern": format!("^[0-9a-f]{{{}}}$", trainyard_store::TOKEN_ID_LEN)})
+    }
+}
+
+/// A time as Unix milliseconds, for the schema (never before 1970).
+#[derive(Debug)]
+pub struct Millis;
+
+impl ApiSchema for Millis {
+    fn schema(_: &mut Schemas) -> Value {
+        json!({"type": "integer", "minimum": 0})
+    }
+}
+
+/// A count or a number that starts at 0 (attempts, retries), for the schema.
+#[derive(Debug)]
+pub struct Count;
+
+impl ApiSchema for Count {
+    fn schema(_: &mut Schemas) -> Value {
+        json!({"type": "integer", "minimum": 0})
+    }
+}
 
 /// A TaskEnv variable, a hidden value masked.
 #[derive(Debug, Serialize)]

@@ -156,9 +156,13 @@ impl Server {
     }
 
     fn wait_status(&self, id: &str, want: &str) -> Value {
+        self.wait_status_as("alice", id, want)
+    }
+
+    fn wait_status_as(&self, who: &str, id: &str, want: &str) -> Value {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let (_, t) = self.call("GET", "alice", &format!("/api/v1/tasks/{id}"), None, None);
+            let (_, t) = self.call("GET", who, &format!("/api/v1/tasks/{id}"), None, None);
             if t["status"] == want {
                 return t;
             }
@@ -201,10 +205,18 @@ fn create_runs_to_success_with_events_in_order() {
     let (code, list) = s.call("GET", "alice", "/api/v1/tasks?status=Succeeded", None, None);
     assert_eq!(code, 200);
     assert_eq!(list["items"].as_array().unwrap().len(), 1);
-    // A status that is none is a mistake said as such (it used to list nothing).
-    let (code, p) = s.call("GET", "alice", "/api/v1/tasks?status=succeeded", None, None);
+    // A status in any case is that status (as the CLI reads it); one that is none is a mistake said as such.
+    for any_case in ["succeeded", "SUCCEEDED", "sUcCeEdEd"] {
+        let (code, list) = s.call("GET", "alice", &format!("/api/v1/tasks?status={any_case}"), None, None);
+        assert_eq!((code, list["items"].as_array().map(Vec::len)), (200, Some(1)), "{any_case}: {list}");
+    }
+    let (code, p) = s.call("GET", "alice", "/api/v1/tasks?status=done", None, None);
     assert_eq!(code, 400, "{p}");
     assert!(p["detail"].as_str().unwrap().contains("is not one of Queued, Admitted"), "{p}");
+    // So is a parameter the list does not take (it used to be ignored: every task listed).
+    let (code, p) = s.call("GET", "alice", "/api/v1/tasks?stauts=Running", None, None);
+    assert_eq!(code, 400, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("unknown field `stauts`"), "{p}");
 }
 
 #[test]
@@ -393,8 +405,12 @@ fn the_openapi_document_matches_the_router() {
     );
     let a = agent();
     for op in trainyard_api::openapi::OPERATIONS {
-        let path =
-            op.path.replace("{id}", "no-such-task").replace("{name}", "nobody").replace("{var}", "NOPE");
+        let path = op
+            .path
+            .replace("{id}", "no-such-task")
+            .replace("{name}", "nobody")
+            .replace("{var}", "NOPE")
+            .replace("{node}", "nope");
         let url = format!("{}{path}", s.base);
         let auth = format!("Bearer {}", s.tokens["alice"]);
         let mut resp = match op.method {
@@ -1178,8 +1194,8 @@ fn catalog_entries_are_used_only_by_their_groups() {
     assert_eq!((code, p["problems"][0]["path"].as_str()), (422, Some("spec.environment.image")), "{p}");
     // The legitimate paths: the owning group, a listed group, an entry open to all.
     let mounts = "    volumes: [{volume: ckpt, mountPath: /volume/ckpt}, {volume: shared, mountPath: /volume/s}]\n    models: [{model: llama, mountPath: /mnt/model}]\n";
-    let (code, p) = s.call("POST", "alice", "/api/v1/tasks", Some(&with("nlp", mounts)), None);
-    assert_eq!(code, 201, "{p}");
+    let (code, mounted) = s.call("POST", "alice", "/api/v1/tasks", Some(&with("nlp", mounts)), None);
+    assert_eq!(code, 201, "{mounted}");
     let (code, p) = s.call(
         "POST",
         "carol",
@@ -1188,6 +1204,10 @@ fn catalog_entries_are_used_only_by_their_groups() {
         None,
     );
     assert_eq!(code, 201, "{p}");
+    // What follows takes entries away from nlp: only once no active task of nlp uses them (while one does,
+    // the catalog is refused; see catalog_replacement_keeps_what_active_tasks_use).
+    s.wait_status_as("root", mounted["id"].as_str().unwrap(), "Succeeded");
+    s.wait_status_as("root", p["id"].as_str().unwrap(), "Succeeded");
 
     // host: listed groups only for members; an admin always. Taking nlp off the list refuses alice.
     let (_, cat) = s.call("GET", "root", "/api/v1/catalog", None, None);
@@ -1212,4 +1232,413 @@ fn catalog_entries_are_used_only_by_their_groups() {
         p["detail"].as_str().unwrap().contains("volume ckpt: project group \"robotics\" does not exist"),
         "{p}"
     );
+}
+
+/// A task of `task`'s shape with more under `spec.environment` (after its command).
+fn task_with(prefix: &str, group: &str, environment: &str) -> String {
+    task(prefix, group, false, "")
+        .replace("    cmd: python3 train.py\n", &format!("    cmd: python3 train.py\n{environment}"))
+}
+
+/// Issue 14, point 8: a catalog replacement never takes away what active tasks use. `{}` (which used to be
+/// accepted and empty every node, quota and group under running tasks) is a 409 that lists each thing; so is
+/// dropping one volume a running task mounts, or shrinking the node it runs on. What no active task uses may
+/// go, a cordon is fine, `force=true` replaces it anyway; and a field left out is closed.
+#[test]
+fn catalog_replacement_keeps_what_active_tasks_use() {
+    // Tasks run for ten minutes, so the one below runs while the catalog is replaced.
+    let (s, _) = server_with(&[], trainyard_api::HttpLimits::default(), false, 600_000);
+    let busy = task_with("busy", "nlp", "    volumes: [{volume: ckpt, mountPath: /volume/ckpt}]\n");
+    let (code, t) = s.call("POST", "alice", "/api/v1/tasks", Some(&busy), None);
+    assert_eq!(code, 201, "{t}");
+    let (id, name) = (t["id"].as_str().unwrap().to_owned(), t["name"].as_str().unwrap().to_owned());
+    s.wait_status(&id, "Running");
+    let (_, before) = s.call("GET", "root", "/api/v1/catalog", None, None);
+
+    let (code, p) = s.call("PUT", "root", "/api/v1/admin/catalog", Some("{}"), None);
+    assert_eq!(code, 409, "{p}");
+    assert_eq!(p["type"], "https://trainyard.dev/problems/catalog-in-use", "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("?force=true"), "{p}");
+    let conflicts = p["conflicts"].as_array().unwrap();
+    let at =
+        |path: &str| conflicts.iter().find(|c| c["path"] == path).unwrap_or_else(|| panic!("{path}: {p}"));
+    for path in [
+        "metadata.projectGroup",
+        "spec.placement.region",
+        "spec.compute.pool",
+        "spec.environment.image",
+        "spec.environment.volumes[0].volume",
+        "placement",
+    ] {
+        assert_eq!(
+            (at(path)["tasks"].as_u64(), &at(path)["taskNames"]),
+            (Some(1), &serde_json::json!([name]))
+        );
+    }
+    assert_eq!(at("placement")["code"], "node-in-use");
+    assert!(at("placement")["message"].as_str().unwrap().contains("node node-0 runs replicas now"), "{p}");
+    assert_eq!(s.call("GET", "root", "/api/v1/catalog", None, None).1, before, "nothing changed");
+
+    // One thing at a time: the volume it mounts; the node it runs on, smaller.
+    let mut cat = before.clone();
+    cat["volumes"].as_object_mut().unwrap().remove("ckpt");
+    let (code, p) = s.call("PUT", "root", "/api/v1/admin/catalog", Some(&cat.to_string()), None);
+    assert_eq!(code, 409, "{p}");
+    let paths: Vec<&str> =
+        p["conflicts"].as_array().unwrap().iter().map(|c| c["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["spec.environment.volumes[0].volume"], "{p}");
+    let mut cat = before.clone();
+    cat["nodes"]["node-0"]["vcpus"] = serde_json::json!(1);
+    let (code, p) = s.call("PUT", "root", "/api/v1/admin/catalog", Some(&cat.to_string()), None);
+    assert_eq!(code, 409, "{p}");
+    let node = p["conflicts"].as_array().unwrap().iter().find(|c| c["code"] == "node-in-use").cloned();
+    assert!(
+        node.is_some_and(|c| c["message"].as_str().unwrap().contains("shrinks from 0 GPUs, 16 vCPUs")),
+        "{p}"
+    );
+    // The quota its group is admitted under, gone: it could never be admitted again.
+    let mut cat = before.clone();
+    cat["quotas"] = serde_json::json!([]);
+    let (code, p) = s.call("PUT", "root", "/api/v1/admin/catalog", Some(&cat.to_string()), None);
+    assert_eq!((code, p["conflicts"][0]["code"].as_str()), (409, Some("never-fits")), "{p}");
+
+    // What no active task uses may go; a cordon and a larger node are fine.
+    let mut cat = before.clone();
+    cat["datasets"].as_object_mut().unwrap().remove("alpaca");
+    cat["nodes"]["node-0"]["schedulable"] = serde_json::json!(false);
+    cat["nodes"]["node-0"]["vcpus"] = serde_json::json!(32);
+    let (code, c) = s.call("PUT", "root", "/api/v1/admin/catalog", Some(&cat.to_string()), None);
+    assert_eq!(code, 200, "{c}");
+    assert!(c["datasets"].as_object().unwrap().is_empty() && c["nodes"]["node-0"]["vcpus"] == 32, "{c}");
+
+    // Left out, external images are closed; said, open.
+    assert_eq!(c["allowExternalImages"], false, "{c}");
+    let external = task("ext", "nlp", false, "").replace("image: host", "image: ghcr.io/team/train:1");
+    let (_, v) = s.call("POST", "alice", "/api/v1/validate", Some(&external), None);
+    assert_eq!(
+        (v["valid"].as_bool(), v["problems"][0]["path"].as_str()),
+        (Some(false), Some("spec.environment.image"))
+    );
+    cat["allowExternalImages"] = serde_json::json!(true);
+    assert_eq!(s.call("PUT", "root", "/api/v1/admin/catalog", Some(&cat.to_string()), None).0, 200);
+    let (_, v) = s.call("POST", "alice", "/api/v1/validate", Some(&external), None);
+    assert_eq!(v["valid"], true, "{v}");
+
+    // force=true: the admin means it; the running task goes on.
+    let mut cat = cat.clone();
+    cat["volumes"].as_object_mut().unwrap().remove("ckpt");
+    let (code, c) = s.call("PUT", "root", "/api/v1/admin/catalog?force=true", Some(&cat.to_string()), None);
+    assert_eq!(code, 200, "{c}");
+    assert!(c["volumes"].get("ckpt").is_none(), "{c}");
+    assert_eq!(s.call("GET", "alice", &format!("/api/v1/tasks/{id}"), None, None).1["status"], "Running");
+    // No body at all is not a catalog; members may not, forced or not.
+    let (code, p) = s.call("PUT", "root", "/api/v1/admin/catalog", Some(""), None);
+    assert_eq!((code, p["type"].as_str()), (400, Some("https://trainyard.dev/problems/bad-request")), "{p}");
+    assert_eq!(s.call("PUT", "alice", "/api/v1/admin/catalog?force=true", Some("{}"), None).0, 403);
+    assert_eq!(s.call("PUT", "root", "/api/v1/admin/catalog?forse=true", Some("{}"), None).0, 400);
+}
+
+/// A create as `who` with an Idempotency-Key, with its answer's Retry-After header.
+fn create_keyed(s: &Server, who: &str, body: &str, key: &str) -> (u16, Value, Option<String>) {
+    let mut r = agent()
+        .post(&format!("{}/api/v1/tasks", s.base))
+        .header("Authorization", &format!("Bearer {}", s.tokens[who]))
+        .header("Idempotency-Key", key)
+        .send(body.as_bytes())
+        .unwrap();
+    let retry = r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+    let text = r.body_mut().read_to_string().unwrap();
+    (r.status().as_u16(), serde_json::from_str(&text).unwrap_or(Value::String(text)), retry)
+}
+
+/// Issue 14, point 8: a loop made 446 queued tasks from one clone. A user's queued tasks are capped (an
+/// admin setting, 1,000 by default): a create, clone or resubmit past it is a 429 problem naming the cap and
+/// the count, with Retry-After; other users are not affected; a retry of a create that was made is still
+/// answered; concurrent creates do not pass the cap together; an admin can raise it.
+#[test]
+fn a_users_queued_tasks_are_capped_with_a_429() {
+    let s = Arc::new(server());
+    // Nothing runs: every task stays queued.
+    s.call("PUT", "root", "/api/v1/admin/nodes/node-0", Some(r#"{"schedulable": false}"#), None);
+    let (code, v) = s.call("GET", "root", "/api/v1/admin/settings", None, None);
+    assert_eq!((code, v), (200, serde_json::json!({"maxQueuedTasksPerUser": 1000})));
+    let cap = |n: i64| format!(r#"{{"maxQueuedTasksPerUser": {n}}}"#);
+    assert_eq!(s.call("GET", "alice", "/api/v1/admin/settings", None, None).0, 403);
+    assert_eq!(s.call("PUT", "alice", "/api/v1/admin/settings", Some(&cap(5000)), None).0, 403);
+    for bad in [cap(0), cap(-1), cap(20_000_000), r#"{"maxQueued": 3}"#.into(), "[3]".into(), "".into()] {
+        let (code, p) = s.call("PUT", "root", "/api/v1/admin/settings", Some(&bad), None);
+        assert_eq!(code, 400, "{bad}: {p}");
+    }
+    let (code, v) = s.call("PUT", "root", "/api/v1/admin/settings", Some(&cap(3)), None);
+    assert_eq!((code, v["maxQueuedTasksPerUser"].as_u64()), (200, Some(3)));
+
+    // A loop over the cap.
+    let body = |i: usize| task(&format!("loop{i}"), "nlp", false, "");
+    let mut made = Vec::new();
+    for i in 0..6 {
+        let (code, t, retry) = create_keyed(&s, "alice", &body(i), &format!("k-{i}"));
+        if i < 3 {
+            assert_eq!(code, 201, "{t}");
+            made.push(t["id"].as_str().unwrap().to_owned());
+            continue;
+        }
+        assert_eq!(code, 429, "{t}");
+        assert_eq!(t["type"], "https://trainyard.dev/problems/too-many-queued", "{t}");
+        assert_eq!((t["limit"].as_u64(), t["queued"].as_u64()), (Some(3), Some(3)), "{t}");
+        let detail = t["detail"].as_str().unwrap();
+        assert!(detail.contains("you have 3 queued tasks") && detail.contains("at most 3"), "{t}");
+        assert_eq!(retry.as_deref(), Some("30"), "Retry-After");
+    }
+    // A retry of a create that was made is answered with its task, not refused.
+    let (code, t, _) = create_keyed(&s, "alice", &body(0), "k-0");
+    assert_eq!((code, t["id"].as_str()), (200, Some(made[0].as_str())), "{t}");
+    // Others are not affected.
+    let (code, t) = s.call("POST", "bob", "/api/v1/tasks", Some(&task("bobs", "nlp", false, "")), None);
+    assert_eq!(code, 201, "{t}");
+    // A clone, and a resubmit of an ended task, count too.
+    let (code, p) = s.call("POST", "alice", &format!("/api/v1/tasks/{}/clone", made[0]), None, None);
+    assert_eq!((code, p["limit"].as_u64()), (429, Some(3)), "{p}");
+    assert_eq!(s.call("POST", "alice", &format!("/api/v1/tasks/{}/stop", made[0]), None, None).0, 200);
+    let (code, t, _) = create_keyed(&s, "alice", &body(9), "k-9");
+    assert_eq!(code, 201, "a stopped task frees a place: {t}");
+    let (code, p) = s.call("POST", "alice", &format!("/api/v1/tasks/{}/resubmit", made[0]), None, None);
+    assert_eq!((code, p["queued"].as_u64()), (429, Some(3)), "{p}");
+    // An admin raises the cap: the same requests go through.
+    assert_eq!(s.call("PUT", "root", "/api/v1/admin/settings", Some(&cap(5)), None).0, 200);
+    assert_eq!(s.call("POST", "alice", &format!("/api/v1/tasks/{}/resubmit", made[0]), None, None).0, 200);
+    assert_eq!(s.call("POST", "alice", &format!("/api/v1/tasks/{}/clone", made[1]), None, None).0, 201);
+
+    // Sixteen at once, with room for five: five are made, never more.
+    let handles: Vec<_> = (0..16)
+        .map(|i| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                create_keyed(&s, "carol", &task(&format!("c{i}"), "cv", false, ""), &format!("c-{i}")).0
+            })
+        })
+        .collect();
+    let codes: Vec<u16> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(codes.iter().filter(|c| **c == 201).count(), 5, "{codes:?}");
+    assert_eq!(codes.iter().filter(|c| **c == 429).count(), 11, "{codes:?}");
+    let (_, list) = s.call("GET", "carol", "/api/v1/tasks?owner=carol&status=Queued", None, None);
+    assert_eq!(list["items"].as_array().unwrap().len(), 5, "{list}");
+}
+
+/// Issue 14, point 8: bulk delete by filter. At least one filter (a 400 without, or with a parameter the
+/// operation does not take); a member deletes only what they may operate (their own, and tasks shared with
+/// them with operate rights), an admin any; running tasks are stopped first, as a single delete does; the
+/// answer counts and names what was deleted.
+#[test]
+fn bulk_delete_by_filter() {
+    let (s, _) = server_with(&[], trainyard_api::HttpLimits::default(), false, 600_000);
+    let create = |who: &str, prefix: &str, group: &str, public: bool| -> String {
+        let (code, t) = s.call("POST", who, "/api/v1/tasks", Some(&task(prefix, group, public, "")), None);
+        assert_eq!(code, 201, "{t}");
+        t["id"].as_str().unwrap().to_owned()
+    };
+    let mine = [create("alice", "sweep-a", "nlp", false), create("alice", "sweep-b", "nlp", false)];
+    let kept = create("alice", "keep", "nlp", false);
+    let shared = create("bob", "sweep-shared", "nlp", false);
+    let viewed = create("bob", "sweep-viewed", "nlp", true);
+    let bobs = create("bob", "sweep-bob", "nlp", false);
+    let carols = create("carol", "sweep-carol", "cv", false);
+    let share = |id: &str, operate: bool| {
+        let body = format!(r#"{{"user": "alice", "operate": {operate}}}"#);
+        assert_eq!(s.call("POST", "bob", &format!("/api/v1/tasks/{id}/shares"), Some(&body), None).0, 204);
+    };
+    share(&shared, true);
+    share(&viewed, false);
+    s.wait_status(&mine[0], "Running");
+
+    for refused in
+        ["/api/v1/tasks", "/api/v1/tasks?status=", "/api/v1/tasks?limit=5", "/api/v1/tasks?status=gone"]
+    {
+        let (code, p) = s.call("DELETE", "alice", refused, None, None);
+        assert_eq!((code, p["status"].as_u64()), (400, Some(400)), "{refused}: {p}");
+    }
+    let (_, p) = s.call("DELETE", "alice", "/api/v1/tasks", None, None);
+    assert!(p["detail"].as_str().unwrap().contains("at least one of"), "{p}");
+
+    let (code, done) = s.call("DELETE", "alice", "/api/v1/tasks?q=sweep", None, None);
+    assert_eq!(code, 200, "{done}");
+    let mut ids: Vec<&str> = done["ids"].as_array().unwrap().iter().map(|i| i.as_str().unwrap()).collect();
+    ids.sort();
+    let mut want = vec![mine[0].as_str(), mine[1].as_str(), shared.as_str()];
+    want.sort();
+    assert_eq!(
+        (done["deleted"].as_u64(), ids, &done["more"], &done["failed"]),
+        (Some(3), want, &Value::Bool(false), &serde_json::json!([]))
+    );
+    // Running ones were stopped first, and end Stopped; each reads as deleted and has left the list.
+    for id in [&mine[0], &mine[1], &shared] {
+        let t = s.wait_status_as("root", id, "Stopped");
+        assert_eq!(t["deleted"], true, "{t}");
+    }
+    let (_, ev) = s.call("GET", "alice", &format!("/api/v1/tasks/{}/events", mine[0]), None, None);
+    assert!(ev.to_string().contains("\"Deleted\""), "{ev}");
+    let (_, list) = s.call("GET", "alice", "/api/v1/tasks?q=sweep", None, None);
+    let listed: Vec<&str> =
+        list["items"].as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap()).collect();
+    assert_eq!(listed, [viewed.as_str()], "what alice may only see stays: {list}");
+    for (who, id) in [("alice", &kept), ("bob", &bobs), ("carol", &carols), ("bob", &viewed)] {
+        assert_eq!(
+            s.call("GET", who, &format!("/api/v1/tasks/{id}"), None, None).1["deleted"],
+            false,
+            "{id}"
+        );
+    }
+    // Nothing left of hers to delete; an admin deletes anyone's.
+    let (_, again) = s.call("DELETE", "alice", "/api/v1/tasks?q=sweep", None, None);
+    assert_eq!((again["deleted"].as_u64(), again["ids"].as_array().map(Vec::len)), (Some(0), Some(0)));
+    let (code, done) =
+        s.call("DELETE", "root", "/api/v1/tasks?owner=bob&q=sweep&type=pytorchjob", None, None);
+    assert_eq!((code, done["deleted"].as_u64()), (200, Some(2)), "{done}");
+    assert_eq!(s.call("GET", "carol", &format!("/api/v1/tasks/{carols}"), None, None).1["deleted"], false);
+}
+
+/// Issue 14, point 8: a body that is not what an operation takes is a 400 problem and changes nothing: a
+/// token is never minted from an array (serde reads a struct from one), `/validate` and a create need a
+/// document, and every JSON body is an object with known fields.
+#[test]
+fn bodies_of_the_wrong_shape_are_refused_and_change_nothing() {
+    let s = server();
+    let tokens = || {
+        s.call("GET", "alice", "/api/v1/users/alice/tokens", None, None).1["items"].as_array().unwrap().len()
+    };
+    let before = tokens();
+    for body in ["[]", r#"["x"]"#, r#""x""#, "3", "null", "true", r#"{"label": 3}"#, r#"{"lable": "x"}"#, "{"]
+    {
+        let (code, p) = s.call("POST", "alice", "/api/v1/users/alice/tokens", Some(body), None);
+        assert_eq!(
+            (code, p["type"].as_str()),
+            (400, Some("https://trainyard.dev/problems/bad-request")),
+            "{body}: {p}"
+        );
+        assert!(p.get("token").is_none(), "{p}");
+    }
+    let (_, p) = s.call("POST", "alice", "/api/v1/users/alice/tokens", Some(r#"["x"]"#), None);
+    assert!(p["detail"].as_str().unwrap().contains("it is an array"), "{p}");
+    assert_eq!(tokens(), before, "no token was minted");
+    assert_eq!(
+        s.call("POST", "alice", "/api/v1/users/alice/tokens", Some(r#"{"label": "ok"}"#), None).0,
+        201
+    );
+    assert_eq!(tokens(), before + 1);
+
+    for (method, path) in [("POST", "/api/v1/validate"), ("POST", "/api/v1/tasks")] {
+        for empty in ["", "  \n"] {
+            let (code, p) = s.call(method, "alice", path, Some(empty), None);
+            assert_eq!(code, 400, "{path} {empty:?}: {p}");
+            assert!(p["detail"].as_str().unwrap().contains("the body is empty"), "{p}");
+        }
+    }
+    let (code, v) = s.call("POST", "alice", "/api/v1/validate", Some(&task("v", "nlp", false, "")), None);
+    assert_eq!((code, v["valid"].as_bool()), (200, Some(true)), "{v}");
+
+    let (_, t) = s.call("POST", "alice", "/api/v1/tasks", Some(&task("shape", "nlp", false, "")), None);
+    let id = t["id"].as_str().unwrap();
+    for (who, method, path, body) in [
+        ("alice", "POST", format!("/api/v1/tasks/{id}/shares"), r#"["carol", true]"#),
+        ("alice", "POST", format!("/api/v1/tasks/{id}/shares"), r#"{"user": "carol", "operete": true}"#),
+        ("alice", "POST", format!("/api/v1/tasks/{id}/clone"), r#"["cv"]"#),
+        ("root", "POST", "/api/v1/admin/users".to_owned(), r#"["erin", "member"]"#),
+        ("alice", "PUT", "/api/v1/users/alice/env".to_owned(), r#"["X", "1"]"#),
+        ("root", "PUT", "/api/v1/admin/nodes/node-0".to_owned(), r#"[false]"#),
+        ("root", "PUT", "/api/v1/admin/nodes/node-0".to_owned(), r#"{"schedulable": true, "drain": true}"#),
+        ("root", "PUT", "/api/v1/admin/registries/r.example/login".to_owned(), r#"["u", "p"]"#),
+    ] {
+        let (code, p) = s.call(method, who, &path, Some(body), None);
+        assert_eq!(code, 400, "{method} {path} {body}: {p}");
+    }
+    let (_, users) = s.call("GET", "root", "/api/v1/admin/users", None, None);
+    assert!(!users.to_string().contains("erin"), "{users}");
+    // PUT .../alarms answers as documented: 204, no body.
+    let subs = r#"[{"events": ["failed"], "webhook": "https://93.184.215.14/h"}]"#;
+    let (code, body) = s.call("PUT", "alice", "/api/v1/users/alice/alarms", Some(subs), None);
+    assert_eq!((code, body), (204, Value::String(String::new())));
+}
+
+/// Issue 14, point 8: a deleted task read by id says it was deleted (it stays readable, so a task deleted
+/// while it runs can be followed to its end, as the CLI and the Python client do); a second delete is a 204
+/// that changes nothing; one the caller may not see is a 404 as before.
+#[test]
+fn a_deleted_task_reads_as_deleted_and_deleting_it_again_changes_nothing() {
+    let s = server();
+    let (_, t) = s.call("POST", "alice", "/api/v1/tasks", Some(&task("gone", "nlp", false, "")), None);
+    let id = t["id"].as_str().unwrap().to_owned();
+    assert_eq!(t["deleted"], false, "{t}");
+    s.wait_status(&id, "Succeeded");
+    assert_eq!(s.call("DELETE", "alice", &format!("/api/v1/tasks/{id}"), None, None).0, 204);
+    let (code, first) = s.call("GET", "alice", &format!("/api/v1/tasks/{id}"), None, None);
+    assert_eq!(
+        (code, &first["deleted"], &first["status"]),
+        (200, &Value::Bool(true), &Value::from("Succeeded"))
+    );
+    let (_, events) = s.call("GET", "alice", &format!("/api/v1/tasks/{id}/events"), None, None);
+    assert_eq!(s.call("DELETE", "alice", &format!("/api/v1/tasks/{id}"), None, None).0, 204, "again");
+    assert_eq!(s.call("GET", "alice", &format!("/api/v1/tasks/{id}"), None, None).1, first, "unchanged");
+    assert_eq!(s.call("GET", "alice", &format!("/api/v1/tasks/{id}/events"), None, None).1, events);
+    assert_eq!(s.call("DELETE", "carol", &format!("/api/v1/tasks/{id}"), None, None).0, 404);
+    let (_, list) = s.call("GET", "alice", "/api/v1/tasks", None, None);
+    assert!(list["items"].as_array().unwrap().is_empty(), "{list}");
+}
+
+/// Issue 14, point 8: users list their own tokens (id, label, created, last used, which one they came
+/// with; never a token or its hash) and revoke them; other members may do neither.
+#[test]
+fn users_list_and_revoke_their_own_tokens() {
+    let s = server();
+    let (code, made) =
+        s.call("POST", "alice", "/api/v1/users/alice/tokens", Some(r#"{"label": "laptop"}"#), None);
+    assert_eq!(code, 201, "{made}");
+    let (laptop, laptop_id) =
+        (made["token"].as_str().unwrap().to_owned(), made["id"].as_str().unwrap().to_owned());
+    let (_, unused) =
+        s.call("POST", "alice", "/api/v1/users/alice/tokens", Some(r#"{"label": "spare"}"#), None);
+    assert_eq!(s.call_as("GET", &laptop, "/api/v1/whoami", None, None).0, 200);
+    // The use is recorded off the request's path: look until it shows.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let list = loop {
+        let (code, list) = s.call("GET", "alice", "/api/v1/users/alice/tokens", None, None);
+        assert_eq!(code, 200, "{list}");
+        let entry = list["items"].as_array().unwrap().iter().find(|t| t["id"] == laptop_id.as_str()).cloned();
+        if entry.is_some_and(|e| e["lastUsedAtMs"].is_i64()) {
+            break list;
+        }
+        assert!(Instant::now() < deadline, "the laptop token's use never showed: {list}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), 3, "{list}");
+    let by_label = |label: &str| items.iter().find(|t| t["label"] == label).unwrap();
+    assert_eq!(
+        (&by_label("test")["current"], &by_label("laptop")["current"]),
+        (&Value::Bool(true), &Value::Bool(false))
+    );
+    assert!(by_label("test")["lastUsedAtMs"].is_i64(), "the token this listing came with was used: {list}");
+    assert!(by_label("spare")["lastUsedAtMs"].is_null(), "never used: {list}");
+    let text = list.to_string();
+    for secret in
+        [laptop.as_str(), &token_hash(&laptop), s.tokens["alice"].as_str(), unused["token"].as_str().unwrap()]
+    {
+        assert!(!text.contains(secret), "{text}");
+    }
+    let (_, from_laptop) = s.call_as("GET", &laptop, "/api/v1/users/alice/tokens", None, None);
+    let current: Vec<&Value> =
+        from_laptop["items"].as_array().unwrap().iter().filter(|t| t["current"] == true).collect();
+    assert_eq!(current.len(), 1);
+    assert_eq!(current[0]["id"], laptop_id.as_str());
+    // bob may not; alice revokes her own, with another of hers.
+    assert_eq!(s.call("GET", "bob", "/api/v1/users/alice/tokens", None, None).0, 403);
+    assert_eq!(
+        s.call("DELETE", "bob", &format!("/api/v1/users/alice/tokens/{laptop_id}"), None, None).0,
+        403
+    );
+    assert_eq!(
+        s.call("DELETE", "alice", &format!("/api/v1/users/alice/tokens/{laptop_id}"), None, None).0,
+        204
+    );
+    assert_eq!(s.call_as("GET", &laptop, "/api/v1/whoami", None, None).0, 401);
+    let (_, after) = s.call("GET", "alice", "/api/v1/users/alice/tokens", None, None);
+    assert_eq!(after["items"].as_array().unwrap().len(), 2, "{after}");
 }

@@ -256,7 +256,7 @@ fn every_answer_matches_its_documented_schema() {
 
     // The cluster first: a cordoned node keeps new tasks queued, with a position and a reason.
     c.call("get /api/v1/catalog", "/api/v1/catalog", "alice", None);
-    let node = "put /api/v1/admin/nodes/{name}";
+    let node = "put /api/v1/admin/nodes/{node}";
     assert_eq!(
         c.call(node, "/api/v1/admin/nodes/node-0", "root", Some(r#"{"schedulable": false}"#)).status,
         204
@@ -323,6 +323,21 @@ fn every_answer_matches_its_documented_schema() {
     let queued = c.until(TASK, &format!("/api/v1/tasks/{torch}"), "alice", |t| t["queue"].is_object());
     assert!(queued["queue"]["reason"].as_str().unwrap().contains("no schedulable"), "{queued}");
 
+    // The API's settings: alice, with her two queued tasks, is at a cap of 2 (a 429 that says so).
+    let get_settings = "get /api/v1/admin/settings";
+    let put_settings = "put /api/v1/admin/settings";
+    let settings = c.call(get_settings, "/api/v1/admin/settings", "root", None).json();
+    assert_eq!(settings["maxQueuedTasksPerUser"], 1000, "{settings}");
+    assert_eq!(c.call(get_settings, "/api/v1/admin/settings", "alice", None).status, 403);
+    let cap = |n: u64| format!(r#"{{"maxQueuedTasksPerUser": {n}}}"#);
+    assert_eq!(c.call(put_settings, "/api/v1/admin/settings", "root", Some(&cap(2))).status, 200);
+    assert_eq!(c.call(put_settings, "/api/v1/admin/settings", "root", Some(&cap(0))).status, 400);
+    assert_eq!(c.call(put_settings, "/api/v1/admin/settings", "alice", Some(&cap(9))).status, 403);
+    let over = c.call(TASKS, "/api/v1/tasks", "alice", Some(&task("over", "nlp", "PyTorchJob", "")));
+    assert_eq!(over.status, 429, "{}", over.text);
+    assert_eq!((over.json()["limit"].as_u64(), over.json()["queued"].as_u64()), (Some(2), Some(2)));
+    assert_eq!(c.call(put_settings, "/api/v1/admin/settings", "root", Some(&cap(1000))).status, 200);
+
     // Checked without creating: valid (demand, admission, fragmentation), and not.
     let validate = "post /api/v1/validate";
     let v = c.call(validate, "/api/v1/validate", "alice", Some(&task("v", "nlp", "RayJob", ""))).json();
@@ -332,6 +347,7 @@ fn every_answer_matches_its_documented_schema() {
     let v = c.call(validate, "/api/v1/validate", "alice", Some("kind: [")).json();
     assert!(v["valid"] == false && v["task"].is_null(), "{v}");
     assert_eq!(c.call(validate, "/api/v1/validate", "nobody", Some("{}")).status, 401);
+    assert_eq!(c.call(validate, "/api/v1/validate", "alice", None).status, 400, "no document");
 
     // Uncordoned: they run (placement), one ends, and the ended one is resubmitted.
     c.call(node, "/api/v1/admin/nodes/node-0", "root", Some(r#"{"schedulable": true}"#));
@@ -353,6 +369,10 @@ fn every_answer_matches_its_documented_schema() {
     let cursor = page["nextCursor"].as_str().expect("more than one page").to_owned();
     c.call(list, &format!("/api/v1/tasks?cursor={cursor}"), "alice", None);
     c.call(list, "/api/v1/tasks?status=Running&type=RayJob&labels=team=search&q=ray", "root", None);
+    let any_case = c.call(list, "/api/v1/tasks?status=rUnNiNg&type=rayjob", "root", None).json();
+    assert!(!any_case["items"].as_array().unwrap().is_empty(), "{any_case}");
+    assert_eq!(c.call(list, "/api/v1/tasks?status=sideways", "alice", None).status, 400);
+    assert_eq!(c.call(list, "/api/v1/tasks?limit=501", "alice", None).status, 400);
     assert_eq!(c.call(list, "/api/v1/tasks?sort=sideways", "alice", None).status, 400);
     assert_eq!(c.call(list, "/api/v1/tasks?limit=many", "alice", None).status, 400);
     let events = "get /api/v1/tasks/{id}/events";
@@ -405,7 +425,19 @@ fn every_answer_matches_its_documented_schema() {
     assert_eq!(c.call(stop, &format!("/api/v1/tasks/{ray}/stop"), "bob", None).status, 403);
     let delete = "delete /api/v1/tasks/{id}";
     assert_eq!(c.call(delete, &format!("/api/v1/tasks/{doomed}"), "carol", None).status, 204);
+    assert_eq!(c.call(delete, &format!("/api/v1/tasks/{doomed}"), "carol", None).status, 204, "again");
+    let gone = c.call(TASK, &format!("/api/v1/tasks/{doomed}"), "carol", None).json();
+    assert_eq!(gone["deleted"], true, "{gone}");
     assert_eq!(c.call(delete, "/api/v1/tasks/nope", "carol", None).status, 404);
+    let bulk = "delete /api/v1/tasks";
+    let done = c.call(bulk, "/api/v1/tasks?q=torch&status=stopped", "alice", None).json();
+    assert_eq!(
+        (done["deleted"].as_u64(), done["ids"][0].as_str()),
+        (Some(1), Some(torch.as_str())),
+        "{done}"
+    );
+    assert_eq!(c.call(bulk, "/api/v1/tasks", "alice", None).status, 400, "no filter");
+    assert_eq!(c.call(bulk, "/api/v1/tasks?status=Lost", "alice", None).status, 400);
     assert_eq!(c.call(delete, &format!("/api/v1/tasks/{ray}"), "carol", None).status, 404, "not hers to see");
 
     // Quota, the catalog replaced.
@@ -414,6 +446,9 @@ fn every_answer_matches_its_documented_schema() {
     c.call("get /api/v1/quota", "/api/v1/quota", "alice", None);
     assert_eq!(c.call("get /api/v1/quota", "/api/v1/quota", "nobody", None).status, 401);
     let put_catalog = "put /api/v1/admin/catalog";
+    let refused = c.call(put_catalog, "/api/v1/admin/catalog?force=false", "root", Some("{}"));
+    assert_eq!(refused.status, 409, "the ray task runs: {}", refused.text);
+    assert!(!refused.json()["conflicts"].as_array().unwrap().is_empty(), "{}", refused.text);
     assert_eq!(c.call(put_catalog, "/api/v1/admin/catalog", "root", Some(CATALOG)).status, 200);
     assert_eq!(c.call(put_catalog, "/api/v1/admin/catalog", "root", Some("regions: 3")).status, 400);
     assert_eq!(c.call(put_catalog, "/api/v1/admin/catalog", "alice", Some(CATALOG)).status, 403);
@@ -531,6 +566,131 @@ fn every_answer_matches_its_documented_schema() {
         }
     }
     assert!(missing.is_empty(), "not exercised:\n{}", missing.join("\n"));
+}
+
+/// The names a refusal of an unknown query parameter lists as those the handler takes ("unknown field `x`,
+/// expected one of `a`, `b`", "expected `a`", "there are no fields"), as serde says them.
+fn accepted_parameters(detail: &str) -> BTreeSet<String> {
+    let Some((_, listed)) = detail.split_once("expected ") else {
+        assert!(detail.contains("there are no fields"), "not a refusal of an unknown parameter: {detail}");
+        return BTreeSet::new();
+    };
+    listed.split('`').skip(1).step_by(2).map(str::to_owned).collect()
+}
+
+/// The document against the router, parameter by parameter: every operation has an operationId of its own;
+/// every path parameter is declared (and nothing else is in the path); and the query parameters the
+/// document lists are exactly those the handler reads. Each operation is called with a parameter nobody
+/// takes: it must be refused (400), and the refusal names what the handler does take, which must be what
+/// the document lists. So a parameter a handler reads but the document leaves out (or the reverse) fails
+/// here, as does an operation that silently ignores what it does not know.
+#[test]
+fn every_parameter_is_declared_and_every_operation_named() {
+    let mut c = Checker::new();
+    let doc = c.doc.clone();
+    let mut ids = BTreeSet::new();
+    let mut problems = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let name = format!("{method} {path}");
+            match op["operationId"].as_str() {
+                Some(id) if !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric()) => {
+                    if !ids.insert(id.to_owned()) {
+                        problems.push(format!("{name}: operationId {id} is not unique"));
+                    }
+                }
+                other => problems.push(format!("{name}: no operationId of letters and digits ({other:?})")),
+            }
+            let params = op["parameters"].as_array().cloned().unwrap_or_default();
+            let of = |place: &str| -> BTreeSet<String> {
+                params
+                    .iter()
+                    .filter(|p| p["in"] == place)
+                    .map(|p| p["name"].as_str().unwrap().to_owned())
+                    .collect()
+            };
+            for p in &params {
+                let described = p["description"].as_str().is_some_and(|d| !d.is_empty());
+                if !described || !p["schema"].is_object() {
+                    problems.push(format!("{name}: parameter {} has no description or schema", p["name"]));
+                }
+                if p["in"] == "path" && p["required"] != true {
+                    problems.push(format!("{name}: path parameter {} is not required", p["name"]));
+                }
+            }
+            let in_path: BTreeSet<String> = path
+                .split('/')
+                .filter_map(|s| s.strip_prefix('{')?.strip_suffix('}'))
+                .map(str::to_owned)
+                .collect();
+            if of("path") != in_path {
+                problems.push(format!("{name}: path parameters {:?}, the path has {in_path:?}", of("path")));
+            }
+            // The handler's own list, as its refusal of an unknown parameter gives it.
+            let concrete = path
+                .replace("{id}", "no-such-task")
+                .replace("{name}", "root")
+                .replace("{node}", "node-0")
+                .replace("{token}", "0000000000000000")
+                .replace("{var}", "NOPE")
+                .replace("{host}", "registry.example:5000");
+            let probe = c.call(&name, &format!("{concrete}?zz-probe=1"), "root", Some("{}"));
+            let detail = probe.json()["detail"].as_str().unwrap_or("").to_owned();
+            if probe.status != 400 || !detail.contains("zz-probe") {
+                problems
+                    .push(format!("{name}: a parameter it does not take was not refused: {}", probe.text));
+                continue;
+            }
+            let accepted = accepted_parameters(&detail);
+            if accepted != of("query") {
+                problems.push(format!(
+                    "{name}: the handler takes {accepted:?}, the document lists {:?}",
+                    of("query")
+                ));
+            }
+        }
+    }
+    assert!(ids.contains("createTask") && ids.contains("deleteTasks"), "{ids:?}");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Values the server reads as documented are valid against the parameters' own schemas, and others are
+/// not: a status in any case, a label selector, a page size.
+#[test]
+fn parameter_schemas_say_what_the_server_accepts() {
+    let doc = trainyard_api::openapi::document();
+    let v = Validator { doc: &doc };
+    let param = |method: &str, path: &str, name: &str| -> Value {
+        doc["paths"][path][method]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{method} {path} has no parameter {name}"))["schema"]
+            .clone()
+    };
+    let valid = |schema: &Value, value: Value| v.errors(schema, &value, "$").is_empty();
+    for (method, path) in [("get", "/api/v1/tasks"), ("delete", "/api/v1/tasks")] {
+        let status = param(method, path, "status");
+        for ok in ["Running", "running", "rUnNiNg", "QUEUED", "Stopped"] {
+            assert!(valid(&status, Value::from(ok)), "{method} {path} status {ok}");
+        }
+        for bad in ["run", "Runnings", "", "deleted"] {
+            assert!(!valid(&status, Value::from(bad)), "{method} {path} status {bad}");
+        }
+        assert!(valid(&param(method, path, "type"), Value::from("rayjob")));
+        assert!(!valid(&param(method, path, "type"), Value::from("TFJob")));
+        assert!(valid(&param(method, path, "labels"), Value::from("team=search,exp=e1")));
+        assert!(!valid(&param(method, path, "labels"), Value::from("team")));
+    }
+    let limit = param("get", "/api/v1/tasks", "limit");
+    assert!(valid(&limit, Value::from(1)) && valid(&limit, Value::from(500)));
+    assert!(!valid(&limit, Value::from(0)) && !valid(&limit, Value::from(501)));
+    let key = param("post", "/api/v1/tasks", "Idempotency-Key");
+    assert!(valid(&key, Value::from("k-1")) && !valid(&key, Value::from("")));
+    assert!(!valid(&key, Value::from("k".repeat(trainyard_api::IDEMPOTENCY_KEY_MAX_BYTES + 1))));
+    let header = &doc["paths"]["/api/v1/tasks"]["post"]["parameters"][0];
+    assert_eq!((header["in"].as_str(), header["name"].as_str()), (Some("header"), Some("Idempotency-Key")));
 }
 
 /// The fake backend keeps no metrics, so a series is checked as the handler builds it, against the same

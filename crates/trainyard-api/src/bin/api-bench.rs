@@ -16,6 +16,7 @@ use std::sync::Arc;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use trainyard_api::settings::AdminSettings;
 use trainyard_api::{AppState, new_token, token_hash};
 use trainyard_control::secrets::SecretBox;
 use trainyard_core::Catalog;
@@ -117,6 +118,10 @@ fn serve_mode(url: &str) {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let store = Store::connect(url).await.unwrap();
+        // The benchmark queues tens of thousands of tasks as one user: past the default cap on queued tasks.
+        let unlimited =
+            AdminSettings { max_queued_tasks_per_user: trainyard_api::settings::MAX_QUEUED_TASKS_CAP };
+        unlimited.save(&store, 0).await.unwrap();
         let catalog = Catalog::from_yaml(CATALOG).unwrap();
         let backend = AnyBackend::Fake(FakeBackend::new(Script::default()));
         let secrets = SecretBox::generate().unwrap();

@@ -313,6 +313,11 @@ async fn trainyard(client: &Client, nodes: &[String], tasks: usize, mode: Mode) 
         .unwrap();
     let token = new_token().unwrap();
     store.add_token(&token_hash(&token), "admin", "bench", 0).await.unwrap();
+    // Thousands of tasks queue at once, from one user: past the default cap on queued tasks.
+    let unlimited = trainyard_api::settings::AdminSettings {
+        max_queued_tasks_per_user: trainyard_api::settings::MAX_QUEUED_TASKS_CAP,
+    };
+    unlimited.save(&store, 0).await.unwrap();
     let secrets = SecretBox::generate().unwrap();
     let probe = store.clone();
     let state = AppState::new(

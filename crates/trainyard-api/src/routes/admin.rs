@@ -2,13 +2,15 @@
 //! marked failed by admins, and quotas with what is left of them.
 
 use crate::auth::{admin_only, caller};
-use crate::error::{ApiError, ApiResult, json_body};
+use crate::error::{ApiError, ApiResult, json_object};
+use crate::routes::NoParams;
 use crate::schema::{Optional, object_schema};
+use crate::settings::AdminSettings;
 use crate::state::{AppState, now_ms};
 use crate::views::Items;
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use trainyard_control::QuotaLine;
@@ -17,36 +19,97 @@ use trainyard_core::Catalog;
 /// The store's name for the catalog document.
 pub const CATALOG_SETTING: &str = "catalog";
 
-pub async fn catalog(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Json<Catalog>> {
+pub async fn catalog(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    _: Query<NoParams>,
+) -> ApiResult<Json<Catalog>> {
     caller(&state, &headers).await?;
     Ok(Json((*state.catalog.get()).clone()))
 }
 
-/// Replaces the catalog (YAML or JSON). It must be consistent in itself; tasks already queued are checked
-/// against it at their next scheduling (a task whose pool or specs are gone stays queued).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatalogQuery {
+    /// Replace the catalog even when it takes away what active tasks use.
+    #[serde(default)]
+    force: bool,
+}
+
+/// Replaces the catalog (YAML or JSON). It must be consistent in itself, and a field left out is empty or
+/// closed (`allowExternalImages: false`). A catalog that takes away what active tasks use (their project
+/// group, region, cluster, pool, instance spec, image, volumes, datasets, models, the quota they are
+/// admitted under, the nodes their replicas run on) is refused with a 409 listing each conflict, unless
+/// `force=true`: then tasks that no longer fit wait (queued) or are left to the backend (running).
 pub async fn put_catalog(
     State(state): State<AppState>,
     headers: HeaderMap,
+    Query(q): Query<CatalogQuery>,
     body: Bytes,
 ) -> ApiResult<Json<Catalog>> {
     let user = caller(&state, &headers).await?;
     admin_only(&user)?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::BadRequest(
+            "send the whole catalog (YAML or JSON) as the body; GET /api/v1/catalog answers the one in force"
+                .into(),
+        ));
+    }
     let text = String::from_utf8(body.to_vec())
         .map_err(|_| ApiError::BadRequest("the catalog must be UTF-8".into()))?;
     let catalog = Catalog::from_yaml(&text).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    state.store.put_setting(CATALOG_SETTING, &text, now_ms()).await?;
+    if !q.force {
+        let conflicts = crate::catalog_guard::conflicts(&state, &state.catalog.get(), &catalog).await?;
+        if !conflicts.is_empty() {
+            return Err(ApiError::CatalogInUse(conflicts));
+        }
+    }
+    // Stored as read, every field spelled out: what is in force does not depend on defaults.
+    let stored = serde_json::to_string(&catalog).map_err(|e| ApiError::Internal(e.to_string()))?;
+    state.store.put_setting(CATALOG_SETTING, &stored, now_ms()).await?;
     state.catalog.set(catalog.clone());
     Ok(Json(catalog))
 }
 
+/// The API's settings (admin).
+pub async fn get_settings(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    _: Query<NoParams>,
+) -> ApiResult<Json<AdminSettings>> {
+    let user = caller(&state, &headers).await?;
+    admin_only(&user)?;
+    Ok(Json(AdminSettings::load(&state.store).await?))
+}
+
+/// Replaces the API's settings (admin); this server applies them at once, others sharing the store within
+/// [`crate::settings::SETTINGS_CACHE_TTL`].
+pub async fn put_settings(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    _: Query<NoParams>,
+    body: Bytes,
+) -> ApiResult<Json<AdminSettings>> {
+    let user = caller(&state, &headers).await?;
+    admin_only(&user)?;
+    let settings: AdminSettings = json_object(&body, r#"{"maxQueuedTasksPerUser": N}"#)?;
+    if let Some(why) = settings.problems() {
+        return Err(ApiError::BadRequest(why));
+    }
+    settings.save(&state.store, now_ms()).await?;
+    state.settings.set(settings.clone());
+    Ok(Json(settings))
+}
+
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NodeStateBody {
     schedulable: Option<bool>,
     failed: Option<bool>,
 }
 object_schema!(
     /// A node's new state: `schedulable: false` cordons it, `failed: true` marks it failed (either or both).
-    open NodeStateBody as "NodeState" { "schedulable": Optional<bool>, "failed": Optional<bool> }
+    closed NodeStateBody as "NodeState" { "schedulable": Optional<bool>, "failed": Optional<bool> }
 );
 
 /// Cordons a node (`schedulable: false`: no new work; what runs there goes on) or marks it failed
@@ -54,12 +117,14 @@ object_schema!(
 pub async fn put_node(
     State(state): State<AppState>,
     headers: HeaderMap,
+    _: Query<NoParams>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> ApiResult<StatusCode> {
     let user = caller(&state, &headers).await?;
     admin_only(&user)?;
-    let body: NodeStateBody = json_body(&body, r#"{"schedulable": BOOL, "failed": BOOL} (either or both)"#)?;
+    let body: NodeStateBody =
+        json_object(&body, r#"{"schedulable": BOOL, "failed": BOOL} (either or both)"#)?;
     if body.schedulable.is_none() && body.failed.is_none() {
         return Err(ApiError::BadRequest("give \"schedulable\", \"failed\" or both".into()));
     }
@@ -80,7 +145,11 @@ pub async fn put_node(
 }
 
 /// Quotas and capacity: the caller's groups (all for admins), from the scheduler's own view.
-pub async fn quota(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Json<Items<QuotaLine>>> {
+pub async fn quota(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    _: Query<NoParams>,
+) -> ApiResult<Json<Items<QuotaLine>>> {
     let user = caller(&state, &headers).await?;
     let groups = (user.role != "admin").then_some(user.groups.as_slice());
     Ok(Json(state.views.quota_report(groups).into()))
@@ -91,6 +160,7 @@ pub async fn quota(State(state): State<AppState>, headers: HeaderMap) -> ApiResu
 pub async fn list_images(
     State(state): State<AppState>,
     headers: HeaderMap,
+    _: Query<NoParams>,
 ) -> ApiResult<Json<Items<trainyard_images::Cached>>> {
     let user = caller(&state, &headers).await?;
     admin_only(&user)?;
@@ -105,6 +175,7 @@ pub async fn list_images(
 pub async fn prune_images(
     State(state): State<AppState>,
     headers: HeaderMap,
+    _: Query<NoParams>,
 ) -> ApiResult<Json<trainyard_images::Collected>> {
     let user = caller(&state, &headers).await?;
     admin_only(&user)?;
@@ -143,6 +214,7 @@ object_schema!(
 pub async fn list_registry_logins(
     State(state): State<AppState>,
     headers: HeaderMap,
+    _: Query<NoParams>,
 ) -> ApiResult<Json<Items<RegistryLoginEntry>>> {
     let user = caller(&state, &headers).await?;
     admin_only(&user)?;
@@ -159,12 +231,13 @@ pub async fn list_registry_logins(
 pub async fn put_registry_login(
     State(state): State<AppState>,
     headers: HeaderMap,
+    _: Query<NoParams>,
     Path(host): Path<String>,
     body: Bytes,
 ) -> ApiResult<StatusCode> {
     let user = caller(&state, &headers).await?;
     admin_only(&user)?;
-    let body: RegistryLoginBody = json_body(&body, r#"{"username": "...", "password": "..."}"#)?;
+    let body: RegistryLoginBody = json_object(&body, r#"{"username": "...", "password": "..."}"#)?;
     let mut problems = Vec::new();
     if let Err(why) = trainyard_core::image_ref::check_registry(&host) {
         problems.push(format!("registry host {host:?}: {why}"));
@@ -190,6 +263,7 @@ pub async fn put_registry_login(
 pub async fn delete_registry_login(
     State(state): State<AppState>,
     headers: HeaderMap,
+    _: Query<NoParams>,
     Path(host): Path<String>,
 ) -> ApiResult<StatusCode> {
     let user = caller(&state, &headers).await?;

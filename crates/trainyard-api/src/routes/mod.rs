@@ -5,3 +5,9 @@ pub mod server;
 pub mod tasks;
 pub mod telemetry;
 pub mod users;
+
+/// The query of an operation that takes no parameters: any parameter is refused (400, naming it), so a
+/// misspelt or misplaced one is never silently ignored. Every query of the API refuses unknown parameters.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoParams {}

@@ -3,20 +3,25 @@
 use crate::auth::caller;
 use crate::error::{ApiError, ApiResult};
 use crate::openapi;
+use crate::routes::NoParams;
 use crate::state::AppState;
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 
-pub async fn healthz() -> &'static str {
+pub async fn healthz(_: Query<NoParams>) -> &'static str {
     "ok"
 }
 
 /// `/metrics` on the API's address: an admin's token (Prometheus: `authorization: {credentials_file: ...}`).
 /// Tasks and members cannot read the platform's figures. For a scraper without a token, `trainyard up
 /// --metrics-listen ADDR` serves the same text on an address of its own ([`open_metrics`]).
-pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Response> {
+pub async fn metrics(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    _: Query<NoParams>,
+) -> ApiResult<Response> {
     let user = caller(&state, &headers).await?;
     if user.role != "admin" {
         return Err(ApiError::Forbidden(

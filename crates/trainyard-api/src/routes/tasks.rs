@@ -1,11 +1,15 @@
 //! Tasks: create, check without creating, list, read, stop, resubmit, delete, share and clone.
 
 use crate::auth::{caller, may_use_group, operable_task, visible_task};
-use crate::error::{ApiError, ApiResult, json_body};
+use crate::error::{ApiError, ApiResult, json_object};
+use crate::routes::NoParams;
 use crate::schema::{Optional, object_schema};
+use crate::settings::check_queued_cap;
 use crate::state::{AppState, now_ms};
 use crate::submit::{Draft, Submitted, submit, webhook_problems};
-use crate::views::{Admission, FragmentationView, Spec, TaskPage, TaskView, Validation, task_view};
+use crate::views::{
+    Admission, BulkDeleted, BulkFailure, FragmentationView, Spec, TaskPage, TaskView, Validation, task_view,
+};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -14,16 +18,24 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use trainyard_control::CommandError;
-use trainyard_store::{Created, StoreError, TaskFilter};
+use trainyard_core::lifecycle::Status;
+use trainyard_core::spec::TaskType;
+use trainyard_store::{Created, MAX_PAGE, StoreError, TaskFilter, TaskRecord, User};
 
 /// Checks a task document without creating it: every problem, and the demand of each instance-spec option
 /// when it is valid. The console calls it as the user types.
 pub async fn validate_task(
     State(state): State<AppState>,
     headers: HeaderMap,
+    _: Query<NoParams>,
     body: Bytes,
 ) -> ApiResult<Json<Validation>> {
     let user = caller(&state, &headers).await?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::BadRequest(
+            "send the task document (YAML or JSON) to check as the body; the body is empty".into(),
+        ));
+    }
     let catalog = state.catalog.get();
     let mut checked = trainyard_core::check(&body, &catalog);
     if let Some(task) = &checked.task {
@@ -86,6 +98,7 @@ pub async fn validate_task(
 pub async fn create_task(
     State(state): State<AppState>,
     headers: HeaderMap,
+    _: Query<NoParams>,
     body: Bytes,
 ) -> ApiResult<Response> {
     let user = caller(&state, &headers).await?;
@@ -100,7 +113,74 @@ pub async fn create_task(
     Ok((status, Json(task_view(&state, created.task(), spec))).into_response())
 }
 
+/// Tasks per page when `limit` is not given.
+pub const DEFAULT_PAGE: u32 = 50;
+
+/// The filters a list and a bulk delete share (every one given must hold).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Filters {
+    /// A status, in any case.
+    status: Option<String>,
+    /// PyTorchJob or RayJob, in any case.
+    #[serde(rename = "type")]
+    task_type: Option<String>,
+    group: Option<String>,
+    owner: Option<String>,
+    q: Option<String>,
+    /// `key=value[,key=value...]`
+    labels: Option<String>,
+}
+
+/// A name among an enum's names, in any case: its exact form, or a 400 that lists them.
+fn any_case<T: Copy>(what: &str, given: &str, all: &[T], name: fn(T) -> &'static str) -> ApiResult<T> {
+    all.iter().copied().find(|v| name(*v).eq_ignore_ascii_case(given)).ok_or_else(|| {
+        let known = all.iter().map(|v| name(*v)).collect::<Vec<_>>().join(", ");
+        ApiError::BadRequest(format!("{what} {given:?} is not one of {known} (any case)"))
+    })
+}
+
+impl Filters {
+    /// Whether any filter is given (an empty value is none).
+    fn any(&self) -> bool {
+        [&self.status, &self.task_type, &self.group, &self.owner, &self.q, &self.labels]
+            .iter()
+            .any(|f| f.as_deref().is_some_and(|v| !v.is_empty()))
+    }
+
+    /// The store's filter of the tasks `user` may see that match.
+    fn to_filter(&self, user: &User) -> ApiResult<TaskFilter> {
+        let mut labels = Vec::new();
+        for pair in self.labels.iter().flat_map(|l| l.split(',')).filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some((k, v)) if !k.is_empty() => labels.push((k.to_owned(), v.to_owned())),
+                _ => return Err(ApiError::BadRequest(format!("label selector {pair:?} must be key=value"))),
+            }
+        }
+        let given = |v: &Option<String>| v.clone().filter(|v| !v.is_empty());
+        let status = match given(&self.status) {
+            None => None,
+            Some(s) => Some(any_case("status", &s, Status::ALL, Status::as_str)?),
+        };
+        let task_type = match given(&self.task_type) {
+            None => None,
+            Some(t) => Some(any_case("type", &t, TaskType::ALL, TaskType::as_str)?.as_str().to_owned()),
+        };
+        Ok(TaskFilter {
+            visible_to: Some(user.viewer()),
+            owner: given(&self.owner),
+            project_group: given(&self.group),
+            status,
+            task_type,
+            search: given(&self.q),
+            labels,
+            ..TaskFilter::default()
+        })
+    }
+}
+
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ListQuery {
     status: Option<String>,
     #[serde(rename = "type")]
@@ -108,7 +188,6 @@ pub struct ListQuery {
     group: Option<String>,
     owner: Option<String>,
     q: Option<String>,
-    /// `key=value[,key=value...]`
     labels: Option<String>,
     cursor: Option<String>,
     limit: Option<u32>,
@@ -123,37 +202,26 @@ pub async fn list_tasks(
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Json<TaskPage>> {
     let user = caller(&state, &headers).await?;
-    let mut labels = Vec::new();
-    for pair in q.labels.iter().flat_map(|l| l.split(',')).filter(|p| !p.is_empty()) {
-        let (k, v) = pair
-            .split_once('=')
-            .ok_or_else(|| ApiError::BadRequest(format!("label selector {pair:?} must be key=value")))?;
-        labels.push((k.to_owned(), v.to_owned()));
-    }
-    let sort = match q.sort.as_deref() {
+    let filters = Filters {
+        status: q.status,
+        task_type: q.task_type,
+        group: q.group,
+        owner: q.owner,
+        q: q.q,
+        labels: q.labels,
+    };
+    let mut filter = filters.to_filter(&user)?;
+    filter.sort = match q.sort.as_deref() {
         None | Some("") => trainyard_store::SortOrder::Newest,
         Some(s) => trainyard_store::SortOrder::from_name(s).ok_or_else(|| {
             ApiError::BadRequest(format!("sort {s:?} is not one of newest, oldest, name, updated"))
         })?,
     };
-    let status = match q.status.as_deref() {
-        None => None,
-        Some(s) => Some(trainyard_core::lifecycle::Status::from_name(s).ok_or_else(|| {
-            let known = trainyard_core::lifecycle::Status::NAMES.join(", ");
-            ApiError::BadRequest(format!("status {s:?} is not one of {known}"))
-        })?),
-    };
-    let filter = TaskFilter {
-        sort,
-        visible_to: Some(user.viewer()),
-        owner: q.owner,
-        project_group: q.group,
-        status,
-        task_type: q.task_type,
-        search: q.q,
-        labels,
-    };
-    let page = state.store.list_tasks(&filter, q.cursor.as_deref(), q.limit.unwrap_or(50)).await.map_err(
+    let limit = q.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::BadRequest(format!("limit must be 1 to {MAX_PAGE} (got {limit})")));
+    }
+    let page = state.store.list_tasks(&filter, q.cursor.as_deref(), limit).await.map_err(
         // A cursor that does not decode is the caller's mistake, not the store's.
         |e| match e {
             StoreError::Corrupt(m) if m.starts_with("bad cursor") => ApiError::BadRequest(m),
@@ -164,10 +232,12 @@ pub async fn list_tasks(
     Ok(Json(TaskPage { items, next_cursor: page.next_cursor }))
 }
 
+/// One task, deleted or not (`deleted` says which): a task deleted while it ran is followed to its end.
 pub async fn get_task(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    _: Query<NoParams>,
 ) -> ApiResult<Json<TaskView>> {
     let user = caller(&state, &headers).await?;
     let t = visible_task(&state, &user, &id).await?;
@@ -178,6 +248,7 @@ pub async fn stop_task(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    _: Query<NoParams>,
 ) -> ApiResult<Json<TaskView>> {
     let user = caller(&state, &headers).await?;
     let t = operable_task(&state, &user, &id).await?;
@@ -186,36 +257,93 @@ pub async fn stop_task(
     Ok(Json(task_view(&state, &updated, Spec::Stored)))
 }
 
+/// Queues an ended task again, within its owner's cap on queued tasks.
 pub async fn resubmit_task(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    _: Query<NoParams>,
 ) -> ApiResult<Json<TaskView>> {
     let user = caller(&state, &headers).await?;
     let t = operable_task(&state, &user, &id).await?;
+    // Only a task that may run again counts against the cap (a running or deleted one is refused below).
+    let pass = match t.status.is_terminal() && !t.deleted {
+        true => Some(check_queued_cap(&state, &t.owner, None).await?),
+        false => None,
+    };
     let updated = state.control.lock().await.resubmit(&t.id, now_ms()).await?;
+    drop(pass);
     state.wake.notify_one();
     Ok(Json(task_view(&state, &updated, Spec::Stored)))
 }
 
+/// Deletes a task: whatever runs is stopped first (with the checkpoint notice), then it leaves lists; the
+/// record and history stay, readable by id. Deleting a deleted task again changes nothing (204 again).
 pub async fn delete_task(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    _: Query<NoParams>,
 ) -> ApiResult<StatusCode> {
     let user = caller(&state, &headers).await?;
     let t = operable_task(&state, &user, &id).await?;
+    delete_one(&state, &t).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// One delete, as a single or a bulk delete does it.
+async fn delete_one(state: &AppState, t: &TaskRecord) -> ApiResult<()> {
+    if t.deleted {
+        return Ok(());
+    }
     let control = state.control.lock().await;
-    // Whatever runs is stopped first (with the checkpoint notice); the record and history stay.
     match control.stop(&t.id, true, now_ms()).await {
         Ok(_) | Err(CommandError::WrongState { .. }) => {}
         Err(e) => return Err(e.into()),
     }
     state.store.delete_task(&t.id, now_ms()).await?;
-    Ok(StatusCode::NO_CONTENT)
+    Ok(())
+}
+
+/// Deletes the tasks that match the filters (at least one) and that the caller may operate (admins: any;
+/// others: their own and those shared with them with operate rights), at most a page's worth
+/// ([`MAX_PAGE`]) at a time: `more` says whether the same request would delete more. Each is deleted as
+/// `DELETE /tasks/{id}` does (stopped first when it runs).
+pub async fn delete_tasks(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<Filters>,
+) -> ApiResult<Json<BulkDeleted>> {
+    let user = caller(&state, &headers).await?;
+    if !q.any() {
+        return Err(ApiError::BadRequest(
+            "say which tasks to delete with at least one of status, type, group, owner, q and labels; a bulk \
+             delete never means every task"
+                .into(),
+        ));
+    }
+    let mut filter = q.to_filter(&user)?;
+    if user.role != "admin" {
+        filter.operable_by = Some(user.name.clone());
+    }
+    let page = state.store.list_tasks(&filter, None, MAX_PAGE).await?;
+    let mut done =
+        BulkDeleted { deleted: 0, ids: Vec::new(), more: page.next_cursor.is_some(), failed: Vec::new() };
+    for t in &page.items {
+        match delete_one(&state, t).await {
+            Ok(()) => {
+                done.deleted += 1;
+                done.ids.push(t.id.clone());
+            }
+            Err(e) => done.failed.push(BulkFailure { id: t.id.clone(), detail: e.problem().detail }),
+        }
+    }
+    state.wake.notify_one();
+    Ok(Json(done))
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ShareBody {
     user: String,
     #[serde(default)]
@@ -223,7 +351,7 @@ pub struct ShareBody {
 }
 object_schema!(
     /// Whom to share with, and whether they may operate the task too (stop, resubmit, delete, clone).
-    open ShareBody as "Share" { "user": String, "operate": Optional<bool> }
+    closed ShareBody as "Share" { "user": String, "operate": Optional<bool> }
 );
 
 /// Shares a task with a user (view, or view and operate). Owner and admins only.
@@ -231,11 +359,12 @@ pub async fn share_task(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    _: Query<NoParams>,
     body: Bytes,
 ) -> ApiResult<StatusCode> {
     let user = caller(&state, &headers).await?;
     let t = visible_task(&state, &user, &id).await?;
-    let body: ShareBody = json_body(&body, r#"{"user": NAME, "operate": BOOL}"#)?;
+    let body: ShareBody = json_object(&body, r#"{"user": NAME, "operate": BOOL}"#)?;
     if user.role != "admin" && t.owner != user.name {
         return Err(ApiError::Forbidden(format!("only the owner of {} or an admin can share it", t.name)));
     }
@@ -273,6 +402,7 @@ pub async fn clone_task(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    _: Query<NoParams>,
     body: Bytes,
 ) -> ApiResult<Response> {
     let user = caller(&state, &headers).await?;
@@ -280,7 +410,7 @@ pub async fn clone_task(
     let body: CloneBody = if body.iter().all(u8::is_ascii_whitespace) {
         CloneBody::default()
     } else {
-        json_body(&body, r#"{"projectGroup": GROUP, "hiddenValues": {NAME: VALUE}} (both optional)"#)?
+        json_object(&body, r#"{"projectGroup": GROUP, "hiddenValues": {NAME: VALUE}} (both optional)"#)?
     };
     let mut copy = trainyard_core::parse(t.spec_json.as_bytes())
         .0

@@ -15,8 +15,9 @@ use std::time::Duration;
 use trainyard_runtime::{AttemptKey, Backend, LogChunk};
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct EventsQuery {
-    after: Option<i64>,
+    after: Option<u64>,
 }
 
 /// Most events one answer holds (`after=SEQ` goes on from the last).
@@ -30,7 +31,10 @@ pub async fn task_events(
 ) -> ApiResult<Json<Items<EventView>>> {
     let user = caller(&state, &headers).await?;
     let t = visible_task(&state, &user, &id).await?;
-    let events = state.store.list_events(&t.id, q.after.unwrap_or(0), EVENTS_PAGE).await?;
+    let events = state
+        .store
+        .list_events(&t.id, i64::try_from(q.after.unwrap_or(0)).unwrap_or(i64::MAX), EVENTS_PAGE)
+        .await?;
     let items = events
         .into_iter()
         .map(|e| EventView {
@@ -45,9 +49,10 @@ pub async fn task_events(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LogsQuery {
     replica: Option<String>,
-    attempt: Option<i64>,
+    attempt: Option<u32>,
     #[serde(default)]
     offset: u64,
     #[serde(default)]
@@ -89,7 +94,7 @@ pub async fn task_logs(
         }
         return Ok(Json(Items::from(attempts)).into_response());
     };
-    let key = AttemptKey { task_id: t.id.clone(), attempt: q.attempt.unwrap_or(t.attempt) };
+    let key = AttemptKey { task_id: t.id.clone(), attempt: q.attempt.map_or(t.attempt, i64::from) };
     let first = state.backend.read_log(&key, &replica, q.offset, LOG_READ_MAX).await;
     if first.missing {
         return Err(ApiError::NotFoundWhat(format!(
@@ -131,8 +136,9 @@ pub async fn task_logs(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct MetricsQuery {
-    attempt: Option<i64>,
+    attempt: Option<u32>,
     /// Only samples after this Unix time (ms).
     #[serde(default)]
     since: u64,
@@ -150,7 +156,7 @@ pub async fn task_metrics(
 ) -> ApiResult<Json<MetricsView>> {
     let user = caller(&state, &headers).await?;
     let t = visible_task(&state, &user, &id).await?;
-    let key = AttemptKey { task_id: t.id.clone(), attempt: q.attempt.unwrap_or(t.attempt) };
+    let key = AttemptKey { task_id: t.id.clone(), attempt: q.attempt.map_or(t.attempt, i64::from) };
     let mut series: BTreeMap<(String, String, String), Series> = BTreeMap::new();
     for p in state.backend.read_metrics(&key, q.since).await {
         if q.name.as_ref().is_some_and(|n| *n != p.name) {

@@ -2,7 +2,8 @@
 //! TaskEnv variables and alarm subscriptions.
 
 use crate::auth::{admin_only, caller, caller_acting_on, known_user, self_or_admin};
-use crate::error::{ApiError, ApiResult, json_body};
+use crate::error::{ApiError, ApiResult, json_body, json_object};
+use crate::routes::NoParams;
 use crate::schema::{Optional, object_schema};
 use crate::state::{AppState, now_ms};
 use crate::submit::webhook_problems;
@@ -10,7 +11,7 @@ use crate::tokens::{new_token, token_hash};
 use crate::views::{EnvEntry, Items, NewToken, RecentImage, Role, TokenEntry, UserEntry, UserView};
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::Value;
@@ -18,12 +19,17 @@ use trainyard_core::Report;
 use trainyard_core::spec::AlarmSubscription;
 use trainyard_store::User;
 
-pub async fn whoami(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Json<UserView>> {
+pub async fn whoami(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    _: Query<NoParams>,
+) -> ApiResult<Json<UserView>> {
     let u = caller(&state, &headers).await?;
     Ok(Json(UserView { name: u.name, role: u.role, groups: u.groups }))
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct UserBody {
     name: String,
     role: String,
@@ -32,7 +38,7 @@ pub struct UserBody {
 }
 object_schema!(
     /// A user to create or update: name, role and project groups (each in the catalog).
-    open UserBody as "UserUpdate" { "name": String, "role": Role, "groups": Optional<Vec<String>> }
+    closed UserBody as "UserUpdate" { "name": String, "role": Role, "groups": Optional<Vec<String>> }
 );
 
 /// Every user with their role and project groups (admin). Never a token or a hash: tokens are kept as hashes
@@ -40,6 +46,7 @@ object_schema!(
 pub async fn list_users(
     State(state): State<AppState>,
     headers: HeaderMap,
+    _: Query<NoParams>,
 ) -> ApiResult<Json<Items<UserEntry>>> {
     let user = caller(&state, &headers).await?;
     admin_only(&user)?;
@@ -64,11 +71,12 @@ pub const USER_NAME_MAX_BYTES: usize = 64;
 pub async fn put_user(
     State(state): State<AppState>,
     headers: HeaderMap,
+    _: Query<NoParams>,
     body: Bytes,
 ) -> ApiResult<Json<UserView>> {
     let user = caller(&state, &headers).await?;
     admin_only(&user)?;
-    let body: UserBody = json_body(&body, r#"{"name", "role", "groups"}"#)?;
+    let body: UserBody = json_object(&body, r#"{"name", "role", "groups"}"#)?;
     if !matches!(body.role.as_str(), "admin" | "member") {
         return Err(ApiError::BadRequest(format!(
             "role {:?} does not exist; use admin or member",
@@ -117,13 +125,14 @@ pub async fn set_user_disabled(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TokenBody {
     #[serde(default)]
     label: String,
 }
 object_schema!(
     /// A label to tell the token by (the body may be left out).
-    open TokenBody as "TokenRequest" { "label": Optional<String> }
+    closed TokenBody as "TokenRequest" { "label": Optional<String> }
 );
 
 /// The longest token label (it is listed with every token).
@@ -133,15 +142,17 @@ pub const TOKEN_LABEL_MAX_BYTES: usize = 200;
 pub async fn create_token(
     State(state): State<AppState>,
     headers: HeaderMap,
+    _: Query<NoParams>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> ApiResult<(StatusCode, Json<NewToken>)> {
     let user = caller(&state, &headers).await?;
     self_or_admin(&user, &name, "create tokens for other users")?;
-    let label = if body.is_empty() {
+    // No body at all is no label; anything else must be the object (an array, say, mints nothing).
+    let label = if body.iter().all(u8::is_ascii_whitespace) {
         String::new()
     } else {
-        serde_json::from_slice::<TokenBody>(&body).map_err(|e| ApiError::BadRequest(e.to_string()))?.label
+        json_object::<TokenBody>(&body, r#"{"label": TEXT} (or no body)"#)?.label
     };
     if label.len() > TOKEN_LABEL_MAX_BYTES {
         return Err(ApiError::BadRequest(format!(
@@ -157,19 +168,29 @@ pub async fn create_token(
     Ok((StatusCode::CREATED, Json(NewToken { user: name, token, id, label })))
 }
 
-/// A user's tokens (admins, or the user themself): id, label and creation time, never the token.
+/// A user's tokens (admins, or the user themself): id, label, creation time, last use (to the minute) and
+/// whether it is the one this request came with; never the token.
 pub async fn list_tokens(
     State(state): State<AppState>,
     headers: HeaderMap,
+    _: Query<NoParams>,
     Path(name): Path<String>,
 ) -> ApiResult<Json<Items<TokenEntry>>> {
     caller_acting_on(&state, &headers, &name, "list other users' tokens").await?;
+    let this = crate::auth::bearer_hash(&headers);
+    let this = this.as_deref().map(|h| &h[..trainyard_store::TOKEN_ID_LEN]);
     let items = state
         .store
         .list_tokens(&name)
         .await?
         .into_iter()
-        .map(|t| TokenEntry { id: t.id, label: t.label, created_at_ms: t.created_at_ms })
+        .map(|t| TokenEntry {
+            current: this == Some(t.id.as_str()),
+            id: t.id,
+            label: t.label,
+            created_at_ms: t.created_at_ms,
+            last_used_at_ms: t.last_used_at_ms,
+        })
         .collect::<Vec<_>>();
     Ok(Json(items.into()))
 }
@@ -179,6 +200,7 @@ pub async fn list_tokens(
 pub async fn revoke_token(
     State(state): State<AppState>,
     headers: HeaderMap,
+    _: Query<NoParams>,
     Path((name, id)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
     caller_acting_on(&state, &headers, &name, "revoke other users' tokens").await?;
@@ -195,6 +217,7 @@ pub async fn revoke_token(
 pub async fn list_task_env(
     State(state): State<AppState>,
     headers: HeaderMap,
+    _: Query<NoParams>,
     Path(name): Path<String>,
 ) -> ApiResult<Json<Items<EnvEntry>>> {
     caller_acting_on(&state, &headers, &name, "manage other users' TaskEnv").await?;
@@ -216,6 +239,7 @@ pub async fn list_task_env(
 pub async fn list_recent_images(
     State(state): State<AppState>,
     headers: HeaderMap,
+    _: Query<NoParams>,
     Path(name): Path<String>,
 ) -> ApiResult<Json<Items<RecentImage>>> {
     caller_acting_on(&state, &headers, &name, "see other users' images").await?;
@@ -234,6 +258,7 @@ pub async fn list_recent_images(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TaskEnvBody {
     name: String,
     value: String,
@@ -242,18 +267,19 @@ pub struct TaskEnvBody {
 }
 object_schema!(
     /// One TaskEnv variable; a hidden value is sealed at rest and never shown again.
-    open TaskEnvBody as "TaskEnvUpdate" { "name": String, "value": String, "hidden": Optional<bool> }
+    closed TaskEnvBody as "TaskEnvUpdate" { "name": String, "value": String, "hidden": Optional<bool> }
 );
 
 /// Sets one TaskEnv variable (names and values follow the task env rules).
 pub async fn put_task_env(
     State(state): State<AppState>,
     headers: HeaderMap,
+    _: Query<NoParams>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> ApiResult<StatusCode> {
     caller_acting_on(&state, &headers, &name, "manage other users' TaskEnv").await?;
-    let body: TaskEnvBody = json_body(&body, r#"{"name", "value", "hidden"}"#)?;
+    let body: TaskEnvBody = json_object(&body, r#"{"name", "value", "hidden"}"#)?;
     let var = trainyard_core::spec::EnvVar { name: body.name, value: body.value, hidden: body.hidden };
     let mut report = Report::default();
     trainyard_core::validate::check_env_list(&mut report, "env", std::slice::from_ref(&var));
@@ -275,6 +301,7 @@ pub async fn put_task_env(
 pub async fn delete_task_env(
     State(state): State<AppState>,
     headers: HeaderMap,
+    _: Query<NoParams>,
     Path((name, var)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
     caller_acting_on(&state, &headers, &name, "manage other users' TaskEnv").await?;
@@ -289,6 +316,7 @@ pub async fn delete_task_env(
 pub async fn get_user_alarms(
     State(state): State<AppState>,
     headers: HeaderMap,
+    _: Query<NoParams>,
     Path(name): Path<String>,
 ) -> ApiResult<Json<Items<AlarmSubscription>>> {
     caller_acting_on(&state, &headers, &name, "manage other users' alarm subscriptions").await?;
@@ -300,6 +328,7 @@ pub async fn get_user_alarms(
 pub async fn put_user_alarms(
     State(state): State<AppState>,
     headers: HeaderMap,
+    _: Query<NoParams>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> ApiResult<StatusCode> {

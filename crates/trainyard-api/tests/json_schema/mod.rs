@@ -1,7 +1,8 @@
 //! A validator for the part of JSON Schema (2020-12) the OpenAPI document uses: `$ref` into the document,
 //! `type` (one or a list), `enum`, `properties`, `required`, `additionalProperties`, `items`, `prefixItems`,
-//! `minItems`, `maxItems`, `minimum`, `maximum`, `anyOf`, `oneOf`. Any other keyword that is not an
-//! annotation stops the test, so a schema cannot pass by using something this skips.
+//! `minItems`, `maxItems`, `minimum`, `maximum`, `minLength`, `maxLength`, `pattern` (the regular
+//! expressions of [`Regex`]), `anyOf`, `oneOf`. Any other keyword that is not an annotation stops the test,
+//! so a schema cannot pass by using something this skips.
 
 use serde_json::{Value, json};
 
@@ -108,6 +109,24 @@ impl Validator<'_> {
                         }
                     }
                 }
+                "minLength" | "maxLength" => {
+                    if let Value::String(text) = value {
+                        let bound = arg.as_u64().expect("a length") as usize;
+                        let n = text.chars().count();
+                        let ok = if keyword == "minLength" { n >= bound } else { n <= bound };
+                        if !ok {
+                            out.push(format!("{path}: {n} characters break {keyword} {bound}"));
+                        }
+                    }
+                }
+                "pattern" => {
+                    if let Value::String(text) = value {
+                        let pattern = arg.as_str().expect("a pattern is a string");
+                        if !Regex::new(pattern).is_match(text) {
+                            out.push(format!("{path}: {text:?} does not match {pattern}"));
+                        }
+                    }
+                }
                 "minimum" | "maximum" => {
                     if let (Some(n), Some(bound)) = (value.as_f64(), arg.as_f64()) {
                         let ok = if keyword == "minimum" { n >= bound } else { n <= bound };
@@ -137,6 +156,156 @@ impl Validator<'_> {
         let pointer = reference.strip_prefix('#').unwrap_or_else(|| panic!("only local $refs: {reference}"));
         self.doc.pointer(pointer).unwrap_or_else(|| panic!("{reference} names nothing in the document"))
     }
+}
+
+/// The regular expressions the document's patterns use (ECMA 262's syntax, this much of it): literals and
+/// `\\`-escapes, `.`, classes `[a-z_]` and `[^,]`, groups `(...)` and `(?:...)` with `|`, the quantifiers
+/// `*`, `+`, `?`, `{n}`, `{n,}`, `{n,m}`, and the anchors `^` and `$`. Anything else panics, so a pattern this
+/// cannot read is never passed by mistake. Matching searches, as JSON Schema's `pattern` does.
+pub struct Regex(Vec<Vec<Node>>);
+
+#[derive(Debug, Clone)]
+enum Node {
+    Start,
+    End,
+    /// A character in (or, negated, out of) these ranges.
+    Class(bool, Vec<(char, char)>),
+    Group(Vec<Vec<Node>>),
+    Repeat(Box<Node>, usize, Option<usize>),
+}
+
+impl Regex {
+    pub fn new(pattern: &str) -> Regex {
+        let chars: Vec<char> = pattern.chars().collect();
+        let mut at = 0;
+        let alts = parse_alternatives(&chars, &mut at);
+        assert!(at == chars.len(), "pattern {pattern:?}: unexpected {:?} at {at}", chars.get(at));
+        Regex(alts)
+    }
+
+    pub fn is_match(&self, text: &str) -> bool {
+        let s: Vec<char> = text.chars().collect();
+        let whole = Node::Group(self.0.clone());
+        (0..=s.len()).any(|start| matches(std::slice::from_ref(&whole), start, &s, &|_| true))
+    }
+}
+
+fn parse_alternatives(p: &[char], at: &mut usize) -> Vec<Vec<Node>> {
+    let mut alts = vec![Vec::new()];
+    while *at < p.len() && p[*at] != ')' {
+        let c = p[*at];
+        *at += 1;
+        let atom = match c {
+            '|' => {
+                alts.push(Vec::new());
+                continue;
+            }
+            '^' => Node::Start,
+            '$' => Node::End,
+            '.' => Node::Class(true, vec![('\n', '\n')]),
+            '(' => {
+                if p.get(*at) == Some(&'?') {
+                    assert_eq!(p.get(*at + 1), Some(&':'), "only (?:...) groups");
+                    *at += 2;
+                }
+                let inner = parse_alternatives(p, at);
+                assert_eq!(p.get(*at), Some(&')'), "an unclosed group");
+                *at += 1;
+                Node::Group(inner)
+            }
+            '[' => {
+                let negated = p.get(*at) == Some(&'^');
+                if negated {
+                    *at += 1;
+                }
+                let mut ranges = Vec::new();
+                while p[*at] != ']' {
+                    let mut lo = p[*at];
+                    if lo == '\\' {
+                        *at += 1;
+                        lo = p[*at];
+                    }
+                    *at += 1;
+                    if p[*at] == '-' && p[*at + 1] != ']' {
+                        ranges.push((lo, p[*at + 1]));
+                        *at += 2;
+                    } else {
+                        ranges.push((lo, lo));
+                    }
+                }
+                *at += 1;
+                Node::Class(negated, ranges)
+            }
+            '\\' => {
+                let e = p[*at];
+                *at += 1;
+                match e {
+                    'd' => Node::Class(false, vec![('0', '9')]),
+                    e if !e.is_ascii_alphanumeric() => Node::Class(false, vec![(e, e)]),
+                    e => panic!("the escape \\{e} is not known here; teach it first"),
+                }
+            }
+            '*' | '+' | '?' | '{' => panic!("a quantifier {c:?} with nothing before it"),
+            c => Node::Class(false, vec![(c, c)]),
+        };
+        let atom = match p.get(*at) {
+            Some('*') => Node::Repeat(Box::new(atom), 0, None),
+            Some('+') => Node::Repeat(Box::new(atom), 1, None),
+            Some('?') => Node::Repeat(Box::new(atom), 0, Some(1)),
+            Some('{') => {
+                let end = (*at..p.len()).find(|&i| p[i] == '}').expect("an unclosed {");
+                let inside: String = p[*at + 1..end].iter().collect();
+                let (min, max) = match inside.split_once(',') {
+                    None => (inside.parse().unwrap(), Some(inside.parse().unwrap())),
+                    Some((lo, "")) => (lo.parse().unwrap(), None),
+                    Some((lo, hi)) => (lo.parse().unwrap(), Some(hi.parse().unwrap())),
+                };
+                *at = end;
+                Node::Repeat(Box::new(atom), min, max)
+            }
+            _ => {
+                alts.last_mut().unwrap().push(atom);
+                continue;
+            }
+        };
+        *at += 1;
+        alts.last_mut().unwrap().push(atom);
+    }
+    alts
+}
+
+/// Whether `seq` matches `s` from `pos` so that `then` holds of where it ends (backtracking).
+fn matches(seq: &[Node], pos: usize, s: &[char], then: &dyn Fn(usize) -> bool) -> bool {
+    let Some((first, rest)) = seq.split_first() else { return then(pos) };
+    let next = |p: usize| matches(rest, p, s, then);
+    match first {
+        Node::Start => pos == 0 && next(pos),
+        Node::End => pos == s.len() && next(pos),
+        Node::Class(negated, ranges) => {
+            pos < s.len()
+                && ranges.iter().any(|(lo, hi)| (*lo..=*hi).contains(&s[pos])) != *negated
+                && next(pos + 1)
+        }
+        Node::Group(alts) => alts.iter().any(|alt| matches(alt, pos, s, &next)),
+        Node::Repeat(node, min, max) => repeat(node, *min, *max, 0, pos, s, &next),
+    }
+}
+
+/// `node` repeated from `count` times on, greedily, then `then`.
+fn repeat(
+    node: &Node,
+    min: usize,
+    max: Option<usize>,
+    count: usize,
+    pos: usize,
+    s: &[char],
+    then: &dyn Fn(usize) -> bool,
+) -> bool {
+    let more = max.is_none_or(|m| count < m)
+        && matches(std::slice::from_ref(node), pos, s, &|p| {
+            p != pos && repeat(node, min, max, count + 1, p, s, then)
+        });
+    more || (count >= min && then(pos))
 }
 
 fn has_type(v: &Value, t: &str) -> bool {
@@ -171,4 +340,28 @@ fn the_validator_catches_what_it_should() {
     assert!(!v.errors(&pair, &json!([1, 2, 3]), "$").is_empty());
     let e = json!({"type": "array", "items": {"enum": ["x"]}});
     assert!(!v.errors(&e, &json!(["y"]), "$").is_empty());
+    let short = json!({"type": "string", "minLength": 1, "maxLength": 3});
+    assert!(v.errors(&short, &json!("abc"), "$").is_empty());
+    assert!(
+        !v.errors(&short, &json!(""), "$").is_empty() && !v.errors(&short, &json!("abcd"), "$").is_empty()
+    );
+}
+
+#[test]
+fn patterns_match_as_json_schema_says() {
+    let is = |p: &str, s: &str| Regex::new(p).is_match(s);
+    assert!(is("^(?:[Rr][Uu][Nn])$", "rUn") && !is("^(?:[Rr][Uu][Nn])$", "runs"));
+    assert!(is("^[0-9a-f]{4}$", "00af") && !is("^[0-9a-f]{4}$", "00afe") && !is("^[0-9a-f]{4}$", "00aG"));
+    assert!(is("^ty_[0-9a-f]{2,}$", "ty_abc") && !is("^ty_[0-9a-f]{2,}$", "ty_a"));
+    let labels = "^(?:[^,=]+=[^,]*)?(?:,(?:[^,=]+=[^,]*)?)*$";
+    for ok in ["", "a=b", "a=b,c=", "a=b,,c=d=e"] {
+        assert!(is(labels, ok), "{ok}");
+    }
+    for bad in ["a", "=b", "a=b,c"] {
+        assert!(!is(labels, bad), "{bad}");
+    }
+    assert!(is("b", "abc"), "a pattern searches, unless anchored");
+    assert!(is("^https://x\\.dev/[a-z]+(-[a-z]+)*$", "https://x.dev/not-found"));
+    assert!(!is("^https://x\\.dev/[a-z]+(-[a-z]+)*$", "https://xydev/not-found"));
+    assert!(is("^(?:a|bc)+$", "abca") && !is("^(?:a|bc)+$", "abcb"));
 }

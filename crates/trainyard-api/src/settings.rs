@@ -1,0 +1,223 @@
+//! Admins' settings of the API itself (`GET`/`PUT /api/v1/admin/settings`), kept in the store as one JSON
+//! document, and the per-user cap on queued tasks they hold: every create, clone and resubmit is checked
+//! against it ([`check_queued_cap`]) and answered 429 over it.
+
+use crate::error::{ApiError, ApiResult};
+use crate::schema::object_schema;
+use crate::state::AppState;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use trainyard_store::{Store, StoreError};
+
+/// The store's name for the settings document.
+pub const SETTINGS_SETTING: &str = "api-settings";
+
+/// How many queued tasks one user may have, unless an admin says otherwise.
+pub const DEFAULT_MAX_QUEUED_TASKS_PER_USER: u32 = 1_000;
+/// The largest cap an admin may set.
+pub const MAX_QUEUED_TASKS_CAP: u32 = 10_000_000;
+/// How long this server trusts the settings it read (another server's change counts within this time; this
+/// server's own at once).
+pub const SETTINGS_CACHE_TTL: Duration = Duration::from_secs(5);
+/// What a 429 for the cap tells the client to wait before trying again, in seconds.
+pub const QUEUED_CAP_RETRY_AFTER_S: u32 = 30;
+/// Below the cap by at least this much, creates are counted without waiting for each other; nearer, one
+/// user's creates, clones and resubmits take turns, so concurrent requests cannot go past the cap together.
+const CAP_MARGIN: i64 = 256;
+/// How long a count of a user's queued tasks far below the cap stands for the creates that follow it here
+/// (each taking one place of the room it left), so a busy user's creates do not each count again. Other
+/// servers' creates meanwhile are not in it: they would have to make [`CAP_MARGIN`] within this time to
+/// take the user past the cap, and only until the next count.
+const ROOM_TTL: Duration = Duration::from_secs(1);
+/// Users whose room is remembered at most (the map is cleared of old entries when it is full).
+const ROOM_USERS_MAX: usize = 4096;
+
+/// The settings, as stored and as the API shows them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AdminSettings {
+    /// The most queued tasks one user may have (admins too): a create, clone or resubmit past it is a 429.
+    pub max_queued_tasks_per_user: u32,
+}
+object_schema!(
+    /// The API's settings: the most queued tasks one user (admins included) may have; a create, clone or
+    /// resubmit past it is a 429 (`too-many-queued`).
+    closed AdminSettings as "AdminSettings" { "maxQueuedTasksPerUser": QueuedCap }
+);
+
+/// The schema of the cap (its bounds).
+#[derive(Debug)]
+pub struct QueuedCap;
+
+impl crate::schema::ApiSchema for QueuedCap {
+    fn schema(_: &mut crate::schema::Schemas) -> serde_json::Value {
+        serde_json::json!({"type": "integer", "minimum": 1, "maximum": MAX_QUEUED_TASKS_CAP,
+                           "description": format!("default {DEFAULT_MAX_QUEUED_TASKS_PER_USER}")})
+    }
+}
+
+impl Default for AdminSettings {
+    fn default() -> Self {
+        AdminSettings { max_queued_tasks_per_user: DEFAULT_MAX_QUEUED_TASKS_PER_USER }
+    }
+}
+
+impl AdminSettings {
+    /// What is wrong with these settings, if anything.
+    pub fn problems(&self) -> Option<String> {
+        let cap = self.max_queued_tasks_per_user;
+        (!(1..=MAX_QUEUED_TASKS_CAP).contains(&cap))
+            .then(|| format!("maxQueuedTasksPerUser must be 1 to {MAX_QUEUED_TASKS_CAP} (got {cap})"))
+    }
+
+    /// The stored settings (the defaults when none were stored).
+    pub async fn load(store: &Store) -> Result<AdminSettings, StoreError> {
+        match store.get_setting(SETTINGS_SETTING).await? {
+            None => Ok(AdminSettings::default()),
+            Some(text) => serde_json::from_str(&text)
+                .map_err(|e| StoreError::Corrupt(format!("setting {SETTINGS_SETTING}: {e}"))),
+        }
+    }
+
+    /// Stores these settings (servers sharing the store read them within [`SETTINGS_CACHE_TTL`]).
+    pub async fn save(&self, store: &Store, at_ms: i64) -> Result<(), StoreError> {
+        let text = serde_json::to_string(self).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        store.put_setting(SETTINGS_SETTING, &text, at_ms).await
+    }
+}
+
+/// The settings as last read, each user's turn for creates near the cap, and the room far below it that a
+/// recent count left.
+#[derive(Debug, Clone, Default)]
+pub struct SettingsCache {
+    read: Arc<Mutex<Option<(AdminSettings, Instant)>>>,
+    turns: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    room: Arc<Mutex<HashMap<String, Room>>>,
+}
+
+/// Places left under a cap as a count found them (less those taken since).
+#[derive(Debug)]
+struct Room {
+    cap: i64,
+    left: i64,
+    at: Instant,
+}
+
+impl SettingsCache {
+    /// The settings in force: read from the store at most every [`SETTINGS_CACHE_TTL`].
+    pub async fn get(&self, store: &Store) -> ApiResult<AdminSettings> {
+        if let Some((s, at)) = &*self.read.lock().unwrap_or_else(|e| e.into_inner())
+            && at.elapsed() < SETTINGS_CACHE_TTL
+        {
+            return Ok(s.clone());
+        }
+        let s = AdminSettings::load(store).await?;
+        self.set(s.clone());
+        Ok(s)
+    }
+
+    /// Settings this server just stored count at once.
+    pub fn set(&self, s: AdminSettings) {
+        *self.read.lock().unwrap_or_else(|e| e.into_inner()) = Some((s, Instant::now()));
+        self.room.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// Takes one place of the room a recent count left the user far below `cap`, if there is one.
+    fn take_room(&self, user: &str, cap: i64) -> bool {
+        let mut room = self.room.lock().unwrap_or_else(|e| e.into_inner());
+        match room.get_mut(user) {
+            Some(r) if r.cap == cap && r.left > CAP_MARGIN && r.at.elapsed() < ROOM_TTL => {
+                r.left -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn set_room(&self, user: &str, cap: i64, left: i64) {
+        let mut room = self.room.lock().unwrap_or_else(|e| e.into_inner());
+        if room.len() >= ROOM_USERS_MAX {
+            room.retain(|_, r| r.at.elapsed() < ROOM_TTL);
+        }
+        room.insert(user.to_owned(), Room { cap, left, at: Instant::now() });
+    }
+
+    /// The user's turn (one at a time near the cap).
+    fn turn(&self, user: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
+        // Turns nobody holds or waits for are dropped, so the map holds only users creating right now.
+        turns.retain(|_, t| Arc::strong_count(t) > 1);
+        turns.entry(user.to_owned()).or_default().clone()
+    }
+}
+
+/// What a caller holds while a task it was allowed under the cap is stored: near the cap, the user's turn.
+#[derive(Debug)]
+pub struct CapPass(#[allow(dead_code)] Option<tokio::sync::OwnedMutexGuard<()>>);
+
+/// Checks that `owner` may have one more queued task: their queued tasks (not deleted) are fewer than the
+/// cap, or the request is a retry of a create (its `Idempotency-Key` was used before: it creates nothing).
+/// Over the cap it is a 429 that names the cap and the count. Near the cap the owner's requests take turns
+/// until the returned pass is dropped (after the task is stored), so concurrent ones cannot pass it together.
+pub async fn check_queued_cap(
+    state: &AppState,
+    owner: &str,
+    idempotency_key: Option<&str>,
+) -> ApiResult<CapPass> {
+    let cap = i64::from(state.settings.get(&state.store).await?.max_queued_tasks_per_user);
+    if state.settings.take_room(owner, cap) {
+        return Ok(CapPass(None));
+    }
+    let queued = state.store.queued_count(owner, cap).await?;
+    if queued + CAP_MARGIN < cap {
+        state.settings.set_room(owner, cap, cap - queued - 1);
+        return Ok(CapPass(None));
+    }
+    let turn = state.settings.turn(owner).lock_owned().await;
+    // Counted again in turn: what the requests before this one stored is in the count now.
+    let queued = state.store.queued_count(owner, cap).await?;
+    if queued < cap {
+        return Ok(CapPass(Some(turn)));
+    }
+    if let Some(key) = idempotency_key
+        && state.store.idempotency_key_used(owner, key).await?
+    {
+        return Ok(CapPass(Some(turn)));
+    }
+    // The whole count for the answer (the decision needed no more than the cap's worth), within a bound.
+    let queued = state.store.queued_count(owner, REPORTED_COUNT_MAX).await?;
+    Err(ApiError::TooManyQueued { limit: cap as u64, queued: queued as u64 })
+}
+
+/// A refusal counts the user's queued tasks up to this many.
+const REPORTED_COUNT_MAX: i64 = 100_000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn room_far_below_the_cap_is_taken_place_by_place_then_counted_again() {
+        let cache = SettingsCache::default();
+        assert!(!cache.take_room("alice", 1000), "nothing counted yet");
+        cache.set_room("alice", 1000, CAP_MARGIN + 3);
+        assert!((0..3).all(|_| cache.take_room("alice", 1000)));
+        assert!(!cache.take_room("alice", 1000), "within the margin: counted again, in turn");
+        cache.set_room("alice", 1000, CAP_MARGIN + 10);
+        assert!(!cache.take_room("bob", 1000), "per user");
+        assert!(!cache.take_room("alice", 500), "counted under another cap");
+        cache.set(AdminSettings { max_queued_tasks_per_user: 1000 });
+        assert!(!cache.take_room("alice", 1000), "new settings forget every room");
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        assert_eq!(AdminSettings::default().max_queued_tasks_per_user, 1000);
+        assert!(AdminSettings::default().problems().is_none());
+        for bad in [0, MAX_QUEUED_TASKS_CAP + 1] {
+            assert!(AdminSettings { max_queued_tasks_per_user: bad }.problems().is_some(), "{bad}");
+        }
+    }
+}
