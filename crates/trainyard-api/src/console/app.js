@@ -351,7 +351,10 @@ async function taskPage(id) {
     try {
       const [{ data: t }, { data: ev }] = await Promise.all([api("GET", `/api/v1/tasks/${id}`), api("GET", `/api/v1/tasks/${id}/events`)]);
       task = t;
-      head.replaceChildren(h("h1", {}, t.name, " ", badge(t.status)), h("div", { class: "muted mono" }, t.id));
+      // A deleted task is still read by id (one deleted while it ran is followed to its end): said so, and
+      // not offered to resubmit or delete again.
+      const deleted = t.deleted ? [" ", h("span", { class: "badge deleted", "data-status": "deleted" }, "deleted")] : "";
+      head.replaceChildren(h("h1", {}, t.name, " ", badge(t.status), deleted), h("div", { class: "muted mono" }, t.id));
       const dd = (k, v) => [h("dt", {}, k), h("dd", {}, v)];
       overview.replaceChildren(
         ...dd("Type", t.type), ...dd("Owner", t.owner), ...dd("Project group", t.projectGroup),
@@ -374,7 +377,7 @@ async function taskPage(id) {
       const running = !TERMINAL.includes(t.status);
       actions.replaceChildren(
         running ? h("button", { type: "button", id: "act-stop", onclick: () => act("stop", "POST", `/api/v1/tasks/${id}/stop`, `Stop ${t.name}? Replicas get the checkpoint notice if it is on.`) }, "Stop") : "",
-        !running ? h("button", { type: "button", id: "act-resubmit", onclick: () => act("resubmit", "POST", `/api/v1/tasks/${id}/resubmit`, `Resubmit ${t.name} as a new attempt?`) }, "Resubmit") : "",
+        !running && !t.deleted ? h("button", { type: "button", id: "act-resubmit", onclick: () => act("resubmit", "POST", `/api/v1/tasks/${id}/resubmit`, `Resubmit ${t.name} as a new attempt?`) }, "Resubmit") : "",
         h("button", { type: "button", id: "act-clone", onclick: () => { location.hash = `#/create?from=${encodeURIComponent(id)}`; } }, "Clone"),
         h("button", { type: "button", id: "act-share", onclick: async () => {
           const user = prompt(`Share ${t.name} with which user?`);
@@ -385,7 +388,7 @@ async function taskPage(id) {
             actions.append(h("span", { class: "muted" }, ` shared with ${user}${operate ? " (view and operate)" : " (view)"}`));
           } catch (e) { actions.append(fail(e)); }
         } }, "Share"),
-        h("button", { type: "button", id: "act-delete", class: "danger", onclick: () => act("delete", "DELETE", `/api/v1/tasks/${id}`, `Delete ${t.name}? Its history stays, the task leaves the list.`) }, "Delete"),
+        t.deleted ? "" : h("button", { type: "button", id: "act-delete", class: "danger", onclick: () => act("delete", "DELETE", `/api/v1/tasks/${id}`, `Delete ${t.name}? Its history stays, the task leaves the list.`) }, "Delete"),
       );
       await Promise.all([loadLogs(), loadMetrics()]);
       if (!running) { clearInterval(timer); timer = null; }
@@ -471,6 +474,7 @@ function newTask() {
     h("label", { for: "doc" }, "Task document (YAML or JSON)"), doc,
     h("div", { class: "row" }, h("label", {}, "Import a file ", file),
       h("button", { type: "button", id: "to-form", onclick: async () => {
+        if (!doc.value.trim()) { problems.replaceChildren(h("li", {}, "The document is empty: type or import one first.")); return; }
         const { data } = await api("POST", "/api/v1/validate", doc.value);
         if (!data.task) { problems.replaceChildren(h("li", {}, "The document cannot be read; fix the problems first.")); return; }
         sessionStorage.setItem("trainyard.form", JSON.stringify(data.task));
