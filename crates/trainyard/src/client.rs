@@ -1,13 +1,13 @@
 //! The CLI verbs that talk to a Trainyard server over its HTTP API, kubectl-style.
 //!
-//! Server and token come from flags, then `TRAINYARD_SERVER` / `TRAINYARD_TOKEN`, then the defaults
-//! (`http://127.0.0.1:8080` and the token `trainyard up` saved in `.trainyard/admin.token`).
-//! Exit status: 0 done; 1 the server refused (the problem is printed); 2 usage or connection error;
-//! `submit --wait`: 1 when the task ends Failed or Stopped.
+//! Server and token come from flags, then `TRAINYARD_SERVER` / `TRAINYARD_TOKEN`, then the config file, then
+//! the defaults (`http://127.0.0.1:8080` and the admin token `trainyard up` saved in its data dir).
+//! Exit status: see [`EXIT_CODES`]; every failure is a [`Failure`] carrying one of them.
 
+use crate::table::ListFormat;
 use serde_json::Value;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Writes one line to standard output. A reader that went away (`trainyard list | head`) ends the program
 /// quietly, with status 0, as a pipeline expects.
@@ -26,16 +26,47 @@ macro_rules! outln {
 }
 pub(crate) use outln;
 
+/// The exit statuses of the CLI verbs, as `trainyard --help` prints them.
+pub const EXIT_CODES: &str = "\
+Exit status:
+  0  success
+  1  the task ended in failure (submit, clone, stop and resubmit with --wait);
+     `validate`: a file has errors
+  2  usage or validation error: a bad flag, an unreadable file, no token, a request the server
+     found invalid (400, 422)
+  3  not found: no such task (by name or id) among those you can see, or no such replica
+  4  refused by the server: a bad token (401), not allowed (403), not in a state for it (409), ...
+  5  server or connection error: no answer, or the server failed (5xx)
+`up` exits 2 when it cannot start (the reason is printed).";
+
+/// The task ended in failure (a `--wait` verb), or `validate` found errors.
+pub const EXIT_FAILED: u8 = 1;
+/// Usage or validation error.
+pub const EXIT_USAGE: u8 = 2;
+/// No such task or replica.
+pub const EXIT_NOT_FOUND: u8 = 3;
+/// The server refused (4xx other than 400, 404 and 422).
+pub const EXIT_REFUSED: u8 = 4;
+/// No answer, or the server failed.
+pub const EXIT_SERVER: u8 = 5;
+
 #[derive(Debug, Clone)]
 pub struct Conn {
     pub server: String,
     pub token: Option<String>,
+    /// Where the default token was looked for (the admin token of `trainyard up`), for the message a
+    /// missing token gets.
+    pub token_file: Option<std::path::PathBuf>,
 }
 
+/// How a verb prints what the server answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
+    /// For people.
     Table,
+    /// The API's answer, as JSON.
     Json,
+    /// The API's answer, as YAML.
     Yaml,
 }
 
@@ -48,8 +79,12 @@ pub struct Failure {
 
 pub type CallResult<T> = Result<T, Failure>;
 
-fn usage(message: impl Into<String>) -> Failure {
-    Failure { message: message.into(), code: 2 }
+pub(crate) fn usage(message: impl Into<String>) -> Failure {
+    Failure { message: message.into(), code: EXIT_USAGE }
+}
+
+pub(crate) fn not_found(message: impl Into<String>) -> Failure {
+    Failure { message: message.into(), code: EXIT_NOT_FOUND }
 }
 
 impl Conn {
@@ -63,12 +98,26 @@ impl Conn {
         format!("{}{path}", self.server.trim_end_matches('/'))
     }
 
-    fn auth(&self) -> String {
-        format!("Bearer {}", self.token.as_deref().unwrap_or(""))
+    /// The Authorization header, or what to do when there is no token at all.
+    fn auth(&self) -> CallResult<String> {
+        match self.token.as_deref() {
+            Some(t) if !t.trim().is_empty() => Ok(format!("Bearer {}", t.trim())),
+            _ => {
+                let looked = self.token_file.as_ref().map_or(String::new(), |f| {
+                    format!(" (nor is there an admin token of `trainyard up` at {})", f.display())
+                });
+                Err(usage(format!(
+                    "no token: set TRAINYARD_TOKEN, pass --token, or put token: in ~/.config/trainyard/config.yaml{looked}"
+                )))
+            }
+        }
     }
 
     fn unreachable(&self, e: ureq::Error) -> Failure {
-        usage(format!("cannot reach {}: {e} (is `trainyard up` running?)", self.server))
+        Failure {
+            message: format!("cannot reach {}: {e} (is `trainyard up` running?)", self.server),
+            code: EXIT_SERVER,
+        }
     }
 
     /// `method` on `path`; the answer's JSON (a string when it is not JSON, null when empty), or the problem
@@ -81,7 +130,7 @@ impl Conn {
         key: Option<&str>,
     ) -> CallResult<(u16, Value)> {
         let agent = Self::agent(Some(Duration::from_secs(60)));
-        let (url, auth) = (self.url(path), self.auth());
+        let (url, auth) = (self.url(path), self.auth()?);
         let result = match method {
             "GET" => agent.get(&url).header("Authorization", &auth).call(),
             "DELETE" => agent.delete(&url).header("Authorization", &auth).call(),
@@ -98,7 +147,7 @@ impl Conn {
         let status = resp.status().as_u16();
         let text = resp.body_mut().read_to_string().unwrap_or_default();
         if status >= 400 {
-            return Err(refusal(text));
+            return Err(refusal(status, text));
         }
         let value = if text.is_empty() {
             Value::Null
@@ -112,11 +161,12 @@ impl Conn {
     fn get(&self, path: &str, timeout: Option<Duration>) -> CallResult<ureq::http::Response<ureq::Body>> {
         let mut resp = Self::agent(timeout)
             .get(&self.url(path))
-            .header("Authorization", &self.auth())
+            .header("Authorization", &self.auth()?)
             .call()
             .map_err(|e| self.unreachable(e))?;
-        if resp.status().as_u16() >= 400 {
-            return Err(refusal(resp.body_mut().read_to_string().unwrap_or_default()));
+        let status = resp.status().as_u16();
+        if status >= 400 {
+            return Err(refusal(status, resp.body_mut().read_to_string().unwrap_or_default()));
         }
         Ok(resp)
     }
@@ -137,10 +187,17 @@ impl Conn {
     }
 }
 
-/// A refusal's body (a problem document, or text) as a failure with status 1.
-fn refusal(text: String) -> Failure {
+/// A refusal's body (a problem document, or text) as a failure, its exit status from the HTTP status: a
+/// request found invalid is a usage error, 404 is not found, another 4xx a refusal, a 5xx the server's.
+fn refusal(status: u16, text: String) -> Failure {
     let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    Failure { message: problem_text(&v), code: 1 }
+    let code = match status {
+        400 | 422 => EXIT_USAGE,
+        404 => EXIT_NOT_FOUND,
+        400..500 => EXIT_REFUSED,
+        _ => EXIT_SERVER,
+    };
+    Failure { message: problem_text(&v), code }
 }
 
 /// The server's catalog (its JSON text), when a server answers at `c` with a token within a few seconds.
@@ -159,9 +216,10 @@ pub fn resolve(c: &Conn, task: &str) -> CallResult<String> {
         .flatten()
         .find(|t| t["id"].as_str() == Some(task) || t["name"].as_str() == Some(task))
         .and_then(|t| t["id"].as_str().map(str::to_owned))
-        .ok_or_else(|| Failure {
-            message: format!("no task named {task:?} (or with that id) among those you can see; `trainyard list` shows them"),
-            code: 1,
+        .ok_or_else(|| {
+            not_found(format!(
+                "no task named {task:?} (or with that id) among those you can see; `trainyard list` shows them"
+            ))
         })
 }
 
@@ -185,70 +243,10 @@ fn problem_text(v: &Value) -> String {
     out
 }
 
-fn print(v: &Value, format: Format) {
+pub(crate) fn print(v: &Value, format: Format) {
     match format {
         Format::Json | Format::Table => outln!("{}", serde_json::to_string_pretty(v).unwrap_or_default()),
         Format::Yaml => outln!("{}", serde_saphyr::to_string(v).unwrap_or_default().trim_end()),
-    }
-}
-
-fn ago(ms: i64) -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    let s = (now - ms).max(0) / 1000;
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m", s / 60),
-        3600..86400 => format!("{}h", s / 3600),
-        _ => format!("{}d", s / 86400),
-    }
-}
-
-fn table(items: &[Value]) {
-    let rows: Vec<[String; 6]> = items
-        .iter()
-        .map(|t| {
-            let note = match t["queue"]["reason"].as_str() {
-                Some(r) => format!("#{} {r}", t["queue"]["position"]),
-                None => String::new(),
-            };
-            [
-                t["name"].as_str().unwrap_or("").to_owned(),
-                t["type"].as_str().unwrap_or("").to_owned(),
-                t["status"].as_str().unwrap_or("").to_owned(),
-                t["projectGroup"].as_str().unwrap_or("").to_owned(),
-                ago(t["createdAtMs"].as_i64().unwrap_or(0)),
-                note,
-            ]
-        })
-        .collect();
-    let header = ["NAME", "TYPE", "STATUS", "GROUP", "AGE", "QUEUE"];
-    let mut w = header.map(str::len);
-    for r in &rows {
-        for (i, c) in r.iter().enumerate().take(5) {
-            w[i] = w[i].max(c.chars().count());
-        }
-    }
-    let line = |c: [&str; 6]| {
-        outln!(
-            "{:<a$}  {:<b$}  {:<c$}  {:<d$}  {:<e$}  {}",
-            c[0],
-            c[1],
-            c[2],
-            c[3],
-            c[4],
-            c[5],
-            a = w[0],
-            b = w[1],
-            c = w[2],
-            d = w[3],
-            e = w[4]
-        );
-    };
-    line(header);
-    for r in &rows {
-        line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5]]);
     }
 }
 
@@ -300,59 +298,48 @@ pub fn submit(
     if !wait {
         return Ok(ExitCode::SUCCESS);
     }
-    wait_until_done(c, &id, &name)
+    crate::wait::wait(c, &id, &name, crate::wait::Goal::Ended, 0, format)
 }
 
-/// Follows a task until it ends: each new event, and while it is queued its place and the scheduler's reason
-/// whenever they change, on standard error; then how it ended. Exit status 0 only when it succeeded.
-pub fn wait_until_done(c: &Conn, id: &str, name: &str) -> CallResult<ExitCode> {
-    const WAIT_LIMIT: Duration = Duration::from_secs(24 * 3600);
-    let start = Instant::now();
-    let mut after = 0i64;
-    let mut last_queue = String::new();
-    loop {
-        let (_, ev) = c.call("GET", &format!("/api/v1/tasks/{id}/events?after={after}"), None, None)?;
-        for e in ev["items"].as_array().into_iter().flatten() {
-            after = after.max(e["seq"].as_i64().unwrap_or(after));
-            eprintln!("  {:<16} {}", e["reason"].as_str().unwrap_or(""), e["message"].as_str().unwrap_or(""));
-        }
-        let (_, t) = c.call("GET", &format!("/api/v1/tasks/{id}"), None, None)?;
-        if let Some(reason) = t["queue"]["reason"].as_str() {
-            let line = format!(
-                "queued #{} ({} in its group): {reason}",
-                t["queue"]["position"], t["queue"]["positionInGroup"]
-            );
-            if line != last_queue {
-                eprintln!("  {line}");
-                last_queue = line;
-            }
-        }
-        match t["status"].as_str().unwrap_or("") {
-            "Succeeded" => {
-                outln!("{name} succeeded");
-                return Ok(ExitCode::SUCCESS);
-            }
-            s @ ("Failed" | "Stopped") => {
-                outln!("{name} {}", s.to_lowercase());
-                return Ok(ExitCode::from(1));
-            }
-            _ => {}
-        }
-        if start.elapsed() > WAIT_LIMIT {
-            return Err(usage("gave up waiting after 24 hours"));
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
-pub fn list(c: &Conn, filters: &[(&str, Option<String>)], format: Format) -> CallResult<ExitCode> {
+/// `list`: the tasks the filters select, once or (`watch`) again whenever they change.
+pub fn list(
+    c: &Conn,
+    filters: &[(&str, Option<String>)],
+    format: ListFormat,
+    watch: bool,
+) -> CallResult<ExitCode> {
     let query: Vec<String> =
         filters.iter().filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", encode(v)))).collect();
-    let (_, v) = c.call("GET", &format!("/api/v1/tasks?{}", query.join("&")), None, None)?;
-    let items = v["items"].as_array().cloned().unwrap_or_default();
+    let path = format!("/api/v1/tasks?{}", query.join("&"));
+    let fetch = || c.call("GET", &path, None, None).map(|(_, v)| v);
+    let lines = |v: &Value| -> CallResult<Vec<String>> {
+        let items = v["items"].as_array().cloned().unwrap_or_default();
+        let wide = match format {
+            ListFormat::Wide => Some(crate::table::wide(c, &items)?),
+            _ => None,
+        };
+        Ok(crate::table::tasks(&items, wide.as_deref()))
+    };
+    if watch {
+        return crate::watch::watch(fetch, |_| false, format, lines);
+    }
+    show(&fetch()?, format, lines)
+}
+
+/// A document as `format` says: the table's lines, or the answer as JSON or YAML.
+fn show(
+    v: &Value,
+    format: ListFormat,
+    lines: impl Fn(&Value) -> CallResult<Vec<String>>,
+) -> CallResult<ExitCode> {
     match format {
-        Format::Table => table(&items),
-        _ => print(&v, format),
+        ListFormat::Table | ListFormat::Wide => {
+            for l in lines(v)? {
+                outln!("{l}");
+            }
+        }
+        ListFormat::Json => print(v, Format::Json),
+        ListFormat::Yaml => print(v, Format::Yaml),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -366,13 +353,23 @@ fn encode(s: &str) -> String {
         .collect()
 }
 
-pub fn get(c: &Conn, id: &str, format: Format) -> CallResult<ExitCode> {
-    let (_, t) = c.call("GET", &format!("/api/v1/tasks/{}", encode(id)), None, None)?;
-    match format {
-        Format::Table => table(&[t]),
-        _ => print(&t, format),
+/// `get`: one task, once or (`watch`) again whenever it changes, until it ends.
+pub fn get(c: &Conn, id: &str, format: ListFormat, watch: bool) -> CallResult<ExitCode> {
+    let path = format!("/api/v1/tasks/{}", encode(id));
+    let fetch = || c.call("GET", &path, None, None).map(|(_, v)| v);
+    let lines = |t: &Value| -> CallResult<Vec<String>> {
+        let items = std::slice::from_ref(t);
+        let wide = match format {
+            ListFormat::Wide => Some(crate::table::wide(c, items)?),
+            _ => None,
+        };
+        Ok(crate::table::tasks(items, wide.as_deref()))
+    };
+    if watch {
+        let ended = |t: &Value| matches!(t["status"].as_str(), Some("Succeeded" | "Failed" | "Stopped"));
+        return crate::watch::watch(fetch, ended, format, lines);
     }
-    Ok(ExitCode::SUCCESS)
+    show(&fetch()?, format, lines)
 }
 
 pub fn describe(c: &Conn, id: &str, format: Format) -> CallResult<ExitCode> {
@@ -416,7 +413,7 @@ pub fn events(c: &Conn, id: &str, format: Format) -> CallResult<ExitCode> {
     for e in ev["items"].as_array().into_iter().flatten() {
         outln!(
             "  {:>5}  attempt {}  {:<16} {}",
-            ago(e["atMs"].as_i64().unwrap_or(0)),
+            crate::table::ago(e["atMs"].as_i64().unwrap_or(0)),
             e["attempt"],
             e["reason"].as_str().unwrap_or(""),
             e["message"].as_str().unwrap_or("")
@@ -425,21 +422,73 @@ pub fn events(c: &Conn, id: &str, format: Format) -> CallResult<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn act(c: &Conn, id: &str, verb: &str, format: Format) -> CallResult<ExitCode> {
+/// `stop`, `delete` or `resubmit` on task `id`; with `wait` (stop and resubmit), followed until the task is
+/// stopped, or runs again, or ends.
+pub fn act(c: &Conn, id: &str, verb: &str, wait: bool, format: Format) -> CallResult<ExitCode> {
     let path = format!("/api/v1/tasks/{}", encode(id));
+    let after = if wait { crate::wait::last_event(c, id)? } else { 0 };
     let (_, t) = match verb {
         "delete" => c.call("DELETE", &path, None, None)?,
         _ => c.call("POST", &format!("{path}/{verb}"), Some(b""), None)?,
     };
+    let name = t["name"].as_str().unwrap_or(id).to_owned();
     if format != Format::Table {
         let shown = if verb == "delete" { serde_json::json!({"id": id, "deleted": true}) } else { t };
         print(&shown, format);
+    } else {
+        match verb {
+            "delete" => outln!("deleted {id}"),
+            _ => outln!("{name} is {}", t["status"].as_str().unwrap_or("?")),
+        }
+    }
+    if !wait {
         return Ok(ExitCode::SUCCESS);
     }
-    match verb {
-        "delete" => outln!("deleted {id}"),
-        _ => outln!("{} is {}", t["name"].as_str().unwrap_or(id), t["status"].as_str().unwrap_or("?")),
+    let goal = if verb == "stop" { crate::wait::Goal::Stopped } else { crate::wait::Goal::Running };
+    crate::wait::wait(c, id, &name, goal, after, format)
+}
+
+/// `clone`: a new task from task `id`'s spec, queued under a new name (into `group` when given; hidden
+/// variables take the `hidden` values, as a copy never carries them); with `wait`, followed to its end.
+pub fn clone(
+    c: &Conn,
+    id: &str,
+    group: Option<&str>,
+    hidden: &[(String, String)],
+    wait: bool,
+    format: Format,
+) -> CallResult<ExitCode> {
+    let mut body = serde_json::Map::new();
+    if let Some(g) = group {
+        body.insert("projectGroup".into(), g.into());
     }
+    if !hidden.is_empty() {
+        let values: serde_json::Map<String, Value> =
+            hidden.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+        body.insert("hiddenValues".into(), Value::Object(values));
+    }
+    let body = Value::Object(body).to_string();
+    let (_, t) =
+        c.call("POST", &format!("/api/v1/tasks/{}/clone", encode(id)), Some(body.as_bytes()), None)?;
+    let name = t["name"].as_str().unwrap_or("").to_owned();
+    let new_id = t["id"].as_str().unwrap_or("").to_owned();
+    if format == Format::Table {
+        outln!("created {name} (id {new_id}), a copy of {id}");
+    } else {
+        print(&t, format);
+    }
+    if !wait {
+        return Ok(ExitCode::SUCCESS);
+    }
+    crate::wait::wait(c, &new_id, &name, crate::wait::Goal::Ended, 0, format)
+}
+
+/// `share`: let `user` see task `id` (and, with `operate`, stop, resubmit, clone and delete it).
+pub fn share(c: &Conn, task: &str, id: &str, user: &str, operate: bool) -> CallResult<ExitCode> {
+    let body = serde_json::json!({"user": user, "operate": operate}).to_string();
+    c.call("POST", &format!("/api/v1/tasks/{}/shares", encode(id)), Some(body.as_bytes()), None)?;
+    let what = if operate { "see and operate" } else { "see" };
+    outln!("{user} may now {what} {task}");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -543,31 +592,35 @@ pub fn quota(c: &Conn, format: Format) -> CallResult<ExitCode> {
         print(&v, format);
         return Ok(ExitCode::SUCCESS);
     }
-    outln!(
-        "{:<14} {:<9} {:<12} {:<14} {:>6} {:>9} {:>10} {:>6} {:>10}",
-        "GROUP",
-        "TYPE",
-        "POOL",
-        "SPEC",
-        "QUOTA",
-        "REMAINING",
-        "AVAILABLE",
-        "IDLE",
-        "UNRESERVED"
-    );
-    for q in v["items"].as_array().into_iter().flatten() {
-        outln!(
-            "{:<14} {:<9} {:<12} {:<14} {:>6} {:>9} {:>10} {:>6} {:>10}",
-            q["group"].as_str().unwrap_or(""),
-            q["resourceType"].as_str().unwrap_or(""),
-            q["pool"].as_str().unwrap_or(""),
-            q["spec"].as_str().unwrap_or(""),
-            q["limit"],
-            q["remaining"],
-            q["poolAvailable"],
-            q["idle"],
-            q["unreserved"]
-        );
+    let cell = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".to_owned(),
+        other => other.to_string(),
+    };
+    let rows: Vec<Vec<String>> = v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|q| {
+            [
+                "group",
+                "resourceType",
+                "pool",
+                "spec",
+                "limit",
+                "remaining",
+                "poolAvailable",
+                "idle",
+                "unreserved",
+            ]
+            .iter()
+            .map(|k| cell(&q[*k]))
+            .collect()
+        })
+        .collect();
+    let header = ["GROUP", "TYPE", "POOL", "SPEC", "QUOTA", "REMAINING", "AVAILABLE", "IDLE", "UNRESERVED"];
+    for l in crate::table::render(&header, &rows, &[4, 5, 6, 7, 8]) {
+        outln!("{l}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -3,7 +3,7 @@
 //! followed until the replica ends. Lines are the task's own output; `--timestamps` puts the time each was
 //! written before it.
 
-use crate::client::{CallResult, Conn, Failure, outln, resolve};
+use crate::client::{CallResult, Conn, EXIT_SERVER, Failure, not_found, outln, resolve};
 use std::io::BufRead;
 use std::process::ExitCode;
 
@@ -40,12 +40,9 @@ pub fn logs(c: &Conn, task: &str, o: &LogOpts) -> CallResult<ExitCode> {
     };
     let Some(chosen) = chosen else {
         let which = o.attempt.map_or_else(|| "yet".to_owned(), |a| format!("in attempt {a}"));
-        return Err(Failure {
-            message: format!(
-                "{task} has no replicas {which} (queued or starting?); `trainyard describe {task}` says where it is"
-            ),
-            code: 1,
-        });
+        return Err(not_found(format!(
+            "{task} has no replicas {which} (queued or starting?); `trainyard describe {task}` says where it is"
+        )));
     };
     let attempt = chosen["attempt"].as_i64().unwrap_or(0);
     let names: Vec<String> = chosen["replicas"]
@@ -60,13 +57,10 @@ pub fn logs(c: &Conn, task: &str, o: &LogOpts) -> CallResult<ExitCode> {
             let found: Vec<String> =
                 names.iter().filter(|n| *n == r || n.ends_with(&format!("-{r}"))).cloned().collect();
             if found.is_empty() {
-                return Err(Failure {
-                    message: format!(
-                        "attempt {attempt} of {task} has no replica {r:?}; it has {}",
-                        names.join(", ")
-                    ),
-                    code: 1,
-                });
+                return Err(not_found(format!(
+                    "attempt {attempt} of {task} has no replica {r:?}; it has {}",
+                    names.join(", ")
+                )));
             }
             found
         }
@@ -124,7 +118,7 @@ pub fn logs(c: &Conn, task: &str, o: &LogOpts) -> CallResult<ExitCode> {
         })
         .collect();
     for t in threads {
-        t.join().map_err(|_| Failure { message: "a log follower failed".into(), code: 2 })??;
+        t.join().map_err(|_| Failure { message: "a log follower failed".into(), code: EXIT_SERVER })??;
     }
     Ok(ExitCode::SUCCESS)
 }

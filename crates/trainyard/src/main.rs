@@ -3,13 +3,18 @@
 
 mod client;
 mod logs;
+mod metrics;
+mod table;
 mod up;
 mod validate;
+mod wait;
+mod watch;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use client::{Conn, Format};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use table::ListFormat;
 
 /// mimalloc instead of the system allocator: under a stream of submissions the server's allocations
 /// (request bodies, specs, the control loop's per-tick views) cost about a quarter less CPU and leave less
@@ -17,15 +22,17 @@ use std::process::ExitCode;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Trainyard: submit and run PyTorchJob and RayJob training tasks.
+/// Trainyard: submit, follow and run PyTorchJob and RayJob training tasks. `trainyard up` runs the server on
+/// this machine; the other verbs talk to a server over its HTTP API (`validate` also works offline).
 #[derive(Debug, Parser)]
-#[command(name = "trainyard", version, about)]
+#[command(name = "trainyard", version, after_help = client::EXIT_CODES)]
 struct Cli {
     /// The server's address [default: the config file's `server`, else http://127.0.0.1:8080].
     #[arg(long, global = true, env = "TRAINYARD_SERVER")]
     server: Option<String>,
-    /// API token [default: the config file's `token`, else the admin token `trainyard up` saved in
-    /// .trainyard/admin.token].
+    /// API token [default: the config file's `token`, else the admin token `trainyard up` saved in its data
+    /// dir: $TRAINYARD_DATA_DIR/admin.token, else .trainyard/admin.token under the directory you run in, as
+    /// an absolute path].
     #[arg(long, global = true, env = "TRAINYARD_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// A YAML file with `server:` and `token:` [default: ~/.config/trainyard/config.yaml].
@@ -45,7 +52,9 @@ enum Command {
         /// Where the store, the catalog and the bootstrap token live.
         #[arg(long, env = "TRAINYARD_DATA_DIR", default_value = ".trainyard")]
         data_dir: PathBuf,
-        #[arg(long, default_value = "127.0.0.1:8080")]
+        /// The address the API and the console listen on (`0.0.0.0:8080` for every interface; port 0 picks a
+        /// free one).
+        #[arg(long, default_value = DEFAULT_LISTEN)]
         listen: String,
         /// A PostgreSQL URL to use instead of the SQLite file.
         #[arg(long, env = "TRAINYARD_DATABASE_URL", hide_env_values = true)]
@@ -56,9 +65,10 @@ enum Command {
         #[arg(long, env = "TRAINYARD_BACKEND", value_enum, default_value_t = up::BackendChoice::Auto)]
         backend: up::BackendChoice,
         /// On first start, split this machine into this many virtual nodes (CPUs, memory and GPUs shared out
-        /// evenly), so gangs, fragmentation and node replacement happen for real on one box.
-        #[arg(long, default_value_t = 1)]
-        nodes: u32,
+        /// evenly), so gangs, fragmentation and node replacement happen for real on one box. At most one node
+        /// per vCPU (and per GPU when there are GPUs); more is refused [default: 1].
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        nodes: Option<u32>,
         /// A PEM file of extra CA certificates to trust for https alarm webhooks (a receiver with a private
         /// CA), beside the system's trust store.
         #[arg(long, env = "TRAINYARD_WEBHOOK_CA", value_name = "FILE")]
@@ -72,7 +82,10 @@ enum Command {
     },
     /// Runs one replica under supervision (started by the local backend; not for people).
     #[command(hide = true)]
-    Supervise { dir: PathBuf },
+    Supervise {
+        /// The replica's run dir.
+        dir: PathBuf,
+    },
     /// Check task files against every rule and print their problems, or their resource demand.
     ///
     /// Exit status: 0 when every file is valid (warnings allowed), 1 when any file has errors, 2 when a
@@ -80,14 +93,17 @@ enum Command {
     Validate(ValidateArgs),
     /// Submit a task file (YAML or JSON; `-` for standard input).
     Submit {
-        #[arg(short = 'f', long = "file")]
+        /// The task file (YAML or JSON); `-` reads standard input.
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
         file: PathBuf,
         /// Makes a retried submission return the first task instead of creating a second one.
-        #[arg(long)]
+        #[arg(long, value_name = "KEY")]
         idempotency_key: Option<String>,
-        /// Follow the task's events until it ends; exit 1 unless it succeeds.
+        /// Follow the task until it ends: its events, and a status line with its place in the queue and the
+        /// reason while it waits; exit 1 unless it succeeds.
         #[arg(long)]
         wait: bool,
+        /// Output format.
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
         output: Format,
     },
@@ -96,11 +112,14 @@ enum Command {
         /// Only tasks in this status (any case).
         #[arg(long, value_enum, ignore_case = true)]
         status: Option<StatusArg>,
-        #[arg(long = "type")]
+        /// Only tasks of this type (PyTorchJob or RayJob).
+        #[arg(long = "type", value_name = "TYPE")]
         task_type: Option<String>,
+        /// Only tasks of this project group.
         #[arg(long)]
         group: Option<String>,
-        #[arg(long)]
+        /// Only tasks of this user.
+        #[arg(long, value_name = "USER")]
         owner: Option<String>,
         /// Label selector: key=value[,key=value].
         #[arg(short = 'l', long)]
@@ -114,20 +133,31 @@ enum Command {
         /// At most this many tasks (1 to 500).
         #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=500))]
         limit: u32,
-        #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
-        output: Format,
+        /// Output format (`wide`: with resource type, replicas, GPUs, run time and nodes).
+        #[arg(short = 'o', long, value_enum, default_value_t = ListFormat::Table)]
+        output: ListFormat,
+        /// Keep watching: print the list again whenever it changes (asked every second), until Ctrl-C. With
+        /// `-o json` one document per line.
+        #[arg(short = 'w', long)]
+        watch: bool,
     },
     /// One task (by name or id).
     Get {
         /// The task's name or id.
         task: String,
-        #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
-        output: Format,
+        /// Output format (`wide`: with resource type, replicas, GPUs, run time and nodes).
+        #[arg(short = 'o', long, value_enum, default_value_t = ListFormat::Table)]
+        output: ListFormat,
+        /// Keep watching: print the task again whenever it changes (asked every second), until it ends or
+        /// Ctrl-C. With `-o json` one document per line.
+        #[arg(short = 'w', long)]
+        watch: bool,
     },
     /// A task's details, placement and events.
     Describe {
         /// The task's name or id.
         task: String,
+        /// Output format.
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
         output: Format,
     },
@@ -135,6 +165,7 @@ enum Command {
     Events {
         /// The task's name or id.
         task: String,
+        /// Output format.
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
         output: Format,
     },
@@ -165,6 +196,11 @@ enum Command {
     Stop {
         /// The task's name or id.
         task: String,
+        /// Follow the task until it is stopped (or ended otherwise), with a status line; exit 0 when it is
+        /// stopped or succeeded first, 1 when it failed.
+        #[arg(long)]
+        wait: bool,
+        /// Output format.
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
         output: Format,
     },
@@ -172,6 +208,7 @@ enum Command {
     Delete {
         /// The task's name or id.
         task: String,
+        /// Output format.
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
         output: Format,
     },
@@ -179,6 +216,57 @@ enum Command {
     Resubmit {
         /// The task's name or id.
         task: String,
+        /// Follow the task until it runs again (or ends), with a status line that says its place in the
+        /// queue and the reason while it waits; exit 0 when it runs or succeeded, 1 when it failed or was
+        /// stopped.
+        #[arg(long)]
+        wait: bool,
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
+        output: Format,
+    },
+    /// A new task from another one's spec (a new name, queued, owned by you). Hidden variables are never
+    /// copied: give each one's value with --hidden.
+    Clone {
+        /// The task's name or id.
+        task: String,
+        /// The project group the copy goes to [default: the original's]; it must be one of yours.
+        #[arg(long)]
+        group: Option<String>,
+        /// A hidden variable's value for the copy, as NAME=VALUE (repeatable).
+        #[arg(long = "hidden", value_name = "NAME=VALUE", value_parser = parse_pair)]
+        hidden: Vec<(String, String)>,
+        /// Follow the copy until it ends, as `submit --wait` does; exit 1 unless it succeeds.
+        #[arg(long)]
+        wait: bool,
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
+        output: Format,
+    },
+    /// Let another user see a task (and with --operate stop, resubmit, clone and delete it too). Owners and
+    /// admins only; the API shares with users (not groups) and has no way to take a share back.
+    Share {
+        /// The task's name or id.
+        task: String,
+        /// The user to share it with.
+        #[arg(long = "with", value_name = "USER")]
+        with: String,
+        /// Let them operate it too, not only see it.
+        #[arg(long)]
+        operate: bool,
+    },
+    /// A task's metrics: each replica's preset resource metrics (CPU, memory, GPU) and the task's own, with
+    /// the latest value, the smallest and the largest.
+    Metrics {
+        /// The task's name or id.
+        task: String,
+        /// Only this replica: its full name, or its role and index (`worker-1`, `head-0`).
+        #[arg(long)]
+        replica: Option<String>,
+        /// The attempt (0 is the first) [default: the latest].
+        #[arg(long)]
+        attempt: Option<i64>,
+        /// Output format (json and yaml: the API's answer, every sample).
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
         output: Format,
     },
@@ -188,16 +276,18 @@ enum Command {
     /// loads completions from (`trainyard completion zsh > ~/.zfunc/_trainyard`, fish's
     /// `~/.config/fish/completions/trainyard.fish`).
     Completion {
+        /// The shell to complete in.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
     /// Quotas of your groups (all for admins), what is left, and the pool's available, idle and unreserved
     /// capacity.
     Quota {
+        /// Output format.
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
         output: Format,
     },
-    /// Administration: the catalog, nodes, users and tokens.
+    /// Administration (admins only): the catalog, nodes, users and tokens.
     Admin {
         #[command(subcommand)]
         command: AdminCommand,
@@ -214,37 +304,50 @@ enum AdminCommand {
     /// Create or update a user; `--disable` refuses every token of theirs (their tasks stay), `--enable`
     /// undoes it.
     User {
+        /// The user's name.
         name: String,
+        /// `member` or `admin`.
         #[arg(long, default_value = "member")]
         role: String,
         /// A project group the user belongs to (repeatable).
         #[arg(long = "group")]
         groups: Vec<String>,
+        /// Refuse every token of theirs from now on (their tasks stay).
         #[arg(long, conflicts_with_all = ["enable", "groups"])]
         disable: bool,
+        /// Accept their tokens again.
         #[arg(long, conflicts_with = "groups")]
         enable: bool,
     },
     /// A new API token for a user (printed once); `--list` shows their tokens' ids, `--revoke ID` revokes one.
     Token {
+        /// The user the token is for.
         user: String,
+        /// A note kept with the new token (what it is for).
         #[arg(long, default_value = "")]
         label: String,
+        /// List the user's tokens (their ids and labels, never the tokens).
         #[arg(long, conflicts_with = "revoke")]
         list: bool,
+        /// Revoke the token with this id (from --list).
         #[arg(long, value_name = "ID")]
         revoke: Option<String>,
     },
     /// Stop (`--cordon`) or resume (`--uncordon`) placing new work on a node; `--fail` marks it failed
     /// (its replicas are killed and fault tolerance takes over), `--repair` clears that.
     Node {
+        /// The node's name in the catalog.
         name: String,
+        /// Place no new work on it (what runs there goes on).
         #[arg(long, group = "node_action", required = true)]
         cordon: bool,
+        /// Place new work on it again.
         #[arg(long, group = "node_action")]
         uncordon: bool,
+        /// Mark it failed: its replicas are killed and fault tolerance takes over.
         #[arg(long, group = "node_action")]
         fail: bool,
+        /// Clear the failed mark.
         #[arg(long, group = "node_action")]
         repair: bool,
     },
@@ -252,12 +355,16 @@ enum AdminCommand {
 
 #[derive(Debug, Subcommand)]
 enum CatalogCommand {
+    /// Print the catalog in force.
     Get {
+        /// Output format (`table` is YAML here too).
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Yaml)]
         output: Format,
     },
+    /// Replace the catalog with the one in a file.
     Set {
-        #[arg(short = 'f', long = "file")]
+        /// The catalog, in YAML or JSON.
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
         file: PathBuf,
     },
 }
@@ -297,7 +404,9 @@ struct ValidateArgs {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Output {
+    /// For people: each file's problems, or its demand.
     Table,
+    /// Every file's result, as JSON.
     Json,
 }
 
@@ -320,21 +429,56 @@ fn config_file(path: Option<&std::path::Path>) -> Result<ConfigFile, String> {
     }
 }
 
+/// Where `up` listens unless told otherwise, and where the CLI looks for a server.
+const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// `NAME=VALUE`.
+fn parse_pair(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("expected NAME=VALUE, got {s:?}")),
+    }
+}
+
+/// The admin token `trainyard up` saves, where an `up` with the default data dir keeps it: in
+/// `$TRAINYARD_DATA_DIR`, else in `.trainyard` under the current directory; as an absolute path.
+fn default_token_file() -> Option<PathBuf> {
+    let dir = std::env::var_os("TRAINYARD_DATA_DIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| PathBuf::from(".trainyard"), PathBuf::from);
+    std::path::absolute(dir.join("admin.token")).ok()
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let token_file = default_token_file();
+    // The token's help names the file it would read here.
+    let command = Cli::command().mut_arg("token", |a| match &token_file {
+        Some(f) => a.help(format!(
+            "API token [default: the config file's `token`, else the admin token `trainyard up` saved in its \
+             data dir ($TRAINYARD_DATA_DIR, else .trainyard under the current directory): here {}]",
+            f.display()
+        )),
+        None => a,
+    });
+    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let config = match config_file(cli.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("trainyard: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(client::EXIT_USAGE);
         }
     };
-    let token = cli
-        .token
-        .or(config.token)
-        .or_else(|| std::fs::read_to_string(".trainyard/admin.token").ok().map(|t| t.trim().to_owned()));
-    let server = cli.server.or(config.server).unwrap_or_else(|| "http://127.0.0.1:8080".to_owned());
-    let conn = Conn { server, token };
+    let token = cli.token.or(config.token).or_else(|| {
+        token_file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()).map(|t| t.trim().to_owned())
+    });
+    let server = cli.server.or(config.server).unwrap_or_else(|| format!("http://{DEFAULT_LISTEN}"));
+    let conn = Conn { server, token, token_file };
+    let by_name = |task: &str, then: &dyn Fn(&str) -> client::CallResult<ExitCode>| {
+        client::finish(client::resolve(&conn, task).and_then(|id| then(&id)))
+    };
     match cli.command {
         Command::Validate(args) => {
             validate::run(&args.files, args.catalog.as_deref(), &conn, args.offline, args.output)
@@ -348,7 +492,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let opts = up::Options { backend, nodes: nodes.max(1), webhook_ca, sandbox, server, kube };
+            let opts = up::Options { backend, nodes, webhook_ca, sandbox, server, kube };
             match rt.block_on(up::run(&data_dir, &listen, database_url.as_deref(), &opts)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -360,7 +504,7 @@ fn main() -> ExitCode {
         Command::Submit { file, idempotency_key, wait, output } => {
             client::finish(client::submit(&conn, &file, idempotency_key.as_deref(), wait, output))
         }
-        Command::List { status, task_type, group, owner, labels, query, sort, limit, output } => {
+        Command::List { status, task_type, group, owner, labels, query, sort, limit, output, watch } => {
             client::finish(client::list(
                 &conn,
                 &[
@@ -374,39 +518,38 @@ fn main() -> ExitCode {
                     ("limit", Some(limit.to_string())),
                 ],
                 output,
+                watch,
             ))
         }
-        Command::Get { task, output } => {
-            client::finish(client::resolve(&conn, &task).and_then(|id| client::get(&conn, &id, output)))
-        }
-        Command::Describe { task, output } => {
-            client::finish(client::resolve(&conn, &task).and_then(|id| client::describe(&conn, &id, output)))
-        }
-        Command::Events { task, output } => {
-            client::finish(client::resolve(&conn, &task).and_then(|id| client::events(&conn, &id, output)))
-        }
+        Command::Get { task, output, watch } => by_name(&task, &|id| client::get(&conn, id, output, watch)),
+        Command::Describe { task, output } => by_name(&task, &|id| client::describe(&conn, id, output)),
+        Command::Events { task, output } => by_name(&task, &|id| client::events(&conn, id, output)),
         Command::Logs { task, follow, tail, replica, all, attempt, timestamps } => {
             let opts = logs::LogOpts { follow, tail, replica, all, attempt, timestamps };
             client::finish(logs::logs(&conn, &task, &opts))
         }
-        Command::Stop { task, output } => client::finish(
-            client::resolve(&conn, &task).and_then(|id| client::act(&conn, &id, "stop", output)),
-        ),
-        Command::Delete { task, output } => client::finish(
-            client::resolve(&conn, &task).and_then(|id| client::act(&conn, &id, "delete", output)),
-        ),
-        Command::Resubmit { task, output } => client::finish(
-            client::resolve(&conn, &task).and_then(|id| client::act(&conn, &id, "resubmit", output)),
-        ),
+        Command::Stop { task, wait, output } => {
+            by_name(&task, &|id| client::act(&conn, id, "stop", wait, output))
+        }
+        Command::Delete { task, output } => {
+            by_name(&task, &|id| client::act(&conn, id, "delete", false, output))
+        }
+        Command::Resubmit { task, wait, output } => {
+            by_name(&task, &|id| client::act(&conn, id, "resubmit", wait, output))
+        }
+        Command::Clone { task, group, hidden, wait, output } => {
+            by_name(&task, &|id| client::clone(&conn, id, group.as_deref(), &hidden, wait, output))
+        }
+        Command::Share { task, with, operate } => {
+            by_name(&task, &|id| client::share(&conn, &task, id, &with, operate))
+        }
+        Command::Metrics { task, replica, attempt, output } => {
+            client::finish(metrics::metrics(&conn, &task, replica.as_deref(), attempt, output))
+        }
         Command::Whoami => client::finish(client::whoami(&conn)),
         Command::Completion { shell } => {
             let mut out = Vec::new();
-            clap_complete::generate(
-                shell,
-                &mut <Cli as clap::CommandFactory>::command(),
-                "trainyard",
-                &mut out,
-            );
+            clap_complete::generate(shell, &mut Cli::command(), "trainyard", &mut out);
             client::outln!("{}", String::from_utf8_lossy(&out).trim_end());
             ExitCode::SUCCESS
         }

@@ -25,8 +25,8 @@ pub enum BackendChoice {
 #[derive(Debug)]
 pub struct Options {
     pub backend: BackendChoice,
-    /// Virtual nodes on first start.
-    pub nodes: u32,
+    /// Virtual nodes on first start (None: one, and no note when the catalog is already there).
+    pub nodes: Option<u32>,
     /// A PEM bundle of CAs trusted for https alarm webhooks, beside the system's.
     pub webhook_ca: Option<std::path::PathBuf>,
     pub sandbox: SandboxFlags,
@@ -296,46 +296,66 @@ fn detect() -> Machine {
     Machine { vcpus, memory_mib, gpus, torch: has("torch"), ray }
 }
 
-/// A catalog describing this machine: region `local`, cluster `local`, pool `default`, one node, a few specs
-/// and quotas for the `default` group so a first task can be submitted at once.
-fn local_catalog(m: &Machine, n: u32) -> String {
+/// The most virtual nodes this machine splits into: each needs a vCPU of its own (and, when there are GPUs,
+/// a GPU of its own: every node then is a GPU node).
+fn max_nodes(m: &Machine) -> u32 {
+    let cpus = m.vcpus.max(1);
+    m.gpus.as_ref().map_or(cpus, |(_, count)| cpus.min((*count).max(1)))
+}
+
+/// A catalog describing this machine: region `local`, cluster `local`, pool `default`, `n` nodes, a few specs
+/// and quotas for the `default` group so a first task can be submitted at once. More nodes than
+/// [`max_nodes`] are refused, with why.
+fn local_catalog(m: &Machine, n: u32) -> Result<String> {
+    let limit = max_nodes(m);
+    if n > limit {
+        let why = match &m.gpus {
+            Some((model, count)) if *count < m.vcpus => {
+                format!("it has {count} × {model} GPU and each virtual node needs a GPU of its own")
+            }
+            _ => format!("it has {} vCPU and each virtual node needs a vCPU of its own", m.vcpus),
+        };
+        anyhow::bail!("--nodes {n}: this machine splits into at most {limit} virtual node(s): {why}");
+    }
+    let n = n.max(1);
     let mem_per_cpu = (m.memory_mib / u64::from(m.vcpus.max(1))).clamp(512, 4096);
-    let mut specs = format!(
-        "  cpu.small: {{kind: CPU, vcpus: 1, memoryMib: {mem_per_cpu}}}\n  cpu.large: {{kind: CPU, vcpus: {}, memoryMib: {}}}\n",
-        (m.vcpus / 2).max(1),
-        mem_per_cpu * u64::from((m.vcpus / 2).max(1))
-    );
-    let mut pool_specs = vec!["cpu.small".to_owned(), "cpu.large".to_owned()];
-    let n = n.clamp(1, m.vcpus.max(1));
-    let node_name = |i: u32| if n == 1 { "local-cpu".to_owned() } else { format!("local-{}", i + 1) };
-    let mut nodes: String = (0..n)
-        .map(|i| {
-            format!(
-                "  {}: {{pool: default, vcpus: {}, memoryMib: {}}}\n",
-                node_name(i),
-                m.vcpus / n,
-                m.memory_mib / u64::from(n)
-            )
-        })
-        .collect();
+    let (node_vcpus, node_mib) = (m.vcpus / n, m.memory_mib / u64::from(n));
+    let mut specs = format!("  cpu.small: {{kind: CPU, vcpus: 1, memoryMib: {mem_per_cpu}}}\n");
+    let mut pool_specs = vec!["cpu.small".to_owned()];
     let mut quotas = format!(
         "  - {{group: default, resourceType: Reserved, pool: default, spec: cpu.small, units: {}}}\n",
         m.vcpus
     );
+    // cpu.large: half a node, and at least 2 vCPUs, so it is never cpu.small again; a node of one vCPU
+    // has none.
+    if node_vcpus >= 2 {
+        let large = (node_vcpus / 2).max(2);
+        let large_mib = (mem_per_cpu * u64::from(large)).min(node_mib);
+        specs.push_str(&format!("  cpu.large: {{kind: CPU, vcpus: {large}, memoryMib: {large_mib}}}\n"));
+        pool_specs.push("cpu.large".to_owned());
+        quotas.push_str(&format!(
+            "  - {{group: default, resourceType: Reserved, pool: default, spec: cpu.large, units: {}}}\n",
+            n * (node_vcpus / large)
+        ));
+    }
+    let node_name = |i: u32| if n == 1 { "local-cpu".to_owned() } else { format!("local-{}", i + 1) };
+    let mut nodes: String = (0..n)
+        .map(|i| {
+            format!("  {}: {{pool: default, vcpus: {node_vcpus}, memoryMib: {node_mib}}}\n", node_name(i))
+        })
+        .collect();
     if let Some((model, count)) = &m.gpus {
         let spec = format!("gpu.{}.1", model.to_lowercase());
         let (cpu_per_gpu, mem_per_gpu) = ((m.vcpus / count).max(1), m.memory_mib / u64::from(*count));
         specs.push_str(&format!("  {spec}: {{kind: GPU, gpuModel: {model}, gpus: 1, vcpus: {cpu_per_gpu}, memoryMib: {mem_per_gpu}}}\n"));
         let per = (count / n).max(1);
-        nodes = (0..n.min(*count))
+        nodes = (0..n)
             .map(|i| {
                 let devices: Vec<String> = (i * per..(i + 1) * per).map(|d| d.to_string()).collect();
                 let name = if n == 1 { "local-gpu".to_owned() } else { format!("local-gpu-{}", i + 1) };
                 format!(
-                    "  {name}: {{pool: default, gpuModel: {model}, gpus: {per}, gpuDevices: [{}], vcpus: {}, memoryMib: {}}}\n",
+                    "  {name}: {{pool: default, gpuModel: {model}, gpus: {per}, gpuDevices: [{}], vcpus: {node_vcpus}, memoryMib: {node_mib}}}\n",
                     devices.join(", "),
-                    m.vcpus / n.min(*count),
-                    m.memory_mib / u64::from(n.min(*count))
                 )
             })
             .collect();
@@ -344,7 +364,7 @@ fn local_catalog(m: &Machine, n: u32) -> String {
         ));
         pool_specs.push(spec);
     }
-    format!(
+    Ok(format!(
         "# This machine, as `trainyard up` found it on first start. It seeds the catalog in the store; change\n\
          # it later with `trainyard admin catalog set -f FILE`.\n\
          regions: {{local: {{displayName: This machine}}}}\n\
@@ -359,7 +379,7 @@ fn local_catalog(m: &Machine, n: u32) -> String {
         pool_specs.join(", "),
         m.torch,
         m.ray
-    )
+    ))
 }
 
 pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts: &Options) -> Result<()> {
@@ -367,6 +387,23 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
     let webhooks = trainyard_control::alarms::Webhooks::new(opts.webhook_ca.as_deref())
         .context("the CAs trusted for https alarm webhooks (--webhook-ca)")?;
     let webhook_trust = webhooks.trust().to_owned();
+    // A first start on this machine describes it (and refuses a --nodes it cannot give) before anything is
+    // written; a later one keeps its catalog, whatever --nodes says.
+    let first_local = opts.backend != BackendChoice::Kubernetes && !data_dir.join("catalog.yaml").exists();
+    let described = if first_local {
+        let machine = detect();
+        let text = local_catalog(&machine, opts.nodes.unwrap_or(1))?;
+        Some((machine, text))
+    } else {
+        None
+    };
+    if let (Some(n), None) = (opts.nodes, &described) {
+        println!(
+            "note: --nodes {n} is not used: it splits this machine on a first start only (the catalog of {} is kept; \
+             `trainyard admin catalog set` changes its nodes)",
+            data_dir.display()
+        );
+    }
     // The store, keys, tokens and logs are the server's alone.
     local::private_umask();
     std::fs::create_dir_all(data_dir)
@@ -391,10 +428,8 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
     } else {
         None
     };
-    if !catalog_path.exists() {
-        let machine = detect();
-        std::fs::write(&catalog_path, local_catalog(&machine, opts.nodes))
-            .context("cannot write the catalog")?;
+    if let Some((machine, text)) = described.filter(|_| !catalog_path.exists()) {
+        std::fs::write(&catalog_path, text).context("cannot write the catalog")?;
         println!(
             "described this machine in {}: {} vCPU, {} MiB{}",
             catalog_path.display(),
@@ -575,8 +610,25 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
             }
         }
     }
+    // The CLI finds a server on the default address by itself; any other it is told.
+    let reach = match addr.ip() {
+        ip if ip.is_unspecified() => std::net::SocketAddr::new(
+            if ip.is_ipv4() {
+                std::net::Ipv4Addr::LOCALHOST.into()
+            } else {
+                std::net::Ipv6Addr::LOCALHOST.into()
+            },
+            addr.port(),
+        ),
+        _ => addr,
+    };
+    let server_flag = if reach.to_string() == crate::DEFAULT_LISTEN {
+        String::new()
+    } else {
+        format!(" --server http://{reach}")
+    };
     println!(
-        "  CLI:     export TRAINYARD_TOKEN=$(cat {}) ; trainyard submit -f examples/local/hello.yaml --wait",
+        "  CLI:     export TRAINYARD_TOKEN=$(cat {}) ; trainyard{server_flag} submit -f examples/local/hello.yaml --wait",
         data_dir.join("admin.token").display()
     );
     tokio::select! {
