@@ -29,6 +29,28 @@ fn trainyard(args: &[&str], stdin: Option<&str>) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// What a `trainyard up` with piped stdout prints up to its CLI line (the last of its start): its API address
+/// (without `/api/v1`) and all of it. The rest is drained in the background.
+fn up_output(child: &mut std::process::Child) -> (String, String) {
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout is piped")).lines();
+    let mut printed = String::new();
+    let mut api = None;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        printed.push_str(&line);
+        printed.push('\n');
+        if let Some(rest) = line.trim().strip_prefix("API:") {
+            api = rest.split_whitespace().next().map(|u| u.trim_end_matches("/api/v1").to_owned());
+        }
+        if line.trim().starts_with("CLI:") {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    (api.unwrap_or_else(|| panic!("no API address in:\n{printed}")), printed)
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8(o.stdout.clone()).unwrap()
 }
@@ -168,9 +190,24 @@ fn up_then_submit_and_wait() {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let (api, printed) = common::api_address(&mut server);
+    let (api, printed) = up_output(&mut server);
     let token = std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_owned();
     assert!(printed.contains(&token), "the token is printed once at bootstrap");
+    // Listening elsewhere than the default address, `up` says how the CLI reaches it.
+    let api_port = api.rsplit(':').next().unwrap().to_owned();
+    assert!(
+        printed.contains(&format!("trainyard --server http://127.0.0.1:{api_port} submit -f")),
+        "{printed}"
+    );
+    // The catalog `up` wrote for this machine: cpu.large, when the machine has room for it, is larger than
+    // cpu.small.
+    let catalog =
+        trainyard_core::Catalog::from_yaml(&std::fs::read_to_string(dir.join("catalog.yaml")).unwrap())
+            .unwrap();
+    let small = &catalog.instance_specs["cpu.small"];
+    if let Some(large) = catalog.instance_specs.get("cpu.large") {
+        assert!(large.vcpus > small.vcpus, "cpu.large {large:?} is not larger than cpu.small {small:?}");
+    }
     let cli = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_trainyard"))
             .args(args)
@@ -214,7 +251,7 @@ fn up_then_submit_and_wait() {
     assert_eq!(waited.status.code(), Some(0), "{said}");
     assert!(said.contains("queued #1 (1 in its group): "), "{said}");
     let bad = cli(&["submit", "-f", "examples/invalid/bad-name.yaml"]);
-    assert_eq!(bad.status.code(), Some(1));
+    assert_eq!(bad.status.code(), Some(2), "a task the server finds invalid is a validation error");
     assert!(String::from_utf8_lossy(&bad.stderr).contains("metadata.namePrefix"));
     let nobody = Command::new(env!("CARGO_BIN_EXE_trainyard"))
         .args(["list"])
@@ -222,7 +259,7 @@ fn up_then_submit_and_wait() {
         .env("TRAINYARD_TOKEN", "ty_wrong")
         .output()
         .unwrap();
-    assert_eq!(nobody.status.code(), Some(1));
+    assert_eq!(nobody.status.code(), Some(4), "a token the server refuses");
     // Quota from the CLI, with the server and token from a config file instead of the environment.
     let config = dir.join("cli.yaml");
     std::fs::write(&config, format!("server: {api}\ntoken: {token}\n")).unwrap();
@@ -239,6 +276,35 @@ fn up_then_submit_and_wait() {
         quota_out.contains("default") && quota_out.contains("cpu.small") && quota_out.contains("REMAINING"),
         "{quota_out}"
     );
+    // Its columns line up: each header starts where its figures do (figures to the right).
+    let qlines: Vec<&str> = quota_out.lines().collect();
+    let end_of = |line: &str, col: usize| {
+        let mut ends = Vec::new();
+        let mut prev = ' ';
+        for (i, c) in line.char_indices() {
+            if c == ' ' && prev != ' ' {
+                ends.push(i);
+            }
+            prev = c;
+        }
+        ends.push(line.len());
+        ends[col]
+    };
+    for l in &qlines[1..] {
+        assert_eq!(end_of(l, 8), end_of(qlines[0], 8), "UNRESERVED:\n{quota_out}");
+        assert_eq!(end_of(l, 5), end_of(qlines[0], 5), "REMAINING:\n{quota_out}");
+    }
+    // The admin token is found in the data dir `up` keeps it in ($TRAINYARD_DATA_DIR), from anywhere.
+    let found = Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(["whoami"])
+        .env("TRAINYARD_SERVER", &api)
+        .env_remove("TRAINYARD_TOKEN")
+        .env("TRAINYARD_DATA_DIR", &dir)
+        .env("HOME", &dir)
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&found.stdout).trim(), "admin (admin), groups: default");
     // Administration from the CLI: a user, a token for them, and the catalog.
     assert_eq!(cli(&["admin", "user", "erin", "--group", "default"]).status.code(), Some(0));
     let token_out = cli(&["admin", "token", "erin", "--label", "test"]);
@@ -310,7 +376,7 @@ fn logs_and_names_through_the_real_binary() {
     assert_eq!(one["items"].as_array().map(Vec::len), Some(1), "{one}");
     assert_eq!(cli(&["list", "--limit", "0"]).status.code(), Some(2));
     let missing = cli(&["get", "no-such-task"]);
-    assert_eq!(missing.status.code(), Some(1));
+    assert_eq!(missing.status.code(), Some(3));
     assert!(text(&missing).contains("no task named \"no-such-task\""), "{}", text(&missing));
 
     let master = cli(&["logs", &name, "--tail", "3"]);
@@ -329,7 +395,7 @@ fn logs_and_names_through_the_real_binary() {
         "{all}"
     );
     let bad_replica = cli(&["logs", &name, "--replica", "worker-7"]);
-    assert_eq!(bad_replica.status.code(), Some(1));
+    assert_eq!(bad_replica.status.code(), Some(3));
     assert!(text(&bad_replica).contains("has no replica \"worker-7\""), "{}", text(&bad_replica));
 
     let running = cli(&["list", "--status", "succeeded", "-o", "json"]);
@@ -367,4 +433,396 @@ fn logs_and_names_through_the_real_binary() {
         text(&offline)
     );
     assert!(String::from_utf8_lossy(&offline.stderr).contains("the example catalog built into this binary"));
+}
+
+/// Every subcommand (each level, `admin catalog get` included) and every flag and argument says what it is
+/// for in `-h`; the top-level help says what Trainyard is and lists the exit statuses.
+#[test]
+fn every_subcommand_and_flag_has_help() {
+    fn walk(path: &mut Vec<String>, missing: &mut Vec<String>, seen: &mut usize) {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("-h");
+        let o = trainyard(&args, None);
+        let out = stdout(&o);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {out}");
+        *seen += 1;
+        let mut section = "";
+        let mut commands = Vec::new();
+        let lines: Vec<&str> = out.lines().collect();
+        let indent = |l: &str| l.len() - l.trim_start().len();
+        for (i, line) in lines.iter().enumerate() {
+            if !line.starts_with(' ') {
+                section = line.trim_end_matches(':');
+                continue;
+            }
+            // An item's help on its own line (clap does that when lines get long) is not an item.
+            let is_item = match section {
+                "Commands" => indent(line) == 2,
+                "Arguments" | "Options" => line.trim_start().starts_with(['-', '<', '[']),
+                _ => false,
+            };
+            if !is_item {
+                continue;
+            }
+            // `  SPEC  help`, the spec without a double space in it; or the help on the next line, deeper.
+            let item = line.trim_start();
+            let (spec, help) = item.split_once("  ").unwrap_or((item, ""));
+            let help = match lines.get(i + 1) {
+                Some(next) if help.trim().is_empty() && indent(next) > indent(line) + 2 => next.trim(),
+                _ => help.trim(),
+            };
+            if help.is_empty() || help.starts_with('[') {
+                missing.push(format!("trainyard {} {spec}", path.join(" ")));
+            }
+            if section == "Commands" && spec != "help" {
+                commands.push(spec.to_owned());
+            }
+        }
+        for c in commands {
+            path.push(c);
+            walk(path, missing, seen);
+            path.pop();
+        }
+    }
+    let (mut missing, mut seen) = (Vec::new(), 0);
+    walk(&mut Vec::new(), &mut missing, &mut seen);
+    assert!(missing.is_empty(), "without help:\n{}", missing.join("\n"));
+    assert!(seen >= 25, "walked {seen} commands");
+    let top = stdout(&trainyard(&["--help"], None));
+    assert!(!top.contains("later"), "{top}");
+    assert!(top.starts_with("Trainyard: "), "{top}");
+    for code in
+        ["0  success", "1  the task ended in failure", "2  usage", "3  not found", "4  refused", "5  server"]
+    {
+        assert!(top.contains(code), "no {code:?} in\n{top}");
+    }
+}
+
+/// The exit statuses that need no server: usage errors (2), a server that does not answer (5), and no token
+/// at all (2, with what to do instead of an HTTP error). The token's default is an absolute path.
+#[test]
+fn exit_statuses_without_a_server() {
+    let home = std::env::temp_dir().join(format!("trainyard-cli-home-{}", std::process::id()));
+    std::fs::create_dir_all(&home).unwrap();
+    let run = |args: &[&str], token: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_trainyard"));
+        cmd.args(args)
+            .env("TRAINYARD_SERVER", "http://127.0.0.1:9")
+            .env("HOME", &home)
+            .env_remove("TRAINYARD_CONFIG")
+            .env_remove("TRAINYARD_DATA_DIR")
+            .current_dir(&home);
+        match token {
+            Some(t) => cmd.env("TRAINYARD_TOKEN", t),
+            None => cmd.env_remove("TRAINYARD_TOKEN"),
+        };
+        let o = cmd.output().unwrap();
+        (
+            o.status.code(),
+            format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
+        )
+    };
+    assert_eq!(run(&["get"], Some("ty_x")).0, Some(2), "a missing argument");
+    assert_eq!(run(&["list", "--bogus"], Some("ty_x")).0, Some(2), "an unknown flag");
+    assert_eq!(run(&["clone", "t", "--hidden", "novalue"], Some("ty_x")).0, Some(2));
+    let (code, said) = run(&["list"], Some("ty_x"));
+    assert_eq!(code, Some(5), "{said}");
+    assert!(said.contains("cannot reach http://127.0.0.1:9"), "{said}");
+    let (code, said) = run(&["get", "some-task"], None);
+    assert_eq!(code, Some(2), "{said}");
+    let expected = home.join(".trainyard/admin.token");
+    assert!(
+        said.contains(
+            "no token: set TRAINYARD_TOKEN, pass --token, or put token: in ~/.config/trainyard/config.yaml"
+        ) && said.contains(&*expected.to_string_lossy())
+            && !said.contains("401"),
+        "{said}"
+    );
+    // The help names the file it would read, as an absolute path.
+    let (_, help) = run(&["--help"], None);
+    assert!(help.contains(&format!("here {}", expected.display())), "{help}");
+    let _ = std::fs::remove_dir_all(&home);
+}
+
+/// `up --nodes N` splits the machine into at most one node per vCPU (and per GPU): more is refused with the
+/// limit and why, before anything is written; two nodes, where the machine has room, are two.
+#[test]
+fn up_refuses_more_nodes_than_the_machine_has() {
+    let dir = std::env::temp_dir().join(format!("trainyard-up-nodes-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let up = |nodes: &str| {
+        Command::new(env!("CARGO_BIN_EXE_trainyard"))
+            .args(["up", "--backend", "fake", "--listen", "127.0.0.1:0", "--nodes", nodes, "--data-dir"])
+            .arg(&dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let o = up("100000").wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--nodes 100000: this machine splits into at most") && err.contains("of its own"),
+        "{err}"
+    );
+    assert!(!dir.exists(), "nothing was written");
+    let o = trainyard(&["up", "--nodes", "0"], None);
+    assert_eq!(o.status.code(), Some(2));
+    // Two nodes where there is room for two (a vCPU each, and a GPU each when there are GPUs).
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let gpus = Command::new("nvidia-smi")
+        .args(["--query-gpu=name", "--format=csv,noheader"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).lines().filter(|l| !l.trim().is_empty()).count());
+    if cpus >= 2 && gpus.is_none_or(|g| g >= 2) {
+        let mut server = up("2");
+        let _ = up_output(&mut server);
+        let text = std::fs::read_to_string(dir.join("catalog.yaml")).unwrap();
+        server.kill().unwrap();
+        let _ = server.wait();
+        let catalog = trainyard_core::Catalog::from_yaml(&text).unwrap();
+        assert_eq!(catalog.nodes.len(), 2, "{text}");
+        let small = &catalog.instance_specs["cpu.small"];
+        if let Some(large) = catalog.instance_specs.get("cpu.large") {
+            assert!(large.vcpus > small.vcpus, "{text}");
+            let node = catalog.nodes.values().next().unwrap();
+            assert!(
+                large.vcpus <= node.vcpus && large.memory_mib <= node.memory_mib,
+                "it fits a node: {text}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The daily verbs on the fake backend, by name and by id: `get`/`list` with `-o wide` and `--watch`,
+/// `stop --wait`, `resubmit --wait`, `clone` (with and without `--wait`, and a `--wait` that ends in
+/// failure: exit 1), `share`, `metrics` with nothing sampled, and the exit statuses 3 and 4.
+#[test]
+fn watch_wait_wide_clone_and_share_on_the_fake_backend() {
+    let dir = std::env::temp_dir().join(format!("trainyard-up-daily-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut server = Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(["up", "--backend", "fake", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&dir)
+        .env("TRAINYARD_FAKE_RUN_MS", "3000")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let (api, _) = up_output(&mut server);
+    let token = std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_owned();
+    let command = |token: &str, args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_trainyard"));
+        c.args(args).env("TRAINYARD_SERVER", &api).env("TRAINYARD_TOKEN", token).current_dir(repo());
+        c
+    };
+    let cli = |args: &[&str]| command(&token, args).output().unwrap();
+    let text =
+        |o: &Output| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let submit = || {
+        let o = cli(&["submit", "-f", "examples/local/hello.yaml", "-o", "json"]);
+        let t: serde_json::Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)));
+        (t["name"].as_str().unwrap().to_owned(), t["id"].as_str().unwrap().to_owned())
+    };
+
+    // get --watch: one JSON document per change, until the task ends.
+    let (name, id) = submit();
+    let watched = cli(&["get", &name, "--watch", "-o", "json"]);
+    assert_eq!(watched.status.code(), Some(0), "{}", text(&watched));
+    let docs: Vec<serde_json::Value> =
+        stdout(&watched).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(docs.len() >= 2, "it changed while watched: {}", stdout(&watched));
+    assert!(docs.windows(2).all(|w| w[0] != w[1]), "printed only on change");
+    assert_eq!(docs.last().unwrap()["status"], "Succeeded");
+    assert!(docs.iter().any(|d| d["status"] == "Running"), "{}", stdout(&watched));
+
+    // -o wide: resource type, replicas, GPUs, run time, nodes.
+    let wide = stdout(&cli(&["get", &id, "-o", "wide"]));
+    let lines: Vec<&str> = wide.lines().collect();
+    for col in ["RESOURCE", "REPLICAS", "GPUS", "AGE", "DURATION", "NODES"] {
+        assert!(lines[0].contains(col), "{wide}");
+    }
+    let row: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(
+        &row[..7],
+        [name.as_str(), "PyTorchJob", "Succeeded", "default", "Reserved", "2", "0"],
+        "{wide}"
+    );
+    assert!(lines[1].contains(" ran ") && lines[1].contains("local-"), "{wide}");
+    let listed = stdout(&cli(&["list", "-o", "wide"]));
+    assert!(listed.lines().any(|l| l.starts_with(&name) && l.contains("Reserved")), "{listed}");
+
+    // list --watch: the list again when it changes (here: a new task), until stopped.
+    let mut watching = command(&token, &["list", "-w", "-o", "json"]).stdout(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let (name2, id2) = submit();
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    watching.kill().unwrap();
+    let seen = String::from_utf8_lossy(&watching.wait_with_output().unwrap().stdout).to_string();
+    let docs: Vec<serde_json::Value> = seen.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(docs.len() >= 2, "{seen}");
+    assert!(
+        !docs[0]["items"].as_array().unwrap().iter().any(|t| t["id"] == serde_json::json!(id2)),
+        "{seen}"
+    );
+    assert!(
+        docs.last().unwrap()["items"].as_array().unwrap().iter().any(|t| t["id"] == serde_json::json!(id2))
+    );
+
+    // stop --wait (by name) until it is stopped; resubmit --wait (by id) until it runs again.
+    let stopped = cli(&["stop", &name2, "--wait"]);
+    assert_eq!(stopped.status.code(), Some(0), "{}", text(&stopped));
+    assert!(stdout(&stopped).ends_with(&format!("{name2} stopped\n")), "{}", text(&stopped));
+    let again = cli(&["resubmit", &id2, "--wait"]);
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    let said = text(&again);
+    assert!(
+        said.contains(&format!("{name2} is running")) || said.contains(&format!("{name2} succeeded")),
+        "{said}"
+    );
+    assert!(said.contains("Resubmitted"), "the events since the resubmission: {said}");
+    // Stopping what has ended is refused by the server: 4.
+    assert_eq!(cli(&["stop", &name, "--wait"]).status.code(), Some(4));
+
+    // clone: a copy by id; by name with --wait to its end; a --wait whose task is stopped exits 1.
+    let copy = cli(&["clone", &id, "-o", "json"]);
+    let c: serde_json::Value =
+        serde_json::from_slice(&copy.stdout).unwrap_or_else(|_| panic!("{}", text(&copy)));
+    assert!(c["name"].as_str().unwrap().starts_with("hello-") && c["name"] != serde_json::json!(name), "{c}");
+    let waited = cli(&["clone", &name, "--wait"]);
+    assert_eq!(waited.status.code(), Some(0), "{}", text(&waited));
+    assert!(
+        stdout(&waited).contains("a copy of") && stdout(&waited).ends_with("succeeded\n"),
+        "{}",
+        text(&waited)
+    );
+    let mut doomed = command(&token, &["clone", &name, "--wait"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(doomed.stdout.as_mut().unwrap()), &mut first)
+        .unwrap();
+    let copy_name = first.split_whitespace().nth(1).unwrap().to_owned();
+    assert_eq!(cli(&["stop", &copy_name]).status.code(), Some(0));
+    let doomed = doomed.wait_with_output().unwrap();
+    assert_eq!(doomed.status.code(), Some(1), "{}", text(&doomed));
+    assert!(String::from_utf8_lossy(&doomed.stdout).ends_with(&format!("{copy_name} stopped\n")));
+
+    // share: a user outside the group sees the task only once it is shared, and operates it only with
+    // --operate.
+    assert_eq!(cli(&["admin", "user", "sam"]).status.code(), Some(0));
+    let sam = stdout(&cli(&["admin", "token", "sam"])).trim().to_owned();
+    let as_sam = |args: &[&str]| command(&sam, args).output().unwrap();
+    let hidden = as_sam(&["get", &name]);
+    assert_eq!(hidden.status.code(), Some(3), "{}", text(&hidden));
+    let shared = cli(&["share", &name, "--with", "sam"]);
+    assert_eq!(shared.status.code(), Some(0), "{}", text(&shared));
+    assert_eq!(stdout(&shared), format!("sam may now see {name}\n"));
+    assert_eq!(as_sam(&["get", &name]).status.code(), Some(0));
+    assert_eq!(as_sam(&["resubmit", &name]).status.code(), Some(4), "seeing is not operating");
+    assert_eq!(cli(&["share", &id, "--with", "sam", "--operate"]).status.code(), Some(0));
+    let resubmitted = as_sam(&["resubmit", &name]);
+    assert_eq!(resubmitted.status.code(), Some(0), "{}", text(&resubmitted));
+    assert_eq!(cli(&["share", &name, "--with", "nobody-here"]).status.code(), Some(2));
+
+    // metrics: the fake backend samples nothing; the table says so, JSON is the API's answer.
+    let m = cli(&["metrics", &name]);
+    assert_eq!(m.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&m.stderr).contains("no metrics of attempt"), "{}", text(&m));
+    let m: serde_json::Value = serde_json::from_slice(&cli(&["metrics", &id, "-o", "json"]).stdout).unwrap();
+    assert_eq!(m["series"], serde_json::json!([]));
+    assert_eq!(cli(&["metrics", "no-such-task"]).status.code(), Some(3));
+
+    server.kill().unwrap();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// On the local backend: `metrics` by name and by id (preset and custom series, in their units, per replica),
+/// and `submit --wait` of a task that fails exits 1.
+#[test]
+fn metrics_and_a_failed_wait_on_the_local_backend() {
+    let s = common::Server::start("cli-metrics", None);
+    let cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_trainyard"))
+            .args(args)
+            .env("TRAINYARD_SERVER", &s.base)
+            .env("TRAINYARD_TOKEN", &s.token)
+            .output()
+            .unwrap()
+    };
+    let text =
+        |o: &Output| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let cmd = format!(
+        r#"python3 - <<'PY'
+import http.server, threading, time
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b'train_loss{{phase="train"}} 0.25\ntrain_step 1234\n'
+        self.send_response(200); self.send_header("Content-Type", "text/plain"); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+srv = http.server.HTTPServer(("127.0.0.1", {port}), H)
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+t0 = time.time()
+while time.time() - t0 < 11.5:
+    sum(i * i for i in range(20000))
+PY"#
+    );
+    let mut task = common::pytorch("climetrics", 0, &cmd);
+    task["spec"]["advanced"] = serde_json::json!({"metrics": {"enabled": true, "intervalSeconds": 5, "endpoints": [{"port": port, "path": "/metrics"}]}});
+    let id = s.submit(&task);
+    let name = s.wait_status(&id, "Succeeded", common::secs(90))["name"].as_str().unwrap().to_owned();
+    let table = cli(&["metrics", &name]);
+    let out = text(&table);
+    assert_eq!(table.status.code(), Some(0), "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("REPLICA") && lines[0].contains("LATEST") && lines[0].contains("MAX"),
+        "{out}"
+    );
+    let row = |metric: &str| {
+        lines
+            .iter()
+            .find(|l| l.split_whitespace().nth(1) == Some(metric))
+            .unwrap_or_else(|| panic!("{metric}: {out}"))
+    };
+    assert!(
+        row("trainyard_cpu_cores").starts_with("master-0 ") && row("trainyard_cpu_cores").contains(" cores"),
+        "{out}"
+    );
+    assert!(row("trainyard_memory_rss_bytes").contains(" MiB"), "{out}");
+    assert!(row("train_loss").contains("phase=train") && row("train_loss").contains("0.25"), "{out}");
+    assert!(row("train_step").contains("1234") && !out.contains("e+"), "{out}");
+    // Preset series before the task's own.
+    let at = |m: &str| lines.iter().position(|l| l.split_whitespace().nth(1) == Some(m)).unwrap();
+    assert!(at("trainyard_cpu_cores") < at("train_loss"), "{out}");
+    let json = cli(&["metrics", &id, "--replica", "master-0", "--attempt", "0", "-o", "json"]);
+    let v: serde_json::Value =
+        serde_json::from_slice(&json.stdout).unwrap_or_else(|_| panic!("{}", text(&json)));
+    assert_eq!(v["attempt"], 0);
+    assert!(
+        v["series"].as_array().unwrap().iter().all(|s| s["replica"] == format!("{name}-master-0")),
+        "{v}"
+    );
+    assert!(v["series"].as_array().unwrap().iter().any(|s| s["name"] == "train_step"), "{v}");
+    let none = cli(&["metrics", &name, "--replica", "worker-3"]);
+    assert_eq!(none.status.code(), Some(3), "{}", text(&none));
+
+    // A task that fails: `submit --wait` says so and exits 1.
+    let mut failing = common::pytorch("clifails", 0, "echo about to fail; exit 3");
+    failing["spec"]["advanced"] = serde_json::json!({"faultTolerance": {"maxResubmissions": 0}});
+    let file = s.dir.join("failing.json");
+    std::fs::write(&file, failing.to_string()).unwrap();
+    let failed = cli(&["submit", "-f", file.to_str().unwrap(), "--wait"]);
+    assert_eq!(failed.status.code(), Some(1), "{}", text(&failed));
+    assert!(String::from_utf8_lossy(&failed.stdout).trim_end().ends_with("failed"), "{}", text(&failed));
 }
