@@ -666,3 +666,58 @@ fn write_private(path: &Path, contents: &str) -> Result<()> {
     writeln!(f, "{contents}")?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Machine, local_catalog};
+    use trainyard_core::Catalog;
+
+    fn machine(vcpus: u32, memory_mib: u64, gpus: Option<u32>) -> Machine {
+        Machine { vcpus, memory_mib, gpus: gpus.map(|n| ("H200".to_owned(), n)), torch: true, ray: false }
+    }
+
+    fn catalog(m: &Machine, n: u32) -> Catalog {
+        Catalog::from_yaml(&local_catalog(m, n).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn nodes_past_one_per_vcpu_or_gpu_are_refused_with_why() {
+        let e = local_catalog(&machine(2, 8192, None), 3).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "--nodes 3: this machine splits into at most 2 virtual node(s): it has 2 vCPU and each virtual node \
+             needs a vCPU of its own"
+        );
+        let e = local_catalog(&machine(16, 131072, Some(1)), 2).unwrap_err().to_string();
+        assert!(e.contains("at most 1 virtual node(s): it has 1 × H200 GPU"), "{e}");
+        assert_eq!(catalog(&machine(2, 8192, None), 2).nodes.len(), 2);
+        assert_eq!(catalog(&machine(16, 131072, Some(8)), 8).nodes.len(), 8);
+    }
+
+    #[test]
+    fn cpu_large_is_larger_than_cpu_small_and_fits_a_node() {
+        for (m, n) in [
+            (machine(2, 8192, None), 1),
+            (machine(4, 16384, None), 2),
+            (machine(16, 65536, None), 4),
+            (machine(16, 131072, Some(1)), 1),
+            (machine(64, 1 << 20, Some(8)), 4),
+        ] {
+            let c = catalog(&m, n);
+            let (small, large) = (&c.instance_specs["cpu.small"], &c.instance_specs["cpu.large"]);
+            assert!(large.vcpus >= 2 && large.vcpus > small.vcpus, "{m:?} / {n}: {large:?}");
+            let node = c.nodes.values().next().unwrap();
+            assert!(large.vcpus <= node.vcpus && large.memory_mib <= node.memory_mib, "{m:?} / {n}");
+            // Its quota lets a task of one cpu.large replica in.
+            assert!(c.quotas.iter().any(|q| q.spec == "cpu.large" && q.units >= 1), "{m:?} / {n}");
+            assert!(c.check().is_empty(), "{:?}", c.check());
+        }
+        // Nodes of one vCPU have no room for it.
+        let c = catalog(&machine(2, 8192, None), 2);
+        assert!(
+            !c.instance_specs.contains_key("cpu.large") && c.check().is_empty(),
+            "{:?}",
+            c.instance_specs
+        );
+    }
+}
