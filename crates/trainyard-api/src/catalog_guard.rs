@@ -6,10 +6,8 @@
 //! the new catalog, moved to another pool, or smaller. `PUT /api/v1/admin/catalog` refuses a catalog with
 //! conflicts (409, each listed) unless the admin says `?force=true`.
 
-use crate::error::ApiResult;
-use crate::schema::object_schema;
+use crate::error::{ApiResult, CatalogConflict};
 use crate::state::AppState;
-use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use trainyard_core::lifecycle::Status;
 use trainyard_core::{Catalog, Code, Severity, TrainingTask};
@@ -28,34 +26,6 @@ pub const ACTIVE: &[Status] = &[
 const NAMED_TASKS: usize = 5;
 /// Specs read and checked at a time.
 const SPECS_PER_READ: usize = 100;
-
-/// One thing a new catalog would take away from active tasks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CatalogConflict {
-    /// The validator's code for what the tasks would get (`not-found`, `not-in-group`, `never-fits`, ...),
-    /// or `node-in-use` for a node that runs their replicas.
-    pub code: String,
-    /// Where in the tasks the thing is used (`spec.compute.pool`, ...), or `placement` for a node.
-    pub path: String,
-    /// What is wrong, as the tasks would be told.
-    pub message: String,
-    /// How many active tasks it concerns.
-    pub tasks: u64,
-    /// Some of them, by name.
-    pub task_names: Vec<String>,
-}
-object_schema!(
-    /// Something a refused catalog would take away from active tasks: where they use it, what they would be
-    /// told, how many they are and some of their names.
-    closed CatalogConflict as "CatalogConflict" {
-        "code": String,
-        "path": String,
-        "message": String,
-        "tasks": u64,
-        "taskNames": Vec<String>,
-    }
-);
 
 /// Conflicts gathered task by task, each counted once per task.
 #[derive(Debug, Default)]

@@ -2,7 +2,6 @@
 //! the store's, the control loop's and a refused submission's) become an HTTP status and a problem, and
 //! [`problems_for_every_error`] rewrites the router's and axum's extractors' own error answers the same way.
 
-use crate::catalog_guard::CatalogConflict;
 use crate::schema::{ApiSchema, Optional, Schemas, object_schema};
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -11,6 +10,37 @@ use serde::Serialize;
 use trainyard_control::{CommandError, SubmitError};
 use trainyard_core::{MAX_DOCUMENT_BYTES, Problem, Report};
 use trainyard_store::StoreError;
+
+/// What a 429 for the per-user cap on queued tasks tells the client to wait before trying again, in seconds.
+pub const QUEUED_CAP_RETRY_AFTER_S: u32 = 30;
+
+/// One thing a new catalog would take away from active tasks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CatalogConflict {
+    /// The validator's code for what the tasks would get (`not-found`, `not-in-group`, `never-fits`, ...),
+    /// or `node-in-use` for a node that runs their replicas.
+    pub code: String,
+    /// Where in the tasks the thing is used (`spec.compute.pool`, ...), or `placement` for a node.
+    pub path: String,
+    /// What is wrong, as the tasks would be told.
+    pub message: String,
+    /// How many active tasks it concerns.
+    pub tasks: u64,
+    /// Some of them, by name.
+    pub task_names: Vec<String>,
+}
+object_schema!(
+    /// Something a refused catalog would take away from active tasks: where they use it, what they would be
+    /// told, how many they are and some of their names.
+    closed CatalogConflict as "CatalogConflict" {
+        "code": String,
+        "path": String,
+        "message": String,
+        "tasks": u64,
+        "taskNames": Vec<String>,
+    }
+);
 
 /// Every error a handler returns, mapped to an HTTP status and a problem document here and nowhere else.
 #[derive(Debug)]
@@ -159,7 +189,7 @@ impl IntoResponse for ApiError {
         let too_many = body.status == StatusCode::TOO_MANY_REQUESTS.as_u16();
         let mut resp = body.into_response();
         if too_many {
-            let wait = HeaderValue::from(crate::settings::QUEUED_CAP_RETRY_AFTER_S);
+            let wait = HeaderValue::from(QUEUED_CAP_RETRY_AFTER_S);
             resp.headers_mut().insert(header::RETRY_AFTER, wait);
         }
         resp

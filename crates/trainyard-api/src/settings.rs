@@ -4,7 +4,6 @@
 
 use crate::error::{ApiError, ApiResult};
 use crate::schema::object_schema;
-use crate::state::AppState;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,8 +20,6 @@ pub const MAX_QUEUED_TASKS_CAP: u32 = 10_000_000;
 /// How long this server trusts the settings it read (another server's change counts within this time; this
 /// server's own at once).
 pub const SETTINGS_CACHE_TTL: Duration = Duration::from_secs(5);
-/// What a 429 for the cap tells the client to wait before trying again, in seconds.
-pub const QUEUED_CAP_RETRY_AFTER_S: u32 = 30;
 /// Below the cap by at least this much, creates are counted without waiting for each other; nearer, one
 /// user's creates, clones and resubmits take turns, so concurrent requests cannot go past the cap together.
 const CAP_MARGIN: i64 = 256;
@@ -162,32 +159,33 @@ pub struct CapPass(#[allow(dead_code)] Option<tokio::sync::OwnedMutexGuard<()>>)
 /// Over the cap it is a 429 that names the cap and the count. Near the cap the owner's requests take turns
 /// until the returned pass is dropped (after the task is stored), so concurrent ones cannot pass it together.
 pub async fn check_queued_cap(
-    state: &AppState,
+    settings: &SettingsCache,
+    store: &Store,
     owner: &str,
     idempotency_key: Option<&str>,
 ) -> ApiResult<CapPass> {
-    let cap = i64::from(state.settings.get(&state.store).await?.max_queued_tasks_per_user);
-    if state.settings.take_room(owner, cap) {
+    let cap = i64::from(settings.get(store).await?.max_queued_tasks_per_user);
+    if settings.take_room(owner, cap) {
         return Ok(CapPass(None));
     }
-    let queued = state.store.queued_count(owner, cap).await?;
+    let queued = store.queued_count(owner, cap).await?;
     if queued + CAP_MARGIN < cap {
-        state.settings.set_room(owner, cap, cap - queued - 1);
+        settings.set_room(owner, cap, cap - queued - 1);
         return Ok(CapPass(None));
     }
-    let turn = state.settings.turn(owner).lock_owned().await;
+    let turn = settings.turn(owner).lock_owned().await;
     // Counted again in turn: what the requests before this one stored is in the count now.
-    let queued = state.store.queued_count(owner, cap).await?;
+    let queued = store.queued_count(owner, cap).await?;
     if queued < cap {
         return Ok(CapPass(Some(turn)));
     }
     if let Some(key) = idempotency_key
-        && state.store.idempotency_key_used(owner, key).await?
+        && store.idempotency_key_used(owner, key).await?
     {
         return Ok(CapPass(Some(turn)));
     }
     // The whole count for the answer (the decision needed no more than the cap's worth), within a bound.
-    let queued = state.store.queued_count(owner, REPORTED_COUNT_MAX).await?;
+    let queued = store.queued_count(owner, REPORTED_COUNT_MAX).await?;
     Err(ApiError::TooManyQueued { limit: cap as u64, queued: queued as u64 })
 }
 

@@ -62,7 +62,7 @@ pub async fn submit(state: &AppState, user: &User, draft: Draft<'_>) -> ApiResul
         return Err(ApiError::Invalid(webhooks));
     }
     // Held until the task is stored: near the cap, the caller's creates take turns.
-    let pass = check_queued_cap(state, &user.name, idempotency_key).await?;
+    let pass = check_queued_cap(&state.settings, &state.store, &user.name, idempotency_key).await?;
     let created = state.submitter.submit(&user.name, &task, &body, idempotency_key, now_ms()).await?;
     drop(pass);
     state.wake.notify_one();

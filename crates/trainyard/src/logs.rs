@@ -3,7 +3,7 @@
 //! followed until the replica ends. Lines are the task's own output; `--timestamps` puts the time each was
 //! written before it.
 
-use crate::client::{CallResult, Conn, EXIT_SERVER, Failure, not_found, outln, resolve};
+use crate::conn::{CallResult, Conn, EXIT_SERVER, Failure, not_found, outln, resolve};
 use std::io::BufRead;
 use std::process::ExitCode;
 

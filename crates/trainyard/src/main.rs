@@ -2,6 +2,7 @@
 //! HTTP API (`validate` works offline).
 
 mod client;
+mod conn;
 mod logs;
 mod metrics;
 mod table;

@@ -2,7 +2,7 @@
 //! endpoints) of one attempt, one row per replica, metric and label set: the latest value, the smallest and
 //! the largest, in their units. `-o json|yaml` prints the API's answer.
 
-use crate::client::{CallResult, Conn, Format, not_found, outln, resolve};
+use crate::conn::{CallResult, Conn, Format, not_found, outln, resolve};
 use serde_json::Value;
 use std::process::ExitCode;
 
@@ -32,7 +32,7 @@ pub fn metrics(
         v["series"] = Value::Array(kept);
     }
     if format != Format::Table {
-        crate::client::print(&v, format);
+        crate::conn::print(&v, format);
         return Ok(ExitCode::SUCCESS);
     }
     let mut series: Vec<&Value> = v["series"].as_array().into_iter().flatten().collect();

@@ -1,7 +1,7 @@
 //! Tables as the CLI prints them: columns as wide as their widest cell, and the task table of `list` and
 //! `get` (`-o wide` adds the group's resource type, replicas, GPUs, nodes and how long it ran).
 
-use crate::client::{CallResult, Conn};
+use crate::conn::{CallResult, Conn};
 use serde_json::Value;
 
 /// How `list` and `get` print tasks.
@@ -92,7 +92,7 @@ const ENDED: [&str; 3] = ["Succeeded", "Failed", "Stopped"];
 pub fn wide(c: &Conn, items: &[Value]) -> CallResult<Vec<Wide>> {
     // The catalog gives the GPUs of a task that is not placed (yet); without it they are left blank.
     let catalog =
-        crate::client::server_catalog(c).and_then(|text| trainyard_core::Catalog::from_yaml(&text).ok());
+        crate::conn::server_catalog(c).and_then(|text| trainyard_core::Catalog::from_yaml(&text).ok());
     let mut out = Vec::with_capacity(items.len());
     for chunk in items.chunks(8) {
         let answers: Vec<CallResult<Wide>> = std::thread::scope(|scope| {
@@ -102,9 +102,9 @@ pub fn wide(c: &Conn, items: &[Value]) -> CallResult<Vec<Wide>> {
                 .into_iter()
                 .map(|h| {
                     h.join().unwrap_or_else(|_| {
-                        Err(crate::client::Failure {
+                        Err(crate::conn::Failure {
                             message: "a worker failed".into(),
-                            code: crate::client::EXIT_SERVER,
+                            code: crate::conn::EXIT_SERVER,
                         })
                     })
                 })

@@ -26,7 +26,7 @@ struct FileResult {
 pub fn run(
     files: &[PathBuf],
     catalog: Option<&Path>,
-    conn: &crate::client::Conn,
+    conn: &crate::conn::Conn,
     offline: bool,
     output: Output,
 ) -> ExitCode {
@@ -67,7 +67,7 @@ pub fn run(
     }
     match output {
         Output::Json => match serde_json::to_string_pretty(&results) {
-            Ok(s) => crate::client::outln!("{s}"),
+            Ok(s) => crate::conn::outln!("{s}"),
             Err(e) => {
                 eprintln!("trainyard: {e}");
                 return ExitCode::from(2);
@@ -88,11 +88,8 @@ pub fn run(
     }
 }
 
-fn load_catalog(
-    path: Option<&Path>,
-    conn: Option<&crate::client::Conn>,
-) -> Result<(Catalog, String), String> {
-    let server = conn.and_then(|c| crate::client::server_catalog(c).map(|text| (text, c.server.clone())));
+fn load_catalog(path: Option<&Path>, conn: Option<&crate::conn::Conn>) -> Result<(Catalog, String), String> {
+    let server = conn.and_then(|c| crate::conn::server_catalog(c).map(|text| (text, c.server.clone())));
     let (text, origin) = match (path, server) {
         (Some(p), _) => (
             std::fs::read_to_string(p).map_err(|e| format!("cannot read catalog {}: {e}", p.display()))?,
@@ -132,12 +129,12 @@ fn print_table(r: &FileResult) {
     let plural = |n: usize, w: &str| format!("{n} {w}{}", if n == 1 { "" } else { "s" });
     if r.valid {
         let w = if warnings > 0 { format!(" ({})", plural(warnings, "warning")) } else { String::new() };
-        crate::client::outln!("{}: valid{w}", r.file);
+        crate::conn::outln!("{}: valid{w}", r.file);
     } else {
-        crate::client::outln!("{}: {}, {}", r.file, plural(errors, "error"), plural(warnings, "warning"));
+        crate::conn::outln!("{}: {}, {}", r.file, plural(errors, "error"), plural(warnings, "warning"));
     }
     for p in &r.problems {
-        crate::client::outln!("  {p}");
+        crate::conn::outln!("  {p}");
     }
     let n = r.demand.len();
     for d in &r.demand {
@@ -147,7 +144,7 @@ fn print_table(r: &FileResult) {
 
 fn print_demand(d: &Demand, options: usize) {
     let head = &d.roles[d.roles.len() - 1];
-    crate::client::outln!(
+    crate::conn::outln!(
         "  demand with option {} of {options} ({} × {} per replica):",
         d.option + 1,
         head.spec,
@@ -192,7 +189,7 @@ fn print_demand(d: &Demand, options: usize) {
             // Names left-aligned, figures right-aligned.
             if i == 0 || i == 2 { s.push_str(&format!(" {c:<w$}")) } else { s.push_str(&format!(" {c:>w$}")) }
         }
-        crate::client::outln!("{}", s.trim_end());
+        crate::conn::outln!("{}", s.trim_end());
     };
     line(&header);
     for row in &rows {
@@ -203,5 +200,5 @@ fn print_demand(d: &Demand, options: usize) {
         .iter()
         .map(|q| format!("{} unit{} of {}", q.units, if q.units == 1 { "" } else { "s" }, q.spec))
         .collect();
-    crate::client::outln!("    quota checked: {}", quota.join(", "));
+    crate::conn::outln!("    quota checked: {}", quota.join(", "));
 }

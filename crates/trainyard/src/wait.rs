@@ -3,7 +3,7 @@
 //! place in the queue and the scheduler's reason) that is rewritten in place on a terminal and otherwise
 //! printed once per change; then how it went, on standard output.
 
-use crate::client::{CallResult, Conn, EXIT_FAILED, EXIT_SERVER, Failure, Format, outln};
+use crate::conn::{CallResult, Conn, EXIT_FAILED, EXIT_SERVER, Failure, Format, outln};
 use serde_json::Value;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;

@@ -3,7 +3,7 @@
 //! pipe each new table follows the last after a blank line; `-o json` prints one document per line and
 //! `-o yaml` one document per change, each after `---`.
 
-use crate::client::{CallResult, outln};
+use crate::conn::{CallResult, outln};
 use crate::table::ListFormat;
 use serde_json::Value;
 use std::io::IsTerminal;

@@ -268,7 +268,7 @@ pub async fn resubmit_task(
     let t = operable_task(&state, &user, &id).await?;
     // Only a task that may run again counts against the cap (a running or deleted one is refused below).
     let pass = match t.status.is_terminal() && !t.deleted {
-        true => Some(check_queued_cap(&state, &t.owner, None).await?),
+        true => Some(check_queued_cap(&state.settings, &state.store, &t.owner, None).await?),
         false => None,
     };
     let updated = state.control.lock().await.resubmit(&t.id, now_ms()).await?;

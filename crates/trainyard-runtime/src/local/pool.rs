@@ -2,23 +2,23 @@
 //! work: executing this (large) binary, and moving the new process into its cgroups, which on cgroup v1
 //! waits for an RCU grace period (10-15 ms, measured). A pooled supervisor (`trainyard supervise RUNS_DIR/-`,
 //! the runs dir naming its server) has done
-//! both while it waited; given a replica ([`super::supervisor::PooledJob`] on its standard input), it renames
+//! both while it waited; given a replica (a `PooledJob` on its standard input), it renames
 //! its cgroups to the replica's and sets the limits, both quick. The pool is refilled off the launch path,
 //! after each launch that took from it.
 //!
 //! Idle pooled supervisors are the server's children, run as root with the same fixed environment as any
 //! supervisor; they hold nothing of any task. When the server ends, their standard input closes and they
-//! leave their cgroups and exit. Cgroups named [`CGROUP_PREFIX`]… whose supervisor was killed are removed at
+//! leave their cgroups and exit. Cgroups named `pool-PID` whose supervisor was killed are removed at
 //! the next start ([`sweep`]): removing a cgroup still holding a process fails, so a live pool (another
 //! server's) is left alone.
 
+use super::procs::cgroup_parents;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// The name of a waiting pooled supervisor's cgroups, before its pid.
-pub const CGROUP_PREFIX: &str = "pool-";
+use super::procs::POOL_CGROUP_PREFIX as CGROUP_PREFIX;
 
 /// Idle supervisors, ready for replicas.
 #[derive(Debug)]
@@ -109,7 +109,7 @@ impl Drop for SupervisorPool {
 /// Removes the cgroups of pooled supervisors that were killed while they waited (best effort; a cgroup
 /// with a process in it is not removed).
 pub fn sweep() {
-    for base in super::procs::cgroup_parents() {
+    for base in cgroup_parents() {
         let Ok(entries) = std::fs::read_dir(&base) else { continue };
         for e in entries.flatten() {
             if e.file_name().to_string_lossy().starts_with(CGROUP_PREFIX) {

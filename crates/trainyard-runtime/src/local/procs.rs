@@ -145,6 +145,9 @@ fn current(controller: &str) -> PathBuf {
     if controller.is_empty() { Path::new(CG).to_owned() } else { Path::new(CG).join(controller) }
 }
 
+/// The name of a waiting pooled supervisor's cgroups, before its pid.
+pub const POOL_CGROUP_PREFIX: &str = "pool-";
+
 /// The dirs under which [`Cgroup::enter_new`] makes cgroups (`trainyard/` in each hierarchy it uses).
 pub fn cgroup_parents() -> Vec<PathBuf> {
     let mut dirs = vec![current("").join("trainyard")];

@@ -202,15 +202,15 @@ pub struct PooledJob {
     pub job: ReplicaJob,
 }
 
-/// The name of a pooled supervisor's cgroups while it waits (see [`super::pool`]).
+/// The name of a pooled supervisor's cgroups while it waits (see the backend's `pool`).
 pub fn pool_cgroup_name(pid: u32) -> String {
-    format!("{}{pid}", super::pool::CGROUP_PREFIX)
+    format!("{}{pid}", procs::POOL_CGROUP_PREFIX)
 }
 
 /// `trainyard supervise DIR`: runs one replica to its end, its job read from standard input. The exit code
 /// is 0 whenever the outcome was recorded (the replica's own status is in `state.json`).
 ///
-/// `trainyard supervise RUNS_DIR/-`: a pooled supervisor (see [`super::pool`]; the runs dir in its command
+/// `trainyard supervise RUNS_DIR/-`: a pooled supervisor (see the backend's `pool`; the runs dir in its command
 /// line says whose it is). It enters cgroups of its own first,
 /// then waits for a [`PooledJob`] on standard input, takes the replica's cgroup name and limits, and runs it
 /// as above; standard input closed with nothing sent (the server is gone, or has no use for it) ends it.
