@@ -524,3 +524,171 @@ fn registry_images_in_the_form_and_on_the_admin_page() {
     b.wait("the cache emptied", || b.text_of("#cached-images").contains("No registry images").then_some(()));
     assert!(b.text_of("#admin-msg").contains("pruned 1 image,"), "{}", b.text_of("#admin-msg"));
 }
+
+const DESKTOP: (u32, u32) = (1280, 800);
+const PHONE: (u32, u32) = (390, 844);
+
+/// Shows `url` in a frame of `w`×`h` CSS pixels at the top left of the page (the frame has its own viewport,
+/// so the page's media queries apply: the browser window itself stays 1280 wide), and waits for `css` in it.
+fn framed(b: &Browser, url: &str, (w, h): (u32, u32), css: &str) {
+    b.script(
+        "document.body.replaceChildren(); document.body.style.background = '#8a8f98';
+         const f = document.createElement('iframe');
+         f.id = 'frame'; f.src = arguments[0];
+         f.style.cssText = `width:${arguments[1]}px;height:${arguments[2]}px;border:0;display:block;background:#fff`;
+         document.body.append(f);",
+        json!([url, w, h]),
+    );
+    b.wait(&format!("{css} in the frame"), || {
+        let found = b.script(
+            "return !!document.getElementById('frame')?.contentDocument?.querySelector(arguments[0])",
+            json!([css]),
+        );
+        (found == json!(true)).then_some(())
+    });
+}
+
+/// Loads `url` afresh (after [`framed`] replaced the page, a change of hash alone would not draw it).
+fn reload(b: &Browser, url: &str) {
+    b.goto("about:blank");
+    b.goto(url);
+}
+
+/// How wide the framed page's header and document are, against the frame's width: [header scroll width,
+/// header client width, document scroll width, frame width].
+fn framed_widths(b: &Browser) -> Vec<i64> {
+    let v = b.script(
+        "const d = document.getElementById('frame').contentDocument; const hd = d.querySelector('header');
+         return [hd.scrollWidth, hd.clientWidth, d.documentElement.scrollWidth, d.documentElement.clientWidth];",
+        json!([]),
+    );
+    v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect()
+}
+
+/// Issue 14, point 9: switching the form to RayJob hides the precheck and exit-checkpoint controls, and what
+/// they held is not sent, so Create is not blocked by a problem the user has no control for.
+#[test]
+fn controls_the_form_hides_are_not_sent() {
+    let s = Server::start("console-hidden", None);
+    let b = Browser::start();
+    sign_in(&b, &s);
+    b.goto(&format!("{}/#/create", s.base));
+    b.type_into(&b.find(&input_id("metadata.namePrefix")), "rayhidden");
+    b.type_into(&b.find(&input_id("spec.environment.cmd")), "echo hi");
+    b.click(&b.find(&input_id("spec.advanced.precheck.enabled")));
+    b.find(&input_id("spec.advanced.precheck.timeoutSeconds"));
+    b.click(&b.find(&input_id("spec.advanced.exitCheckpoint.enabled")));
+    b.find(&input_id("spec.advanced.exitCheckpoint.timeoutSeconds"));
+    pick(&b, &input_id("spec.type"), "RayJob");
+    b.find(&input_id("spec.ray.head.instanceSpec.spec"));
+    assert!(b.try_find(&input_id("spec.advanced.precheck.enabled")).is_none(), "no precheck for RayJob");
+    assert!(b.try_find(&input_id("spec.advanced.exitCheckpoint.enabled")).is_none(), "no exit checkpoint");
+    b.wait("the RayJob demand", || b.text_of("#summary").contains("head 1 ×").then_some(()));
+    b.click(&b.find("#create-submit"));
+    b.wait("the RayJob's page", || b.text_of(".overview").contains("RayJob").then_some(()));
+    let id = b.url().rsplit('/').next().unwrap().to_owned();
+    let advanced = &s.task(&id)["spec"]["spec"]["advanced"];
+    assert!(advanced.get("precheck").is_none() && advanced.get("exitCheckpoint").is_none(), "{advanced}");
+    s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
+}
+
+/// Issue 14, point 9: an untouched form shows no problems (the validator still answers: the demand panel and
+/// a count of what is left); a field shows its problem once typed in, the rest once Create is pressed.
+#[test]
+fn a_pristine_form_shows_no_problems_until_touched_or_created() {
+    let s = Server::start("console-pristine", None);
+    let b = Browser::start();
+    sign_in(&b, &s);
+    b.goto(&format!("{}/#/create", s.base));
+    b.wait("the validator's answer", || b.text_of("#summary").contains("Demand and quota").then_some(()));
+    assert!(b.try_find(".field-problem").is_none(), "a problem shown on a pristine form");
+    assert!(b.text_of("#problems-pending").contains("2 problems left"), "{}", b.text_of("#problems"));
+    let url = format!("{}/#/create", s.base);
+    framed(&b, &url, DESKTOP, "#summary h2");
+    b.screenshot(&shots().join("create-form-pristine-desktop.png"));
+    framed(&b, &url, PHONE, "#summary h2");
+    let widths = framed_widths(&b);
+    assert!(
+        widths[0] <= widths[1] && widths[2] <= widths[3],
+        "the form overflows at phone width: {widths:?}"
+    );
+    b.screenshot(&shots().join("create-form-pristine-phone.png"));
+
+    reload(&b, &url);
+    b.type_into(&b.find(&input_id("metadata.namePrefix")), "Bad Name");
+    b.find("[data-path='metadata.namePrefix'] .field-problem");
+    assert!(b.try_find("[data-path='spec.environment.cmd'] .field-problem").is_none(), "cmd not touched yet");
+    b.click(&b.find("#create-submit"));
+    b.find("[data-path='spec.environment.cmd'] .field-problem");
+    assert!(b.url().ends_with("#/create"), "nothing created: {}", b.url());
+}
+
+/// Issue 14, point 9: a volume's mount path starts as /volume/NAME (one slash) and follows the volume chosen;
+/// with no volumes, datasets or models in the catalog each picker says so and who adds them.
+#[test]
+fn mount_paths_are_clean_and_empty_pickers_say_so() {
+    let s = Server::start("console-pickers", None);
+    let b = Browser::start();
+    sign_in(&b, &s);
+    b.goto(&format!("{}/#/create", s.base));
+    b.click(&b.find("[id='add-spec.environment.volumes']"));
+    let mount = input_id("spec.environment.volumes.0.mountPath");
+    let value = |b: &Browser| b.script("return arguments[0].value", json!([b.find(&mount).reference()]));
+    assert_eq!(value(&b), "/volume/out");
+    pick(&b, &input_id("spec.environment.volumes.0.volume"), "raytmp");
+    assert_eq!(value(&b), "/volume/raytmp");
+
+    let bare = common::CATALOG
+        .replace("volumes: {out: {multiPodReadWrite: true}, raytmp: {multiPodReadWrite: true}}\n", "")
+        .replace("datasets: {data: {}}\n", "");
+    let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(&bare));
+    assert_eq!(status, 200, "{body}");
+    reload(&b, &format!("{}/#/create", s.base));
+    b.find("[data-empty='spec.environment.volumes']");
+    for (path, kind) in [("volumes", "volumes"), ("datasets", "datasets"), ("models", "models")] {
+        let said = b.text_of(&format!("[data-empty='spec.environment.{path}']"));
+        assert!(
+            said.contains(&format!("No {kind} in the catalog")) && said.contains("admin"),
+            "{path}: {said}"
+        );
+        assert!(b.try_find(&format!("[id='add-spec.environment.{path}']")).is_none(), "nothing to add");
+    }
+    scroll_to(&b, "[data-empty='spec.environment.volumes']");
+    b.screenshot(&shots().join("create-form-empty-pickers.png"));
+}
+
+/// Issue 14, point 9: an empty task list says there are no tasks and links to the form; the header fits a
+/// phone's width.
+#[test]
+fn the_empty_task_list_says_so_and_the_header_fits_a_phone() {
+    let s = Server::start("console-empty", None);
+    let b = Browser::start();
+    sign_in(&b, &s);
+    b.goto(&format!("{}/#/tasks", s.base));
+    let empty = b.find("#tasks-empty");
+    assert!(b.text(&empty).contains("no tasks"), "{}", b.text(&empty));
+    let url = format!("{}/#/tasks", s.base);
+    framed(&b, &url, DESKTOP, "#tasks-empty");
+    b.screenshot(&shots().join("task-list-empty-desktop.png"));
+    framed(&b, &url, PHONE, "#tasks-empty");
+    let widths = framed_widths(&b);
+    assert!(widths[0] <= widths[1] && widths[2] <= widths[3], "overflows at phone width: {widths:?}");
+    b.screenshot(&shots().join("task-list-empty-phone.png"));
+
+    reload(&b, &format!("{}/#/tasks?q=nothing-like-this", s.base));
+    b.wait("no match", || b.text_of("#tasks-empty").contains("No tasks match").then_some(()));
+    reload(&b, &url);
+    b.click(&b.find("#tasks-empty-create"));
+    b.wait("the form", || b.try_find(&input_id("metadata.namePrefix")));
+
+    // With a task in it, at both widths.
+    let id = s.submit(&common::pytorch("listed", 0, "echo listed"));
+    s.wait_status(&id, "Succeeded", secs(60));
+    let row = format!("tr[data-id='{id}']");
+    framed(&b, &url, DESKTOP, &row);
+    b.screenshot(&shots().join("task-list-desktop.png"));
+    framed(&b, &url, PHONE, &row);
+    let widths = framed_widths(&b);
+    assert!(widths[0] <= widths[1] && widths[2] <= widths[3], "overflows at phone width: {widths:?}");
+    b.screenshot(&shots().join("task-list-phone.png"));
+}

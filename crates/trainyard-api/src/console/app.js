@@ -180,7 +180,14 @@ function taskList(params) {
       else body.append(...rows);
       cursor = data.nextCursor;
       more.hidden = !cursor;
-      status.textContent = body.children.length ? `${body.children.length} tasks shown` : "No tasks match.";
+      if (body.children.length) status.textContent = `${body.children.length} task${body.children.length === 1 ? "" : "s"} shown`;
+      else {
+        // Nothing to show: say so, and where to go from here.
+        const filtered = FILTERS.some((f) => f !== "sort" && params.get(f));
+        status.replaceChildren(h("span", { id: "tasks-empty" },
+          filtered ? ["No tasks match these filters. ", h("a", { href: "#/tasks" }, "Show all tasks"), " or "] : "There are no tasks yet. ",
+          h("a", { href: "#/create", id: "tasks-empty-create" }, filtered ? "create one" : "Create one"), "."));
+      }
       // For measuring: when a page of the list is in the document, and when its request began (console-bench
       // reads both).
       performance.mark("trainyard:tasks-rendered", { detail: { started } });
@@ -189,7 +196,7 @@ function taskList(params) {
     }
   }
   more.addEventListener("click", () => load(cursor, false));
-  show(h("h1", {}, "Tasks"), form, status, table, more);
+  show(h("h1", {}, "Tasks"), form, status, h("div", { class: "table-wrap" }, table), more);
   load(null, true);
   timer = setInterval(() => { if (!cursor) load(null, true); }, 3000);
 }
@@ -514,6 +521,9 @@ function setPath(obj, path, value) {
 // `a.b[2].c` (the validator's paths) to `a.b.2.c` (ours).
 const dotted = (p) => p.replace(/\[(\d+)\]/g, ".$1");
 
+// A path from parts, each slash once: joinPath("/volume/", "/data") is "/volume/data".
+const joinPath = (...parts) => `/${parts.flatMap((x) => String(x).split("/")).filter(Boolean).join("/")}`;
+
 function defaultDoc(cat, me) {
   const region = Object.keys(cat.regions)[0] || "";
   const cluster = Object.entries(cat.clusters).find(([, c]) => c.region === region)?.[0] || "";
@@ -538,14 +548,21 @@ async function createPage(params) {
   let doc = defaultDoc(cat, me);
   const from = params.get("from");
   let cloneNote = "";
+  // Problems show at a field once it was touched (typed in, changed, a button in it pressed) or Create was
+  // pressed; until then the validator still answers in the background (the demand panel needs it).
+  const touched = new Set();
+  let attempted = false;
   if (from) {
     const { data: t } = await api("GET", `/api/v1/tasks/${encodeURIComponent(from)}`);
     doc = t.spec;
     // A copy never carries hidden values (the API shows them masked and refuses a mask as a value): each
     // starts empty, and the form asks for it again.
+    // The form asks for them: their problems show from the start.
     const asked = [];
-    for (const v of [...(doc.spec.environment?.env || []), ...(doc.spec.advanced?.precheck?.env || [])]) {
-      if (v.hidden) { v.value = ""; asked.push(v.name); }
+    for (const [base, vars] of [["spec.environment.env", doc.spec.environment?.env], ["spec.advanced.precheck.env", doc.spec.advanced?.precheck?.env]]) {
+      (vars || []).forEach((v, i) => {
+        if (v.hidden) { v.value = ""; asked.push(v.name); touched.add(`${base}.${i}.value`); }
+      });
     }
     if (asked.length) cloneNote = `Hidden values are not copied: enter ${asked.join(", ")} again.`;
     // A copy goes to one of your own project groups (admins: any), as a new task would.
@@ -557,6 +574,13 @@ async function createPage(params) {
   let key = crypto.randomUUID();
   let timer = null;
   const form = h("form", { id: "create", novalidate: true });
+  // Touched: the field an edit was in and every enclosing one (read in the capture phase, before a
+  // handler draws the form again).
+  const touch = (ev) => {
+    if (ev.type === "click" && !ev.target.closest("button")) return;
+    for (let e = ev.target.closest("[data-path]"); e; e = e.parentElement?.closest("[data-path]")) touched.add(e.dataset.path);
+  };
+  for (const type of ["input", "change", "click"]) form.addEventListener(type, touch, true);
   const problems = h("ul", { id: "problems", class: "problems", "aria-live": "polite" });
   const summary = h("div", { id: "summary", class: "card" });
   let quota = [];
@@ -592,8 +616,12 @@ async function createPage(params) {
     input.addEventListener("change", () => { setPath(doc, path, input.checked); changed(rerender); });
     return h("div", { class: "field check", "data-path": path }, input, h("label", { for: `in-${path}` }, label));
   };
-  const select = (path, label, options, rerender, hint) => {
+  const select = (path, label, options, rerender, hint, none) => {
     const v = getPath(doc, path);
+    if (!options.length) {
+      return h("div", { class: "field", "data-path": path }, h("span", { class: "label-text" }, label),
+        h("p", { class: "muted empty", "data-empty": path }, none || "Nothing to choose from; an admin adds entries to the catalog."));
+    }
     const input = h("select", { id: `in-${path}` }, options.map((o) => h("option", { value: o, selected: o === v }, o)));
     if (!options.includes(v) && options.length) setPath(doc, path, input.value);
     input.addEventListener("change", () => { setPath(doc, path, input.value); changed(rerender); });
@@ -617,12 +645,14 @@ async function createPage(params) {
       presets.map((n) => h("option", { value: n, "data-kind": "preset" }, `preset${describe(n) ? `: ${describe(n)}` : ""}`)),
       recent.map((n) => h("option", { value: n, "data-kind": "recent" }, "recently used")));
     const registries = Object.keys(cat.registries || {});
+    const none = !presets.length && !recent.length && !cat.allowExternalImages;
     const hints = [hint,
+      none ? "No images in the catalog for this cluster and project group; an admin adds them." : "",
       presets.length ? `Presets: ${presets.join(", ")}.` : "",
       recent.length ? `Recently used: ${recent.join(", ")}.` : "",
       cat.allowExternalImages ? `Or an image address${registries.length ? ` from ${registries.join(", ")}` : ""}; the task runs its command with bash -c, so the image needs bash.` : ""].filter(Boolean).join(" ");
     return h("div", { class: "field", "data-path": path, id: "image-picker" }, h("label", { for: `in-${path}` }, "Image"), input, choices,
-      h("div", { class: "muted" }, hints));
+      h("div", { class: none ? "muted empty" : "muted", "data-empty": none ? path : undefined }, hints));
   };
   // An optional block (precheck, fault tolerance, ...): present in the document only when switched on.
   const block = (path, label, defaults, body) => {
@@ -631,12 +661,31 @@ async function createPage(params) {
     input.addEventListener("change", () => { setPath(doc, path, input.checked ? { enabled: true, ...defaults } : undefined); changed(true); });
     return h("fieldset", { "data-path": path }, h("legend", {}, input, h("label", { for: `in-${path}.enabled` }, label)), on ? body() : "");
   };
-  const list = (path, label, make, row) => {
+  // `none`: when set, there is nothing to add (say, no volume in the catalog): the sentence instead of Add.
+  const list = (path, label, make, row, none) => {
     const items = getPath(doc, path) || [];
     return h("fieldset", { "data-path": path }, h("legend", {}, label),
       items.map((_, i) => h("div", { class: "row-item", "data-path": `${path}.${i}` }, row(`${path}.${i}`),
         h("button", { type: "button", class: "link", "aria-label": `remove ${label} ${i + 1}`, onclick: () => { items.splice(i, 1); setPath(doc, path, items); changed(true); } }, "Remove"))),
-      h("button", { type: "button", class: "add", id: `add-${path}`, onclick: () => { items.push(make()); setPath(doc, path, items); changed(true); } }, `Add ${label.toLowerCase().replace(/s$/, "")}`));
+      none
+        ? h("p", { class: "muted empty", "data-empty": path }, none)
+        : h("button", { type: "button", class: "add", id: `add-${path}`, onclick: () => { items.push(make()); setPath(doc, path, items); changed(true); } }, `Add ${label.toLowerCase().replace(/s$/, "")}`));
+  };
+  const noneIn = (kind, m) => (inCluster(m).length ? "" : `No ${kind} in the catalog for this cluster and project group; an admin adds them.`);
+  // A volume row: its mount path starts as /volume/NAME and follows the volume chosen until it is edited.
+  const volumeRow = (p) => {
+    const f = select(`${p}.volume`, "Volume", inCluster(cat.volumes));
+    const sel = f.querySelector("select");
+    let prev = getPath(doc, `${p}.volume`);
+    sel?.addEventListener("change", () => {
+      if (getPath(doc, `${p}.mountPath`) === joinPath("/volume", prev)) {
+        setPath(doc, `${p}.mountPath`, joinPath("/volume", sel.value));
+        const mp = document.getElementById(`in-${p}.mountPath`);
+        if (mp) mp.value = joinPath("/volume", sel.value);
+      }
+      prev = sel.value;
+    });
+    return [f, text(`${p}.mountPath`, "Mount path"), check1(`${p}.readOnly`, "Read-only")];
   };
   // Catalog entries offered in the task's cluster and to its project group (empty lists: all); the host image
   // is for admins and the groups its entry lists.
@@ -723,19 +772,19 @@ async function createPage(params) {
         list("spec.environment.env", "Environment variables", () => ({ name: "", value: "" }), (p) => [
           text(`${p}.name`, "Name"), text(`${p}.value`, "Value", { placeholder: getPath(doc, `${p}.hidden`) && !getPath(doc, `${p}.value`) ? "hidden: enter the value" : undefined }),
           check1(`${p}.hidden`, "Hidden (write-only)")]),
-        list("spec.environment.volumes", "Volumes", () => ({ volume: inCluster(cat.volumes)[0] || "", mountPath: "/volume/" }), (p) => [
-          select(`${p}.volume`, "Volume", inCluster(cat.volumes)), text(`${p}.mountPath`, "Mount path"), check1(`${p}.readOnly`, "Read-only")]),
+        list("spec.environment.volumes", "Volumes", () => ({ volume: inCluster(cat.volumes)[0] || "", mountPath: joinPath("/volume", inCluster(cat.volumes)[0] || "") }), volumeRow,
+          noneIn("volumes", cat.volumes)),
         list("spec.environment.datasets", "Datasets", () => ({ dataset: inCluster(cat.datasets)[0] || "", mountPath: "/mnt/data" }), (p) => [
-          select(`${p}.dataset`, "Dataset", inCluster(cat.datasets)), text(`${p}.mountPath`, "Mount path")]),
+          select(`${p}.dataset`, "Dataset", inCluster(cat.datasets)), text(`${p}.mountPath`, "Mount path")], noneIn("datasets", cat.datasets)),
         list("spec.environment.models", "Models", () => ({ model: inCluster(cat.models)[0] || "", mountPath: "/mnt/model" }), (p) => [
-          select(`${p}.model`, "Model", inCluster(cat.models)), text(`${p}.mountPath`, "Mount path")]),
+          select(`${p}.model`, "Model", inCluster(cat.models)), text(`${p}.mountPath`, "Mount path")], noneIn("models", cat.models)),
         text("spec.environment.cmd", ray ? "Entrypoint (run with bash -c on the head)" : "cmd (run with bash -c)", { multiline: true, rows: 4, hint: ray ? "" : "MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK are set in every replica" })),
       h("section", { "aria-labelledby": "sec-compute" }, h("h2", { id: "sec-compute" }, "Compute resources"),
         select("spec.compute.resourceType", "Resource type", ["Reserved", "Ondemand", "Spot", "Idle"], true),
-        select("spec.compute.pool", "Resource pool", pools, true),
+        select("spec.compute.pool", "Resource pool", pools, true, "", "No resource pool in this cluster; choose another cluster, or an admin adds one."),
         num("spec.compute.workers", ray ? "Workers (plus one head)" : "Workers (plus one master)", { min: 0 }),
         list("spec.compute.instanceSpecs", "Instance specs, in order of preference", () => ({ spec: specs[0] || "", countPerNode: 1 }), (p) => [
-          select(`${p}.spec`, "Instance spec", specs, false, specHint(getPath(doc, `${p}.spec`))), num(`${p}.countPerNode`, "Count per node", { min: 1 })]),
+          select(`${p}.spec`, "Instance spec", specs, false, specHint(getPath(doc, `${p}.spec`)), "No instance spec in this pool; choose another pool, or an admin adds one."), num(`${p}.countPerNode`, "Count per node", { min: 1 })]),
         num("spec.compute.priority", "Priority", { min: 0, placeholder: "5" }),
         check1("spec.compute.guarantee", "Guarantee (no Spot or Idle capacity; never preempted)"),
         s.compute.resourceType === "Reserved" ? check1("spec.compute.idleSupplement", "Supplement with idle resources when quota runs short") : ""),
@@ -763,10 +812,11 @@ async function createPage(params) {
         ? h("section", { "aria-labelledby": "sec-type" }, h("h2", { id: "sec-type" }, "PyTorchJob"),
           num("spec.pytorch.procsPerNode", "Processes per replica (torchrun --nproc_per_node)", { min: 1, placeholder: "one per GPU" }))
         : h("section", { "aria-labelledby": "sec-type" }, h("h2", { id: "sec-type" }, "RayJob"),
-          select("spec.ray.head.instanceSpec.spec", "Head instance spec", specs, false),
+          select("spec.ray.head.instanceSpec.spec", "Head instance spec", specs, false, "", "No instance spec in this pool; choose another pool, or an admin adds one."),
           text("spec.ray.runtimeEnvYaml", "Runtime env (YAML)", { multiline: true, rows: 4, optional: true }),
           block("spec.ray.sharedStorage", "Shared storage at /tmp/ray", { volume: Object.entries(cat.volumes || {}).find(([, v]) => v.multiPodReadWrite)?.[0] || "", cleanupOnExit: false }, () => [
-            select("spec.ray.sharedStorage.volume", "Volume (multi-pod read-write)", Object.entries(cat.volumes || {}).filter(([, v]) => v.multiPodReadWrite).map(([k]) => k)),
+            select("spec.ray.sharedStorage.volume", "Volume (multi-pod read-write)", Object.entries(cat.volumes || {}).filter(([, v]) => v.multiPodReadWrite).map(([k]) => k), false, "",
+              "No multi-pod read-write volume in the catalog; an admin adds one."),
             check1("spec.ray.sharedStorage.cleanupOnExit", "Clean up this task's data when it ends")]),
           block("spec.ray.debug", "Debug mode (keep the cluster after the job)", { retentionSeconds: 600 }, () => [num("spec.ray.debug.retentionSeconds", "Keep for, seconds", { min: 1 })]),
           block("spec.ray.autoscaling", "Autoscaling", { minWorkers: 0, maxWorkers: Math.max(1, s.compute.workers || 1), idleTimeoutSeconds: 60, mode: "Default" }, () => [
@@ -792,6 +842,9 @@ async function createPage(params) {
     const d = JSON.parse(JSON.stringify(doc));
     for (const a of d.spec.advanced?.alarms || []) if (typeof a.events === "string") a.events = a.events.split(",").map((e) => e.trim()).filter(Boolean);
     if (d.spec.ray?.head && !d.spec.ray.head.instanceSpec?.spec) delete d.spec.ray.head;
+    // What the form does not show is not sent (it stays in the form: switching back shows it again).
+    if (d.spec.type === "RayJob" && d.spec.advanced) { delete d.spec.advanced.precheck; delete d.spec.advanced.exitCheckpoint; }
+    if (d.spec.compute && d.spec.compute.resourceType !== "Reserved") delete d.spec.compute.idleSupplement;
     return d;
   }
 
@@ -804,13 +857,20 @@ async function createPage(params) {
       return;
     }
     for (const old of form.querySelectorAll(".field-problem")) old.remove();
-    problems.replaceChildren(...data.problems.map((p) => h("li", { class: p.severity, "data-path": p.path }, h("code", {}, p.path || "(document)"), ` ${p.message}`)));
+    const shown = [];
     for (const p of data.problems) {
       let path = dotted(p.path);
       let at = null;
       while (path && !(at = form.querySelector(`[data-path="${CSS.escape(path)}"]`))) path = path.includes(".") ? path.slice(0, path.lastIndexOf(".")) : "";
+      const around = [];
+      for (let e = at; e; e = e.parentElement?.closest("[data-path]")) around.push(e.dataset.path);
+      if (!attempted && !touched.has(dotted(p.path)) && !around.some((x) => touched.has(x))) continue;
+      shown.push(p);
       (at || form).append(h("div", { class: `field-problem ${p.severity}`, role: "alert", "data-for": p.path }, p.message));
     }
+    const pending = data.problems.length - shown.length;
+    problems.replaceChildren(...shown.map((p) => h("li", { class: p.severity, "data-path": p.path }, h("code", {}, p.path || "(document)"), ` ${p.message}`)),
+      pending ? h("li", { class: "muted", id: "problems-pending" }, `${pending} problem${pending === 1 ? "" : "s"} left; each shows at its field once you edit it or press Create.`) : "");
     const c = doc.spec.compute;
     const lines = (quota || []).filter((q) => q.group === doc.metadata.projectGroup && q.pool === c.pool && q.resourceType === c.resourceType && (c.instanceSpecs || []).some((s) => s.spec === q.spec));
     summary.replaceChildren(
@@ -829,6 +889,7 @@ async function createPage(params) {
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const button = document.getElementById("create-submit");
+    attempted = true;
     button.disabled = true;
     try {
       const { data } = await api("POST", "/api/v1/tasks", JSON.stringify(toDoc()), { "Idempotency-Key": key, "Content-Type": "application/json" });
