@@ -229,9 +229,10 @@ pub fn share(c: &Conn, task: &str, id: &str, user: &str, operate: bool) -> CallR
 }
 
 /// `admin catalog set -f FILE`: replace the catalog.
-pub fn admin_catalog_set(c: &Conn, file: &std::path::Path) -> CallResult<ExitCode> {
+pub fn admin_catalog_set(c: &Conn, file: &std::path::Path, force: bool) -> CallResult<ExitCode> {
     let body = std::fs::read(file).map_err(|e| usage(format!("cannot read {}: {e}", file.display())))?;
-    let (_, v) = c.call("PUT", "/api/v1/admin/catalog", Some(&body), None)?;
+    let path = if force { "/api/v1/admin/catalog?force=true" } else { "/api/v1/admin/catalog" };
+    let (_, v) = c.call("PUT", path, Some(&body), None)?;
     let count = |k: &str| v[k].as_object().map_or(0, |m| m.len());
     outln!(
         "catalog replaced: {} regions, {} clusters, {} pools, {} instance specs, {} nodes, {} project groups",

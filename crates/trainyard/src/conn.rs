@@ -240,6 +240,19 @@ fn problem_text(v: &Value) -> String {
             p["message"].as_str().unwrap_or("")
         ));
     }
+    // A refused catalog: what it would take away from active tasks, and from which.
+    for c in v["conflicts"].as_array().into_iter().flatten() {
+        let names: Vec<&str> =
+            c["taskNames"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        out.push_str(&format!(
+            "\n  [{}] {}: {} ({} active tasks: {})",
+            c["code"].as_str().unwrap_or(""),
+            c["path"].as_str().unwrap_or(""),
+            c["message"].as_str().unwrap_or(""),
+            c["tasks"].as_u64().unwrap_or(0),
+            names.join(", ")
+        ));
+    }
     out
 }
 

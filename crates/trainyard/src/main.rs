@@ -362,11 +362,15 @@ enum CatalogCommand {
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Yaml)]
         output: Format,
     },
-    /// Replace the catalog with the one in a file.
+    /// Replace the catalog with the one in a file. One that takes away what active tasks use (their group,
+    /// pool, instance spec, image, storage, or a node running their replicas) is refused, each conflict listed.
     Set {
         /// The catalog, in YAML or JSON.
         #[arg(short = 'f', long = "file", value_name = "FILE")]
         file: PathBuf,
+        /// Replace it even though active tasks use what it takes away.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -559,8 +563,8 @@ fn main() -> ExitCode {
             AdminCommand::Catalog { command: CatalogCommand::Get { output } } => {
                 client::admin_catalog_get(&conn, output)
             }
-            AdminCommand::Catalog { command: CatalogCommand::Set { file } } => {
-                client::admin_catalog_set(&conn, &file)
+            AdminCommand::Catalog { command: CatalogCommand::Set { file, force } } => {
+                client::admin_catalog_set(&conn, &file, force)
             }
             AdminCommand::User { name, disable: true, .. } => client::admin_user_disabled(&conn, &name, true),
             AdminCommand::User { name, enable: true, .. } => client::admin_user_disabled(&conn, &name, false),

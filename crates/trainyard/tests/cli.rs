@@ -826,3 +826,69 @@ PY"#
     assert_eq!(failed.status.code(), Some(1), "{}", text(&failed));
     assert!(String::from_utf8_lossy(&failed.stdout).trim_end().ends_with("failed"), "{}", text(&failed));
 }
+
+/// `admin catalog set` of a catalog that takes away what an active task uses is refused (exit 4) with each
+/// conflict and the task named; `--force` replaces it anyway.
+#[test]
+fn a_catalog_taking_away_what_tasks_use_is_refused_unless_forced() {
+    let dir = std::env::temp_dir().join(format!("trainyard-up-catalog-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut server = Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(["up", "--backend", "fake", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&dir)
+        .env("TRAINYARD_FAKE_RUN_MS", "600000")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let (api, _) = up_output(&mut server);
+    let token = std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_owned();
+    let cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_trainyard"))
+            .args(args)
+            .env("TRAINYARD_SERVER", &api)
+            .env("TRAINYARD_TOKEN", &token)
+            .current_dir(repo())
+            .output()
+            .unwrap()
+    };
+    let text =
+        |o: &Output| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let o = cli(&["submit", "-f", "examples/local/hello.yaml", "-o", "json"]);
+    let t: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)));
+    let name = t["name"].as_str().unwrap().to_owned();
+    // The catalog in force with the task's project group renamed (its quotas follow).
+    let o = cli(&["admin", "catalog", "get", "-o", "json"]);
+    let mut catalog: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)));
+    let groups = catalog["projectGroups"].as_object_mut().unwrap();
+    let group = groups.remove("default").expect("up's catalog has the default group");
+    groups.insert("renamed".into(), group);
+    for q in catalog["quotas"].as_array_mut().unwrap() {
+        q["group"] = "renamed".into();
+    }
+    let file = dir.join("renamed.json");
+    std::fs::write(&file, catalog.to_string()).unwrap();
+    let file = file.to_str().unwrap();
+
+    let refused = cli(&["admin", "catalog", "set", "-f", file]);
+    assert_eq!(refused.status.code(), Some(4), "{}", text(&refused));
+    let said = text(&refused);
+    assert!(
+        said.contains("(409)") && said.contains("metadata.projectGroup") && said.contains(&name),
+        "{said}"
+    );
+    let o = cli(&["admin", "catalog", "get", "-o", "json"]);
+    let kept: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(kept["projectGroups"].get("default").is_some(), "nothing was replaced");
+
+    let forced = cli(&["admin", "catalog", "set", "-f", file, "--force"]);
+    assert_eq!(forced.status.code(), Some(0), "{}", text(&forced));
+    assert!(stdout(&forced).starts_with("catalog replaced"), "{}", text(&forced));
+    let o = cli(&["admin", "catalog", "get", "-o", "json"]);
+    let now: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(now["projectGroups"].get("renamed").is_some(), "{now}");
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
