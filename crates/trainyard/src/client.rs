@@ -71,6 +71,43 @@ pub fn list(
     show(&fetch()?, format, lines)
 }
 
+/// `delete` without a task: every task the caller may operate that matches the filters, a page at a time
+/// until none is left (or a page deleted nothing: what failed is said, and the exit status is 4).
+pub fn delete_matching(c: &Conn, filters: &[(&str, Option<String>)], format: Format) -> CallResult<ExitCode> {
+    let query: Vec<String> =
+        filters.iter().filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", encode(v)))).collect();
+    if query.is_empty() {
+        return Err(usage(
+            "say which task to delete, or which tasks with at least one of --status, --type, --group, --owner, -l \
+             and -q",
+        ));
+    }
+    let path = format!("/api/v1/tasks?{}", query.join("&"));
+    let mut ids = Vec::new();
+    let failed = loop {
+        let (_, v) = c.call("DELETE", &path, None, None)?;
+        let deleted = v["ids"].as_array().cloned().unwrap_or_default();
+        ids.extend(deleted.iter().filter_map(|i| i.as_str().map(str::to_owned)));
+        if !v["more"].as_bool().unwrap_or(false) || deleted.is_empty() {
+            break v["failed"].as_array().cloned().unwrap_or_default();
+        }
+    };
+    match format {
+        Format::Table => {
+            outln!("deleted {} task{}", ids.len(), if ids.len() == 1 { "" } else { "s" });
+            for f in &failed {
+                eprintln!(
+                    "trainyard: not deleted: {}: {}",
+                    f["id"].as_str().unwrap_or(""),
+                    f["detail"].as_str().unwrap_or("")
+                );
+            }
+        }
+        _ => print(&serde_json::json!({"deleted": ids.len(), "ids": ids, "failed": failed}), format),
+    }
+    if failed.is_empty() { Ok(ExitCode::SUCCESS) } else { Ok(ExitCode::from(EXIT_REFUSED)) }
+}
+
 /// A document as `format` says: the table's lines, or the answer as JSON or YAML.
 fn show(
     v: &Value,

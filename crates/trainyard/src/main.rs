@@ -205,10 +205,29 @@ enum Command {
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
         output: Format,
     },
-    /// Delete a task (stopping it first); its history is kept.
+    /// Delete a task (stopping it first); its history is kept. Without TASK, every task you may operate that
+    /// matches the filters (at least one) is deleted.
     Delete {
-        /// The task's name or id.
-        task: String,
+        /// The task's name or id; leave it out to delete by the filters below.
+        task: Option<String>,
+        /// With no TASK: tasks in this status (any case).
+        #[arg(long, value_enum, ignore_case = true)]
+        status: Option<StatusArg>,
+        /// With no TASK: tasks of this type (PyTorchJob or RayJob).
+        #[arg(long = "type", value_name = "TYPE")]
+        task_type: Option<String>,
+        /// With no TASK: tasks of this project group.
+        #[arg(long)]
+        group: Option<String>,
+        /// With no TASK: tasks of this user.
+        #[arg(long, value_name = "USER")]
+        owner: Option<String>,
+        /// With no TASK: tasks whose labels match key=value[,key=value].
+        #[arg(short = 'l', long)]
+        labels: Option<String>,
+        /// With no TASK: tasks whose name or id contains this.
+        #[arg(short = 'q', long)]
+        query: Option<String>,
         /// Output format.
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
         output: Format,
@@ -536,8 +555,22 @@ fn main() -> ExitCode {
         Command::Stop { task, wait, output } => {
             by_name(&task, &|id| client::act(&conn, id, "stop", wait, output))
         }
-        Command::Delete { task, output } => {
+        Command::Delete { task: Some(task), output, .. } => {
             by_name(&task, &|id| client::act(&conn, id, "delete", false, output))
+        }
+        Command::Delete { task: None, status, task_type, group, owner, labels, query, output } => {
+            client::finish(client::delete_matching(
+                &conn,
+                &[
+                    ("status", status.and_then(|s| s.to_possible_value()).map(|v| v.get_name().to_owned())),
+                    ("type", task_type),
+                    ("group", group),
+                    ("owner", owner),
+                    ("labels", labels),
+                    ("q", query),
+                ],
+                output,
+            ))
         }
         Command::Resubmit { task, wait, output } => {
             by_name(&task, &|id| client::act(&conn, id, "resubmit", wait, output))

@@ -828,7 +828,7 @@ PY"#
 }
 
 /// `admin catalog set` of a catalog that takes away what an active task uses is refused (exit 4) with each
-/// conflict and the task named; `--force` replaces it anyway.
+/// conflict and the task named; `--force` replaces it anyway. Then `delete` by filter.
 #[test]
 fn a_catalog_taking_away_what_tasks_use_is_refused_unless_forced() {
     let dir = std::env::temp_dir().join(format!("trainyard-up-catalog-{}", std::process::id()));
@@ -888,6 +888,22 @@ fn a_catalog_taking_away_what_tasks_use_is_refused_unless_forced() {
     let o = cli(&["admin", "catalog", "get", "-o", "json"]);
     let now: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(now["projectGroups"].get("renamed").is_some(), "{now}");
+
+    // Delete by filter: never without one; with one, every matching task, by pages until none is left.
+    let bare = cli(&["delete"]);
+    assert_eq!(bare.status.code(), Some(2), "{}", text(&bare));
+    assert!(text(&bare).contains("--status"), "{}", text(&bare));
+    let gone = cli(&["delete", "-q", &name, "-o", "json"]);
+    assert_eq!(gone.status.code(), Some(0), "{}", text(&gone));
+    let done: serde_json::Value =
+        serde_json::from_slice(&gone.stdout).unwrap_or_else(|_| panic!("{}", text(&gone)));
+    assert_eq!(done["deleted"], 1, "{done}");
+    assert_eq!(done["ids"][0], t["id"], "{done}");
+    let listed: serde_json::Value =
+        serde_json::from_slice(&cli(&["list", "-q", &name, "-o", "json"]).stdout).unwrap();
+    assert_eq!(listed["items"].as_array().map(Vec::len), Some(0), "{listed}");
+    let again = cli(&["delete", "-q", &name]);
+    assert_eq!(stdout(&again), "deleted 0 tasks\n", "{}", text(&again));
     let _ = server.kill();
     let _ = server.wait();
     let _ = std::fs::remove_dir_all(&dir);
