@@ -126,3 +126,16 @@ def test_delete_stops_a_running_task(client: trainyard.Client) -> None:
     assert "Deleted" in [e.reason for e in client.events(task)] or "StopRequested" in [
         e.reason for e in client.events(task)
     ]
+
+
+def test_delete_matching_deletes_every_match_and_needs_a_filter(client: trainyard.Client, run: Run) -> None:
+    prefix = unique("bulk")
+    done = [run(task_doc(f"{prefix}-{k}", "echo bye")) for k in range(2)]
+    other = run(task_doc(unique("keep"), "echo stay"))
+    with pytest.raises(ValueError):
+        client.delete_matching()
+    result = client.delete_matching(search=prefix)
+    assert result.deleted == 2 and sorted(result.ids) == sorted(t.id for t in done) and result.failed == []
+    assert client.list(search=prefix).items == []
+    assert [t.id for t in client.list(search=other.name).items] == [other.id]
+    assert client.delete_matching(search=prefix).deleted == 0

@@ -29,6 +29,7 @@ from .errors import (
 from .models import (
     TERMINAL_STATUSES,
     AttemptReplicas,
+    BulkDeleted,
     Event,
     LogLine,
     Metrics,
@@ -408,6 +409,42 @@ class Client:
         """Stops the task if it runs (with the checkpoint window) and deletes it: it leaves lists, and its
         history is kept."""
         self._send("DELETE", _task_path(self.resolve(task)))
+
+    def delete_matching(
+        self,
+        *,
+        status: str | Status | None = None,
+        task_type: str | None = None,
+        group: str | None = None,
+        owner: str | None = None,
+        search: str | None = None,
+        labels: Mapping[str, str] | str | None = None,
+    ) -> BulkDeleted:
+        """Deletes every task the caller may operate that matches the filters (at least one; the server
+        never deletes without one), as :meth:`delete` does each, page by page until none is left. Tasks that
+        matched but could not be deleted are in ``failed`` with the server's reason."""
+        params: dict[str, str | int] = {}
+        if status is not None:
+            params["status"] = Status.parse(status).value
+        if task_type is not None:
+            params["type"] = task_type
+        if group is not None:
+            params["group"] = group
+        if owner is not None:
+            params["owner"] = owner
+        if search is not None:
+            params["q"] = search
+        if labels is not None:
+            params["labels"] = labels if isinstance(labels, str) else ",".join(f"{k}={v}" for k, v in labels.items())
+        if not params:
+            raise ValueError("say which tasks to delete: at least one of status, task_type, group, owner, search, labels")
+        ids: builtins.list[str] = []
+        while True:
+            data = _json_of(self._send("DELETE", "/api/v1/tasks", params=params))
+            page = _build(lambda d: BulkDeleted.from_json(d), data)
+            ids.extend(page.ids)
+            if not data.get("more") or not page.ids:
+                return BulkDeleted(deleted=len(ids), ids=ids, failed=page.failed)
 
     def events(self, task: TaskRef, *, after: int = 0) -> builtins.list[Event]:
         """The task's history in order (every attempt's), after sequence number ``after``."""

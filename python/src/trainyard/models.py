@@ -8,7 +8,7 @@ newer server adds is not lost.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
@@ -378,4 +378,22 @@ class Validation:
             task=task if isinstance(task, dict) else None,
             yaml=yaml_text if isinstance(yaml_text, str) else None,
             raw=d,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BulkDeleted:
+    """What :meth:`Client.delete_matching` did: the tasks deleted, by id, and those that matched but could
+    not be deleted, as ``(id, reason)``."""
+
+    deleted: int
+    ids: list[str]
+    failed: list[tuple[str, str]]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> BulkDeleted:
+        return cls(
+            deleted=int(d["deleted"]),
+            ids=[str(i) for i in d["ids"]],
+            failed=[(str(f["id"]), str(f["detail"])) for f in d["failed"]],
         )
