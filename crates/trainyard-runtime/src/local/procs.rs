@@ -174,7 +174,11 @@ impl Cgroup {
     /// inside from the first instruction). Err says why limits cannot be enforced here.
     pub fn create(name: &str, millicpu: u64, memory_mib: u64, pids_max: u64) -> Result<Cgroup, String> {
         let cg = Cgroup::enter_new(name)?;
-        cg.limit(millicpu, memory_mib, pids_max)?;
+        if let Err(why) = cg.limit(millicpu, memory_mib, pids_max) {
+            // Not left behind with this process in it: nothing would remove it.
+            cg.remove();
+            return Err(why);
+        }
         Ok(cg)
     }
 
