@@ -67,6 +67,21 @@ fn queued(spec_json: &str, k: usize, at_ms: i64) -> NewTask {
     }
 }
 
+/// Where one tick's time went, in ms.
+fn phases_ms(p: &trainyard_control::Phases) -> String {
+    let ms = |us: u32| f64::from(us) / 1e3;
+    format!(
+        "observe {:.2} ms, sync {:.2}, snapshot {:.2}, schedule {:.2}, commit {:.2}, alarms {:.2}, reconcile {:.2}",
+        ms(p.observe_us),
+        ms(p.sync_us),
+        ms(p.snapshot_us),
+        ms(p.schedule_us),
+        ms(p.commit_us),
+        ms(p.alarms_us),
+        ms(p.reconcile_us),
+    )
+}
+
 fn summary(mut v: Vec<Duration>) -> String {
     v.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -107,15 +122,7 @@ async fn main() {
     let t = Instant::now();
     let first = control.tick(now_ms()).await.unwrap().phases;
     println!("first tick (reads every spec)          {:>8.2} ms", t.elapsed().as_secs_f64() * 1e3);
-    println!(
-        "    sync {:.2} ms, snapshot {:.2}, schedule {:.2}, commit {:.2}, alarms {:.2}, reconcile {:.2}",
-        f64::from(first.sync_us) / 1e3,
-        f64::from(first.snapshot_us) / 1e3,
-        f64::from(first.schedule_us) / 1e3,
-        f64::from(first.commit_us) / 1e3,
-        f64::from(first.alarms_us) / 1e3,
-        f64::from(first.reconcile_us) / 1e3,
-    );
+    println!("    {}", phases_ms(&first));
     let mut steady = Vec::new();
     let mut planned = 0;
     for _ in 0..20 {
@@ -194,18 +201,7 @@ async fn main() {
     let mut by_time: Vec<usize> = (0..stream.len()).collect();
     by_time.sort_by_key(|&i| std::cmp::Reverse(stream[i]));
     for &i in by_time.iter().take((stream.len() / 100).max(1) + 1) {
-        let p = &phases[i];
-        println!(
-            "    slow tick {:>7.2} ms: observe {:.2}, sync {:.2}, snapshot {:.2}, schedule {:.2}, commit {:.2}, alarms {:.2}, reconcile {:.2}",
-            ms(stream[i]),
-            f64::from(p.observe_us) / 1e3,
-            f64::from(p.sync_us) / 1e3,
-            f64::from(p.snapshot_us) / 1e3,
-            f64::from(p.schedule_us) / 1e3,
-            f64::from(p.commit_us) / 1e3,
-            f64::from(p.alarms_us) / 1e3,
-            f64::from(p.reconcile_us) / 1e3,
-        );
+        println!("    slow tick {:>7.2} ms: {}", ms(stream[i]), phases_ms(&phases[i]));
     }
     let info = control.queue_info(&format!("{:016x}", k - 1));
     println!("    (the last arrival waits at {:?})", info.map(|q| (q.position, q.reason)));
