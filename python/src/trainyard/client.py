@@ -64,6 +64,26 @@ _EVENTS_PAGE = 1000
 _STREAM_READ_TIMEOUT = 60.0
 
 
+
+def _task_filters(
+    status: str | Status | None,
+    task_type: str | None,
+    group: str | None,
+    owner: str | None,
+    search: str | None,
+    labels: Mapping[str, str] | str | None,
+) -> dict[str, str | int]:
+    """The task list's filters as query parameters (the list and the bulk delete take the same ones)."""
+    params: dict[str, str | int] = {}
+    if status is not None:
+        params["status"] = Status.parse(status).value
+    for key, value in (("type", task_type), ("group", group), ("owner", owner), ("q", search)):
+        if value is not None:
+            params[key] = value
+    if labels is not None:
+        params["labels"] = labels if isinstance(labels, str) else ",".join(f"{k}={v}" for k, v in labels.items())
+    return params
+
 class Client:
     """A Trainyard server, as one user (the token's).
 
@@ -253,19 +273,7 @@ class Client:
         ``name``, ``updated``). ``status`` in any case; ``task_type`` ``PyTorchJob`` or ``RayJob``;
         ``search`` a name or id, or part of one; ``labels`` all of these ``key=value``; ``limit`` per page
         (server default 50, at most 500). Pass the page's ``next_cursor`` as ``cursor`` for the next one."""
-        params: dict[str, str | int] = {}
-        if status is not None:
-            params["status"] = Status.parse(status).value
-        if task_type is not None:
-            params["type"] = task_type
-        if group is not None:
-            params["group"] = group
-        if owner is not None:
-            params["owner"] = owner
-        if search is not None:
-            params["q"] = search
-        if labels is not None:
-            params["labels"] = labels if isinstance(labels, str) else ",".join(f"{k}={v}" for k, v in labels.items())
+        params = _task_filters(status, task_type, group, owner, search, labels)
         if sort is not None:
             params["sort"] = sort
         if limit is not None:
@@ -423,19 +431,7 @@ class Client:
         """Deletes every task the caller may operate that matches the filters (at least one; the server
         never deletes without one), as :meth:`delete` does each, page by page until none is left. Tasks that
         matched but could not be deleted are in ``failed`` with the server's reason."""
-        params: dict[str, str | int] = {}
-        if status is not None:
-            params["status"] = Status.parse(status).value
-        if task_type is not None:
-            params["type"] = task_type
-        if group is not None:
-            params["group"] = group
-        if owner is not None:
-            params["owner"] = owner
-        if search is not None:
-            params["q"] = search
-        if labels is not None:
-            params["labels"] = labels if isinstance(labels, str) else ",".join(f"{k}={v}" for k, v in labels.items())
+        params = _task_filters(status, task_type, group, owner, search, labels)
         if not params:
             raise ValueError("say which tasks to delete: at least one of status, task_type, group, owner, search, labels")
         ids: builtins.list[str] = []
