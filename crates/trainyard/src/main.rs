@@ -43,6 +43,43 @@ struct Cli {
     command: Command,
 }
 
+/// The task list's filters (`list`, and `delete` without a task).
+#[derive(Debug, clap::Args)]
+struct TaskFilters {
+    /// Only tasks in this status (any case).
+    #[arg(long, value_enum, ignore_case = true)]
+    status: Option<StatusArg>,
+    /// Only tasks of this type (PyTorchJob or RayJob).
+    #[arg(long = "type", value_name = "TYPE")]
+    task_type: Option<String>,
+    /// Only tasks of this project group.
+    #[arg(long)]
+    group: Option<String>,
+    /// Only tasks of this user.
+    #[arg(long, value_name = "USER")]
+    owner: Option<String>,
+    /// Label selector: key=value[,key=value].
+    #[arg(short = 'l', long)]
+    labels: Option<String>,
+    /// Search by name or ID.
+    #[arg(short = 'q', long)]
+    query: Option<String>,
+}
+
+impl TaskFilters {
+    /// As the API's query parameters.
+    fn pairs(self) -> Vec<(&'static str, Option<String>)> {
+        vec![
+            ("status", self.status.and_then(|s| s.to_possible_value()).map(|v| v.get_name().to_owned())),
+            ("type", self.task_type),
+            ("group", self.group),
+            ("owner", self.owner),
+            ("labels", self.labels),
+            ("q", self.query),
+        ]
+    }
+}
+
 // Parsed once per run: the size of `Up`'s flags costs nothing worth boxing for.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
@@ -110,24 +147,8 @@ enum Command {
     },
     /// List the tasks you can see, newest first.
     List {
-        /// Only tasks in this status (any case).
-        #[arg(long, value_enum, ignore_case = true)]
-        status: Option<StatusArg>,
-        /// Only tasks of this type (PyTorchJob or RayJob).
-        #[arg(long = "type", value_name = "TYPE")]
-        task_type: Option<String>,
-        /// Only tasks of this project group.
-        #[arg(long)]
-        group: Option<String>,
-        /// Only tasks of this user.
-        #[arg(long, value_name = "USER")]
-        owner: Option<String>,
-        /// Label selector: key=value[,key=value].
-        #[arg(short = 'l', long)]
-        labels: Option<String>,
-        /// Search by name or ID.
-        #[arg(short = 'q', long)]
-        query: Option<String>,
+        #[command(flatten)]
+        filters: TaskFilters,
         /// newest (default), oldest, name or updated.
         #[arg(long)]
         sort: Option<String>,
@@ -210,24 +231,9 @@ enum Command {
     Delete {
         /// The task's name or id; leave it out to delete by the filters below.
         task: Option<String>,
-        /// With no TASK: tasks in this status (any case).
-        #[arg(long, value_enum, ignore_case = true)]
-        status: Option<StatusArg>,
-        /// With no TASK: tasks of this type (PyTorchJob or RayJob).
-        #[arg(long = "type", value_name = "TYPE")]
-        task_type: Option<String>,
-        /// With no TASK: tasks of this project group.
-        #[arg(long)]
-        group: Option<String>,
-        /// With no TASK: tasks of this user.
-        #[arg(long, value_name = "USER")]
-        owner: Option<String>,
-        /// With no TASK: tasks whose labels match key=value[,key=value].
-        #[arg(short = 'l', long)]
-        labels: Option<String>,
-        /// With no TASK: tasks whose name or id contains this.
-        #[arg(short = 'q', long)]
-        query: Option<String>,
+        /// With no TASK: which tasks.
+        #[command(flatten)]
+        filters: TaskFilters,
         /// Output format.
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
         output: Format,
@@ -528,22 +534,10 @@ fn main() -> ExitCode {
         Command::Submit { file, idempotency_key, wait, output } => {
             client::finish(client::submit(&conn, &file, idempotency_key.as_deref(), wait, output))
         }
-        Command::List { status, task_type, group, owner, labels, query, sort, limit, output, watch } => {
-            client::finish(client::list(
-                &conn,
-                &[
-                    ("status", status.and_then(|s| s.to_possible_value()).map(|v| v.get_name().to_owned())),
-                    ("type", task_type),
-                    ("group", group),
-                    ("owner", owner),
-                    ("labels", labels),
-                    ("q", query),
-                    ("sort", sort),
-                    ("limit", Some(limit.to_string())),
-                ],
-                output,
-                watch,
-            ))
+        Command::List { filters, sort, limit, output, watch } => {
+            let mut query = filters.pairs();
+            query.extend([("sort", sort), ("limit", Some(limit.to_string()))]);
+            client::finish(client::list(&conn, &query, output, watch))
         }
         Command::Get { task, output, watch } => by_name(&task, &|id| client::get(&conn, id, output, watch)),
         Command::Describe { task, output } => by_name(&task, &|id| client::describe(&conn, id, output)),
@@ -558,19 +552,8 @@ fn main() -> ExitCode {
         Command::Delete { task: Some(task), output, .. } => {
             by_name(&task, &|id| client::act(&conn, id, "delete", false, output))
         }
-        Command::Delete { task: None, status, task_type, group, owner, labels, query, output } => {
-            client::finish(client::delete_matching(
-                &conn,
-                &[
-                    ("status", status.and_then(|s| s.to_possible_value()).map(|v| v.get_name().to_owned())),
-                    ("type", task_type),
-                    ("group", group),
-                    ("owner", owner),
-                    ("labels", labels),
-                    ("q", query),
-                ],
-                output,
-            ))
+        Command::Delete { task: None, filters, output } => {
+            client::finish(client::delete_matching(&conn, &filters.pairs(), output))
         }
         Command::Resubmit { task, wait, output } => {
             by_name(&task, &|id| client::act(&conn, id, "resubmit", wait, output))
