@@ -51,6 +51,24 @@ fn up_output(child: &mut std::process::Child) -> (String, String) {
     (api.unwrap_or_else(|| panic!("no API address in:\n{printed}")), printed)
 }
 
+/// `trainyard up` on the fake backend (replicas "run" `run_ms`) in a fresh temp data dir named after `name`:
+/// the server, its data dir, its API address, what it printed and the admin token.
+fn fake_up(name: &str, run_ms: &str) -> (std::process::Child, PathBuf, String, String, String) {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut server = Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(["up", "--backend", "fake", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&dir)
+        .env("TRAINYARD_FAKE_RUN_MS", run_ms)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let (api, printed) = up_output(&mut server);
+    let token = std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_owned();
+    (server, dir, api, printed, token)
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8(o.stdout.clone()).unwrap()
 }
@@ -180,18 +198,7 @@ fn up_refuses_a_webhook_ca_file_it_cannot_use() {
 /// `trainyard up` on an empty data dir, then the CLI against it: whoami, submit --wait, list, describe.
 #[test]
 fn up_then_submit_and_wait() {
-    let dir = std::env::temp_dir().join(format!("trainyard-up-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let mut server = Command::new(env!("CARGO_BIN_EXE_trainyard"))
-        .args(["up", "--backend", "fake", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&dir)
-        .env("TRAINYARD_FAKE_RUN_MS", "300")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let (api, printed) = up_output(&mut server);
-    let token = std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_owned();
+    let (mut server, dir, api, printed, token) = fake_up("trainyard-up", "300");
     assert!(printed.contains(&token), "the token is printed once at bootstrap");
     // Listening elsewhere than the default address, `up` says how the CLI reaches it.
     let api_port = api.rsplit(':').next().unwrap().to_owned();
@@ -603,18 +610,7 @@ fn up_refuses_more_nodes_than_the_machine_has() {
 /// failure: exit 1), `share`, `metrics` with nothing sampled, and the exit statuses 3 and 4.
 #[test]
 fn watch_wait_wide_clone_and_share_on_the_fake_backend() {
-    let dir = std::env::temp_dir().join(format!("trainyard-up-daily-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let mut server = Command::new(env!("CARGO_BIN_EXE_trainyard"))
-        .args(["up", "--backend", "fake", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&dir)
-        .env("TRAINYARD_FAKE_RUN_MS", "3000")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let (api, _) = up_output(&mut server);
-    let token = std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_owned();
+    let (mut server, dir, api, _, token) = fake_up("trainyard-up-daily", "3000");
     let command = |token: &str, args: &[&str]| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_trainyard"));
         c.args(args).env("TRAINYARD_SERVER", &api).env("TRAINYARD_TOKEN", token).current_dir(repo());
@@ -831,18 +827,7 @@ PY"#
 /// conflict and the task named; `--force` replaces it anyway. Then `delete` by filter.
 #[test]
 fn a_catalog_taking_away_what_tasks_use_is_refused_unless_forced() {
-    let dir = std::env::temp_dir().join(format!("trainyard-up-catalog-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let mut server = Command::new(env!("CARGO_BIN_EXE_trainyard"))
-        .args(["up", "--backend", "fake", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&dir)
-        .env("TRAINYARD_FAKE_RUN_MS", "600000")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let (api, _) = up_output(&mut server);
-    let token = std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_owned();
+    let (mut server, dir, api, _, token) = fake_up("trainyard-up-catalog", "600000");
     let cli = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_trainyard"))
             .args(args)
