@@ -7,8 +7,23 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 
 const INDEX: &str = include_str!("index.html");
-const APP_JS: &str = include_str!("app.js");
 const STYLE: &str = include_str!("style.css");
+
+/// The console's modules by file name; `app.js` imports the rest.
+const MODULES: &[(&str, &str)] = &[
+    ("app.js", include_str!("app.js")),
+    ("core.js", include_str!("core.js")),
+    ("signin.js", include_str!("signin.js")),
+    ("list.js", include_str!("list.js")),
+    ("task.js", include_str!("task.js")),
+    ("new.js", include_str!("new.js")),
+    ("create.js", include_str!("create.js")),
+    ("admin.js", include_str!("admin.js")),
+    ("catalog.js", include_str!("catalog.js")),
+    ("account.js", include_str!("account.js")),
+    ("charts.js", include_str!("charts.js")),
+    ("yaml.js", include_str!("yaml.js")),
+];
 
 fn asset(kind: &'static str, body: &'static str) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, kind), (header::CACHE_CONTROL, "no-cache")], body)
@@ -16,8 +31,11 @@ fn asset(kind: &'static str, body: &'static str) -> impl IntoResponse {
 
 /// `/` (the console) and its assets under `/console/`.
 pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    Router::new()
+    let mut router = Router::new()
         .route("/", get(|| async { asset("text/html; charset=utf-8", INDEX) }))
-        .route("/console/app.js", get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }))
-        .route("/console/style.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }))
+        .route("/console/style.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }));
+    for &(name, body) in MODULES {
+        router = router.route(&format!("/console/{name}"), get(move || async move { asset("text/javascript; charset=utf-8", body) }));
+    }
+    router
 }
