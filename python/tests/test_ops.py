@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import trainyard
+from conftest import Server
 from helpers import task_doc, unique
 
 Run = Callable[..., trainyard.Task]
@@ -139,3 +140,38 @@ def test_delete_matching_deletes_every_match_and_needs_a_filter(client: trainyar
     assert client.list(search=prefix).items == []
     assert [t.id for t in client.list(search=other.name).items] == [other.id]
     assert client.delete_matching(search=prefix).deleted == 0
+
+
+def test_share_list_and_take_back(client: trainyard.Client, server: Server, run: Run) -> None:
+    name = unique("viewer")
+    client.request("POST", "/api/v1/admin/users", json_body={"name": name, "role": "member", "groups": ["default"]})
+    token = client.request("POST", f"/api/v1/users/{name}/tokens", json_body={"label": "pytest"})["token"]
+    done = run(task_doc(unique("shared"), "echo shared"))
+    assert client.shares(done) == []
+    with trainyard.Client(server.url, token) as viewer:
+        with pytest.raises(trainyard.NotFound):
+            viewer.get(done.id)
+        client.share(done.name, name)
+        assert client.shares(done) == [trainyard.Share(user=name, operate=False)]
+        assert viewer.get(done.name).id == done.id
+        with pytest.raises(trainyard.Forbidden):
+            viewer.resubmit(done)  # seeing is not operating
+        with pytest.raises(trainyard.Forbidden):
+            viewer.shares(done)  # nor managing its shares
+        client.share(done, name, operate=True)
+        assert client.shares(done) == [trainyard.Share(user=name, operate=True)]
+        client.unshare(done, name)
+        with pytest.raises(trainyard.NotFound):
+            viewer.get(done.id)
+        with pytest.raises(trainyard.NotFound):
+            client.unshare(done, name)
+
+
+def test_clone_under_a_name_prefix_of_its_own(client: trainyard.Client, run: Run) -> None:
+    original = run(task_doc(unique("named"), "echo named"))
+    copy = client.clone(original, name_prefix="renamed")
+    assert copy.name.startswith("renamed-") and copy.id != original.id
+    client.wait(copy, timeout=30, poll=0.2)
+    with pytest.raises(trainyard.ValidationError) as refused:
+        client.clone(original, name_prefix="Not Valid")
+    assert refused.value.paths == ["metadata.namePrefix"]

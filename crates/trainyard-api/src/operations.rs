@@ -4,7 +4,8 @@
 
 use crate::error::ProblemBody;
 use crate::routes::admin::{NodeStateBody, RegistryLoginBody, RegistryLoginEntry};
-use crate::routes::tasks::{CloneBody, ShareBody};
+use crate::routes::shares::{ShareBody, ShareEntry};
+use crate::routes::tasks::CloneBody;
 use crate::routes::users::{TaskEnvBody, TokenBody, UserBody};
 use crate::schema::{Schemas, schema_of};
 use crate::settings::AdminSettings;
@@ -412,6 +413,32 @@ pub const OPERATIONS: &[Operation] = &[
         errors: &[],
     },
     Operation {
+        id: "listShares",
+        method: "get",
+        path: "/api/v1/tasks/{id}/shares",
+        summary: "Whom the task is shared with, and whether each may operate it (owner or admin)",
+        query: &[],
+        headers: &[],
+        body: Body::None,
+        ok: 200,
+        answer: Answer::Json(schema_of::<Items<ShareEntry>>),
+        also_ok: &[],
+        errors: &[404],
+    },
+    Operation {
+        id: "unshareTask",
+        method: "delete",
+        path: "/api/v1/tasks/{id}/shares/{user}",
+        summary: "Take a share back (owner or admin), or give back one given to the caller; 404 when the task is not shared with that user",
+        query: &[],
+        headers: &[],
+        body: Body::None,
+        ok: 204,
+        answer: Answer::Empty,
+        also_ok: &[],
+        errors: &[404],
+    },
+    Operation {
         id: "replaceCatalog",
         method: "put",
         path: "/api/v1/admin/catalog",
@@ -735,6 +762,7 @@ pub fn path_parameter(name: &str) -> Option<(&'static str, Value)> {
     Some(match name {
         "id" => ("the task's id", any),
         "name" => ("a user's name", any),
+        "user" => ("the name of the user the task is shared with", any),
         "node" => ("a node's name, as the catalog lists it", any),
         "token" => (
             "a token's id, as listed",

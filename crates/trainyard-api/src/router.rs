@@ -3,7 +3,7 @@
 
 use crate::console;
 use crate::error::problems_for_every_error;
-use crate::routes::{NoParams, admin, server, tasks, telemetry, users};
+use crate::routes::{NoParams, admin, server, shares, tasks, telemetry, users};
 use crate::state::AppState;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
@@ -26,7 +26,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/tasks/{id}/stop", post(tasks::stop_task))
         .route("/api/v1/tasks/{id}/resubmit", post(tasks::resubmit_task))
         .route("/api/v1/tasks/{id}/clone", post(tasks::clone_task))
-        .route("/api/v1/tasks/{id}/shares", post(tasks::share_task))
+        .route("/api/v1/tasks/{id}/shares", post(shares::share_task).get(shares::list_shares))
+        .route("/api/v1/tasks/{id}/shares/{user}", delete(shares::unshare_task))
         .route("/api/v1/tasks/{id}/events", get(telemetry::task_events))
         .route("/api/v1/tasks/{id}/logs", get(telemetry::task_logs))
         .route("/api/v1/tasks/{id}/metrics", get(telemetry::task_metrics))

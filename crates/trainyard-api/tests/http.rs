@@ -1,7 +1,7 @@
 //! The API end to end through real HTTP on loopback: a server on an ephemeral port with SQLite and the fake
 //! backend, driven by a plain HTTP client.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use trainyard_api::{AppState, new_token, token_hash};
@@ -372,6 +372,26 @@ fn sharing_cloning_and_metrics() {
         s.call("POST", "alice", &format!("/api/v1/tasks/{id}/shares"), Some(r#"{"user": "nobody"}"#), None);
     assert_eq!(code, 400);
 
+    // Whom it is shared with: the owner and admins may ask; carol (who has it shared) may not.
+    let shares = format!("/api/v1/tasks/{id}/shares");
+    let (code, list) = s.call("GET", "alice", &shares, None, None);
+    assert_eq!((code, &list["items"]), (200, &json!([{"user": "carol", "operate": true}])), "{list}");
+    assert_eq!(s.call("GET", "root", &shares, None, None).0, 200);
+    assert_eq!(s.call("GET", "carol", &shares, None, None).0, 403);
+    // Taken back: carol sees it no more; a second take-back is a 404 that says so.
+    assert_eq!(s.call("DELETE", "alice", &format!("{shares}/carol"), None, None).0, 204);
+    assert_eq!(s.call("GET", "carol", &format!("/api/v1/tasks/{id}"), None, None).0, 404);
+    let (code, p) = s.call("DELETE", "alice", &format!("{shares}/carol"), None, None);
+    assert_eq!(code, 404, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("not shared with \"carol\""), "{p}");
+    // A user may give back a share given to them, but not take back another's.
+    s.call("POST", "alice", &shares, Some(r#"{"user": "carol"}"#), None);
+    s.call("POST", "alice", &shares, Some(r#"{"user": "bob"}"#), None);
+    assert_eq!(s.call("DELETE", "carol", &format!("{shares}/bob"), None, None).0, 403);
+    assert_eq!(s.call("DELETE", "carol", &format!("{shares}/carol"), None, None).0, 204);
+    let (_, list) = s.call("GET", "alice", &shares, None, None);
+    assert_eq!(list["items"], json!([{"user": "bob", "operate": false}]), "{list}");
+
     // /metrics on the API's address takes an admin's token (finding 13): none is a 401, a member's a 403.
     let url = format!("{}/metrics", s.base);
     let (code, p) = s.call("GET", "nobody", "/metrics", None, None);
@@ -390,6 +410,15 @@ fn sharing_cloning_and_metrics() {
     );
     assert!(text.contains("route=\"/api/v1/tasks/{id}/clone\",status=\"201\"} 1"), "{text}");
     assert!(text.contains("trainyard_api_request_duration_seconds_count"), "{text}");
+
+    // A clone under a name prefix of its own; a bad prefix is a 422 at its path, and nothing is made.
+    let clone_url = format!("/api/v1/tasks/{id}/clone");
+    let (code, c) = s.call("POST", "alice", &clone_url, Some(r#"{"namePrefix": "again"}"#), None);
+    assert_eq!(code, 201, "{c}");
+    assert!(c["name"].as_str().unwrap().starts_with("again-"), "{c}");
+    let (code, p) = s.call("POST", "alice", &clone_url, Some(r#"{"namePrefix": "Not Valid"}"#), None);
+    assert_eq!(code, 422, "{p}");
+    assert!(p["problems"].as_array().unwrap().iter().any(|x| x["path"] == "metadata.namePrefix"), "{p}");
 }
 
 /// Every operation the OpenAPI document lists is served, and the document holds the task's schema.

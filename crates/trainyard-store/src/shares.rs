@@ -36,6 +36,26 @@ impl Store {
         Ok(())
     }
 
+    /// Takes a share back: `user` sees the task (and operates it) only as anyone else would. Whether there was
+    /// one to take back.
+    pub async fn unshare(&self, task_id: &str, user: &str) -> Result<bool> {
+        let done = sqlx::query("DELETE FROM task_shares WHERE task_id = $1 AND user_name = $2")
+            .bind(task_id)
+            .bind(user)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// The users a task is shared with, by name, and whether each may operate it.
+    pub async fn shares(&self, task_id: &str) -> Result<Vec<(String, bool)>> {
+        let rows = sqlx::query("SELECT user_name, operate FROM task_shares WHERE task_id = $1 ORDER BY user_name")
+            .bind(task_id)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(|r| Ok((r.try_get::<String, _>(0)?, r.try_get::<i64, _>(1)? != 0))).collect()
+    }
+
     /// Whether `user` was given operate rights on the task.
     pub async fn may_operate(&self, task_id: &str, user: &str) -> Result<bool> {
         let row = sqlx::query("SELECT operate FROM task_shares WHERE task_id = $1 AND user_name = $2")

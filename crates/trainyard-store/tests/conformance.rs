@@ -613,6 +613,14 @@ async fn visibility_is_decided_in_the_query(store: Store, _: String) {
     assert!(!store.may_operate("p", "dave").await.unwrap());
     store.share("p", "dave", true).await.unwrap();
     assert!(store.may_operate("p", "dave").await.unwrap());
+    store.share("p", "carol", false).await.unwrap();
+    assert_eq!(store.shares("p").await.unwrap(), [("carol".to_owned(), false), ("dave".to_owned(), true)]);
+    // Taken back: dave sees and operates it no more; a second take-back finds nothing.
+    assert!(store.unshare("p", "dave").await.unwrap());
+    assert!(!store.unshare("p", "dave").await.unwrap());
+    assert!(!store.may_operate("p", "dave").await.unwrap());
+    assert_eq!(sees("dave", &["cv"], false).await, Vec::<String>::new(), "no longer shared with dave");
+    assert_eq!(store.shares("p").await.unwrap(), [("carol".to_owned(), false)]);
 }
 
 async fn transitions_check_the_version_and_record_events(store: Store, _: String) {

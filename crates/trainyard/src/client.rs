@@ -226,14 +226,17 @@ pub fn act(c: &Conn, id: &str, verb: &str, wait: bool, format: Format) -> CallRe
 pub fn clone(
     c: &Conn,
     id: &str,
-    group: Option<&str>,
+    to: CloneTo<'_>,
     hidden: &[(String, String)],
     wait: bool,
     format: Format,
 ) -> CallResult<ExitCode> {
     let mut body = serde_json::Map::new();
-    if let Some(g) = group {
+    if let Some(g) = to.group {
         body.insert("projectGroup".into(), g.into());
+    }
+    if let Some(p) = to.name_prefix {
+        body.insert("namePrefix".into(), p.into());
     }
     if !hidden.is_empty() {
         let values: serde_json::Map<String, Value> =
@@ -254,6 +257,46 @@ pub fn clone(
         return Ok(ExitCode::SUCCESS);
     }
     crate::wait::wait(c, &new_id, &name, crate::wait::Goal::Ended, 0, format)
+}
+
+/// Where a copy goes and what it is called (each: the original's when not given).
+#[derive(Debug, Clone, Copy)]
+pub struct CloneTo<'a> {
+    pub group: Option<&'a str>,
+    pub name_prefix: Option<&'a str>,
+}
+
+/// `share --list`: whom task `id` is shared with.
+pub fn shares(c: &Conn, id: &str, format: Format) -> CallResult<ExitCode> {
+    let (_, v) = c.call("GET", &format!("/api/v1/tasks/{}/shares", encode(id)), None, None)?;
+    if format != Format::Table {
+        print(&v, format);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            let may = if s["operate"].as_bool() == Some(true) { "see and operate" } else { "see" };
+            vec![s["user"].as_str().unwrap_or("").to_owned(), may.to_owned()]
+        })
+        .collect();
+    if rows.is_empty() {
+        outln!("not shared with anyone");
+        return Ok(ExitCode::SUCCESS);
+    }
+    for l in crate::table::render(&["USER", "MAY"], &rows, &[]) {
+        outln!("{l}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `share --revoke USER`: take the share of `user` back.
+pub fn unshare(c: &Conn, task: &str, id: &str, user: &str) -> CallResult<ExitCode> {
+    c.call("DELETE", &format!("/api/v1/tasks/{}/shares/{}", encode(id), encode(user)), None, None)?;
+    outln!("{task} is no longer shared with {user}");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `share`: let `user` see task `id` (and, with `operate`, stop, resubmit, clone and delete it).
@@ -320,17 +363,27 @@ pub fn admin_user_disabled(c: &Conn, name: &str, disabled: bool) -> CallResult<E
     Ok(ExitCode::SUCCESS)
 }
 
-/// `admin token USER --list`: the user's tokens by id (never the tokens themselves).
+/// `admin token USER --list`: the user's tokens by id (never the tokens themselves), when each was made and
+/// last used, and which one this call came with.
 pub fn admin_token_list(c: &Conn, user: &str) -> CallResult<ExitCode> {
     let (_, v) = c.call("GET", &format!("/api/v1/users/{}/tokens", encode(user)), None, None)?;
-    outln!("{:<18} {:<24} CREATED (ms since 1970)", "ID", "LABEL");
-    for t in v["items"].as_array().into_iter().flatten() {
-        outln!(
-            "{:<18} {:<24} {}",
-            t["id"].as_str().unwrap_or(""),
-            t["label"].as_str().unwrap_or(""),
-            t["createdAtMs"]
-        );
+    let rows: Vec<Vec<String>> = v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            let at = |k: &str| t[k].as_i64().map_or_else(|| "never".to_owned(), crate::table::ago);
+            vec![
+                t["id"].as_str().unwrap_or("").to_owned(),
+                t["label"].as_str().unwrap_or("").to_owned(),
+                at("createdAtMs"),
+                at("lastUsedAtMs"),
+                if t["current"].as_bool() == Some(true) { "this one".into() } else { String::new() },
+            ]
+        })
+        .collect();
+    for l in crate::table::render(&["ID", "LABEL", "CREATED", "LAST USED", ""], &rows, &[]) {
+        outln!("{l}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -259,6 +259,9 @@ enum Command {
         /// The project group the copy goes to [default: the original's]; it must be one of yours.
         #[arg(long)]
         group: Option<String>,
+        /// The copy's name prefix [default: the original's].
+        #[arg(long, value_name = "PREFIX")]
+        name_prefix: Option<String>,
         /// A hidden variable's value for the copy, as NAME=VALUE (repeatable).
         #[arg(long = "hidden", value_name = "NAME=VALUE", value_parser = parse_pair)]
         hidden: Vec<(String, String)>,
@@ -269,17 +272,28 @@ enum Command {
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
         output: Format,
     },
-    /// Let another user see a task (and with --operate stop, resubmit, clone and delete it too). Owners and
-    /// admins only; the API shares with users (not groups) and has no way to take a share back.
+    /// Let another user see a task (and with --operate stop, resubmit, clone and delete it too), list whom it
+    /// is shared with, or take a share back. Owners and admins; a user may also give back a share they were
+    /// given (`--revoke` with their own name). The API shares with users, not groups.
+    #[command(group = clap::ArgGroup::new("action").required(true).args(["with", "list", "revoke"]))]
     Share {
         /// The task's name or id.
         task: String,
         /// The user to share it with.
         #[arg(long = "with", value_name = "USER")]
-        with: String,
-        /// Let them operate it too, not only see it.
-        #[arg(long)]
+        with: Option<String>,
+        /// Let them operate it too, not only see it (with --with).
+        #[arg(long, requires = "with")]
         operate: bool,
+        /// List the users it is shared with, and whether each may operate it.
+        #[arg(long)]
+        list: bool,
+        /// Take the share of this user back.
+        #[arg(long, value_name = "USER")]
+        revoke: Option<String>,
+        /// Output format (with --list).
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
+        output: Format,
     },
     /// A task's metrics: each replica's preset resource metrics (CPU, memory, GPU) and the task's own, with
     /// the latest value, the smallest and the largest.
@@ -558,12 +572,17 @@ fn main() -> ExitCode {
         Command::Resubmit { task, wait, output } => {
             by_name(&task, &|id| client::act(&conn, id, "resubmit", wait, output))
         }
-        Command::Clone { task, group, hidden, wait, output } => {
-            by_name(&task, &|id| client::clone(&conn, id, group.as_deref(), &hidden, wait, output))
-        }
-        Command::Share { task, with, operate } => {
+        Command::Clone { task, group, name_prefix, hidden, wait, output } => by_name(&task, &|id| {
+            let to = client::CloneTo { group: group.as_deref(), name_prefix: name_prefix.as_deref() };
+            client::clone(&conn, id, to, &hidden, wait, output)
+        }),
+        Command::Share { task, with: Some(with), operate, .. } => {
             by_name(&task, &|id| client::share(&conn, &task, id, &with, operate))
         }
+        Command::Share { task, revoke: Some(user), .. } => {
+            by_name(&task, &|id| client::unshare(&conn, &task, id, &user))
+        }
+        Command::Share { task, output, .. } => by_name(&task, &|id| client::shares(&conn, id, output)),
         Command::Metrics { task, replica, attempt, output } => {
             client::finish(metrics::metrics(&conn, &task, replica.as_deref(), attempt, output))
         }

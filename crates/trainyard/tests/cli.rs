@@ -727,6 +727,25 @@ fn watch_wait_wide_clone_and_share_on_the_fake_backend() {
     let resubmitted = as_sam(&["resubmit", &name]);
     assert_eq!(resubmitted.status.code(), Some(0), "{}", text(&resubmitted));
     assert_eq!(cli(&["share", &name, "--with", "nobody-here"]).status.code(), Some(2));
+    // share --list, then --revoke: sam sees it no more; taking back what is not shared is a 3 (not found).
+    let listed = cli(&["share", &name, "--list"]);
+    assert_eq!(stdout(&listed), "USER  MAY\nsam   see and operate\n", "{}", text(&listed));
+    let revoked = cli(&["share", &id, "--revoke", "sam"]);
+    assert_eq!(stdout(&revoked), format!("{id} is no longer shared with sam\n"), "{}", text(&revoked));
+    assert_eq!(as_sam(&["get", &name]).status.code(), Some(3));
+    assert_eq!(stdout(&cli(&["share", &name, "--list"])), "not shared with anyone\n");
+    assert_eq!(cli(&["share", &name, "--revoke", "sam"]).status.code(), Some(3));
+    assert_eq!(cli(&["share", &name]).status.code(), Some(2), "one of --with, --list, --revoke");
+    // clone --name-prefix: the copy's own name.
+    let renamed = cli(&["clone", &name, "--name-prefix", "again", "-o", "json"]);
+    let r: serde_json::Value =
+        serde_json::from_slice(&renamed.stdout).unwrap_or_else(|_| panic!("{}", text(&renamed)));
+    assert!(r["name"].as_str().unwrap().starts_with("again-"), "{r}");
+    // Own tokens, listed as tables with their ages and which one this call came with.
+    let tokens = stdout(&command(&sam, &["admin", "token", "sam", "--list"]).output().unwrap());
+    let lines: Vec<&str> = tokens.lines().collect();
+    assert!(lines[0].starts_with("ID") && lines[0].contains("LAST USED"), "{tokens}");
+    assert!(lines.len() == 2 && lines[1].ends_with("this one"), "{tokens}");
 
     // metrics: the fake backend samples nothing; the table says so, JSON is the API's answer.
     let m = cli(&["metrics", &name]);

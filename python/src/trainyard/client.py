@@ -34,6 +34,7 @@ from .models import (
     LogLine,
     Metrics,
     Page,
+    Share,
     Status,
     Task,
     User,
@@ -399,19 +400,44 @@ class Client:
         task: TaskRef,
         *,
         project_group: str | None = None,
+        name_prefix: str | None = None,
         hidden_values: Mapping[str, str] | None = None,
     ) -> Task:
         """A new task (new name, queued, owned by the caller) from this one's spec, in ``project_group``
-        (default: the original's). Hidden env values are never copied: give each in ``hidden_values`` by
-        variable name, or the server refuses with a :class:`~trainyard.errors.ValidationError`."""
+        and named from ``name_prefix`` (each: the original's by default). Hidden env values are never
+        copied: give each in ``hidden_values`` by variable name, or the server refuses with a
+        :class:`~trainyard.errors.ValidationError`."""
         body: dict[str, Any] = {}
         if project_group is not None:
             body["projectGroup"] = project_group
+        if name_prefix is not None:
+            body["namePrefix"] = name_prefix
         if hidden_values:
             body["hiddenValues"] = dict(hidden_values)
         content = json.dumps(body).encode() if body else None
         headers = {"Content-Type": "application/json"} if body else None
         return _task(self._send("POST", _task_path(self.resolve(task)) + "/clone", content=content, headers=headers))
+
+    def share(self, task: TaskRef, user: str, *, operate: bool = False) -> None:
+        """Lets ``user`` see the task (and with ``operate`` stop, resubmit, clone and delete it). The owner
+        and admins only: :class:`~trainyard.errors.Forbidden` otherwise."""
+        body = json.dumps({"user": user, "operate": operate}).encode()
+        self._send(
+            "POST",
+            _task_path(self.resolve(task)) + "/shares",
+            content=body,
+            headers={"Content-Type": "application/json"},
+        )
+
+    def shares(self, task: TaskRef) -> builtins.list[Share]:
+        """Whom the task is shared with (the owner and admins may ask)."""
+        data = self._get(_task_path(self.resolve(task)) + "/shares")
+        return [_build(Share.from_json, x) for x in data["items"]]
+
+    def unshare(self, task: TaskRef, user: str) -> None:
+        """Takes the share of ``user`` back (the owner and admins; a user may give back their own).
+        :class:`~trainyard.errors.NotFound` when the task is not shared with them."""
+        self._send("DELETE", _task_path(self.resolve(task)) + "/shares/" + quote(user, safe=""))
 
     def delete(self, task: TaskRef) -> None:
         """Stops the task if it runs (with the checkpoint window) and deletes it: it leaves lists, and its

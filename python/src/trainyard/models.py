@@ -74,6 +74,18 @@ def _ms_to_datetime(ms: int) -> datetime:
 
 
 @dataclass(frozen=True, slots=True)
+class Share:
+    """A user a task is shared with, and whether they may operate it (stop, resubmit, clone, delete)."""
+
+    user: str
+    operate: bool
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Share:
+        return cls(user=str(d["user"]), operate=bool(d["operate"]))
+
+
+@dataclass(frozen=True, slots=True)
 class QueuePosition:
     """Where a queued task stands as of the control loop's last tick, and why it waits."""
 

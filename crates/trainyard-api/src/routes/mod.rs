@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod server;
+pub mod shares;
 pub mod tasks;
 pub mod telemetry;
 pub mod users;

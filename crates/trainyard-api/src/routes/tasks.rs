@@ -342,54 +342,25 @@ pub async fn delete_tasks(
     Ok(Json(done))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ShareBody {
-    user: String,
-    #[serde(default)]
-    operate: bool,
-}
-object_schema!(
-    /// Whom to share with, and whether they may operate the task too (stop, resubmit, delete, clone).
-    closed ShareBody as "Share" { "user": String, "operate": Optional<bool> }
-);
-
-/// Shares a task with a user (view, or view and operate). Owner and admins only.
-pub async fn share_task(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    _: Query<NoParams>,
-    body: Bytes,
-) -> ApiResult<StatusCode> {
-    let user = caller(&state, &headers).await?;
-    let t = visible_task(&state, &user, &id).await?;
-    let body: ShareBody = json_object(&body, r#"{"user": NAME, "operate": BOOL}"#)?;
-    if user.role != "admin" && t.owner != user.name {
-        return Err(ApiError::Forbidden(format!("only the owner of {} or an admin can share it", t.name)));
-    }
-    if state.store.get_user(&body.user).await?.is_none() {
-        return Err(ApiError::BadRequest(format!("there is no user {:?}", body.user)));
-    }
-    state.store.share(&t.id, &body.user, body.operate).await?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CloneBody {
     /// The project group the copy goes to (default: the original's). It must be one of the caller's.
     project_group: Option<String>,
+    /// The copy's name prefix (default: the original's), checked as a create checks it.
+    name_prefix: Option<String>,
     /// Values for the original's hidden variables, by name (env and precheck env alike): a copy never
     /// carries them, so each must be given again.
     #[serde(default)]
     hidden_values: BTreeMap<String, String>,
 }
 object_schema!(
-    /// Where the copy goes (default: the original's group) and the values of the original's hidden
-    /// variables, by name (a copy never carries them). The body may be left out.
+    /// Where the copy goes (default: the original's group), its name prefix (default: the original's) and
+    /// the values of the original's hidden variables, by name (a copy never carries them). The body may be
+    /// left out.
     closed CloneBody as "Clone" {
         "projectGroup": Optional<String>,
+        "namePrefix": Optional<String>,
         "hiddenValues": Optional<BTreeMap<String, String>>,
     }
 );
@@ -410,7 +381,10 @@ pub async fn clone_task(
     let body: CloneBody = if body.iter().all(u8::is_ascii_whitespace) {
         CloneBody::default()
     } else {
-        json_object(&body, r#"{"projectGroup": GROUP, "hiddenValues": {NAME: VALUE}} (both optional)"#)?
+        json_object(
+            &body,
+            r#"{"projectGroup": GROUP, "namePrefix": PREFIX, "hiddenValues": {NAME: VALUE}} (all optional)"#,
+        )?
     };
     let mut copy = trainyard_core::parse(t.spec_json.as_bytes())
         .0
@@ -428,6 +402,9 @@ pub async fn clone_task(
     }
     if let Some(group) = body.project_group {
         copy.metadata.project_group = group;
+    }
+    if let Some(prefix) = body.name_prefix {
+        copy.metadata.name_prefix = prefix;
     }
     let Submitted { created, task } = submit(&state, &user, Draft::Copy(Box::new(copy))).await?;
     Ok((StatusCode::CREATED, Json(task_view(&state, created.task(), Spec::This(&task)))).into_response())
