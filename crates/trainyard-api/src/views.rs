@@ -57,13 +57,20 @@ pub struct TaskView {
     pub deleted: bool,
     pub placement: PlacementView,
     pub queue: Option<QueueView>,
+    /// Null for a task stored before demands were kept.
+    pub demand: Option<DemandView>,
+    pub status_since_ms: i64,
+    pub run_started_at_ms: Option<i64>,
     /// Null in lists.
     pub spec: Option<TrainingTask>,
 }
 object_schema!(
-    /// A task: its record, where it runs (placement) or where it waits (queue), and its spec with hidden
-    /// values masked (null in lists). `deleted` is true once it was deleted: lists leave it out and it
-    /// cannot be resubmitted, but it is still read by id (a running one goes on to Stopped).
+    /// A task: its record, where it runs (placement) or where it waits (queue), what it asks for (demand,
+    /// null for tasks stored before it was kept), since when it is in its status and since when its attempt
+    /// runs (statusSinceMs; runStartedAtMs, null until the attempt enters Running and again once it is
+    /// queued), and its spec with hidden values masked (null in lists). `deleted` is true once it was
+    /// deleted: lists leave it out and it cannot be resubmitted, but it is still read by id (a running one
+    /// goes on to Stopped).
     closed TaskView as "Task" {
         "id": String,
         "name": String,
@@ -80,9 +87,71 @@ object_schema!(
         "deleted": bool,
         "placement": PlacementView,
         "queue": Option<QueueView>,
+        "demand": Option<DemandView>,
+        "statusSinceMs": Millis,
+        "runStartedAtMs": Option<Millis>,
         "spec": Option<TrainingTask>,
     }
 );
+
+/// What a task asks for, as summed when it was created (a list shows it without the spec).
+#[derive(Debug, Serialize)]
+pub struct DemandView {
+    pub shapes: Vec<ShapeView>,
+    pub options: u32,
+    pub accelerator: &'static str,
+}
+object_schema!(
+    /// What a task asks for with its first (preferred) instance-spec option, summed when it was created:
+    /// its replicas grouped by what one takes on its node (the master or head first), how many options it
+    /// lists (with more than one it may be placed on another), and whether it asks for GPUs in any option.
+    closed DemandView as "TaskDemand" {
+        "shapes": Vec<ShapeView>,
+        "options": u32,
+        "accelerator": AcceleratorName,
+    }
+);
+
+/// Replicas alike.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShapeView {
+    pub replicas: u32,
+    pub gpus: u64,
+    pub vcpus: u64,
+    pub memory_mib: u64,
+}
+object_schema!(
+    /// Replicas alike: how many, and the GPUs, vCPUs and memory one takes on its node.
+    closed ShapeView as "ReplicaShape" { "replicas": u32, "gpus": u64, "vcpus": u64, "memoryMib": u64 }
+);
+
+/// `gpu` or `cpu`, for the schema.
+#[derive(Debug)]
+pub struct AcceleratorName;
+
+impl ApiSchema for AcceleratorName {
+    fn schema(_: &mut Schemas) -> Value {
+        let names: Vec<&str> = trainyard_store::Accelerator::ALL.iter().map(|a| a.as_str()).collect();
+        json!({"type": "string", "enum": names})
+    }
+}
+
+impl DemandView {
+    fn of(d: &trainyard_store::TaskDemand) -> DemandView {
+        let shape = |s: &trainyard_store::ReplicaShape| ShapeView {
+            replicas: s.replicas,
+            gpus: s.gpus,
+            vcpus: s.vcpus,
+            memory_mib: s.memory_mib,
+        };
+        DemandView {
+            shapes: d.shapes.iter().map(shape).collect(),
+            options: d.options,
+            accelerator: d.accelerator.as_str(),
+        }
+    }
+}
 
 /// Where a queued task stands, as of the last tick.
 #[derive(Debug, Serialize)]
@@ -177,6 +246,9 @@ pub(crate) fn task_view(state: &AppState, t: &TaskRecord, spec: Spec) -> TaskVie
         deleted: t.deleted,
         placement: PlacementView(serde_json::from_str(&t.placement).unwrap_or(Value::Null)),
         queue,
+        demand: t.demand.as_ref().map(DemandView::of),
+        status_since_ms: t.status_since_ms,
+        run_started_at_ms: t.run_started_at_ms,
         spec,
     }
 }

@@ -1671,3 +1671,68 @@ fn users_list_and_revoke_their_own_tokens() {
     let (_, after) = s.call("GET", "alice", "/api/v1/users/alice/tokens", None, None);
     assert_eq!(after["items"].as_array().unwrap().len(), 2, "{after}");
 }
+
+/// A list shows what each task asks for and since when it is in its status, filters GPU tasks from CPU-only
+/// ones (`accelerator`, any case; anything else a 400), and takes several project groups at once.
+#[test]
+fn lists_show_demand_and_filter_by_accelerator_and_groups() {
+    let (s, _) = server_with(&[], trainyard_api::HttpLimits::default(), false, 600_000);
+    let with_gpus = CATALOG
+        .replace("instanceSpecs: [cpu.small]}}", "instanceSpecs: [cpu.small]}, gpu: {cluster: local, instanceSpecs: [gpu.a]}}")
+        .replace("instanceSpecs: {cpu.small:", "instanceSpecs: {gpu.a: {kind: GPU, gpus: 1, gpuModel: A100, vcpus: 4, memoryMib: 8192}, cpu.small:")
+        .replace("nodes: {", "nodes: {gpu-0: {pool: gpu, gpus: 8, gpuModel: A100, vcpus: 64, memoryMib: 524288}, ")
+        .replace("quotas:\n", "quotas:\n  - {group: nlp, resourceType: Reserved, pool: gpu, spec: gpu.a, units: 8}\n");
+    let (code, c) = s.call("PUT", "root", "/api/v1/admin/catalog", Some(&with_gpus), None);
+    assert_eq!(code, 200, "{c}");
+    let create = |who: &str, body: &str| -> String {
+        let (code, t) = s.call("POST", who, "/api/v1/tasks", Some(body), None);
+        assert_eq!(code, 201, "{t}");
+        t["id"].as_str().unwrap().to_owned()
+    };
+    let gpu_body = task("gpu", "nlp", false, "").replace(
+        "pool: default, workers: 1, instanceSpecs: [{spec: cpu.small}]",
+        "pool: gpu, workers: 2, instanceSpecs: [{spec: gpu.a}]",
+    );
+    let gpu = create("alice", &gpu_body);
+    let cpu = create("alice", &task("cpu", "nlp", false, ""));
+    let cv = create("carol", &task("cv", "cv", false, ""));
+    let ids = |who: &str, query: &str| -> Vec<String> {
+        let (code, page) = s.call("GET", who, &format!("/api/v1/tasks?sort=oldest&{query}"), None, None);
+        assert_eq!(code, 200, "{query}: {page}");
+        page["items"].as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap().to_owned()).collect()
+    };
+    assert_eq!(ids("root", "accelerator=gpu"), [gpu.clone()]);
+    assert_eq!(ids("root", "accelerator=CPU"), [cpu.clone(), cv.clone()]);
+    assert_eq!(ids("root", "accelerator=cpu&group=cv"), [cv.clone()]);
+    assert_eq!(ids("root", "group=nlp,cv"), [gpu.clone(), cpu.clone(), cv.clone()]);
+    assert_eq!(ids("root", "group=cv,,nope"), [cv.clone()]);
+    assert_eq!(ids("alice", "group=nlp,cv"), [gpu.clone(), cpu.clone()], "carol's task is private to her");
+    let (code, p) = s.call("GET", "root", "/api/v1/tasks?accelerator=tpu", None, None);
+    assert_eq!(code, 400, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("gpu, cpu"), "{p}");
+    let many = (0..65).map(|i| format!("g{i}")).collect::<Vec<_>>().join(",");
+    assert_eq!(s.call("GET", "root", &format!("/api/v1/tasks?group={many}"), None, None).0, 400);
+    // The demand of the first option, by shape: a master and two workers of one GPU each.
+    let (_, page) = s.call("GET", "root", "/api/v1/tasks?sort=oldest", None, None);
+    let items = page["items"].as_array().unwrap();
+    assert_eq!(
+        items[0]["demand"],
+        serde_json::json!({"shapes": [{"replicas": 3, "gpus": 1, "vcpus": 4, "memoryMib": 8192}], "options": 1, "accelerator": "gpu"})
+    );
+    assert_eq!(
+        items[1]["demand"]["shapes"],
+        serde_json::json!([{"replicas": 2, "gpus": 0, "vcpus": 1, "memoryMib": 1024}])
+    );
+    assert!(items.iter().all(|t| t["statusSinceMs"].as_i64() >= t["createdAtMs"].as_i64()), "{page}");
+    // Once running, since when it runs.
+    let running = s.wait_status(&gpu, "Running");
+    assert!(
+        running["runStartedAtMs"].as_i64().unwrap() >= running["createdAtMs"].as_i64().unwrap(),
+        "{running}"
+    );
+    assert_eq!(running["runStartedAtMs"], running["statusSinceMs"], "{running}");
+    // A bulk delete takes the filter too.
+    let (code, d) = s.call("DELETE", "root", "/api/v1/tasks?accelerator=cpu&group=cv", None, None);
+    assert_eq!(code, 200, "{d}");
+    assert_eq!(ids("root", ""), [gpu, cpu]);
+}

@@ -64,6 +64,7 @@ fn queued(spec_json: &str, k: usize, at_ms: i64) -> NewTask {
         created_at_ms: at_ms,
         idempotency: None,
         first_event: None,
+        demand: None,
     }
 }
 

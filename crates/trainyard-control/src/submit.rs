@@ -9,7 +9,7 @@ use crate::secrets::SecretBox;
 use trainyard_core::lifecycle::{Reason, Status};
 use trainyard_core::spec::TrainingTask;
 use trainyard_core::{Catalog, check};
-use trainyard_store::{Created, NewTask, Store, StoreError};
+use trainyard_store::{Created, NewTask, Store, StoreError, TaskDemand};
 
 /// The task a body describes, if it has no errors against the catalog.
 pub fn validate(catalog: &Catalog, body: &[u8]) -> Result<TrainingTask, SubmitError> {
@@ -21,10 +21,13 @@ pub fn validate(catalog: &Catalog, body: &[u8]) -> Result<TrainingTask, SubmitEr
     }
 }
 
-/// Queues a validated task: its hidden values sealed, a unique name, an idempotency key when given.
+/// Queues a validated task: its hidden values sealed, a unique name, an idempotency key when given, and
+/// what it asks for under `catalog` kept beside it for lists.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn store_task(
     store: &Store,
     secrets: &SecretBox,
+    catalog: &Catalog,
     owner: &str,
     task: &TrainingTask,
     body: &[u8],
@@ -39,6 +42,8 @@ pub(crate) async fn store_task(
         .seal(&mut sealed, &id, owner)
         .map_err(|e| SubmitError::Store(StoreError::Corrupt(format!("cannot seal hidden values: {e}"))))?;
     let spec_json = serde_json::to_string(&sealed).expect("a TrainingTask always serialises");
+    let lookup = |name: &str| catalog.instance_specs.get(name);
+    let demand = trainyard_core::demand_options(&task.spec, &lookup).ok().and_then(|d| TaskDemand::of(&d));
     // A name taken by chance gets another suffix; the bound keeps a broken store from looping.
     const NAME_TRIES: usize = 8;
     let mut last = None;
@@ -57,6 +62,7 @@ pub(crate) async fn store_task(
             created_at_ms: now_ms,
             idempotency: idempotency_key.map(|k| (k.to_owned(), secrets.digest(body))),
             first_event: Some((Reason::Submitted, format!("submitted by {owner}"))),
+            demand: demand.clone(),
         };
         match store.create_task(&new).await {
             Err(StoreError::NameTaken(n)) => last = Some(StoreError::NameTaken(n)),
@@ -92,8 +98,17 @@ impl Submitter {
         idempotency_key: Option<&str>,
         now_ms: i64,
     ) -> Result<Created, SubmitError> {
-        let created =
-            store_task(&self.store, &self.secrets, owner, task, body, idempotency_key, now_ms).await?;
+        let created = store_task(
+            &self.store,
+            &self.secrets,
+            &self.catalog.get(),
+            owner,
+            task,
+            body,
+            idempotency_key,
+            now_ms,
+        )
+        .await?;
         if let Created::New(t) = &created {
             self.arrivals.push(t, task);
         }

@@ -2,7 +2,7 @@
 //! imports of many tasks in one transaction. Concurrent creates reach it through `group_commit`.
 
 use crate::model::{Created, NewTask, TaskRecord};
-use crate::rows::{TASK_COLUMNS, TASK_READ, task_from_row};
+use crate::rows::{TASK_COLUMNS, TASK_READ, demand_columns, task_from_row};
 use crate::{Result, Store, StoreError};
 use sqlx::Row;
 
@@ -72,8 +72,10 @@ pub(crate) async fn create_in(conn: &mut sqlx::AnyConnection, t: &NewTask) -> Re
         }
     }
     let labels = serde_json::to_string(&t.labels).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let (demand, accelerator) = demand_columns(t.demand.as_ref());
     let insert = sqlx::query(&format!(
-        "INSERT INTO tasks ({TASK_COLUMNS}, deleted) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 1, $10, $10, '', 0, 0)"
+        "INSERT INTO tasks ({TASK_COLUMNS}, deleted) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 1, $10, $10, '', 0, $11, $12, $10, 0, 0)"
     ))
     .bind(&t.id)
     .bind(&t.name)
@@ -85,6 +87,8 @@ pub(crate) async fn create_in(conn: &mut sqlx::AnyConnection, t: &NewTask) -> Re
     .bind(&labels)
     .bind(&t.spec_json)
     .bind(t.created_at_ms)
+    .bind(&demand)
+    .bind(accelerator)
     .execute(&mut *conn)
     .await;
     match insert {
@@ -134,5 +138,8 @@ pub(crate) fn new_record(t: &NewTask) -> TaskRecord {
         updated_at_ms: t.created_at_ms,
         placement: String::new(),
         retries: 0,
+        demand: t.demand.clone(),
+        status_since_ms: t.created_at_ms,
+        run_started_at_ms: None,
     }
 }

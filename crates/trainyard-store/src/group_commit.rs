@@ -4,7 +4,7 @@
 
 use crate::create::{create_in, is_unique_violation, new_record};
 use crate::model::{Created, NewTask};
-use crate::rows::TASK_COLUMNS;
+use crate::rows::{TASK_COLUMNS, demand_columns};
 use crate::{Dialect, Result, Store, StoreError};
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyPool, Connection};
@@ -31,7 +31,7 @@ pub(crate) type Job = (NewTask, tokio::sync::oneshot::Sender<Result<Created>>);
 /// The most creates one group commit takes.
 pub(crate) const GROUP_COMMIT_MAX: usize = 512;
 
-/// Rows per multi-row INSERT at most: well under SQLite's oldest bound of 999 parameters at 11 per task row.
+/// Rows per multi-row INSERT at most: under SQLite's oldest bound of 999 parameters at 14 per task row.
 const ROWS_PER_INSERT: usize = 64;
 
 /// The tables a batch goes into, each with its multi-row INSERT.
@@ -54,11 +54,11 @@ impl Table {
                 "(?, ?, ?, ?, ?)",
                 " ON CONFLICT (owner, key) DO NOTHING",
             ),
-            // A new task: attempt 0, version 1, updated when created (the time is bound twice), no placement,
-            // no retries, not deleted.
+            // A new task: attempt 0, version 1, updated and in its status since it was created (the time is
+            // bound three times), no placement, no retries, not run, not deleted.
             Table::Tasks => (
                 format!("INSERT INTO tasks ({TASK_COLUMNS}, deleted) VALUES "),
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 1, ?, ?, '', 0, 0)",
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 1, ?, ?, '', 0, ?, ?, ?, 0, 0)",
                 "",
             ),
             Table::Labels => {
@@ -190,10 +190,11 @@ async fn insert_many(conn: &mut sqlx::AnyConnection, statements: &Statements, ba
         .iter()
         .map(|(t, _)| serde_json::to_string(&t.labels).map_err(|e| StoreError::Corrupt(e.to_string())))
         .collect::<Result<_>>()?;
+    let demands: Vec<(String, &str)> = batch.iter().map(|(t, _)| demand_columns(t.demand.as_ref())).collect();
     let mut tasks = Vec::with_capacity(batch.len());
     let mut labels = Vec::new();
     let mut events = Vec::new();
-    for ((t, _), l) in batch.iter().zip(&labels_json) {
+    for (((t, _), l), (demand, accelerator)) in batch.iter().zip(&labels_json).zip(&demands) {
         tasks.push(vec![
             Value::Text(&t.id),
             Value::Text(&t.name),
@@ -205,6 +206,9 @@ async fn insert_many(conn: &mut sqlx::AnyConnection, statements: &Statements, ba
             Value::Text(l),
             Value::Text(&t.spec_json),
             Value::Int(t.created_at_ms),
+            Value::Int(t.created_at_ms),
+            Value::Text(demand),
+            Value::Text(accelerator),
             Value::Int(t.created_at_ms),
         ]);
         for (k, v) in &t.labels {
@@ -384,10 +388,10 @@ mod tests {
         let check = |dialect, rows, has: &str, lacks: &str| {
             let text = Statements::text(dialect, Table::Tasks, rows);
             assert!(text.contains(has) && !text.contains(lacks), "{text}");
-            assert_eq!(text.matches("'', 0, 0)").count(), rows, "{text}");
+            assert_eq!(text.matches(", 0, 0)").count(), rows, "{text}");
         };
-        // 11 parameters a task row: two rows end at $22 on PostgreSQL; SQLite binds `?` in order.
-        check(Dialect::Postgres, 2, "$22, '', 0, 0)", "$23");
-        check(Dialect::Sqlite, 2, "?, ?, '', 0, 0), (?", "$");
+        // 14 parameters a task row: two rows end at $28 on PostgreSQL; SQLite binds `?` in order.
+        check(Dialect::Postgres, 2, "$28, 0, 0)", "$29");
+        check(Dialect::Sqlite, 2, "?, ?, ?, 0, 0), (?", "$");
     }
 }

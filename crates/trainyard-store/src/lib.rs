@@ -34,8 +34,9 @@ mod tasks;
 mod transitions;
 
 pub use model::{
-    AlarmDelivery, Created, Event, MAX_PAGE, NewTask, Page, SortOrder, TOKEN_ID_LEN, TOKEN_USE_RESOLUTION_MS,
-    TaskEnvVar, TaskFilter, TaskRecord, TaskVersion, TokenInfo, Transition, User, Viewer,
+    Accelerator, AlarmDelivery, Created, Event, MAX_PAGE, NewTask, Page, ReplicaShape, SortOrder,
+    TOKEN_ID_LEN, TOKEN_USE_RESOLUTION_MS, TaskDemand, TaskEnvVar, TaskFilter, TaskRecord, TaskVersion,
+    TokenInfo, Transition, User, Viewer,
 };
 
 use group_commit::{GROUP_COMMIT_MAX, Job, writer};

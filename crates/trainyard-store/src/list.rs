@@ -134,13 +134,23 @@ fn list_query(
     }
     for (col, val) in [
         ("t.owner", &filter.owner),
-        ("t.project_group", &filter.project_group),
         ("t.status", &filter.status.map(|s| s.as_str().to_owned())),
         ("t.task_type", &filter.task_type),
+        ("t.accelerator", &filter.accelerator.map(|a| a.as_str().to_owned())),
     ] {
         if let Some(v) = val {
             push(&mut sql, &format!("{col} = ?"), vec![Arg::Text(v.clone())]);
         }
+    }
+    match filter.project_groups.as_slice() {
+        [] => {}
+        // One group is an equality, which the group index serves in order.
+        [one] => push(&mut sql, "t.project_group = ?", vec![Arg::Text(one.clone())]),
+        many => push(
+            &mut sql,
+            &format!("t.project_group IN ({})", vec!["?"; many.len()].join(", ")),
+            many.iter().cloned().map(Arg::Text).collect(),
+        ),
     }
     match search {
         Search::None => {}

@@ -1,17 +1,46 @@
 //! The store's edge with SQL: the column lists, rows read into the model's types, and values bound to
 //! parameters.
 
-use crate::model::{AlarmDelivery, Event, TaskRecord, User};
+use crate::model::{Accelerator, AlarmDelivery, Event, ReplicaShape, TaskDemand, TaskRecord, User};
 use crate::{Result, StoreError};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 use trainyard_core::lifecycle::Status;
 
 pub(crate) const TASK_COLUMNS: &str = "id, name, owner, project_group, task_type, status, public, labels, spec, attempt, \
-                            version, created_at_ms, updated_at_ms, placement, retries";
+                            version, created_at_ms, updated_at_ms, placement, retries, demand, accelerator, \
+                            status_since_ms, run_started_at_ms";
 /// What a read of a task selects: its columns and whether it was deleted.
 pub(crate) const TASK_READ: &str = "id, name, owner, project_group, task_type, status, public, labels, spec, attempt, \
-                            version, created_at_ms, updated_at_ms, placement, retries, deleted";
+                            version, created_at_ms, updated_at_ms, placement, retries, demand, accelerator, \
+                            status_since_ms, run_started_at_ms, deleted";
+
+/// A demand as its two columns: `demand` (JSON: the options and each shape as `[replicas, gpus, vcpus,
+/// memoryMib]`, short, as every list row carries it) and `accelerator`; both empty when unknown.
+pub(crate) fn demand_columns(d: Option<&TaskDemand>) -> (String, &'static str) {
+    let Some(d) = d else { return (String::new(), "") };
+    let shapes: Vec<[u64; 4]> =
+        d.shapes.iter().map(|s| [u64::from(s.replicas), s.gpus, s.vcpus, s.memory_mib]).collect();
+    (serde_json::json!({"options": d.options, "shapes": shapes}).to_string(), d.accelerator.as_str())
+}
+
+/// The demand of a row, from its two columns.
+fn demand_of(json: &str, accelerator: &str) -> Result<Option<TaskDemand>> {
+    if json.is_empty() {
+        return Ok(None);
+    }
+    let corrupt = || StoreError::Corrupt(format!("demand {json:?} ({accelerator:?})"));
+    let v: serde_json::Value = serde_json::from_str(json).map_err(|_| corrupt())?;
+    let options = v["options"].as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(corrupt)?;
+    let mut shapes = Vec::new();
+    for s in v["shapes"].as_array().ok_or_else(corrupt)? {
+        let n = |i: usize| s.get(i).and_then(serde_json::Value::as_u64).ok_or_else(corrupt);
+        let replicas = u32::try_from(n(0)?).map_err(|_| corrupt())?;
+        shapes.push(ReplicaShape { replicas, gpus: n(1)?, vcpus: n(2)?, memory_mib: n(3)? });
+    }
+    let accelerator = Accelerator::from_name(accelerator).ok_or_else(corrupt)?;
+    Ok(Some(TaskDemand { shapes, options, accelerator }))
+}
 
 /// A stored status, read at the store's edge: anything else in the column is corruption, said as such.
 pub(crate) fn status_of(s: &str) -> Result<Status> {
@@ -47,6 +76,9 @@ pub(crate) fn task_from_row(r: &AnyRow) -> Result<TaskRecord> {
         updated_at_ms: r.try_get("updated_at_ms")?,
         placement: r.try_get("placement")?,
         retries: r.try_get("retries")?,
+        demand: demand_of(&r.try_get::<String, _>("demand")?, &r.try_get::<String, _>("accelerator")?)?,
+        status_since_ms: r.try_get("status_since_ms")?,
+        run_started_at_ms: Some(r.try_get::<i64, _>("run_started_at_ms")?).filter(|ms| *ms > 0),
     })
 }
 

@@ -190,6 +190,22 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
             "CREATE INDEX tasks_queued_by_owner ON tasks (owner, status, deleted) WHERE status = 'Queued' AND deleted = 0",
         ],
     ),
+    (
+        13,
+        &[
+            // What a task asks for, summed at create (JSON, '' for tasks stored before), and whether it asks
+            // for GPUs ('gpu', 'cpu', ''): a list shows and filters on them without reading specs.
+            "ALTER TABLE tasks ADD COLUMN demand TEXT NOT NULL DEFAULT ''",
+            "ALTER TABLE tasks ADD COLUMN accelerator TEXT NOT NULL DEFAULT ''",
+            "CREATE INDEX tasks_by_accelerator ON tasks (accelerator, created_at_ms DESC, id DESC)",
+            // When a task entered its status, and when its attempt entered Running (0: it has not), for the
+            // durations a list shows. Before this, the last change is the best known start of either.
+            "ALTER TABLE tasks ADD COLUMN status_since_ms BIGINT NOT NULL DEFAULT 0",
+            "ALTER TABLE tasks ADD COLUMN run_started_at_ms BIGINT NOT NULL DEFAULT 0",
+            "UPDATE tasks SET status_since_ms = updated_at_ms",
+            "UPDATE tasks SET run_started_at_ms = updated_at_ms WHERE status = 'Running'",
+        ],
+    ),
 ];
 
 pub(crate) async fn migrate(pool: &AnyPool, dialect: Dialect) -> Result<()> {

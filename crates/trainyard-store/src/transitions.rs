@@ -4,7 +4,7 @@
 use crate::model::{TaskRecord, Transition};
 use crate::rows::{TASK_READ, task_from_row};
 use crate::{Result, Store, StoreError};
-use trainyard_core::lifecycle::Reason;
+use trainyard_core::lifecycle::{Reason, Status};
 
 impl Store {
     /// Applies a status change and its event in one transaction, if nobody changed the task meanwhile.
@@ -24,9 +24,14 @@ impl Store {
         }
         let mut tx = self.pool.begin().await?;
         for t in changes {
+            // `status` on the right is the row's old one: a change to the same status keeps its time, and an
+            // attempt's run starts when it first enters Running (queued again, it has not run).
             let changed = sqlx::query(
                 "UPDATE tasks SET status = $1, attempt = $2, version = version + 1, updated_at_ms = $3, \
-                 placement = COALESCE($4, placement), retries = COALESCE($5, retries) \
+                 placement = COALESCE($4, placement), retries = COALESCE($5, retries), \
+                 status_since_ms = CASE WHEN status = $1 THEN status_since_ms ELSE $3 END, \
+                 run_started_at_ms = CASE WHEN $8 = 1 AND status <> $1 THEN $3 \
+                 WHEN $9 = 1 THEN 0 ELSE run_started_at_ms END \
                  WHERE id = $6 AND version = $7",
             )
             .bind(t.status.as_str())
@@ -36,6 +41,8 @@ impl Store {
             .bind(t.retries)
             .bind(&t.task_id)
             .bind(t.expected_version)
+            .bind(i64::from(t.status == Status::Running))
+            .bind(i64::from(t.status == Status::Queued))
             .execute(&mut *tx)
             .await?
             .rows_affected();

@@ -81,7 +81,158 @@ conformance!(
     tokens_record_their_last_use,
     queued_tasks_are_counted_per_owner,
     operable_tasks_are_filtered_in_the_query,
+    demand_is_kept_and_filters_by_accelerator,
+    groups_filter_takes_any_of_several,
+    status_times_follow_transitions,
 );
+
+/// A demand of `shapes` (`(replicas, gpus, vcpus, memory MiB)`, in role order).
+fn demand(shapes: &[(u32, u64, u64, u64)], options: u32, accelerator: Accelerator) -> TaskDemand {
+    let shapes = shapes
+        .iter()
+        .map(|&(replicas, gpus, vcpus, memory_mib)| ReplicaShape { replicas, gpus, vcpus, memory_mib })
+        .collect();
+    TaskDemand { shapes, options, accelerator }
+}
+
+/// What a task asks for comes back as stored, from a create alone and from a batch of creates (the writer's
+/// multi-row INSERT), in lists and reads; the accelerator filter matches GPU and CPU-only tasks and leaves
+/// out tasks whose demand is unknown.
+async fn demand_is_kept_and_filters_by_accelerator(store: Store, url: String) {
+    let gpu = demand(&[(1, 1, 8, 32_768), (3, 1, 8, 32_768)], 2, Accelerator::Gpu);
+    let ray = demand(&[(1, 0, 4, 8_192), (2, 2, 16, 65_536)], 1, Accelerator::Gpu);
+    let cpu = demand(&[(1, 0, 4, 8_192)], 1, Accelerator::Cpu);
+    let mut one = new_task("g1", "alice", "nlp", 10);
+    one.demand = Some(gpu.clone());
+    store.create_task(&one).await.unwrap();
+    // A burst: the writer takes them as one batch.
+    let burst = (0..6).map(|i| {
+        let mut t = new_task(&format!("b{i}"), "bob", "cv", 20 + i);
+        t.demand = match i % 3 {
+            0 => Some(ray.clone()),
+            1 => Some(cpu.clone()),
+            _ => None,
+        };
+        let store = store.clone();
+        async move { store.create_task(&t).await.unwrap() }
+    });
+    for created in futures_join(burst).await {
+        assert!(matches!(created, Created::New(_)));
+    }
+    let ids = |accelerator: Option<Accelerator>| {
+        let store = store.clone();
+        async move {
+            let f = TaskFilter { accelerator, sort: SortOrder::Oldest, ..Default::default() };
+            let page = store.list_tasks(&f, None, 100).await.unwrap();
+            page.items.into_iter().map(|t| (t.id, t.demand)).collect::<Vec<_>>()
+        }
+    };
+    let all = ids(None).await;
+    assert_eq!(all.len(), 7);
+    assert_eq!(all[0], ("g1".to_owned(), Some(gpu.clone())), "a list carries the demand");
+    let gpus = ids(Some(Accelerator::Gpu)).await;
+    assert_eq!(
+        gpus,
+        [
+            ("g1".to_owned(), Some(gpu.clone())),
+            ("b0".into(), Some(ray.clone())),
+            ("b3".into(), Some(ray.clone()))
+        ]
+    );
+    let cpus = ids(Some(Accelerator::Cpu)).await;
+    assert_eq!(cpus, [("b1".to_owned(), Some(cpu.clone())), ("b4".into(), Some(cpu.clone()))]);
+    assert_eq!(store.get_task("b2").await.unwrap().unwrap().demand, None, "unknown stays unknown");
+    assert_eq!(store.get_task("b3").await.unwrap().unwrap().demand, Some(ray.clone()));
+    // With other filters, and after a reopen.
+    let store = Store::connect(&url).await.unwrap();
+    let f =
+        TaskFilter { accelerator: Some(Accelerator::Gpu), owner: Some("alice".into()), ..Default::default() };
+    let page = store.list_tasks(&f, None, 100).await.unwrap();
+    assert_eq!(page.items.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["g1"]);
+}
+
+/// Waits for every future, concurrently (the store's writer batches what arrives together).
+async fn futures_join<F: std::future::Future + Send + 'static>(fs: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = fs.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
+
+/// A list of project groups matches tasks of any of them, alone or with the other filters and visibility.
+async fn groups_filter_takes_any_of_several(store: Store, _: String) {
+    for (i, group) in ["nlp", "cv", "speech", "nlp", "cv", "speech"].iter().enumerate() {
+        let mut t = new_task(&format!("t{i}"), if i < 3 { "alice" } else { "bob" }, group, 10 + i as i64);
+        t.public = true;
+        store.create_task(&t).await.unwrap();
+    }
+    let ids = |groups: &[&str], viewer: Option<Viewer>| {
+        let store = store.clone();
+        let f = TaskFilter {
+            project_groups: groups.iter().map(|g| g.to_string()).collect(),
+            visible_to: viewer,
+            sort: SortOrder::Oldest,
+            ..Default::default()
+        };
+        async move {
+            store.list_tasks(&f, None, 100).await.unwrap().items.into_iter().map(|t| t.id).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(ids(&[], None).await.len(), 6);
+    assert_eq!(ids(&["cv"], None).await, ["t1", "t4"]);
+    assert_eq!(ids(&["nlp", "speech"], None).await, ["t0", "t2", "t3", "t5"]);
+    assert!(ids(&["nope"], None).await.is_empty());
+    // Carol sees public tasks of her groups only: asking for more groups shows no more.
+    let carol = Viewer { user: "carol".into(), groups: vec!["cv".into()], admin: false };
+    assert_eq!(ids(&["nlp", "cv"], Some(carol)).await, ["t1", "t4"]);
+}
+
+/// A task's time in its status starts at create and at each change of status (not at a change to the same
+/// status); its run starts when an attempt enters Running, ends with it, and is forgotten when it is queued
+/// again.
+async fn status_times_follow_transitions(store: Store, _: String) {
+    let created = store.create_task(&new_task("x", "alice", "nlp", 100)).await.unwrap();
+    assert_eq!((created.task().status_since_ms, created.task().run_started_at_ms), (100, None));
+    let t = store.get_task("x").await.unwrap().unwrap();
+    assert_eq!((t.status_since_ms, t.run_started_at_ms), (100, None));
+    let mut version = t.version;
+    let mut step = |status: Status, reason: Reason, at_ms: i64| {
+        version += 1;
+        Transition {
+            task_id: "x".into(),
+            expected_version: version - 1,
+            status,
+            attempt: 1,
+            at_ms,
+            reason,
+            message: String::new(),
+            placement: None,
+            retries: None,
+        }
+    };
+    let times = |t: TaskRecord| (t.status, t.status_since_ms, t.run_started_at_ms);
+    let admitted = store.transition(&step(Status::Admitted, Reason::Admitted, 200)).await.unwrap();
+    assert_eq!(times(admitted), (Status::Admitted, 200, None));
+    let running = store.transition(&step(Status::Running, Reason::Started, 300)).await.unwrap();
+    assert_eq!(times(running), (Status::Running, 300, Some(300)));
+    // A change that keeps the status (a new placement) keeps both times.
+    let again = store.transition(&step(Status::Running, Reason::ScaledUp, 350)).await.unwrap();
+    assert_eq!(times(again), (Status::Running, 300, Some(300)));
+    let requeued = store.transition(&step(Status::Queued, Reason::Requeued, 400)).await.unwrap();
+    assert_eq!(times(requeued), (Status::Queued, 400, None));
+    store.transition(&step(Status::Admitted, Reason::Admitted, 500)).await.unwrap();
+    store.transition(&step(Status::Running, Reason::Started, 600)).await.unwrap();
+    store.transition(&step(Status::Stopping, Reason::StopRequested, 700)).await.unwrap();
+    let stopped = store.transition(&step(Status::Stopped, Reason::Terminated, 800)).await.unwrap();
+    assert_eq!(times(stopped), (Status::Stopped, 800, Some(600)), "it ran from 600 to 800");
+    let listed = store.list_tasks(&TaskFilter::default(), None, 10).await.unwrap().items.remove(0);
+    assert_eq!(times(listed), (Status::Stopped, 800, Some(600)), "a list reads the same");
+}
 
 /// A token's last use is recorded to the minute: a use within a minute of the recorded one writes nothing;
 /// a token never used lists none.
@@ -323,6 +474,7 @@ fn new_task(id: &str, owner: &str, group: &str, at: i64) -> NewTask {
         created_at_ms: at,
         idempotency: None,
         first_event: Some((Reason::Submitted, "submitted".into())),
+        demand: None,
     }
 }
 
@@ -541,7 +693,7 @@ async fn list_pages_newest_first_with_filters(store: Store, _: String) {
         async move { store.list_tasks(&f, None, 100).await.unwrap().items.len() }
     };
     assert_eq!(count(TaskFilter { owner: Some("alice".into()), ..Default::default() }).await, 13);
-    assert_eq!(count(TaskFilter { project_group: Some("cv".into()), ..Default::default() }).await, 9);
+    assert_eq!(count(TaskFilter { project_groups: vec!["cv".into()], ..Default::default() }).await, 9);
     assert_eq!(count(TaskFilter { status: Some(Status::Running), ..Default::default() }).await, 5);
     assert_eq!(count(TaskFilter { task_type: Some("RayJob".into()), ..Default::default() }).await, 5);
     assert_eq!(count(TaskFilter { search: Some("t1".into()), ..Default::default() }).await, 10);

@@ -313,6 +313,7 @@ fn main() {
                 created_at_ms: 1_000_000 + k as i64,
                 idempotency: None,
                 first_event: None,
+                demand: None,
             })
             .collect();
         rt.block_on(store.import_tasks(&batch)).unwrap();

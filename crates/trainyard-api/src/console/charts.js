@@ -1,1 +1,322 @@
-// (being written)
+// Line charts of a task's metrics, drawn as SVG here (no library): a time axis with clock labels, a value axis
+// with 4 to 6 round ticks in the metric's unit, one line per replica (and label set) with a legend, a readout of
+// the values at the moment under the pointer or the keyboard's cursor, and a summary for assistive technology.
+
+import { ago, h } from "./core.js";
+
+const SVG = "http://www.w3.org/2000/svg";
+// Distinct on white and each at least 4.5:1 against it, so a line reads as well as the text beside it.
+const COLOURS = ["#2456c7", "#b4420c", "#1d7a3a", "#8a2fc9", "#b3261e", "#0b6f85", "#8a5a00", "#b0176b"];
+/// The most lines one chart draws; the rest are named in a note (a task may label as many series as it likes).
+export const MAX_LINES = 12;
+const HEIGHT = 190;
+const MARGIN = { top: 10, right: 12, bottom: 26, left: 72 };
+
+function svg(tag, attrs = {}) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  return e;
+}
+
+// ---- units ---------------------------------------------------------------------------------------------------
+
+// The preset metrics the local backend samples, with what people call them; a task's own keep their name.
+const PRESET = {
+  trainyard_cpu_cores: "CPU",
+  trainyard_memory_rss_bytes: "Memory (resident)",
+  trainyard_gpu_utilization_percent: "GPU utilisation",
+  trainyard_gpu_memory_used_mib: "GPU memory used",
+  trainyard_scrape_up: "Metrics endpoint up",
+};
+
+export function title(name) {
+  return PRESET[name] || name;
+}
+
+/// A metric's unit from its name's suffix, as Prometheus names them (the CLI's `metrics` reads them the same
+/// way): bytes, MiB, percent, cores, seconds, or a plain number.
+export function unitOf(name) {
+  const ends = (...s) => s.some((x) => name.endsWith(x));
+  if (ends("_bytes", "_bytes_total")) return "bytes";
+  if (ends("_mib")) return "mib";
+  if (ends("_percent", "_ratio_percent")) return "percent";
+  if (ends("_cores")) return "cores";
+  if (ends("_seconds", "_seconds_total")) return "seconds";
+  return "plain";
+}
+
+// A number without float noise and without exponent notation: at most `digits` decimals, trailing zeros cut.
+function plainNumber(x, digits) {
+  const s = x.toFixed(Math.max(0, Math.min(digits, 12)));
+  return s.includes(".") ? s.replace(/0+$/, "").replace(/\.$/, "") : s;
+}
+
+// How many decimals show `x` to about four significant figures.
+function decimalsFor(x) {
+  if (x === 0 || !Number.isFinite(x)) return 0;
+  return Math.max(0, 3 - Math.floor(Math.log10(Math.abs(x))));
+}
+
+const IEC = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+const SI_UP = ["", "k", "M", "G", "T", "P", "E"];
+const SI_DOWN = [["m", 1e-3], ["µ", 1e-6], ["n", 1e-9]];
+
+// The scale a set of values is shown in: a divisor and its suffix, chosen from the largest magnitude so every
+// tick of an axis has the same suffix ("0 MiB, 50 MiB, 100 MiB", never "900 KiB, 1 MiB").
+function scaleFor(unit, magnitude) {
+  const m = Math.abs(magnitude);
+  switch (unit) {
+    case "bytes":
+    case "mib": {
+      let i = 0;
+      while (i + 1 < IEC.length && m >= 1024 ** (i + 1)) i++;
+      return { div: 1024 ** i, suffix: ` ${IEC[i]}` };
+    }
+    case "percent":
+      return { div: 1, suffix: " %" };
+    case "cores":
+      return { div: 1, suffix: " cores" };
+    case "seconds":
+      if (m > 0 && m < 1) return { div: 1e-3, suffix: " ms" };
+      if (m < 120) return { div: 1, suffix: " s" };
+      if (m < 7200) return { div: 60, suffix: " min" };
+      if (m < 172800) return { div: 3600, suffix: " h" };
+      return { div: 86400, suffix: " d" };
+    default: {
+      if (m > 0 && m < 0.01) {
+        for (const [s, d] of SI_DOWN) if (m >= d) return { div: d, suffix: ` ${s}` };
+        return { div: 1e-9, suffix: " n" };
+      }
+      let i = 0;
+      while (i + 1 < SI_UP.length && m >= 1000 ** (i + 1)) i++;
+      return { div: 1000 ** i, suffix: i ? SI_UP[i] : "" };
+    }
+  }
+}
+
+// MiB metrics are bytes to everything that shows them.
+function toBase(unit, v) {
+  return unit === "mib" ? v * 1048576 : v;
+}
+
+/// One value in its unit, to about four significant figures: "182.4 MiB", "0.53 cores", "248.6M", "12.5 %".
+export function formatValue(unit, raw) {
+  if (!Number.isFinite(raw)) return String(raw);
+  const v = toBase(unit, raw);
+  const { div, suffix } = scaleFor(unit, v);
+  const x = v / div;
+  const text = plainNumber(x, decimalsFor(x));
+  return `${text}${unit === "cores" && text === "1" ? " core" : suffix}`;
+}
+
+// ---- ticks ---------------------------------------------------------------------------------------------------
+
+/// 4 to 6 round ticks (1, 2, 2.5 or 5 times a power of ten, in the unit's scale) covering [lo, hi], and the
+/// axis's range (the outer ticks). A flat series gets a range around its value; non-negative data starts at 0.
+export function valueTicks(unit, lo, hi) {
+  lo = toBase(unit, lo);
+  hi = toBase(unit, hi);
+  if (lo >= 0) lo = 0;
+  if (unit === "percent" && hi <= 100 && lo >= 0) hi = Math.max(hi, 100);
+  if (hi === lo) hi = lo === 0 ? 1 : lo + Math.abs(lo);
+  const { div, suffix } = scaleFor(unit, Math.max(Math.abs(lo), Math.abs(hi)));
+  const [a, b] = [lo / div, hi / div];
+  let best = null;
+  for (let e = Math.floor(Math.log10((b - a) / 6)) - 1; e <= Math.ceil(Math.log10(b - a)) + 1 && !best; e++) {
+    for (const m of [1, 2, 2.5, 5]) {
+      const step = m * 10 ** e;
+      const first = Math.floor(a / step + 1e-9) * step;
+      const last = Math.ceil(b / step - 1e-9) * step;
+      const n = Math.round((last - first) / step) + 1;
+      if (n <= 6) { best = { step, first, n }; break; }
+    }
+  }
+  const decimals = Math.max(0, -Math.floor(Math.log10(best.step) + 1e-9) + (best.step % 1 ? 1 : 0));
+  const ticks = [];
+  for (let i = 0; i < best.n; i++) {
+    const x = best.first + i * best.step;
+    ticks.push({ value: x * div, label: `${plainNumber(x, decimals)}${suffix}` });
+  }
+  // In the metric's own unit again, for placing points (MiB series are drawn in MiB).
+  const back = unit === "mib" ? 1048576 : 1;
+  return { ticks: ticks.map((t) => ({ ...t, value: t.value / back })), lo: ticks[0].value / back, hi: ticks[ticks.length - 1].value / back };
+}
+
+const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400].map((s) => s * 1000);
+
+/// Time ticks on round local clock times, at most `most` of them, labelled "14:05" (or "14:05:30" when they
+/// are under a minute apart; with the date when the range passes a day).
+export function timeTicks(t0, t1, most) {
+  const span = Math.max(1, t1 - t0);
+  const step = TIME_STEPS.find((s) => span / s <= most) || Math.ceil(span / most / 86400000) * 86400000;
+  const offset = new Date(t0).getTimezoneOffset() * 60000;
+  const ticks = [];
+  for (let t = Math.ceil((t0 - offset) / step) * step + offset; t <= t1; t += step) {
+    const d = new Date(t);
+    const opts = step < 60000 ? { hour: "2-digit", minute: "2-digit", second: "2-digit" } : { hour: "2-digit", minute: "2-digit" };
+    const label = step >= 86400000 ? d.toLocaleDateString([], { month: "short", day: "numeric" }) : d.toLocaleTimeString([], { ...opts, hour12: false });
+    ticks.push({ t, label });
+  }
+  return ticks;
+}
+
+// At most about two points per pixel column: the first, smallest and largest, and last of each column, so a
+// spike stays visible however long the series.
+function thin(points, x0, x1, columns) {
+  if (points.length <= columns * 2) return points;
+  const out = [];
+  let col = null, bucket = [];
+  const flush = () => {
+    if (!bucket.length) return;
+    let lo = bucket[0], hi = bucket[0];
+    for (const p of bucket) { if (p[1] < lo[1]) lo = p; if (p[1] > hi[1]) hi = p; }
+    const keep = [bucket[0], lo, hi, bucket[bucket.length - 1]].sort((a, b) => a[0] - b[0]);
+    for (const p of keep) if (out[out.length - 1] !== p) out.push(p);
+    bucket = [];
+  };
+  for (const p of points) {
+    const c = Math.floor(((p[0] - x0) / (x1 - x0 || 1)) * columns);
+    if (c !== col) { flush(); col = c; }
+    bucket.push(p);
+  }
+  flush();
+  return out;
+}
+
+// ---- the chart -------------------------------------------------------------------------------------------------
+
+/// A chart of one metric. `update(lines)` redraws it with `[{label, points: [[atMs, value], ...]}]` (oldest
+/// first); it also redraws itself when its width changes, so it always fits its column.
+export function lineChart(metric) {
+  const unit = unitOf(metric);
+  const id = `chart-${metric.replace(/[^A-Za-z0-9_-]/g, "_")}`;
+  const readout = h("div", { class: "chart-readout", id: `${id}-readout`, "aria-live": "polite" });
+  const plot = h("div", { class: "chart-plot" });
+  const legend = h("ul", { class: "chart-legend", "aria-label": `${title(metric)}: series` });
+  const note = h("p", { class: "muted chart-note" });
+  const heading = h("h3", { id: `${id}-title` }, title(metric), title(metric) !== metric ? h("span", { class: "muted mono" }, ` ${metric}`) : "");
+  const el = h("figure", { class: "chart", "data-metric": metric, "data-unit": unit, "aria-labelledby": `${id}-title` }, heading, plot, readout, legend, note);
+  let lines = [];
+  let cursor = null; // the time the readout shows, kept across redraws
+  let width = 0;
+  let drawn = ""; // what the drawing shows (series, their sample counts and last moments, the width)
+
+  function summary() {
+    const parts = lines.map((l) => {
+      const ys = l.points.map((p) => p[1]);
+      if (!ys.length) return `${l.label}: no samples`;
+      return `${l.label}: last ${formatValue(unit, ys[ys.length - 1])}, min ${formatValue(unit, Math.min(...ys))}, max ${formatValue(unit, Math.max(...ys))}`;
+    });
+    return `${title(metric)} over time, ${lines.length} ${lines.length === 1 ? "series" : "series"}. ${parts.join("; ")}.`;
+  }
+
+  function draw() {
+    width = plot.clientWidth;
+    if (!width) return;
+    // A refresh that brought nothing new leaves the drawing (and the reader's place in it) alone.
+    const now = `${width}|${lines.map((l) => `${l.label}:${l.points.length}:${l.points[l.points.length - 1]?.[0]}`).join("|")}`;
+    if (now === drawn) return;
+    drawn = now;
+    const all = lines.flatMap((l) => l.points);
+    if (!all.length) {
+      plot.replaceChildren(h("p", { class: "muted" }, "No samples yet."));
+      return;
+    }
+    const w = width, ht = HEIGHT;
+    const [pl, pr, pt, pb] = [MARGIN.left, w - MARGIN.right, MARGIN.top, ht - MARGIN.bottom];
+    let t0 = Infinity, t1 = -Infinity, v0 = Infinity, v1 = -Infinity;
+    for (const [t, v] of all) { t0 = Math.min(t0, t); t1 = Math.max(t1, t); v0 = Math.min(v0, v); v1 = Math.max(v1, v); }
+    if (t1 === t0) { t0 -= 30000; t1 += 30000; }
+    const y = valueTicks(unit, v0, v1);
+    const sx = (t) => pl + ((t - t0) / (t1 - t0)) * (pr - pl);
+    const sy = (v) => pb - ((v - y.lo) / (y.hi - y.lo)) * (pb - pt);
+    const root = svg("svg", { width: w, height: ht, viewBox: `0 0 ${w} ${ht}`, role: "img", "aria-label": summary(), tabindex: "0", "aria-describedby": readout.id, class: "chart-svg" });
+    const grid = svg("g", { class: "grid" });
+    for (const tk of y.ticks) {
+      const yy = Math.round(sy(tk.value)) + 0.5;
+      grid.append(svg("line", { x1: pl, x2: pr, y1: yy, y2: yy }));
+      const label = svg("text", { x: pl - 6, y: yy, "text-anchor": "end", "dominant-baseline": "middle", class: "tick y-tick" });
+      label.textContent = tk.label;
+      grid.append(label);
+    }
+    for (const tk of timeTicks(t0, t1, Math.max(2, Math.floor((pr - pl) / 70)))) {
+      const xx = Math.round(sx(tk.t)) + 0.5;
+      grid.append(svg("line", { x1: xx, x2: xx, y1: pb, y2: pb + 4, class: "x-mark" }));
+      const label = svg("text", { x: xx, y: pb + 16, "text-anchor": "middle", class: "tick x-tick" });
+      label.textContent = tk.label;
+      grid.append(label);
+    }
+    grid.append(svg("line", { x1: pl, x2: pr, y1: pb + 0.5, y2: pb + 0.5, class: "axis" }));
+    root.append(grid);
+    lines.forEach((l, i) => {
+      const pts = thin(l.points, t0, t1, pr - pl);
+      if (pts.length === 1) {
+        root.append(svg("circle", { cx: sx(pts[0][0]), cy: sy(pts[0][1]), r: 2.5, fill: COLOURS[i % COLOURS.length] }));
+        return;
+      }
+      root.append(svg("polyline", { points: pts.map(([t, v]) => `${sx(t).toFixed(1)},${sy(v).toFixed(1)}`).join(" "), fill: "none", stroke: COLOURS[i % COLOURS.length], "stroke-width": 1.75, "stroke-linejoin": "round", class: "series" }));
+    });
+    const hover = svg("g", { class: "hover" });
+    root.append(hover);
+    // The moments with a sample, for the pointer and the arrow keys to step through.
+    const times = [...new Set(all.map((p) => p[0]))].sort((a, b) => a - b);
+
+    function showAt(t) {
+      hover.replaceChildren();
+      if (t === null) { readout.textContent = ""; return; }
+      const xx = sx(t);
+      hover.append(svg("line", { x1: xx, x2: xx, y1: pt, y2: pb, class: "cursor" }));
+      const rows = [];
+      lines.forEach((l, i) => {
+        // A series' sample nearest to the moment, if one is within a tenth of the range of it.
+        let best = null;
+        for (const p of l.points) if (!best || Math.abs(p[0] - t) < Math.abs(best[0] - t)) best = p;
+        if (!best || Math.abs(best[0] - t) > (t1 - t0) / 10) return;
+        hover.append(svg("circle", { cx: sx(best[0]), cy: sy(best[1]), r: 3.5, fill: "#fff", stroke: COLOURS[i % COLOURS.length], "stroke-width": 2 }));
+        rows.push(h("span", { class: "chart-value" }, h("span", { class: "swatch", style: `background:${COLOURS[i % COLOURS.length]}` }), `${l.label} `, h("strong", {}, formatValue(unit, best[1]))));
+      });
+      const at = new Date(t);
+      readout.replaceChildren(h("time", { datetime: at.toISOString(), title: at.toLocaleString() }, `${at.toLocaleTimeString([], { hour12: false })} (${ago(t)})`), " ", ...rows);
+    }
+    const nearest = (t) => times.reduce((a, b) => (Math.abs(b - t) < Math.abs(a - t) ? b : a), times[0]);
+    root.addEventListener("pointermove", (ev) => {
+      const r = root.getBoundingClientRect();
+      const x = Math.min(Math.max(ev.clientX - r.left, pl), pr);
+      cursor = nearest(t0 + ((x - pl) / (pr - pl)) * (t1 - t0));
+      showAt(cursor);
+    });
+    root.addEventListener("pointerleave", () => { if (document.activeElement !== root) { cursor = null; showAt(null); } });
+    root.addEventListener("focus", () => { if (cursor === null) cursor = times[times.length - 1]; showAt(cursor); });
+    root.addEventListener("blur", () => { cursor = null; showAt(null); });
+    root.addEventListener("keydown", (ev) => {
+      const i = times.indexOf(nearest(cursor ?? times[times.length - 1]));
+      const to = { ArrowLeft: i - 1, ArrowRight: i + 1, Home: 0, End: times.length - 1, PageUp: i - 10, PageDown: i + 10 }[ev.key];
+      if (to === undefined) return;
+      ev.preventDefault();
+      cursor = times[Math.min(Math.max(to, 0), times.length - 1)];
+      showAt(cursor);
+    });
+    // The old drawing's blur (when it had focus) would forget the cursor: kept across the swap.
+    const hadFocus = plot.contains(document.activeElement);
+    const keep = cursor;
+    plot.replaceChildren(root);
+    cursor = keep;
+    if (hadFocus) root.focus({ preventScroll: true });
+    if (cursor !== null) showAt(nearest(cursor));
+  }
+
+  function update(next) {
+    const shown = next.slice(0, MAX_LINES);
+    lines = shown;
+    legend.replaceChildren(...shown.map((l, i) => {
+      const last = l.points[l.points.length - 1];
+      return h("li", { "data-series": l.label }, h("span", { class: "swatch", style: `background:${COLOURS[i % COLOURS.length]}`, "aria-hidden": "true" }), l.label, last ? h("span", { class: "muted" }, ` ${formatValue(unit, last[1])}`) : "");
+    }));
+    note.textContent = next.length > MAX_LINES ? `${next.length - MAX_LINES} more series not drawn (the CLI's trainyard metrics lists them all).` : "";
+    draw();
+  }
+
+  // Redrawn at its own width, so the chart fits a phone as well as a wide screen.
+  new ResizeObserver(() => draw()).observe(plot);
+  return { el, update };
+}

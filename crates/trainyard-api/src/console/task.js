@@ -1,28 +1,26 @@
-// One task: overview, attempts, replicas, events, logs (followed live), metrics and its spec, with the actions
-// a user may take on it.
+// One task: overview, attempts, replicas, events, logs (followed live, searchable), metrics as charts and its
+// spec as YAML or JSON, with the actions a user may take on it.
 
-import { api, badge, fail, h, repeat, show, stopRepeating, TERMINAL, token, when } from "./core.js";
+import { ago, api, badge, duration, fail, h, moment, repeat, show, TERMINAL, token } from "./core.js";
+import { lineChart, unitOf } from "./charts.js";
+import { toYaml } from "./yaml.js";
 
-function sparkline(points) {
-  const w = 160, hgt = 32;
-  if (points.length < 2) return h("span", { class: "muted" }, "");
-  const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]);
-  const [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
-  const sx = (x) => ((x - x0) / (x1 - x0 || 1)) * (w - 2) + 1;
-  const sy = (y) => hgt - 1 - ((y - y0) / (y1 - y0 || 1)) * (hgt - 2);
-  const ns = "http://www.w3.org/2000/svg";
-  const svg = document.createElementNS(ns, "svg");
-  svg.setAttribute("width", w);
-  svg.setAttribute("height", hgt);
-  svg.setAttribute("role", "img");
-  svg.setAttribute("aria-label", `from ${ys[0]} to ${ys[ys.length - 1]}`);
-  const line = document.createElementNS(ns, "polyline");
-  line.setAttribute("points", points.map((p) => `${sx(p[0])},${sy(p[1])}`).join(" "));
-  line.setAttribute("fill", "none");
-  line.setAttribute("stroke", "currentColor");
-  svg.append(line);
-  return svg;
-}
+const LOG_HEIGHT_KEY = "trainyard.logHeight";
+const LOG_WRAP_KEY = "trainyard.logWrap";
+const SPEC_FORMAT_KEY = "trainyard.specFormat";
+/// The log pane's height bounds, in CSS pixels (the upper one also at most 90 % of the window).
+const LOG_MIN_PX = 120;
+const LOG_MAX_PX = 1600;
+const LOG_DEFAULT_PX = 360;
+/// How far one arrow key press on the pane's handle moves it.
+const LOG_STEP_PX = 40;
+/// The most log lines the page holds; past it the oldest go (Download has the whole log).
+const MAX_LOG_LINES = 20_000;
+/// The most metrics drawn as charts; the rest are named (a task may expose as many as it likes).
+const MAX_CHARTS = 24;
+// The preset metrics first, in this order; a task's own after them by name.
+const PRESET_ORDER = ["trainyard_cpu_cores", "trainyard_memory_rss_bytes", "trainyard_gpu_utilization_percent", "trainyard_gpu_memory_used_mib", "trainyard_scrape_up"];
+const ACTIVE = ["Admitted", "Starting", "Prechecking", "Running", "Stopping"];
 
 // What ended an attempt: the first of these among its events (a NodeFailed is followed by Terminated, say).
 const ENDINGS = ["Completed", "UserError", "OutOfMemory", "ImagePullFailed", "PrecheckFailed", "NodeFailed", "Preempted", "StopRequested", "Deleted", "RetryBudgetSpent", "Terminated"];
@@ -63,21 +61,229 @@ function attemptsOf(t, events) {
   });
 }
 
+function clampHeight(px) {
+  const most = Math.max(LOG_MIN_PX * 2, Math.min(LOG_MAX_PX, Math.floor(window.innerHeight * 0.9)));
+  return Math.round(Math.min(Math.max(px, LOG_MIN_PX), most));
+}
+
+/// The log pane: lines kept as text, shown as text nodes (a search's matches as `<mark>` elements built here,
+/// never markup from the log), a search with next/previous and a count that keeps up while lines arrive, a
+/// filter to matching lines, line wrap, and a height the user drags (or sets with the arrow keys) and keeps.
+function logView() {
+  const pre = h("pre", { class: "log", id: "log", tabindex: "0", "aria-label": "log" });
+  const search = h("input", { type: "search", id: "log-search", placeholder: "Search the log", "aria-label": "Search the log", autocomplete: "off", spellcheck: "false" });
+  const count = h("span", { id: "log-count", class: "muted", "aria-live": "polite" });
+  const prev = h("button", { type: "button", id: "log-prev", class: "secondary", "aria-label": "Previous match", title: "Previous match (Shift+Enter)" }, "↑");
+  const next = h("button", { type: "button", id: "log-next", class: "secondary", "aria-label": "Next match", title: "Next match (Enter)" }, "↓");
+  const only = h("input", { type: "checkbox", id: "log-only" });
+  const wrap = h("input", { type: "checkbox", id: "log-wrap", checked: localStorage.getItem(LOG_WRAP_KEY) !== "false" });
+  const trimmed = h("p", { class: "muted", id: "log-trimmed", hidden: true });
+  const handle = h("div", { class: "log-resize", id: "log-resize", role: "separator", tabindex: "0", "aria-orientation": "horizontal", "aria-controls": "log", "aria-label": "Resize the log pane (arrow keys)", "aria-valuemin": String(LOG_MIN_PX), "aria-valuemax": String(LOG_MAX_PX) });
+  let lines = [];
+  let query = "";
+  let marks = [];
+  let current = -1;
+  let dropped = 0;
+
+  function setHeight(px, keep) {
+    const v = clampHeight(px);
+    pre.style.height = `${v}px`;
+    handle.setAttribute("aria-valuenow", String(v));
+    if (keep) localStorage.setItem(LOG_HEIGHT_KEY, String(v));
+  }
+  setHeight(Number(localStorage.getItem(LOG_HEIGHT_KEY)) || LOG_DEFAULT_PX, false);
+  handle.addEventListener("keydown", (ev) => {
+    const by = { ArrowDown: LOG_STEP_PX, ArrowUp: -LOG_STEP_PX, PageDown: LOG_STEP_PX * 4, PageUp: -LOG_STEP_PX * 4 }[ev.key];
+    if (by === undefined) return;
+    ev.preventDefault();
+    setHeight(pre.getBoundingClientRect().height + by, true);
+  });
+  handle.addEventListener("pointerdown", (ev) => {
+    ev.preventDefault();
+    const [y0, h0] = [ev.clientY, pre.getBoundingClientRect().height];
+    try { handle.setPointerCapture(ev.pointerId); } catch { /* a synthetic event has no pointer to capture */ }
+    const move = (e) => setHeight(h0 + e.clientY - y0, false);
+    const up = (e) => {
+      setHeight(h0 + e.clientY - y0, true);
+      handle.removeEventListener("pointermove", move);
+      handle.removeEventListener("pointerup", up);
+      handle.removeEventListener("pointercancel", up);
+    };
+    handle.addEventListener("pointermove", move);
+    handle.addEventListener("pointerup", up);
+    handle.addEventListener("pointercancel", up);
+  });
+
+  const applyWrap = () => pre.classList.toggle("nowrap", !wrap.checked);
+  applyWrap();
+  wrap.addEventListener("change", () => { localStorage.setItem(LOG_WRAP_KEY, String(wrap.checked)); applyWrap(); });
+
+  const atBottom = () => pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+
+  function showCount() {
+    if (!query) count.textContent = "";
+    else if (!marks.length) count.textContent = "No matches";
+    else count.textContent = `${current >= 0 ? current + 1 : 0} of ${marks.length} ${marks.length === 1 ? "match" : "matches"}`;
+    prev.disabled = next.disabled = marks.length === 0;
+  }
+
+  // Appends lines as they are shown: plain text runs in one text node, each match a <mark>.
+  function appendLines(more) {
+    if (!query) {
+      if (more.length) pre.append(`${more.join("\n")}\n`);
+      return;
+    }
+    const q = query.toLowerCase();
+    let text = "";
+    for (const line of more) {
+      const low = line.toLowerCase();
+      let at = low.indexOf(q);
+      if (at < 0) {
+        if (!only.checked) text += `${line}\n`;
+        continue;
+      }
+      let from = 0;
+      while (at >= 0) {
+        text += line.slice(from, at);
+        if (text) { pre.append(text); text = ""; }
+        const m = h("mark", {}, line.slice(at, at + q.length));
+        marks.push(m);
+        pre.append(m);
+        from = at + q.length;
+        at = low.indexOf(q, from);
+      }
+      text += `${line.slice(from)}\n`;
+    }
+    if (text) pre.append(text);
+  }
+
+  function render() {
+    pre.replaceChildren();
+    marks = [];
+    current = -1;
+    appendLines(lines);
+    showCount();
+  }
+
+  function go(by) {
+    if (!marks.length) return;
+    marks[current]?.classList.remove("current");
+    current = current < 0 ? (by > 0 ? 0 : marks.length - 1) : (current + by + marks.length) % marks.length;
+    const m = marks[current];
+    m.classList.add("current");
+    // Scrolls the pane only (the pre is the marks' offset parent), not the page around it.
+    pre.scrollTop = Math.max(0, m.offsetTop - pre.clientHeight / 2);
+    showCount();
+  }
+
+  let typing = null;
+  search.addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => {
+      query = search.value;
+      render();
+      if (marks.length) go(1);
+    }, 150);
+  });
+  search.addEventListener("keydown", (ev) => {
+    if (ev.key !== "Enter") return;
+    ev.preventDefault();
+    // A query typed and entered at once is searched now, not after the pause.
+    if (search.value !== query) { clearTimeout(typing); query = search.value; render(); }
+    go(ev.shiftKey ? -1 : 1);
+  });
+  prev.addEventListener("click", () => go(-1));
+  next.addEventListener("click", () => go(1));
+  only.addEventListener("change", () => { render(); if (marks.length) go(1); });
+
+  return {
+    pre,
+    controls: h("div", { class: "log-search", role: "search", "aria-label": "log" },
+      search, prev, next, count,
+      h("label", {}, only, " matching lines only"),
+      h("label", {}, wrap, " wrap lines")),
+    pane: h("div", { class: "log-pane" }, trimmed, pre, handle),
+    clear() { lines = []; dropped = 0; trimmed.hidden = true; render(); },
+    /// Adds lines at the end, following them when the reader was at the end already.
+    add(more) {
+      if (!more.length) return;
+      const follow = atBottom();
+      lines.push(...more);
+      if (lines.length > MAX_LOG_LINES + MAX_LOG_LINES / 10) {
+        dropped += lines.length - MAX_LOG_LINES;
+        lines = lines.slice(lines.length - MAX_LOG_LINES);
+        trimmed.textContent = `The first ${dropped.toLocaleString()} lines are not shown here; Download has the whole log.`;
+        trimmed.hidden = false;
+        render();
+      } else {
+        appendLines(more);
+        showCount();
+      }
+      if (follow) pre.scrollTop = pre.scrollHeight;
+    },
+    note(text) { pre.append(`\n(${text})`); },
+  };
+}
+
+/// The spec as YAML (as it would be written) or as JSON, with a Copy button.
+function specView() {
+  const pre = h("pre", { class: "spec", id: "spec", tabindex: "0", "aria-label": "spec" });
+  const copied = h("span", { id: "spec-copied", class: "muted", "aria-live": "polite" });
+  let format = localStorage.getItem(SPEC_FORMAT_KEY) === "json" ? "json" : "yaml";
+  let value = null;
+  const toggle = (f, label) => h("button", { type: "button", id: `spec-${f}`, class: "segment", "aria-pressed": String(format === f), onclick: () => {
+    format = f;
+    localStorage.setItem(SPEC_FORMAT_KEY, f);
+    for (const b of bar.querySelectorAll(".segment")) b.setAttribute("aria-pressed", String(b.id === `spec-${f}`));
+    draw();
+  } }, label);
+  const text = () => (format === "json" ? `${JSON.stringify(value, null, 2)}\n` : toYaml(value));
+  function draw() {
+    pre.dataset.format = format;
+    pre.textContent = value === null ? "" : text();
+  }
+  const copy = h("button", { type: "button", id: "spec-copy", class: "secondary", onclick: async () => {
+    try {
+      await navigator.clipboard.writeText(text());
+      copied.textContent = `Copied as ${format.toUpperCase()}.`;
+    } catch {
+      // No clipboard (a page served over plain HTTP from another machine): the text is selected instead.
+      const r = document.createRange();
+      r.selectNodeContents(pre);
+      getSelection().removeAllRanges();
+      getSelection().addRange(r);
+      copied.textContent = "Selected: press Ctrl+C (⌘C) to copy.";
+    }
+  } }, "Copy");
+  const bar = h("div", { class: "spec-bar" }, h("div", { class: "segments", role: "group", "aria-label": "Format" }, toggle("yaml", "YAML"), toggle("json", "JSON")), copy, copied);
+  return {
+    bar, pre,
+    set(v) {
+      if (JSON.stringify(v) === JSON.stringify(value)) return;
+      value = v;
+      draw();
+    },
+  };
+}
+
 export async function taskPage(id) {
   const head = h("div", { class: "task-head" });
   const overview = h("dl", { class: "overview" });
-  const actions = h("div", { class: "actions" });
+  const actions = h("div", { class: "actions task-actions" });
   const replicas = h("tbody", {});
   const attempts = h("tbody", { id: "attempts" });
   const events = h("ol", { class: "events", id: "events" });
-  const spec = h("pre", { class: "spec" });
-  const metrics = h("tbody", {});
+  const spec = specView();
+  const charts = h("div", { class: "charts", id: "metrics" });
+  const chartNote = h("p", { class: "muted", id: "metrics-note" });
+  const byMetric = new Map();
   const logSelect = h("select", { id: "log-replica", "aria-label": "replica" });
   const follow = h("input", { type: "checkbox", id: "log-follow", checked: true });
-  const log = h("pre", { class: "log", id: "log", tabindex: "0" });
+  const logs = logView();
   const download = h("a", { href: "#", id: "log-download" }, "Download");
   let task = null;
   let logAbort = null;
+  let timer = "";
 
   async function act(what, method, path, confirmText) {
     if (!confirm(confirmText)) return;
@@ -95,11 +301,11 @@ export async function taskPage(id) {
     if (logAbort) logAbort.abort();
     const [attempt, replica] = (logSelect.value || "").split("/");
     if (!replica) return;
-    log.textContent = "";
+    logs.clear();
     const base = `/api/v1/tasks/${id}/logs?replica=${encodeURIComponent(replica)}&attempt=${attempt}`;
     if (!follow.checked) {
       const { data } = await api("GET", base);
-      log.textContent = data;
+      logs.add(data.replace(/\n$/, "").split("\n").filter((l, i, all) => l || all.length > 1));
       return;
     }
     logAbort = new AbortController();
@@ -112,21 +318,19 @@ export async function taskPage(id) {
         const { value, done } = await reader.read();
         if (done) break;
         buf += dec.decode(value, { stream: true });
+        const more = [];
         let i;
         while ((i = buf.indexOf("\n\n")) >= 0) {
           const ev = buf.slice(0, i);
           buf = buf.slice(i + 2);
           if (ev.startsWith("event: end")) continue;
           const data = ev.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, "")).join("\n");
-          if (data) {
-            const atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
-            log.append(data + "\n");
-            if (atEnd) log.scrollTop = log.scrollHeight;
-          }
+          if (ev.split("\n").some((l) => l.startsWith("data:"))) more.push(data);
         }
+        logs.add(more);
       }
     } catch (e) {
-      if (e.name !== "AbortError") log.append(`\n(${e.message})`);
+      if (e.name !== "AbortError") logs.note(e.message);
     }
   }
 
@@ -144,43 +348,98 @@ export async function taskPage(id) {
   }
 
   async function loadMetrics() {
+    let data;
     try {
-      const { data } = await api("GET", `/api/v1/tasks/${id}/metrics`);
-      metrics.replaceChildren(...data.series.map((s) => {
-        const last = s.points[s.points.length - 1];
-        const labels = Object.entries(s.labels).map(([k, v]) => `${k}=${v}`).join(", ");
-        return h("tr", {}, h("td", {}, s.replica), h("td", { class: "mono" }, s.name, labels ? h("div", { class: "muted" }, labels) : ""), h("td", {}, last ? Number(last[1]).toPrecision(4) : ""), h("td", {}, sparkline(s.points)));
-      }));
-    } catch (e) { /* none yet */ }
+      ({ data } = await api("GET", `/api/v1/tasks/${id}/metrics`));
+    } catch (e) {
+      chartNote.replaceChildren(fail(e));
+      return;
+    }
+    // One chart per metric, one line per replica and label set; replica names without the task's name.
+    const groups = new Map();
+    for (const s of data.series) {
+      if (!groups.has(s.name)) groups.set(s.name, []);
+      const replica = task && s.replica.startsWith(`${task.name}-`) ? s.replica.slice(task.name.length + 1) : s.replica;
+      const labels = Object.entries(s.labels).map(([k, v]) => `${k}=${v}`).join(", ");
+      groups.get(s.name).push({ label: labels ? `${replica} {${labels}}` : replica, points: s.points });
+    }
+    const rank = (n) => (PRESET_ORDER.includes(n) ? PRESET_ORDER.indexOf(n) : PRESET_ORDER.length);
+    const names = [...groups.keys()].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
+    const drawn = names.slice(0, MAX_CHARTS);
+    for (const [n, c] of byMetric) if (!drawn.includes(n)) { c.el.remove(); byMetric.delete(n); }
+    drawn.forEach((n, i) => {
+      if (!byMetric.has(n)) byMetric.set(n, lineChart(n));
+      const c = byMetric.get(n);
+      if (charts.children[i] !== c.el) charts.insertBefore(c.el, charts.children[i] || null);
+      c.update(groups.get(n));
+    });
+    if (!names.length) {
+      chartNote.textContent = `No metrics of attempt ${data.attempt} yet. The preset ones (CPU, memory, GPU) are sampled while replicas run on the local backend; a task's own need spec.advanced.metrics, an endpoint in the Prometheus text format.`;
+    } else if (names.length > MAX_CHARTS) {
+      chartNote.textContent = `Attempt ${data.attempt}. ${names.length - MAX_CHARTS} more metrics not drawn: ${names.slice(MAX_CHARTS).join(", ")}.`;
+    } else {
+      chartNote.textContent = `Attempt ${data.attempt}: ${names.length} ${names.length === 1 ? "metric" : "metrics"}, ${names.filter((n) => unitOf(n) !== "plain").length} with a unit read from its name.`;
+    }
+  }
+
+  // Relative times age while nobody reloads: their text follows the clock, their exact time stays in the title.
+  function retick() {
+    for (const t of document.querySelectorAll("#main time[datetime]")) {
+      const ms = Date.parse(t.getAttribute("datetime"));
+      if (t.closest(".chart-readout")) continue;
+      t.textContent = ago(ms);
+      t.setAttribute("aria-label", `${ago(ms)} (${t.title})`);
+    }
   }
 
   async function refresh() {
     try {
       const [{ data: t }, { data: ev }] = await Promise.all([api("GET", `/api/v1/tasks/${id}`), api("GET", `/api/v1/tasks/${id}/events`)]);
       task = t;
+      const now = Date.now();
       // A deleted task is still read by id (one deleted while it ran is followed to its end): said so, and
       // not offered to resubmit or delete again.
       const deleted = t.deleted ? [" ", h("span", { class: "badge deleted", "data-status": "deleted" }, "deleted")] : "";
       head.replaceChildren(h("h1", {}, t.name, " ", badge(t.status), deleted), h("div", { class: "muted mono" }, t.id));
-      const dd = (k, v) => [h("dt", {}, k), h("dd", {}, v)];
+      const all = attemptsOf(t, ev.items);
+      const cur = all.find((a) => a.current) || {};
+      const dd = (k, v, key) => [h("dt", {}, k), h("dd", key ? { "data-key": key } : {}, v)];
+      // How long the current attempt waited and ran: so far while it does, in all once it ended.
+      const times = [];
+      if (t.status === "Queued" && cur.queuedAt) times.push(...dd("Queued for", duration(now - cur.queuedAt), "queued-for"));
+      else if (cur.queuedAt && cur.admittedAt) times.push(...dd("Waited", duration(cur.admittedAt - cur.queuedAt), "waited"));
+      if (cur.runningAt && ACTIVE.includes(t.status)) times.push(...dd("Running for", duration(now - cur.runningAt), "running-for"));
+      else if (cur.runningAt && cur.endedAt) times.push(...dd("Ran for", duration(cur.endedAt - cur.runningAt), "ran-for"));
       overview.replaceChildren(
         ...dd("Type", t.type), ...dd("Owner", t.owner), ...dd("Project group", t.projectGroup),
         ...dd("Attempt", `${t.attempt} (${t.retries} automatic resubmissions)`),
-        ...dd("Created", when(t.createdAtMs)), ...dd("Updated", when(t.updatedAtMs)),
+        ...dd("Created", moment(t.createdAtMs), "created"), ...dd("Updated", moment(t.updatedAtMs), "updated"),
+        ...times,
         ...dd("Queue", t.queue ? `#${t.queue.position} (${t.queue.positionInGroup} in its group): ${t.queue.reason}` : "—"),
         ...dd("Resources", t.placement?.units ? t.placement.units.map(([s, c, u]) => `${u} ${c} units of ${s}`).join(", ") : "—"),
       );
       replicas.replaceChildren(...(t.placement?.replicas || []).map((r) => h("tr", {}, h("td", {}, `${r.role}-${r.index}`), h("td", {}, r.rank), h("td", {}, r.node), h("td", {}, `${r.resources.vcpus} vCPU, ${r.resources.memoryMib} MiB, ${r.resources.gpus} GPU`))));
-      const time = (ms) => (ms ? h("time", { datetime: new Date(ms).toISOString() }, when(ms)) : "—");
-      attempts.replaceChildren(...attemptsOf(t, ev.items).reverse().map((a) => h("tr", { "data-attempt": a.n, class: a.current ? "current" : "" },
-        h("td", {}, String(a.n), a.current ? h("span", { class: "muted" }, " (current)") : ""),
-        h("td", {}, time(a.queuedAt)),
-        h("td", {}, time(a.admittedAt), a.runningAt ? h("div", { class: "muted" }, "running ", time(a.runningAt)) : ""),
-        h("td", {}, a.endedAt ? time(a.endedAt) : "—"),
-        h("td", { class: "outcome" }, badge(a.outcome), a.cause ? [" ", h("strong", { "data-reason": a.cause.reason }, a.cause.reason), h("div", { class: "muted" }, a.cause.message)] : ""),
-        h("td", { class: "nodes" }, a.nodes.join(", ") || "—"))));
-      events.replaceChildren(...ev.items.map((e) => h("li", { "data-reason": e.reason }, h("time", {}, when(e.atMs)), " ", h("strong", {}, e.reason), ` (attempt ${e.attempt}) `, e.message)));
-      spec.textContent = JSON.stringify(t.spec, null, 2);
+      const soFar = (ms) => h("span", {}, duration(ms), h("span", { class: "muted" }, " so far"));
+      attempts.replaceChildren(...all.reverse().map((a) => {
+        const ended = a.endedAt || null;
+        let waited = "—";
+        if (a.queuedAt && a.admittedAt) waited = duration(a.admittedAt - a.queuedAt);
+        else if (a.queuedAt && !ended) waited = soFar(now - a.queuedAt);
+        else if (a.queuedAt && ended) waited = duration(ended - a.queuedAt);
+        let ran = "—";
+        if (a.runningAt) ran = ended ? duration(ended - a.runningAt) : soFar(now - a.runningAt);
+        return h("tr", { "data-attempt": a.n, class: a.current ? "current" : "" },
+          h("td", {}, String(a.n), a.current ? h("span", { class: "muted" }, " (current)") : ""),
+          h("td", {}, moment(a.queuedAt)),
+          h("td", {}, a.admittedAt ? moment(a.admittedAt) : "—", a.runningAt ? h("div", { class: "muted" }, "running ", moment(a.runningAt)) : ""),
+          h("td", {}, a.endedAt ? moment(a.endedAt) : "—"),
+          h("td", { class: "wait" }, waited),
+          h("td", { class: "ran" }, ran),
+          h("td", { class: "outcome" }, badge(a.outcome), a.cause ? [" ", h("strong", { "data-reason": a.cause.reason }, a.cause.reason), h("div", { class: "muted" }, a.cause.message)] : ""),
+          h("td", { class: "nodes" }, a.nodes.join(", ") || "—"));
+      }));
+      events.replaceChildren(...ev.items.map((e) => h("li", { "data-reason": e.reason }, moment(e.atMs), " ", h("strong", {}, e.reason), ` (attempt ${e.attempt}) `, e.message)));
+      spec.set(t.spec);
       const running = !TERMINAL.includes(t.status);
       actions.replaceChildren(
         running ? h("button", { type: "button", id: "act-stop", onclick: () => act("stop", "POST", `/api/v1/tasks/${id}/stop`, `Stop ${t.name}? Replicas get the checkpoint notice if it is on.`) }, "Stop") : "",
@@ -198,7 +457,14 @@ export async function taskPage(id) {
         t.deleted ? "" : h("button", { type: "button", id: "act-delete", class: "danger", onclick: () => act("delete", "DELETE", `/api/v1/tasks/${id}`, `Delete ${t.name}? Its history stays, the task leaves the list.`) }, "Delete"),
       );
       await Promise.all([loadLogs(), loadMetrics()]);
-      if (!running) stopRepeating();
+      // While it runs the page follows it; once it ended (or after a resubmit brought it back) only the
+      // relative times move, or it is followed again.
+      const want = running ? "refresh" : "retick";
+      if (want !== timer) {
+        timer = want;
+        if (running) repeat(refresh, 2000);
+        else repeat(retick, 15000);
+      }
     } catch (e) {
       head.replaceChildren(fail(e));
     }
@@ -215,16 +481,18 @@ export async function taskPage(id) {
     a.click();
   });
 
+  const table = (title, cols, body, cls) => h("div", { class: "table-wrap" }, h("table", { class: cls, "aria-labelledby": title }, h("thead", {}, h("tr", {}, cols.map((c) => h("th", { scope: "col" }, c)))), body));
   show(
     head, actions,
     h("section", {}, h("h2", {}, "Overview"), overview),
-    h("section", {}, h("h2", { id: "attempts-title" }, "Attempts"), h("table", { class: "attempts", "aria-labelledby": "attempts-title" }, h("thead", {}, h("tr", {}, ["Attempt", "Queued", "Started", "Ended", "How it ended", "Nodes"].map((c) => h("th", { scope: "col" }, c)))), attempts)),
-    h("section", {}, h("h2", {}, "Replicas"), h("table", {}, h("thead", {}, h("tr", {}, ["Replica", "Rank", "Node", "Resources"].map((c) => h("th", { scope: "col" }, c)))), replicas)),
+    h("section", {}, h("h2", { id: "attempts-title" }, "Attempts"), table("attempts-title", ["Attempt", "Queued", "Started", "Ended", "Waited", "Ran", "How it ended", "Nodes"], attempts, "attempts")),
+    h("section", {}, h("h2", { id: "replicas-title" }, "Replicas"), table("replicas-title", ["Replica", "Rank", "Node", "Resources"], replicas)),
     h("section", {}, h("h2", {}, "Events"), events),
-    h("section", {}, h("h2", {}, "Logs"), h("div", { class: "log-bar" }, logSelect, h("label", {}, follow, " follow"), download), log),
-    h("section", {}, h("h2", {}, "Metrics"), h("table", {}, h("thead", {}, h("tr", {}, ["Replica", "Metric", "Last", "Trend"].map((c) => h("th", { scope: "col" }, c)))), metrics)),
-    h("section", {}, h("h2", {}, "Spec"), h("p", { class: "muted" }, "Hidden values are masked."), spec),
+    h("section", { class: "logs" }, h("h2", {}, "Logs"),
+      h("div", { class: "log-bar" }, logSelect, h("label", {}, follow, " follow"), download),
+      logs.controls, logs.pane),
+    h("section", {}, h("h2", {}, "Metrics"), chartNote, charts),
+    h("section", {}, h("h2", {}, "Spec"), spec.bar, h("p", { class: "muted" }, "Hidden values are masked."), spec.pre),
   );
   await refresh();
-  repeat(refresh, 2000);
 }

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use trainyard_control::CommandError;
 use trainyard_core::lifecycle::Status;
 use trainyard_core::spec::TaskType;
-use trainyard_store::{Created, MAX_PAGE, StoreError, TaskFilter, TaskRecord, User};
+use trainyard_store::{Accelerator, Created, MAX_PAGE, StoreError, TaskFilter, TaskRecord, User};
 
 /// Checks a task document without creating it: every problem, and the demand of each instance-spec option
 /// when it is valid. The console calls it as the user types.
@@ -125,12 +125,18 @@ pub struct Filters {
     /// PyTorchJob or RayJob, in any case.
     #[serde(rename = "type")]
     task_type: Option<String>,
+    /// `group[,group...]`: any of these.
     group: Option<String>,
     owner: Option<String>,
     q: Option<String>,
     /// `key=value[,key=value...]`
     labels: Option<String>,
+    /// `gpu` or `cpu`, in any case.
+    accelerator: Option<String>,
 }
+
+/// The most project groups one `group` filter names (a user's groups are far fewer).
+pub const MAX_FILTER_GROUPS: usize = 64;
 
 /// A name among an enum's names, in any case: its exact form, or a 400 that lists them.
 fn any_case<T: Copy>(what: &str, given: &str, all: &[T], name: fn(T) -> &'static str) -> ApiResult<T> {
@@ -143,7 +149,7 @@ fn any_case<T: Copy>(what: &str, given: &str, all: &[T], name: fn(T) -> &'static
 impl Filters {
     /// Whether any filter is given (an empty value is none).
     fn any(&self) -> bool {
-        [&self.status, &self.task_type, &self.group, &self.owner, &self.q, &self.labels]
+        [&self.status, &self.task_type, &self.group, &self.owner, &self.q, &self.labels, &self.accelerator]
             .iter()
             .any(|f| f.as_deref().is_some_and(|v| !v.is_empty()))
     }
@@ -166,14 +172,31 @@ impl Filters {
             None => None,
             Some(t) => Some(any_case("type", &t, TaskType::ALL, TaskType::as_str)?.as_str().to_owned()),
         };
+        let mut project_groups: Vec<String> = Vec::new();
+        for g in self.group.iter().flat_map(|g| g.split(',')).filter(|g| !g.is_empty()) {
+            if !project_groups.iter().any(|seen| seen == g) {
+                project_groups.push(g.to_owned());
+            }
+        }
+        if project_groups.len() > MAX_FILTER_GROUPS {
+            return Err(ApiError::BadRequest(format!(
+                "group names {} project groups; at most {MAX_FILTER_GROUPS} at once",
+                project_groups.len()
+            )));
+        }
+        let accelerator = match given(&self.accelerator) {
+            None => None,
+            Some(a) => Some(any_case("accelerator", &a, Accelerator::ALL, Accelerator::as_str)?),
+        };
         Ok(TaskFilter {
             visible_to: Some(user.viewer()),
             owner: given(&self.owner),
-            project_group: given(&self.group),
+            project_groups,
             status,
             task_type,
             search: given(&self.q),
             labels,
+            accelerator,
             ..TaskFilter::default()
         })
     }
@@ -189,6 +212,7 @@ pub struct ListQuery {
     owner: Option<String>,
     q: Option<String>,
     labels: Option<String>,
+    accelerator: Option<String>,
     cursor: Option<String>,
     limit: Option<u32>,
     /// newest (default), oldest, name, updated
@@ -209,6 +233,7 @@ pub async fn list_tasks(
         owner: q.owner,
         q: q.q,
         labels: q.labels,
+        accelerator: q.accelerator,
     };
     let mut filter = filters.to_filter(&user)?;
     filter.sort = match q.sort.as_deref() {
@@ -317,8 +342,8 @@ pub async fn delete_tasks(
     let user = caller(&state, &headers).await?;
     if !q.any() {
         return Err(ApiError::BadRequest(
-            "say which tasks to delete with at least one of status, type, group, owner, q and labels; a bulk \
-             delete never means every task"
+            "say which tasks to delete with at least one of status, type, group, owner, q, labels and \
+             accelerator; a bulk delete never means every task"
                 .into(),
         ));
     }

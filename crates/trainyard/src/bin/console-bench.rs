@@ -90,6 +90,17 @@ fn tasks(range: std::ops::Range<usize>, total: usize, now_ms: i64, specs: &[Stri
                 created_at_ms: now_ms - ((total - k) as i64) * 1000,
                 idempotency: None,
                 first_event: None,
+                // What a list row carries for a stored task: a master and a worker of one GPU spec.
+                demand: Some(trainyard_store::TaskDemand {
+                    shapes: vec![trainyard_store::ReplicaShape {
+                        replicas: 2,
+                        gpus: 1,
+                        vcpus: 8,
+                        memory_mib: 32_768,
+                    }],
+                    options: 1,
+                    accelerator: trainyard_store::Accelerator::Gpu,
+                }),
             }
         })
         .collect()
