@@ -108,6 +108,11 @@ fn type_filter(_: &mut Schemas) -> Value {
     any_case_enum(TaskType::NAMES, "a task type")
 }
 
+fn accelerator_filter(_: &mut Schemas) -> Value {
+    let names: Vec<&str> = trainyard_store::Accelerator::ALL.iter().map(|a| a.as_str()).collect();
+    any_case_enum(&names, "gpu or cpu")
+}
+
 fn sort_order(_: &mut Schemas) -> Value {
     json!({"type": "string", "enum": ["newest", "oldest", "name", "updated"], "default": "newest"})
 }
@@ -128,13 +133,19 @@ fn idempotency_key(_: &mut Schemas) -> Value {
 const STATUS: Param =
     param("status", status_filter, "only tasks in this status (any case: running is Running)");
 const TYPE: Param = param("type", type_filter, "only PyTorchJob or RayJob tasks (any case)");
-const GROUP: Param = param("group", string, "only this project group's");
+const GROUP: Param =
+    param("group", string, "only these project groups' (one, or several as group,group,...: any of them)");
 const OWNER: Param = param("owner", string, "only this user's");
 const SEARCH: Param = param("q", string, "a task's whole name or id (that task alone), else part of a name");
 const LABELS: Param = param(
     "labels",
     label_selector,
     "key=value[,key=value...]: every one of these labels (empty pairs are skipped)",
+);
+const ACCELERATOR: Param = param(
+    "accelerator",
+    accelerator_filter,
+    "gpu: only tasks that ask for GPUs (in any of their instance-spec options); cpu: only tasks that ask for none",
 );
 
 /// What an operation takes.
@@ -225,7 +236,7 @@ pub const OPERATIONS: &[Operation] = &[
         method: "delete",
         path: "/api/v1/tasks",
         summary: "Delete the tasks that match every filter given (at least one) and that the caller may operate (admins: any; others: their own and those shared with them with operate rights), up to 500 at a time (more: true says to send it again). Each is deleted as DELETE /api/v1/tasks/{id} does: a running one is stopped first, with its checkpoint window",
-        query: &[STATUS, TYPE, GROUP, OWNER, SEARCH, LABELS],
+        query: &[STATUS, TYPE, GROUP, OWNER, SEARCH, LABELS, ACCELERATOR],
         headers: &[],
         body: Body::None,
         ok: 200,
@@ -245,6 +256,7 @@ pub const OPERATIONS: &[Operation] = &[
             OWNER,
             SEARCH,
             LABELS,
+            ACCELERATOR,
             param("sort", sort_order, "newest (default), oldest, name or updated"),
             param("cursor", non_empty_string, "where the page starts: the previous page's nextCursor"),
             param("limit", page_limit, "tasks per page (default 50, 1 to 500)"),
