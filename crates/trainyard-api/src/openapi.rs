@@ -22,9 +22,20 @@ fn error_description(status: u16) -> &'static str {
         429 => {
             "The owner has as many queued tasks as one user may (too-many-queued: `limit` and `queued` say how many); Retry-After says when to try again"
         }
+        414 => "The path and query are too long",
+        500 => "The server failed (its log says why)",
+        503 => {
+            "The server has as many connections open as it serves (`trainyard up --max-connections`); Retry-After says when to try again"
+        }
         _ => "A problem",
     }
 }
+
+/// The statuses any request may be answered with, whatever its operation: a request target over
+/// [`crate::error::MAX_URI_BYTES`], a failure of the server, a connection over the cap. Listed on every
+/// operation rather than as a `default` answer, so that a status an operation does not list is a bug a
+/// client or a fuzzer can find.
+const ANY_OPERATION: [u16; 3] = [414, 500, 503];
 
 /// The error statuses an operation answers with: its own and those of its kind (see [`Operation::errors`]).
 pub fn error_statuses(op: &Operation) -> Vec<u16> {
@@ -37,6 +48,7 @@ pub fn error_statuses(op: &Operation) -> Vec<u16> {
     if !matches!(op.body, Body::None) {
         statuses.push(413);
     }
+    statuses.extend(ANY_OPERATION);
     statuses.sort_unstable();
     statuses.dedup();
     statuses
@@ -79,11 +91,55 @@ fn request_body(body: &Body, schemas: &mut Schemas) -> Option<Value> {
     })
 }
 
+/// The names of a path's parameters (`/api/v1/users/{name}/tokens/{token}`: name, token).
+pub fn path_parameters(path: &str) -> impl Iterator<Item = &str> {
+    path.split('/').filter_map(|s| s.strip_prefix('{')?.strip_suffix('}'))
+}
+
+/// The operations whose success answers give the values of path parameters, each as a JSON pointer into the
+/// answer: a task (its id), a new token (its user and id), a user (the name).
+const LINK_SOURCES: &[(&[&str], &[(&str, &str)])] = &[
+    (&["createTask", "cloneTask", "getTask", "stopTask", "resubmitTask"], &[("id", "/id")]),
+    (&["createToken"], &[("name", "/user"), ("token", "/id")]),
+    (&["whoami", "saveUser"], &[("name", "/name")]),
+];
+
+/// The OpenAPI links of `op`'s success answers: to every operation whose path parameters the answer gives
+/// all of, so a client (or a fuzzer's stateful run) goes from a created task to its reads and changes, from
+/// a new token to its revocation, without building paths. `None` for an answer that gives none.
+pub fn links(op: &Operation) -> Option<Value> {
+    let (_, given) = LINK_SOURCES.iter().find(|(ids, _)| ids.contains(&op.id))?;
+    let pointer = |name: &str| given.iter().find(|(n, _)| *n == name).map(|(_, p)| *p);
+    let mut out = Map::new();
+    for target in OPERATIONS {
+        let wanted: Vec<&str> = path_parameters(target.path).collect();
+        let Some(filled) = wanted.iter().map(|n| Some((*n, pointer(n)?))).collect::<Option<Vec<_>>>() else {
+            continue;
+        };
+        if filled.is_empty() {
+            continue;
+        }
+        let parameters: Map<String, Value> =
+            filled.iter().map(|(n, p)| ((*n).to_owned(), json!(format!("$response.body#{p}")))).collect();
+        let fields: Vec<&str> = filled.iter().map(|(_, p)| p.trim_start_matches('/')).collect();
+        let description = format!(
+            "{} {} for this answer's {}",
+            target.method.to_uppercase(),
+            target.path,
+            fields.join(" and ")
+        );
+        out.insert(
+            target.id.to_owned(),
+            json!({"operationId": target.id, "parameters": parameters, "description": description}),
+        );
+    }
+    Some(Value::Object(out))
+}
+
 /// The path's parameters, then the query's, then the headers'. Query parameters are each optional; a
 /// parameter not listed is refused (400).
 fn parameters(op: &Operation, schemas: &mut Schemas) -> Vec<Value> {
-    let in_path = op.path.split('/').filter_map(|s| s.strip_prefix('{')?.strip_suffix('}'));
-    let mut out: Vec<Value> = in_path
+    let mut out: Vec<Value> = path_parameters(op.path)
         .map(|name| {
             let (what, schema) = path_parameter(name).unwrap_or(("", json!({"type": "string"})));
             json!({"name": name, "in": "path", "required": true, "description": what, "schema": schema})
@@ -106,14 +162,24 @@ pub fn document() -> Value {
     let mut paths = Map::new();
     for op in OPERATIONS {
         let mut responses = Map::new();
-        let ok = success(op, &mut schemas);
+        let mut ok = success(op, &mut schemas);
+        if let Some(links) = links(op) {
+            ok["links"] = links;
+        }
         for status in std::iter::once(&op.ok).chain(op.also_ok) {
             responses.insert(status.to_string(), ok.clone());
         }
         for status in error_statuses(op) {
-            responses.insert(status.to_string(), problem_answer(error_description(status)));
+            let mut answer = problem_answer(error_description(status));
+            if matches!(status, 429 | 503) {
+                answer["headers"] = json!({"Retry-After": {
+                    "description": "Seconds to wait before trying again",
+                    "required": true,
+                    "schema": {"type": "integer", "minimum": 0},
+                }});
+            }
+            responses.insert(status.to_string(), answer);
         }
-        responses.insert("default".into(), problem_answer("Any other error (414, 500)"));
         let mut operation = json!({"operationId": op.id, "summary": op.summary, "responses": responses});
         let parameters = parameters(op, &mut schemas);
         if !parameters.is_empty() {

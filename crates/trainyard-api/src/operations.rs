@@ -45,7 +45,7 @@ pub struct Operation {
     /// The error statuses the operation itself answers with, each a problem document. Every operation may
     /// also answer 400 (a query parameter it does not take, or one that does not parse); routes under
     /// `/api/v1` (and `/metrics`) 401 and 403 (no token, a disabled account); operations with a body 413;
-    /// any 414 and 500 (`default`).
+    /// any 414, 500 and 503 (see `openapi::error_statuses`).
     pub errors: &'static [u16],
 }
 

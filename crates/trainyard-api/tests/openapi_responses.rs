@@ -549,6 +549,11 @@ fn every_answer_matches_its_documented_schema() {
         404
     );
 
+    // A request target over the limit is a 414 that the operation documents (it was a `default` answer,
+    // which made every status look documented).
+    let long = format!("/api/v1/tasks?q={}", "x".repeat(trainyard_api::MAX_URI_BYTES));
+    assert_eq!(c.call(list, &long, "alice", None).status, 414);
+
     // The server's own.
     assert_eq!(c.call("get /metrics", "/metrics", "root", None).status, 200);
     assert_eq!(c.call("get /metrics", "/metrics", "alice", None).status, 403);
@@ -713,4 +718,74 @@ fn a_metric_series_matches_its_schema() {
         ["schema"];
     let errors = Validator { doc: &doc }.errors(schema, &value, "$");
     assert!(errors.is_empty(), "{errors:?}\n{value:#}");
+}
+
+/// The document's links: each names an operation of the document and fills exactly that operation's path
+/// parameters, each from a field the linking answer always has (a required property of its schema). A
+/// created task links to its reads and changes, a new token to its revocation; every operation lists its
+/// statuses (no `default` answer, under which any status would pass as documented).
+#[test]
+fn links_fill_path_parameters_from_fields_every_answer_has() {
+    let doc = trainyard_api::openapi::document();
+    let mut by_id = BTreeMap::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for op in item.as_object().unwrap().values() {
+            by_id.insert(op["operationId"].as_str().unwrap().to_owned(), path.clone());
+        }
+    }
+    let resolve = |schema: &Value| -> Value {
+        match schema["$ref"].as_str() {
+            Some(r) => doc.pointer(r.trim_start_matches('#')).unwrap_or_else(|| panic!("no {r}")).clone(),
+            None => schema.clone(),
+        }
+    };
+    let mut problems = Vec::new();
+    let mut links_of = BTreeMap::<String, BTreeSet<String>>::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let responses = op["responses"].as_object().unwrap();
+            if responses.contains_key("default") {
+                problems.push(format!("{method} {path}: a default answer"));
+            }
+            for (status, response) in responses {
+                let Some(links) = response.get("links").and_then(Value::as_object) else { continue };
+                let schema = resolve(&response["content"]["application/json"]["schema"]);
+                let required: BTreeSet<&str> =
+                    schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+                for (name, link) in links {
+                    let at = format!("{method} {path} {status} link {name}");
+                    let target = link["operationId"].as_str().unwrap_or_default();
+                    let Some(target_path) = by_id.get(target) else {
+                        problems.push(format!("{at}: no operation {target:?}"));
+                        continue;
+                    };
+                    let wanted: BTreeSet<&str> =
+                        trainyard_api::openapi::path_parameters(target_path).collect();
+                    let parameters = link["parameters"].as_object().cloned().unwrap_or_default();
+                    let filled: BTreeSet<&str> = parameters.keys().map(String::as_str).collect();
+                    if filled != wanted {
+                        problems.push(format!("{at}: fills {filled:?}, {target_path} takes {wanted:?}"));
+                    }
+                    for expression in parameters.values() {
+                        let field = expression.as_str().and_then(|e| e.strip_prefix("$response.body#/"));
+                        if !field.is_some_and(|f| required.contains(f)) {
+                            problems.push(format!("{at}: {expression} is not a field the answer always has"));
+                        }
+                    }
+                    links_of
+                        .entry(op["operationId"].as_str().unwrap().to_owned())
+                        .or_default()
+                        .insert(target.to_owned());
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let created = &links_of["createTask"];
+    for op in
+        ["getTask", "stopTask", "deleteTask", "resubmitTask", "cloneTask", "listTaskEvents", "getTaskLogs"]
+    {
+        assert!(created.contains(op), "createTask does not link to {op}: {created:?}");
+    }
+    assert!(links_of["createToken"].contains("revokeToken"), "{links_of:?}");
 }
