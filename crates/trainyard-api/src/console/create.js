@@ -178,6 +178,10 @@ export async function createPage(params) {
         ? h("p", { class: "muted empty", "data-empty": path }, none)
         : h("button", { type: "button", class: "add", id: `add-${path}`, onclick: () => { items.push(make()); setPath(doc, path, items); changed(true); } }, `Add ${label.toLowerCase().replace(/s$/, "")}`));
   };
+  // A variable: name, value and whether it is hidden (write-only: masked wherever the task is shown).
+  const envRow = (p) => [
+    text(`${p}.name`, "Name"), text(`${p}.value`, "Value", { placeholder: getPath(doc, `${p}.hidden`) && !getPath(doc, `${p}.value`) ? "hidden: enter the value" : undefined }),
+    check1(`${p}.hidden`, "Hidden (write-only)")];
   const noneIn = (kind, m) => (inCluster(m).length ? "" : `No ${kind} in the catalog for this cluster and project group; an admin adds them.`);
   // A volume row: its mount path starts as /volume/NAME and follows the volume chosen until it is edited.
   const volumeRow = (p) => {
@@ -276,9 +280,7 @@ export async function createPage(params) {
         imagePicker(ray ? "RayJob needs an image with Ray." : ""),
         inherited.length ? h("div", { class: "inherited", id: "inherited-env" }, h("span", { class: "muted" }, "Inherited from your TaskEnv (a variable of the same name below wins): "),
           inherited.map((v) => h("span", { class: "label", "data-name": v.name }, v.hidden ? `${v.name} (hidden)` : `${v.name}=${v.value}`))) : "",
-        list("spec.environment.env", "Environment variables", () => ({ name: "", value: "" }), (p) => [
-          text(`${p}.name`, "Name"), text(`${p}.value`, "Value", { placeholder: getPath(doc, `${p}.hidden`) && !getPath(doc, `${p}.value`) ? "hidden: enter the value" : undefined }),
-          check1(`${p}.hidden`, "Hidden (write-only)")]),
+        list("spec.environment.env", "Environment variables", () => ({ name: "", value: "" }), envRow),
         list("spec.environment.volumes", "Volumes", () => ({ volume: inCluster(cat.volumes)[0] || "", mountPath: joinPath("/volume", inCluster(cat.volumes)[0] || "") }), volumeRow,
           noneIn("volumes", cat.volumes)),
         list("spec.environment.datasets", "Datasets", () => ({ dataset: inCluster(cat.datasets)[0] || "", mountPath: "/mnt/data" }), (p) => [
@@ -299,7 +301,8 @@ export async function createPage(params) {
         !ray ? block("spec.advanced.precheck", "Resource precheck before the command", { timeoutSeconds: 300 }, () => [
           num("spec.advanced.precheck.timeoutSeconds", "Timeout, seconds", { min: 1 }),
           num("spec.advanced.precheck.minGemmTflops", "Minimum GEMM TFLOP/s", { step: "any" }),
-          num("spec.advanced.precheck.minAllreduceGbps", "Minimum all-reduce GB/s", { step: "any" })]) : "",
+          num("spec.advanced.precheck.minAllreduceGbps", "Minimum all-reduce GB/s", { step: "any" }),
+          list("spec.advanced.precheck.env", "Precheck environment variables", () => ({ name: "", value: "" }), envRow)]) : "",
         block("spec.advanced.faultTolerance", "Fault tolerance", { maxResubmissions: 3, nodeReplacement: true }, () => [
           num("spec.advanced.faultTolerance.maxResubmissions", "Maximum automatic resubmissions", { min: 0 }),
           check1("spec.advanced.faultTolerance.nodeReplacement", "Replace a failed node")]),
@@ -389,7 +392,7 @@ export async function createPage(params) {
         h("tbody", {}, lines.map((q) => h("tr", {}, h("td", {}, q.spec), h("td", {}, q.limit), h("td", {}, q.remaining), h("td", {}, q.poolAvailable), h("td", {}, q.idle), h("td", {}, q.unreserved))))) : h("p", { class: "muted" }, "No quota lines for this group, pool, resource type and specs."),
       ...(data.fragmentation || []).map((f) => h("p", { class: "muted fragmentation" }, `${f.spec}: ${f.replicasFit} replicas of this size fit now on ${f.nodesWithRoom} nodes; free blocks `,
         Object.entries(f.freeUnits).map(([units, nodes]) => `${units} unit${units === "1" ? "" : "s"} × ${nodes} node${nodes === 1 ? "" : "s"}`).join(", ") || "none")),
-      data.admission ? h("p", { id: "admission", class: data.admission.now ? "ok" : "warn" }, data.admission.now ? "✓ " : "⏳ ", data.admission.reason) : h("p", { class: "muted" }, "Fix the problems to see whether it would be admitted."),
+      data.admission ? h("p", { id: "admission", class: data.admission.now ? "ok" : "warn" }, data.admission.now ? "✓ " : h("strong", {}, "Would wait: "), data.admission.reason) : h("p", { class: "muted" }, "Fix the problems to see whether it would be admitted."),
     );
   }
 
