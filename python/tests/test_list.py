@@ -50,6 +50,13 @@ def test_list_with_filters(client: trainyard.Client, three: tuple[str, list[trai
     assert len(client.list(search=prefix, status=trainyard.Status.RUNNING)) == 0
     assert len(client.list(search=prefix, group="default", owner="admin", task_type="PyTorchJob")) == 3
     assert len(client.list(search=prefix, group="no-such-group")) == 0
+    assert len(client.list(search=prefix, group="no-such-group,default")) == 3  # any of several
+    # The test server's catalog has no GPUs: these are CPU tasks.
+    assert len(client.list(search=prefix, accelerator="cpu")) == 3
+    assert len(client.list(search=prefix, accelerator="gpu")) == 0
+    assert len(client.list_all(search=prefix, accelerator="cpu", page_size=1)) == 3
+    with pytest.raises(trainyard.BadRequest, match="gpu, cpu"):
+        client.list(accelerator="tpu")  # type: ignore[arg-type]
     assert {t.id for t in client.list(search=prefix, labels={"team": "a"})} == {tasks[0].id, tasks[1].id}
     assert [t.id for t in client.list(search=prefix, labels="team=b")] == [tasks[2].id]
 

@@ -52,7 +52,7 @@ struct TaskFilters {
     /// Only tasks of this type (PyTorchJob or RayJob).
     #[arg(long = "type", value_name = "TYPE")]
     task_type: Option<String>,
-    /// Only tasks of this project group.
+    /// Only tasks of this project group (or of any of several: a,b).
     #[arg(long)]
     group: Option<String>,
     /// Only tasks of this user.
@@ -64,6 +64,9 @@ struct TaskFilters {
     /// Search by name or ID.
     #[arg(short = 'q', long)]
     query: Option<String>,
+    /// Only tasks that ask for GPUs (gpu), or only those that ask for none (cpu).
+    #[arg(long, value_enum, ignore_case = true)]
+    accelerator: Option<AcceleratorArg>,
 }
 
 impl TaskFilters {
@@ -76,6 +79,10 @@ impl TaskFilters {
             ("owner", self.owner),
             ("labels", self.labels),
             ("q", self.query),
+            (
+                "accelerator",
+                self.accelerator.and_then(|a| a.to_possible_value()).map(|v| v.get_name().to_owned()),
+            ),
         ]
     }
 }
@@ -411,6 +418,13 @@ enum CatalogCommand {
         #[arg(long)]
         force: bool,
     },
+}
+
+/// Whether tasks ask for GPUs, as `list --accelerator` takes it (any case).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum AcceleratorArg {
+    Gpu,
+    Cpu,
 }
 
 /// A task status, as `list --status` takes it (any case).

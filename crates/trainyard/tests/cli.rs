@@ -412,6 +412,18 @@ fn logs_and_names_through_the_real_binary() {
     let bogus = cli(&["list", "--status", "bogus"]);
     assert_eq!(bogus.status.code(), Some(2));
     assert!(text(&bogus).contains("possible values"), "{}", text(&bogus));
+    // This machine's catalog has no GPUs: the task is a CPU task.
+    let ids = |accelerator: &str| -> Vec<String> {
+        let o = cli(&["list", "--accelerator", accelerator, "-o", "json"]);
+        let v: serde_json::Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)));
+        v["items"].as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap().to_owned()).collect()
+    };
+    assert!(ids("CPU").contains(&id), "--accelerator cpu lists the task");
+    assert!(ids("gpu").is_empty(), "no GPU tasks");
+    let bogus = cli(&["list", "--accelerator", "tpu"]);
+    assert_eq!(bogus.status.code(), Some(2));
+    assert!(text(&bogus).contains("possible values: gpu, cpu"), "{}", text(&bogus));
 
     // 1.3 MB of log into `head -1`: the CLI meets a closed pipe and ends quietly.
     let piped = Command::new("bash")

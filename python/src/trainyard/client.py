@@ -54,6 +54,8 @@ SpecLike: TypeAlias = Mapping[str, Any] | str | bytes | os.PathLike[str]
 """A task document: a mapping (sent as JSON), YAML or JSON text, or a file's path."""
 
 SortOrder: TypeAlias = Literal["newest", "oldest", "name", "updated"]
+# Tasks that ask for GPUs (in any of their instance-spec options), or tasks that ask for none.
+Accelerator: TypeAlias = Literal["gpu", "cpu"]
 
 _R = TypeVar("_R")
 
@@ -73,12 +75,19 @@ def _task_filters(
     owner: str | None,
     search: str | None,
     labels: Mapping[str, str] | str | None,
+    accelerator: Accelerator | None = None,
 ) -> dict[str, str | int]:
     """The task list's filters as query parameters (the list and the bulk delete take the same ones)."""
     params: dict[str, str | int] = {}
     if status is not None:
         params["status"] = Status.parse(status).value
-    for key, value in (("type", task_type), ("group", group), ("owner", owner), ("q", search)):
+    for key, value in (
+        ("type", task_type),
+        ("group", group),
+        ("owner", owner),
+        ("q", search),
+        ("accelerator", accelerator),
+    ):
         if value is not None:
             params[key] = value
     if labels is not None:
@@ -266,15 +275,18 @@ class Client:
         owner: str | None = None,
         search: str | None = None,
         labels: Mapping[str, str] | str | None = None,
+        accelerator: Accelerator | None = None,
         sort: SortOrder | None = None,
         limit: int | None = None,
         cursor: str | None = None,
     ) -> Page[Task]:
         """One page of the tasks the caller can see, newest first unless ``sort`` says otherwise (``oldest``,
         ``name``, ``updated``). ``status`` in any case; ``task_type`` ``PyTorchJob`` or ``RayJob``;
-        ``search`` a name or id, or part of one; ``labels`` all of these ``key=value``; ``limit`` per page
-        (server default 50, at most 500). Pass the page's ``next_cursor`` as ``cursor`` for the next one."""
-        params = _task_filters(status, task_type, group, owner, search, labels)
+        ``search`` a name or id, or part of one; ``labels`` all of these ``key=value``; ``group`` one project
+        group or several as ``"a,b"``; ``accelerator`` ``"gpu"`` (tasks that ask for GPUs) or ``"cpu"`` (tasks
+        that ask for none); ``limit`` per page (server default 50, at most 500). Pass the page's
+        ``next_cursor`` as ``cursor`` for the next one."""
+        params = _task_filters(status, task_type, group, owner, search, labels, accelerator)
         if sort is not None:
             params["sort"] = sort
         if limit is not None:
@@ -297,6 +309,7 @@ class Client:
         owner: str | None = None,
         search: str | None = None,
         labels: Mapping[str, str] | str | None = None,
+        accelerator: Accelerator | None = None,
         sort: SortOrder | None = None,
         page_size: int = 100,
     ) -> Iterator[Task]:
@@ -310,6 +323,7 @@ class Client:
                 owner=owner,
                 search=search,
                 labels=labels,
+                accelerator=accelerator,
                 sort=sort,
                 limit=page_size,
                 cursor=cursor,
@@ -328,6 +342,7 @@ class Client:
         owner: str | None = None,
         search: str | None = None,
         labels: Mapping[str, str] | str | None = None,
+        accelerator: Accelerator | None = None,
         sort: SortOrder | None = None,
         page_size: int = 100,
     ) -> builtins.list[Task]:
@@ -340,6 +355,7 @@ class Client:
                 owner=owner,
                 search=search,
                 labels=labels,
+                accelerator=accelerator,
                 sort=sort,
                 page_size=page_size,
             )
@@ -453,13 +469,16 @@ class Client:
         owner: str | None = None,
         search: str | None = None,
         labels: Mapping[str, str] | str | None = None,
+        accelerator: Accelerator | None = None,
     ) -> BulkDeleted:
         """Deletes every task the caller may operate that matches the filters (at least one; the server
         never deletes without one), as :meth:`delete` does each, page by page until none is left. Tasks that
         matched but could not be deleted are in ``failed`` with the server's reason."""
-        params = _task_filters(status, task_type, group, owner, search, labels)
+        params = _task_filters(status, task_type, group, owner, search, labels, accelerator)
         if not params:
-            raise ValueError("say which tasks to delete: at least one of status, task_type, group, owner, search, labels")
+            raise ValueError(
+                "say which tasks to delete: at least one of status, task_type, group, owner, search, labels, accelerator"
+            )
         ids: builtins.list[str] = []
         while True:
             data = _json_of(self._send("DELETE", "/api/v1/tasks", params=params))
