@@ -93,7 +93,7 @@ fn count(b: &Browser) -> Option<(u64, u64)> {
 fn the_task_page_charts_logs_times_and_spec() {
     let s = Server::start("console-task", None);
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut task = common::pytorch("pagetask", 0, &TRAIN.replace("PORT", &port.to_string()));
+    let mut task = common::pytorch("pagetask", 1, &TRAIN.replace("PORT", &port.to_string()));
     task["spec"]["advanced"] = json!({"metrics": {"enabled": true, "intervalSeconds": 5, "endpoints": [{"port": port, "path": "/metrics"}]}});
     task["spec"]["environment"]["env"] = json!([{"name": "NOTE", "value": "a: b # not a comment"}]);
     let id = s.submit(&task);
@@ -126,6 +126,8 @@ fn the_task_page_charts_logs_times_and_spec() {
     assert_eq!(texts(&b, "#log mark.current").len(), 1);
     b.type_into(&search, &format!("{SHIFT}{ENTER}"));
     assert_eq!(count(&b).map(|c| c.0), Some(1), "{}", b.text_of("#log-count"));
+    scroll_to(&b, "#log");
+    b.screenshot(&shots().join("task-page-log-search.png"));
     // Only the matching lines.
     b.click(&b.find("#log-only"));
     let shown = b.script("return document.getElementById('log').textContent", json!([]));
@@ -197,14 +199,16 @@ fn the_task_page_charts_logs_times_and_spec() {
         assert!((4..=6).contains(&t.len()), "{metric}: {t:?}");
         let unit = units.iter().find(|u| t.iter().all(|l| l.ends_with(*u)));
         assert!(unit.is_some(), "{metric}: every tick in one of {units:?}: {t:?}");
-        t
     };
     in_unit("trainyard_memory_rss_bytes", &[" MiB"]);
     in_unit("trainyard_cpu_cores", &[" cores"]);
     in_unit("data_read_bytes_total", &[" MiB"]);
     in_unit("step_time_seconds", &[" ms", " s"]);
-    let tokens = in_unit("train_tokens_total", &["M"]);
-    assert!(tokens.iter().any(|t| t != "0" && t != "0M"), "{tokens:?}");
+    let tokens = ticks("train_tokens_total", "y");
+    assert!(
+        (4..=6).contains(&tokens.len()) && tokens[0] == "0" && tokens[1..].iter().all(|t| t.ends_with('M')),
+        "a plain number with an SI suffix: {tokens:?}"
+    );
     // A plain number's ticks are plain, evenly spaced numbers.
     let loss: Vec<f64> = ticks("train_loss", "y").iter().map(|t| t.parse().unwrap_or(f64::NAN)).collect();
     let step = loss[1] - loss[0];
@@ -228,10 +232,18 @@ fn the_task_page_charts_logs_times_and_spec() {
             && label.contains("MiB"),
         "{label}"
     );
-    assert!(b.text_of(".chart[data-metric='train_loss'] .chart-legend").contains("master-0 {phase=train}"));
+    // A line per replica, each in the legend.
+    assert_eq!(texts(&b, ".chart[data-metric='trainyard_memory_rss_bytes'] polyline").len(), 2);
+    let legend = b.text_of(".chart[data-metric='train_loss'] .chart-legend");
+    assert!(
+        legend.contains("master-0 {phase=train}") && legend.contains("worker-0 {phase=train}"),
+        "{legend}"
+    );
     b.type_into(&svg, ARROW_LEFT);
     let readout = b.text_of(".chart[data-metric='trainyard_memory_rss_bytes'] .chart-readout");
     assert!(readout.contains("master-0") && readout.contains("MiB") && readout.contains(':'), "{readout}");
+    scroll_to(&b, "#metrics");
+    b.screenshot(&shots().join("task-page-chart-readout.png"));
 
     // Relative times and durations: created "… ago", the run's length, each attempt's wait and run.
     assert!(b.text_of(".overview [data-key='created']").ends_with("ago"), "{}", b.text_of(".overview"));
@@ -264,6 +276,8 @@ fn the_task_page_charts_logs_times_and_spec() {
     assert_eq!(status, 200, "{v}");
     let v: Value = serde_json::from_str(&v).unwrap();
     assert_eq!(v["task"], api_spec, "{v}");
+    scroll_to(&b, "#spec");
+    b.screenshot(&shots().join("task-page-spec-yaml.png"));
     b.click(&b.find("#spec-json"));
     let text = b.script("return document.getElementById('spec').textContent", json!([]));
     assert_eq!(serde_json::from_str::<Value>(text.as_str().unwrap()).unwrap(), api_spec);
@@ -374,6 +388,14 @@ fn framed(b: &Browser, url: &str, (w, h): (u32, u32), css: &str) {
         );
         (found == json!(true)).then_some(())
     });
+}
+
+/// Scrolls the page so the section holding `css` is at the top.
+fn scroll_to(b: &Browser, css: &str) {
+    b.script(
+        "document.querySelector(arguments[0]).closest('section').scrollIntoView({block: 'start'});",
+        json!([css]),
+    );
 }
 
 /// Scrolls the framed page so the section holding `css` is at the top.

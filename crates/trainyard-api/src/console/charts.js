@@ -59,7 +59,6 @@ function decimalsFor(x) {
 
 const IEC = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
 const SI_UP = ["", "k", "M", "G", "T", "P", "E"];
-const SI_DOWN = [["m", 1e-3], ["µ", 1e-6], ["n", 1e-9]];
 
 // The scale a set of values is shown in: a divisor and its suffix, chosen from the largest magnitude so every
 // tick of an axis has the same suffix ("0 MiB, 50 MiB, 100 MiB", never "900 KiB, 1 MiB").
@@ -83,10 +82,7 @@ function scaleFor(unit, magnitude) {
       if (m < 172800) return { div: 3600, suffix: " h" };
       return { div: 86400, suffix: " d" };
     default: {
-      if (m > 0 && m < 0.01) {
-        for (const [s, d] of SI_DOWN) if (m >= d) return { div: d, suffix: ` ${s}` };
-        return { div: 1e-9, suffix: " n" };
-      }
+      // Small numbers stay decimals (a learning rate of 0.0003 is not "300 µ"); large ones take k, M, G...
       let i = 0;
       while (i + 1 < SI_UP.length && m >= 1000 ** (i + 1)) i++;
       return { div: 1000 ** i, suffix: i ? SI_UP[i] : "" };
@@ -111,18 +107,13 @@ export function formatValue(unit, raw) {
 
 // ---- ticks ---------------------------------------------------------------------------------------------------
 
-/// 4 to 6 round ticks (1, 2, 2.5 or 5 times a power of ten, in the unit's scale) covering [lo, hi], and the
-/// axis's range (the outer ticks). A flat series gets a range around its value; non-negative data starts at 0.
-export function valueTicks(unit, lo, hi) {
-  lo = toBase(unit, lo);
-  hi = toBase(unit, hi);
-  if (lo >= 0) lo = 0;
-  if (unit === "percent" && hi <= 100 && lo >= 0) hi = Math.max(hi, 100);
-  if (hi === lo) hi = lo === 0 ? 1 : lo + Math.abs(lo);
-  const { div, suffix } = scaleFor(unit, Math.max(Math.abs(lo), Math.abs(hi)));
-  const [a, b] = [lo / div, hi / div];
+// The smallest step of 1, 2, 2.5 or 5 times a power of ten that covers [a, b] in at most 6 ticks: {step, first, n}.
+function roundSteps(a, b) {
   let best = null;
-  for (let e = Math.floor(Math.log10((b - a) / 6)) - 1; e <= Math.ceil(Math.log10(b - a)) + 1 && !best; e++) {
+  // From a tenth of the smallest useful step upwards: a step as large as the range is reached within 4 powers
+  // of ten, so the loop is bounded; a range too large for a float has none (null).
+  const e0 = Math.floor(Math.log10((b - a) / 6)) - 1;
+  for (let e = e0; Number.isFinite(e0) && e <= e0 + 5 && !best; e++) {
     for (const m of [1, 2, 2.5, 5]) {
       const step = m * 10 ** e;
       const first = Math.floor(a / step + 1e-9) * step;
@@ -131,14 +122,40 @@ export function valueTicks(unit, lo, hi) {
       if (n <= 6) { best = { step, first, n }; break; }
     }
   }
+  return best;
+}
+
+
+/// 4 to 6 round ticks (1, 2, 2.5 or 5 times a power of ten, in the unit's scale) covering [lo, hi], and the
+/// axis's range (the outer ticks). A flat series gets a range around its value; non-negative data starts at 0.
+export function valueTicks(unit, lo, hi) {
+  lo = toBase(unit, lo);
+  hi = toBase(unit, hi);
+  if (lo >= 0) lo = 0;
+  if (unit === "percent" && hi <= 100 && lo >= 0) hi = Math.max(hi, 100);
+  if (hi === lo) hi = lo === 0 ? 1 : lo + Math.abs(lo);
+  let { div, suffix } = scaleFor(unit, Math.max(Math.abs(lo), Math.abs(hi)));
+  let best = roundSteps(lo / div, hi / div);
+  // A plain number's ticks in whole units of the suffix below rather than fractions ("250", not "0.25k").
+  if (unit === "plain" && div >= 1000 && best && best.step < 1) {
+    div /= 1000;
+    suffix = SI_UP[Math.round(Math.log10(div) / 3)];
+    best = roundSteps(lo / div, hi / div);
+  }
+  // In the metric's own unit again, for placing points (MiB series are drawn in MiB).
+  const back = unit === "mib" ? 1048576 : 1;
+  if (!best) {
+    const [l, u] = [lo / back, hi / back];
+    return { ticks: [{ value: l, label: formatValue(unit, l) }, { value: u, label: formatValue(unit, u) }], lo: l, hi: u };
+  }
   const decimals = Math.max(0, -Math.floor(Math.log10(best.step) + 1e-9) + (best.step % 1 ? 1 : 0));
   const ticks = [];
   for (let i = 0; i < best.n; i++) {
     const x = best.first + i * best.step;
-    ticks.push({ value: x * div, label: `${plainNumber(x, decimals)}${suffix}` });
+    // A plain number's zero needs no suffix ("0", "200M", "400M"); a unit's does ("0 MiB").
+    const bare = x === 0 && unit === "plain";
+    ticks.push({ value: x * div, label: bare ? "0" : `${plainNumber(x, decimals)}${suffix}` });
   }
-  // In the metric's own unit again, for placing points (MiB series are drawn in MiB).
-  const back = unit === "mib" ? 1048576 : 1;
   return { ticks: ticks.map((t) => ({ ...t, value: t.value / back })), lo: ticks[0].value / back, hi: ticks[ticks.length - 1].value / back };
 }
 
@@ -185,8 +202,9 @@ function thin(points, x0, x1, columns) {
 
 // ---- the chart -------------------------------------------------------------------------------------------------
 
-/// A chart of one metric. `update(lines)` redraws it with `[{label, points: [[atMs, value], ...]}]` (oldest
-/// first); it also redraws itself when its width changes, so it always fits its column.
+/// A chart of one metric. `update(lines, span)` redraws it with `[{label, points: [[atMs, value], ...]}]`
+/// (oldest first) over the time span `[fromMs, toMs]` (the page gives every chart the same, so they line up);
+/// it also redraws itself when its width changes, so it always fits its column.
 export function lineChart(metric) {
   const unit = unitOf(metric);
   const id = `chart-${metric.replace(/[^A-Za-z0-9_-]/g, "_")}`;
@@ -197,6 +215,7 @@ export function lineChart(metric) {
   const heading = h("h3", { id: `${id}-title` }, title(metric), title(metric) !== metric ? h("span", { class: "muted mono" }, ` ${metric}`) : "");
   const el = h("figure", { class: "chart", "data-metric": metric, "data-unit": unit, "aria-labelledby": `${id}-title` }, heading, plot, readout, legend, note);
   let lines = [];
+  let span = null;
   let cursor = null; // the time the readout shows, kept across redraws
   let width = 0;
   let drawn = ""; // what the drawing shows (series, their sample counts and last moments, the width)
@@ -214,7 +233,7 @@ export function lineChart(metric) {
     width = plot.clientWidth;
     if (!width) return;
     // A refresh that brought nothing new leaves the drawing (and the reader's place in it) alone.
-    const now = `${width}|${lines.map((l) => `${l.label}:${l.points.length}:${l.points[l.points.length - 1]?.[0]}`).join("|")}`;
+    const now = `${width}|${span}|${lines.map((l) => `${l.label}:${l.points.length}:${l.points[l.points.length - 1]?.[0]}`).join("|")}`;
     if (now === drawn) return;
     drawn = now;
     const all = lines.flatMap((l) => l.points);
@@ -226,6 +245,7 @@ export function lineChart(metric) {
     const [pl, pr, pt, pb] = [MARGIN.left, w - MARGIN.right, MARGIN.top, ht - MARGIN.bottom];
     let t0 = Infinity, t1 = -Infinity, v0 = Infinity, v1 = -Infinity;
     for (const [t, v] of all) { t0 = Math.min(t0, t); t1 = Math.max(t1, t); v0 = Math.min(v0, v); v1 = Math.max(v1, v); }
+    if (span) [t0, t1] = [Math.min(t0, span[0]), Math.max(t1, span[1])];
     if (t1 === t0) { t0 -= 30000; t1 += 30000; }
     const y = valueTicks(unit, v0, v1);
     const sx = (t) => pl + ((t - t0) / (t1 - t0)) * (pr - pl);
@@ -241,6 +261,10 @@ export function lineChart(metric) {
     }
     for (const tk of timeTicks(t0, t1, Math.max(2, Math.floor((pr - pl) / 70)))) {
       const xx = Math.round(sx(tk.t)) + 0.5;
+      // A label that would run under the value axis's labels or off the right edge is left out (about 6.5 px a
+      // character at this size).
+      const half = tk.label.length * 3.3;
+      if (xx - half < pl - 8 || xx + half > w - 1) continue;
       grid.append(svg("line", { x1: xx, x2: xx, y1: pb, y2: pb + 4, class: "x-mark" }));
       const label = svg("text", { x: xx, y: pb + 16, "text-anchor": "middle", class: "tick x-tick" });
       label.textContent = tk.label;
@@ -273,7 +297,7 @@ export function lineChart(metric) {
         for (const p of l.points) if (!best || Math.abs(p[0] - t) < Math.abs(best[0] - t)) best = p;
         if (!best || Math.abs(best[0] - t) > (t1 - t0) / 10) return;
         hover.append(svg("circle", { cx: sx(best[0]), cy: sy(best[1]), r: 3.5, fill: "#fff", stroke: COLOURS[i % COLOURS.length], "stroke-width": 2 }));
-        rows.push(h("span", { class: "chart-value" }, h("span", { class: "swatch", style: `background:${COLOURS[i % COLOURS.length]}` }), `${l.label} `, h("strong", {}, formatValue(unit, best[1]))));
+        rows.push(h("span", { class: "chart-value" }, h("span", { class: "swatch", style: `background:${COLOURS[i % COLOURS.length]}`, "aria-hidden": "true" }), `${l.label} `, h("strong", {}, formatValue(unit, best[1]))));
       });
       const at = new Date(t);
       readout.replaceChildren(h("time", { datetime: at.toISOString(), title: at.toLocaleString() }, `${at.toLocaleTimeString([], { hour12: false })} (${ago(t)})`), " ", ...rows);
@@ -305,9 +329,10 @@ export function lineChart(metric) {
     if (cursor !== null) showAt(nearest(cursor));
   }
 
-  function update(next) {
+  function update(next, over = null) {
     const shown = next.slice(0, MAX_LINES);
     lines = shown;
+    span = over;
     legend.replaceChildren(...shown.map((l, i) => {
       const last = l.points[l.points.length - 1];
       return h("li", { "data-series": l.label }, h("span", { class: "swatch", style: `background:${COLOURS[i % COLOURS.length]}`, "aria-hidden": "true" }), l.label, last ? h("span", { class: "muted" }, ` ${formatValue(unit, last[1])}`) : "");

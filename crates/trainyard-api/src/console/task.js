@@ -2,7 +2,7 @@
 // spec as YAML or JSON, with the actions a user may take on it.
 
 import { ago, api, badge, duration, fail, h, moment, repeat, show, TERMINAL, token } from "./core.js";
-import { lineChart, unitOf } from "./charts.js";
+import { lineChart } from "./charts.js";
 import { toYaml } from "./yaml.js";
 
 const LOG_HEIGHT_KEY = "trainyard.logHeight";
@@ -366,19 +366,26 @@ export async function taskPage(id) {
     const rank = (n) => (PRESET_ORDER.includes(n) ? PRESET_ORDER.indexOf(n) : PRESET_ORDER.length);
     const names = [...groups.keys()].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
     const drawn = names.slice(0, MAX_CHARTS);
+    // One time span for every chart, so a moment is at the same place in each.
+    let span = null;
+    for (const s of data.series) {
+      if (!s.points.length) continue;
+      const [a, b] = [s.points[0][0], s.points[s.points.length - 1][0]];
+      span = span ? [Math.min(span[0], a), Math.max(span[1], b)] : [a, b];
+    }
     for (const [n, c] of byMetric) if (!drawn.includes(n)) { c.el.remove(); byMetric.delete(n); }
     drawn.forEach((n, i) => {
       if (!byMetric.has(n)) byMetric.set(n, lineChart(n));
       const c = byMetric.get(n);
       if (charts.children[i] !== c.el) charts.insertBefore(c.el, charts.children[i] || null);
-      c.update(groups.get(n));
+      c.update(groups.get(n), span);
     });
     if (!names.length) {
       chartNote.textContent = `No metrics of attempt ${data.attempt} yet. The preset ones (CPU, memory, GPU) are sampled while replicas run on the local backend; a task's own need spec.advanced.metrics, an endpoint in the Prometheus text format.`;
     } else if (names.length > MAX_CHARTS) {
       chartNote.textContent = `Attempt ${data.attempt}. ${names.length - MAX_CHARTS} more metrics not drawn: ${names.slice(MAX_CHARTS).join(", ")}.`;
     } else {
-      chartNote.textContent = `Attempt ${data.attempt}: ${names.length} ${names.length === 1 ? "metric" : "metrics"}, ${names.filter((n) => unitOf(n) !== "plain").length} with a unit read from its name.`;
+      chartNote.textContent = `Attempt ${data.attempt}, ${names.length} ${names.length === 1 ? "metric" : "metrics"}. Point at a chart, or focus it and use the arrow keys, to read its values.`;
     }
   }
 
