@@ -768,6 +768,14 @@ pub const OPERATIONS: &[Operation] = &[
     },
 ];
 
+/// A registry's `host[:port]` as `image_ref::check_registry` takes it: letters, digits, `.` and `-`, neither
+/// first nor last, and a port that parses as 1 to 65535 (Rust's integer parsing: a `+` and leading zeros too).
+fn registry_host() -> Value {
+    let host = "[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?";
+    let port = r"\+?0*(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])";
+    json!({"type": "string", "pattern": format!("^{host}(?::{port})?$")})
+}
+
 /// What a path parameter is, and its schema; `None` for a name no path uses (a test holds every path to it).
 pub fn path_parameter(name: &str) -> Option<(&'static str, Value)> {
     let any = json!({"type": "string", "minLength": 1});
@@ -781,7 +789,7 @@ pub fn path_parameter(name: &str) -> Option<(&'static str, Value)> {
             json!({"type": "string", "pattern": format!("^[0-9a-fA-F]{{{}}}$", trainyard_store::TOKEN_ID_LEN)}),
         ),
         "var" => ("a TaskEnv variable's name", any),
-        "host" => ("a registry's host[:port], as image references name it", any),
+        "host" => ("a registry's host[:port], as image references name it", registry_host()),
         _ => return None,
     })
 }

@@ -789,3 +789,85 @@ fn links_fill_path_parameters_from_fields_every_answer_has() {
     }
     assert!(links_of["createToken"].contains("revokeToken"), "{links_of:?}");
 }
+
+/// Request bodies and path parameters whose rules the document states, sample by sample: the server refuses
+/// (400, or 422 for a TaskEnv variable) exactly the samples their schema refuses, so a client or a fuzzer
+/// that follows the document is not refused as malformed, and what the document calls wrong is refused.
+#[test]
+fn request_schemas_refuse_what_the_server_refuses() {
+    use serde_json::json;
+    let mut c = Checker::new();
+    let doc = c.doc.clone();
+    let v = Validator { doc: &doc };
+    let body_schema = |op: &str| {
+        let (method, template) = op.split_once(' ').unwrap();
+        doc["paths"][template][method]["requestBody"]["content"]["application/json"]["schema"].clone()
+    };
+    let node = "put /api/v1/admin/nodes/{node}";
+    let login = "put /api/v1/admin/registries/{host}/login";
+    let users = "post /api/v1/admin/users";
+    let env = "put /api/v1/users/{name}/env";
+    let at_node = "/api/v1/admin/nodes/node-0";
+    let at_login = "/api/v1/admin/registries/registry.example:5000/login";
+    let (at_users, at_env) = ("/api/v1/admin/users", "/api/v1/users/root/env");
+    let creds = |username: String, password: String| json!({"username": username, "password": password});
+    let user = |name: String| json!({"name": name, "role": "member"});
+    let var = |name: &str, value: &str| json!({"name": name, "value": value});
+    let cases = [
+        (node, at_node, json!({}), false),
+        (node, at_node, json!({"failed": false}), true),
+        (node, at_node, json!({"schedulable": true, "failed": false}), true),
+        (login, at_login, creds("ci".into(), "p".into()), true),
+        (login, at_login, creds("a:b".into(), "p".into()), false),
+        (login, at_login, creds("a\nb".into(), "p".into()), false),
+        (login, at_login, creds(String::new(), "p".into()), false),
+        // Counted in characters, as the document's maxLength counts them (256 of these are 512 bytes).
+        (login, at_login, creds("é".repeat(256), "p".into()), true),
+        (login, at_login, creds("é".repeat(257), "p".into()), false),
+        (login, at_login, creds("ci".into(), "ü".repeat(4096)), true),
+        (login, at_login, creds("ci".into(), "p".repeat(4097)), false),
+        (users, at_users, user("erin.b-2_x".into()), true),
+        (users, at_users, user("a".repeat(64)), true),
+        (users, at_users, user("a".repeat(65)), false),
+        (users, at_users, user("x y".into()), false),
+        (users, at_users, user(String::new()), false),
+        (env, at_env, var("_X1", "v"), true),
+        (env, at_env, var("1X", "v"), false),
+        (env, at_env, var("BAD NAME", "v"), false),
+        (env, at_env, var("X", ""), false),
+    ];
+    let mut wrong = Vec::new();
+    for (op, path, body, valid) in cases {
+        let by_schema = v.errors(&body_schema(op), &body, "$").is_empty();
+        let answer = c.call(op, path, "root", Some(&body.to_string()));
+        let refused = matches!(answer.status, 400 | 422);
+        if by_schema != valid || refused == valid {
+            wrong.push(format!("{op} {body}: the schema says {by_schema}, the server {}", answer.status));
+        }
+    }
+    let host_schema =
+        doc["paths"]["/api/v1/admin/registries/{host}/login"]["put"]["parameters"][0]["schema"].clone();
+    let hosts = [
+        ("registry.example:5000", true),
+        ("localhost", true),
+        ("a", true),
+        ("x:+0080", true),
+        ("x:65535", true),
+        ("-x", false),
+        ("x.", false),
+        ("a_b", false),
+        ("x:0", false),
+        ("x:65536", false),
+        ("x:", false),
+        ("x:1:2", false),
+    ];
+    for (host, valid) in hosts {
+        let by_schema = v.errors(&host_schema, &json!(host), "$").is_empty();
+        let body = creds("ci".into(), "p".into()).to_string();
+        let answer = c.call(login, &format!("/api/v1/admin/registries/{host}/login"), "root", Some(&body));
+        if by_schema != valid || (answer.status == 400) == valid {
+            wrong.push(format!("host {host}: the schema says {by_schema}, the server {}", answer.status));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

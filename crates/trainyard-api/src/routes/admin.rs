@@ -4,7 +4,7 @@
 use crate::auth::{admin_only, caller};
 use crate::error::{ApiError, ApiResult, json_object};
 use crate::routes::NoParams;
-use crate::schema::{Optional, object_schema};
+use crate::schema::{ApiSchema, Object, Optional, Schemas, named, object_schema};
 use crate::settings::AdminSettings;
 use crate::state::{AppState, now_ms};
 use crate::views::Items;
@@ -107,10 +107,22 @@ pub struct NodeStateBody {
     schedulable: Option<bool>,
     failed: Option<bool>,
 }
-object_schema!(
-    /// A node's new state: `schedulable: false` cordons it, `failed: true` marks it failed (either or both).
-    closed NodeStateBody as "NodeState" { "schedulable": Optional<bool>, "failed": Optional<bool> }
-);
+
+/// Listed by hand rather than with `object_schema!` for `minProperties`: a body with neither field is refused.
+impl ApiSchema for NodeStateBody {
+    fn schema(schemas: &mut Schemas) -> serde_json::Value {
+        named(schemas, "NodeState", |schemas| {
+            let mut object = Object::default();
+            object.field::<Optional<bool>>("schedulable", schemas);
+            object.field::<Optional<bool>>("failed", schemas);
+            let description = "A node's new state: `schedulable: false` cordons it, `failed: true` marks it \
+                               failed (either or both).";
+            let mut schema = object.finish(description, true);
+            schema["minProperties"] = 1.into();
+            schema
+        })
+    }
+}
 
 /// Cordons a node (`schedulable: false`: no new work; what runs there goes on) or marks it failed
 /// (`failed: true`: no new work, and what runs there is killed and goes through fault tolerance).
@@ -194,8 +206,34 @@ pub struct RegistryLoginBody {
 }
 object_schema!(
     /// A registry's login: its user name and password (stored sealed; never answered with).
-    closed RegistryLoginBody as "RegistryLogin" { "username": String, "password": String }
+    closed RegistryLoginBody as "RegistryLogin" { "username": RegistryUsername, "password": RegistryPassword }
 );
+
+/// The longest registry user name, in characters.
+const REGISTRY_USERNAME_MAX_CHARS: usize = 256;
+/// The longest registry password, in characters.
+const REGISTRY_PASSWORD_MAX_CHARS: usize = 4096;
+
+/// The schema of a registry user name: it goes into `user:password` for basic auth, so no `:`, and on one line.
+#[derive(Debug)]
+pub struct RegistryUsername;
+
+impl ApiSchema for RegistryUsername {
+    fn schema(_: &mut Schemas) -> serde_json::Value {
+        serde_json::json!({"type": "string", "minLength": 1, "maxLength": REGISTRY_USERNAME_MAX_CHARS,
+                           "pattern": "^[^:\r\n]*$"})
+    }
+}
+
+/// The schema of a registry password.
+#[derive(Debug)]
+pub struct RegistryPassword;
+
+impl ApiSchema for RegistryPassword {
+    fn schema(_: &mut Schemas) -> serde_json::Value {
+        serde_json::json!({"type": "string", "minLength": 1, "maxLength": REGISTRY_PASSWORD_MAX_CHARS})
+    }
+}
 
 /// A registry's login as listed: never its password.
 #[derive(Debug, serde::Serialize)]
@@ -242,11 +280,17 @@ pub async fn put_registry_login(
     if let Err(why) = trainyard_core::image_ref::check_registry(&host) {
         problems.push(format!("registry host {host:?}: {why}"));
     }
-    if body.username.is_empty() || body.username.len() > 256 || body.username.contains([':', '\n', '\r']) {
-        problems.push("username: 1 to 256 characters, without ':' or line breaks".to_owned());
+    // Counted in characters, as the messages and the document's maxLength say (not bytes).
+    let (username_chars, password_chars) = (body.username.chars().count(), body.password.chars().count());
+    if !(1..=REGISTRY_USERNAME_MAX_CHARS).contains(&username_chars)
+        || body.username.contains([':', '\n', '\r'])
+    {
+        problems.push(format!(
+            "username: 1 to {REGISTRY_USERNAME_MAX_CHARS} characters, without ':' or line breaks"
+        ));
     }
-    if body.password.is_empty() || body.password.len() > 4096 {
-        problems.push("password: 1 to 4096 characters".to_owned());
+    if !(1..=REGISTRY_PASSWORD_MAX_CHARS).contains(&password_chars) {
+        problems.push(format!("password: 1 to {REGISTRY_PASSWORD_MAX_CHARS} characters"));
     }
     if !problems.is_empty() {
         return Err(ApiError::BadRequest(problems.join("; ")));

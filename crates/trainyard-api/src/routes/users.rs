@@ -4,7 +4,7 @@
 use crate::auth::{admin_only, caller, caller_acting_on, known_user, self_or_admin};
 use crate::error::{ApiError, ApiResult, json_body, json_object};
 use crate::routes::NoParams;
-use crate::schema::{Optional, object_schema};
+use crate::schema::{ApiSchema, Optional, Schemas, object_schema};
 use crate::state::{AppState, now_ms};
 use crate::submit::webhook_problems;
 use crate::tokens::{new_token, token_hash};
@@ -38,8 +38,18 @@ pub struct UserBody {
 }
 object_schema!(
     /// A user to create or update: name, role and project groups (each in the catalog).
-    closed UserBody as "UserUpdate" { "name": String, "role": Role, "groups": Optional<Vec<String>> }
+    closed UserBody as "UserUpdate" { "name": UserName, "role": Role, "groups": Optional<Vec<String>> }
 );
+
+/// The schema of a new user's name: what [`put_user`] takes.
+#[derive(Debug)]
+pub struct UserName;
+
+impl ApiSchema for UserName {
+    fn schema(_: &mut Schemas) -> Value {
+        serde_json::json!({"type": "string", "pattern": format!("^[A-Za-z0-9._-]{{1,{USER_NAME_MAX_BYTES}}}$")})
+    }
+}
 
 /// Every user with their role and project groups (admin). Never a token or a hash: tokens are kept as hashes
 /// in a table of their own and shown once, when made.
@@ -267,8 +277,42 @@ pub struct TaskEnvBody {
 }
 object_schema!(
     /// One TaskEnv variable; a hidden value is sealed at rest and never shown again.
-    closed TaskEnvBody as "TaskEnvUpdate" { "name": String, "value": String, "hidden": Optional<bool> }
+    closed TaskEnvBody as "TaskEnvUpdate" { "name": EnvName, "value": EnvValue, "hidden": Optional<bool> }
 );
+
+/// The schema of a TaskEnv variable's name: a task's env rules (`check_env_name`); names the platform sets
+/// are refused too (422 `reserved-name`).
+#[derive(Debug)]
+pub struct EnvName;
+
+impl ApiSchema for EnvName {
+    fn schema(_: &mut Schemas) -> Value {
+        use trainyard_core::validate::{RESERVED_ENV, RESERVED_ENV_PREFIX};
+        let description = format!(
+            "ASCII letters, digits and _, not starting with a digit; not a name the platform sets ({}, or \
+             starting with {RESERVED_ENV_PREFIX}): that is a 422 (reserved-name)",
+            RESERVED_ENV.join(", ")
+        );
+        serde_json::json!({"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$", "description": description})
+    }
+}
+
+/// The schema of a TaskEnv value: a task's env rules (not empty; no NUL; a byte limit that JSON Schema,
+/// counting characters, cannot state; a hidden value is not the mask).
+#[derive(Debug)]
+pub struct EnvValue;
+
+impl ApiSchema for EnvValue {
+    fn schema(_: &mut Schemas) -> Value {
+        use trainyard_core::spec::HIDDEN_VALUE_MASK;
+        use trainyard_core::validate::limits::ENV_VALUE_MAX_BYTES;
+        let description = format!(
+            "not empty, no NUL character, at most {ENV_VALUE_MAX_BYTES} bytes, and a hidden one not the mask \
+             {HIDDEN_VALUE_MASK}: each a 422"
+        );
+        serde_json::json!({"type": "string", "minLength": 1, "description": description})
+    }
+}
 
 /// Sets one TaskEnv variable (names and values follow the task env rules).
 pub async fn put_task_env(

@@ -1,8 +1,8 @@
 //! A validator for the part of JSON Schema (2020-12) the OpenAPI document uses: `$ref` into the document,
 //! `type` (one or a list), `enum`, `properties`, `required`, `additionalProperties`, `items`, `prefixItems`,
-//! `minItems`, `maxItems`, `minimum`, `maximum`, `minLength`, `maxLength`, `pattern` (the regular
-//! expressions of [`Regex`]), `anyOf`, `oneOf`. Any other keyword that is not an annotation stops the test,
-//! so a schema cannot pass by using something this skips.
+//! `minItems`, `maxItems`, `minProperties`, `maxProperties`, `minimum`, `maximum`, `minLength`, `maxLength`,
+//! `pattern` (the regular expressions of [`Regex`]), `anyOf`, `oneOf`. Any other keyword that is not an
+//! annotation stops the test, so a schema cannot pass by using something this skips.
 
 use serde_json::{Value, json};
 
@@ -106,6 +106,19 @@ impl Validator<'_> {
                             if keyword == "minItems" { items.len() >= bound } else { items.len() <= bound };
                         if !ok {
                             out.push(format!("{path}: {} items breaks {keyword} {bound}", items.len()));
+                        }
+                    }
+                }
+                "minProperties" | "maxProperties" => {
+                    if let Value::Object(object) = value {
+                        let bound = arg.as_u64().expect("a count") as usize;
+                        let ok = if keyword == "minProperties" {
+                            object.len() >= bound
+                        } else {
+                            object.len() <= bound
+                        };
+                        if !ok {
+                            out.push(format!("{path}: {} fields break {keyword} {bound}", object.len()));
                         }
                     }
                 }
