@@ -96,20 +96,30 @@ pub fn path_parameters(path: &str) -> impl Iterator<Item = &str> {
     path.split('/').filter_map(|s| s.strip_prefix('{')?.strip_suffix('}'))
 }
 
-/// The operations whose success answers give the values of path parameters, each as a JSON pointer into the
-/// answer: a task (its id), a new token (its user and id), a user (the name).
-const LINK_SOURCES: &[(&[&str], &[(&str, &str)])] = &[
-    (&["createTask", "cloneTask", "getTask", "stopTask", "resubmitTask"], &[("id", "/id")]),
-    (&["createToken"], &[("name", "/user"), ("token", "/id")]),
-    (&["whoami", "saveUser"], &[("name", "/name")]),
+/// Operations whose success answers give the values of path parameters.
+struct LinkSource {
+    /// The operations' ids.
+    from: &'static [&'static str],
+    /// Each path parameter the answer gives, with the JSON pointer to its value in the answer.
+    gives: &'static [(&'static str, &'static str)],
+}
+
+/// A task (its id), a new token (its user and id), a user (the name).
+const LINK_SOURCES: &[LinkSource] = &[
+    LinkSource {
+        from: &["createTask", "cloneTask", "getTask", "stopTask", "resubmitTask"],
+        gives: &[("id", "/id")],
+    },
+    LinkSource { from: &["createToken"], gives: &[("name", "/user"), ("token", "/id")] },
+    LinkSource { from: &["whoami", "saveUser"], gives: &[("name", "/name")] },
 ];
 
 /// The OpenAPI links of `op`'s success answers: to every operation whose path parameters the answer gives
 /// all of, so a client (or a fuzzer's stateful run) goes from a created task to its reads and changes, from
 /// a new token to its revocation, without building paths. `None` for an answer that gives none.
 pub fn links(op: &Operation) -> Option<Value> {
-    let (_, given) = LINK_SOURCES.iter().find(|(ids, _)| ids.contains(&op.id))?;
-    let pointer = |name: &str| given.iter().find(|(n, _)| *n == name).map(|(_, p)| *p);
+    let source = LINK_SOURCES.iter().find(|s| s.from.contains(&op.id))?;
+    let pointer = |name: &str| source.gives.iter().find(|(n, _)| *n == name).map(|(_, p)| *p);
     let mut out = Map::new();
     for target in OPERATIONS {
         let wanted: Vec<&str> = path_parameters(target.path).collect();
