@@ -54,6 +54,11 @@ def test_list_with_filters(client: trainyard.Client, three: tuple[str, list[trai
     # The test server's catalog has no GPUs: these are CPU tasks.
     assert len(client.list(search=prefix, accelerator="cpu")) == 3
     assert len(client.list(search=prefix, accelerator="gpu")) == 0
+    # What each asked for (one replica of the test catalog's CPU spec) and how long it ran.
+    for t in page:
+        assert t.demand is not None and t.demand.accelerator == "cpu", t.demand
+        assert [(s.replicas, s.gpus) for s in t.demand.shapes] == [(1, 0)], t.demand
+        assert t.run_started_at_ms is not None and t.created_at_ms <= t.run_started_at_ms <= t.status_since_ms
     assert len(client.list_all(search=prefix, accelerator="cpu", page_size=1)) == 3
     with pytest.raises(trainyard.BadRequest, match="gpu, cpu"):
         client.list(accelerator="tpu")  # type: ignore[arg-type]

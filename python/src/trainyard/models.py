@@ -28,8 +28,10 @@ __all__ = [
     "PlacementReplica",
     "QueuePosition",
     "Replica",
+    "ReplicaShape",
     "Status",
     "Task",
+    "TaskDemand",
     "User",
     "Validation",
 ]
@@ -138,6 +140,41 @@ class Placement:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaShape:
+    """Replicas alike: how many, and the GPUs, vCPUs and memory one takes on its node."""
+
+    replicas: int
+    gpus: int
+    vcpus: int
+    memory_mib: int
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ReplicaShape:
+        return cls(
+            replicas=int(d["replicas"]), gpus=int(d["gpus"]), vcpus=int(d["vcpus"]), memory_mib=int(d["memoryMib"])
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDemand:
+    """What a task asks for with its first instance-spec option, as summed when it was created: its replicas
+    by shape (the master or head first), how many options it lists, and ``accelerator`` ``"gpu"`` when any
+    option asks for GPUs, else ``"cpu"``."""
+
+    shapes: list[ReplicaShape]
+    options: int
+    accelerator: str
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TaskDemand:
+        return cls(
+            shapes=[ReplicaShape.from_json(x) for x in d.get("shapes") or []],
+            options=int(d["options"]),
+            accelerator=str(d["accelerator"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Task:
     """A task as the API shows it. ``spec`` (hidden values masked) is ``None`` in lists; ``get`` has it."""
 
@@ -156,6 +193,12 @@ class Task:
     updated_at_ms: int
     placement: Placement | None
     queue: QueuePosition | None
+    demand: TaskDemand | None
+    """``None`` for a task the server stored before it kept demands."""
+    status_since_ms: int
+    """When it entered its status."""
+    run_started_at_ms: int | None
+    """When its attempt entered Running; ``None`` until then (and again once it is queued)."""
     spec: dict[str, Any] | None
     raw: dict[str, Any] = field(repr=False, compare=False)
 
@@ -163,6 +206,8 @@ class Task:
     def from_json(cls, d: dict[str, Any]) -> Task:
         placement = d.get("placement")
         queue = d.get("queue")
+        demand = d.get("demand")
+        run_started = d.get("runStartedAtMs")
         spec = d.get("spec")
         return cls(
             id=str(d["id"]),
@@ -179,6 +224,9 @@ class Task:
             updated_at_ms=int(d["updatedAtMs"]),
             placement=Placement.from_json(placement) if isinstance(placement, dict) else None,
             queue=QueuePosition.from_json(queue) if isinstance(queue, dict) else None,
+            demand=TaskDemand.from_json(demand) if isinstance(demand, dict) else None,
+            status_since_ms=int(d.get("statusSinceMs") or d["updatedAtMs"]),
+            run_started_at_ms=int(run_started) if run_started is not None else None,
             spec=spec if isinstance(spec, dict) else None,
             raw=d,
         )
