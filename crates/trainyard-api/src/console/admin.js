@@ -1,35 +1,40 @@
-// The admin page: nodes, quotas, labels, who may use what, the image cache, the catalog, users and tokens,
-// project groups and TaskEnv.
+// The admin page: nodes, quotas, the catalog (a form per kind of entry, or its text), who may use what, the
+// image cache, users and their tokens, project groups and TaskEnv.
 
-import { api, h, show } from "./core.js";
+import { api, h, moment, repeat, show } from "./core.js";
+import { tokenPanel } from "./account.js";
+import { catalogEditor } from "./catalog.js";
 
-export async function adminPage() {
+// A table that scrolls sideways on its own when it is wider than the screen, instead of the page.
+const wide = (table) => h("div", { class: "table-wrap" }, table);
+
+/// `me`: the signed-in admin (whoami), so that revoking their own session's token signs them out.
+export async function adminPage(me) {
   const msg = h("p", { role: "status", "aria-live": "polite", id: "admin-msg" });
   const say = (text, bad) => { msg.textContent = text; msg.className = bad ? "error" : "ok"; };
   const nodes = h("tbody", { id: "nodes" });
   const quota = h("tbody", { id: "quota-lines" });
-  const catalogText = h("textarea", { id: "catalog", rows: 18, spellcheck: "false", "aria-label": "catalog (JSON or YAML)" });
-  const labelSwitch = h("input", { type: "checkbox", id: "label-validation" });
+  const editor = catalogEditor({ say, saved: () => load(false) });
   const users = h("tbody", { id: "users" });
   const owners = h("tbody", { id: "catalog-groups" });
   const cached = h("tbody", { id: "cached-images" });
   const cacheTotal = h("span", { id: "cache-total", class: "muted" });
   const logins = h("tbody", { id: "registry-logins" });
-  const login = { host: h("input", { id: "login-host", "aria-label": "registry host", placeholder: "registry.example:5000", spellcheck: "false" }),
-    username: h("input", { id: "login-user", "aria-label": "registry user name", spellcheck: "false" }),
-    password: h("input", { id: "login-password", type: "password", "aria-label": "registry password", autocomplete: "new-password" }) };
+  const login = { host: h("input", { id: "login-host", placeholder: "registry.example:5000", spellcheck: "false" }),
+    username: h("input", { id: "login-user", spellcheck: "false" }),
+    password: h("input", { id: "login-password", type: "password", autocomplete: "new-password" }) };
   const mib = (b) => `${(b / 1048576).toFixed(1)} MiB`;
   async function loadImages() {
     try {
       const { data } = await api("GET", "/api/v1/admin/images");
       cached.replaceChildren(...data.items.map((x) => h("tr", { "data-digest": x.digest },
         h("td", { class: "mono", title: x.digest }, x.digest.slice(0, 19)), h("td", { class: "mono" }, x.references.join(", ")),
-        h("td", {}, mib(x.bytes)), h("td", {}, new Date(x.lastUsedMs).toLocaleString()))));
+        h("td", {}, mib(x.bytes)), h("td", {}, moment(x.lastUsedMs)))));
       if (!data.items.length) cached.replaceChildren(h("tr", {}, h("td", { colspan: 4, class: "muted" }, "No registry images are cached on this machine.")));
       cacheTotal.textContent = `${data.items.length} image${data.items.length === 1 ? "" : "s"}, ${mib(data.items.reduce((a, x) => a + x.bytes, 0))}`;
       const l = await api("GET", "/api/v1/admin/registries");
       logins.replaceChildren(...l.data.items.map((x) => h("tr", { "data-host": x.host },
-        h("td", { class: "mono" }, x.host), h("td", {}, x.username), h("td", {}, new Date(x.updatedAtMs).toLocaleString()),
+        h("td", { class: "mono" }, x.host), h("td", {}, x.username), h("td", {}, moment(x.updatedAtMs)),
         h("td", {}, h("button", { type: "button", class: "link", "aria-label": `remove the login of ${x.host}`, onclick: async () => {
           if (!confirm(`Remove the login of ${x.host}?`)) return;
           try { await api("DELETE", `/api/v1/admin/registries/${encodeURIComponent(x.host)}/login`); say(`login of ${x.host} removed`); loadImages(); } catch (e) { say(e.message, true); }
@@ -52,8 +57,8 @@ export async function adminPage() {
       } catch (e) { say(e.message, true); }
     };
     users.replaceChildren(...data.items.map((u) => h("tr", { "data-user": u.name, "data-disabled": String(!!u.disabled) },
-      h("td", {}, u.name), h("td", {}, u.role), h("td", {}, u.groups.join(", ") || h("span", { class: "muted" }, "none")),
-      h("td", {}, h("span", { class: `badge ${u.disabled ? "failed" : "succeeded"}` }, u.disabled ? "disabled" : "active")),
+      h("td", {}, u.name), h("td", { "data-label": "Role" }, u.role), h("td", { "data-label": "Project groups" }, u.groups.join(", ") || h("span", { class: "muted" }, "none")),
+      h("td", { "data-label": "State" }, h("span", { class: `badge ${u.disabled ? "failed" : "succeeded"}` }, u.disabled ? "disabled" : "active")),
       h("td", {}, h("button", { type: "button", class: "link", "aria-label": `edit ${u.name}`, onclick: () => {
         user.name.value = u.name; user.role.value = u.role; user.groups.value = u.groups.join(", "); user.name.focus();
       } }, "Edit"), " ",
@@ -73,33 +78,21 @@ export async function adminPage() {
     }));
   }
   let q = null;
+  const drawQuota = () => quota.replaceChildren(...q.items.map((l) => h("tr", {},
+    [l.group, l.resourceType, l.pool, l.spec, l.limit, l.limit - l.remaining, l.remaining, l.poolAvailable, l.idle].map((v) => h("td", {}, v)))));
 
-  // A user's tokens by id (never the token itself), each with Revoke.
-  const tokensTitle = h("h3", { id: "tokens-title" });
-  const tokenRows = h("tbody", { id: "tokens" });
+  // A user's tokens by id (never the token itself): when made and last used, Revoke, and a labelled create.
+  const tokens = tokenPanel({ me: me?.name, say });
   async function loadTokens(name) {
-    try {
-      const { data } = await api("GET", `/api/v1/users/${encodeURIComponent(name)}/tokens`);
-      tokensTitle.textContent = `Tokens of ${name}`;
-      tokenRows.replaceChildren(...data.items.map((t) => h("tr", { "data-token": t.id },
-        h("td", { class: "mono" }, t.id), h("td", {}, t.label || h("span", { class: "muted" }, "no label")),
-        h("td", {}, new Date(t.createdAtMs).toLocaleString()),
-        h("td", {}, h("button", { type: "button", class: "danger", "aria-label": `revoke token ${t.id}`, onclick: async () => {
-          if (!confirm(`Revoke token ${t.id} of ${name}?`)) return;
-          try {
-            await api("DELETE", `/api/v1/users/${encodeURIComponent(name)}/tokens/${encodeURIComponent(t.id)}`);
-            say(`token ${t.id} of ${name} revoked`);
-            await loadTokens(name);
-          } catch (e) { say(e.message, true); }
-        } }, "Revoke")))));
-    } catch (e) { say(e.message, true); }
+    await tokens.load(name);
+    tokens.element.scrollIntoView({ block: "nearest" });
   }
 
-  async function load() {
+  // `everything`: the image cache and registry logins too (a catalog save or a node action leaves them).
+  async function load(everything = true) {
     ({ data: cat } = await api("GET", "/api/v1/catalog"));
     ({ data: q } = await api("GET", "/api/v1/quota"));
-    catalogText.value = JSON.stringify(cat, null, 2);
-    labelSwitch.checked = !!cat.labels?.validation;
+    editor.load(cat);
     nodes.replaceChildren(...Object.entries(cat.nodes).map(([name, n]) => {
       const state = n.failed ? "failed" : n.schedulable === false ? "cordoned" : "healthy";
       const put = (body, what) => async () => {
@@ -107,12 +100,12 @@ export async function adminPage() {
         try {
           await api("PUT", `/api/v1/admin/nodes/${encodeURIComponent(name)}`, JSON.stringify(body), { "Content-Type": "application/json" });
           say(`node ${name}: ${what.toLowerCase()} done`);
-          load();
+          load(false);
         } catch (e) { say(e.message, true); }
       };
       return h("tr", { "data-node": name },
-        h("td", {}, name), h("td", {}, n.pool), h("td", {}, `${n.gpus ? `${n.gpus} × ${n.gpuModel}, ` : ""}${n.vcpus} vCPU, ${n.memoryMib} MiB`),
-        h("td", {}, h("span", { class: `badge ${state === "healthy" ? "succeeded" : state === "failed" ? "failed" : "queued"}`, "data-state": state }, state)),
+        h("td", {}, name), h("td", { "data-label": "Pool" }, n.pool), h("td", { "data-label": "Capacity" }, `${n.gpus ? `${n.gpus} × ${n.gpuModel}, ` : ""}${n.vcpus} vCPU, ${n.memoryMib} MiB`),
+        h("td", { "data-label": "Health" }, h("span", { class: `badge ${state === "healthy" ? "succeeded" : state === "failed" ? "failed" : "queued"}`, "data-state": state }, state)),
         h("td", {},
           n.schedulable === false ? h("button", { type: "button", onclick: put({ schedulable: true }, "Uncordon") }, "Uncordon") : h("button", { type: "button", onclick: put({ schedulable: false }, "Cordon") }, "Cordon"), " ",
           n.failed ? h("button", { type: "button", onclick: put({ failed: false }, "Repair") }, "Repair") : h("button", { type: "button", class: "danger", "data-action": "fail", onclick: put({ failed: true }, "Mark failed") }, "Mark failed")));
@@ -126,48 +119,46 @@ export async function adminPage() {
         : groups.length ? groups.join(", ") : "every group";
       return h("tr", { "data-entry": `${kind}/${name}` }, h("td", {}, kind), h("td", { class: "mono" }, name), h("td", {}, who));
     })));
-    quota.replaceChildren(...q.items.map((l) => h("tr", {}, [l.group, l.resourceType, l.pool, l.spec, l.limit, l.limit - l.remaining, l.remaining, l.poolAvailable, l.idle].map((v) => h("td", {}, v)))));
+    drawQuota();
     await loadUsers();
-    await loadImages();
+    if (everything) await loadImages();
   }
 
-  async function saveCatalog(text) {
-    try {
-      await api("PUT", "/api/v1/admin/catalog", text);
-      say("catalog saved");
-      load();
-    } catch (e) { say(e.message, true); }
-  }
-  labelSwitch.addEventListener("change", () => {
-    const c = JSON.parse(JSON.stringify(cat));
-    c.labels = { ...(c.labels || {}), validation: labelSwitch.checked };
-    saveCatalog(JSON.stringify(c));
-  });
-
-  const user = { name: h("input", { id: "user-name", "aria-label": "user name" }), role: h("select", { id: "user-role", "aria-label": "role" }, h("option", {}, "member"), h("option", {}, "admin")), groups: h("input", { id: "user-groups", "aria-label": "project groups", placeholder: "group-a, group-b" }) };
-  const tokenOut = h("pre", { id: "new-token" });
-  const envUser = h("input", { id: "env-user", "aria-label": "user", placeholder: "user" });
+  const user = {
+    name: h("input", { id: "user-name", spellcheck: "false", autocomplete: "off" }),
+    role: h("select", { id: "user-role" }, h("option", {}, "member"), h("option", {}, "admin")),
+    groups: h("input", { id: "user-groups", placeholder: "group-a, group-b", spellcheck: "false" }),
+  };
+  const envUser = h("input", { id: "env-user", placeholder: "user", spellcheck: "false" });
   const envRows = h("tbody", {});
-  const envNew = { name: h("input", { "aria-label": "variable name", placeholder: "NAME" }), value: h("input", { "aria-label": "value", placeholder: "value" }), hidden: h("input", { type: "checkbox", "aria-label": "hidden" }) };
+  const envNew = { name: h("input", { id: "env-name", placeholder: "NAME", spellcheck: "false" }), value: h("input", { id: "env-value", placeholder: "value" }), hidden: h("input", { id: "env-hidden", type: "checkbox" }) };
   async function loadEnv() {
     try {
       const { data } = await api("GET", `/api/v1/users/${encodeURIComponent(envUser.value)}/env`);
       envRows.replaceChildren(...(data.items || []).map((v) => h("tr", {}, h("td", { class: "mono" }, v.name), h("td", {}, v.hidden ? "(hidden)" : v.value),
-        h("td", {}, h("button", { type: "button", class: "link", onclick: async () => { await api("DELETE", `/api/v1/users/${encodeURIComponent(envUser.value)}/env/${encodeURIComponent(v.name)}`); loadEnv(); } }, "Remove")))));
+        h("td", {}, h("button", { type: "button", class: "link", "aria-label": `remove ${v.name}`, onclick: async () => { await api("DELETE", `/api/v1/users/${encodeURIComponent(envUser.value)}/env/${encodeURIComponent(v.name)}`); loadEnv(); } }, "Remove")))));
     } catch (e) { say(e.message, true); }
   }
+  const field = (label, control) => h("div", { class: "field" }, h("label", { for: control.id }, label), control);
+  const head = (cols) => h("thead", {}, h("tr", {}, cols.map((c) => h("th", { scope: "col" }, c || h("span", { class: "visually-hidden" }, "Actions")))));
+
+  // The page is long: a list of its sections first (buttons, since the hash is the page's route).
+  const parts = [["nodes", "Nodes"], ["quotas", "Quotas"], ["catalog", "Catalog"], ["owners", "Who may use what"], ["images", "Image cache"],
+    ["users", "Users and tokens"], ["groups", "Project groups"], ["env", "TaskEnv"]];
+  const part = (key, ...body) => h("section", { "aria-labelledby": `${key}-title` },
+    h("h2", { id: `${key}-title`, tabindex: "-1" }, parts.find(([k]) => k === key)[1]), ...body);
+  const contents = h("nav", { class: "contents", "aria-label": "sections of this page" }, parts.map(([key, title]) =>
+    h("button", { type: "button", class: "link", onclick: () => { const t = document.getElementById(`${key}-title`); t.scrollIntoView({ block: "start" }); t.focus({ preventScroll: true }); } }, title)));
 
   show(
-    h("h1", {}, "Admin"), msg,
-    h("section", {}, h("h2", {}, "Nodes"), h("table", {}, h("thead", {}, h("tr", {}, ["Node", "Pool", "Capacity", "Health", "Actions"].map((c) => h("th", { scope: "col" }, c)))), nodes)),
-    h("section", {}, h("h2", {}, "Quotas and usage"), h("table", {}, h("thead", {}, h("tr", {}, ["Group", "Type", "Pool", "Spec", "Quota", "Used", "Remaining", "Pool available", "Idle"].map((c) => h("th", { scope: "col" }, c)))), quota)),
-    h("section", {}, h("h2", {}, "Labels"), h("div", { class: "field check" }, labelSwitch, h("label", { for: "label-validation" }, "Tasks must use maintained labels")),
-      h("p", { class: "muted" }, "Maintained labels are in the catalog below, under labels.maintained.")),
-    h("section", {}, h("h2", { id: "owners-title" }, "Who may use what"),
-      h("table", { "aria-labelledby": "owners-title" }, h("thead", {}, h("tr", {}, ["Kind", "Name", "Project groups"].map((c) => h("th", { scope: "col" }, c)))), owners),
-      h("p", { class: "muted" }, "Set projectGroups on an image, volume, dataset or model in the catalog below; without it every group may use it (the host image: admins only).")),
-    h("section", {}, h("h2", { id: "images-title" }, "Image cache"),
-      h("table", { "aria-labelledby": "images-title" }, h("thead", {}, h("tr", {}, ["Digest", "References", "Size", "Last used"].map((c) => h("th", { scope: "col" }, c)))), cached),
+    h("h1", {}, "Admin"), contents, msg,
+    part("nodes", wide(h("table", { "aria-labelledby": "nodes-title", class: "cards" }, head(["Node", "Pool", "Capacity", "Health", ""]), nodes))),
+    part("quotas", wide(h("table", { "aria-labelledby": "quotas-title" }, head(["Group", "Type", "Pool", "Spec", "Quota", "Used", "Remaining", "Pool available", "Idle"]), quota)),
+      h("p", { class: "muted" }, "Quotas are set per project group in the catalog below.")),
+    part("catalog", editor.element),
+    part("owners", wide(h("table", { "aria-labelledby": "owners-title" }, head(["Kind", "Name", "Project groups"]), owners)),
+      h("p", { class: "muted" }, "Choose the project groups of an image, volume, dataset or model in the catalog above; with none chosen every group may use it (the host image: admins only).")),
+    part("images", wide(h("table", { "aria-labelledby": "images-title" }, head(["Digest", "References", "Size", "Last used"]), cached)),
       h("div", { class: "row" }, cacheTotal,
         h("button", { type: "button", id: "prune-images", class: "danger", onclick: async () => {
           if (!confirm("Remove every cached image that no task runs?")) return;
@@ -178,8 +169,8 @@ export async function adminPage() {
           } catch (e) { say(e.message, true); }
         } }, "Prune unused images")),
       h("h3", { id: "logins-title" }, "Registry logins"),
-      h("table", { "aria-labelledby": "logins-title" }, h("thead", {}, h("tr", {}, ["Registry", "User", "Set", ""].map((c) => h("th", { scope: "col" }, c)))), logins),
-      h("div", { class: "row-item" }, login.host, login.username, login.password,
+      wide(h("table", { "aria-labelledby": "logins-title" }, head(["Registry", "User", "Set", ""]), logins)),
+      h("div", { class: "row-item" }, field("Registry", login.host), field("User name", login.username), field("Password", login.password),
         h("button", { type: "button", id: "set-login", onclick: async () => {
           try {
             await api("PUT", `/api/v1/admin/registries/${encodeURIComponent(login.host.value.trim())}/login`,
@@ -190,12 +181,9 @@ export async function adminPage() {
           } catch (e) { say(e.message, true); }
         } }, "Set login")),
       h("p", { class: "muted" }, "Passwords are stored sealed and never shown again; tasks pulling from the registry (or its mirrors) use the login.")),
-    h("section", {}, h("h2", {}, "Catalog"), catalogText, h("div", { class: "row" }, h("span", { class: "muted" }, "Regions, clusters, pools, nodes, instance specs, quotas, images, volumes, datasets, models, labels."),
-      h("button", { type: "button", id: "save-catalog", onclick: () => { if (confirm("Replace the catalog?")) saveCatalog(catalogText.value); } }, "Save catalog"))),
-    h("section", {}, h("h2", { id: "users-title" }, "Users and tokens"),
-      h("table", { "aria-labelledby": "users-title" }, h("thead", {}, h("tr", {}, ["User", "Role", "Project groups", "State", ""].map((c) => h("th", { scope: "col" }, c)))), users),
+    part("users", wide(h("table", { "aria-labelledby": "users-title", class: "cards" }, head(["User", "Role", "Project groups", "State", ""]), users)),
       h("h3", {}, "Add or change a user"),
-      h("div", { class: "row-item" }, h("label", {}, "Name ", user.name), h("label", {}, "Role ", user.role), h("label", {}, "Project groups ", user.groups),
+      h("div", { class: "row-item" }, field("Name", user.name), field("Role", user.role), field("Project groups", user.groups),
         h("button", { type: "button", id: "save-user", onclick: async () => {
           try {
             const groups = user.groups.value.split(",").map((g) => g.trim()).filter(Boolean);
@@ -204,19 +192,17 @@ export async function adminPage() {
             await loadUsers();
           } catch (e) { say(e.message, true); }
         } }, "Save user"),
-        h("button", { type: "button", id: "new-token-for-user", onclick: async () => {
-          try {
-            const { data } = await api("POST", `/api/v1/users/${encodeURIComponent(user.name.value)}/tokens`, JSON.stringify({ label: "console" }), { "Content-Type": "application/json" });
-            tokenOut.textContent = `token for ${user.name.value} (shown once): ${data.token}`;
-          } catch (e) { say(e.message, true); }
-        } }, "New token")),
-      tokenOut, tokensTitle, h("table", { "aria-labelledby": "tokens-title" }, tokenRows)),
-    h("section", {}, h("h2", { id: "groups-title" }, "Project groups"),
-      h("table", { "aria-labelledby": "groups-title" }, h("thead", {}, h("tr", {}, ["Group", "Members", "Quota"].map((c) => h("th", { scope: "col" }, c)))), groups),
-      h("p", { class: "muted" }, "Groups are in the catalog (projectGroups); a user's groups are set above.")),
-    h("section", {}, h("h2", {}, "TaskEnv"), h("div", { class: "row-item" }, envUser, h("button", { type: "button", onclick: loadEnv }, "Show")),
-      h("table", {}, h("tbody", {}, envRows)),
-      h("div", { class: "row-item" }, envNew.name, envNew.value, h("label", {}, envNew.hidden, " hidden"),
+        h("button", { type: "button", id: "new-token-for-user", class: "secondary", onclick: async () => {
+          if (!user.name.value.trim()) { say("name the user first", true); user.name.focus(); return; }
+          await loadTokens(user.name.value.trim());
+          tokens.focus();
+        } }, "Tokens of this user")),
+      tokens.element),
+    part("groups", wide(h("table", { "aria-labelledby": "groups-title" }, head(["Group", "Members", "Quota"]), groups)),
+      h("p", { class: "muted" }, "Groups are in the catalog (project groups); a user's groups are set above.")),
+    part("env", h("div", { class: "row-item" }, field("User", envUser), h("button", { type: "button", onclick: loadEnv }, "Show")),
+      wide(h("table", { "aria-label": "TaskEnv of the user" }, h("tbody", {}, envRows))),
+      h("div", { class: "row-item" }, field("Variable", envNew.name), field("Value", envNew.value), h("div", { class: "field check" }, envNew.hidden, h("label", { for: "env-hidden" }, "hidden")),
         h("button", { type: "button", onclick: async () => {
           try {
             await api("PUT", `/api/v1/users/${encodeURIComponent(envUser.value)}/env`, JSON.stringify({ name: envNew.name.value, value: envNew.value.value, hidden: envNew.hidden.checked }), { "Content-Type": "application/json" });
@@ -224,5 +210,12 @@ export async function adminPage() {
           } catch (e) { say(e.message, true); }
         } }, "Set"))),
   );
+  // Usage moves as tasks start and end, and the scheduler's figures follow a catalog save within a tick.
+  repeat(async () => {
+    try {
+      ({ data: q } = await api("GET", "/api/v1/quota"));
+      drawQuota();
+    } catch { /* the next round tries again */ }
+  }, 5000);
   await load();
 }

@@ -2,6 +2,7 @@
 // step). Each page is a function that builds its part of the document with `h` and calls the API.
 
 import { token } from "./core.js";
+import { accountPage } from "./account.js";
 import { adminPage } from "./admin.js";
 import { createPage } from "./create.js";
 import { taskList } from "./list.js";
@@ -9,16 +10,28 @@ import { newTask } from "./new.js";
 import { signin, whoami } from "./signin.js";
 import { taskPage } from "./task.js";
 
+// The header's link to the page shown says so (aria-current), for assistive technology and the eye.
+function markNav(path) {
+  const page = path.startsWith("/tasks/") ? "/tasks" : path || "/tasks";
+  for (const a of document.querySelectorAll("#nav a")) {
+    if (a.getAttribute("href") === `#${page}`) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+}
+
 async function route() {
   const [path, query] = location.hash.slice(1).split("?");
   if (!token() && path !== "/signin") { location.hash = "#/signin"; return; }
-  if (path === "/signin") return signin();
-  await whoami();
+  markNav(path);
+  // Signed out: the header forgets who was signed in.
+  if (path === "/signin") { if (!token()) await whoami(); return signin(); }
+  const me = await whoami();
   const m = path.match(/^\/tasks\/([^/]+)$/);
   if (m) return taskPage(decodeURIComponent(m[1]));
   if (path === "/new") return newTask();
   if (path === "/create") return createPage(new URLSearchParams(query || ""));
-  if (path === "/admin") return adminPage();
+  if (path === "/admin") return adminPage(me);
+  if (path === "/account") return accountPage(me);
   return taskList(new URLSearchParams(query || ""));
 }
 

@@ -1,0 +1,293 @@
+//! The admin page's catalog editor and the account page's tokens, in a real browser (Debian's headless
+//! chromium through chromedriver) against a real `trainyard up` on the local backend. Screenshots go to
+//! `target/console-screenshots/` (or `TRAINYARD_SCREENSHOTS`).
+
+mod common;
+
+use common::webdriver::Browser;
+use common::{Server, secs};
+use serde_json::{Value, json};
+
+fn shots() -> std::path::PathBuf {
+    std::env::var_os("TRAINYARD_SCREENSHOTS").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/console-screenshots"),
+        std::path::PathBuf::from,
+    )
+}
+
+/// Signs in with `token` and waits for the header to name `user`.
+fn sign_in_as(b: &Browser, s: &Server, token: &str, user: &str) {
+    b.goto(&format!("{}/", s.base));
+    b.type_into(&b.find("#token"), token);
+    b.click(&b.find("#signin"));
+    b.wait(&format!("{user} signed in"), || (b.text_of("#who-name") == user).then_some(()));
+}
+
+/// Chooses an option of a select by value, as a user picking it would (a change event).
+fn pick(b: &Browser, css: &str, value: &str) {
+    let el = b.find(css);
+    b.script(
+        "arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('change', {bubbles: true}));",
+        json!([el.reference(), value]),
+    );
+}
+
+/// Replaces what an input holds, as typing would.
+fn retype(b: &Browser, css: &str, text: &str) {
+    let el = b.find(css);
+    b.clear(&el);
+    b.type_into(&el, text);
+}
+
+fn catalog(s: &Server) -> Value {
+    let (status, body) = s.call("GET", "/api/v1/catalog", None);
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// Status of `GET /api/v1/whoami` with `token`, and the name it answers.
+fn whoami(s: &Server, token: &str) -> (u16, String) {
+    let mut r = common::agent()
+        .get(&format!("{}/api/v1/whoami", s.base))
+        .header("Authorization", &format!("Bearer {token}"))
+        .call()
+        .unwrap();
+    let body: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap_or(Value::Null);
+    (r.status().as_u16(), body["name"].as_str().unwrap_or("").to_owned())
+}
+
+const DESKTOP: (u32, u32) = (1280, 800);
+const PHONE: (u32, u32) = (390, 844);
+
+/// Shows `url` in a frame of `w`×`h` CSS pixels (its own viewport, so the page's media queries apply) and
+/// waits for `css` in it.
+fn framed(b: &Browser, url: &str, (w, h): (u32, u32), css: &str) {
+    b.script(
+        "document.body.replaceChildren(); document.body.style.background = '#8a8f98';
+         const f = document.createElement('iframe');
+         f.id = 'frame'; f.src = arguments[0];
+         f.style.cssText = `width:${arguments[1]}px;height:${arguments[2]}px;border:0;display:block;background:#fff`;
+         document.body.append(f);",
+        json!([url, w, h]),
+    );
+    b.wait(&format!("{css} in the frame"), || {
+        let found = b.script(
+            "return !!document.getElementById('frame')?.contentDocument?.querySelector(arguments[0])",
+            json!([css]),
+        );
+        (found == json!(true)).then_some(())
+    });
+}
+
+/// Runs `js` inside the frame's document (`d`).
+fn in_frame(b: &Browser, js: &str) -> Value {
+    b.script(&format!("const d = document.getElementById('frame').contentDocument; {js}"), json!([]))
+}
+
+/// [document scroll width, frame width] of the framed page: the first may not exceed the second.
+fn framed_widths(b: &Browser) -> (i64, i64) {
+    let v = in_frame(b, "return [d.documentElement.scrollWidth, d.documentElement.clientWidth];");
+    (v[0].as_i64().unwrap(), v[1].as_i64().unwrap())
+}
+
+/// Loads `url` afresh (after [`framed`] replaced the page, a change of hash alone would not draw it).
+fn reload(b: &Browser, url: &str) {
+    b.goto("about:blank");
+    b.goto(url);
+}
+
+/// A GPU node whose device list the form does not show: it must come back from a form save unchanged.
+const GPU_NODE: &str =
+    "  gpu-0: {pool: default, gpuModel: A100, gpus: 2, gpuDevices: [0, 1], vcpus: 8, memoryMib: 65536}\n";
+
+/// An admin adds an instance spec, offers it in a pool, adds a node and a quota line through the catalog
+/// form, and saves: GET /api/v1/catalog has them, and the node's GPU devices (not in the form) are kept. A
+/// region that a cluster still names is refused with the server's reason at the cluster. Removing the node
+/// a running task uses is refused with the conflict shown, then saved anyway.
+#[test]
+fn admin_edits_the_catalog_through_its_form() {
+    let s = Server::start("console-catalog", None);
+    let with_gpu = common::CATALOG.replace("nodes:\n", &format!("nodes:\n{GPU_NODE}"));
+    let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(&with_gpu));
+    assert_eq!(status, 200, "{body}");
+    let id = s.submit(&common::pytorch("holder", 0, "echo holding; sleep 600"));
+    let t = s.wait_status(&id, "Running", secs(60));
+    let (task, node) = (
+        t["name"].as_str().unwrap().to_owned(),
+        t["placement"]["replicas"][0]["node"].as_str().unwrap().to_owned(),
+    );
+
+    let b = Browser::start();
+    sign_in_as(&b, &s, &s.token, "admin");
+    b.goto(&format!("{}/#/admin", s.base));
+    b.find("[data-entry='regions/local']");
+
+    // A new instance spec, 1 vCPU and 512 MiB.
+    b.click(&b.find("#catalog-instanceSpecs"));
+    b.type_into(&b.find("#add-instanceSpecs-name"), "cpu.tiny");
+    b.click(&b.find("#add-instanceSpecs"));
+    let tiny = "[data-entry='instanceSpecs/cpu.tiny']";
+    retype(&b, &format!("{tiny} [data-field='memoryMib']"), "512");
+    // Offered in the default pool.
+    b.click(&b.find("#catalog-pools"));
+    b.click(&b.find("[data-entry='pools/default'] input[value='cpu.tiny']"));
+    // A node.
+    b.click(&b.find("#catalog-nodes"));
+    b.type_into(&b.find("#add-nodes-name"), "node-d");
+    b.click(&b.find("#add-nodes"));
+    retype(&b, "[data-entry='nodes/node-d'] [data-field='vcpus']", "2");
+    retype(&b, "[data-entry='nodes/node-d'] [data-field='memoryMib']", "2048");
+    assert!(b.text_of("[data-entry='nodes/gpu-0']").contains("GPU devices 0, 1"));
+    // A quota line of the default group: Ondemand, 4 units of the new spec.
+    b.click(&b.find("#catalog-projectGroups"));
+    b.click(&b.find("[data-entry='projectGroups/default'] .quotas > button.add"));
+    let line = "[data-entry='projectGroups/default'] .quota-line[data-index='2']";
+    pick(&b, &format!("{line} [data-field='resourceType']"), "Ondemand");
+    pick(&b, &format!("{line} [data-field='spec']"), "cpu.tiny");
+    retype(&b, &format!("{line} [data-field='units']"), "4");
+    // A number that is not one is refused at its field before anything is sent.
+    retype(&b, "[data-entry='nodes/node-d'] [data-field='vcpus']", "-1");
+    b.wait("the problem at vCPUs", || {
+        b.text_of("[data-entry='nodes/node-d'] .field-problem").contains("whole number").then_some(())
+    });
+    b.click(&b.find("#save-catalog"));
+    b.wait("the save refused in the page", || b.text_of("#catalog-problems").contains("vCPUs").then_some(()));
+    assert!(catalog(&s)["nodes"].get("node-d").is_none(), "nothing was sent");
+    retype(&b, "[data-entry='nodes/node-d'] [data-field='vcpus']", "2");
+    let pending = b.text_of("#catalog-changes");
+    for change in ["instance spec cpu.tiny added", "pool default changed", "node node-d added", "quota line"]
+    {
+        assert!(pending.contains(change), "{change} not in {pending:?}");
+    }
+    b.script("document.getElementById('nodes-title').scrollIntoView()", json!([]));
+    b.screenshot(&shots().join("admin-catalog-form.png"));
+    b.click(&b.find("#save-catalog"));
+    b.wait("saved", || b.text_of("#admin-msg").contains("catalog saved").then_some(()));
+
+    let c = catalog(&s);
+    assert_eq!(
+        c["instanceSpecs"]["cpu.tiny"],
+        json!({"kind": "CPU", "gpus": 0, "vcpus": 1, "memoryMib": 512})
+    );
+    assert_eq!(c["pools"]["default"]["instanceSpecs"], json!(["cpu.small", "cpu.large", "cpu.tiny"]));
+    assert_eq!(
+        c["nodes"]["node-d"],
+        json!({"pool": "default", "schedulable": true, "gpus": 0, "vcpus": 2, "memoryMib": 2048})
+    );
+    let quota = json!({"group": "default", "resourceType": "Ondemand", "pool": "default", "spec": "cpu.tiny", "units": 4});
+    assert!(c["quotas"].as_array().unwrap().contains(&quota), "{}", c["quotas"]);
+    assert_eq!(c["nodes"]["gpu-0"]["gpuDevices"], json!([0, 1]), "the field the form does not show is kept");
+    b.wait("the quota table shows the new line", || {
+        b.text_of("#quota-lines").contains("Ondemand").then_some(())
+    });
+    assert_eq!(b.text_of("#catalog-changes"), "No unsaved changes.");
+
+    // A region a cluster still names: the server's reason shows at the cluster; nothing changes.
+    b.click(&b.find("[data-entry='regions/local'] [data-action='remove']"));
+    b.click(&b.find("#save-catalog"));
+    let problem = b.wait("the problem at the cluster", || {
+        Some(b.text_of("[data-entry='clusters/local'] .server-problem")).filter(|t| !t.is_empty())
+    });
+    assert!(problem.contains("region \"local\" does not exist"), "{problem}");
+    assert!(b.text_of("#catalog-problems").contains("cluster local"), "{}", b.text_of("#catalog-problems"));
+    assert!(catalog(&s)["regions"].get("local").is_some());
+    b.click(&b.find("#discard-catalog"));
+    b.find("[data-entry='regions/local']");
+
+    // The node the running task is on: refused, the conflict named with the task, then saved anyway.
+    b.click(&b.find(&format!("[data-entry='nodes/{node}'] [data-action='remove']")));
+    b.click(&b.find("#save-catalog"));
+    let conflict = b.wait("the conflict", || {
+        Some(b.text_of("#catalog-conflicts li[data-code='node-in-use']")).filter(|t| !t.is_empty())
+    });
+    assert!(
+        conflict.contains(&format!("node {node} runs replicas now")) && conflict.contains(&task),
+        "{conflict}"
+    );
+    assert!(catalog(&s)["nodes"].get(&node).is_some(), "refused: the node is still there");
+    b.script("document.getElementById('catalog-conflicts').scrollIntoView({block: 'center'})", json!([]));
+    b.screenshot(&shots().join("admin-catalog-conflict.png"));
+    b.click(&b.find("#save-anyway"));
+    b.wait("saved anyway", || b.text_of("#admin-msg").contains("catalog saved anyway").then_some(()));
+    assert!(catalog(&s)["nodes"].get(&node).is_none(), "forced: the node is gone");
+    assert!(b.try_find("#save-anyway").is_none());
+
+    // The admin's own tokens: this session's marked, with when it was made and last used.
+    b.click(&b.find("#users tr[data-user='admin'] [aria-label='tokens of admin']"));
+    let mine = "#tokens tr[data-current='true']";
+    b.wait("this session's token", || b.text_of(mine).contains("this session").then_some(()));
+    assert!(b.try_find(&format!("{mine} td:nth-child(3) time")).is_some(), "created as a time");
+
+    let url = format!("{}/#/admin", s.base);
+    let open_catalog =
+        "for (const k of ['nodes', 'projectGroups']) d.querySelector(`details[data-kind=${k}]`).open = true;
+         d.getElementById('catalog-title').scrollIntoView();";
+    framed(&b, &url, DESKTOP, "[data-entry='regions/local']");
+    in_frame(&b, open_catalog);
+    b.screenshot(&shots().join("admin-desktop.png"));
+    framed(&b, &url, PHONE, "[data-entry='regions/local']");
+    in_frame(&b, open_catalog);
+    let (page, frame) = framed_widths(&b);
+    assert!(page <= frame, "the admin page overflows at phone width: {page} > {frame}");
+    b.screenshot(&shots().join("admin-phone.png"));
+    s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
+}
+
+/// A member opens Account: makes a token (shown once, with a copy button), which works on the API; revokes it
+/// (refused from then on); then revokes the token this browser is signed in with and lands on sign-in.
+#[test]
+fn a_member_manages_their_own_tokens() {
+    let s = Server::start("console-account", None);
+    let body = json!({"name": "mia", "role": "member", "groups": ["default"]}).to_string();
+    assert_eq!(s.call("POST", "/api/v1/admin/users", Some(&body)).0, 200);
+    let (status, made) = s.call("POST", "/api/v1/users/mia/tokens", Some(r#"{"label": "browser"}"#));
+    assert_eq!(status, 201, "{made}");
+    let session = serde_json::from_str::<Value>(&made).unwrap()["token"].as_str().unwrap().to_owned();
+
+    let b = Browser::start();
+    sign_in_as(&b, &s, &session, "mia");
+    assert!(b.try_find("#nav-admin").is_some_and(|e| !b.text(&e).contains("Admin")), "no admin link");
+    b.click(&b.find("#nav-account"));
+    b.wait("the account page", || b.url().ends_with("#/account").then_some(()));
+    let current = "#tokens tr[data-current='true']";
+    b.wait("this session's token", || b.text_of(current).contains("browser").then_some(()));
+
+    b.type_into(&b.find("#token-label"), "script");
+    b.click(&b.find("#create-token"));
+    let value = b.find("#new-token-value");
+    let token =
+        b.script("return arguments[0].value", json!([value.reference()])).as_str().unwrap().to_owned();
+    assert!(token.starts_with("ty_"), "{token}");
+    let note = b.text_of("#new-token");
+    assert!(note.contains("not shown again") && note.contains("script"), "{note}");
+    assert!(b.try_find("#copy-token").is_some());
+    let id = b.script("return document.querySelector('#new-token [data-token]').dataset.token", json!([]));
+    let id = id.as_str().unwrap().to_owned();
+    let row = format!("#tokens tr[data-token='{id}']");
+    b.wait("the new token listed", || b.text_of(&row).contains("script").then_some(()));
+    assert_eq!(whoami(&s, &token), (200, "mia".to_owned()), "the new token works");
+    b.screenshot(&shots().join("account-new-token.png"));
+
+    let url = format!("{}/#/account", s.base);
+    framed(&b, &url, DESKTOP, &row);
+    b.screenshot(&shots().join("account-desktop.png"));
+    framed(&b, &url, PHONE, &row);
+    let (page, frame) = framed_widths(&b);
+    assert!(page <= frame, "the account page overflows at phone width: {page} > {frame}");
+    b.screenshot(&shots().join("account-phone.png"));
+
+    reload(&b, &url);
+    b.click(&b.find(&format!("{row} [data-action='revoke']")));
+    b.wait("the token gone from the list", || b.try_find(&row).is_none().then_some(()));
+    assert_eq!(whoami(&s, &token).0, 401, "a revoked token is refused");
+    assert_eq!(whoami(&s, &session).0, 200, "the session's token still works");
+
+    b.click(&b.find(&format!("{current} [data-action='revoke']")));
+    b.wait("the sign-in page", || {
+        (b.url().ends_with("#/signin") && b.try_find("#token").is_some()).then_some(())
+    });
+    assert_eq!(b.script("return localStorage.getItem('trainyard.token')", json!([])), Value::Null);
+    assert_eq!(b.script("return document.getElementById('nav').hidden", json!([])), json!(true));
+    assert_eq!(b.text_of("#who"), "", "the header forgets who was signed in");
+    assert_eq!(whoami(&s, &session).0, 401, "the session's token is refused");
+}
