@@ -477,6 +477,8 @@ export async function taskPage(id) {
     }
   }
 
+  // Leaving the page ends the log's stream (it would otherwise run on until the replica ends).
+  window.addEventListener("hashchange", () => logAbort?.abort(), { once: true });
   logSelect.addEventListener("change", followLog);
   follow.addEventListener("change", followLog);
   download.addEventListener("click", async (ev) => {
