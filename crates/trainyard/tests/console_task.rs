@@ -365,6 +365,63 @@ fn the_yaml_emitter_round_trips_awkward_values() {
     assert_eq!(v["task"]["spec"]["environment"]["cmd"], task["spec"]["environment"]["cmd"], "{yaml}");
 }
 
+/// The charts' scales on values the test task does not produce: each unit's ticks, round and in one suffix,
+/// never in exponent notation.
+#[test]
+fn chart_scales_are_round_and_in_units() {
+    let s = Server::start("console-scales", None);
+    let b = Browser::start();
+    b.goto(&format!("{}/", s.base));
+    let cases = json!([
+        ["trainyard_gpu_memory_used_mib", 0, 40000],
+        ["trainyard_gpu_utilization_percent", 0, 37],
+        ["trainyard_memory_rss_bytes", 0, 3.5e9],
+        ["step_time_seconds", 0.2, 0.45],
+        ["wall_seconds_total", 0, 3000],
+        ["tokens_total", 0, 2.486e8],
+        ["steps", 1234, 1234],
+        ["learning_rate", 0, 0.0003],
+        ["delta", -5, 3],
+        ["idle", 0, 0],
+    ]);
+    let v = b.script_async(
+        "const done = arguments[arguments.length - 1];
+         import('/console/charts.js').then((m) => done(arguments[0].map(([name, lo, hi]) =>
+           m.valueTicks(m.unitOf(name), lo, hi).ticks.map((t) => t.label).join(' | '))))
+         .catch((e) => done(String(e)));",
+        json!([cases]),
+    );
+    let got: Vec<&str> =
+        v.as_array().unwrap_or_else(|| panic!("{v}")).iter().map(|t| t.as_str().unwrap()).collect();
+    assert_eq!(
+        got,
+        [
+            "0 GiB | 10 GiB | 20 GiB | 30 GiB | 40 GiB",
+            "0 % | 20 % | 40 % | 60 % | 80 % | 100 %",
+            "0 GiB | 1 GiB | 2 GiB | 3 GiB | 4 GiB",
+            "0 ms | 100 ms | 200 ms | 300 ms | 400 ms | 500 ms",
+            "0 min | 10 min | 20 min | 30 min | 40 min | 50 min",
+            "0 | 50M | 100M | 150M | 200M | 250M",
+            "0 | 250 | 500 | 750 | 1000 | 1250",
+            "0 | 0.0001 | 0.0002 | 0.0003",
+            "-6 | -4 | -2 | 0 | 2 | 4",
+            "0 | 0.2 | 0.4 | 0.6 | 0.8 | 1",
+        ]
+    );
+    let v = b.script_async(
+        "const done = arguments[arguments.length - 1];
+         import('/console/charts.js').then((m) => done([
+           m.formatValue('mib', 20480), m.formatValue('cores', 1), m.formatValue('cores', 0.53), m.formatValue('plain', 248600000),
+           m.formatValue('seconds', 0.25), m.formatValue('plain', 0.00001), m.formatValue('bytes', 123), m.formatValue('percent', 12.5),
+         ]));",
+        json!([]),
+    );
+    assert_eq!(
+        v,
+        json!(["20 GiB", "1 core", "0.53 cores", "248.6M", "250 ms", "0.00001", "123 B", "12.5 %"])
+    );
+}
+
 const DESKTOP: (u32, u32) = (1280, 800);
 const PHONE: (u32, u32) = (390, 844);
 
