@@ -96,8 +96,14 @@ fn boolean(_: &mut Schemas) -> Value {
     json!({"type": "boolean"})
 }
 
+/// A number the handler reads as a `u64` (a larger one does not parse: 400).
 fn non_negative(_: &mut Schemas) -> Value {
-    json!({"type": "integer", "minimum": 0})
+    json!({"type": "integer", "minimum": 0, "maximum": u64::MAX})
+}
+
+/// An attempt's number, which the handler reads as a `u32`.
+fn attempt_number(_: &mut Schemas) -> Value {
+    json!({"type": "integer", "minimum": 0, "maximum": u32::MAX})
 }
 
 fn status_filter(_: &mut Schemas) -> Value {
@@ -179,6 +185,14 @@ pub enum Answer {
 fn catalog_request(schemas: &mut Schemas) -> Value {
     let reference = schema_of::<Catalog>(schemas);
     json!({"type": "object", "description": format!("A catalog as {} describes it; a field left out is empty, or closed (allowExternalImages: false)", reference["$ref"].as_str().unwrap_or("the Catalog schema"))})
+}
+
+/// A document to check: the validator answers anything, a document that is not a task or not YAML at all
+/// included, with its problems (200, `valid: false`), so the request takes any body but an empty one.
+fn document_to_check(schemas: &mut Schemas) -> Value {
+    let reference = schema_of::<trainyard_core::TrainingTask>(schemas);
+    let task = reference["$ref"].as_str().unwrap_or("the TrainingTask schema").to_owned();
+    json!({"description": format!("A task document as {task} describes it; anything else is answered with its problems")})
 }
 
 /// The problem schema, for the document builder.
@@ -318,7 +332,7 @@ pub const OPERATIONS: &[Operation] = &[
                 string,
                 "the replica whose log to read (without it: the replicas of each attempt)",
             ),
-            param("attempt", non_negative, "which attempt (default: the latest)"),
+            param("attempt", attempt_number, "which attempt (default: the latest)"),
             param("offset", non_negative, "where to start, in bytes (default 0)"),
             param("follow", boolean, "stream as server-sent events until the replica ends (default false)"),
         ],
@@ -335,7 +349,7 @@ pub const OPERATIONS: &[Operation] = &[
         path: "/api/v1/tasks/{id}/metrics",
         summary: "Preset (trainyard_*) and scraped metrics per replica as series of [atMs, value]",
         query: &[
-            param("attempt", non_negative, "which attempt (default: the latest)"),
+            param("attempt", attempt_number, "which attempt (default: the latest)"),
             param("since", non_negative, "only samples after this Unix time in ms (default 0)"),
             param("name", string, "only this metric"),
         ],
@@ -353,7 +367,7 @@ pub const OPERATIONS: &[Operation] = &[
         summary: "Check a task document without creating it: every problem, and the demand of each instance-spec option",
         query: &[],
         headers: &[],
-        body: Body::Document(schema_of::<trainyard_core::TrainingTask>),
+        body: Body::Document(document_to_check),
         ok: 200,
         answer: Answer::Json(schema_of::<Validation>),
         also_ok: &[],

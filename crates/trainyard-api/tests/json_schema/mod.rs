@@ -141,10 +141,15 @@ impl Validator<'_> {
                     }
                 }
                 "minimum" | "maximum" => {
-                    if let (Some(n), Some(bound)) = (value.as_f64(), arg.as_f64()) {
-                        let ok = if keyword == "minimum" { n >= bound } else { n <= bound };
+                    // Integers exactly (u64::MAX and 2^64 are the same f64), other numbers as f64.
+                    let ordering = match (exact_integer(value), exact_integer(arg)) {
+                        (Some(n), Some(bound)) => Some(n.cmp(&bound)),
+                        _ => value.as_f64().zip(arg.as_f64()).and_then(|(n, bound)| n.partial_cmp(&bound)),
+                    };
+                    if let Some(ordering) = ordering {
+                        let ok = if keyword == "minimum" { ordering.is_ge() } else { ordering.is_le() };
                         if !ok {
-                            out.push(format!("{path}: {n} breaks {keyword} {bound}"));
+                            out.push(format!("{path}: {value} breaks {keyword} {arg}"));
                         }
                     }
                 }
@@ -319,6 +324,19 @@ fn repeat(
             p != pos && repeat(node, min, max, count + 1, p, s, then)
         });
     more || (count >= min && then(pos))
+}
+
+/// A JSON number that is an integer, exactly (a float with no fraction is one, as large as it is).
+fn exact_integer(v: &Value) -> Option<i128> {
+    if let Some(n) = v.as_u64() {
+        return Some(n.into());
+    }
+    if let Some(n) = v.as_i64() {
+        return Some(n.into());
+    }
+    let f = v.as_f64()?;
+    // Every f64 this side of 2^100 with no fraction is an integer that i128 holds exactly.
+    (f.fract() == 0.0 && f.abs() < 2f64.powi(100)).then_some(f as i128)
 }
 
 fn has_type(v: &Value, t: &str) -> bool {
