@@ -303,6 +303,8 @@ fn the_task_page_charts_logs_times_and_spec() {
         assert!(right.as_f64().unwrap() <= f64::from(PHONE.0), "a chart past the screen: {chart_widths}");
     }
     b.screenshot(&shots().join("task-page-phone.png"));
+    framed_scroll(&b, "#attempts");
+    b.screenshot(&shots().join("task-page-attempts-phone.png"));
     framed_scroll(&b, "#metrics");
     b.screenshot(&shots().join("task-page-charts-phone.png"));
     framed_scroll(&b, ".log-search");

@@ -436,14 +436,15 @@ export async function taskPage(id) {
         let ran = "—";
         if (a.runningAt) ran = ended ? duration(ended - a.runningAt) : soFar(now - a.runningAt);
         return h("tr", { "data-attempt": a.n, class: a.current ? "current" : "" },
-          h("td", {}, String(a.n), a.current ? h("span", { class: "muted" }, " (current)") : ""),
-          h("td", {}, moment(a.queuedAt)),
-          h("td", {}, a.admittedAt ? moment(a.admittedAt) : "—", a.runningAt ? h("div", { class: "muted" }, "running ", moment(a.runningAt)) : ""),
-          h("td", {}, a.endedAt ? moment(a.endedAt) : "—"),
-          h("td", { class: "wait" }, waited),
-          h("td", { class: "ran" }, ran),
-          h("td", { class: "outcome" }, badge(a.outcome), a.cause ? [" ", h("strong", { "data-reason": a.cause.reason }, a.cause.reason), h("div", { class: "muted" }, a.cause.message)] : ""),
-          h("td", { class: "nodes" }, a.nodes.join(", ") || "—"));
+          // Each cell names its column for the phone layout, where rows are cards.
+          h("td", { "data-label": "Attempt" }, String(a.n), a.current ? h("span", { class: "muted" }, " (current)") : ""),
+          h("td", { "data-label": "Queued" }, moment(a.queuedAt)),
+          h("td", { "data-label": "Started" }, a.admittedAt ? moment(a.admittedAt) : "—", a.runningAt ? h("div", { class: "muted" }, "running ", moment(a.runningAt)) : ""),
+          h("td", { "data-label": "Ended" }, a.endedAt ? moment(a.endedAt) : "—"),
+          h("td", { class: "wait", "data-label": "Waited" }, waited),
+          h("td", { class: "ran", "data-label": "Ran" }, ran),
+          h("td", { class: "outcome", "data-label": "How it ended" }, badge(a.outcome), a.cause ? [" ", h("strong", { "data-reason": a.cause.reason }, a.cause.reason), h("div", { class: "muted" }, a.cause.message)] : ""),
+          h("td", { class: "nodes", "data-label": "Nodes" }, a.nodes.join(", ") || "—"));
       }));
       events.replaceChildren(...ev.items.map((e) => h("li", { "data-reason": e.reason }, moment(e.atMs), " ", h("strong", {}, e.reason), ` (attempt ${e.attempt}) `, e.message)));
       spec.set(t.spec);
@@ -495,7 +496,7 @@ export async function taskPage(id) {
     head, actions,
     h("section", {}, h("h2", {}, "Overview"), overview),
     h("section", {}, h("h2", { id: "attempts-title" }, "Attempts"), table("attempts-title", ["Attempt", "Queued", "Started", "Ended", "Waited", "Ran", "How it ended", "Nodes"], attempts, "attempts")),
-    h("section", {}, h("h2", { id: "replicas-title" }, "Replicas"), table("replicas-title", ["Replica", "Rank", "Node", "Resources"], replicas)),
+    h("section", {}, h("h2", { id: "replicas-title" }, "Replicas"), table("replicas-title", ["Replica", "Rank", "Node", "Resources"], replicas, "replicas")),
     h("section", {}, h("h2", {}, "Events"), events),
     h("section", { class: "logs" }, h("h2", {}, "Logs"),
       h("div", { class: "log-bar" }, logSelect, h("label", {}, follow, " follow"), download),
