@@ -182,6 +182,26 @@ fn admin_edits_the_catalog_through_its_form() {
     });
     assert_eq!(b.text_of("#catalog-changes"), "No unsaved changes.");
 
+    // The raw text, one toggle away: it holds what the form saved; an edit there is saved and shows in the form.
+    b.click(&b.find("#catalog-as-text"));
+    let text = b.find("#catalog");
+    let raw = b.script("return arguments[0].value", json!([text.reference()]));
+    assert!(raw.as_str().unwrap().contains("cpu.tiny"), "{raw}");
+    b.script(
+        "const t = arguments[0], c = JSON.parse(t.value); c.regions.local.displayName = 'This machine';
+         t.value = JSON.stringify(c, null, 2); t.dispatchEvent(new Event('input'));",
+        json!([text.reference()]),
+    );
+    b.click(&b.find("#save-catalog"));
+    // Each browser command answers the page's confirmations (the session accepts them): one per round.
+    b.wait("the text saved", || {
+        b.text_of("#admin-msg");
+        (catalog(&s)["regions"]["local"]["displayName"] == "This machine").then_some(())
+    });
+    b.click(&b.find("#catalog-as-text"));
+    let name = b.find("[data-entry='regions/local'] [data-field='displayName']");
+    assert_eq!(b.script("return arguments[0].value", json!([name.reference()])), "This machine");
+
     // A region a cluster still names: the server's reason shows at the cluster; nothing changes.
     b.click(&b.find("[data-entry='regions/local'] [data-action='remove']"));
     b.click(&b.find("#save-catalog"));
@@ -230,6 +250,10 @@ fn admin_edits_the_catalog_through_its_form() {
     let (page, frame) = framed_widths(&b);
     assert!(page <= frame, "the admin page overflows at phone width: {page} > {frame}");
     b.screenshot(&shots().join("admin-phone.png"));
+    in_frame(&b, "d.querySelector('details[data-kind=projectGroups]').scrollIntoView();");
+    b.screenshot(&shots().join("admin-phone-quotas.png"));
+    in_frame(&b, "d.defaultView.scrollTo(0, 0);");
+    b.screenshot(&shots().join("admin-phone-top.png"));
     s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
 }
 

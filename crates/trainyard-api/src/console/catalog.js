@@ -162,15 +162,23 @@ export function catalogEditor({ saved, say }) {
         const v = input.value.trim();
         const wrap = input.closest(".field");
         wrap.querySelector(".field-problem")?.remove();
-        if (/^\d+$/.test(v) && Number(v) >= min) { obj[key] = Number(v); bad.delete(id); input.removeAttribute("aria-invalid"); }
-        else {
+        if (/^\d+$/.test(v) && Number(v) >= min) {
+          obj[key] = Number(v);
+          bad.delete(id);
+          input.removeAttribute("aria-invalid");
+          input.setAttribute("aria-describedby", hint ? `${id}-hint` : "");
+        } else {
           bad.set(id, `${label}: a whole number${min ? ` of at least ${min}` : ""}`);
           input.setAttribute("aria-invalid", "true");
+          input.setAttribute("aria-describedby", `${hint ? `${id}-hint ` : ""}${id}-problem`);
           wrap.append(h("span", { class: "field-problem", id: `${id}-problem` }, bad.get(id)));
         }
         edited();
       } });
-    if (bad.has(id)) input.setAttribute("aria-invalid", "true");
+    if (bad.has(id)) {
+      input.setAttribute("aria-invalid", "true");
+      input.setAttribute("aria-describedby", `${hint ? `${id}-hint ` : ""}${id}-problem`);
+    }
     return field(id, label, input, path, hint);
   }
 
