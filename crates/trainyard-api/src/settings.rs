@@ -36,7 +36,20 @@ const ROOM_USERS_MAX: usize = 4096;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AdminSettings {
     /// The most queued tasks one user may have (admins too): a create, clone or resubmit past it is a 429.
+    #[serde(deserialize_with = "whole_number")]
     pub max_queued_tasks_per_user: u32,
+}
+
+/// A `u32` from any JSON number without a fraction: to JSON Schema, whose `integer` the document uses, `5.0`
+/// is the integer 5 (a client's JSON library may well write it so), and serde alone refuses it.
+fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let n = serde_json::Number::deserialize(d)?;
+    let whole = match (n.as_u64(), n.as_f64()) {
+        (Some(u), _) => u32::try_from(u).ok(),
+        (None, Some(f)) if f.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&f) => Some(f as u32),
+        _ => None,
+    };
+    whole.ok_or_else(|| serde::de::Error::custom(format!("{n} is not a whole number from 0 to {}", u32::MAX)))
 }
 object_schema!(
     /// The API's settings: the most queued tasks one user (admins included) may have; a create, clone or

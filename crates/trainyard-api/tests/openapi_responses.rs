@@ -835,6 +835,20 @@ fn request_schemas_refuse_what_the_server_refuses() {
         (env, at_env, var("1X", "v"), false),
         (env, at_env, var("BAD NAME", "v"), false),
         (env, at_env, var("X", ""), false),
+        // A whole number written with a fraction is an integer to JSON Schema, and to the server (it was a 400).
+        (
+            "put /api/v1/admin/settings",
+            "/api/v1/admin/settings",
+            json!({"maxQueuedTasksPerUser": 900.0}),
+            true,
+        ),
+        (
+            "put /api/v1/admin/settings",
+            "/api/v1/admin/settings",
+            json!({"maxQueuedTasksPerUser": 900.5}),
+            false,
+        ),
+        ("put /api/v1/admin/settings", "/api/v1/admin/settings", json!({"maxQueuedTasksPerUser": 0}), false),
         // The validator answers anything with its problems (it was documented as taking a TrainingTask only).
         ("post /api/v1/validate", "/api/v1/validate", json!([null, null]), true),
         ("post /api/v1/validate", "/api/v1/validate", json!({"kind": 3}), true),
