@@ -208,7 +208,8 @@ function thin(points, x0, x1, columns) {
 export function lineChart(metric) {
   const unit = unitOf(metric);
   const id = `chart-${metric.replace(/[^A-Za-z0-9_-]/g, "_")}`;
-  const readout = h("div", { class: "chart-readout", id: `${id}-readout`, "aria-live": "polite" });
+  // Announced when the keyboard moves the cursor, not at every move of a pointer.
+  const readout = h("div", { class: "chart-readout", id: `${id}-readout`, "aria-live": "off" });
   const plot = h("div", { class: "chart-plot" });
   const legend = h("ul", { class: "chart-legend", "aria-label": `${title(metric)}: series` });
   const note = h("p", { class: "muted chart-note" });
@@ -304,6 +305,7 @@ export function lineChart(metric) {
     }
     const nearest = (t) => times.reduce((a, b) => (Math.abs(b - t) < Math.abs(a - t) ? b : a), times[0]);
     root.addEventListener("pointermove", (ev) => {
+      readout.setAttribute("aria-live", "off");
       const r = root.getBoundingClientRect();
       const x = Math.min(Math.max(ev.clientX - r.left, pl), pr);
       cursor = nearest(t0 + ((x - pl) / (pr - pl)) * (t1 - t0));
@@ -317,6 +319,7 @@ export function lineChart(metric) {
       const to = { ArrowLeft: i - 1, ArrowRight: i + 1, Home: 0, End: times.length - 1, PageUp: i - 10, PageDown: i + 10 }[ev.key];
       if (to === undefined) return;
       ev.preventDefault();
+      readout.setAttribute("aria-live", "polite");
       cursor = times[Math.min(Math.max(to, 0), times.length - 1)];
       showAt(cursor);
     });
