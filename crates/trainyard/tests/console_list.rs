@@ -280,6 +280,19 @@ fn the_task_list_tabs_filters_resources_and_durations() {
 
     // The list at both widths: at a phone's, nothing runs off the side.
     let row = format!("tr[data-id='{gpu}']");
+    // The filters are open at a desktop's width; a phone folds them away so the first task shows at once.
+    let fold = |b: &Browser| {
+        b.script(
+            "const d = document.getElementById('frame').contentDocument;
+             const box = d.querySelector('details.filter-box');
+             return [box.open, box.querySelector('summary').textContent,
+                     d.querySelector('#task-rows tr').getBoundingClientRect().top];",
+            json!([]),
+        )
+    };
+    framed(&b, &format!("{list}?accelerator=gpu"), DESKTOP, &row);
+    let open = fold(&b);
+    assert_eq!((&open[0], &open[1]), (&json!(true), &json!("Filters · 1 set")), "at a desktop's width");
     framed(&b, &list, DESKTOP, &row);
     std::thread::sleep(std::time::Duration::from_millis(300));
     b.screenshot(&shots().join("list-desktop.png"));
@@ -289,6 +302,12 @@ fn the_task_list_tabs_filters_resources_and_durations() {
     assert!(
         widths[0] <= widths[1] && widths[2] <= widths[1],
         "the list overflows at phone width: {widths:?}"
+    );
+    let folded = fold(&b);
+    assert_eq!(folded[0], json!(false), "{folded}");
+    assert!(
+        folded[2].as_f64().unwrap() < f64::from(PHONE.1) / 2.0,
+        "the first task in the top half: {folded}"
     );
     b.screenshot(&shots().join("list-phone.png"));
 

@@ -69,11 +69,14 @@ function elapsed(t, now) {
 
 export async function taskList(params) {
   const tab = TABS.some(([id]) => id === params.get("tab")) ? params.get("tab") : "all";
+  // Who is signed in, for the tabs that list by user or group (the first tab needs no extra request).
   let me = null;
-  try {
-    ({ data: me } = await api("GET", "/api/v1/whoami"));
-  } catch (e) {
-    // The list still works without it; the tabs that need the user say so below.
+  if (tab !== "all") {
+    try {
+      ({ data: me } = await api("GET", "/api/v1/whoami"));
+    } catch (e) {
+      // Those tabs say so below; the first still works.
+    }
   }
   const myGroups = me?.groups || [];
 
@@ -146,16 +149,20 @@ export async function taskList(params) {
       : field("Project group", input("group", "group")),
     field("Labels", input("labels", "key=value,...")),
     field("Sort", h("select", { name: "sort", id: "f-sort" }, [["newest", "newest first"], ["oldest", "oldest first"], ["name", "by name"], ["updated", "last changed"]].map(([v, t]) => h("option", { value: v, selected: (params.get("sort") || "newest") === v }, t)))),
-    h("div", { class: "filter-buttons" },
-      h("button", { type: "submit" }, "Search"),
-      h("button", { type: "button", id: "refresh", class: "secondary", onclick: () => load(null, true) }, "Refresh")),
+    h("div", { class: "filter-buttons" }, h("button", { type: "submit" }, "Search")),
   );
+  // The filters fold away on a phone, so the list is what it shows first; the summary says how many are set.
+  const set = FILTERS.filter((f) => f !== "sort" && params.get(f)).length;
+  const filters = h("details", { class: "filter-box", open: !matchMedia("(max-width: 600px)").matches },
+    h("summary", {}, "Filters", set ? h("span", { class: "muted" }, ` · ${set} set`) : null),
+    form);
+  const refresh = h("button", { type: "button", id: "refresh", class: "secondary", onclick: () => load(null, true) }, "Refresh");
 
   // ---- the table ----
   const COLUMNS = ["Name", "Status", "Resources", "Duration", "Queue", "Type", "Owner", "Group", "Labels", "Created"];
   const body = h("tbody", { id: "task-rows" });
   const more = h("button", { type: "button", id: "more", hidden: true }, "Load more");
-  const status = h("p", { class: "muted", "aria-live": "polite" });
+  const status = h("p", { class: "muted list-status", "aria-live": "polite" });
   const table = h("table", { class: "tasks" },
     h("caption", {}, `Tasks: ${TABS.find(([id]) => id === tab)[1]}`),
     h("thead", {}, h("tr", {}, COLUMNS.map((c) => h("th", { scope: "col" }, c)))),
@@ -227,7 +234,7 @@ export async function taskList(params) {
   }
   more.addEventListener("click", () => load(cursor, false));
   const panel = h("div", { role: "tabpanel", id: "task-panel", "aria-labelledby": `tab-${tab}` },
-    form, status, h("div", { class: "table-wrap" }, table), more);
+    filters, h("div", { class: "list-bar" }, status, refresh), h("div", { class: "table-wrap" }, table), more);
   show(
     h("div", { class: "page-head" }, h("h1", {}, "Tasks"), h("a", { href: "#/create", id: "create-training", class: "button" }, "Create training")),
     tabs,
