@@ -371,6 +371,9 @@ fn every_answer_matches_its_documented_schema() {
     c.call(list, "/api/v1/tasks?status=Running&type=RayJob&labels=team=search&q=ray", "root", None);
     let any_case = c.call(list, "/api/v1/tasks?status=rUnNiNg&type=rayjob", "root", None).json();
     assert!(!any_case["items"].as_array().unwrap().is_empty(), "{any_case}");
+    let cpu = c.call(list, "/api/v1/tasks?accelerator=CPU&group=nlp,cv", "root", None).json();
+    assert!(!cpu["items"].as_array().unwrap().is_empty(), "{cpu}");
+    assert_eq!(c.call(list, "/api/v1/tasks?accelerator=tpu", "alice", None).status, 400);
     assert_eq!(c.call(list, "/api/v1/tasks?status=sideways", "alice", None).status, 400);
     assert_eq!(c.call(list, "/api/v1/tasks?limit=501", "alice", None).status, 400);
     assert_eq!(c.call(list, "/api/v1/tasks?sort=sideways", "alice", None).status, 400);
