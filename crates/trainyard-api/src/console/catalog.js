@@ -96,7 +96,7 @@ export function catalogEditor({ saved, say }) {
   let draft = null; // the copy being edited
   let asText = false;
   const open = new Set(["regions"]);
-  const bad = new Map(); // control id -> what is wrong with what was typed there
+  const bad = new Map(); // control id -> what is wrong with what was typed there, and the field's path
   let refused = null; // the body the server refused for conflicts, until the draft changes
 
   const form = h("div", { id: "catalog-form" });
@@ -139,7 +139,7 @@ export function catalogEditor({ saved, say }) {
     return h("div", { class: "field", "data-path": path },
       h("label", { for: id }, label), control,
       hint ? h("span", { class: "muted hint", id: `${id}-hint` }, hint) : null,
-      bad.has(id) ? h("span", { class: "field-problem", id: `${id}-problem` }, bad.get(id)) : null);
+      bad.has(id) ? h("span", { class: "field-problem", id: `${id}-problem` }, bad.get(id).text) : null);
   }
 
   function textField(obj, key, label, path, { optional = true, placeholder, hint } = {}) {
@@ -152,6 +152,14 @@ export function catalogEditor({ saved, say }) {
         edited();
       } });
     return field(id, label, input, path, hint);
+  }
+
+  // Which entry a field's path is in, as people say it: "node node-d", "quota line Reserved default cpu.small".
+  function where(path, obj) {
+    if (path.startsWith("quotas[")) return `quota line ${obj.resourceType} ${obj.pool} ${obj.spec} of ${obj.group}`;
+    const kind = path.split(".")[0];
+    const name = path.slice(kind.length + 1, path.lastIndexOf("."));
+    return ONE[kind] ? `${ONE[kind]} ${name}` : kind;
   }
 
   function numberField(obj, key, label, path, { min = 0, hint } = {}) {
@@ -168,10 +176,10 @@ export function catalogEditor({ saved, say }) {
           input.removeAttribute("aria-invalid");
           input.setAttribute("aria-describedby", hint ? `${id}-hint` : "");
         } else {
-          bad.set(id, `${label}: a whole number${min ? ` of at least ${min}` : ""}`);
+          bad.set(id, { text: `${label}: a whole number${min ? ` of at least ${min}` : ""}`, path, where: where(path, obj) });
           input.setAttribute("aria-invalid", "true");
           input.setAttribute("aria-describedby", `${hint ? `${id}-hint ` : ""}${id}-problem`);
-          wrap.append(h("span", { class: "field-problem", id: `${id}-problem` }, bad.get(id)));
+          wrap.append(h("span", { class: "field-problem", id: `${id}-problem` }, bad.get(id).text));
         }
         edited();
       } });
@@ -259,9 +267,11 @@ export function catalogEditor({ saved, say }) {
   function entry(kind, name, ...fields) {
     const path = `${kind}.${name}`;
     return h("fieldset", { class: "entry", "data-entry": `${kind}/${name}`, id: idOf(kind, name) },
-      h("legend", {}, h("span", { class: "mono" }, name),
-        h("button", { type: "button", class: "link danger-link", "data-action": "remove", "aria-label": `remove ${ONE[kind]} ${name}`,
-          onclick: () => removeEntry(kind, name) }, "Remove")),
+      // The legend names the group for assistive technology ("pool default"); Remove sits on the frame's
+      // right, outside it.
+      h("legend", {}, h("span", { class: "visually-hidden" }, `${ONE[kind]} `), h("span", { class: "mono" }, name)),
+      h("button", { type: "button", class: "link danger-link remove-entry", "data-action": "remove", "aria-label": `remove ${ONE[kind]} ${name}`,
+        onclick: () => removeEntry(kind, name) }, "Remove"),
       h("div", { class: "entry-problems", "data-path": path }),
       h("div", { class: "fields" }, fields));
   }
@@ -515,16 +525,16 @@ export function catalogEditor({ saved, say }) {
   function showProblems(title, items) {
     form.querySelectorAll(".server-problem").forEach((e) => e.remove());
     if (!items.length) { problems.replaceChildren(); return; }
-    const list = items.map(({ text: t, path }) => {
+    const list = items.map(({ text: t, path, inline = true }) => {
       const place = path && !asText ? placeFor(path) : null;
-      if (place) {
+      if (place && inline) {
         const where = place.matches(".entry-problems") || place.matches(".field, .quota-line, fieldset, .label-line") ? place : place.parentElement;
         where.append(h("span", { class: "field-problem server-problem", role: "note" }, t));
         const details = place.closest("details");
         if (details && !details.open) { details.open = true; open.add(details.dataset.kind); }
       }
       return h("li", { "data-path": path || "" }, place
-        ? h("a", { href: "#", onclick: (e) => { e.preventDefault(); place.closest("fieldset, .quota-line, .field")?.scrollIntoView({ block: "center" }); place.closest("fieldset")?.querySelector("input, select, button")?.focus(); } }, t)
+        ? h("a", { href: "#", onclick: (e) => { e.preventDefault(); place.closest("fieldset, .quota-line, .field")?.scrollIntoView({ block: "center" }); (place.matches(".field") ? place : place.closest("fieldset"))?.querySelector("input, select, button")?.focus(); } }, t)
         : t);
     });
     const heading = h("h4", { tabindex: "-1" }, title);
@@ -558,7 +568,7 @@ export function catalogEditor({ saved, say }) {
     if (!force) {
       clearRefusal();
       if (!asText && bad.size) {
-        showProblems("Fix these first", [...bad.values()].map((t) => ({ text: t })));
+        showProblems("Fix these first", [...bad.values()].map((b) => ({ text: `${b.where}, ${b.text}`, path: b.path, inline: false })));
         return;
       }
       if (!dirty() && !confirm("Nothing changed. Save the same catalog again?")) return;
