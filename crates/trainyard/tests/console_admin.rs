@@ -90,6 +90,17 @@ fn framed_widths(b: &Browser) -> (i64, i64) {
     (v[0].as_i64().unwrap(), v[1].as_i64().unwrap())
 }
 
+/// The page's controls that have no accessible name (no label, aria-label or text), as HTML excerpts.
+fn unlabelled(b: &Browser) -> Value {
+    b.script(
+        "const named = (e) => e.labels?.length || e.getAttribute('aria-label') || e.getAttribute('aria-labelledby')
+           || (e.tagName === 'BUTTON' && e.textContent.trim());
+         return [...document.querySelectorAll('main input, main select, main textarea, main button')]
+           .filter((e) => !named(e)).map((e) => e.outerHTML.slice(0, 160));",
+        json!([]),
+    )
+}
+
 /// Loads `url` afresh (after [`framed`] replaced the page, a change of hash alone would not draw it).
 fn reload(b: &Browser, url: &str) {
     b.goto("about:blank");
@@ -121,6 +132,16 @@ fn admin_edits_the_catalog_through_its_form() {
     sign_in_as(&b, &s, &s.token, "admin");
     b.goto(&format!("{}/#/admin", s.base));
     b.find("[data-entry='regions/local']");
+    b.script(
+        "document.querySelectorAll('#catalog-form details').forEach((d) => { d.open = true; })",
+        json!([]),
+    );
+    b.find("[data-entry='projectGroups/default'] .quota-line");
+    assert_eq!(unlabelled(&b), json!([]), "every control of the admin page has a name");
+    b.script(
+        "document.querySelectorAll('#catalog-form details').forEach((d) => { d.open = d.dataset.kind === 'regions'; })",
+        json!([]),
+    );
 
     // A new instance spec, 1 vCPU and 512 MiB.
     b.click(&b.find("#catalog-instanceSpecs"));
@@ -275,6 +296,7 @@ fn a_member_manages_their_own_tokens() {
     b.wait("the account page", || b.url().ends_with("#/account").then_some(()));
     let current = "#tokens tr[data-current='true']";
     b.wait("this session's token", || b.text_of(current).contains("browser").then_some(()));
+    assert_eq!(unlabelled(&b), json!([]), "every control of the account page has a name");
 
     b.type_into(&b.find("#token-label"), "script");
     b.click(&b.find("#create-token"));
