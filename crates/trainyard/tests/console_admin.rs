@@ -154,8 +154,8 @@ fn admin_edits_the_catalog_through_its_form() {
     b.click(&b.find("[data-entry='pools/default'] input[value='cpu.tiny']"));
     // A node.
     b.click(&b.find("#catalog-nodes"));
-    b.type_into(&b.find("#add-nodes-name"), "node-d");
-    b.click(&b.find("#add-nodes"));
+    // By keyboard: Enter in the name adds it.
+    b.type_into(&b.find("#add-nodes-name"), "node-d\u{E007}");
     retype(&b, "[data-entry='nodes/node-d'] [data-field='vcpus']", "2");
     retype(&b, "[data-entry='nodes/node-d'] [data-field='memoryMib']", "2048");
     assert!(b.text_of("[data-entry='nodes/gpu-0']").contains("GPU devices 0, 1"));
@@ -292,6 +292,8 @@ fn a_member_manages_their_own_tokens() {
     let b = Browser::start();
     sign_in_as(&b, &s, &session, "mia");
     assert!(b.try_find("#nav-admin").is_some_and(|e| !b.text(&e).contains("Admin")), "no admin link");
+    b.goto(&format!("{}/#/admin", s.base));
+    b.wait("the admin page refused", || b.text_of("main").contains("for admins").then_some(()));
     b.click(&b.find("#nav-account"));
     b.wait("the account page", || b.url().ends_with("#/account").then_some(()));
     let current = "#tokens tr[data-current='true']";

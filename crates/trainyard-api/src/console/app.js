@@ -1,7 +1,7 @@
 // The Trainyard console: a hash-routed page over the HTTP API, in small modules served as they are (no build
 // step). Each page is a function that builds its part of the document with `h` and calls the API.
 
-import { token } from "./core.js";
+import { fail, h, show, token } from "./core.js";
 import { accountPage } from "./account.js";
 import { adminPage } from "./admin.js";
 import { createPage } from "./create.js";
@@ -20,6 +20,15 @@ function markNav(path) {
 }
 
 async function route() {
+  try {
+    await page();
+  } catch (e) {
+    // A refused token already went to sign-in; anything else is said where the page would be.
+    if (e.status !== 401) show(fail(e));
+  }
+}
+
+async function page() {
   const [path, query] = location.hash.slice(1).split("?");
   if (!token() && path !== "/signin") { location.hash = "#/signin"; return; }
   markNav(path);
@@ -30,7 +39,10 @@ async function route() {
   if (m) return taskPage(decodeURIComponent(m[1]));
   if (path === "/new") return newTask();
   if (path === "/create") return createPage(new URLSearchParams(query || ""));
-  if (path === "/admin") return adminPage(me);
+  if (path === "/admin") {
+    if (me && me.role !== "admin") return show(h("h1", {}, "Admin"), h("p", { class: "error", role: "alert" }, "This page is for admins. Your own tokens are under Account."));
+    return adminPage(me);
+  }
   if (path === "/account") return accountPage(me);
   return taskList(new URLSearchParams(query || ""));
 }

@@ -104,7 +104,8 @@ export function catalogEditor({ saved, say }) {
     oninput: () => { clearRefusal(); status(); } });
   const problems = h("div", { id: "catalog-problems", role: "alert" });
   const conflicts = h("div", { id: "catalog-conflicts", "aria-live": "polite" });
-  const pending = h("p", { id: "catalog-changes", class: "muted", "aria-live": "polite" });
+  // Not a live region: it changes at every keystroke; saves and refusals are announced by the page's status line.
+  const pending = h("p", { id: "catalog-changes", class: "muted" });
   const toggle = h("button", { type: "button", id: "catalog-as-text", class: "link", "aria-expanded": "false", "aria-controls": "catalog", onclick: () => setMode(!asText) },
     "Advanced: edit as JSON/YAML");
   const saveButton = h("button", { type: "button", id: "save-catalog", onclick: () => save(false) }, "Save catalog");
