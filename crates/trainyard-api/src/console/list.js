@@ -69,6 +69,7 @@ function elapsed(t, now) {
 
 export async function taskList(params) {
   const tab = TABS.some(([id]) => id === params.get("tab")) ? params.get("tab") : "all";
+  const at = location.hash;
   // Who is signed in, for the tabs that list by user or group (the first tab needs no extra request).
   let me = null;
   if (tab !== "all") {
@@ -77,6 +78,8 @@ export async function taskList(params) {
     } catch (e) {
       // Those tabs say so below; the first still works.
     }
+    // The user went elsewhere meanwhile: that page is drawn, not this one.
+    if (location.hash !== at) return;
   }
   const myGroups = me?.groups || [];
 
@@ -90,7 +93,7 @@ export async function taskList(params) {
     return `#/tasks${q.toString() ? `?${q}` : ""}`;
   };
 
-  // ---- the tabs: a tablist whose tabs are links' worth of state, chosen with a click or the arrow keys ----
+  // ---- the tabs: each one a state of the URL, chosen with a click or the arrow keys (one tab stop) ----
   const tabIds = TABS.map(([id]) => id);
   const choose = (id, keyboard) => {
     if (id === tab) return;
