@@ -411,6 +411,16 @@ fn every_answer_matches_its_documented_schema() {
         c.call(shares, &format!("/api/v1/tasks/{torch}/shares"), "bob", Some(&share("carol", false))).status,
         403
     );
+    // Listed, and a share given then taken back (bob's; carol's stays for the clone below).
+    let listed = "get /api/v1/tasks/{id}/shares";
+    let on_torch = format!("/api/v1/tasks/{torch}/shares");
+    assert_eq!(c.call(shares, &on_torch, "alice", Some(&share("bob", false))).status, 204);
+    let entries = c.call(listed, &on_torch, "alice", None).json();
+    assert_eq!(entries["items"].as_array().map(Vec::len), Some(2), "{entries}");
+    assert_eq!(c.call(listed, "/api/v1/tasks/nope/shares", "alice", None).status, 404);
+    let unshare = "delete /api/v1/tasks/{id}/shares/{user}";
+    assert_eq!(c.call(unshare, &format!("{on_torch}/bob"), "alice", None).status, 204);
+    assert_eq!(c.call(unshare, &format!("{on_torch}/bob"), "alice", None).status, 404, "taken back already");
     let clone = "post /api/v1/tasks/{id}/clone";
     let path = format!("/api/v1/tasks/{torch}/clone");
     assert_eq!(c.call(clone, &path, "carol", None).status, 403, "into nlp, not hers");
