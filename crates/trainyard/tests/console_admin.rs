@@ -175,6 +175,12 @@ fn admin_edits_the_catalog_through_its_form() {
     b.wait("the save refused in the page", || b.text_of("#catalog-problems").contains("vCPUs").then_some(()));
     assert!(catalog(&s)["nodes"].get("node-d").is_none(), "nothing was sent");
     retype(&b, "[data-entry='nodes/node-d'] [data-field='vcpus']", "2");
+    // A line whose units were refused, then removed: it no longer holds the save back.
+    b.click(&b.find("[data-entry='projectGroups/default'] .quotas > button.add"));
+    let extra = "[data-entry='projectGroups/default'] .quota-line[data-index='3']";
+    retype(&b, &format!("{extra} [data-field='units']"), "-5");
+    b.find(&format!("{extra} .field-problem"));
+    b.click(&b.find(&format!("{extra} [data-action='remove-quota']")));
     let pending = b.text_of("#catalog-changes");
     for change in ["instance spec cpu.tiny added", "pool default changed", "node node-d added", "quota line"]
     {
@@ -197,6 +203,7 @@ fn admin_edits_the_catalog_through_its_form() {
     );
     let quota = json!({"group": "default", "resourceType": "Ondemand", "pool": "default", "spec": "cpu.tiny", "units": 4});
     assert!(c["quotas"].as_array().unwrap().contains(&quota), "{}", c["quotas"]);
+    assert_eq!(c["quotas"].as_array().unwrap().len(), 3, "the removed line is not there: {}", c["quotas"]);
     assert_eq!(c["nodes"]["gpu-0"]["gpuDevices"], json!([0, 1]), "the field the form does not show is kept");
     b.wait("the quota table shows the new line", || {
         b.text_of("#quota-lines").contains("Ondemand").then_some(())

@@ -165,7 +165,8 @@ export function catalogEditor({ saved, say }) {
 
   function numberField(obj, key, label, path, { min = 0, hint } = {}) {
     const id = idOf(path);
-    const input = h("input", { id, type: "number", inputmode: "numeric", min, step: 1, value: obj[key] ?? "", "data-field": key,
+    // What was typed and refused stays in the field when the form is drawn again (it never reached the draft).
+    const input = h("input", { id, type: "number", inputmode: "numeric", min, step: 1, value: bad.has(id) ? bad.get(id).raw : obj[key] ?? "", "data-field": key,
       "aria-describedby": hint ? `${id}-hint` : undefined,
       oninput: () => {
         const v = input.value.trim();
@@ -177,7 +178,7 @@ export function catalogEditor({ saved, say }) {
           input.removeAttribute("aria-invalid");
           input.setAttribute("aria-describedby", hint ? `${id}-hint` : "");
         } else {
-          bad.set(id, { text: `${label}: a whole number${min ? ` of at least ${min}` : ""}`, path, where: where(path, obj) });
+          bad.set(id, { text: `${label}: a whole number${min ? ` of at least ${min}` : ""}`, path, where: where(path, obj), raw: input.value });
           input.setAttribute("aria-invalid", "true");
           input.setAttribute("aria-describedby", `${hint ? `${id}-hint ` : ""}${id}-problem`);
           wrap.append(h("span", { class: "field-problem", id: `${id}-problem` }, bad.get(id).text));
@@ -249,6 +250,11 @@ export function catalogEditor({ saved, say }) {
 
   // ---- entries ---------------------------------------------------------------------------------------------
 
+  // Refused numbers of fields that are gone (their entry removed) no longer hold the save back.
+  function forget(gone) {
+    for (const [id, b] of bad) if (gone(b.path)) bad.delete(id);
+  }
+
   function removeEntry(kind, name) {
     const users = usedBy(draft, kind, name);
     const more = kind === "projectGroups" ? (draft.quotas || []).filter((q) => q.group === name).length : 0;
@@ -258,6 +264,7 @@ export function catalogEditor({ saved, say }) {
     lines.push("Nothing changes until you save.");
     if (!confirm(lines.join("\n\n"))) return;
     delete draft[kind][name];
+    forget((p) => p.startsWith(`${kind}.${name}.`) || (kind === "projectGroups" && p.startsWith("quotas[")));
     if (kind === "projectGroups") draft.quotas = (draft.quotas || []).filter((q) => q.group !== name);
     edited();
     render();
@@ -356,6 +363,8 @@ export function catalogEditor({ saved, say }) {
           onclick: () => {
             if (!confirm(`Remove the quota line ${q.resourceType} ${q.pool} ${q.spec} (${q.units} units) of ${group}? Nothing changes until you save.`)) return;
             draft.quotas.splice(i, 1);
+            // The lines after it move up a place: what was refused in any line is forgotten with it.
+            forget((p) => p.startsWith("quotas["));
             edited();
             render();
             document.getElementById(idOf("add-quota", group))?.focus();
