@@ -273,6 +273,11 @@ fn admin_edits_the_catalog_through_its_form() {
     framed(&b, &url, DESKTOP, "[data-entry='regions/local']");
     in_frame(&b, open_catalog);
     b.screenshot(&shots().join("admin-desktop.png"));
+    in_frame(
+        &b,
+        "const i = d.querySelector('details[data-kind=images]'); i.open = true; i.scrollIntoView();",
+    );
+    b.screenshot(&shots().join("admin-desktop-images.png"));
     framed(&b, &url, PHONE, "[data-entry='regions/local']");
     in_frame(&b, open_catalog);
     let (page, frame) = framed_widths(&b);

@@ -136,14 +136,15 @@ export function catalogEditor({ saved, say }) {
 
   // ---- controls, each bound to one key of one object of the draft -----------------------------------------
 
-  function field(id, label, control, path, hint) {
-    return h("div", { class: "field", "data-path": path },
+  function field(id, label, control, path, hint, wide = false) {
+    return h("div", { class: wide ? "field wide" : "field", "data-path": path },
       h("label", { for: id }, label), control,
       hint ? h("span", { class: "muted hint", id: `${id}-hint` }, hint) : null,
       bad.has(id) ? h("span", { class: "field-problem", id: `${id}-problem` }, bad.get(id).text) : null);
   }
 
-  function textField(obj, key, label, path, { optional = true, placeholder, hint } = {}) {
+  // `wide`: a reference or a path, given two columns where there are.
+  function textField(obj, key, label, path, { optional = true, placeholder, hint, wide = false } = {}) {
     const id = idOf(path);
     const input = h("input", { id, value: obj[key] ?? "", placeholder, spellcheck: "false", "data-field": key,
       "aria-describedby": hint ? `${id}-hint` : undefined,
@@ -152,7 +153,7 @@ export function catalogEditor({ saved, say }) {
         if (v === "" && optional) delete obj[key]; else obj[key] = v;
         edited();
       } });
-    return field(id, label, input, path, hint);
+    return field(id, label, input, path, hint, wide);
   }
 
   // Which entry a field's path is in, as people say it: "node node-d", "quota line Reserved default cpu.small".
@@ -324,24 +325,23 @@ export function catalogEditor({ saved, say }) {
     ],
     projectGroups: (x, n) => [textField(x, "displayName", "Display name", `projectGroups.${n}.displayName`), quotaLines(n)],
     images: (x, n) => [
-      textField(x, "reference", "Registry reference", `images.${n}.reference`, { placeholder: "registry.example/team/image:tag", hint: "or a root file system below, not both" }),
-      textField(x, "rootfs", "Root file system (local backend)", `images.${n}.rootfs`, { placeholder: "/srv/images/NAME" }),
-      checkField(x, "torch", "Carries PyTorch", `images.${n}.torch`),
-      checkField(x, "ray", "Carries Ray", `images.${n}.ray`),
+      textField(x, "reference", "Registry reference", `images.${n}.reference`, { placeholder: "registry.example/team/image:tag", hint: "or a root file system, not both", wide: true }),
+      textField(x, "rootfs", "Root file system (local backend)", `images.${n}.rootfs`, { placeholder: "/srv/images/NAME", wide: true }),
+      h("div", { class: "checks" }, checkField(x, "torch", "Carries PyTorch", `images.${n}.torch`), checkField(x, "ray", "Carries Ray", `images.${n}.ray`)),
       ...scopes(x, "images", n),
     ],
     registries: (x, n) => [
       listField(x, "mirrors", "Mirrors, tried first", `registries.${n}.mirrors`, { hint: "host[:port], comma-separated", optional: true }),
       checkField(x, "insecure", "Plain HTTP (a trusted network only)", `registries.${n}.insecure`),
-      textField(x, "caBundle", "CA bundle (PEM file)", `registries.${n}.caBundle`),
+      textField(x, "caBundle", "CA bundle (PEM file)", `registries.${n}.caBundle`, { wide: true }),
     ],
     volumes: (x, n) => [
       checkField(x, "multiPodReadWrite", "Several pods may write at once", `volumes.${n}.multiPodReadWrite`),
-      textField(x, "path", "Directory (local backend)", `volumes.${n}.path`, { hint: `empty: volumes/${n} in the data dir` }),
+      textField(x, "path", "Directory (local backend)", `volumes.${n}.path`, { hint: `empty: volumes/${n} in the data dir`, wide: true }),
       ...scopes(x, "volumes", n),
     ],
-    datasets: (x, n) => [textField(x, "path", "Directory (local backend)", `datasets.${n}.path`, { hint: `empty: datasets/${n} in the data dir` }), ...scopes(x, "datasets", n)],
-    models: (x, n) => [textField(x, "path", "Directory (local backend)", `models.${n}.path`, { hint: `empty: models/${n} in the data dir` }), ...scopes(x, "models", n)],
+    datasets: (x, n) => [textField(x, "path", "Directory (local backend)", `datasets.${n}.path`, { hint: `empty: datasets/${n} in the data dir`, wide: true }), ...scopes(x, "datasets", n)],
+    models: (x, n) => [textField(x, "path", "Directory (local backend)", `models.${n}.path`, { hint: `empty: models/${n} in the data dir`, wide: true }), ...scopes(x, "models", n)],
   };
 
   // A group's quota lines: one per resource type, pool and instance spec, in spec units.
