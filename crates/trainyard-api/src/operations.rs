@@ -786,7 +786,8 @@ pub const OPERATIONS: &[Operation] = &[
 /// first nor last, and a port that parses as 1 to 65535 (Rust's integer parsing: a `+` and leading zeros too).
 fn registry_host() -> Value {
     let host = "[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?";
-    let port = r"\+?0*(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])";
+    let port =
+        r"\+?0*(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])";
     json!({"type": "string", "pattern": format!("^{host}(?::{port})?$")})
 }
 
