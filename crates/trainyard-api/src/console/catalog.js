@@ -89,6 +89,13 @@ export function changes(a, b) {
   return out;
 }
 
+// Whether the editor last shown holds unsaved changes: leaving or reloading the page asks first. One listener
+// for the page's life, however often the admin page is drawn.
+let shown = () => false;
+window.addEventListener("beforeunload", (e) => {
+  if (shown()) { e.preventDefault(); e.returnValue = ""; }
+});
+
 /// The editor. `saved(catalog)` is called with what the server answered after a save; `say(text, bad)`
 /// writes the page's status line.
 export function catalogEditor({ saved, say }) {
@@ -645,7 +652,7 @@ export function catalogEditor({ saved, say }) {
     status();
   }
 
-  window.addEventListener("beforeunload", (e) => { if (form.isConnected && base && dirty()) e.preventDefault(); });
+  shown = () => form.isConnected && base !== null && dirty();
 
   // The save bar stays in view at the top while the form scrolls under it; what a save refused shows below it.
   const element = h("div", { class: "catalog-editor" },
