@@ -114,7 +114,8 @@ def main() -> None:
     )
     admin.call("PUT", "/api/v1/admin/registries/registry.example:5000/login", 204, json={"username": "u", "password": "p"})
 
-    # The tasks reach the states they will have (the fake backend starts them within a second or so).
+    # A moment for the fake backend to start the live tasks (within about a second), so the fuzzer meets
+    # running ones as well as queued ones.
     time.sleep(1.5)
     path = {
         "id": ids,
