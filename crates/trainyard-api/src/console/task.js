@@ -453,15 +453,7 @@ export async function taskPage(id) {
         running ? h("button", { type: "button", id: "act-stop", onclick: () => act("stop", "POST", `/api/v1/tasks/${id}/stop`, `Stop ${t.name}? Replicas get the checkpoint notice if it is on.`) }, "Stop") : "",
         !running && !t.deleted ? h("button", { type: "button", id: "act-resubmit", onclick: () => act("resubmit", "POST", `/api/v1/tasks/${id}/resubmit`, `Resubmit ${t.name} as a new attempt?`) }, "Resubmit") : "",
         h("button", { type: "button", id: "act-clone", onclick: () => { location.hash = `#/create?from=${encodeURIComponent(id)}`; } }, "Clone"),
-        h("button", { type: "button", id: "act-share", onclick: async () => {
-          const user = prompt(`Share ${t.name} with which user?`);
-          if (!user) return;
-          const operate = confirm(`May ${user} also operate it (stop, resubmit, delete)? OK for view and operate, Cancel for view only.`);
-          try {
-            await api("POST", `/api/v1/tasks/${id}/shares`, JSON.stringify({ user, operate }), { "Content-Type": "application/json" });
-            actions.append(h("span", { class: "muted" }, ` shared with ${user}${operate ? " (view and operate)" : " (view)"}`));
-          } catch (e) { actions.append(fail(e)); }
-        } }, "Share"),
+        h("button", { type: "button", id: "act-share", hidden: sharing.hidden, onclick: () => { shareUser.focus(); shareUser.scrollIntoView({ block: "center" }); } }, "Share"),
         t.deleted ? "" : h("button", { type: "button", id: "act-delete", class: "danger", onclick: () => act("delete", "DELETE", `/api/v1/tasks/${id}`, `Delete ${t.name}? Its history stays, the task leaves the list.`) }, "Delete"),
       );
       await Promise.all([loadLogs(), loadMetrics()]);
@@ -491,6 +483,57 @@ export async function taskPage(id) {
     a.click();
   });
 
+  // Sharing (the owner and admins): whom the task is shared with, each taken back with a click, and a share
+  // given by name. For anyone else the list is refused (403) and the section stays hidden.
+  const shareRows = h("tbody", { id: "shares" });
+  const shareUser = h("input", { id: "share-user", placeholder: "user name", autocomplete: "off", spellcheck: "false" });
+  const shareOperate = h("input", { type: "checkbox", id: "share-operate" });
+  const shareMsg = h("p", { role: "status", "aria-live": "polite", id: "share-msg" });
+  const sharing = h("section", { id: "sharing", hidden: true }, h("h2", { id: "sharing-title" }, "Sharing"));
+  async function loadShares() {
+    try {
+      const { data } = await api("GET", `/api/v1/tasks/${id}/shares`);
+      sharing.hidden = false;
+      document.getElementById("act-share")?.removeAttribute("hidden");
+      shareRows.replaceChildren(...data.items.map((x) => h("tr", { "data-user": x.user },
+        h("td", { "data-label": "User" }, x.user), h("td", { "data-label": "May" }, x.operate ? "see and operate" : "see"),
+        h("td", {}, h("button", { type: "button", class: "link", "aria-label": `take back the share of ${x.user}`, onclick: async () => {
+          if (!confirm(`Take the share of ${x.user} back?`)) return;
+          try {
+            await api("DELETE", `/api/v1/tasks/${id}/shares/${encodeURIComponent(x.user)}`);
+            shareMsg.textContent = `no longer shared with ${x.user}`;
+            shareMsg.className = "ok";
+            loadShares();
+          } catch (e) { shareMsg.textContent = e.message; shareMsg.className = "error"; }
+        } }, "Take back")))));
+      if (!data.items.length) shareRows.replaceChildren(h("tr", {}, h("td", { colspan: 3, class: "muted" }, "Shared with no one: only its owner, admins and (when public) its group's members see it.")));
+    } catch (e) {
+      sharing.hidden = e.status === 403 || e.status === 404;
+      if (!sharing.hidden) { shareMsg.textContent = e.message; shareMsg.className = "error"; }
+    }
+  }
+  sharing.append(
+    h("div", { class: "table-wrap" }, h("table", { "aria-labelledby": "sharing-title" },
+      h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "User"), h("th", { scope: "col" }, "May"), h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "Actions")))), shareRows)),
+    h("form", { class: "row-item", onsubmit: async (ev) => {
+      ev.preventDefault();
+      const user = shareUser.value.trim();
+      if (!user) { shareMsg.textContent = "Name the user to share with."; shareMsg.className = "error"; shareUser.focus(); return; }
+      try {
+        await api("POST", `/api/v1/tasks/${id}/shares`, JSON.stringify({ user, operate: shareOperate.checked }), { "Content-Type": "application/json" });
+        shareMsg.textContent = `shared with ${user}${shareOperate.checked ? " (see and operate)" : " (see)"}`;
+        shareMsg.className = "ok";
+        shareUser.value = "";
+        shareOperate.checked = false;
+        loadShares();
+      } catch (e) { shareMsg.textContent = e.message; shareMsg.className = "error"; }
+    } },
+      h("label", { for: "share-user" }, "Share with ", shareUser),
+      h("label", {}, shareOperate, " may also stop, resubmit, clone and delete it"),
+      h("button", { type: "submit", id: "share-submit" }, "Share")),
+    shareMsg,
+  );
+
   const table = (title, cols, body, cls) => h("div", { class: "table-wrap" }, h("table", { class: cls, "aria-labelledby": title }, h("thead", {}, h("tr", {}, cols.map((c) => h("th", { scope: "col" }, c)))), body));
   show(
     head, actions,
@@ -503,6 +546,8 @@ export async function taskPage(id) {
       logs.controls, logs.pane),
     h("section", {}, h("h2", {}, "Metrics"), chartNote, charts),
     h("section", {}, h("h2", {}, "Spec"), spec.bar, h("p", { class: "muted" }, "Hidden values are masked."), spec.pre),
+    sharing,
   );
   await refresh();
+  loadShares();
 }
