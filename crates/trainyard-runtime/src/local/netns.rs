@@ -404,19 +404,13 @@ pub fn delete_switch(ip: &Path, switch: &str) {
     }
 }
 
-/// A replica's network namespace made ahead of its replica: loopback up, low ports allowed, and a netlink
-/// socket opened inside it. Making a namespace takes machine-wide locks (a few milliseconds each, one at a
-/// time), so a pooled supervisor makes its own while it waits for a replica, off the launch path.
-#[derive(Debug)]
-pub struct ReadyNamespace {
-    ns: OwnedFd,
-    inside: super::netlink::Netlink,
-}
-
-/// Makes a network namespace for a replica (see [`ReadyNamespace`]), from a thread of its own.
-pub fn make_namespace() -> Result<ReadyNamespace, String> {
+/// Makes the replica's namespace, wires it to the bridge, and returns a file descriptor of it (it has no
+/// name: the descriptor and the processes in it keep it alive). Done with netlink from one thread: it makes the
+/// namespace its own, opens a netlink socket there, enters the switch's and opens another, then wires both ends.
+pub fn create_replica(net: &ReplicaNet) -> Result<OwnedFd, String> {
     use super::netlink::{LOOPBACK_INDEX, Netlink};
-    let make = || -> Result<ReadyNamespace, String> {
+    let switch = open_named(&net.switch)?;
+    let wire = || -> Result<OwnedFd, String> {
         let step = |what: &str, e: std::io::Error| format!("{what}: {e}");
         // Only CLONE_FILES and CLONE_FS make unshare unsound (they change what other threads' descriptors and
         // paths mean); a network namespace of this thread's own does not.
@@ -433,30 +427,12 @@ pub fn make_namespace() -> Result<ReadyNamespace, String> {
         std::fs::write("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0")
             .map_err(|e| step("cannot allow low ports", e))?;
         let mut inside = Netlink::open().map_err(|e| step("netlink", e))?;
-        inside.up(LOOPBACK_INDEX).map_err(|e| step("lo", e))?;
-        Ok(ReadyNamespace { ns, inside })
-    };
-    std::thread::scope(|s| {
-        s.spawn(make).join().unwrap_or_else(|_| Err("the namespace thread panicked".into()))
-    })
-}
-
-/// Wires a replica's namespace to the attempt's bridge (a veth pair, the replica's address, the default
-/// route) and returns a file descriptor of it (it has no name: the descriptor and the processes in it keep
-/// it alive). `ready`: one made ahead ([`make_namespace`]); without it, one is made now.
-pub fn create_replica(net: &ReplicaNet, ready: Option<ReadyNamespace>) -> Result<OwnedFd, String> {
-    let switch = open_named(&net.switch)?;
-    let ReadyNamespace { ns, mut inside } = match ready {
-        Some(r) => r,
-        None => make_namespace()?,
-    };
-    let wire = move || -> Result<OwnedFd, String> {
-        let step = |what: &str, e: std::io::Error| format!("{what}: {e}");
         enter(&switch)?;
-        let mut sw = super::netlink::Netlink::open().map_err(|e| step("netlink", e))?;
+        let mut sw = Netlink::open().map_err(|e| step("netlink", e))?;
         let bridge = sw.index("br0").map_err(|e| step("the attempt's bridge", e))?;
         let port = format!("v{}", net.index);
         sw.veth(&port, bridge, "eth0", &ns).map_err(|e| step(&format!("cannot make veth {port}"), e))?;
+        inside.up(LOOPBACK_INDEX).map_err(|e| step("lo", e))?;
         let eth = inside.index("eth0").map_err(|e| step("eth0", e))?;
         inside.address(eth, net.address, net.prefix).map_err(|e| step("eth0's address", e))?;
         inside.up(eth).map_err(|e| step("eth0", e))?;
@@ -465,7 +441,6 @@ pub fn create_replica(net: &ReplicaNet, ready: Option<ReadyNamespace>) -> Result
         }
         Ok(ns)
     };
-    // The thread enters the switch's namespace: one of its own, so the caller's stays as it was.
     std::thread::scope(|s| {
         s.spawn(wire).join().unwrap_or_else(|_| Err("the network setup thread panicked".into()))
     })

@@ -219,13 +219,11 @@ pub fn main(dir: &Path) -> i32 {
     let _ = rustix::thread::set_no_new_privs(true);
     let pooled = dir.file_name().is_some_and(|n| n == "-");
     let waiting = pooled.then(|| Cgroup::enter_new(&pool_cgroup_name(std::process::id())));
-    // A pooled supervisor makes its replica's network namespace while it waits (see `netns::ReadyNamespace`).
-    let namespace = pooled.then(|| std::thread::spawn(netns::make_namespace));
     let mut input = String::new();
     let read = std::io::Read::read_to_string(&mut std::io::stdin(), &mut input);
     if !pooled {
         let Ok(job) = serde_json::from_str::<ReplicaJob>(&input) else { return 2 };
-        return run(dir, job, None, None);
+        return run(dir, job, None);
     }
     let sent = read.ok().and_then(|_| serde_json::from_str::<PooledJob>(&input).ok());
     let Some(PooledJob { dir, job }) = sent else {
@@ -252,14 +250,12 @@ pub fn main(dir: &Path) -> i32 {
         },
         Some(Err(_)) | None => None,
     };
-    // Made ahead, or not (then the replica's is made as an unpooled supervisor makes it).
-    let namespace = namespace.and_then(|t| t.join().ok()).and_then(Result::ok);
-    run(&dir, job, ready, namespace)
+    run(&dir, job, ready)
 }
 
 /// Runs one replica to its end (see [`main`]). `ready`: cgroups already entered, with the replica's name
-/// and limits, and `namespace`: a network namespace made ahead (a pooled supervisor's).
-fn run(dir: &Path, job: ReplicaJob, ready: Option<Cgroup>, namespace: Option<netns::ReadyNamespace>) -> i32 {
+/// and limits (a pooled supervisor's).
+fn run(dir: &Path, job: ReplicaJob, ready: Option<Cgroup>) -> i32 {
     let Ok(events) = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("events.jsonl"))
     else {
         return 2;
@@ -285,7 +281,7 @@ fn run(dir: &Path, job: ReplicaJob, ready: Option<Cgroup>, namespace: Option<net
     sup.save();
     // The replica's network namespace is made while its cgroups are: both wait mostly on the kernel (moving
     // a process between cgroups and making a namespace take machine-wide locks), not on each other.
-    let net = job.net.clone().map(|net| std::thread::spawn(move || netns::create_replica(&net, namespace)));
+    let net = job.net.clone().map(|net| std::thread::spawn(move || netns::create_replica(&net)));
     let made = match ready {
         Some(cg) => Ok(cg),
         None => Cgroup::create(&cgroup_name(dir), job.millicpu, job.memory_mib, job.limits.pids_max),
