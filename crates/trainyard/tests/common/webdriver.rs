@@ -13,6 +13,8 @@ pub struct Browser {
     base: String,
     session: String,
     agent: ureq::Agent,
+    /// The driver's and the browser's TMPDIR (profiles, shared-memory files), removed with the browser.
+    tmp: std::path::PathBuf,
 }
 
 /// A found element's WebDriver reference.
@@ -57,7 +59,12 @@ impl Browser {
         let chromedriver = find_program(&["chromedriver"]);
         let chromium = find_program(CHROMIUM);
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        // Everything the browser leaves in its temp dir (a profile per session, shared-memory files) goes
+        // into one of ours, removed on drop, so runs leave nothing behind in /tmp.
+        let tmp = std::env::temp_dir().join(format!("trainyard-browser-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
         let driver = Command::new(chromedriver)
+            .env("TMPDIR", &tmp)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -82,7 +89,7 @@ impl Browser {
                 "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000"]
             }
         }}});
-        let mut b = Browser { driver, base, session: String::new(), agent };
+        let mut b = Browser { driver, base, session: String::new(), agent, tmp };
         let v = b.post("/session", caps);
         b.session = v["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {v}")).to_owned();
         b
@@ -188,5 +195,6 @@ impl Drop for Browser {
         let _ = self.agent.delete(&format!("{}{}", self.base, self.s(""))).call();
         let _ = self.driver.kill();
         let _ = self.driver.wait();
+        let _ = std::fs::remove_dir_all(&self.tmp);
     }
 }
