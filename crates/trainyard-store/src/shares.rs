@@ -49,10 +49,11 @@ impl Store {
 
     /// The users a task is shared with, by name, and whether each may operate it.
     pub async fn shares(&self, task_id: &str) -> Result<Vec<(String, bool)>> {
-        let rows = sqlx::query("SELECT user_name, operate FROM task_shares WHERE task_id = $1 ORDER BY user_name")
-            .bind(task_id)
-            .fetch_all(&self.pool)
-            .await?;
+        let rows =
+            sqlx::query("SELECT user_name, operate FROM task_shares WHERE task_id = $1 ORDER BY user_name")
+                .bind(task_id)
+                .fetch_all(&self.pool)
+                .await?;
         rows.iter().map(|r| Ok((r.try_get::<String, _>(0)?, r.try_get::<i64, _>(1)? != 0))).collect()
     }
 

@@ -35,7 +35,10 @@ pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route("/", get(|| async { asset("text/html; charset=utf-8", INDEX) }))
         .route("/console/style.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }));
     for &(name, body) in MODULES {
-        router = router.route(&format!("/console/{name}"), get(move || async move { asset("text/javascript; charset=utf-8", body) }));
+        router = router.route(
+            &format!("/console/{name}"),
+            get(move || async move { asset("text/javascript; charset=utf-8", body) }),
+        );
     }
     router
 }
