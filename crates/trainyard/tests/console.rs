@@ -4,23 +4,13 @@
 
 mod common;
 
+use common::console::{DESKTOP, PHONE, framed, in_frame, pick, reload, scroll_to, shots};
 use common::webdriver::Browser;
 use common::{Server, secs};
 use serde_json::json;
 
-fn shots() -> std::path::PathBuf {
-    std::env::var_os("TRAINYARD_SCREENSHOTS").map_or_else(
-        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/console-screenshots"),
-        std::path::PathBuf::from,
-    )
-}
-
 fn sign_in(b: &Browser, s: &Server) {
-    b.goto(&format!("{}/", s.base));
-    let token = b.find("#token");
-    b.type_into(&token, &s.token);
-    b.click(&b.find("#signin"));
-    b.wait("the user's name", || (b.text_of("#who-name") == "admin").then_some(()));
+    common::console::sign_in(b, s);
     assert!(b.text_of("#who").contains("admin"), "role shown: {}", b.text_of("#who"));
 }
 
@@ -106,15 +96,6 @@ fn stop_a_running_task_from_its_page() {
     for reason in ["StopRequested", "CheckpointRequested", "CheckpointDone"] {
         assert!(events.contains(reason), "{reason} not in {events}");
     }
-}
-
-/// Chooses an option of a select by value, as a user picking it would (a change event).
-fn pick(b: &Browser, css: &str, value: &str) {
-    let el = b.find(css);
-    b.script(
-        "arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('change', {bubbles: true}));",
-        json!([el.reference(), value]),
-    );
 }
 
 fn input_id(path: &str) -> String {
@@ -243,12 +224,6 @@ fn admin_marks_a_node_failed_and_the_task_is_replaced() {
     scroll_to(&b, "#attempts");
     b.screenshot(&shots().join("attempts-after-node-failure.png"));
     s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
-}
-
-/// Scrolls an element to the top of the viewport, for a screenshot of it.
-fn scroll_to(b: &Browser, css: &str) {
-    let el = b.find(css);
-    b.script("arguments[0].closest('section').scrollIntoView({block: 'start'});", json!([el.reference()]));
 }
 
 /// The group's quota is full with a first task, so a second waits: the list shows it Queued with its place and
@@ -525,42 +500,13 @@ fn registry_images_in_the_form_and_on_the_admin_page() {
     assert!(b.text_of("#admin-msg").contains("pruned 1 image,"), "{}", b.text_of("#admin-msg"));
 }
 
-const DESKTOP: (u32, u32) = (1280, 800);
-const PHONE: (u32, u32) = (390, 844);
-
-/// Shows `url` in a frame of `w`×`h` CSS pixels at the top left of the page (the frame has its own viewport,
-/// so the page's media queries apply: the browser window itself stays 1280 wide), and waits for `css` in it.
-fn framed(b: &Browser, url: &str, (w, h): (u32, u32), css: &str) {
-    b.script(
-        "document.body.replaceChildren(); document.body.style.background = '#8a8f98';
-         const f = document.createElement('iframe');
-         f.id = 'frame'; f.src = arguments[0];
-         f.style.cssText = `width:${arguments[1]}px;height:${arguments[2]}px;border:0;display:block;background:#fff`;
-         document.body.append(f);",
-        json!([url, w, h]),
-    );
-    b.wait(&format!("{css} in the frame"), || {
-        let found = b.script(
-            "return !!document.getElementById('frame')?.contentDocument?.querySelector(arguments[0])",
-            json!([css]),
-        );
-        (found == json!(true)).then_some(())
-    });
-}
-
-/// Loads `url` afresh (after [`framed`] replaced the page, a change of hash alone would not draw it).
-fn reload(b: &Browser, url: &str) {
-    b.goto("about:blank");
-    b.goto(url);
-}
-
 /// How wide the framed page's header and document are, against the frame's width: [header scroll width,
 /// header client width, document scroll width, frame width].
 fn framed_widths(b: &Browser) -> Vec<i64> {
-    let v = b.script(
-        "const d = document.getElementById('frame').contentDocument; const hd = d.querySelector('header');
+    let v = in_frame(
+        b,
+        "const hd = d.querySelector('header');
          return [hd.scrollWidth, hd.clientWidth, d.documentElement.scrollWidth, d.documentElement.clientWidth];",
-        json!([]),
     );
     v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect()
 }

@@ -4,33 +4,10 @@
 
 mod common;
 
+use common::console::{DESKTOP, PHONE, framed, framed_widths, in_frame, pick, reload, shots, sign_in_as};
 use common::webdriver::Browser;
 use common::{Server, secs};
 use serde_json::{Value, json};
-
-fn shots() -> std::path::PathBuf {
-    std::env::var_os("TRAINYARD_SCREENSHOTS").map_or_else(
-        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/console-screenshots"),
-        std::path::PathBuf::from,
-    )
-}
-
-/// Signs in with `token` and waits for the header to name `user`.
-fn sign_in_as(b: &Browser, s: &Server, token: &str, user: &str) {
-    b.goto(&format!("{}/", s.base));
-    b.type_into(&b.find("#token"), token);
-    b.click(&b.find("#signin"));
-    b.wait(&format!("{user} signed in"), || (b.text_of("#who-name") == user).then_some(()));
-}
-
-/// Chooses an option of a select by value, as a user picking it would (a change event).
-fn pick(b: &Browser, css: &str, value: &str) {
-    let el = b.find(css);
-    b.script(
-        "arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('change', {bubbles: true}));",
-        json!([el.reference(), value]),
-    );
-}
 
 /// Replaces what an input holds, as typing would.
 fn retype(b: &Browser, css: &str, text: &str) {
@@ -56,40 +33,6 @@ fn whoami(s: &Server, token: &str) -> (u16, String) {
     (r.status().as_u16(), body["name"].as_str().unwrap_or("").to_owned())
 }
 
-const DESKTOP: (u32, u32) = (1280, 800);
-const PHONE: (u32, u32) = (390, 844);
-
-/// Shows `url` in a frame of `w`×`h` CSS pixels (its own viewport, so the page's media queries apply) and
-/// waits for `css` in it.
-fn framed(b: &Browser, url: &str, (w, h): (u32, u32), css: &str) {
-    b.script(
-        "document.body.replaceChildren(); document.body.style.background = '#8a8f98';
-         const f = document.createElement('iframe');
-         f.id = 'frame'; f.src = arguments[0];
-         f.style.cssText = `width:${arguments[1]}px;height:${arguments[2]}px;border:0;display:block;background:#fff`;
-         document.body.append(f);",
-        json!([url, w, h]),
-    );
-    b.wait(&format!("{css} in the frame"), || {
-        let found = b.script(
-            "return !!document.getElementById('frame')?.contentDocument?.querySelector(arguments[0])",
-            json!([css]),
-        );
-        (found == json!(true)).then_some(())
-    });
-}
-
-/// Runs `js` inside the frame's document (`d`).
-fn in_frame(b: &Browser, js: &str) -> Value {
-    b.script(&format!("const d = document.getElementById('frame').contentDocument; {js}"), json!([]))
-}
-
-/// [document scroll width, frame width] of the framed page: the first may not exceed the second.
-fn framed_widths(b: &Browser) -> (i64, i64) {
-    let v = in_frame(b, "return [d.documentElement.scrollWidth, d.documentElement.clientWidth];");
-    (v[0].as_i64().unwrap(), v[1].as_i64().unwrap())
-}
-
 /// The page's controls that have no accessible name (no label, aria-label or text), as HTML excerpts.
 fn unlabelled(b: &Browser) -> Value {
     b.script(
@@ -99,12 +42,6 @@ fn unlabelled(b: &Browser) -> Value {
            .filter((e) => !named(e)).map((e) => e.outerHTML.slice(0, 160));",
         json!([]),
     )
-}
-
-/// Loads `url` afresh (after [`framed`] replaced the page, a change of hash alone would not draw it).
-fn reload(b: &Browser, url: &str) {
-    b.goto("about:blank");
-    b.goto(url);
 }
 
 /// A GPU node whose device list the form does not show: it must come back from a form save unchanged.

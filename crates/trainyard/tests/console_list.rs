@@ -6,20 +6,11 @@
 
 mod common;
 
+use common::console::{DESKTOP, PHONE, framed, in_frame, pick, shots, sign_in_as};
 use common::webdriver::Browser;
 use common::{Server, secs};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
-
-fn shots() -> std::path::PathBuf {
-    std::env::var_os("TRAINYARD_SCREENSHOTS").map_or_else(
-        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/console-screenshots"),
-        std::path::PathBuf::from,
-    )
-}
-
-const DESKTOP: (u32, u32) = (1280, 800);
-const PHONE: (u32, u32) = (390, 844);
 
 /// WebDriver's codes for the keys a tablist answers.
 const ARROW_RIGHT: &str = "\u{E014}";
@@ -71,17 +62,6 @@ fn call_as(s: &Server, token: &str, method: &str, path: &str, body: Option<&str>
     (r.status().as_u16(), r.body_mut().read_to_string().unwrap_or_default())
 }
 
-/// Signs in with `token` (signing out whoever was signed in) and waits for `name` in the header.
-fn sign_in_as(b: &Browser, s: &Server, token: &str, name: &str) {
-    b.goto(&format!("{}/", s.base));
-    b.script("localStorage.clear(); location.hash = '#/signin';", json!([]));
-    b.goto(&format!("{}/#/signin", s.base));
-    let field = b.find("#token");
-    b.type_into(&field, token);
-    b.click(&b.find("#signin"));
-    b.wait(&format!("{name} signed in"), || (b.text_of("#who-name") == name).then_some(()));
-}
-
 /// The ids of the rows the list shows now.
 fn rows(b: &Browser) -> BTreeSet<String> {
     let v = b
@@ -112,43 +92,13 @@ fn tab_state(b: &Browser) -> (String, String) {
     (v[0].as_str().unwrap().to_owned(), v[1].as_str().unwrap().to_owned())
 }
 
-/// Chooses an option of a select by value, as a user picking it would.
-fn pick(b: &Browser, css: &str, value: &str) {
-    let el = b.find(css);
-    b.script(
-        "arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('change', {bubbles: true}));",
-        json!([el.reference(), value]),
-    );
-}
-
-/// Shows `url` in a frame of `w`×`h` CSS pixels (the page's media queries apply to the frame's width) and
-/// waits for `css` in it.
-fn framed(b: &Browser, url: &str, (w, h): (u32, u32), css: &str) {
-    b.script(
-        "document.body.replaceChildren(); document.body.style.background = '#8a8f98';
-         const f = document.createElement('iframe');
-         f.id = 'frame'; f.src = arguments[0];
-         f.style.cssText = `width:${arguments[1]}px;height:${arguments[2]}px;border:0;display:block;background:#fff`;
-         document.body.append(f);",
-        json!([url, w, h]),
-    );
-    b.wait(&format!("{css} in the frame"), || {
-        let found = b.script(
-            "return !!document.getElementById('frame')?.contentDocument?.querySelector(arguments[0])",
-            json!([css]),
-        );
-        (found == json!(true)).then_some(())
-    });
-}
-
 /// In the frame: [document scroll width, frame width, widest right edge of a tab, filter or card].
 fn framed_widths(b: &Browser) -> Vec<i64> {
-    let v = b.script(
-        "const d = document.getElementById('frame').contentDocument;
-         const right = Math.max(...[...d.querySelectorAll('[role=tab], .filters label, #task-rows tr')]
+    let v = in_frame(
+        b,
+        "const right = Math.max(...[...d.querySelectorAll('[role=tab], .filters label, #task-rows tr')]
            .map((e) => Math.ceil(e.getBoundingClientRect().right)));
          return [d.documentElement.scrollWidth, d.documentElement.clientWidth, right];",
-        json!([]),
     );
     v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect()
 }

@@ -6,21 +6,22 @@
 
 mod common;
 
+use common::console::{DESKTOP, PHONE, sign_in, sign_in_as};
 use common::webdriver::Browser;
 use common::{Server, secs};
 use serde_json::{Value, json};
 
+/// Where this file's screenshots go: `pages/` under the console's.
 fn shots() -> std::path::PathBuf {
-    std::env::var_os("TRAINYARD_SCREENSHOTS")
-        .map_or_else(
-            || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/console-screenshots"),
-            std::path::PathBuf::from,
-        )
-        .join("pages")
+    common::console::shots().join("pages")
 }
 
-const DESKTOP: (u32, u32) = (1280, 800);
-const PHONE: (u32, u32) = (390, 844);
+/// [`common::console::framed`], then a moment for what the page fetches after its first paint (a task's logs
+/// and metrics, the admin page's lists).
+fn framed(b: &Browser, url: &str, size: (u32, u32), css: &str) {
+    common::console::framed(b, url, size, css);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+}
 
 /// The audit, run in the framed page's document; it answers a list of findings, each a short sentence that
 /// names the element.
@@ -101,37 +102,6 @@ for (let t = walker.nextNode(); t; t = walker.nextNode()) {
 return out;
 "#;
 
-/// Shows `url` in a frame of `w`×`h` CSS pixels (the frame has its own viewport, so the page's media queries
-/// apply) and waits for `css` in it.
-fn framed(b: &Browser, url: &str, (w, h): (u32, u32), css: &str) {
-    b.goto("about:blank");
-    b.goto(url.split('#').next().unwrap());
-    b.script(
-        "document.body.replaceChildren(); document.body.style.background = '#8a8f98';
-         const f = document.createElement('iframe');
-         f.id = 'frame'; f.src = arguments[0];
-         f.style.cssText = `width:${arguments[1]}px;height:${arguments[2]}px;border:0;display:block;background:#fff`;
-         document.body.append(f);",
-        json!([url, w, h]),
-    );
-    b.wait(&format!("{css} in the frame"), || {
-        let found = b.script(
-            "return !!document.getElementById('frame')?.contentDocument?.querySelector(arguments[0])",
-            json!([css]),
-        );
-        (found == json!(true)).then_some(())
-    });
-    // What the page fetches after its first paint (a task's logs and metrics, the admin page's lists).
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-}
-
-fn sign_in(b: &Browser, s: &Server, token: &str) {
-    b.goto(&format!("{}/", s.base));
-    b.type_into(&b.find("#token"), token);
-    b.click(&b.find("#signin"));
-    b.wait("signed in", || b.try_find("#who-name"));
-}
-
 /// Every page, at both widths: a screenshot and the audit's findings, all of them reported at once.
 #[test]
 fn every_page_fits_a_phone_and_passes_the_audit() {
@@ -141,7 +111,7 @@ fn every_page_fits_a_phone_and_passes_the_audit() {
     let ran = s.submit(&common::pytorch("audited", 1, cmd));
     s.wait_status(&ran, "Succeeded", secs(120));
     let b = Browser::start();
-    sign_in(&b, &s, &s.token);
+    sign_in(&b, &s);
 
     let pages: &[(&str, &str, &str)] = &[
         ("tasks", "#/tasks", &format!("tr[data-id='{ran}']")),
@@ -182,7 +152,7 @@ fn every_page_fits_a_phone_and_passes_the_audit() {
 fn precheck_environment_variables_from_the_form() {
     let s = Server::start("console-precheck-env", None);
     let b = Browser::start();
-    sign_in(&b, &s, &s.token);
+    sign_in(&b, &s);
     let field = |path: &str| format!("[id='in-{path}']");
     b.goto(&format!("{}/#/create", s.base));
     b.type_into(&b.find(&field("metadata.namePrefix")), "prechecked");
@@ -234,7 +204,7 @@ fn sharing_from_the_task_page() {
     assert_eq!(as_sam(&format!("/api/v1/tasks/{id}")), 404);
 
     let b = Browser::start();
-    sign_in(&b, &s, &s.token);
+    sign_in(&b, &s);
     b.goto(&format!("{}/#/tasks/{id}", s.base));
     b.wait("the sharing section", || b.text_of("#shares").contains("Shared with no one").then_some(()));
     b.click(&b.find("#act-share"));
@@ -256,8 +226,7 @@ fn sharing_from_the_task_page() {
 
     // Sam, shared with again (see only), sees the task but not its Sharing section nor the Share button.
     s.call("POST", &format!("/api/v1/tasks/{id}/shares"), Some(r#"{"user": "sam"}"#));
-    b.script("localStorage.clear()", json!([]));
-    sign_in(&b, &s, &sam);
+    sign_in_as(&b, &s, &sam, "sam");
     b.goto(&format!("{}/#/tasks/{id}", s.base));
     b.wait("the task", || b.text_of("h1").contains("sharedpage").then_some(()));
     std::thread::sleep(std::time::Duration::from_millis(1000));

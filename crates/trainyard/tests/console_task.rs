@@ -8,23 +8,10 @@
 
 mod common;
 
+use common::console::{DESKTOP, PHONE, framed, framed_widths, scroll_to, shots, sign_in};
 use common::webdriver::{Browser, El};
 use common::{Server, secs};
 use serde_json::{Value, json};
-
-fn shots() -> std::path::PathBuf {
-    std::env::var_os("TRAINYARD_SCREENSHOTS").map_or_else(
-        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/console-screenshots"),
-        std::path::PathBuf::from,
-    )
-}
-
-fn sign_in(b: &Browser, s: &Server) {
-    b.goto(&format!("{}/", s.base));
-    b.type_into(&b.find("#token"), &s.token);
-    b.click(&b.find("#signin"));
-    b.wait("the user's name", || (b.text_of("#who-name") == "admin").then_some(()));
-}
 
 // WebDriver's codes for keys (W3C WebDriver, "Keyboard actions").
 const ENTER: &str = "\u{E007}";
@@ -292,8 +279,8 @@ fn the_task_page_charts_logs_times_and_spec() {
     framed_scroll(&b, "#metrics");
     b.screenshot(&shots().join("task-page-charts-desktop.png"));
     framed(&b, &url, PHONE, ".chart svg");
-    let widths = framed_widths(&b);
-    assert!(widths[0] <= widths[1], "the page overflows at phone width: {widths:?}");
+    let (wide, frame) = framed_widths(&b);
+    assert!(wide <= frame, "the page overflows at phone width: {wide} px in {frame}");
     let chart_widths = b.script(
         "const d = document.getElementById('frame').contentDocument;
          return [...d.querySelectorAll('.chart svg')].map((s) => s.getBoundingClientRect().right);",
@@ -424,53 +411,10 @@ fn chart_scales_are_round_and_in_units() {
     );
 }
 
-const DESKTOP: (u32, u32) = (1280, 800);
-const PHONE: (u32, u32) = (390, 844);
-
-/// Shows `url` in a frame of `w`×`h` CSS pixels at the top left of the page (the frame has its own viewport,
-/// so the page's media queries apply) and waits for `css` in it.
-fn framed(b: &Browser, url: &str, (w, h): (u32, u32), css: &str) {
-    b.goto("about:blank");
-    b.goto(url.split('#').next().unwrap());
-    b.script(
-        "document.body.replaceChildren(); document.body.style.background = '#8a8f98';
-         const f = document.createElement('iframe');
-         f.id = 'frame'; f.src = arguments[0];
-         f.style.cssText = `width:${arguments[1]}px;height:${arguments[2]}px;border:0;display:block;background:#fff`;
-         document.body.append(f);",
-        json!([url, w, h]),
-    );
-    b.wait(&format!("{css} in the frame"), || {
-        let found = b.script(
-            "return !!document.getElementById('frame')?.contentDocument?.querySelector(arguments[0])",
-            json!([css]),
-        );
-        (found == json!(true)).then_some(())
-    });
-}
-
-/// Scrolls the page so the section holding `css` is at the top.
-fn scroll_to(b: &Browser, css: &str) {
-    b.script(
-        "document.querySelector(arguments[0]).closest('section').scrollIntoView({block: 'start'});",
-        json!([css]),
-    );
-}
-
 /// Scrolls the framed page so the section holding `css` is at the top.
 fn framed_scroll(b: &Browser, css: &str) {
     b.script(
         "document.getElementById('frame').contentDocument.querySelector(arguments[0]).closest('section').scrollIntoView({block: 'start'});",
         json!([css]),
     );
-}
-
-/// How wide the framed document is against the frame: [document scroll width, frame width].
-fn framed_widths(b: &Browser) -> Vec<i64> {
-    let v = b.script(
-        "const d = document.getElementById('frame').contentDocument;
-         return [d.documentElement.scrollWidth, d.documentElement.clientWidth];",
-        json!([]),
-    );
-    v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect()
 }

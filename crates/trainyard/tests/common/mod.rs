@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod console;
 pub mod webdriver;
 
 use serde_json::{Value, json};
