@@ -69,6 +69,22 @@ fn fake_up(name: &str, run_ms: &str) -> (std::process::Child, PathBuf, String, S
     (server, dir, api, printed, token)
 }
 
+/// The CLI against the server at `api` with `token`, from the repository's root.
+fn against(api: &str, token: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(args)
+        .env("TRAINYARD_SERVER", api)
+        .env("TRAINYARD_TOKEN", token)
+        .current_dir(repo())
+        .output()
+        .unwrap()
+}
+
+/// What a run printed, standard output then standard error.
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8(o.stdout.clone()).unwrap()
 }
@@ -215,15 +231,7 @@ fn up_then_submit_and_wait() {
     if let Some(large) = catalog.instance_specs.get("cpu.large") {
         assert!(large.vcpus > small.vcpus, "cpu.large {large:?} is not larger than cpu.small {small:?}");
     }
-    let cli = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_trainyard"))
-            .args(args)
-            .env("TRAINYARD_SERVER", &api)
-            .env("TRAINYARD_TOKEN", &token)
-            .current_dir(repo())
-            .output()
-            .unwrap()
-    };
+    let cli = |args: &[&str]| against(&api, &token, args);
     let who = cli(&["whoami"]);
     assert_eq!(String::from_utf8_lossy(&who.stdout).trim(), "admin (admin), groups: default");
     let run = cli(&["submit", "-f", "examples/local/hello.yaml", "--wait"]);
@@ -342,16 +350,7 @@ fn up_then_submit_and_wait() {
 #[test]
 fn logs_and_names_through_the_real_binary() {
     let s = common::Server::start("cli-logs", None);
-    let cli = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_trainyard"))
-            .args(args)
-            .env("TRAINYARD_SERVER", &s.base)
-            .env("TRAINYARD_TOKEN", &s.token)
-            .output()
-            .unwrap()
-    };
-    let text =
-        |o: &Output| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let cli = |args: &[&str]| against(&s.base, &s.token, args);
     let cmd = "for i in 1 2 3 4 5; do echo \"$TRAINYARD_ROLE says $i\"; sleep 0.3; done; seq 1 200000 > /tmp/big; \
                if [ \"$TRAINYARD_ROLE\" = master ]; then cat /tmp/big; fi; echo \"$TRAINYARD_ROLE done\"";
     let id = s.submit(&common::pytorch("clilogs", 1, cmd));
@@ -629,8 +628,6 @@ fn watch_wait_wide_clone_and_share_on_the_fake_backend() {
         c
     };
     let cli = |args: &[&str]| command(&token, args).output().unwrap();
-    let text =
-        |o: &Output| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     let submit = || {
         let o = cli(&["submit", "-f", "examples/local/hello.yaml", "-o", "json"]);
         let t: serde_json::Value =
@@ -777,16 +774,7 @@ fn watch_wait_wide_clone_and_share_on_the_fake_backend() {
 #[test]
 fn metrics_and_a_failed_wait_on_the_local_backend() {
     let s = common::Server::start("cli-metrics", None);
-    let cli = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_trainyard"))
-            .args(args)
-            .env("TRAINYARD_SERVER", &s.base)
-            .env("TRAINYARD_TOKEN", &s.token)
-            .output()
-            .unwrap()
-    };
-    let text =
-        |o: &Output| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let cli = |args: &[&str]| against(&s.base, &s.token, args);
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let cmd = format!(
         r#"python3 - <<'PY'
@@ -859,17 +847,7 @@ PY"#
 #[test]
 fn a_catalog_taking_away_what_tasks_use_is_refused_unless_forced() {
     let (mut server, dir, api, _, token) = fake_up("trainyard-up-catalog", "600000");
-    let cli = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_trainyard"))
-            .args(args)
-            .env("TRAINYARD_SERVER", &api)
-            .env("TRAINYARD_TOKEN", &token)
-            .current_dir(repo())
-            .output()
-            .unwrap()
-    };
-    let text =
-        |o: &Output| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let cli = |args: &[&str]| against(&api, &token, args);
     let o = cli(&["submit", "-f", "examples/local/hello.yaml", "-o", "json"]);
     let t: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)));
     let name = t["name"].as_str().unwrap().to_owned();
