@@ -60,6 +60,10 @@ use trainyard_runtime::Backend;
 use trainyard_sched::Config;
 use trainyard_store::Store;
 
+/// The full read of the active tasks' versions, running beside the loop.
+type FullRead =
+    tokio::task::JoinHandle<Result<Vec<trainyard_store::TaskVersion>, trainyard_store::StoreError>>;
+
 /// The control loop over a store and a backend.
 #[derive(Debug)]
 pub struct Control<B> {
@@ -109,10 +113,8 @@ pub struct Control<B> {
     synced_to_ms: Option<i64>,
     wide_synced_ms: i64,
     full_synced_ms: i64,
-    /// The full read of a deep working set, running beside the loop (see `sync`).
-    full_read: Option<
-        tokio::task::JoinHandle<Result<Vec<trainyard_store::TaskVersion>, trainyard_store::StoreError>>,
-    >,
+    /// The full read of a deep working set, running beside the loop (see `sync`), and when it started.
+    full_read: Option<(i64, FullRead)>,
     /// The scheduler's view at the last tick, for the quota figures.
     views: SchedViews,
     /// Refused backend requests and stop causes (see `requests`).

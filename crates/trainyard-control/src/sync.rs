@@ -14,12 +14,16 @@ impl<B: Backend> Control<B> {
     /// Brings `active` up to date with the store.
     pub(crate) async fn sync_active(&mut self, now_ms: i64) -> Result<(), StoreError> {
         let due = self.synced_to_ms.is_some() && now_ms - self.full_synced_ms >= FULL_SYNC_EVERY_MS;
-        let versions = if due { self.full_read().await? } else { None };
+        let versions = if due { self.full_read(now_ms).await? } else { None };
         match (self.synced_to_ms, versions) {
-            (Some(_), Some(versions)) => {
+            (Some(_), Some((read_at_ms, versions))) => {
                 // The safety net, also light: every active task's version, set against the working set in
                 // queue order; records are read only for tasks new to it, changed, or gone from the store's
                 // active set. (Tasks changed since the versions were read are read again, harmlessly.)
+                // Tasks created since shortly before the read began may have been committed after it: their
+                // absence from it says nothing (the next full read looks at them), so they are not read
+                // again. Under a stream of creates they are thousands.
+                let recent_from_ms = read_at_ms - WIDE_SYNC_SKEW_MS;
                 let mut fetch: Vec<&str> = Vec::new();
                 // Working-set entries read again (changed, or no longer active in the store).
                 let mut again: Vec<&ActiveKey> = Vec::new();
@@ -33,6 +37,7 @@ impl<B: Backend> Control<B> {
                     }
                     match stored.next_if(|v| v.created_at_ms == *created && v.id == *id) {
                         Some(v) if v.version == e.record.version => {}
+                        None if *created >= recent_from_ms => {}
                         _ => {
                             fetch.push(id);
                             again.push(key);
@@ -121,7 +126,7 @@ impl<B: Backend> Control<B> {
     /// Every active task's version, in queue order, for the safety net: read here when the working set is
     /// small; for a deep one the read (hundreds of milliseconds at 50,000 tasks) runs beside the loop, and
     /// the first sync after it is done uses it. `None` while it runs.
-    async fn full_read(&mut self) -> Result<Option<Vec<TaskVersion>>, StoreError> {
+    async fn full_read(&mut self, now_ms: i64) -> Result<Option<(i64, Vec<TaskVersion>)>, StoreError> {
         async fn read(store: trainyard_store::Store) -> Result<Vec<TaskVersion>, StoreError> {
             let mut versions = store.versions_in_status(ACTIVE).await?;
             versions.retain(|v| is_active(v.status, v.deleted));
@@ -129,15 +134,15 @@ impl<B: Backend> Control<B> {
             Ok(versions)
         }
         if self.active.len() < FULL_READ_BESIDE_FROM && self.full_read.is_none() {
-            return read(self.store.clone()).await.map(Some);
+            return read(self.store.clone()).await.map(|v| Some((now_ms, v)));
         }
         match self.full_read.take() {
             None => {
-                self.full_read = Some(tokio::spawn(read(self.store.clone())));
+                self.full_read = Some((now_ms, tokio::spawn(read(self.store.clone()))));
                 Ok(None)
             }
-            Some(h) if h.is_finished() => match h.await {
-                Ok(versions) => versions.map(Some),
+            Some((at_ms, h)) if h.is_finished() => match h.await {
+                Ok(versions) => versions.map(|v| Some((at_ms, v))),
                 Err(e) => Err(StoreError::Corrupt(format!("the full read of the active tasks failed: {e}"))),
             },
             Some(h) => {
