@@ -16,6 +16,7 @@ impl Store {
         payload: &str,
         at_ms: i64,
     ) -> Result<()> {
+        let _turn = self.write_turn().await;
         sqlx::query(
             "INSERT INTO alarm_deliveries (task_id, attempt, event, url, payload, state, tries, next_at_ms, last_error, created_at_ms, done_at_ms) \
              VALUES ($1, $2, $3, $4, $5, 'pending', 0, $6, '', $6, 0) ON CONFLICT (task_id, attempt, event, url) DO NOTHING",
@@ -53,6 +54,7 @@ impl Store {
         error: &str,
         at_ms: i64,
     ) -> Result<()> {
+        let _turn = self.write_turn().await;
         let done = if state == "pending" { 0 } else { at_ms };
         sqlx::query("UPDATE alarm_deliveries SET state = $1, tries = $2, next_at_ms = $3, last_error = $4, done_at_ms = $5 WHERE id = $6")
             .bind(state)

@@ -10,6 +10,7 @@ impl Store {
     /// Stores many tasks in one transaction, without idempotency keys (imports, benchmarks, migrations from
     /// another system). All or nothing.
     pub async fn import_tasks(&self, tasks: &[NewTask]) -> Result<()> {
+        let _turn = self.write_turn().await;
         let mut tx = self.pool.begin().await?;
         for t in tasks {
             create_in(&mut tx, t).await?;

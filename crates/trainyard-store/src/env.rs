@@ -6,6 +6,7 @@ use sqlx::Row;
 
 impl Store {
     pub async fn put_task_env(&self, user: &str, var: &TaskEnvVar) -> Result<()> {
+        let _turn = self.write_turn().await;
         sqlx::query(
             "INSERT INTO task_env (user_name, name, value, hidden) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (user_name, name) DO UPDATE SET value = $3, hidden = $4",
@@ -21,6 +22,7 @@ impl Store {
 
     /// Removes one; returns whether it existed.
     pub async fn delete_task_env(&self, user: &str, name: &str) -> Result<bool> {
+        let _turn = self.write_turn().await;
         let n = sqlx::query("DELETE FROM task_env WHERE user_name = $1 AND name = $2")
             .bind(user)
             .bind(name)

@@ -1,6 +1,9 @@
-//! Group commit: concurrent creates are queued to one writer task, which writes them in one transaction
-//! (as a few multi-row INSERTs when it can, else one by one with savepoints) and answers every caller after
-//! the commit, so an acknowledged create is durable.
+//! Group commit: concurrent creates are queued to one writer, which writes them in one transaction (as a few
+//! multi-row INSERTs when it can, else one by one with savepoints) and answers every caller after the
+//! commit, so an acknowledged create is durable.
+//!
+//! This file holds what both writers share (the queue, the statements, a batch's rows) and PostgreSQL's
+//! writer, a task on the server's runtime; SQLite's runs on a thread of its own (`sqlite_writer.rs`).
 
 use crate::create::{create_in, is_unique_violation, new_record};
 use crate::model::{Created, NewTask};
@@ -21,12 +24,29 @@ impl Store {
         if self.writer.send((t.clone(), reply)).await.is_err() {
             return Err(StoreError::Corrupt("the store's writer has stopped".into()));
         }
-        answer.await.map_err(|_| StoreError::Corrupt("the store's writer has stopped".into()))?
+        match answer.await.map_err(|_| StoreError::Corrupt("the store's writer has stopped".into()))?? {
+            Written::Created(c) => Ok(c),
+            Written::KeyUsed { task_id } => match self.get_task(&task_id).await? {
+                Some(task) => Ok(Created::Existing(task)),
+                None => Err(StoreError::Corrupt(format!("idempotency key points at missing task {task_id}"))),
+            },
+        }
     }
 }
 
+/// What the writer did with one create.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant, reason = "moved once, through a channel; the large one is the usual one")]
+pub(crate) enum Written {
+    Created(Created),
+    /// The idempotency key was used before, with the same body, for this task (read after the commit).
+    KeyUsed {
+        task_id: String,
+    },
+}
+
 /// One queued create and where its answer goes.
-pub(crate) type Job = (NewTask, tokio::sync::oneshot::Sender<Result<Created>>);
+pub(crate) type Job = (NewTask, tokio::sync::oneshot::Sender<Result<Written>>);
 
 /// The most creates one group commit takes.
 pub(crate) const GROUP_COMMIT_MAX: usize = 512;
@@ -36,7 +56,7 @@ const ROWS_PER_INSERT: usize = 64;
 
 /// The tables a batch goes into, each with its multi-row INSERT.
 #[derive(Debug, Clone, Copy)]
-enum Table {
+pub(crate) enum Table {
     Idempotency,
     Tasks,
     Labels,
@@ -44,7 +64,7 @@ enum Table {
 }
 
 impl Table {
-    const ALL: [Table; 4] = [Table::Idempotency, Table::Tasks, Table::Labels, Table::Events];
+    pub(crate) const ALL: [Table; 4] = [Table::Idempotency, Table::Tasks, Table::Labels, Table::Events];
 
     /// What comes before the rows, one row's `VALUES` group with `?` for each parameter, and what follows.
     fn shape(self) -> (String, &'static str, &'static str) {
@@ -79,7 +99,7 @@ impl Table {
 /// fit and be prepared again and again (the SQL compiler's cost grows with the rows). Lengths up to 16
 /// are exact, as batches under load are mostly of a few dozen: each chunk is a round trip to the
 /// database's thread.
-struct Statements {
+pub(crate) struct Statements {
     /// Per table, the text for `CHUNK_LENGTHS[i]` rows at `[i]`.
     texts: Vec<Vec<String>>,
 }
@@ -89,7 +109,7 @@ const CHUNK_LENGTHS: [usize; 18] =
     [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 32, ROWS_PER_INSERT];
 
 impl Statements {
-    fn new(dialect: Dialect) -> Self {
+    pub(crate) fn new(dialect: Dialect) -> Self {
         let texts = Table::ALL
             .iter()
             .map(|t| CHUNK_LENGTHS.iter().map(|n| Self::text(dialect, *t, *n)).collect())
@@ -125,7 +145,7 @@ impl Statements {
     }
 
     /// The longest chunk to take from `rows` rows (at least one), and its INSERT into `table`.
-    fn next_chunk(&self, table: Table, rows: usize) -> (usize, &str) {
+    pub(crate) fn next_chunk(&self, table: Table, rows: usize) -> (usize, &str) {
         let i = CHUNK_LENGTHS.iter().rposition(|n| *n <= rows).unwrap_or(0);
         (CHUNK_LENGTHS[i], &self.texts[table as usize][i])
     }
@@ -133,7 +153,7 @@ impl Statements {
 
 /// A value bound to a parameter, borrowed from the batch.
 #[derive(Clone, Copy)]
-enum Value<'a> {
+pub(crate) enum Value<'a> {
     Text(&'a str),
     Int(i64),
 }
@@ -164,9 +184,25 @@ async fn insert_rows(
     Ok(inserted)
 }
 
-/// The whole batch in a few multi-row statements. `Ok(false)` when it cannot be done that way (an
-/// idempotency key already stored, or twice in the batch; a name taken): the caller rolls back.
-async fn insert_many(conn: &mut sqlx::AnyConnection, statements: &Statements, batch: &[Job]) -> Result<bool> {
+/// What a batch's rows hold beyond the jobs themselves: the labels as JSON and the demand columns.
+pub(crate) struct Derived {
+    labels_json: Vec<String>,
+    demands: Vec<(String, &'static str)>,
+}
+
+impl Derived {
+    pub(crate) fn of(batch: &[Job]) -> Result<Derived> {
+        let labels_json = batch
+            .iter()
+            .map(|(t, _)| serde_json::to_string(&t.labels).map_err(|e| StoreError::Corrupt(e.to_string())))
+            .collect::<Result<_>>()?;
+        let demands = batch.iter().map(|(t, _)| demand_columns(t.demand.as_ref())).collect();
+        Ok(Derived { labels_json, demands })
+    }
+}
+
+/// A batch's rows, per table in [`Table::ALL`]'s order, each row its `VALUES` group's parameters in order.
+pub(crate) fn batch_rows<'a>(batch: &'a [Job], derived: &'a Derived) -> [Vec<Vec<Value<'a>>>; 4] {
     let keyed: Vec<Vec<Value>> = batch
         .iter()
         .filter_map(|(t, _)| {
@@ -180,21 +216,10 @@ async fn insert_many(conn: &mut sqlx::AnyConnection, statements: &Statements, ba
             ])
         })
         .collect();
-    if !keyed.is_empty() {
-        let inserted = insert_rows(conn, statements, Table::Idempotency, &keyed).await?;
-        if inserted != keyed.len() as u64 {
-            return Ok(false);
-        }
-    }
-    let labels_json: Vec<String> = batch
-        .iter()
-        .map(|(t, _)| serde_json::to_string(&t.labels).map_err(|e| StoreError::Corrupt(e.to_string())))
-        .collect::<Result<_>>()?;
-    let demands: Vec<(String, &str)> = batch.iter().map(|(t, _)| demand_columns(t.demand.as_ref())).collect();
     let mut tasks = Vec::with_capacity(batch.len());
     let mut labels = Vec::new();
-    let mut events = Vec::new();
-    for (((t, _), l), (demand, accelerator)) in batch.iter().zip(&labels_json).zip(&demands) {
+    let mut events = Vec::with_capacity(batch.len());
+    for (((t, _), l), (demand, accelerator)) in batch.iter().zip(&derived.labels_json).zip(&derived.demands) {
         tasks.push(vec![
             Value::Text(&t.id),
             Value::Text(&t.name),
@@ -223,6 +248,20 @@ async fn insert_many(conn: &mut sqlx::AnyConnection, statements: &Statements, ba
             ]);
         }
     }
+    [keyed, tasks, labels, events]
+}
+
+/// The whole batch in a few multi-row statements. `Ok(false)` when it cannot be done that way (an
+/// idempotency key already stored, or twice in the batch; a name taken): the caller rolls back.
+async fn insert_many(conn: &mut sqlx::AnyConnection, statements: &Statements, batch: &[Job]) -> Result<bool> {
+    let derived = Derived::of(batch)?;
+    let [keyed, tasks, labels, events] = batch_rows(batch, &derived);
+    if !keyed.is_empty() {
+        let inserted = insert_rows(conn, statements, Table::Idempotency, &keyed).await?;
+        if inserted != keyed.len() as u64 {
+            return Ok(false);
+        }
+    }
     match insert_rows(conn, statements, Table::Tasks, &tasks).await {
         Err(e) if is_unique_violation(&e) => return Ok(false),
         other => {
@@ -245,7 +284,7 @@ async fn write_batch(
     statements: &Statements,
     batch: &[Job],
     savepoints: bool,
-    results: &mut Vec<Result<Created>>,
+    results: &mut Vec<Result<Written>>,
 ) -> Result<()> {
     let mut tx = conn.begin().await?;
     if !savepoints {
@@ -254,7 +293,7 @@ async fn write_batch(
         // rolls back here and takes the one-by-one path below, which answers each create on its own.
         if insert_many(&mut tx, statements, batch).await? {
             tx.commit().await?;
-            results.extend(batch.iter().map(|(t, _)| Ok(Created::New(new_record(t)))));
+            results.extend(batch.iter().map(|(t, _)| Ok(Written::Created(Created::New(new_record(t))))));
             return Ok(());
         }
         tx.rollback().await?;
@@ -264,7 +303,7 @@ async fn write_batch(
         if savepoints {
             sqlx::query("SAVEPOINT one_create").execute(&mut *tx).await?;
         }
-        let r = create_in(&mut tx, t).await;
+        let r = create_in(&mut tx, t).await.map(Written::Created);
         let failed = r.is_err();
         results.push(r);
         if savepoints {
@@ -287,8 +326,8 @@ async fn write(
     conn: &mut sqlx::AnyConnection,
     statements: &Statements,
     batch: &[Job],
-) -> Result<Vec<Result<Created>>> {
-    let mut results: Vec<Result<Created>> = Vec::with_capacity(batch.len());
+) -> Result<Vec<Result<Written>>> {
+    let mut results: Vec<Result<Written>> = Vec::with_capacity(batch.len());
     write_batch(conn, statements, batch, false, &mut results).await?;
     if results.iter().any(|r| r.is_err()) {
         results.clear();
@@ -297,7 +336,36 @@ async fn write(
     Ok(results)
 }
 
-/// Writes queued creates in batches: one transaction, one commit, then every answer.
+/// Takes the next batch: waits for one create, then whatever else is queued, up to [`GROUP_COMMIT_MAX`].
+pub(crate) fn fill(first: Job, jobs: &mut tokio::sync::mpsc::Receiver<Job>, batch: &mut Vec<Job>) {
+    batch.push(first);
+    while batch.len() < GROUP_COMMIT_MAX {
+        match jobs.try_recv() {
+            Ok(j) => batch.push(j),
+            Err(_) => break,
+        }
+    }
+}
+
+/// Answers every create of a batch: each its own result, or all the batch's failure (nothing of it was
+/// committed, and nothing acknowledged).
+pub(crate) fn answer(batch: &mut Vec<Job>, written: Result<Vec<Result<Written>>>) {
+    match written {
+        Ok(results) => {
+            for ((_, reply), r) in batch.drain(..).zip(results) {
+                let _ = reply.send(r);
+            }
+        }
+        Err(e) => {
+            let message = e.to_string();
+            for (_, reply) in batch.drain(..) {
+                let _ = reply.send(Err(StoreError::Corrupt(format!("commit failed: {message}"))));
+            }
+        }
+    }
+}
+
+/// PostgreSQL's writer: queued creates in batches, one transaction, one commit, then every answer.
 ///
 /// The writer keeps one connection of the pool for itself while it works: its statement cache keeps the
 /// INSERTs prepared, and (on SQLite) its page cache keeps the pages new tasks go into, which a connection
@@ -308,13 +376,7 @@ pub(crate) async fn writer(pool: AnyPool, dialect: Dialect, mut jobs: tokio::syn
     let mut held: Option<PoolConnection<Any>> = None;
     let mut batch: Vec<Job> = Vec::with_capacity(GROUP_COMMIT_MAX);
     while let Some(first) = jobs.recv().await {
-        batch.push(first);
-        while batch.len() < GROUP_COMMIT_MAX {
-            match jobs.try_recv() {
-                Ok(j) => batch.push(j),
-                Err(_) => break,
-            }
-        }
+        fill(first, &mut jobs, &mut batch);
         // The held connection is checked as the pool checks one before handing it out, so a connection
         // lost meanwhile (a PostgreSQL restart) costs no batch: another is taken instead.
         let conn = match held.take() {
@@ -340,20 +402,7 @@ pub(crate) async fn writer(pool: AnyPool, dialect: Dialect, mut jobs: tokio::syn
             }
             Err(e) => Err(e),
         };
-        match written {
-            Ok(results) => {
-                for ((_, reply), r) in batch.drain(..).zip(results) {
-                    let _ = reply.send(r);
-                }
-            }
-            Err(e) => {
-                // Nothing of the batch is committed: every caller hears so, and nothing was acknowledged.
-                let message = e.to_string();
-                for (_, reply) in batch.drain(..) {
-                    let _ = reply.send(Err(StoreError::Corrupt(format!("commit failed: {message}"))));
-                }
-            }
-        }
+        answer(&mut batch, written);
     }
 }
 

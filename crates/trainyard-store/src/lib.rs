@@ -13,7 +13,8 @@
 //! parameters: the store's edge), `tasks` (reading tasks and their events; deletion, spec migrations and
 //! avoided nodes), `list` (the list query: visibility, filters, search, order and cursor), `shares`,
 //! `transitions` (status changes with their events, and events alone), `create` (one create in a transaction, and imports), `group_commit`
-//! (the writer that batches concurrent creates into one commit), `accounts` (users and tokens), `alarms`
+//! (the writer that batches concurrent creates into one commit; PostgreSQL's), `sqlite_writer` (SQLite's, on
+//! a thread of its own), `accounts` (users and tokens), `alarms`
 //! (alarm deliveries), `env` (users' persistent env vars), `settings`, and `schema` (the migrations). This
 //! file holds the [`Store`] itself, how it connects, and its errors.
 
@@ -30,6 +31,7 @@ mod rows;
 mod schema;
 mod settings;
 mod shares;
+mod sqlite_writer;
 mod tasks;
 mod transitions;
 
@@ -43,6 +45,7 @@ use group_commit::{GROUP_COMMIT_MAX, Job, writer};
 use sqlx::AnyPool;
 use sqlx::any::AnyPoolOptions;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Which database a store runs on.
@@ -68,11 +71,33 @@ pub enum StoreError {
     BadUrl(String),
     #[error("database error: {0}")]
     Db(#[from] sqlx::Error),
+    /// From SQLite's create writer, which has a connection of its own (`sqlite_writer`).
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Every SQLite connection's settings: the pool's and the create writer's.
+pub(crate) const PRAGMAS: &[&str] = &[
+    "PRAGMA journal_mode=WAL",
+    "PRAGMA synchronous=FULL",
+    // A write waits up to 30 s for another connection's.
+    "PRAGMA busy_timeout=30000",
+    "PRAGMA foreign_keys=ON",
+    // 8 MiB of page cache per connection (the default is 2): the indexes new tasks go into stay in memory
+    // instead of being read back from the file.
+    "PRAGMA cache_size=-8192",
+    // Checkpoint every 8,000 WAL pages (32 MiB; the default is 1,000): a page written by many commits in a
+    // row is copied into the database once, not each time.
+    "PRAGMA wal_autocheckpoint=8000",
+    // Statement journals (kept while a multi-row INSERT runs, to undo it alone if it fails) in memory rather
+    // than in a temporary file written and closed for every batch of creates; the database and its WAL are
+    // untouched by this.
+    "PRAGMA temp_store=MEMORY",
+];
 
 /// The store.
 #[derive(Clone)]
@@ -80,7 +105,13 @@ pub struct Store {
     pool: AnyPool,
     dialect: Dialect,
     writer: tokio::sync::mpsc::Sender<Job>,
+    /// SQLite's write transactions take turns here (see [`Store::write_turn`]); `None` on PostgreSQL.
+    turns: Option<WriteTurns>,
 }
+
+/// The FIFO queue for SQLite's one write lock, shared by the create writer and every other write of this
+/// process.
+pub(crate) type WriteTurns = Arc<tokio::sync::Mutex<()>>;
 
 impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -105,24 +136,13 @@ impl Store {
                 let url = if url.contains('?') { url.to_owned() } else { format!("{url}?mode=rwc") };
                 options
                     // SQLite has one writer; more connections only queue on its lock, and readers need no
-                    // more than the cores they run on: four for them, and one the create writer holds.
+                    // more than the cores they run on. The create writer has a connection of its own.
                     .max_connections(5)
                     .after_connect(|conn, _| {
                         Box::pin(async move {
-                            sqlx::query("PRAGMA journal_mode=WAL").execute(&mut *conn).await?;
-                            sqlx::query("PRAGMA synchronous=FULL").execute(&mut *conn).await?;
-                            sqlx::query("PRAGMA busy_timeout=30000").execute(&mut *conn).await?;
-                            sqlx::query("PRAGMA foreign_keys=ON").execute(&mut *conn).await?;
-                            // 8 MiB of page cache per connection (the default is 2): the indexes new tasks
-                            // go into stay in memory instead of being read back from the file.
-                            sqlx::query("PRAGMA cache_size=-8192").execute(&mut *conn).await?;
-                            // Checkpoint every 8,000 WAL pages (32 MiB; the default is 1,000): a page written
-                            // by many commits in a row is copied into the database once, not each time.
-                            sqlx::query("PRAGMA wal_autocheckpoint=8000").execute(&mut *conn).await?;
-                            // Statement journals (kept while a multi-row INSERT runs, to undo it alone if it
-                            // fails) in memory rather than in a temporary file written and closed for every
-                            // batch of creates; the database and its WAL are untouched by this.
-                            sqlx::query("PRAGMA temp_store=MEMORY").execute(&mut *conn).await?;
+                            for pragma in PRAGMAS {
+                                sqlx::query(pragma).execute(&mut *conn).await?;
+                            }
                             Ok(())
                         })
                     })
@@ -133,8 +153,33 @@ impl Store {
         };
         schema::migrate(&pool, dialect).await?;
         let (writer_tx, jobs) = tokio::sync::mpsc::channel(4 * GROUP_COMMIT_MAX);
-        tokio::spawn(writer(pool.clone(), dialect, jobs));
-        Ok(Store { pool, dialect, writer: writer_tx })
+        let turns = match dialect {
+            Dialect::Sqlite => {
+                let turns = WriteTurns::default();
+                let options: sqlx::sqlite::SqliteConnectOptions = url.parse()?;
+                sqlite_writer::spawn(options.get_filename().to_owned(), jobs, turns.clone())
+                    .map_err(sqlx::Error::Io)?;
+                Some(turns)
+            }
+            Dialect::Postgres => {
+                tokio::spawn(writer(pool.clone(), dialect, jobs));
+                None
+            }
+        };
+        Ok(Store { pool, dialect, writer: writer_tx, turns })
+    }
+
+    /// Waits for this process's turn to write, on SQLite (held until dropped; nothing on PostgreSQL).
+    ///
+    /// SQLite lets one connection write at a time, and one that finds the lock taken polls for it, asleep
+    /// for up to 100 ms between tries. Under a stream of creates the create writer takes the lock again the
+    /// moment it commits, so a poller could wait seconds (the control loop's admissions did). Taken in
+    /// turns, in order of arrival, a write waits at most for the batch being written.
+    pub(crate) async fn write_turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        match &self.turns {
+            Some(turns) => Some(turns.lock().await),
+            None => None,
+        }
     }
 
     pub fn dialect(&self) -> Dialect {

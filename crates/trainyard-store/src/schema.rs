@@ -206,6 +206,18 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
             "UPDATE tasks SET run_started_at_ms = updated_at_ms WHERE status = 'Running'",
         ],
     ),
+    (
+        14,
+        &[
+            // The control loop's reads of versions (what changed lately; every active task's, now and then)
+            // answered from the index alone: under a stream of creates the look-back holds thousands of
+            // rows, and reading each from its table row (a page of its own, specs are ~1 KB) cost ~14 µs.
+            "DROP INDEX tasks_by_update",
+            "CREATE INDEX tasks_by_update ON tasks (updated_at_ms, created_at_ms, id, version, status, deleted)",
+            "DROP INDEX tasks_by_status",
+            "CREATE INDEX tasks_by_status ON tasks (status, created_at_ms DESC, id DESC, version, deleted)",
+        ],
+    ),
 ];
 
 pub(crate) async fn migrate(pool: &AnyPool, dialect: Dialect) -> Result<()> {

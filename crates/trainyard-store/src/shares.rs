@@ -24,6 +24,7 @@ impl Store {
 
     /// Shares a task with a user (`operate`: may also stop, resubmit and delete it).
     pub async fn share(&self, task_id: &str, user: &str, operate: bool) -> Result<()> {
+        let _turn = self.write_turn().await;
         sqlx::query(
             "INSERT INTO task_shares (task_id, user_name, operate) VALUES ($1, $2, $3) \
              ON CONFLICT (task_id, user_name) DO UPDATE SET operate = $3",
@@ -39,6 +40,7 @@ impl Store {
     /// Takes a share back: `user` sees the task (and operates it) only as anyone else would. Whether there was
     /// one to take back.
     pub async fn unshare(&self, task_id: &str, user: &str) -> Result<bool> {
+        let _turn = self.write_turn().await;
         let done = sqlx::query("DELETE FROM task_shares WHERE task_id = $1 AND user_name = $2")
             .bind(task_id)
             .bind(user)

@@ -45,6 +45,7 @@ impl Store {
     /// Rewrites a task's stored spec (a migration of how it is stored, never a change of what it says:
     /// specs are otherwise immutable, and readers may keep them).
     pub async fn replace_spec(&self, id: &str, spec_json: &str) -> Result<()> {
+        let _turn = self.write_turn().await;
         let changed = sqlx::query("UPDATE tasks SET spec = $1 WHERE id = $2")
             .bind(spec_json)
             .bind(id)
@@ -65,6 +66,7 @@ impl Store {
 
     /// Marks a task deleted: it leaves lists, its record and history stay.
     pub async fn delete_task(&self, id: &str, at_ms: i64) -> Result<()> {
+        let _turn = self.write_turn().await;
         let changed = sqlx::query(
             "UPDATE tasks SET deleted = 1, version = version + 1, updated_at_ms = $1 WHERE id = $2",
         )
@@ -148,6 +150,7 @@ impl Store {
     /// Records that a task's next attempts leave `node` out (node replacement after a hardware error or a
     /// failed precheck). Recording it again changes nothing.
     pub async fn avoid_node(&self, task_id: &str, node: &str, at_ms: i64) -> Result<()> {
+        let _turn = self.write_turn().await;
         sqlx::query(
             "INSERT INTO task_avoided_nodes (task_id, node, at_ms) VALUES ($1, $2, $3) \
              ON CONFLICT (task_id, node) DO NOTHING",

@@ -18,6 +18,7 @@ impl Store {
     /// steps by naming the version after the first. Each gets its own answer; a conflict writes nothing of
     /// that change and does not stop the others.
     pub async fn transitions(&self, changes: &[Transition]) -> Result<Vec<Result<TaskRecord>>> {
+        let _turn = self.write_turn().await;
         let mut answers = Vec::with_capacity(changes.len());
         if changes.is_empty() {
             return Ok(answers);
@@ -88,6 +89,7 @@ impl Store {
         reason: Reason,
         message: &str,
     ) -> Result<()> {
+        let _turn = self.write_turn().await;
         sqlx::query(
             "INSERT INTO task_events (task_id, attempt, at_ms, reason, message) VALUES ($1, $2, $3, $4, $5)",
         )

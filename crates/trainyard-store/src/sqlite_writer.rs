@@ -1,0 +1,181 @@
+//! SQLite's create writer: a thread of its own with a connection of its own, writing each batch of creates
+//! synchronously, start to commit.
+//!
+//! Every create passes through the writer in turn, so its time per batch bounds the creates per second. As
+//! a task on the server's runtime speaking to a pool connection, each batch went back and forth between
+//! threads once per statement (begin, a few multi-row INSERTs, commit), and at each step waited behind the
+//! requests queued on the runtime; here a batch is one thread's work from `BEGIN` to `COMMIT`.
+//!
+//! The SQL is the same as PostgreSQL's writer runs (`group_commit::Statements`, the rows from
+//! `group_commit::batch_rows`), and so is the order of the work: the whole batch in multi-row INSERTs, and
+//! only when that fails on a taken name or a used idempotency key, each create alone in a savepoint.
+
+use crate::create::new_record;
+use crate::group_commit::{
+    Derived, GROUP_COMMIT_MAX, Job, Statements, Table, Value, Written, answer, batch_rows, fill,
+};
+use crate::model::{Created, NewTask};
+use crate::{Dialect, PRAGMAS, Result, StoreError, WriteTurns};
+use rusqlite::{Connection, TransactionBehavior};
+use std::path::{Path, PathBuf};
+
+/// Starts the writer for the database at `path`. It ends when `jobs` has no sender left (the last `Store`
+/// is dropped).
+pub(crate) fn spawn(
+    path: PathBuf,
+    mut jobs: tokio::sync::mpsc::Receiver<Job>,
+    turns: WriteTurns,
+) -> std::io::Result<()> {
+    std::thread::Builder::new().name("store-writer".into()).spawn(move || {
+        let statements = Statements::new(Dialect::Sqlite);
+        // Kept between batches (its statement cache keeps the INSERTs prepared, its page cache the pages
+        // new tasks go into); a connection a batch failed on is not trusted with the next one.
+        let mut held: Option<Connection> = None;
+        let mut batch: Vec<Job> = Vec::with_capacity(GROUP_COMMIT_MAX);
+        while let Some(first) = jobs.blocking_recv() {
+            fill(first, &mut jobs, &mut batch);
+            // In turn with this process's other writes (see `Store::write_turn`).
+            let turn = turns.blocking_lock();
+            let written = match held.take() {
+                Some(c) => Ok(c),
+                None => open(&path),
+            }
+            .and_then(|mut conn| {
+                let r = write(&mut conn, &statements, &batch);
+                if r.is_ok() {
+                    held = Some(conn);
+                }
+                r
+            });
+            drop(turn);
+            answer(&mut batch, written);
+        }
+    })?;
+    Ok(())
+}
+
+/// The writer's connection, set up as the pool's are.
+fn open(path: &Path) -> Result<Connection> {
+    let conn = Connection::open(path)?;
+    for pragma in PRAGMAS {
+        // Some pragmas answer with a row (the value set); it is read and dropped.
+        let mut statement = conn.prepare(pragma)?;
+        let mut rows = statement.raw_query();
+        while rows.next()?.is_some() {}
+    }
+    // Every text `Statements` holds, and a few more.
+    conn.set_prepared_statement_cache_capacity(Table::ALL.len() * 20 + 8);
+    Ok(conn)
+}
+
+/// One batch in one transaction: a result per create, or the batch's failure (nothing committed).
+fn write(conn: &mut Connection, statements: &Statements, batch: &[Job]) -> Result<Vec<Result<Written>>> {
+    let derived = Derived::of(batch)?;
+    {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        if insert_many(&tx, statements, batch, &derived)? {
+            tx.commit()?;
+            return Ok(batch
+                .iter()
+                .map(|(t, _)| Ok(Written::Created(Created::New(new_record(t)))))
+                .collect());
+        }
+        // Dropped: rolled back.
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut results = Vec::with_capacity(batch.len());
+    for job in batch {
+        tx.execute_batch("SAVEPOINT one_create")?;
+        let r = create_one(&tx, statements, job);
+        let undo = match r {
+            Ok(_) => "RELEASE SAVEPOINT one_create",
+            Err(_) => "ROLLBACK TO SAVEPOINT one_create; RELEASE SAVEPOINT one_create",
+        };
+        tx.execute_batch(undo)?;
+        results.push(r);
+    }
+    tx.commit()?;
+    Ok(results)
+}
+
+/// The whole batch in a few multi-row statements. `Ok(false)` when it cannot be done that way (an
+/// idempotency key already stored, or twice in the batch; a name taken): the caller rolls back.
+fn insert_many(conn: &Connection, statements: &Statements, batch: &[Job], derived: &Derived) -> Result<bool> {
+    let [keyed, tasks, labels, events] = batch_rows(batch, derived);
+    if !keyed.is_empty() && insert_rows(conn, statements, Table::Idempotency, &keyed)? != keyed.len() {
+        return Ok(false);
+    }
+    match insert_rows(conn, statements, Table::Tasks, &tasks) {
+        Err(e) if is_unique_violation(&e) => return Ok(false),
+        other => {
+            other?;
+        }
+    }
+    insert_rows(conn, statements, Table::Labels, &labels)?;
+    insert_rows(conn, statements, Table::Events, &events)?;
+    Ok(true)
+}
+
+/// One create, alone: a used key answers the task it made (or a conflict for another body), a taken name
+/// is [`StoreError::NameTaken`].
+fn create_one(conn: &Connection, statements: &Statements, job: &Job) -> Result<Written> {
+    let t: &NewTask = &job.0;
+    let one = std::slice::from_ref(job);
+    let derived = Derived::of(one)?;
+    let [keyed, tasks, labels, events] = batch_rows(one, &derived);
+    if !keyed.is_empty() && insert_rows(conn, statements, Table::Idempotency, &keyed)? == 0 {
+        let (key, hash) = t.idempotency.as_ref().expect("a keyed row comes from a key");
+        let (seen_hash, task_id): (String, String) = conn
+            .prepare_cached("SELECT body_hash, task_id FROM idempotency WHERE owner = ?1 AND key = ?2")?
+            .query_row((&t.owner, key), |row| Ok((row.get(0)?, row.get(1)?)))?;
+        if &seen_hash != hash {
+            return Err(StoreError::IdempotencyConflict);
+        }
+        return Ok(Written::KeyUsed { task_id });
+    }
+    match insert_rows(conn, statements, Table::Tasks, &tasks) {
+        Err(e) if is_unique_violation(&e) => return Err(StoreError::NameTaken(t.name.clone())),
+        other => {
+            other?;
+        }
+    }
+    insert_rows(conn, statements, Table::Labels, &labels)?;
+    insert_rows(conn, statements, Table::Events, &events)?;
+    Ok(Written::Created(Created::New(new_record(t))))
+}
+
+/// Inserts `rows` into `table` in the longest chunks there are texts for; returns the rows inserted.
+fn insert_rows(
+    conn: &Connection,
+    statements: &Statements,
+    table: Table,
+    rows: &[Vec<Value<'_>>],
+) -> rusqlite::Result<usize> {
+    let mut inserted = 0;
+    let mut rest = rows;
+    while !rest.is_empty() {
+        let (n, text) = statements.next_chunk(table, rest.len());
+        let (chunk, after) = rest.split_at(n);
+        rest = after;
+        let mut statement = conn.prepare_cached(text)?;
+        for (i, v) in chunk.iter().flatten().enumerate() {
+            match *v {
+                Value::Text(s) => statement.raw_bind_parameter(i + 1, s)?,
+                Value::Int(n) => statement.raw_bind_parameter(i + 1, n)?,
+            }
+        }
+        inserted += statement.raw_execute()?;
+    }
+    Ok(inserted)
+}
+
+fn is_unique_violation(e: &rusqlite::Error) -> bool {
+    matches!(
+        e,
+        rusqlite::Error::SqliteFailure(f, _)
+            if matches!(
+                f.extended_code,
+                rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE | rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+            )
+    )
+}
