@@ -9,15 +9,8 @@ use trainyard_store::User;
 
 /// The hash under which a token is stored.
 pub fn token_hash(token: &str) -> String {
-    // Every request hashes its token to find it in the cache: hex by table, not by `format!` per byte.
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digest = Sha256::digest(token.as_bytes());
-    let mut out = String::with_capacity(2 * digest.len());
-    for b in digest {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 0xf)]));
-    }
-    out
+    // Every request hashes its token to find it in the cache.
+    trainyard_control::secrets::hex(&Sha256::digest(token.as_bytes()))
 }
 
 /// A new random token, from the operating system's generator.
@@ -25,7 +18,7 @@ pub fn new_token() -> std::io::Result<String> {
     use std::io::Read;
     let mut buf = [0u8; 24];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
-    Ok(format!("ty_{}", buf.iter().map(|b| format!("{b:02x}")).collect::<String>()))
+    Ok(format!("ty_{}", trainyard_control::secrets::hex(&buf)))
 }
 
 /// Recently seen tokens and their users (and whether the user is disabled), so a request costs no store

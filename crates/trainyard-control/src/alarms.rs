@@ -100,7 +100,7 @@ pub fn signature(key: &[u8], body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes keys of any length");
     mac.update(body);
     let bytes = mac.finalize().into_bytes();
-    format!("sha256={}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
+    format!("sha256={}", crate::secrets::hex(&bytes))
 }
 
 /// Where Linux distributions keep the system's CA bundle, in the order looked at (Debian and Ubuntu, where

@@ -63,8 +63,15 @@ impl std::fmt::Debug for SecretBox {
 #[error("a hidden value cannot be opened with this server key")]
 pub struct OpenError;
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// Lower-case hex, by table (every create digests its body, every request hashes its token).
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(2 * bytes.len());
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    out
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
@@ -248,6 +255,14 @@ pub async fn reseal_legacy(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_is_lower_case_two_digits_a_byte_and_reads_back() {
+        assert_eq!(hex(&[0x00, 0x0f, 0xa5, 0xff]), "000fa5ff");
+        assert_eq!(hex(&[]), "");
+        let all: Vec<u8> = (0..=255).collect();
+        assert_eq!(unhex(&hex(&all)), Some(all));
+    }
 
     const TASK: Binding = Binding::Task { id: "t1", owner: "alice", name: "TOKEN" };
 
