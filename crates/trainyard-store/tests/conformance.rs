@@ -84,6 +84,7 @@ conformance!(
     demand_is_kept_and_filters_by_accelerator,
     groups_filter_takes_any_of_several,
     status_times_follow_transitions,
+    other_writes_take_turns_with_a_stream_of_creates,
 );
 
 /// A demand of `shapes` (`(replicas, gpus, vcpus, memory MiB)`, in role order).
@@ -615,6 +616,58 @@ async fn a_burst_of_creates_answers_each_alone(store: Store, _: String) {
         .await
         .unwrap();
     assert_eq!(labelled.items.len(), 150, "label rows of every new task in the burst are written");
+}
+
+/// While creates stream in from many callers (the group-commit writer always has a batch in hand), the
+/// process's other writes (events, transitions, settings) all go through and none is lost: on SQLite they
+/// take their turns with the writer's batches. A deadlock between the writer's thread and the runtime's
+/// writes would end this test at its bound instead of hanging. (How long they wait is a figure for
+/// `api-bench`, whose control-loop line shows the loop's admissions keeping up, not an assertion here.)
+async fn other_writes_take_turns_with_a_stream_of_creates(store: Store, _: String) {
+    store.create_task(&new_task("w0", "erin", "nlp", 1)).await.unwrap();
+    let streams: Vec<_> = (0..8)
+        .map(|c| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for i in 0..60 {
+                    let t = new_task(&format!("s{c}-{i}"), "erin", "nlp", 10 + i);
+                    assert!(matches!(store.create_task(&t).await, Ok(Created::New(_))));
+                }
+            })
+        })
+        .collect();
+    let others = async {
+        for i in 0..30 {
+            store.append_event("w0", 0, 100 + i, Reason::Submitted, &format!("note {i}")).await.unwrap();
+            store.put_setting("turns", &format!("{i}"), 100 + i).await.unwrap();
+        }
+        let t = store
+            .transition(&Transition {
+                task_id: "w0".into(),
+                expected_version: 1,
+                status: Status::Admitted,
+                attempt: 1,
+                at_ms: 200,
+                reason: Reason::Admitted,
+                message: "admitted".into(),
+                placement: Some("{}".into()),
+                retries: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(t.status, Status::Admitted);
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(120), async {
+        others.await;
+        for s in streams {
+            s.await.unwrap();
+        }
+    })
+    .await
+    .expect("creates and other writes all finish");
+    assert_eq!(store.count_tasks().await.unwrap(), 1 + 8 * 60);
+    assert_eq!(store.list_events("w0", 0, 100).await.unwrap().len(), 1 + 30 + 1);
+    assert_eq!(store.get_setting("turns").await.unwrap().as_deref(), Some("29"));
 }
 
 async fn list_pages_in_every_sort_order(store: Store, _: String) {
