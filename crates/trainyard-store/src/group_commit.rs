@@ -97,8 +97,8 @@ impl Table {
 /// [`CHUNK_LENGTHS`], so a few dozen texts cover every batch and each is prepared once per connection and
 /// then found in its statement cache (which holds 100), where a text per batch length up to 64 would not
 /// fit and be prepared again and again (the SQL compiler's cost grows with the rows). Lengths up to 16
-/// are exact, as batches under load are mostly of a few dozen: each chunk is a round trip to the
-/// database's thread.
+/// are exact, as batches under load are mostly of a few dozen: on PostgreSQL each chunk is a round trip to
+/// the server.
 pub(crate) struct Statements {
     /// Per table, the text for `CHUNK_LENGTHS[i]` rows at `[i]`.
     texts: Vec<Vec<String>>,
@@ -336,7 +336,7 @@ async fn write(
     Ok(results)
 }
 
-/// Takes the next batch: waits for one create, then whatever else is queued, up to [`GROUP_COMMIT_MAX`].
+/// The next batch: the create that woke the writer, then whatever else is queued, up to [`GROUP_COMMIT_MAX`].
 pub(crate) fn fill(first: Job, jobs: &mut tokio::sync::mpsc::Receiver<Job>, batch: &mut Vec<Job>) {
     batch.push(first);
     while batch.len() < GROUP_COMMIT_MAX {
