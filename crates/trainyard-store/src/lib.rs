@@ -67,7 +67,7 @@ pub enum StoreError {
     NotFound(String),
     #[error("a task named {0} already exists")]
     NameTaken(String),
-    #[error("unsupported database URL {0:?}: use sqlite://PATH or postgres://...")]
+    #[error("unsupported database URL {0:?}: use sqlite://PATH (a file) or postgres://...")]
     BadUrl(String),
     #[error("database error: {0}")]
     Db(#[from] sqlx::Error),
@@ -130,6 +130,11 @@ impl Store {
         } else {
             return Err(StoreError::BadUrl(url.to_owned()));
         };
+        // Every connection (the pool's five and the create writer's) must open the same database: a file.
+        // An in-memory one would be a database per connection, and creates would vanish into the writer's.
+        if dialect == Dialect::Sqlite && (url.contains(":memory:") || url.contains("mode=memory")) {
+            return Err(StoreError::BadUrl(url.to_owned()));
+        }
         let options = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(30));
         let pool = match dialect {
             Dialect::Sqlite => {

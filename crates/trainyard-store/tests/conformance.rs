@@ -923,3 +923,11 @@ async fn reopening_keeps_everything(store: Store, url: String) {
     assert_eq!(again.get_task("r").await.unwrap().unwrap().id, "r");
     assert!(matches!(again.create_task(&t).await.unwrap(), Created::Existing(_)));
 }
+
+/// SQLite in memory is refused: each connection would have a database of its own.
+#[tokio::test]
+async fn an_in_memory_sqlite_database_is_refused() {
+    for url in ["sqlite::memory:", "sqlite://file:x?mode=memory&cache=shared"] {
+        assert!(matches!(Store::connect(url).await, Err(StoreError::BadUrl(_))), "{url}");
+    }
+}
