@@ -145,9 +145,28 @@ impl Statements {
     }
 
     /// The longest chunk to take from `rows` rows (at least one), and its INSERT into `table`.
-    pub(crate) fn next_chunk(&self, table: Table, rows: usize) -> (usize, &str) {
+    fn next_chunk(&self, table: Table, rows: usize) -> (usize, &str) {
         let i = CHUNK_LENGTHS.iter().rposition(|n| *n <= rows).unwrap_or(0);
         (CHUNK_LENGTHS[i], &self.texts[table as usize][i])
+    }
+
+    /// `rows` cut into the longest chunks there are texts for (100 rows go as 64 + 32 + 4, 29 as 16 + 13),
+    /// each with its INSERT into `table`: what both writers run.
+    pub(crate) fn chunks<'s, 'r, T>(
+        &'s self,
+        table: Table,
+        rows: &'r [T],
+    ) -> impl Iterator<Item = (&'s str, &'r [T])> {
+        let mut rest = rows;
+        std::iter::from_fn(move || {
+            if rest.is_empty() {
+                return None;
+            }
+            let (n, text) = self.next_chunk(table, rest.len());
+            let (chunk, after) = rest.split_at(n);
+            rest = after;
+            Some((text, chunk))
+        })
     }
 }
 
@@ -158,8 +177,8 @@ pub(crate) enum Value<'a> {
     Int(i64),
 }
 
-/// Inserts `rows` (each one row's values, in its `VALUES` group's order) into `table`, in the longest
-/// chunks there are texts for (100 rows go as 64 + 32 + 4, 29 as 16 + 13); returns the rows inserted.
+/// Inserts `rows` (each one row's values, in its `VALUES` group's order) into `table`, chunk by chunk
+/// ([`Statements::chunks`]); returns the rows inserted.
 async fn insert_rows(
     conn: &mut sqlx::AnyConnection,
     statements: &Statements,
@@ -167,11 +186,7 @@ async fn insert_rows(
     rows: &[Vec<Value<'_>>],
 ) -> std::result::Result<u64, sqlx::Error> {
     let mut inserted = 0;
-    let mut rest = rows;
-    while !rest.is_empty() {
-        let (n, text) = statements.next_chunk(table, rest.len());
-        let (chunk, after) = rest.split_at(n);
-        rest = after;
+    for (text, chunk) in statements.chunks(table, rows) {
         let mut q = sqlx::query(text);
         for v in chunk.iter().flatten() {
             q = match *v {
@@ -413,14 +428,9 @@ mod tests {
     #[test]
     fn chunks_cover_every_batch_length_with_few_statements() {
         let statements = Statements::new(Dialect::Sqlite);
-        let chunks = |mut rows: usize| {
-            let mut lengths = Vec::new();
-            while rows > 0 {
-                let (n, _) = statements.next_chunk(Table::Tasks, rows);
-                lengths.push(n);
-                rows -= n;
-            }
-            lengths
+        let chunks = |rows: usize| {
+            let all = vec![(); rows];
+            statements.chunks(Table::Tasks, &all).map(|(_, c)| c.len()).collect::<Vec<_>>()
         };
         for (rows, expected) in
             [(1, vec![1]), (16, vec![16]), (29, vec![16, 13]), (100, vec![64, 32, 4]), (512, vec![64; 8])]

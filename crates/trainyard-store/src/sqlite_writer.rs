@@ -144,7 +144,7 @@ fn create_one(conn: &Connection, statements: &Statements, job: &Job) -> Result<W
     Ok(Written::Created(Created::New(new_record(t))))
 }
 
-/// Inserts `rows` into `table` in the longest chunks there are texts for; returns the rows inserted.
+/// Inserts `rows` into `table` chunk by chunk ([`Statements::chunks`]); returns the rows inserted.
 fn insert_rows(
     conn: &Connection,
     statements: &Statements,
@@ -152,11 +152,7 @@ fn insert_rows(
     rows: &[Vec<Value<'_>>],
 ) -> rusqlite::Result<usize> {
     let mut inserted = 0;
-    let mut rest = rows;
-    while !rest.is_empty() {
-        let (n, text) = statements.next_chunk(table, rest.len());
-        let (chunk, after) = rest.split_at(n);
-        rest = after;
+    for (text, chunk) in statements.chunks(table, rows) {
         let mut statement = conn.prepare_cached(text)?;
         for (i, v) in chunk.iter().flatten().enumerate() {
             match *v {
