@@ -107,7 +107,7 @@ pub fn describe_isolation(cfg: &LocalConfig) -> Vec<String> {
     let range = cfg.network;
     out.push(match &cfg.ip {
         Some(_) => format!(
-            "each task's replicas share a bridge of their own in {}/{}; nothing else is reachable (not this \
+            "each task's replicas share a network segment of their own in {}/{}; nothing else is reachable (not this \
              machine, not other tasks){}",
             std::net::Ipv4Addr::from(range.base),
             range.prefix,

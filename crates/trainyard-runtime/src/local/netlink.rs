@@ -1,6 +1,6 @@
 //! Just enough rtnetlink to wire a replica's network namespace from the supervisor, without starting a
-//! program per step: make a veth pair with one end on a bridge and the other in a namespace, give that end an
-//! address, bring links up, add a default route. Each request asks for an acknowledgement; the kernel's
+//! program per step: make the switch's veth pair, make a macvlan link on it in a replica's namespace, give
+//! that link an address, bring links up, add a default route. Each request asks for an acknowledgement; the kernel's
 //! error comes back as an `io::Error`.
 //!
 //! A netlink socket belongs to the network namespace of the thread that opened it, so a thread that entered
@@ -22,12 +22,16 @@ const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 
 const IFLA_IFNAME: u16 = 3;
-const IFLA_MASTER: u16 = 10;
+const IFLA_LINK: u16 = 5;
 const IFLA_LINKINFO: u16 = 18;
 const IFLA_NET_NS_FD: u16 = 28;
+const IFLA_NUM_TX_QUEUES: u16 = 31;
+const IFLA_NUM_RX_QUEUES: u16 = 32;
 const IFLA_INFO_KIND: u16 = 1;
 const IFLA_INFO_DATA: u16 = 2;
 const VETH_INFO_PEER: u16 = 1;
+const IFLA_MACVLAN_MODE: u16 = 1;
+const MACVLAN_MODE_BRIDGE: u32 = 4;
 const IFA_ADDRESS: u16 = 1;
 const IFA_LOCAL: u16 = 2;
 const RTA_GATEWAY: u16 = 5;
@@ -80,6 +84,13 @@ impl Msg {
         let mut z = name.as_bytes().to_vec();
         z.push(0);
         self.attr(ty, &z)
+    }
+
+    /// One transmit and one receive queue. Without it a veth gets one per possible CPU and the kernel cuts
+    /// them back to one once the link is registered, waiting out an RCU grace period twice while it holds
+    /// the network lock that every other replica's set-up waits on.
+    fn one_queue(&mut self) -> &mut Msg {
+        self.attr(IFLA_NUM_TX_QUEUES, &1u32.to_ne_bytes()).attr(IFLA_NUM_RX_QUEUES, &1u32.to_ne_bytes())
     }
 
     /// Opens a nested attribute; returns where its length goes.
@@ -191,31 +202,40 @@ impl Netlink {
         .map(drop)
     }
 
-    /// Makes a bridge, up.
-    pub fn bridge(&mut self, name: &str) -> io::Result<()> {
+    /// Makes a veth pair, both ends here and up: the switch's segment (see [`super::netns`]).
+    pub fn veth_pair(&mut self, name: &str, peer: &str) -> io::Result<()> {
         self.call(|seq| {
             let mut m = Msg::new(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, seq);
-            m.ifinfo(0, IFF_UP, IFF_UP).name(IFLA_IFNAME, name);
-            let info = m.nest(IFLA_LINKINFO);
-            m.name(IFLA_INFO_KIND, "bridge");
-            m.end(info);
-            m.finish()
-        })
-        .map(drop)
-    }
-
-    /// Makes a veth pair: `name` here, up and on `master`, and `peer` in the namespace `peer_ns`.
-    pub fn veth(&mut self, name: &str, master: i32, peer: &str, peer_ns: &impl AsFd) -> io::Result<()> {
-        let ns = peer_ns.as_fd().as_raw_fd() as u32;
-        self.call(|seq| {
-            let mut m = Msg::new(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, seq);
-            m.ifinfo(0, IFF_UP, IFF_UP).name(IFLA_IFNAME, name).attr(IFLA_MASTER, &master.to_ne_bytes());
+            m.ifinfo(0, IFF_UP, IFF_UP).name(IFLA_IFNAME, name).one_queue();
             let info = m.nest(IFLA_LINKINFO);
             m.name(IFLA_INFO_KIND, "veth");
             let data = m.nest(IFLA_INFO_DATA);
             let p = m.nest(VETH_INFO_PEER);
-            m.ifinfo(0, 0, 0).name(IFLA_IFNAME, peer).attr(IFLA_NET_NS_FD, &ns.to_ne_bytes());
+            // Up once both ends exist (the peer is made first, and a veth without its peer cannot open).
+            m.ifinfo(0, 0, 0).name(IFLA_IFNAME, peer).one_queue();
             m.end(p);
+            m.end(data);
+            m.end(info);
+            m.finish()
+        })?;
+        let peer = self.index(peer)?;
+        self.up(peer)
+    }
+
+    /// Makes a macvlan link in bridge mode on `lower` (a link here), called `name` in the namespace
+    /// `peer_ns`: it reaches every other macvlan link on `lower` directly, and the rest through `lower`.
+    pub fn macvlan(&mut self, name: &str, lower: i32, peer_ns: &impl AsFd) -> io::Result<()> {
+        let ns = peer_ns.as_fd().as_raw_fd() as u32;
+        self.call(|seq| {
+            let mut m = Msg::new(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, seq);
+            m.ifinfo(0, 0, 0)
+                .name(IFLA_IFNAME, name)
+                .attr(IFLA_LINK, &lower.to_ne_bytes())
+                .attr(IFLA_NET_NS_FD, &ns.to_ne_bytes());
+            let info = m.nest(IFLA_LINKINFO);
+            m.name(IFLA_INFO_KIND, "macvlan");
+            let data = m.nest(IFLA_INFO_DATA);
+            m.attr(IFLA_MACVLAN_MODE, &MACVLAN_MODE_BRIDGE.to_ne_bytes());
             m.end(data);
             m.end(info);
             m.finish()

@@ -1,27 +1,37 @@
-//! Replica networks: every replica in a network namespace of its own, with one address on a bridge that only
-//! the replicas of its attempt share.
+//! Replica networks: every replica in a network namespace of its own, with one address on a segment that
+//! only the replicas of its attempt share.
 //!
 //! ```text
-//!   switch namespace ty-<attempt>           replica namespaces ty-<attempt>-<i>
-//!   ┌──────────────────────────────┐        ┌──────────────────────────┐
-//!   │ br0 ── v0 ───────────────────┼────────┤ eth0 10.213.0.2/16, lo   │
-//!   │    └── v1 ───────────────────┼────────┤ eth0 10.213.0.3/16, lo   │
-//!   └──────────────────────────────┘        └──────────────────────────┘
+//!   switch namespace ty-<attempt>           replica namespaces (no names)
+//!   ┌───────────────────────────────┐        ┌──────────────────────────┐
+//!   │ sw1 ── sw0 (veth pair)        │  ┌─────┤ eth0 10.213.0.2/16, lo   │  macvlan links on sw0,
+//!   │         ├─────────────────────┼──┘     └──────────────────────────┘  in bridge mode
+//!   │         └─────────────────────┼──┐     ┌──────────────────────────┐
+//!   │                               │  └─────┤ eth0 10.213.0.3/16, lo   │
+//!   └───────────────────────────────┘        └──────────────────────────┘
 //! ```
 //!
-//! The bridge lives in a namespace of its own, not the host's, and nothing in it has an address or a route:
-//! a replica reaches its attempt's other replicas and nothing else (not the host's loopback, not the API,
-//! not other tasks, not the machine's network). Since attempts never share a segment, every attempt uses the
-//! same range. Inside a replica, ports below 1024 may be bound (sshd listens on 22), as in a container.
+//! The segment lives in a namespace of its own, not the host's, and without egress nothing in it has an
+//! address or a route: a replica reaches its attempt's other replicas and nothing else (not the host's
+//! loopback, not the API, not other tasks, not the machine's network). Since attempts never share a segment,
+//! every attempt uses the same range. Inside a replica, ports below 1024 may be bound (sshd listens on 22), as
+//! in a container.
+//!
+//! Each replica's `eth0` is a macvlan link in bridge mode on the switch's `sw0`: the kernel delivers
+//! between the links on one lower link directly, and sends the rest down `sw0` to its peer `sw1`, where the
+//! switch's own address is when egress is on. A macvlan link rather than a veth pair on a bridge: one link
+//! per replica instead of two, no bridge port, and above all no bridge, whose removal holds the kernel's
+//! network lock through an RCU barrier (~17 ms, measured) that every replica of every attempt starting
+//! meanwhile waits on (`net-bench`).
 //!
 //! The switch namespace is named (a bind mount under `/run/netns`) from launch until the attempt ends. A
 //! replica's namespace never has a name: its supervisor makes it and keeps a file descriptor of it, so the
-//! namespace (and its veth pair) goes away by itself with the last process in it, however the supervisor ends.
+//! namespace (and its link) goes away by itself with the last process in it, however the supervisor ends.
 //!
 //! The plumbing: iproute2's `ip` (batched) and `nft` for an attempt's switch, once per attempt; netlink from
 //! the supervisor for each replica ([`super::netlink`]), so a gang's start does not wait on programs.
 //!
-//! **Egress** is off unless the admin turns it on (`trainyard up --sandbox-egress`). Then the bridge gets the
+//! **Egress** is off unless the admin turns it on (`trainyard up --sandbox-egress`). Then `sw1` gets the
 //! range's first address as the replicas' gateway, and the switch namespace an uplink: a veth pair to the host
 //! (`tyu…` on the host side) with a /30 of its own from [`DEFAULT_UPLINKS`]; the switch masquerades the
 //! replicas behind its uplink address, and the host (one nftables table, `inet trainyard`) forwards and
@@ -76,7 +86,7 @@ pub struct Uplink {
     pub host_if: String,
     pub host_addr: std::net::Ipv4Addr,
     pub switch_addr: std::net::Ipv4Addr,
-    /// The bridge's address: the replicas' default route.
+    /// The switch's address on the segment (`sw1`'s): the replicas' default route.
     pub gateway: std::net::Ipv4Addr,
     pub prefix: u8,
 }
@@ -186,6 +196,9 @@ fn connected_networks(text: &str) -> Vec<String> {
     out
 }
 
+/// The switch's end of its segment, the lower link of every replica's `eth0`.
+const SEGMENT: &str = "sw0";
+
 /// Where iproute2 keeps named network namespaces.
 const NETNS_DIR: &str = "/run/netns";
 
@@ -236,7 +249,7 @@ pub struct ReplicaNet {
     pub switch: String,
     /// The replica's namespace while it is set up.
     pub name: String,
-    /// The replica's index: its port on the bridge is `v<index>`.
+    /// The replica's index in its attempt.
     pub index: usize,
     pub address: std::net::Ipv4Addr,
     pub prefix: u8,
@@ -288,7 +301,7 @@ fn ip_batch(ip: &Path, ns: Option<&str>, lines: &str) -> Result<(), String> {
     feed(c, lines).map_err(|e| format!("ip {}: {e}", lines.trim().replace('\n', "; ")))
 }
 
-/// Makes the attempt's switch namespace with its bridge, and its uplink when egress is on (idempotent: an
+/// Makes the attempt's switch namespace with its segment, and its uplink when egress is on (idempotent: an
 /// existing one is kept).
 pub fn create_switch(ip: &Path, switch: &str, egress: Option<(&Egress, &Uplink)>) -> Result<(), String> {
     if Path::new(NETNS_DIR).join(switch).exists() {
@@ -310,7 +323,7 @@ pub fn create_switch(ip: &Path, switch: &str, egress: Option<(&Egress, &Uplink)>
             ip,
             Some(switch),
             &format!(
-                "addr add {s}/30 dev up0\nlink set up0 up\naddr add {g}/{p} dev br0\nroute add default via {h}\n",
+                "addr add {s}/30 dev up0\nlink set up0 up\naddr add {g}/{p} dev sw1\nroute add default via {h}\n",
                 s = up.switch_addr,
                 g = up.gateway,
                 p = up.prefix,
@@ -331,8 +344,8 @@ pub fn create_switch(ip: &Path, switch: &str, egress: Option<(&Egress, &Uplink)>
     })
 }
 
-/// Makes the named namespace `switch` with its bridge `br0`, up: what `ip netns add` and `ip link add br0
-/// type bridge` do, without starting them (a gang's start waits for it). As iproute2 has it, the names'
+/// Makes the named namespace `switch` with its segment (the veth pair `sw0`, `sw1`), up: what `ip netns add`
+/// and `ip link add sw0 type veth peer name sw1` do, without starting them (a gang's start waits for it). As iproute2 has it, the names'
 /// dir is a mount point with shared propagation, so a name made here is seen from every mount namespace, and
 /// a name is a file with the namespace bind-mounted on it, made from a thread that made the namespace its
 /// own.
@@ -365,8 +378,9 @@ fn add_switch_namespace(switch: &str) -> Result<(), String> {
                 .map_err(|e| step("cannot make a network namespace", e.into()))?;
             mount_bind("/proc/thread-self/ns/net", &path)
                 .map_err(|e| step(&format!("cannot name the namespace {switch}"), e.into()))?;
+            no_ipv6_on_new_links(true);
             let mut nl = super::netlink::Netlink::open().map_err(|e| step("netlink", e))?;
-            nl.bridge("br0").map_err(|e| step("cannot make the bridge", e))
+            nl.veth_pair(SEGMENT, "sw1").map_err(|e| step("cannot make the segment", e))
         })
         .join()
         .unwrap_or_else(|_| Err("the switch setup thread panicked".into()))
@@ -386,7 +400,8 @@ fn open_named(name: &str) -> Result<OwnedFd, String> {
     .map_err(|e| format!("cannot open the network namespace {name}: {e}"))
 }
 
-/// Removes the attempt's switch namespace (and with it the bridge and the host ends of every veth pair).
+/// Removes the attempt's switch namespace (and with it the segment, every replica's link on it, and the
+/// uplink).
 pub fn delete_switch(ip: &Path, switch: &str) {
     let path = Path::new(NETNS_DIR).join(switch);
     if !path.exists() {
@@ -404,9 +419,10 @@ pub fn delete_switch(ip: &Path, switch: &str) {
     }
 }
 
-/// Makes the replica's namespace, wires it to the bridge, and returns a file descriptor of it (it has no
+/// Makes the replica's namespace, wires it to the attempt's segment, and returns a file descriptor of it (it has no
 /// name: the descriptor and the processes in it keep it alive). Done with netlink from one thread: it makes the
-/// namespace its own, opens a netlink socket there, enters the switch's and opens another, then wires both ends.
+/// namespace its own, opens a netlink socket there, enters the switch's and opens another, makes the link from
+/// there and sets it up from inside.
 pub fn create_replica(net: &ReplicaNet) -> Result<OwnedFd, String> {
     use super::netlink::{LOOPBACK_INDEX, Netlink};
     let switch = open_named(&net.switch)?;
@@ -426,12 +442,12 @@ pub fn create_replica(net: &ReplicaNet) -> Result<OwnedFd, String> {
         // Ports below 1024 may be bound, as in a container (sshd listens on 22).
         std::fs::write("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0")
             .map_err(|e| step("cannot allow low ports", e))?;
+        no_ipv6_on_new_links(false);
         let mut inside = Netlink::open().map_err(|e| step("netlink", e))?;
         enter(&switch)?;
         let mut sw = Netlink::open().map_err(|e| step("netlink", e))?;
-        let bridge = sw.index("br0").map_err(|e| step("the attempt's bridge", e))?;
-        let port = format!("v{}", net.index);
-        sw.veth(&port, bridge, "eth0", &ns).map_err(|e| step(&format!("cannot make veth {port}"), e))?;
+        let segment = sw.index(SEGMENT).map_err(|e| step("the attempt's segment", e))?;
+        sw.macvlan("eth0", segment, &ns).map_err(|e| step("cannot make the replica's link", e))?;
         inside.up(LOOPBACK_INDEX).map_err(|e| step("lo", e))?;
         let eth = inside.index("eth0").map_err(|e| step("eth0", e))?;
         inside.address(eth, net.address, net.prefix).map_err(|e| step("eth0's address", e))?;
@@ -444,6 +460,20 @@ pub fn create_replica(net: &ReplicaNet) -> Result<OwnedFd, String> {
     std::thread::scope(|s| {
         s.spawn(wire).join().unwrap_or_else(|_| Err("the network setup thread panicked".into()))
     })
+}
+
+/// Turns IPv6 off for the links made from now on in this thread's network namespace (and with `all`, for
+/// those it has: the switch's loopback). Replicas talk over IPv4 (the hosts file, `MASTER_ADDR`) and egress
+/// drops IPv6; a link with IPv6 on has the kernel run address configuration for it when it comes up
+/// (duplicate address detection, router and multicast listener messages), work that takes the kernel's
+/// network lock, which a gang's other replicas wait on to make their links. A replica's loopback keeps `::1`
+/// (it exists before this), so programs that listen on `::` or `::1` still do. Without IPv6 in the kernel
+/// there is nothing to turn off.
+fn no_ipv6_on_new_links(all: bool) {
+    let confs: &[&str] = if all { &["default", "all"] } else { &["default"] };
+    for c in confs {
+        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{c}/disable_ipv6"), "1");
+    }
 }
 
 /// Writes a per-namespace setting from a thread that enters the namespace (`/proc/sys/net` shows the

@@ -26,7 +26,7 @@ pub(super) struct Replica {
     pub(super) node: String,
     /// GPU indices handed to it.
     pub(super) devices: Vec<u32>,
-    /// Its place in the attempt's network range (its address, its port on the bridge); kept for its life.
+    /// Its place in the attempt's network range (its address); kept for its life.
     #[serde(default)]
     pub(super) slot: usize,
 }
