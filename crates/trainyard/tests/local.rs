@@ -701,6 +701,33 @@ fn replicas_run_on_pooled_supervisors_in_cgroups_of_their_own() {
             .unwrap();
         let limit: u64 = limit.trim().parse().unwrap_or(u64::MAX);
         assert!(limit < 1 << 40, "{replica}'s memory limit is {limit}");
+        // The supervisor's allocator keeps to small pages; the task's processes may have huge pages.
+        let thp = |pid: u64| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            status.lines().find_map(|l| l.strip_prefix("THP_enabled:").map(|v| v.trim().to_owned()))
+        };
+        let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+        if mode.contains("[madvise]") {
+            // Where only memory advised for huge pages gets them (the supervisor's allocator used to advise
+            // its heap: 6 MiB of them in an idle pooled supervisor, each page zeroed when first touched).
+            let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap();
+            let huge = rollup.lines().find(|l| l.starts_with("AnonHugePages:")).unwrap_or("none");
+            assert_eq!(huge.split_whitespace().nth(1), Some("0"), "{replica}'s supervisor: {huge}");
+        }
+        if thp(u64::from(std::process::id())).is_some() {
+            // Running is recorded just before the sandbox starts.
+            let deadline = std::time::Instant::now() + secs(20);
+            let sandbox = loop {
+                let state = std::fs::read(attempt.join(replica).join("state.json")).unwrap();
+                let state: serde_json::Value = serde_json::from_slice(&state).unwrap_or_default();
+                if let Some(pid) = state["sandbox_pid"].as_u64() {
+                    break pid;
+                }
+                assert!(std::time::Instant::now() < deadline, "{replica}'s sandbox never started");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            };
+            assert_eq!(thp(sandbox).as_deref(), Some("1"), "{replica}'s sandbox (bubblewrap)");
+        }
         parents.push((v2, path.rsplit_once('/').unwrap().0.to_owned()));
     }
     let (status, body) = s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);

@@ -46,13 +46,18 @@ impl SupervisorPool {
     }
 
     /// A supervisor's command line, its environment fixed: nothing of the server's (its token, a preload)
-    /// reaches it. `dir`: the replica dir, or `RUNS_DIR/-` for a pooled one.
+    /// reaches it, and its allocator keeps to small pages. `dir`: the replica dir, or `RUNS_DIR/-` for a pooled one.
     pub fn command(exe: &Path, args: &[String], dir: &Path) -> Command {
         let mut c = Command::new(exe);
         c.args(args)
             .arg(dir)
             .env_clear()
             .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+            // The allocator's heap stays on small pages: it would ask for transparent huge pages, and then
+            // every thread's first allocation faults in a zeroed 2 MiB page. For a supervisor (a few MiB, a
+            // handful of threads) that was ~12 ms of CPU a replica, a third of its CPU, all of it at the
+            // gang's start (`perf`, local-bench). The sandbox gets huge pages back (see `spawn`).
+            .env("MIMALLOC_ALLOW_THP", "0")
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null());

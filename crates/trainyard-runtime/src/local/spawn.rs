@@ -69,6 +69,10 @@ pub(super) fn spawn_as(c: Command, id: Identity<'_>) -> std::io::Result<Child> {
                         current = Some(ns.try_clone()?);
                     }
                     let _only_child = SPAWN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+                    // The supervisor's allocator turned transparent huge pages off for this process (see
+                    // `SupervisorPool::command`), and children inherit that: the task's own memory keeps
+                    // them. The allocator's heap is not advised for them, so it stays on small pages.
+                    let _ = rustix::thread::disable_transparent_huge_pages(false);
                     for fd in &req.keep {
                         fcntl_setfd(fd, FdFlags::empty())?;
                     }
