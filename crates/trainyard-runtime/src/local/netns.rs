@@ -447,7 +447,11 @@ pub fn create_replica(net: &ReplicaNet) -> Result<OwnedFd, String> {
         enter(&switch)?;
         let mut sw = Netlink::open().map_err(|e| step("netlink", e))?;
         let segment = sw.index(SEGMENT).map_err(|e| step("the attempt's segment", e))?;
-        sw.macvlan("eth0", segment, &ns).map_err(|e| step("cannot make the replica's link", e))?;
+        sw.macvlan("eth0", segment, &ns).map_err(|e| {
+            // An unknown link kind: the kernel was built without macvlan.
+            let hint = if e.raw_os_error() == Some(95) { " (this kernel has no macvlan links)" } else { "" };
+            format!("cannot make the replica's link: {e}{hint}")
+        })?;
         inside.up(LOOPBACK_INDEX).map_err(|e| step("lo", e))?;
         let eth = inside.index("eth0").map_err(|e| step("eth0", e))?;
         inside.address(eth, net.address, net.prefix).map_err(|e| step("eth0's address", e))?;
