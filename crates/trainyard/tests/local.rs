@@ -650,8 +650,10 @@ fn a_lost_attempts_network_is_removed_by_the_next_start() {
     gone.kill();
     let dir = gone.dir.clone();
     drop(gone);
-    std::fs::remove_dir_all(&dir).unwrap();
+    // Checked while its attempt dir is still there: once it is gone, any server's start (another test's,
+    // running alongside) may sweep the namespace.
     assert!(switch.exists(), "nothing removed it yet");
+    std::fs::remove_dir_all(&dir).unwrap();
     let _next = Server::start("sweep-next", None);
     assert!(!switch.exists(), "the next start removed the lost attempt's network");
 }
