@@ -1,7 +1,7 @@
 //! Just enough rtnetlink to wire a replica's network namespace from the supervisor, without starting a
 //! program per step: make the switch's veth pair, make a macvlan link on it in a replica's namespace, give
-//! that link an address, bring links up, add a default route. Each request asks for an acknowledgement; the kernel's
-//! error comes back as an `io::Error`.
+//! that link an address, bring links up, add a default route. Each request asks for an acknowledgement; the
+//! kernel's error comes back as an `io::Error`.
 //!
 //! A netlink socket belongs to the network namespace of the thread that opened it, so a thread that entered
 //! a namespace opens the socket for it and the socket keeps working there whatever the thread does next.

@@ -249,8 +249,6 @@ pub struct ReplicaNet {
     pub switch: String,
     /// The replica's namespace while it is set up.
     pub name: String,
-    /// The replica's index in its attempt.
-    pub index: usize,
     pub address: std::net::Ipv4Addr,
     pub prefix: u8,
     /// The default route, when the attempt has egress.
@@ -345,10 +343,10 @@ pub fn create_switch(ip: &Path, switch: &str, egress: Option<(&Egress, &Uplink)>
 }
 
 /// Makes the named namespace `switch` with its segment (the veth pair `sw0`, `sw1`), up: what `ip netns add`
-/// and `ip link add sw0 type veth peer name sw1` do, without starting them (a gang's start waits for it). As iproute2 has it, the names'
-/// dir is a mount point with shared propagation, so a name made here is seen from every mount namespace, and
-/// a name is a file with the namespace bind-mounted on it, made from a thread that made the namespace its
-/// own.
+/// and `ip link add sw0 type veth peer name sw1` do, without starting them (a gang's start waits for it). As
+/// iproute2 has it, the names' dir is a mount point with shared propagation, so a name made here is seen from
+/// every mount namespace, and a name is a file with the namespace bind-mounted on it, made from a thread that
+/// made the namespace its own.
 fn add_switch_namespace(switch: &str) -> Result<(), String> {
     use rustix::mount::{
         MountPropagationFlags, UnmountFlags, mount_bind, mount_bind_recursive, mount_change,
@@ -419,10 +417,10 @@ pub fn delete_switch(ip: &Path, switch: &str) {
     }
 }
 
-/// Makes the replica's namespace, wires it to the attempt's segment, and returns a file descriptor of it (it has no
-/// name: the descriptor and the processes in it keep it alive). Done with netlink from one thread: it makes the
-/// namespace its own, opens a netlink socket there, enters the switch's and opens another, makes the link from
-/// there and sets it up from inside.
+/// Makes the replica's namespace, wires it to the attempt's segment, and returns a file descriptor of it (it
+/// has no name: the descriptor and the processes in it keep it alive). Done with netlink from one thread: it
+/// makes the namespace its own, opens a netlink socket there, enters the switch's and opens another, makes the
+/// link from there and sets it up from inside.
 pub fn create_replica(net: &ReplicaNet) -> Result<OwnedFd, String> {
     use super::netlink::{LOOPBACK_INDEX, Netlink};
     let switch = open_named(&net.switch)?;
@@ -449,7 +447,11 @@ pub fn create_replica(net: &ReplicaNet) -> Result<OwnedFd, String> {
         let segment = sw.index(SEGMENT).map_err(|e| step("the attempt's segment", e))?;
         sw.macvlan("eth0", segment, &ns).map_err(|e| {
             // An unknown link kind: the kernel was built without macvlan.
-            let hint = if e.raw_os_error() == Some(95) { " (this kernel has no macvlan links)" } else { "" };
+            let hint = if e.kind() == std::io::ErrorKind::Unsupported {
+                " (this kernel has no macvlan links)"
+            } else {
+                ""
+            };
             format!("cannot make the replica's link: {e}{hint}")
         })?;
         inside.up(LOOPBACK_INDEX).map_err(|e| step("lo", e))?;

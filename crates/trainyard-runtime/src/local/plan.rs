@@ -186,7 +186,6 @@ impl Network {
         self.networked.then(|| ReplicaNet {
             switch: self.switch.clone(),
             name: format!("{}-{}", self.switch, r.slot),
-            index: r.slot,
             address: self.address(r).unwrap_or(Ipv4Addr::LOCALHOST),
             prefix: self.range.prefix,
             gateway: self.gateway,

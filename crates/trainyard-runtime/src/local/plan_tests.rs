@@ -195,7 +195,7 @@ fn a_network_when_replicas_talk_or_reach_out() {
     assert_eq!(net(false).address(&r).unwrap(), Ipv4Addr::LOCALHOST);
     assert_eq!(net(false).replica(&r), None);
     let rn = net(true).replica(&r).unwrap();
-    assert_eq!((rn.name.as_str(), rn.index, rn.prefix), ("ty-sw-3", 3, 16));
+    assert_eq!((rn.name.as_str(), rn.address, rn.prefix), ("ty-sw-3", Ipv4Addr::new(10, 213, 0, 5), 16));
     let far = Replica { slot: 70_000, ..r };
     assert!(net(true).address(&far).is_err(), "past the range's end");
 }

@@ -85,9 +85,9 @@ fn task(workers: u32) -> String {
     .to_string()
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
+#[path = "shared/stats.rs"]
+mod stats;
+use stats::percentile;
 
 /// (cpu seconds, rss bytes) of a process.
 fn usage(pid: u32) -> Option<(f64, u64)> {

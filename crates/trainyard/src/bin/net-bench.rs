@@ -1,5 +1,5 @@
 //! The replica network's start-up cost on the local backend: an attempt's switch namespace, then each
-//! replica's network namespace wired to it (veth pair, addresses, links up), made at once from one thread per
+//! replica's network namespace wired to it (its macvlan link, address, links up), made at once from one thread per
 //! replica as the replicas' supervisors make them, timed until the last is ready. The kernel part of a gang's
 //! start, without processes, cgroups or the server.
 //!
@@ -15,9 +15,9 @@ fn arg(name: &str, default: usize) -> usize {
     std::env::args().skip_while(|a| a != name).nth(1).and_then(|n| n.parse().ok()).unwrap_or(default)
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
+#[path = "shared/stats.rs"]
+mod stats;
+use stats::percentile;
 
 fn main() {
     let (runs, replicas) = (arg("--runs", 40), arg("--replicas", 8));
@@ -34,7 +34,6 @@ fn main() {
                     let net = netns::ReplicaNet {
                         switch: switch.clone(),
                         name: format!("{switch}-{i}"),
-                        index: i,
                         address: range.address(i).expect("the range holds a gang"),
                         prefix: range.prefix,
                         gateway: None,
