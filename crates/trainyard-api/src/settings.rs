@@ -113,6 +113,9 @@ struct Room {
     cap: i64,
     left: i64,
     at: Instant,
+    /// When a request began counting again, this room having grown old: until that count is in (within
+    /// [`ROOM_TTL`]), the user's other creates go on taking places here rather than each counting too.
+    recount: Option<Instant>,
 }
 
 impl SettingsCache {
@@ -135,15 +138,22 @@ impl SettingsCache {
     }
 
     /// Takes one place of the room a recent count left the user far below `cap`, if there is one.
+    ///
+    /// One request counts again when the room grows old; the user's others meanwhile keep taking places
+    /// from it (a busy user's concurrent creates all counting at once cost more than the creates).
     fn take_room(&self, user: &str, cap: i64) -> bool {
         let mut room = self.room.lock().unwrap_or_else(|e| e.into_inner());
-        match room.get_mut(user) {
-            Some(r) if r.cap == cap && r.left > CAP_MARGIN && r.at.elapsed() < ROOM_TTL => {
-                r.left -= 1;
-                true
-            }
-            _ => false,
+        let Some(r) = room.get_mut(user) else { return false };
+        if r.cap != cap || r.left <= CAP_MARGIN {
+            return false;
         }
+        let fresh = r.at.elapsed() < ROOM_TTL || r.recount.is_some_and(|t| t.elapsed() < ROOM_TTL);
+        if fresh {
+            r.left -= 1;
+        } else {
+            r.recount = Some(Instant::now());
+        }
+        fresh
     }
 
     fn set_room(&self, user: &str, cap: i64, left: i64) {
@@ -151,10 +161,15 @@ impl SettingsCache {
         if room.len() >= ROOM_USERS_MAX {
             room.retain(|_, r| r.at.elapsed() < ROOM_TTL);
         }
-        room.insert(user.to_owned(), Room { cap, left, at: Instant::now() });
+        room.insert(user.to_owned(), Room { cap, left, at: Instant::now(), recount: None });
     }
 
     /// The user's turn (one at a time near the cap).
+    /// A count found the user near the cap: no room to take places from until the next count.
+    fn forget_room(&self, user: &str) {
+        self.room.lock().unwrap_or_else(|e| e.into_inner()).remove(user);
+    }
+
     fn turn(&self, user: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
         // Turns nobody holds or waits for are dropped, so the map holds only users creating right now.
@@ -186,6 +201,7 @@ pub async fn check_queued_cap(
         settings.set_room(owner, cap, cap - queued - 1);
         return Ok(CapPass(None));
     }
+    settings.forget_room(owner);
     let turn = settings.turn(owner).lock_owned().await;
     // Counted again in turn: what the requests before this one stored is in the count now.
     let queued = store.queued_count(owner, cap).await?;
@@ -221,6 +237,24 @@ mod tests {
         assert!(!cache.take_room("alice", 500), "counted under another cap");
         cache.set(AdminSettings { max_queued_tasks_per_user: 1000 });
         assert!(!cache.take_room("alice", 1000), "new settings forget every room");
+    }
+
+    #[test]
+    fn an_old_room_is_counted_again_by_one_request_while_the_others_take_places() {
+        let cache = SettingsCache::default();
+        let old = Instant::now().checked_sub(ROOM_TTL * 2).unwrap();
+        let room = Room { cap: 1000, left: CAP_MARGIN + 100, at: old, recount: None };
+        cache.room.lock().unwrap().insert("alice".into(), room);
+        assert!(!cache.take_room("alice", 1000), "the first to find it old counts again");
+        assert!((0..10).all(|_| cache.take_room("alice", 1000)), "the others take places meanwhile");
+        assert_eq!(cache.room.lock().unwrap()["alice"].left, CAP_MARGIN + 90);
+        // A count that never came in (its store read failed) is made again by the next request, later.
+        cache.room.lock().unwrap().get_mut("alice").unwrap().recount = Some(old);
+        assert!(!cache.take_room("alice", 1000));
+        assert!(cache.take_room("alice", 1000));
+        // The count came in near the cap: nothing is taken from the old room after it.
+        cache.forget_room("alice");
+        assert!(!cache.take_room("alice", 1000));
     }
 
     #[test]

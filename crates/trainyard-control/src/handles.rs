@@ -120,14 +120,41 @@ pub(crate) type Arrival = (TaskRecord, Arc<TrainingTask>);
 impl Arrivals {
     /// A task just committed to the store, and its spec as validated.
     pub fn push(&self, record: &TaskRecord, task: &TrainingTask) {
-        let mut record = record.clone();
-        record.spec_json = String::new();
         let spec = Arc::new(slim(task.clone()));
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).push((record, spec));
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push((without_spec(record), spec));
     }
 
-    pub(crate) fn take(&self) -> Vec<Arrival> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    /// Swaps the arrivals so far for `spare`, which the caller has emptied: the two buffers take turns, so
+    /// that thousands of arrivals a tick are not pushed into a new buffer grown from nothing each time
+    /// (fresh pages, zeroed by the kernel, and copies at every doubling).
+    pub(crate) fn swap(&self, spare: &mut Vec<Arrival>) {
+        debug_assert!(spare.is_empty());
+        std::mem::swap(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()), spare);
+    }
+}
+
+/// A copy of a record without its spec's text, which the loop never reads (it has the parsed spec).
+fn without_spec(r: &TaskRecord) -> TaskRecord {
+    TaskRecord {
+        id: r.id.clone(),
+        name: r.name.clone(),
+        owner: r.owner.clone(),
+        project_group: r.project_group.clone(),
+        task_type: r.task_type.clone(),
+        status: r.status,
+        deleted: r.deleted,
+        public: r.public,
+        labels: r.labels.clone(),
+        spec_json: String::new(),
+        attempt: r.attempt,
+        version: r.version,
+        created_at_ms: r.created_at_ms,
+        updated_at_ms: r.updated_at_ms,
+        placement: r.placement.clone(),
+        retries: r.retries,
+        demand: r.demand.clone(),
+        status_since_ms: r.status_since_ms,
+        run_started_at_ms: r.run_started_at_ms,
     }
 }
 

@@ -76,6 +76,8 @@ pub struct Control<B> {
     waits: QueueBoard,
     /// Tasks created by this process since the last tick.
     arrivals: Arrivals,
+    /// The buffer [`Arrivals`] fills while the other is drained (see [`Arrivals::swap`]); empty between ticks.
+    arrived: Vec<handles::Arrival>,
     specs: SpecInterner,
     options: OptionsCache,
     /// Something the plan reads changed since the last one (see `tick`).
@@ -143,6 +145,7 @@ impl<B: Backend> Control<B> {
             secrets,
             waits: QueueBoard::default(),
             arrivals: Arrivals::default(),
+            arrived: Vec::new(),
             specs: SpecInterner::default(),
             options: OptionsCache::default(),
             dirty: true,

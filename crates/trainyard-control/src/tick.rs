@@ -36,9 +36,12 @@ impl<B: Backend> Control<B> {
 
         report.phases.observe_us = us_since(t0);
         let t0 = Instant::now();
-        for (t, spec) in self.arrivals.take() {
+        let mut arrived = std::mem::take(&mut self.arrived);
+        self.arrivals.swap(&mut arrived);
+        for (t, spec) in arrived.drain(..) {
             self.absorb(t, Some(spec));
         }
+        self.arrived = arrived;
         self.sync_active(now_ms).await?;
         // A stored task that cannot be read any more is left alone (and reported once); it must not stop the
         // loop for every other task.

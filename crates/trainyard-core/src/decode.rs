@@ -90,12 +90,14 @@ impl Decoder {
         name: &str,
         default: Option<T>,
     ) -> T {
-        let p = field(path, name);
+        // The field's path is made only for a field that is there or missing for good (most of a task's
+        // fields are left out and take their defaults).
         match map.get(name) {
             None | Some(Value::Null) => match default {
                 Some(v) => v,
                 None if T::OPTIONAL => T::default(),
                 None => {
+                    let p = field(path, name);
                     // A misspelt key was already reported with "did you mean"; a second problem saying the
                     // field is missing would only repeat it.
                     let misspelt = map.keys().any(|k| k != name && suggest(k, &[name]).is_some());
@@ -106,13 +108,16 @@ impl Decoder {
                     T::default()
                 }
             },
-            Some(v) => match T::decode(v, &p, self) {
-                Some(x) => x,
-                None => {
-                    self.tainted.insert(p);
-                    T::default()
+            Some(v) => {
+                let p = field(path, name);
+                match T::decode(v, &p, self) {
+                    Some(x) => x,
+                    None => {
+                        self.tainted.insert(p);
+                        T::default()
+                    }
                 }
-            },
+            }
         }
     }
 

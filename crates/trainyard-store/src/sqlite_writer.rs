@@ -12,7 +12,7 @@
 
 use crate::create::new_record;
 use crate::group_commit::{
-    Derived, GROUP_COMMIT_MAX, Job, Statements, Table, Value, Written, answer, batch_rows, fill,
+    Derived, GROUP_COMMIT_MAX, Job, Statements, Table, Undo, Value, Written, answer, batch_rows, fill,
 };
 use crate::model::{Created, NewTask};
 use crate::{Dialect, PRAGMAS, Result, StoreError, WriteTurns};
@@ -64,7 +64,7 @@ fn open(path: &Path) -> Result<Connection> {
         while rows.next()?.is_some() {}
     }
     // Every text `Statements` holds, and a few more.
-    conn.set_prepared_statement_cache_capacity(Table::ALL.len() * 20 + 8);
+    conn.set_prepared_statement_cache_capacity(2 * Table::ALL.len() * 20 + 8);
     Ok(conn)
 }
 
@@ -100,19 +100,22 @@ fn write(conn: &mut Connection, statements: &Statements, batch: &[Job]) -> Resul
 
 /// The whole batch in a few multi-row statements. `Ok(false)` when it cannot be done that way (an
 /// idempotency key already stored, or twice in the batch; a name taken): the caller rolls back.
+///
+/// A failing row undoes the whole transaction ([`Undo::Transaction`]): no statement journal is kept.
 fn insert_many(conn: &Connection, statements: &Statements, batch: &[Job], derived: &Derived) -> Result<bool> {
+    let undo = Undo::Transaction;
     let [keyed, tasks, labels, events] = batch_rows(batch, derived);
-    if !keyed.is_empty() && insert_rows(conn, statements, Table::Idempotency, &keyed)? != keyed.len() {
+    if !keyed.is_empty() && insert_rows(conn, statements, undo, Table::Idempotency, &keyed)? != keyed.len() {
         return Ok(false);
     }
-    match insert_rows(conn, statements, Table::Tasks, &tasks) {
+    match insert_rows(conn, statements, undo, Table::Tasks, &tasks) {
         Err(e) if is_unique_violation(&e) => return Ok(false),
         other => {
             other?;
         }
     }
-    insert_rows(conn, statements, Table::Labels, &labels)?;
-    insert_rows(conn, statements, Table::Events, &events)?;
+    insert_rows(conn, statements, undo, Table::Labels, &labels)?;
+    insert_rows(conn, statements, undo, Table::Events, &events)?;
     Ok(true)
 }
 
@@ -123,7 +126,9 @@ fn create_one(conn: &Connection, statements: &Statements, job: &Job) -> Result<W
     let one = std::slice::from_ref(job);
     let derived = Derived::of(one)?;
     let [keyed, tasks, labels, events] = batch_rows(one, &derived);
-    if !keyed.is_empty() && insert_rows(conn, statements, Table::Idempotency, &keyed)? == 0 {
+    // Within the batch's savepoints: a failing row undoes its statement alone.
+    let undo = Undo::Statement;
+    if !keyed.is_empty() && insert_rows(conn, statements, undo, Table::Idempotency, &keyed)? == 0 {
         let (key, hash) = t.idempotency.as_ref().expect("a keyed row comes from a key");
         let (seen_hash, task_id): (String, String) = conn
             .prepare_cached("SELECT body_hash, task_id FROM idempotency WHERE owner = ?1 AND key = ?2")?
@@ -133,14 +138,14 @@ fn create_one(conn: &Connection, statements: &Statements, job: &Job) -> Result<W
         }
         return Ok(Written::KeyUsed { task_id });
     }
-    match insert_rows(conn, statements, Table::Tasks, &tasks) {
+    match insert_rows(conn, statements, undo, Table::Tasks, &tasks) {
         Err(e) if is_unique_violation(&e) => return Err(StoreError::NameTaken(t.name.clone())),
         other => {
             other?;
         }
     }
-    insert_rows(conn, statements, Table::Labels, &labels)?;
-    insert_rows(conn, statements, Table::Events, &events)?;
+    insert_rows(conn, statements, undo, Table::Labels, &labels)?;
+    insert_rows(conn, statements, undo, Table::Events, &events)?;
     Ok(Written::Created(Created::New(new_record(t))))
 }
 
@@ -148,11 +153,12 @@ fn create_one(conn: &Connection, statements: &Statements, job: &Job) -> Result<W
 fn insert_rows(
     conn: &Connection,
     statements: &Statements,
+    undo: Undo,
     table: Table,
     rows: &[Vec<Value<'_>>],
 ) -> rusqlite::Result<usize> {
     let mut inserted = 0;
-    for (text, chunk) in statements.chunks(table, rows) {
+    for (text, chunk) in statements.chunks(undo, table, rows) {
         let mut statement = conn.prepare_cached(text)?;
         for (i, v) in chunk.iter().flatten().enumerate() {
             match *v {

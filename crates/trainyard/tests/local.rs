@@ -648,11 +648,11 @@ fn a_lost_attempts_network_is_removed_by_the_next_start() {
         std::path::Path::new("/run/netns").join(trainyard_runtime::local::netns::attempt_name(&id, 0));
     assert!(switch.exists(), "the attempt's switch namespace is there while it runs");
     gone.kill();
+    // Checked while the attempt's supervisors still run: once they are gone (the drop below kills them), any
+    // server's start (another test's, running alongside) may sweep the namespace.
+    assert!(switch.exists(), "nothing removed it yet");
     let dir = gone.dir.clone();
     drop(gone);
-    // Checked while its attempt dir is still there: once it is gone, any server's start (another test's,
-    // running alongside) may sweep the namespace.
-    assert!(switch.exists(), "nothing removed it yet");
     std::fs::remove_dir_all(&dir).unwrap();
     let _next = Server::start("sweep-next", None);
     assert!(!switch.exists(), "the next start removed the lost attempt's network");
