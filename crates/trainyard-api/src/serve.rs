@@ -56,12 +56,14 @@ pub async fn serve(listener: tokio::net::TcpListener, state: AppState) -> std::i
 
 /// Serves the API on `listener` with the control loop and alarm delivery running. First, once per store,
 /// hidden values sealed by an earlier version without a binding are re-sealed bound to their records
-/// ([`trainyard_control::secrets::reseal_legacy`]).
+/// ([`trainyard_control::secrets::reseal_legacy`]). The process keeps to small pages from here on (see
+/// [`keep_to_small_pages`]).
 pub async fn serve_with(
     listener: tokio::net::TcpListener,
     state: AppState,
     options: ServeOptions,
 ) -> std::io::Result<()> {
+    keep_to_small_pages();
     let resealed = trainyard_control::secrets::reseal_legacy(&state.store, &state.secrets, now_ms())
         .await
         .map_err(|e| std::io::Error::other(format!("re-sealing hidden values: {e}")))?;
@@ -235,5 +237,16 @@ impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for IdleTimeout<T> 
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Turns transparent huge pages off for the server's process. Its allocator (mimalloc) advises its heap for
+/// them, so memory it touches afresh (a tick's buffers, a batch of rows, memory it gave back a second earlier
+/// and takes again) is faulted in 2 MiB at a time, each zeroed whole: under a stream of creates, 6% of the
+/// server's CPU (`perf`, api-bench). Children inherit the setting: pooled supervisors keep to small pages
+/// anyway, and their sandboxes get huge pages back.
+fn keep_to_small_pages() {
+    if let Err(e) = rustix::thread::disable_transparent_huge_pages(true) {
+        eprintln!("trainyard: cannot turn transparent huge pages off for the server: {e}");
     }
 }
