@@ -382,6 +382,32 @@ fn a_stop_during_start_up_leaves_nothing_running() {
     }
 }
 
+/// A sandbox slow to start (on a machine under load, bubblewrap made its namespaces 9 s after the launch) is
+/// still stopped: its supervisor goes on looking for the sandbox's processes rather than giving up after a
+/// few seconds and then signalling none of them (the task stayed Stopping for good, its replica running).
+#[test]
+fn a_sandbox_slow_to_start_is_still_stopped() {
+    let bin = std::env::temp_dir().join(format!("ty-slow-bwrap-{}", std::process::id()));
+    std::fs::create_dir_all(&bin).unwrap();
+    let real = trainyard_runtime::local::find_bwrap().unwrap();
+    let wrapper = bin.join("bwrap");
+    std::fs::write(&wrapper, format!("#!/bin/sh\nsleep 7\nexec {} \"$@\"\n", real.display())).unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let s = Server::start(
+        "slowsandbox",
+        Some(&format!("{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", bin.display())),
+    );
+    let marker = format!("slow-sandbox-{}", std::process::id());
+    let id = s.submit(&pytorch("slow", 0, &format!("echo up; exec sleep 600 # {marker}")));
+    let name = s.wait_status(&id, "Running", secs(60))["name"].as_str().unwrap().to_owned();
+    s.wait_log(&id, &format!("{name}-master-0"), "up", secs(60));
+    let (status, body) = s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
+    assert_eq!(status, 200, "{body}");
+    s.wait_status(&id, "Stopped", secs(60));
+    assert!(Server::processes_with(&marker).is_empty(), "a process of the task survived its stop");
+    let _ = std::fs::remove_dir_all(&bin);
+}
+
 /// A PATH whose `ray` and `python3` are the Ray venv's (`.ci/run` makes it; `TRAINYARD_RAY_VENV` names it).
 fn ray_path() -> String {
     let venv = std::env::var("TRAINYARD_RAY_VENV").unwrap_or_else(|_| "/opt/trainyard-ray".to_owned());

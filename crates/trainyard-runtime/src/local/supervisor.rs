@@ -467,9 +467,10 @@ fn run_phase(
         Err(e) => return fail(log, format!("{}: {e}", job.bwrap.display())),
     };
     // The sandbox's PID namespace names its processes for every signal from here on (never bubblewrap's own
-    // process: killing it would orphan the sandbox). It exists within milliseconds unless bwrap failed.
+    // process, but for want of the namespace: see `stop_protocol`). It exists within milliseconds unless bwrap
+    // failed or the machine is loaded (it once took 9 s); until it is found it is looked for again.
     let t0 = Instant::now();
-    let ns = loop {
+    let mut ns = loop {
         if let Some(ns) = procs::sandbox_ns(child.id()) {
             break Some(ns);
         }
@@ -507,16 +508,13 @@ fn run_phase(
         if let Ok(Some(status)) = child.try_wait() {
             break status;
         }
+        let _ = sandbox_processes(&mut ns, child.id());
         if evicted.is_none()
             && let Some(why) = sup.evict.lock().ok().and_then(|mut e| e.take())
         {
             // Over a limit: the whole sandbox goes at once, as an evicted pod's containers do.
             sup.event(Reason::Evicted, format!("{}: {why}; ended", job.name));
-            if let Some(ns) = &ns {
-                for (pid, _) in procs::ns_processes(ns) {
-                    procs::signal(pid, procs::SIGKILL);
-                }
-            }
+            kill_sandbox(&mut ns, &mut child);
             evicted = Some(why);
         }
         let rotated = log.lock().map(|mut l| l.take_events()).unwrap_or_default();
@@ -525,7 +523,7 @@ fn run_phase(
         }
         if !stopped && let Some(req) = read_stop(&sup.dir) {
             stopped = true;
-            stop_protocol(sup, job, &mut child, ns.as_deref(), &req);
+            stop_protocol(sup, job, &mut child, &mut ns, &req);
             if let Ok(status) = child.wait() {
                 break status;
             }
@@ -564,12 +562,19 @@ fn read_stop(dir: &Path) -> Option<StopRequest> {
 
 /// Signal + request file, wait for `checkpoint-done` or exit, then SIGTERM, grace, SIGKILL of every process
 /// in the sandbox. Each step is an event with its duration.
-fn stop_protocol(sup: &mut Sup, job: &ReplicaJob, child: &mut Child, ns: Option<&Path>, req: &StopRequest) {
+fn stop_protocol(
+    sup: &mut Sup,
+    job: &ReplicaJob,
+    child: &mut Child,
+    ns: &mut Option<PathBuf>,
+    req: &StopRequest,
+) {
     let runtime = RuntimeDir::open(&sup.dir);
     let name = job.name.clone();
     let exited = |child: &mut Child| matches!(child.try_wait(), Ok(Some(_)));
-    let in_sandbox = || ns.map(procs::ns_processes).unwrap_or_default();
-    let user_processes = || in_sandbox().into_iter().filter(|&(_, inner)| inner != 1);
+    let bwrap = child.id();
+    let mut user_processes =
+        || sandbox_processes(ns, bwrap).into_iter().filter(|&(_, inner)| inner != 1).collect::<Vec<_>>();
     if req.checkpoint {
         let t0 = Instant::now();
         if let Some(rt) = &runtime {
@@ -579,7 +584,7 @@ fn stop_protocol(sup: &mut Sup, job: &ReplicaJob, child: &mut Child, ns: Option<
         // The notice goes to the processes that handle it (a trap in a shell, a handler in Python): one
         // that does not would just die of it, and take the replica with it before anything was saved.
         let mut told = 0;
-        for (pid, _) in user_processes().filter(|&(pid, _)| procs::catches(pid, req.signal)) {
+        for (pid, _) in user_processes().into_iter().filter(|&(pid, _)| procs::catches(pid, req.signal)) {
             procs::signal(pid, req.signal);
             told += 1;
         }
@@ -641,10 +646,7 @@ fn stop_protocol(sup: &mut Sup, job: &ReplicaJob, child: &mut Child, ns: Option<
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    // Killing the namespace's init takes every process in the sandbox with it.
-    for (pid, _) in in_sandbox() {
-        procs::signal(pid, procs::SIGKILL);
-    }
+    kill_sandbox(ns, child);
     let why = if req.grace_s == 0 {
         // A failed node gives no grace: its replicas are gone at once.
         format!("{name}: killed with SIGKILL at once (no grace period)")
@@ -652,4 +654,26 @@ fn stop_protocol(sup: &mut Sup, job: &ReplicaJob, child: &mut Child, ns: Option<
         format!("{name}: still running {} s after SIGTERM; killed with SIGKILL", req.grace_s)
     };
     sup.event(Reason::Killed, why);
+}
+
+/// The processes in the sandbox started by bubblewrap process `bwrap`, its PID namespace looked for first
+/// while it is not known yet.
+fn sandbox_processes(ns: &mut Option<PathBuf>, bwrap: u32) -> Vec<(u32, u32)> {
+    if ns.is_none() {
+        *ns = procs::sandbox_ns(bwrap);
+    }
+    ns.as_deref().map(procs::ns_processes).unwrap_or_default()
+}
+
+/// SIGKILL to everything in the sandbox: its namespace's init, which takes every process in it along. A
+/// sandbox whose namespace was never found (bubblewrap still setting it up) goes with bubblewrap itself: it
+/// runs with `--die-with-parent`, so what it started dies with it.
+fn kill_sandbox(ns: &mut Option<PathBuf>, child: &mut Child) {
+    let inside = sandbox_processes(ns, child.id());
+    if ns.is_none() {
+        let _ = child.kill();
+    }
+    for (pid, _) in inside {
+        procs::signal(pid, procs::SIGKILL);
+    }
 }
