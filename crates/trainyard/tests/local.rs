@@ -729,6 +729,28 @@ fn replicas_run_on_pooled_supervisors_in_cgroups_of_their_own() {
             .unwrap();
         let limit: u64 = limit.trim().parse().unwrap_or(u64::MAX);
         assert!(limit < 1 << 40, "{replica}'s memory limit is {limit}");
+        // Under contention replicas share CPU by size (cpu.small has 1 vCPU: one busy process's weight),
+        // and all of them together weigh one busy process per CPU of the machine.
+        let cpus = std::thread::available_parallelism().unwrap().get() as u64;
+        let (weight, own, together) = if v2 {
+            (format!("{dir}/cpu.weight"), 100, (100 * cpus).min(10_000))
+        } else {
+            let cpu_path = cgroups
+                .lines()
+                .find(|l| l.split(':').nth(1).is_some_and(|c| c.split(',').any(|c| c == "cpu")))
+                .and_then(|l| l.splitn(3, ':').nth(2))
+                .unwrap_or_else(|| panic!("no cpu cgroup in {cgroups}"));
+            (format!("/sys/fs/cgroup/cpu{cpu_path}/cpu.shares"), 1024, (1024 * cpus).min(262_144))
+        };
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{p}: {e}"));
+        assert_eq!(read(&weight).trim(), own.to_string(), "{replica}: {weight}");
+        let parent = std::path::Path::new(&weight)
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join(std::path::Path::new(&weight).file_name().unwrap());
+        assert_eq!(read(parent.to_str().unwrap()).trim(), together.to_string(), "{}", parent.display());
         // The supervisor's allocator keeps to small pages; the task's processes may have huge pages.
         let thp = |pid: u64| {
             let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();

@@ -231,6 +231,9 @@ impl LocalBackend {
         });
         // Pooled supervisors killed while they waited left their cgroups; then the pool is filled.
         pool::sweep();
+        if let Err(why) = procs::weigh_replicas_together() {
+            eprintln!("trainyard: replicas keep the default CPU weight together: {why}");
+        }
         let pool = Arc::new(pool::SupervisorPool::new(&cfg.supervisor, &cfg.runs_dir, cfg.supervisor_pool));
         pool.fill();
         Ok(LocalBackend { cfg: Arc::new(cfg), inner: Arc::new(Mutex::new(inner)), pool })
