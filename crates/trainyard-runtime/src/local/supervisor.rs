@@ -508,7 +508,9 @@ fn run_phase(
         if let Ok(Some(status)) = child.try_wait() {
             break status;
         }
-        let _ = sandbox_processes(&mut ns, child.id());
+        if ns.is_none() {
+            ns = procs::sandbox_ns(child.id());
+        }
         if evicted.is_none()
             && let Some(why) = sup.evict.lock().ok().and_then(|mut e| e.take())
         {
