@@ -164,12 +164,12 @@ impl SettingsCache {
         room.insert(user.to_owned(), Room { cap, left, at: Instant::now(), recount: None });
     }
 
-    /// The user's turn (one at a time near the cap).
     /// A count found the user near the cap: no room to take places from until the next count.
     fn forget_room(&self, user: &str) {
         self.room.lock().unwrap_or_else(|e| e.into_inner()).remove(user);
     }
 
+    /// The user's turn (one at a time near the cap).
     fn turn(&self, user: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
         // Turns nobody holds or waits for are dropped, so the map holds only users creating right now.
