@@ -210,8 +210,8 @@ pub struct ServerFlags {
 /// What the admin decides about the local backend's sandboxes.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SandboxFlags {
-    /// The replicas' addresses: each task's replicas share a network segment of their own, unreachable from anything
-    /// else (not routed, no egress), so every task uses the same range.
+    /// The replicas' addresses: each task's replicas share a network segment of their own, unreachable from
+    /// anything else (not routed, no egress), so every task uses the same range.
     #[arg(long, env = "TRAINYARD_SANDBOX_NETWORK", default_value = trainyard_runtime::local::netns::DEFAULT_RANGE)]
     pub sandbox_network: String,
     /// Let replicas reach beyond their task: the internet through this machine (masqueraded), never this

@@ -46,8 +46,8 @@ impl SupervisorPool {
     }
 
     /// A supervisor's command line, its environment fixed: nothing of the server's (its token, a preload)
-    /// reaches it, and its allocator keeps to small pages. `dir`: the replica dir, or `RUNS_DIR/-` for a pooled
-    /// one.
+    /// reaches it, and its allocator keeps to small pages. `dir`: the replica dir, or `RUNS_DIR/-` for a
+    /// pooled one.
     pub fn command(exe: &Path, args: &[String], dir: &Path) -> Command {
         let mut c = Command::new(exe);
         c.args(args)

@@ -171,10 +171,7 @@ pub fn weigh_replicas_together() -> Result<(), String> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
     let fail = |what: &str, e: std::io::Error| format!("{what}: {e}");
     if Path::new(CG).join("cgroup.controllers").exists() {
-        let here = current("");
-        let parent = here.join("trainyard");
-        make_cgroup_dir(&parent).map_err(|e| fail("cannot create a cgroup", e))?;
-        let _ = std::fs::write(here.join("cgroup.subtree_control"), "+cpu +memory +pids");
+        let parent = v2_parent()?;
         let weight = (cpus * V2_WEIGHT_PER_CPU).clamp(1, 10_000);
         return std::fs::write(parent.join("cpu.weight"), weight.to_string())
             .map_err(|e| fail("cannot set cpu.weight", e));
@@ -187,6 +184,16 @@ pub fn weigh_replicas_together() -> Result<(), String> {
     let shares = (cpus * V1_SHARES_PER_CPU).clamp(2, 262_144);
     std::fs::write(parent.join("cpu.shares"), shares.to_string())
         .map_err(|e| fail("cannot set cpu.shares", e))
+}
+
+/// cgroup v2: `trainyard/` under this process's cgroup, made if missing, with the controllers the replicas'
+/// limits need turned on above it.
+fn v2_parent() -> Result<PathBuf, String> {
+    let here = current("");
+    let parent = here.join("trainyard");
+    make_cgroup_dir(&parent).map_err(|e| format!("cannot create a cgroup: {e}"))?;
+    let _ = std::fs::write(here.join("cgroup.subtree_control"), "+cpu +memory +pids");
+    Ok(parent)
 }
 
 /// Makes a cgroup dir that the replica's sandbox (another uid) can bind and read: its limits are shown to it
@@ -222,10 +229,7 @@ impl Cgroup {
         let me = std::process::id().to_string();
         let fail = |what: &str, e: std::io::Error| format!("{what}: {e}");
         if cg.join("cgroup.controllers").exists() {
-            let here = current("");
-            let parent = here.join("trainyard");
-            make_cgroup_dir(&parent).map_err(|e| fail("cannot create a cgroup", e))?;
-            let _ = std::fs::write(here.join("cgroup.subtree_control"), "+cpu +memory +pids");
+            let parent = v2_parent()?;
             let _ = std::fs::write(parent.join("cgroup.subtree_control"), "+cpu +memory +pids");
             let dir = parent.join(name);
             make_cgroup_dir(&dir).map_err(|e| fail("cannot create a cgroup", e))?;

@@ -1,7 +1,7 @@
 //! The replica network's start-up cost on the local backend: an attempt's switch namespace, then each
-//! replica's network namespace wired to it (its macvlan link, address, links up), made at once from one thread per
-//! replica as the replicas' supervisors make them, timed until the last is ready. The kernel part of a gang's
-//! start, without processes, cgroups or the server.
+//! replica's network namespace wired to it (its macvlan link, address, links up), made at once from one
+//! thread per replica as the replicas' supervisors make them, timed until the last is ready. The kernel part
+//! of a gang's start, without processes, cgroups or the server.
 //!
 //!   cargo run --release -p trainyard --bin net-bench [-- --runs N --replicas R]
 //!
