@@ -44,14 +44,13 @@ pub(crate) async fn store_task(
     let spec_json = serde_json::to_string(&sealed).expect("a TrainingTask always serialises");
     let lookup = |name: &str| catalog.instance_specs.get(name);
     let demand = trainyard_core::demand_options(&task.spec, &lookup).ok().and_then(|d| TaskDemand::of(&d));
-    // A name taken by chance gets another suffix; the bound keeps a broken store from looping.
+    // A name taken gets another suffix, counted from elsewhere; the bound keeps a broken store from looping.
     const NAME_TRIES: usize = 8;
     let mut last = None;
     for _ in 0..NAME_TRIES {
-        let r = random_u64();
         let new = NewTask {
             id: id.clone(),
-            name: format!("{}-{}", task.metadata.name_prefix, suffix(r.rotate_left(17))),
+            name: format!("{}-{}", task.metadata.name_prefix, NAME_SUFFIXES.take()),
             owner: owner.to_owned(),
             project_group: task.metadata.project_group.clone(),
             task_type: task.spec.task_type.to_string(),
@@ -65,7 +64,10 @@ pub(crate) async fn store_task(
             demand: demand.clone(),
         };
         match store.create_task(&new).await {
-            Err(StoreError::NameTaken(n)) => last = Some(StoreError::NameTaken(n)),
+            Err(StoreError::NameTaken(n)) => {
+                NAME_SUFFIXES.jump();
+                last = Some(StoreError::NameTaken(n));
+            }
             other => return Ok(other?),
         }
     }

@@ -6,7 +6,7 @@ use trainyard_control::{Control, SubmitError};
 use trainyard_core::Catalog;
 use trainyard_runtime::fake::{FakeBackend, Script};
 use trainyard_sched::Config;
-use trainyard_store::{Created, Store};
+use trainyard_store::{Created, NewTask, Store};
 
 const CATALOG: &str = r#"
 regions: {local: {}}
@@ -132,6 +132,67 @@ async fn retried_submissions_with_one_key_create_one_task() {
         Err(SubmitError::Store(trainyard_store::StoreError::IdempotencyConflict))
     ));
     assert_eq!(c.store().count_tasks().await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn names_count_up_and_a_run_of_taken_names_costs_one_retry() {
+    let (c, _) = control(FakeBackend::default()).await;
+    let body = task("clash", "nlp", "Reserved", 0, "");
+    let first = submit(&c, &body, 0).await;
+    let first = c.store().get_task(&first).await.unwrap().unwrap().name;
+    // Base 36, most significant digit first, in ASCII order: the suffix of the next name sorts after.
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let value = |name: &str| {
+        let suffix = name.strip_prefix("clash-").expect("the prefix, a dash and the suffix");
+        assert_eq!(suffix.len(), 5, "{name}");
+        suffix.bytes().fold(0u64, |n, c| n * 36 + DIGITS.iter().position(|&d| d == c).unwrap() as u64)
+    };
+    let encode = |mut n: u64| {
+        let mut out = [0u8; 5];
+        for c in out.iter_mut().rev() {
+            *c = DIGITS[(n % 36) as usize];
+            n /= 36;
+        }
+        format!("clash-{}", std::str::from_utf8(&out).unwrap())
+    };
+    let n = value(&first);
+    // The next 300 names are taken (as a server that counted there before a restart leaves them). Other
+    // tests of this binary take suffixes from the same count meanwhile, far fewer than 300.
+    let spec_json = c
+        .store()
+        .get_task(&submit(&c, &task("other", "nlp", "Reserved", 0, ""), 1).await)
+        .await
+        .unwrap()
+        .unwrap()
+        .spec_json;
+    let taken: Vec<NewTask> = (1..=300u64)
+        .map(|k| NewTask {
+            id: format!("taken{k:011}"),
+            name: encode((n + k) % 36u64.pow(5)),
+            owner: "bob".into(),
+            project_group: "nlp".into(),
+            task_type: "PyTorchJob".into(),
+            status: trainyard_core::lifecycle::Status::Succeeded,
+            public: false,
+            labels: Default::default(),
+            spec_json: spec_json.clone(),
+            created_at_ms: 1,
+            idempotency: None,
+            first_event: None,
+            demand: None,
+        })
+        .collect();
+    c.store().import_tasks(&taken).await.unwrap();
+    // The next create meets a taken name (the count is still inside the run), moves elsewhere and is stored;
+    // walking the run one name a try would give up after a few.
+    let next = submit(&c, &body, 2).await;
+    let next = c.store().get_task(&next).await.unwrap().unwrap().name;
+    let k = value(&next).wrapping_sub(n) % 36u64.pow(5);
+    assert!(!(1..=300).contains(&k), "{next} is one of the taken names");
+    // From there it counts up again.
+    let after = submit(&c, &body, 3).await;
+    let after = c.store().get_task(&after).await.unwrap().unwrap().name;
+    assert!(value(&after) > value(&next) || value(&next) > 36u64.pow(5) - 1_000, "{next} then {after}");
 }
 
 #[tokio::test]
