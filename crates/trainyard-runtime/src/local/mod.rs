@@ -182,6 +182,7 @@ impl LocalBackend {
     /// Opens the runs dir and reattaches to every attempt that has not ended.
     pub fn new(cfg: LocalConfig) -> std::io::Result<LocalBackend> {
         std::fs::create_dir_all(&cfg.runs_dir)?;
+        files::spread_subdirs(&cfg.runs_dir);
         // Networks of attempts that are gone for good (a crash, a deleted data dir) go now.
         if let Some(ip) = &cfg.ip {
             switches::sweep(ip);

@@ -3,7 +3,7 @@
 //! its first line: the whole sandbox start, its user namespace, seccomp filter and network included), and the platform's CPU and memory overhead per running replica (the
 //! supervisor and the sandbox's own processes, not the user's command; and the server's share).
 //!
-//!   cargo run --release -p trainyard --bin local-bench [-- --runs N]
+//!   cargo run --release -p trainyard --bin local-bench [-- --runs N] [--timeline]
 //!
 //! It starts `trainyard up --backend local` (the binary next to this one) on a temp data dir, and drives it
 //! over HTTP as a client would, polling the task until it is Running.
@@ -118,7 +118,27 @@ fn platform_pids(data_dir: &str) -> Vec<u32> {
     out
 }
 
+/// The events of a task up to its first Running, in ms after its submission (the server's clock).
+fn print_timeline(api: &Api, id: &str) {
+    let (_, events) = api.call("GET", &format!("/api/v1/tasks/{id}/events"), None);
+    let events = events["items"].as_array().cloned().unwrap_or_default();
+    let Some(t0) = events.first().and_then(|e| e["atMs"].as_i64()) else { return };
+    for e in &events {
+        let reason = e["reason"].as_str().unwrap_or("?");
+        println!(
+            "    {:>6} ms  {reason}: {}",
+            e["atMs"].as_i64().unwrap_or(t0) - t0,
+            e["message"].as_str().unwrap_or("")
+        );
+        if reason == "Started" {
+            break;
+        }
+    }
+}
+
 fn main() {
+    // `--timeline`: the events of each measure's slowest run.
+    let timeline = std::env::args().any(|a| a == "--timeline");
     let runs: usize =
         std::env::args().skip_while(|a| a != "--runs").nth(1).and_then(|n| n.parse().ok()).unwrap_or(40);
     let dir = std::env::temp_dir().join(format!("ty-local-bench-{}", std::process::id()));
@@ -138,6 +158,7 @@ fn main() {
     ] {
         let body = task(workers);
         let mut ms = Vec::new();
+        let mut slowest: Option<(f64, String)> = None;
         for _ in 0..runs {
             let t0 = Instant::now();
             let (status, v) = api.call("POST", "/api/v1/tasks", Some(&body));
@@ -152,7 +173,11 @@ fn main() {
             } else {
                 api.wait(&id, "Running");
             }
-            ms.push(t0.elapsed().as_secs_f64() * 1000.0);
+            let took = t0.elapsed().as_secs_f64() * 1000.0;
+            ms.push(took);
+            if slowest.as_ref().is_none_or(|(s, _)| took > *s) {
+                slowest = Some((took, id.clone()));
+            }
             api.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
             api.wait(&id, "Stopped");
         }
@@ -170,6 +195,9 @@ fn main() {
             )
         };
         println!("{label:<26} {p50:>9.1} {p99:>9.1} {:>9.1}   {t}", ms[ms.len() - 1]);
+        if timeline && let Some((_, id)) = &slowest {
+            print_timeline(&api, id);
+        }
     }
 
     // Overhead: 16 replicas running `sleep`, measured over 10 s.
