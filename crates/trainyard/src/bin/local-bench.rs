@@ -152,6 +152,7 @@ fn print_timeline(api: &Api, id: &str) {
     let (_, events) = api.call("GET", &format!("/api/v1/tasks/{id}/events"), None);
     let events = events["items"].as_array().cloned().unwrap_or_default();
     let Some(t0) = events.first().and_then(|e| e["atMs"].as_i64()) else { return };
+    println!("    task {id}:");
     for e in &events {
         let reason = e["reason"].as_str().unwrap_or("?");
         println!(
@@ -166,7 +167,7 @@ fn print_timeline(api: &Api, id: &str) {
 }
 
 fn main() {
-    // `--timeline`: the events of each measure's slowest run.
+    // `--timeline`: the events of each measure's slowest run, and the data dir kept to look into.
     let timeline = std::env::args().any(|a| a == "--timeline");
     let runs: usize =
         std::env::args().skip_while(|a| a != "--runs").nth(1).and_then(|n| n.parse().ok()).unwrap_or(40);
@@ -280,5 +281,9 @@ fn main() {
     }
     let _ = server.kill();
     let _ = server.wait();
-    let _ = std::fs::remove_dir_all(&dir);
+    if timeline {
+        println!("(the data dir is kept with --timeline: {})", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
