@@ -697,6 +697,32 @@ fn replicas_run_on_pooled_supervisors_in_cgroups_of_their_own() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     let idle = Server::processes_with(&marker);
+    // A server started from the root cgroup (as this test's is, unless a service manager runs the tests)
+    // moves into a cgroup of its own weighing one busy process per CPU: it does not share one process's
+    // weight with whatever else its session runs.
+    let cpus = std::thread::available_parallelism().unwrap().get() as u64;
+    let cpu_cgroup = |pid: &str| {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.split(':').nth(1).is_some_and(|c| c.split(',').any(|c| c == "cpu")))
+            .or_else(|| text.lines().find(|l| l.starts_with("0::")))
+            .map(str::to_owned);
+        line.unwrap_or_else(|| panic!("no cpu cgroup in {text}"))
+    };
+    let ours = cpu_cgroup("self");
+    if ours.ends_with(":/") {
+        let server = cpu_cgroup(&s.pid().unwrap().to_string());
+        assert!(server.ends_with(":/trainyard-server"), "the server's cgroup: {server}");
+        let (file, weight) = if server.starts_with("0::") {
+            ("/sys/fs/cgroup/trainyard-server/cpu.weight", (100 * cpus).min(10_000))
+        } else {
+            ("/sys/fs/cgroup/cpu/trainyard-server/cpu.shares", (1024 * cpus).min(262_144))
+        };
+        assert_eq!(std::fs::read_to_string(file).unwrap().trim(), weight.to_string(), "{file}");
+    } else {
+        eprintln!("this test runs in cgroup {ours}, not the root one: the server stays in it");
+    }
     let id = s.submit(&pytorch("pooled", 1, "sleep 60"));
     s.wait_status(&id, "Running", secs(60));
     let attempt = s.dir.join("runs").join(&id).join("a0");
@@ -731,7 +757,6 @@ fn replicas_run_on_pooled_supervisors_in_cgroups_of_their_own() {
         assert!(limit < 1 << 40, "{replica}'s memory limit is {limit}");
         // Under contention replicas share CPU by size (cpu.small has 1 vCPU: one busy process's weight),
         // and all of them together weigh one busy process per CPU of the machine.
-        let cpus = std::thread::available_parallelism().unwrap().get() as u64;
         let (weight, own, together) = if v2 {
             (format!("{dir}/cpu.weight"), 100, (100 * cpus).min(10_000))
         } else {

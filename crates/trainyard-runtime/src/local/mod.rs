@@ -235,6 +235,9 @@ impl LocalBackend {
         if let Err(why) = procs::weigh_replicas_together() {
             eprintln!("trainyard: replicas keep the default CPU weight together: {why}");
         }
+        if let Err(why) = procs::weigh_server() {
+            eprintln!("trainyard: the server keeps the root cgroup's CPU weight: {why}");
+        }
         let pool = Arc::new(pool::SupervisorPool::new(&cfg.supervisor, &cfg.runs_dir, cfg.supervisor_pool));
         pool.fill();
         Ok(LocalBackend { cfg: Arc::new(cfg), inner: Arc::new(Mutex::new(inner)), pool })

@@ -139,6 +139,8 @@ fn current(controller: &str) -> PathBuf {
         if hit {
             let base =
                 if controller.is_empty() { Path::new(CG).to_owned() } else { Path::new(CG).join(controller) };
+            // The server's own cgroup (`weigh_server`) is not where Trainyard's cgroups go: its parent is.
+            let path = path.strip_suffix(SERVER_CGROUP).and_then(|p| p.strip_suffix('/')).unwrap_or(path);
             return base.join(path.trim_start_matches('/'));
         }
     }
@@ -184,6 +186,42 @@ pub fn weigh_replicas_together() -> Result<(), String> {
     let shares = (cpus * V1_SHARES_PER_CPU).clamp(2, 262_144);
     std::fs::write(parent.join("cpu.shares"), shares.to_string())
         .map_err(|e| fail("cannot set cpu.shares", e))
+}
+
+/// The cgroup the server moves into when it finds itself in the root one (`weigh_server`), beside
+/// `trainyard/`.
+pub const SERVER_CGROUP: &str = "trainyard-server";
+
+/// Moves this process (the server) out of the root cgroup into `trainyard-server/`, with the CPU weight of one
+/// busy process per CPU, as the replicas have together. In the root cgroup the kernel groups processes by
+/// session (autogroup): a server started from a shell shared one process's weight with whatever else that
+/// session ran, and with two busy processes there its threads waited 2.5 times as long for a CPU as they
+/// ran (`perf sched timehist`, local-bench), up to 100 ms at a time; a gang's launch waited on it (its files
+/// written, its start observed). A server in a cgroup of someone else's (a systemd unit, a container) stays
+/// there: its weight is theirs to set. `Ok(false)`: not in the root cgroup, nothing done.
+pub fn weigh_server() -> Result<bool, String> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    let fail = |what: &str, e: std::io::Error| format!("{what}: {e}");
+    let v2 = Path::new(CG).join("cgroup.controllers").exists();
+    let (root, weight_file, weight) = if v2 {
+        (PathBuf::from(CG), "cpu.weight", (cpus * V2_WEIGHT_PER_CPU).clamp(1, 10_000))
+    } else {
+        (Path::new(CG).join("cpu"), "cpu.shares", (cpus * V1_SHARES_PER_CPU).clamp(2, 262_144))
+    };
+    let has_cpu_controller = v2 || root.join(weight_file).exists();
+    if !has_cpu_controller || current(if v2 { "" } else { "cpu" }) != root {
+        return Ok(false);
+    }
+    let dir = root.join(SERVER_CGROUP);
+    if v2 {
+        let _ = std::fs::write(root.join("cgroup.subtree_control"), "+cpu");
+    }
+    make_cgroup_dir(&dir).map_err(|e| fail("cannot create a cgroup", e))?;
+    std::fs::write(dir.join(weight_file), weight.to_string())
+        .map_err(|e| fail("cannot set its weight", e))?;
+    std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string())
+        .map_err(|e| fail("cannot move into it", e))?;
+    Ok(true)
 }
 
 /// cgroup v2: `trainyard/` under this process's cgroup, made if missing, with the controllers the replicas'

@@ -134,6 +134,11 @@ impl Server {
     }
 
     /// SIGKILL, as a crash: supervisors and training go on.
+    /// The server process's id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
