@@ -760,11 +760,8 @@ fn replicas_run_on_pooled_supervisors_in_cgroups_of_their_own() {
         let (weight, own, together) = if v2 {
             (format!("{dir}/cpu.weight"), 100, (100 * cpus).min(10_000))
         } else {
-            let cpu_path = cgroups
-                .lines()
-                .find(|l| l.split(':').nth(1).is_some_and(|c| c.split(',').any(|c| c == "cpu")))
-                .and_then(|l| l.splitn(3, ':').nth(2))
-                .unwrap_or_else(|| panic!("no cpu cgroup in {cgroups}"));
+            let line = cpu_cgroup(&pid.to_string());
+            let cpu_path = line.splitn(3, ':').nth(2).unwrap();
             (format!("/sys/fs/cgroup/cpu{cpu_path}/cpu.shares"), 1024, (1024 * cpus).min(262_144))
         };
         let read = |p: &str| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{p}: {e}"));

@@ -136,10 +136,15 @@ enum Until {
     Started,
 }
 
+/// A task's events, oldest first.
+fn events(api: &Api, id: &str) -> Vec<serde_json::Value> {
+    let (_, events) = api.call("GET", &format!("/api/v1/tasks/{id}/events"), None);
+    events["items"].as_array().cloned().unwrap_or_default()
+}
+
 /// Milliseconds from a task's first event (`Submitted`) to its `Started`, by the server's clock.
 fn started_after(api: &Api, id: &str) -> f64 {
-    let (_, events) = api.call("GET", &format!("/api/v1/tasks/{id}/events"), None);
-    let events = events["items"].as_array().cloned().unwrap_or_default();
+    let events = events(api, id);
     let at = |reason: &str| events.iter().find(|e| e["reason"] == reason).and_then(|e| e["atMs"].as_i64());
     match (at("Submitted"), at("Started")) {
         (Some(a), Some(b)) => (b - a) as f64,
@@ -149,8 +154,7 @@ fn started_after(api: &Api, id: &str) -> f64 {
 
 /// The events of a task up to its first Running, in ms after its submission (the server's clock).
 fn print_timeline(api: &Api, id: &str) {
-    let (_, events) = api.call("GET", &format!("/api/v1/tasks/{id}/events"), None);
-    let events = events["items"].as_array().cloned().unwrap_or_default();
+    let events = events(api, id);
     let Some(t0) = events.first().and_then(|e| e["atMs"].as_i64()) else { return };
     println!("    task {id}:");
     for e in &events {

@@ -133,12 +133,12 @@ impl Server {
         s
     }
 
-    /// SIGKILL, as a crash: supervisors and training go on.
     /// The server process's id, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())
     }
 
+    /// SIGKILL, as a crash: supervisors and training go on.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
