@@ -14,7 +14,7 @@
 //! avoided nodes), `list` (the list query: visibility, filters, search, order and cursor), `shares`,
 //! `transitions` (status changes with their events, and events alone), `create` (one create in a transaction, and imports), `group_commit`
 //! (the writer that batches concurrent creates into one commit; PostgreSQL's), `sqlite_writer` (SQLite's, on
-//! a thread of its own), `accounts` (users and tokens), `alarms`
+//! a thread of its own), `sqlite_reader` (SQLite's reader for the control loop's light reads), `accounts` (users and tokens), `alarms`
 //! (alarm deliveries), `env` (users' persistent env vars), `settings`, and `schema` (the migrations). This
 //! file holds the [`Store`] itself, how it connects, and its errors.
 
@@ -31,6 +31,7 @@ mod rows;
 mod schema;
 mod settings;
 mod shares;
+mod sqlite_reader;
 mod sqlite_writer;
 mod tasks;
 mod transitions;
@@ -107,6 +108,8 @@ pub struct Store {
     writer: tokio::sync::mpsc::Sender<Job>,
     /// SQLite's write transactions take turns here (see [`Store::write_turn`]); `None` on PostgreSQL.
     turns: Option<WriteTurns>,
+    /// SQLite's reader for the control loop's light reads (`sqlite_reader`); `None` on PostgreSQL.
+    reader: Option<Arc<sqlite_reader::Reader>>,
 }
 
 /// The FIFO queue for SQLite's one write lock, shared by the create writer and every other write of this
@@ -158,20 +161,20 @@ impl Store {
         };
         schema::migrate(&pool, dialect).await?;
         let (writer_tx, jobs) = tokio::sync::mpsc::channel(4 * GROUP_COMMIT_MAX);
-        let turns = match dialect {
+        let (turns, reader) = match dialect {
             Dialect::Sqlite => {
                 let turns = WriteTurns::default();
                 let options: sqlx::sqlite::SqliteConnectOptions = url.parse()?;
-                sqlite_writer::spawn(options.get_filename().to_owned(), jobs, turns.clone())
-                    .map_err(sqlx::Error::Io)?;
-                Some(turns)
+                let path = options.get_filename().to_owned();
+                sqlite_writer::spawn(path.clone(), jobs, turns.clone()).map_err(sqlx::Error::Io)?;
+                (Some(turns), Some(sqlite_reader::Reader::new(path)))
             }
             Dialect::Postgres => {
                 tokio::spawn(writer(pool.clone(), dialect, jobs));
-                None
+                (None, None)
             }
         };
-        Ok(Store { pool, dialect, writer: writer_tx, turns })
+        Ok(Store { pool, dialect, writer: writer_tx, turns, reader })
     }
 
     /// Waits for this process's turn to write, on SQLite (held until dropped; nothing on PostgreSQL).

@@ -55,7 +55,7 @@ pub(crate) fn spawn(
 }
 
 /// The writer's connection, set up as the pool's are.
-fn open(path: &Path) -> Result<Connection> {
+pub(crate) fn open(path: &Path) -> Result<Connection> {
     let conn = Connection::open(path)?;
     for pragma in PRAGMAS {
         // Some pragmas answer with a row (the value set); it is read and dropped.

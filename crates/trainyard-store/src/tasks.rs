@@ -3,6 +3,7 @@
 
 use crate::model::{Event, MAX_PAGE, TaskRecord, TaskVersion};
 use crate::rows::{TASK_READ, event_from_row, placeholders, status_of, task_from_row};
+use crate::sqlite_reader::Param;
 use crate::{Result, Store, StoreError};
 use sqlx::Row;
 use std::collections::BTreeMap;
@@ -101,12 +102,12 @@ impl Store {
     /// Which tasks changed at or after `since_ms` (deleted ones included): a light first read for an incremental reader, which then fetches with
     /// [`Store::tasks_without_spec`] only the records it does not have at that version.
     pub async fn versions_updated_since(&self, since_ms: i64) -> Result<Vec<TaskVersion>> {
-        let rows = sqlx::query(
-            "SELECT id, created_at_ms, version, status, deleted FROM tasks WHERE updated_at_ms >= $1",
-        )
-        .bind(since_ms)
-        .fetch_all(&self.pool)
-        .await?;
+        const SQL: &str =
+            "SELECT id, created_at_ms, version, status, deleted FROM tasks WHERE updated_at_ms >= $1";
+        if let Some(reader) = &self.reader {
+            return reader.versions(SQL.into(), vec![Param::Int(since_ms)]).await;
+        }
+        let rows = sqlx::query(SQL).bind(since_ms).fetch_all(&self.pool).await?;
         rows.iter().map(version_from_row).collect()
     }
 
@@ -120,6 +121,9 @@ impl Store {
             "SELECT id, created_at_ms, version, status, deleted FROM tasks WHERE status IN ({})",
             placeholders(statuses.len())
         );
+        if let Some(reader) = &self.reader {
+            return reader.versions(sql, statuses.iter().map(|s| Param::Text(s.as_str())).collect()).await;
+        }
         let mut q = sqlx::query(&sql);
         for s in statuses {
             q = q.bind(s.as_str());

@@ -425,6 +425,12 @@ async fn changes_since(store: Store, _: String) {
     let pair = |t: &str, n: &str| (t.to_owned(), n.to_owned());
     assert_eq!(avoided, [pair("new", "node-a"), pair("new", "node-b")], "a deleted task's are left out");
     assert!(store.avoided_nodes(&[Status::Running]).await.unwrap().is_empty());
+    // A read after a write sees it (SQLite's reader keeps its connections between reads).
+    store.delete_task("new", 160).await.unwrap();
+    let again = store.versions_updated_since(155).await.unwrap();
+    assert_eq!(again.iter().map(|v| (v.id.as_str(), v.deleted)).collect::<Vec<_>>(), [("new", true)]);
+    let queued = store.versions_in_status(&[Status::Queued]).await.unwrap();
+    assert!(queued.iter().any(|v| v.id == "new" && v.deleted), "{queued:?}");
 }
 
 async fn task_env(store: Store, _: String) {

@@ -1,0 +1,88 @@
+//! SQLite's reader for the control loop's light reads (every active task's version, the rows changed since a
+//! time): a few connections of its own, each query run whole on a blocking thread.
+//!
+//! Through the pool, SQLite's driver hands a query's rows over one at a time from its worker thread, each
+//! hand-over a wake-up, and converts every value on the way. The loop's look-back reads thousands of rows
+//! a tick under a stream of creates (every create is a changed row), and those hand-overs were most of the
+//! tick. Here the rows are read where the query runs and come back as one vector.
+
+use crate::model::TaskVersion;
+use crate::rows::status_of;
+use crate::sqlite_writer::open;
+use crate::{Result, StoreError};
+use rusqlite::Connection;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// Idle connections kept for the next read; a read that finds none opens one.
+const KEEP: usize = 2;
+
+/// SQLite's reader (see the file's header).
+#[derive(Debug)]
+pub(crate) struct Reader {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl Reader {
+    pub(crate) fn new(path: PathBuf) -> Arc<Reader> {
+        Arc::new(Reader { path, idle: Mutex::new(Vec::new()) })
+    }
+
+    /// The versions of the tasks `sql` selects (`id, created_at_ms, version, status, deleted`, in that
+    /// order), with `params` bound in order.
+    pub(crate) async fn versions(
+        self: &Arc<Self>,
+        sql: String,
+        params: Vec<Param>,
+    ) -> Result<Vec<TaskVersion>> {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = match me.idle.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+                Some(c) => c,
+                None => open(&me.path)?,
+            };
+            let read = read_versions(&conn, &sql, &params);
+            // A connection a read failed on is not kept.
+            if read.is_ok() {
+                let mut idle = me.idle.lock().unwrap_or_else(|e| e.into_inner());
+                if idle.len() < KEEP {
+                    idle.push(conn);
+                }
+            }
+            read
+        })
+        .await
+        .map_err(|e| StoreError::Corrupt(format!("a read stopped: {e}")))?
+    }
+}
+
+/// A parameter of a read.
+#[derive(Debug, Clone)]
+pub(crate) enum Param {
+    Int(i64),
+    Text(&'static str),
+}
+
+fn read_versions(conn: &Connection, sql: &str, params: &[Param]) -> Result<Vec<TaskVersion>> {
+    let mut statement = conn.prepare_cached(sql)?;
+    for (i, p) in params.iter().enumerate() {
+        match *p {
+            Param::Int(n) => statement.raw_bind_parameter(i + 1, n)?,
+            Param::Text(s) => statement.raw_bind_parameter(i + 1, s)?,
+        }
+    }
+    let mut rows = statement.raw_query();
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let status = r.get_ref(3)?.as_str().map_err(|e| StoreError::Corrupt(format!("task status: {e}")))?;
+        out.push(TaskVersion {
+            id: r.get(0)?,
+            created_at_ms: r.get(1)?,
+            version: r.get(2)?,
+            status: status_of(status)?,
+            deleted: r.get::<_, i64>(4)? != 0,
+        });
+    }
+    Ok(out)
+}
