@@ -17,52 +17,20 @@
 //!   GPU device plugin, which shows each container only its own GPUs.
 //! - Hidden values never appear in the job: they are in the attempt's Secret, read through `secretKeyRef`.
 //! - The precheck is an init container; the exit checkpoint is a `preStop` hook; both run the local
-//!   backend's programs and protocol (see [`precheck_container`] and [`pre_stop_script`]).
+//!   backend's programs and protocol (see `pods.rs` and [`pre_stop_script`]).
 
+pub use super::names::{
+    ATTEMPT_LABEL, GROUP_ANNOTATION, GROUP_LABEL, INSTANCE_LABEL, KF_JOB_NAME_LABEL, KF_REPLICA_INDEX_LABEL,
+    KF_REPLICA_TYPE_LABEL, KUEUE_QUEUE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, MANAGED_SELECTOR,
+    METRICS_ANNOTATION, METRICS_INTERVAL_ANNOTATION, PULL_TOLERANCE_ANNOTATION, ROLE_LABEL,
+    TASK_ID_ANNOTATION, TASK_LABEL, TASK_NAME_ANNOTATION, VOLCANO_GROUP_ANNOTATION, base64,
+    instance_selector, is_dns_subdomain, is_label_key, is_label_value, label_value, shell_quote,
+};
+use super::names::{collapse_dashes, fnv1a};
 use crate::{AttemptKey, LaunchSpec, ReplicaPlan};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, BTreeSet};
-use trainyard_core::platform_env as pe;
+use std::collections::BTreeMap;
 use trainyard_core::spec::{CheckpointSignal, TaskSpec, TaskType};
-
-/// Labels every object Trainyard makes carries.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-pub const MANAGED_BY: &str = "trainyard";
-pub const TASK_LABEL: &str = "trainyard.dev/task";
-pub const ATTEMPT_LABEL: &str = "trainyard.dev/attempt";
-pub const GROUP_LABEL: &str = "trainyard.dev/group";
-/// The replica's role (`master`, `worker`, `head`) on pod templates.
-pub const ROLE_LABEL: &str = "trainyard.dev/role";
-/// The raw task id and group, when the label value had to be changed to be valid.
-pub const TASK_ID_ANNOTATION: &str = "trainyard.dev/task-id";
-pub const GROUP_ANNOTATION: &str = "trainyard.dev/group-name";
-/// For a watcher that rebuilds its view from the API server: the task's name and its image pull tolerance.
-pub const TASK_NAME_ANNOTATION: &str = "trainyard.dev/task-name";
-pub const PULL_TOLERANCE_ANNOTATION: &str = "trainyard.dev/image-pull-tolerance";
-/// On pod templates: the custom metrics endpoints (JSON `[{"port":8000,"path":"/metrics"}]`) and how often
-/// to scrape them, for the watcher that scrapes through the API server's pod proxy.
-pub const METRICS_ANNOTATION: &str = "trainyard.dev/metrics-endpoints";
-pub const METRICS_INTERVAL_ANNOTATION: &str = "trainyard.dev/metrics-interval-s";
-
-/// Selects every object Trainyard made.
-pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=trainyard";
-/// Which Trainyard server made an object: two servers on one cluster (staging and production, or tests
-/// running side by side) each watch and manage only their own objects.
-pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
-
-/// Selects every object the Trainyard server named `instance` made.
-pub fn instance_selector(instance: &str) -> String {
-    format!("{MANAGED_SELECTOR},{INSTANCE_LABEL}={}", label_value(instance))
-}
-
-/// Kueue's queue label and Volcano's pod group annotation.
-pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
-pub const VOLCANO_GROUP_ANNOTATION: &str = "scheduling.k8s.io/group-name";
-
-/// The training operator's pod labels (v1.9.x `pkg/apis/kubeflow.org/v1/common_types.go`).
-pub const KF_JOB_NAME_LABEL: &str = "training.kubeflow.org/job-name";
-pub const KF_REPLICA_TYPE_LABEL: &str = "training.kubeflow.org/replica-type";
-pub const KF_REPLICA_INDEX_LABEL: &str = "training.kubeflow.org/replica-index";
 
 /// The longest job name: KubeRay refuses RayJob names over 47 characters (`MaxRayJobNameLength`, its
 /// RayCluster adds `-xxxxx`), and `<job>-worker-4094` (the most workers a task may have) then stays within a
@@ -320,67 +288,31 @@ fn group_replicas(replicas: &[ReplicaPlan]) -> BTreeMap<String, Vec<&ReplicaPlan
     by
 }
 
-/// Where one env variable's value comes from.
-enum Source {
-    Value(String),
-    /// A key of the attempt's env Secret.
-    Secret(String),
-    /// A field of the pod (`metadata.name`, `spec.nodeName`, a label).
-    Field(String),
-}
-
-/// An env list where the last value of a name wins (as inside the local sandbox), in first-seen order.
-#[derive(Default)]
-struct Env(Vec<(String, Source)>);
-
-impl Env {
-    fn set(&mut self, name: &str, src: Source) {
-        self.0.retain(|(n, _)| n != name);
-        self.0.push((name.to_owned(), src));
-    }
-    fn value(&mut self, name: &str, v: impl Into<String>) {
-        self.set(name, Source::Value(v.into()));
-    }
-    fn render(&self, secret: &str) -> Value {
-        Value::Array(
-            self.0
-                .iter()
-                .map(|(n, src)| match src {
-                    Source::Value(v) => json!({"name": n, "value": v}),
-                    Source::Secret(key) => {
-                        json!({"name": n, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
-                    }
-                    Source::Field(path) => json!({"name": n, "valueFrom": {"fieldRef": {"fieldPath": path}}}),
-                })
-                .collect(),
-        )
-    }
-}
-
 /// The Secret key of a hidden task variable and of a hidden precheck variable (they may share a name).
-fn env_key(name: &str) -> String {
+pub(super) fn env_key(name: &str) -> String {
     format!("env.{name}")
 }
-fn precheck_key(name: &str) -> String {
+pub(super) fn precheck_key(name: &str) -> String {
     format!("precheck.{name}")
 }
 
-struct Ctx<'a> {
-    spec: &'a LaunchSpec,
-    s: &'a KubeSettings,
-    name: &'a str,
-    image: String,
-    ssh: bool,
-    by_role: &'a BTreeMap<String, Vec<&'a ReplicaPlan>>,
+/// What building one attempt's objects needs; its pods are built in `pods.rs`.
+pub(super) struct Ctx<'a> {
+    pub(super) spec: &'a LaunchSpec,
+    pub(super) s: &'a KubeSettings,
+    pub(super) name: &'a str,
+    pub(super) image: String,
+    pub(super) ssh: bool,
+    pub(super) by_role: &'a BTreeMap<String, Vec<&'a ReplicaPlan>>,
 }
 
 impl Ctx<'_> {
-    fn task(&self) -> &TaskSpec {
+    pub(super) fn task(&self) -> &TaskSpec {
         &self.spec.task.spec
     }
 
     /// The labels of every object of the attempt.
-    fn labels(&self) -> serde_json::Map<String, Value> {
+    pub(super) fn labels(&self) -> serde_json::Map<String, Value> {
         let key = &self.spec.key;
         let group = &self.spec.task.metadata.project_group;
         let mut m = serde_json::Map::new();
@@ -392,7 +324,7 @@ impl Ctx<'_> {
         m
     }
 
-    fn annotations(&self) -> serde_json::Map<String, Value> {
+    pub(super) fn annotations(&self) -> serde_json::Map<String, Value> {
         let key = &self.spec.key;
         let group = &self.spec.task.metadata.project_group;
         let mut m = serde_json::Map::new();
@@ -405,7 +337,7 @@ impl Ctx<'_> {
         m
     }
 
-    fn metadata(&self, name: &str) -> Value {
+    pub(super) fn metadata(&self, name: &str) -> Value {
         let mut md = json!({"name": name, "namespace": self.s.namespace, "labels": self.labels()});
         let ann = self.annotations();
         if !ann.is_empty() {
@@ -450,7 +382,7 @@ impl Ctx<'_> {
 
     /// torchrun's processes per replica, as on the local backend: the task's, else the replica's GPUs (1 on
     /// CPU).
-    fn nproc(&self) -> u32 {
+    pub(super) fn nproc(&self) -> u32 {
         let gpus = self.by_role.get("master").and_then(|r| r.first()).map_or(0, |r| r.resources.gpus);
         self.task().pytorch.as_ref().and_then(|p| p.procs_per_node).unwrap_or(gpus.max(1) as u32).max(1)
     }
@@ -511,292 +443,6 @@ impl Ctx<'_> {
             spec["suspend"] = true.into();
         }
         json!({"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": self.job_metadata(), "spec": spec})
-    }
-
-    /// The pod template of every replica of `role` (identical replicas share it).
-    fn pod_template(&self, role: &str, replicas: &[&ReplicaPlan]) -> Value {
-        let task = self.task();
-        let ray = task.task_type == TaskType::RayJob;
-        let mut labels = self.labels();
-        for (k, v) in &self.spec.task.metadata.labels {
-            if is_label_key(k) && is_label_value(v) && !reserved_label(k) {
-                labels.insert(k.clone(), v.clone().into());
-            }
-        }
-        labels.insert(ROLE_LABEL.into(), role.into());
-        let mut annotations = self.annotations();
-        if let Some(m) = task.advanced.metrics.as_ref().filter(|m| m.enabled && !m.endpoints.is_empty()) {
-            let eps: Vec<Value> =
-                m.endpoints.iter().map(|e| json!({"port": e.port, "path": e.path})).collect();
-            annotations.insert(METRICS_ANNOTATION.into(), Value::Array(eps).to_string().into());
-            annotations.insert(METRICS_INTERVAL_ANNOTATION.into(), m.interval_seconds.to_string().into());
-        }
-        let mut pod = json!({
-            "restartPolicy": "Never",
-            "containers": [self.main_container(role, replicas)],
-            "volumes": self.volumes(),
-        });
-        // Trainyard's scheduler chose the nodes: the pods of this role go to those and no others.
-        let nodes: BTreeSet<&str> = replicas.iter().map(|r| r.node.as_str()).collect();
-        if !nodes.is_empty() {
-            pod["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [{
-                    "key": "kubernetes.io/hostname", "operator": "In", "values": nodes.into_iter().collect::<Vec<_>>(),
-                }]}],
-            }}});
-        }
-        let checkpoint = self.checkpoint();
-        pod["terminationGracePeriodSeconds"] = (checkpoint.map_or(0, |c| c.0) + self.s.grace_s).into();
-        if !ray && let Some(init) = self.precheck_container(role, replicas) {
-            pod["initContainers"] = json!([init]);
-        }
-        if let Gang::Volcano { .. } = self.s.gang {
-            pod["schedulerName"] = "volcano".into();
-            annotations.insert(VOLCANO_GROUP_ANNOTATION.into(), self.name.into());
-        }
-        let mut md = json!({"labels": labels});
-        if !annotations.is_empty() {
-            md["annotations"] = Value::Object(annotations);
-        }
-        json!({"metadata": md, "spec": pod})
-    }
-
-    /// The exit checkpoint: (timeout in s, at most 10 minutes; signal). A RayJob has none (as locally).
-    fn checkpoint(&self) -> Option<(u64, CheckpointSignal)> {
-        let task = self.task();
-        task.advanced
-            .exit_checkpoint
-            .as_ref()
-            .filter(|c| c.enabled && task.task_type != TaskType::RayJob)
-            .map(|c| (u64::from(c.timeout_seconds.min(600)), c.signal))
-    }
-
-    fn precheck(&self) -> Option<&trainyard_core::spec::Precheck> {
-        let task = self.task();
-        task.advanced.precheck.as_ref().filter(|p| p.enabled && task.task_type != TaskType::RayJob)
-    }
-
-    fn resources(replicas: &[&ReplicaPlan]) -> Value {
-        let r = replicas.first().map(|r| r.resources).unwrap_or_default();
-        // The same floors as the local backend's cgroups (one CPU, 64 MiB).
-        let mut list =
-            json!({"cpu": r.vcpus.max(1).to_string(), "memory": format!("{}Mi", r.memory_mib.max(64))});
-        if r.gpus > 0 {
-            list["nvidia.com/gpu"] = r.gpus.to_string().into();
-        }
-        json!({"requests": list.clone(), "limits": list})
-    }
-
-    /// Defaults, the task's env (hidden values from the Secret), then the platform's.
-    fn env(&self, role: &str) -> Env {
-        let (spec, task) = (self.spec, self.task());
-        let mut env = Env::default();
-        for (k, v) in pe::DEFAULTS {
-            env.value(k, *v);
-        }
-        for e in &task.environment.env {
-            let src =
-                if e.hidden { Source::Secret(env_key(&e.name)) } else { Source::Value(e.value.clone()) };
-            env.set(&e.name, src);
-        }
-        let meta = &spec.task.metadata;
-        env.value(pe::X_USER_NAME, &spec.owner);
-        env.value(pe::X_ORG_NAME, &meta.project_group);
-        env.value(pe::X_TENANT_ID, &meta.project_group);
-        env.value(pe::X_REGION, &task.placement.region);
-        env.value(pe::X_CLUSTER, &task.placement.cluster);
-        env.value(pe::TASK_UUID, &spec.key.task_id);
-        env.value("TRAINYARD_TASK_NAME", &spec.task_name);
-        env.set("TRAINYARD_REPLICA", Source::Field("metadata.name".into()));
-        env.value("TRAINYARD_ROLE", role);
-        env.value("TRAINYARD_ATTEMPT", spec.key.attempt.to_string());
-        env.set("TRAINYARD_NODE", Source::Field("spec.nodeName".into()));
-        env.value("TRAINYARD_RUNTIME_DIR", RUNTIME_DIR);
-        env
-    }
-
-    fn mounts(&self) -> Vec<Value> {
-        let task = self.task();
-        let env = &task.environment;
-        let mut m = vec![json!({"name": "trainyard-runtime", "mountPath": RUNTIME_DIR})];
-        for (i, v) in env.volumes.iter().enumerate() {
-            m.push(
-                json!({"name": format!("volume-{i}"), "mountPath": v.mount_path, "readOnly": v.read_only}),
-            );
-        }
-        for (i, d) in env.datasets.iter().enumerate() {
-            m.push(json!({"name": format!("dataset-{i}"), "mountPath": d.mount_path, "readOnly": true}));
-        }
-        for (i, d) in env.models.iter().enumerate() {
-            m.push(json!({"name": format!("model-{i}"), "mountPath": d.mount_path, "readOnly": true}));
-        }
-        if task.task_type == TaskType::RayJob {
-            let mut ray = json!({"name": "ray-tmp", "mountPath": "/tmp/ray"});
-            if task.ray.as_ref().and_then(|r| r.shared_storage.as_ref()).is_some() {
-                // The task's own directory in the shared volume, as on the local backend.
-                ray["subPath"] = format!("ray-{}", self.spec.task_name).into();
-            }
-            m.push(ray);
-        }
-        if self.ssh {
-            m.push(json!({"name": "trainyard-ssh", "mountPath": SSH_DIR, "readOnly": true}));
-        }
-        m
-    }
-
-    fn volumes(&self) -> Vec<Value> {
-        let task = self.task();
-        let env = &task.environment;
-        let claim = |name: &str, claim: &str, ro: bool| json!({"name": name, "persistentVolumeClaim": {"claimName": claim, "readOnly": ro}});
-        let mut v = vec![json!({"name": "trainyard-runtime", "emptyDir": {}})];
-        for (i, m) in env.volumes.iter().enumerate() {
-            v.push(claim(&format!("volume-{i}"), &m.volume, m.read_only));
-        }
-        for (i, m) in env.datasets.iter().enumerate() {
-            v.push(claim(&format!("dataset-{i}"), &m.dataset, true));
-        }
-        for (i, m) in env.models.iter().enumerate() {
-            v.push(claim(&format!("model-{i}"), &m.model, true));
-        }
-        if task.task_type == TaskType::RayJob {
-            // Ray's sockets, logs and spilled objects: the task's shared volume when it has one, else the
-            // pod's own disk (shared by its containers, as KubeRay's log collectors expect).
-            match task.ray.as_ref().and_then(|r| r.shared_storage.as_ref()) {
-                Some(sh) => v.push(claim("ray-tmp", &sh.volume, false)),
-                None => v.push(json!({"name": "ray-tmp", "emptyDir": {}})),
-            }
-        }
-        if self.ssh {
-            v.push(json!({"name": "trainyard-ssh", "secret": {
-                "secretName": ssh_secret_name(self.name), "defaultMode": 0o400,
-            }}));
-        }
-        v
-    }
-
-    fn main_container(&self, role: &str, replicas: &[&ReplicaPlan]) -> Value {
-        let task = self.task();
-        let ray = task.task_type == TaskType::RayJob;
-        let secret = env_secret_name(self.name);
-        let mut c = json!({
-            "name": if ray { format!("ray-{role}") } else { "pytorch".to_owned() },
-            "image": self.image,
-            "imagePullPolicy": "IfNotPresent",
-            "env": self.env(role).render(&secret),
-            "resources": Self::resources(replicas),
-            "volumeMounts": self.mounts(),
-        });
-        if ray {
-            // KubeRay writes the container's command itself (`ray start` with the group's parameters).
-            return c;
-        }
-        c["command"] = json!(["bash", "-c", self.wrapper(), "trainyard", task.environment.cmd]);
-        c["ports"] = json!([{"name": "pytorchjob-port", "containerPort": MASTER_PORT, "protocol": "TCP"}]);
-        if let Some((timeout_s, sig)) = self.checkpoint() {
-            c["lifecycle"] =
-                json!({"preStop": {"exec": {"command": ["bash", "-c", pre_stop_script(timeout_s, sig)]}}});
-        }
-        c
-    }
-
-    /// The shell that starts a PyTorchJob replica, then becomes `bash -c "$1"` (the task's cmd): the local
-    /// sandbox's first shell, plus what the operators leave to us (hostfiles, sshd, `WORLD_SIZE`).
-    fn wrapper(&self) -> String {
-        let mut s = String::from(
-            "# Catch the checkpoint signals until the command runs (a handler, not \"ignore\": exec resets it).\n\
-             trap : USR1 USR2\n\
-             # Files in shared volumes stay writable by the group's later attempts.\n\
-             umask 0002\n",
-        );
-        // The operator's WORLD_SIZE is replicas x nprocPerNode; Trainyard's (the local backend's, the product's)
-        // is the number of replicas, which the operator also sets as PET_NNODES.
-        s.push_str("if [ -n \"${PET_NNODES:-}\" ]; then export WORLD_SIZE=\"$PET_NNODES\"; fi\n");
-        let (hostfile, names) = self.hostfiles();
-        s.push_str(&format!(
-            "printf '%s\\n' {} > /root/hostfile 2>/dev/null || true\nprintf '%s\\n' {} > /root/hostfile.hostname 2>/dev/null || true\n",
-            hostfile.iter().map(|l| shell_quote(l)).collect::<Vec<_>>().join(" "),
-            names.join(" "),
-        ));
-        if self.ssh {
-            s.push_str(&format!(
-                "mkdir -p /root/.ssh /run/sshd && chmod 700 /root/.ssh\n\
-                 for f in id_ed25519 id_ed25519.pub authorized_keys config; do cp {SSH_DIR}/$f /root/.ssh/$f; done\n\
-                 chmod 600 /root/.ssh/id_ed25519\n\
-                 if [ -x /usr/sbin/sshd ]; then /usr/sbin/sshd -f {SSH_DIR}/sshd_config -E {RUNTIME_DIR}/sshd.log || echo 'trainyard: sshd did not start' >&2; else echo 'trainyard: passwordless SSH is on but the image has no /usr/sbin/sshd' >&2; fi\n"
-            ));
-        }
-        s.push_str("exec bash -c \"$1\"\n");
-        s
-    }
-
-    /// Pod DNS names of the job, as the operator names pods and their headless Services: (MPI-style
-    /// hostfile lines with slots, names only).
-    fn hostfiles(&self) -> (Vec<String>, Vec<String>) {
-        let mut names = Vec::new();
-        for role in ["master", "worker"] {
-            for r in self.by_role.get(role).map(Vec::as_slice).unwrap_or_default() {
-                names.push(format!("{}-{role}-{}", self.name, r.index));
-            }
-        }
-        let slots = self.task().pytorch.as_ref().and_then(|p| p.procs_per_node).unwrap_or(1).max(1);
-        (names.iter().map(|n| format!("{n} slots={slots}")).collect(), names)
-    }
-
-    /// The precheck as an init container: the local backend's program (`precheck.py`, inline with
-    /// `python3 -c`) and options. The operator sets the distributed variables only in regular containers, so
-    /// they are set here: the rendezvous at [`precheck_service_name`] on `MASTER_PORT` (+1, by the program),
-    /// `RANK` from the pod's replica index. It writes its JSON result to the termination message, where the
-    /// watcher reads it (`status.initContainerStatuses[].state.terminated.message`); exit codes as locally.
-    fn precheck_container(&self, role: &str, replicas: &[&ReplicaPlan]) -> Option<Value> {
-        let p = self.precheck()?;
-        let mut env = self.env(role);
-        for e in &p.env {
-            let src =
-                if e.hidden { Source::Secret(precheck_key(&e.name)) } else { Source::Value(e.value.clone()) };
-            env.set(&e.name, src);
-        }
-        env.value(pe::MASTER_ADDR, precheck_service_name(self.name));
-        env.value(pe::MASTER_PORT, MASTER_PORT.to_string());
-        env.value(pe::WORLD_SIZE, self.spec.replicas.len().to_string());
-        env.set(
-            "TRAINYARD_REPLICA_INDEX",
-            Source::Field(format!("metadata.labels['{KF_REPLICA_INDEX_LABEL}']")),
-        );
-        let mut cmd = format!("--out /dev/termination-log --timeout-s {}", p.timeout_seconds);
-        if let Some(t) = p.min_gemm_tflops {
-            cmd.push_str(&format!(" --min-gemm-gflops {}", t * 1000.0));
-        }
-        if let Some(g) = p.min_allreduce_gbps {
-            cmd.push_str(&format!(" --min-allreduce-gbps {g}"));
-        }
-        // RANK: 0 for the master, index + 1 for workers (as the operator numbers them).
-        let offset = if role == "master" { 0 } else { 1 };
-        let script =
-            format!("export RANK=$((TRAINYARD_REPLICA_INDEX + {offset}))\nexec python3 -c \"$1\" {cmd}\n");
-        Some(json!({
-            "name": super::status::PRECHECK_CONTAINER,
-            "image": self.image,
-            "imagePullPolicy": "IfNotPresent",
-            "command": ["bash", "-c", script, "precheck", crate::local::PRECHECK_PY],
-            "env": env.render(&env_secret_name(self.name)),
-            // Init containers' requests do not add to the pod's: the same GPUs serve the command after.
-            "resources": Self::resources(replicas),
-            "volumeMounts": self.mounts(),
-        }))
-    }
-
-    fn precheck_service(&self) -> Value {
-        json!({
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": self.metadata(&precheck_service_name(self.name)),
-            "spec": {
-                "clusterIP": "None",
-                "publishNotReadyAddresses": true,
-                "selector": {KF_JOB_NAME_LABEL: self.name, KF_REPLICA_TYPE_LABEL: "master"},
-                "ports": [{"name": "precheck", "port": MASTER_PORT + 1, "protocol": "TCP"}],
-            }
-        })
     }
 
     /// The hidden values of the task and its precheck; None when there are none.
@@ -913,115 +559,6 @@ done
 exit 0
 "#
     )
-}
-
-/// Label keys an operator or Trainyard itself sets: a task's label never replaces them.
-fn reserved_label(key: &str) -> bool {
-    let prefix = key.split_once('/').map(|(p, _)| p);
-    // The instance label decides which server manages the pods: a task naming another would hand its pods
-    // over. Kubernetes' own prefixes are the system's.
-    key == MANAGED_BY_LABEL
-        || key == INSTANCE_LABEL
-        || prefix.is_some_and(|p| {
-            p == "kubernetes.io" || p.ends_with(".kubernetes.io") || p == "k8s.io" || p.ends_with(".k8s.io")
-        })
-        || matches!(
-            prefix,
-            Some(
-                "trainyard.dev"
-                    | "training.kubeflow.org"
-                    | "ray.io"
-                    | "kueue.x-k8s.io"
-                    | "scheduling.k8s.io"
-                    | "volcano.sh"
-                    | "scheduling.volcano.sh"
-            )
-        )
-}
-
-/// `s` as a label value: itself when valid; otherwise its allowed characters, shortened, then a hash of the
-/// whole of `s` (so two different ids stay two different values).
-pub fn label_value(s: &str) -> String {
-    if is_label_value(s) {
-        return s.to_owned();
-    }
-    let clean: String =
-        s.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '-' }).collect();
-    let hash = format!("{:08x}", fnv1a(s.as_bytes()) as u32);
-    let head: String = clean.chars().take(63 - hash.len() - 1).collect();
-    let head = head.trim_matches(|c: char| !c.is_ascii_alphanumeric());
-    if head.is_empty() { hash } else { format!("{head}-{hash}") }
-}
-
-/// A valid label value: at most 63 characters, alphanumerics with `-_.` inside, or empty.
-pub fn is_label_value(v: &str) -> bool {
-    v.is_empty() || is_label_name(v)
-}
-
-fn is_label_name(n: &str) -> bool {
-    let b = n.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(c))
-}
-
-/// A valid label key: `[prefix/]name`, the prefix a DNS subdomain.
-pub fn is_label_key(k: &str) -> bool {
-    match k.split_once('/') {
-        Some((prefix, name)) => is_dns_subdomain(prefix) && is_label_name(name),
-        None => is_label_name(k),
-    }
-}
-
-/// A DNS-1123 subdomain (object names such as a PVC's): lowercase alphanumerics, `-` and `.`, at most 253.
-pub fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253
-        && s.split('.').all(|part| {
-            let b = part.as_bytes();
-            !b.is_empty()
-                && b.len() <= 63
-                && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-                && (b[b.len() - 1].is_ascii_lowercase() || b[b.len() - 1].is_ascii_digit())
-                && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        })
-}
-
-fn collapse_dashes(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if !(c == '-' && out.ends_with('-')) {
-            out.push(c);
-        }
-    }
-    out.trim_matches('-').to_owned()
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3))
-}
-
-/// `s` as one single-quoted shell word.
-pub fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
-
-/// Standard base64 with padding (Secret `data`).
-pub fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]

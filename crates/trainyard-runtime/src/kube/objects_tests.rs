@@ -2,6 +2,7 @@
 //! schemas (the operators' own, copied into `tests/crds/`).
 
 use super::*;
+use crate::kube::names::reserved_label;
 use crate::{AttemptKey, LaunchSpec, ReplicaPlan};
 use std::sync::Arc;
 use trainyard_core::Catalog;
