@@ -4,6 +4,7 @@
 mod client;
 mod conn;
 mod logs;
+mod machine;
 mod metrics;
 mod table;
 mod up;
