@@ -46,6 +46,7 @@ mod prepare;
 pub mod procs;
 mod progress;
 mod ray;
+mod records;
 mod runtime_dir;
 pub mod sandbox;
 mod scratch;
