@@ -43,6 +43,7 @@ mod submit;
 mod sync;
 mod tick;
 mod views;
+mod webhooks;
 
 pub use error::{CommandError, SubmitError};
 pub use handles::{Arrivals, CatalogHandle, QueueBoard, QueueInfo, SnapshotBoard};
