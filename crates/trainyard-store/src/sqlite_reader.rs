@@ -4,7 +4,8 @@
 //! Through the pool, SQLite's driver hands a query's rows over one at a time from its worker thread, each
 //! hand-over a wake-up, and converts every value on the way. The loop's look-back reads thousands of rows
 //! a tick under a stream of creates (every create is a changed row), and those hand-overs were most of the
-//! tick. Here the rows are read where the query runs and come back as one vector.
+//! tick's sync (`tick-bench --rate 10000`: 20-35 ms of it a tick through the pool, 4-5 ms here). Here the
+//! rows are read where the query runs and come back as one vector.
 
 use crate::model::TaskVersion;
 use crate::rows::status_of;

@@ -174,8 +174,8 @@ impl Store {
         }
         let marks = placeholders(statuses.len());
         // Driven from the avoided nodes (a few rows), each task looked up by id. As a join, SQLite's planner
-        // (no statistics) walked every task in the statuses and looked for its avoided nodes: 140,000
-        // lookups a full sync with a deep queue, a tick's 20-40 ms.
+        // (no statistics) walked every task in the statuses and looked for its avoided nodes: at 140,000
+        // active tasks, 16 ms in the sqlite3 shell against 0.1 ms this way, on every full sync.
         let sql = format!(
             "SELECT a.task_id, a.node FROM task_avoided_nodes a WHERE EXISTS (SELECT 1 FROM tasks t \
              WHERE t.id = a.task_id AND t.deleted = 0 AND t.status IN ({})) ORDER BY a.task_id, a.node",
