@@ -87,3 +87,64 @@ fn read_versions(conn: &Connection, sql: &str, params: &[Param]) -> Result<Vec<T
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trainyard_core::lifecycle::Status;
+
+    /// Reads at once each get the whole answer; no more than [`KEEP`] connections stay open after them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reads_at_once_each_get_the_whole_answer_and_few_connections_stay() {
+        let dir = std::env::temp_dir().join(format!("trainyard-reader-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.db");
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE tasks (id TEXT, created_at_ms INTEGER, version INTEGER, status TEXT, deleted INTEGER);",
+        )
+        .unwrap();
+        for i in 0..2_000 {
+            let status = if i % 2 == 0 { "Queued" } else { "Running" };
+            conn.execute("INSERT INTO tasks VALUES (?1, ?2, 1, ?3, 0)", (format!("t{i:05}"), i, status))
+                .unwrap();
+        }
+        drop(conn);
+        let reader = Reader::new(path);
+        let reads: Vec<_> = (0..8)
+            .map(|i| {
+                let reader = reader.clone();
+                tokio::spawn(async move {
+                    let sql = "SELECT id, created_at_ms, version, status, deleted FROM tasks \
+                               WHERE status = $1 AND created_at_ms >= $2 ORDER BY id";
+                    let status = if i % 2 == 0 { "Queued" } else { "Running" };
+                    (
+                        i,
+                        reader
+                            .versions(sql.into(), vec![Param::Text(status), Param::Int(1_000)])
+                            .await
+                            .unwrap(),
+                    )
+                })
+            })
+            .collect();
+        for r in reads {
+            let (i, versions) = r.await.unwrap();
+            assert_eq!(versions.len(), 500, "read {i}");
+            let want = if i % 2 == 0 { Status::Queued } else { Status::Running };
+            assert!(
+                versions.iter().all(|v| v.status == want && v.created_at_ms >= 1_000 && !v.deleted),
+                "read {i}"
+            );
+        }
+        assert!(reader.idle.lock().unwrap().len() <= KEEP);
+        // A status the store does not know is an error, not a guess.
+        let conn = Connection::open(dir.join("t.db")).unwrap();
+        conn.execute("INSERT INTO tasks VALUES ('bad', 5000, 1, 'Sleeping', 0)", ()).unwrap();
+        let bad = reader
+            .versions("SELECT id, created_at_ms, version, status, deleted FROM tasks".into(), vec![])
+            .await;
+        assert!(matches!(bad, Err(StoreError::Corrupt(_))), "{bad:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
