@@ -7,9 +7,10 @@
 //! tick's sync (`tick-bench --rate 10000`: 20-35 ms of it a tick through the pool, 4-5 ms here). Here the
 //! rows are read where the query runs and come back as one vector.
 
+use crate::group_commit::Value;
 use crate::model::TaskVersion;
 use crate::rows::status_of;
-use crate::sqlite_writer::open;
+use crate::sqlite_writer::{bind, open};
 use crate::{Result, StoreError};
 use rusqlite::Connection;
 use std::path::PathBuf;
@@ -35,7 +36,7 @@ impl Reader {
     pub(crate) async fn versions(
         self: &Arc<Self>,
         sql: String,
-        params: Vec<Param>,
+        params: Vec<Value<'static>>,
     ) -> Result<Vec<TaskVersion>> {
         let me = self.clone();
         tokio::task::spawn_blocking(move || {
@@ -58,21 +59,9 @@ impl Reader {
     }
 }
 
-/// A parameter of a read.
-#[derive(Debug, Clone)]
-pub(crate) enum Param {
-    Int(i64),
-    Text(&'static str),
-}
-
-fn read_versions(conn: &Connection, sql: &str, params: &[Param]) -> Result<Vec<TaskVersion>> {
+fn read_versions(conn: &Connection, sql: &str, params: &[Value<'_>]) -> Result<Vec<TaskVersion>> {
     let mut statement = conn.prepare_cached(sql)?;
-    for (i, p) in params.iter().enumerate() {
-        match *p {
-            Param::Int(n) => statement.raw_bind_parameter(i + 1, n)?,
-            Param::Text(s) => statement.raw_bind_parameter(i + 1, s)?,
-        }
-    }
+    bind(&mut statement, params)?;
     let mut rows = statement.raw_query();
     let mut out = Vec::new();
     while let Some(r) = rows.next()? {
@@ -121,7 +110,7 @@ mod tests {
                     (
                         i,
                         reader
-                            .versions(sql.into(), vec![Param::Text(status), Param::Int(1_000)])
+                            .versions(sql.into(), vec![Value::Text(status), Value::Int(1_000)])
                             .await
                             .unwrap(),
                     )

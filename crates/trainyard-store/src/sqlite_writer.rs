@@ -160,15 +160,24 @@ fn insert_rows(
     let mut inserted = 0;
     for (text, chunk) in statements.chunks(undo, table, rows) {
         let mut statement = conn.prepare_cached(text)?;
-        for (i, v) in chunk.iter().flatten().enumerate() {
-            match *v {
-                Value::Text(s) => statement.raw_bind_parameter(i + 1, s)?,
-                Value::Int(n) => statement.raw_bind_parameter(i + 1, n)?,
-            }
-        }
+        bind(&mut statement, chunk.iter().flatten())?;
         inserted += statement.raw_execute()?;
     }
     Ok(inserted)
+}
+
+/// Binds `values` to a statement's parameters, in order (the writer's INSERTs, the reader's queries).
+pub(crate) fn bind<'v>(
+    statement: &mut rusqlite::Statement<'_>,
+    values: impl IntoIterator<Item = &'v Value<'v>>,
+) -> rusqlite::Result<()> {
+    for (i, v) in values.into_iter().enumerate() {
+        match *v {
+            Value::Text(s) => statement.raw_bind_parameter(i + 1, s)?,
+            Value::Int(n) => statement.raw_bind_parameter(i + 1, n)?,
+        }
+    }
+    Ok(())
 }
 
 fn is_unique_violation(e: &rusqlite::Error) -> bool {

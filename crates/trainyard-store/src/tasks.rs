@@ -1,9 +1,9 @@
 //! Reading tasks and their events; and the writes to a task that are not status changes: deletion, a
 //! migration of how its spec is stored, the nodes its next attempts avoid.
 
+use crate::group_commit::Value;
 use crate::model::{Event, MAX_PAGE, TaskRecord, TaskVersion};
 use crate::rows::{TASK_READ, event_from_row, placeholders, status_of, task_from_row};
-use crate::sqlite_reader::Param;
 use crate::{Result, Store, StoreError};
 use sqlx::Row;
 use std::collections::BTreeMap;
@@ -105,7 +105,7 @@ impl Store {
         const SQL: &str =
             "SELECT id, created_at_ms, version, status, deleted FROM tasks WHERE updated_at_ms >= $1";
         if let Some(reader) = &self.reader {
-            return reader.versions(SQL.into(), vec![Param::Int(since_ms)]).await;
+            return reader.versions(SQL.into(), vec![Value::Int(since_ms)]).await;
         }
         let rows = sqlx::query(SQL).bind(since_ms).fetch_all(&self.pool).await?;
         rows.iter().map(version_from_row).collect()
@@ -122,7 +122,7 @@ impl Store {
             placeholders(statuses.len())
         );
         if let Some(reader) = &self.reader {
-            return reader.versions(sql, statuses.iter().map(|s| Param::Text(s.as_str())).collect()).await;
+            return reader.versions(sql, statuses.iter().map(|s| Value::Text(s.as_str())).collect()).await;
         }
         let mut q = sqlx::query(&sql);
         for s in statuses {
