@@ -164,28 +164,37 @@ pub fn cgroup_parents() -> Vec<PathBuf> {
 const V1_SHARES_PER_CPU: u64 = 1024;
 const V2_WEIGHT_PER_CPU: u64 = 100;
 
+/// The file a cgroup's CPU weight is in and the weight of one busy process per CPU of this machine, within
+/// the bounds the kernel takes (cgroup v2 or v1).
+fn weight_of_every_cpu(v2: bool) -> (&'static str, u64) {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    if v2 {
+        ("cpu.weight", (cpus * V2_WEIGHT_PER_CPU).clamp(1, 10_000))
+    } else {
+        ("cpu.shares", (cpus * V1_SHARES_PER_CPU).clamp(2, 262_144))
+    }
+}
+
 /// Gives the cgroup every replica shares (`trainyard/`) the CPU weight of one busy process per CPU of this
 /// machine, as Kubernetes gives its pods' parent cgroup the weight of the CPUs it may hand out. With the
 /// default weight (one process's worth) all replicas together, their sandboxes' start included, had a third
 /// of the machine against two busy processes outside it (local-bench with two `yes` running: a gang's
 /// replicas first printed 3.3 s after its submission at the median, 34 s at worst; 240 and 299 ms with it).
 pub fn weigh_replicas_together() -> Result<(), String> {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
     let fail = |what: &str, e: std::io::Error| format!("{what}: {e}");
-    if Path::new(CG).join("cgroup.controllers").exists() {
-        let parent = v2_parent()?;
-        let weight = (cpus * V2_WEIGHT_PER_CPU).clamp(1, 10_000);
-        return std::fs::write(parent.join("cpu.weight"), weight.to_string())
-            .map_err(|e| fail("cannot set cpu.weight", e));
-    }
-    let parent = current("cpu").join("trainyard");
-    if !parent.starts_with(Path::new(CG).join("cpu")) || !Path::new(CG).join("cpu/cpu.shares").exists() {
-        return Err("this host has no cgroup v1 cpu controller".into());
-    }
-    make_cgroup_dir(&parent).map_err(|e| fail("cannot create a cgroup", e))?;
-    let shares = (cpus * V1_SHARES_PER_CPU).clamp(2, 262_144);
-    std::fs::write(parent.join("cpu.shares"), shares.to_string())
-        .map_err(|e| fail("cannot set cpu.shares", e))
+    let v2 = Path::new(CG).join("cgroup.controllers").exists();
+    let (file, weight) = weight_of_every_cpu(v2);
+    let parent = if v2 {
+        v2_parent()?
+    } else {
+        let parent = current("cpu").join("trainyard");
+        if !parent.starts_with(Path::new(CG).join("cpu")) || !Path::new(CG).join("cpu/cpu.shares").exists() {
+            return Err("this host has no cgroup v1 cpu controller".into());
+        }
+        make_cgroup_dir(&parent).map_err(|e| fail("cannot create a cgroup", e))?;
+        parent
+    };
+    std::fs::write(parent.join(file), weight.to_string()).map_err(|e| fail(&format!("cannot set {file}"), e))
 }
 
 /// The cgroup the server moves into when it finds itself in the root one (`weigh_server`), beside
@@ -200,14 +209,10 @@ pub const SERVER_CGROUP: &str = "trainyard-server";
 /// written, its start observed). A server in a cgroup of someone else's (a systemd unit, a container) stays
 /// there: its weight is theirs to set. `Ok(false)`: not in the root cgroup, nothing done.
 pub fn weigh_server() -> Result<bool, String> {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
     let fail = |what: &str, e: std::io::Error| format!("{what}: {e}");
     let v2 = Path::new(CG).join("cgroup.controllers").exists();
-    let (root, weight_file, weight) = if v2 {
-        (PathBuf::from(CG), "cpu.weight", (cpus * V2_WEIGHT_PER_CPU).clamp(1, 10_000))
-    } else {
-        (Path::new(CG).join("cpu"), "cpu.shares", (cpus * V1_SHARES_PER_CPU).clamp(2, 262_144))
-    };
+    let (weight_file, weight) = weight_of_every_cpu(v2);
+    let root = if v2 { PathBuf::from(CG) } else { Path::new(CG).join("cpu") };
     let has_cpu_controller = v2 || root.join(weight_file).exists();
     if !has_cpu_controller || current(if v2 { "" } else { "cpu" }) != root {
         return Ok(false);
