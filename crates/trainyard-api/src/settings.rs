@@ -23,11 +23,19 @@ pub const SETTINGS_CACHE_TTL: Duration = Duration::from_secs(5);
 /// Below the cap by at least this much, creates are counted without waiting for each other; nearer, one
 /// user's creates, clones and resubmits take turns, so concurrent requests cannot go past the cap together.
 const CAP_MARGIN: i64 = 256;
-/// How long a count of a user's queued tasks far below the cap stands for the creates that follow it here
-/// (each taking one place of the room it left), so a busy user's creates do not each count again. Other
-/// servers' creates meanwhile are not in it: they would have to make [`CAP_MARGIN`] within this time to
+/// How long a count of a user's queued tasks far below the cap stands, at least, for the creates that follow
+/// it here (each taking one place of the room it left), so a busy user's creates do not each count again.
+/// Other servers' creates meanwhile are not in it: they would have to make [`CAP_MARGIN`] within this time to
 /// take the user past the cap, and only until the next count.
+///
+/// A larger room stands longer, on the same bound: it is taken to shrink by [`CAP_MARGIN`] places every
+/// `ROOM_TTL` for what other servers may have created, and is counted again once what is left of it so is
+/// within the margin (see [`Room::fresh`]), or after [`ROOM_TRUST_MAX`]. A user far below a high cap (tens of
+/// thousands queued under a cap of millions) is then counted once a minute, not every second: each count
+/// reads every queued task of theirs.
 const ROOM_TTL: Duration = Duration::from_secs(1);
+/// The longest a count stands, however large the room it left.
+const ROOM_TRUST_MAX: Duration = Duration::from_secs(60);
 /// Users whose room is remembered at most (the map is cleared of old entries when it is full).
 const ROOM_USERS_MAX: usize = 4096;
 
@@ -118,6 +126,23 @@ struct Room {
     recount: Option<Instant>,
 }
 
+impl Room {
+    /// Whether this count still stands: what is left of the room, less [`CAP_MARGIN`] places for every
+    /// [`ROOM_TTL`] since the count (what other servers may have created meanwhile), is more than the margin;
+    /// for at least `ROOM_TTL` and at most [`ROOM_TRUST_MAX`].
+    fn fresh(&self) -> bool {
+        let age = self.at.elapsed();
+        if age < ROOM_TTL {
+            return true;
+        }
+        if age >= ROOM_TRUST_MAX {
+            return false;
+        }
+        let others = (CAP_MARGIN as f64 * age.as_secs_f64() / ROOM_TTL.as_secs_f64()).ceil() as i64;
+        self.left - others > CAP_MARGIN
+    }
+}
+
 impl SettingsCache {
     /// The settings in force: read from the store at most every [`SETTINGS_CACHE_TTL`].
     pub async fn get(&self, store: &Store) -> ApiResult<AdminSettings> {
@@ -147,7 +172,7 @@ impl SettingsCache {
         if r.cap != cap || r.left <= CAP_MARGIN {
             return false;
         }
-        let fresh = r.at.elapsed() < ROOM_TTL || r.recount.is_some_and(|t| t.elapsed() < ROOM_TTL);
+        let fresh = r.fresh() || r.recount.is_some_and(|t| t.elapsed() < ROOM_TTL);
         if fresh {
             r.left -= 1;
         } else {
@@ -255,6 +280,32 @@ mod tests {
         // The count came in near the cap: nothing is taken from the old room after it.
         cache.forget_room("alice");
         assert!(!cache.take_room("alice", 1000));
+    }
+
+    #[test]
+    fn a_larger_room_stands_longer_as_if_other_servers_took_the_margin_every_second() {
+        let room = |left: i64, age: Duration| Room {
+            cap: 10_000_000,
+            left,
+            at: Instant::now().checked_sub(age).unwrap(),
+            recount: None,
+        };
+        let s = Duration::from_secs;
+        // Any room stands for ROOM_TTL.
+        assert!(room(CAP_MARGIN + 1, Duration::ZERO).fresh());
+        assert!(!room(CAP_MARGIN + 1, s(1)).fresh());
+        // 3 margins over the margin: 2 s stand (2 margins taken), 3 s do not.
+        assert!(room(4 * CAP_MARGIN, s(2)).fresh());
+        assert!(!room(4 * CAP_MARGIN, s(3)).fresh());
+        // A room of millions stands up to the longest trust, and not past it.
+        assert!(room(9_900_000, ROOM_TRUST_MAX - s(1)).fresh());
+        assert!(!room(9_900_000, ROOM_TRUST_MAX).fresh());
+        // Through take_room: an old large room is taken from, an old small one is counted again.
+        let cache = SettingsCache::default();
+        cache.room.lock().unwrap().insert("alice".into(), room(1_000_000, s(10)));
+        cache.room.lock().unwrap().insert("bob".into(), room(2 * CAP_MARGIN, s(10)));
+        assert!(cache.take_room("alice", 10_000_000));
+        assert!(!cache.take_room("bob", 10_000_000));
     }
 
     #[test]
