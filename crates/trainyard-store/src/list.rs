@@ -207,3 +207,49 @@ fn cursor_after(sort: SortOrder, last: &TaskRecord) -> String {
     };
     format!("{key}.{}", last.id)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Accelerator;
+    use trainyard_core::lifecycle::Status;
+
+    /// Every list sorted by creation, under each filter an index serves (none, owner, one group, status,
+    /// accelerator), newest and oldest first, first page and later ones, is read in the order of an index
+    /// on SQLite (no sort of the matching rows): the indexes are ascending, and read backwards for newest.
+    #[tokio::test]
+    async fn lists_by_creation_are_read_in_index_order() {
+        let dir = std::env::temp_dir().join(format!("trainyard-list-plan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::connect(&format!("sqlite://{}", dir.join("t.db").display())).await.unwrap();
+        let filters = [
+            TaskFilter::default(),
+            TaskFilter { owner: Some("alice".into()), ..Default::default() },
+            TaskFilter { project_groups: vec!["nlp".into()], ..Default::default() },
+            TaskFilter { status: Some(Status::Queued), ..Default::default() },
+            TaskFilter { accelerator: Some(Accelerator::Gpu), ..Default::default() },
+            TaskFilter { search: Some("resnet".into()), ..Default::default() },
+        ];
+        let mut checked = 0;
+        for filter in filters {
+            for sort in [SortOrder::Newest, SortOrder::Oldest] {
+                for cursor in [None, Some("1700000000000.t-1")] {
+                    let filter = TaskFilter { sort, ..filter.clone() };
+                    let search = filter.search.as_deref().map_or(Search::None, Search::Substring);
+                    let (sql, args) = list_query(&filter, cursor, 50, search).unwrap();
+                    let rows = bind_all(sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}")), &args)
+                        .fetch_all(&store.pool)
+                        .await
+                        .unwrap();
+                    let plan: Vec<String> = rows.iter().map(|r| sqlx::Row::get::<String, _>(r, 3)).collect();
+                    assert!(plan.iter().any(|step| step.contains("INDEX")), "{sql}: {plan:?}");
+                    assert!(!plan.iter().any(|step| step.contains("TEMP B-TREE")), "{sql}: {plan:?}");
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, 24);
+        drop(store);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
