@@ -225,8 +225,8 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
             // as forwards, so every list (newest or oldest first) is still read in index order; but a new
             // task's entry now goes at the end of its range instead of at its start, and SQLite splits a
             // page filled at its end more cheaply than one filled at its start (fewer neighbouring pages
-            // rewritten). Measured on a copy of the schema, 20 creates per commit: 30 pages written per
-            // commit instead of 38.
+            // rewritten). In a SQLite test of the tasks table with these indexes, 20 inserts per commit: 30
+            // pages written per commit instead of 38.
             "DROP INDEX tasks_by_time",
             "CREATE INDEX tasks_by_time ON tasks (created_at_ms, id, deleted, name)",
             "DROP INDEX tasks_by_owner",
