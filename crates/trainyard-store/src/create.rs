@@ -10,6 +10,9 @@ impl Store {
     /// Stores many tasks in one transaction, without idempotency keys (imports, benchmarks, migrations from
     /// another system). All or nothing.
     pub async fn import_tasks(&self, tasks: &[NewTask]) -> Result<()> {
+        if let Some(t) = tasks.iter().find(|t| t.idempotency.is_some()) {
+            return Err(StoreError::Corrupt(format!("task {} is imported with an idempotency key", t.id)));
+        }
         let _turn = self.write_turn().await;
         let mut tx = self.pool.begin().await?;
         for t in tasks {
@@ -24,6 +27,16 @@ impl Store {
     /// Whether `owner` already created a task with this idempotency key (a retry of it answers that task,
     /// or a conflict for another body, and creates nothing).
     pub async fn idempotency_key_used(&self, owner: &str, key: &str) -> Result<bool> {
+        if let (Some(keys), Some(reader)) = (&self.keys, &self.reader) {
+            let (keys, owner, key) = (keys.clone(), owner.to_owned(), key.to_owned());
+            return reader
+                .run(move |conn| {
+                    let mut index = keys.lock();
+                    index.catch_up(conn)?;
+                    Ok(index.find(conn, &owner, &key)?.is_some())
+                })
+                .await;
+        }
         let row = sqlx::query("SELECT 1 FROM idempotency WHERE owner = $1 AND key = $2")
             .bind(owner)
             .bind(key)

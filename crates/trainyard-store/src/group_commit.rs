@@ -67,12 +67,17 @@ impl Table {
     pub(crate) const ALL: [Table; 4] = [Table::Idempotency, Table::Tasks, Table::Labels, Table::Events];
 
     /// What comes before the rows, one row's `VALUES` group with `?` for each parameter, and what follows.
-    fn shape(self) -> (String, &'static str, &'static str) {
+    fn shape(self, dialect: Dialect) -> (String, &'static str, &'static str) {
         match self {
             Table::Idempotency => (
                 "INSERT INTO idempotency (owner, key, body_hash, task_id, created_at_ms) VALUES ".into(),
                 "(?, ?, ?, ?, ?)",
-                " ON CONFLICT (owner, key) DO NOTHING",
+                match dialect {
+                    // A key used before is skipped, and counted out of the rows inserted.
+                    Dialect::Postgres => " ON CONFLICT (owner, key) DO NOTHING",
+                    // No index on the keys (`keys.rs`): the writer looks each up before it inserts.
+                    Dialect::Sqlite => "",
+                },
             ),
             // A new task: attempt 0, version 1, updated and in its status since it was created (the time is
             // bound three times), no placement, no retries, not run, not deleted.
@@ -136,7 +141,7 @@ impl Statements {
     /// numbered ones its driver looks each number up in a list as long as the statement's parameters, which
     /// for 64 rows costs more than binding them. PostgreSQL numbers them `$1`, `$2`, ... in the same order.
     fn text(dialect: Dialect, undo: Undo, table: Table, rows: usize) -> String {
-        let (head, row, tail) = table.shape();
+        let (head, row, tail) = table.shape(dialect);
         let head = match (dialect, undo) {
             (Dialect::Sqlite, Undo::Transaction) => {
                 head.replacen("INSERT INTO", "INSERT OR ROLLBACK INTO", 1)

@@ -14,7 +14,8 @@
 //! avoided nodes), `list` (the list query: visibility, filters, search, order and cursor), `shares`,
 //! `transitions` (status changes with their events, and events alone), `create` (one create in a transaction, and imports), `group_commit`
 //! (the writer that batches concurrent creates into one commit; PostgreSQL's), `sqlite_writer` (SQLite's, on
-//! a thread of its own), `sqlite_reader` (SQLite's reader for the control loop's light reads), `accounts` (users and tokens), `alarms`
+//! a thread of its own), `sqlite_reader` (SQLite's reader for the control loop's light reads), `keys` (SQLite's
+//! index of idempotency keys, in memory), `accounts` (users and tokens), `alarms`
 //! (alarm deliveries), `env` (users' persistent env vars), `settings`, and `schema` (the migrations). This
 //! file holds the [`Store`] itself, how it connects, and its errors.
 
@@ -25,6 +26,7 @@ mod alarms;
 mod create;
 mod env;
 mod group_commit;
+mod keys;
 mod list;
 mod model;
 mod rows;
@@ -110,6 +112,8 @@ pub struct Store {
     turns: Option<WriteTurns>,
     /// SQLite's reader for the control loop's light reads (`sqlite_reader`); `None` on PostgreSQL.
     reader: Option<Arc<sqlite_reader::Reader>>,
+    /// SQLite's index of idempotency keys (`keys`); `None` on PostgreSQL, whose table has a unique index.
+    keys: Option<Arc<keys::KeyIndex>>,
 }
 
 /// The FIFO queue for SQLite's one write lock, shared by the create writer and every other write of this
@@ -161,20 +165,22 @@ impl Store {
         };
         schema::migrate(&pool, dialect).await?;
         let (writer_tx, jobs) = tokio::sync::mpsc::channel(4 * GROUP_COMMIT_MAX);
-        let (turns, reader) = match dialect {
+        let (turns, reader, keys) = match dialect {
             Dialect::Sqlite => {
                 let turns = WriteTurns::default();
                 let options: sqlx::sqlite::SqliteConnectOptions = url.parse()?;
                 let path = options.get_filename().to_owned();
-                sqlite_writer::spawn(path.clone(), jobs, turns.clone()).map_err(sqlx::Error::Io)?;
-                (Some(turns), Some(sqlite_reader::Reader::new(path)))
+                let keys = Arc::new(keys::KeyIndex::default());
+                sqlite_writer::spawn(path.clone(), jobs, turns.clone(), keys.clone())
+                    .map_err(sqlx::Error::Io)?;
+                (Some(turns), Some(sqlite_reader::Reader::new(path)), Some(keys))
             }
             Dialect::Postgres => {
                 tokio::spawn(writer(pool.clone(), dialect, jobs));
-                (None, None)
+                (None, None, None)
             }
         };
-        Ok(Store { pool, dialect, writer: writer_tx, turns, reader })
+        Ok(Store { pool, dialect, writer: writer_tx, turns, reader, keys })
     }
 
     /// Waits for this process's turn to write, on SQLite (held until dropped; nothing on PostgreSQL).

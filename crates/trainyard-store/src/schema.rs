@@ -4,7 +4,8 @@
 use crate::{Dialect, Result};
 use sqlx::{AnyPool, Row};
 
-/// `(version, statements)`. `{ID}` is the dialect's auto-incrementing primary key.
+/// `(version, statements)`. `{ID}` is the dialect's auto-incrementing primary key; a statement that starts
+/// with [`SQLITE_ONLY`] runs on SQLite alone.
 const MIGRATIONS: &[(i64, &[&str])] = &[
     (
         1,
@@ -239,9 +240,40 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
             "CREATE INDEX tasks_by_accelerator ON tasks (accelerator, created_at_ms, id)",
         ],
     ),
+    (
+        16,
+        &[
+            // SQLite: idempotency keys in order of arrival, with no index on (owner, key); the store keeps
+            // that index in memory (`keys.rs`). Random keys went into the B-tree index at random places, a
+            // page of it written per create: a third of the WAL's frames. PostgreSQL keeps its unique
+            // index, since several servers may write to it.
+            "-- sqlite only\n\
+             CREATE TABLE idempotency_by_arrival (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                owner TEXT NOT NULL,
+                key TEXT NOT NULL,
+                body_hash TEXT NOT NULL,
+                task_id TEXT NOT NULL,
+                created_at_ms BIGINT NOT NULL
+            )",
+            "-- sqlite only\n\
+             INSERT INTO idempotency_by_arrival (owner, key, body_hash, task_id, created_at_ms) \
+             SELECT owner, key, body_hash, task_id, created_at_ms FROM idempotency ORDER BY rowid",
+            "-- sqlite only\nDROP TABLE idempotency",
+            "-- sqlite only\nALTER TABLE idempotency_by_arrival RENAME TO idempotency",
+        ],
+    ),
 ];
 
+/// What starts a migration's statement that runs on SQLite alone.
+const SQLITE_ONLY: &str = "-- sqlite only\n";
+
 pub(crate) async fn migrate(pool: &AnyPool, dialect: Dialect) -> Result<()> {
+    migrate_up_to(pool, dialect, i64::MAX).await
+}
+
+/// The migrations up to `last` (the schema an older version left, for tests of the ones after it).
+async fn migrate_up_to(pool: &AnyPool, dialect: Dialect, last: i64) -> Result<()> {
     let id = match dialect {
         Dialect::Sqlite => "INTEGER PRIMARY KEY AUTOINCREMENT",
         Dialect::Postgres => "BIGSERIAL PRIMARY KEY",
@@ -249,7 +281,7 @@ pub(crate) async fn migrate(pool: &AnyPool, dialect: Dialect) -> Result<()> {
     sqlx::query("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY)")
         .execute(pool)
         .await?;
-    for (version, statements) in MIGRATIONS {
+    for (version, statements) in MIGRATIONS.iter().filter(|(v, _)| *v <= last) {
         let mut tx = pool.begin().await?;
         // Two servers starting at once: the second waits on the first's row, then sees it applied.
         let claimed =
@@ -263,12 +295,90 @@ pub(crate) async fn migrate(pool: &AnyPool, dialect: Dialect) -> Result<()> {
             continue;
         }
         for s in *statements {
+            let s = match (s.strip_prefix(SQLITE_ONLY), dialect) {
+                (Some(_), Dialect::Postgres) => continue,
+                (Some(only), Dialect::Sqlite) => only,
+                (None, _) => s,
+            };
             sqlx::query(&s.replace("{ID}", id)).execute(&mut *tx).await?;
         }
         tx.commit().await?;
     }
     let applied: i64 =
         sqlx::query("SELECT COUNT(*) FROM schema_migrations").fetch_one(pool).await?.try_get(0)?;
-    debug_assert!(applied as usize >= MIGRATIONS.len());
+    debug_assert!(last < i64::MAX || applied as usize >= MIGRATIONS.len());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Created, NewTask, Store};
+
+    /// Keys stored before migration 16 (under the unique index) are kept, in their order, and still
+    /// answer retries afterwards.
+    #[tokio::test]
+    async fn keys_stored_before_the_keys_left_their_index_still_answer() {
+        sqlx::any::install_default_drivers();
+        let dir = std::env::temp_dir().join(format!("trainyard-schema-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("old.db");
+        let _ = std::fs::remove_file(&path);
+        let url = format!("sqlite://{}?mode=rwc", path.display());
+        let pool = sqlx::AnyPool::connect(&url).await.unwrap();
+        migrate_up_to(&pool, Dialect::Sqlite, 15).await.unwrap();
+        for i in 0..3 {
+            sqlx::query(
+                "INSERT INTO tasks (id, name, owner, project_group, task_type, status, public, labels, spec, \
+                 attempt, version, created_at_ms, updated_at_ms, deleted) \
+                 VALUES ($1, $2, 'alice', 'nlp', 'PyTorchJob', 'Queued', 0, '{}', '{}', 0, 1, 5, 5, 0)",
+            )
+            .bind(format!("t{i}"))
+            .bind(format!("n{i}"))
+            .execute(&pool)
+            .await
+            .unwrap();
+            sqlx::query(
+                "INSERT INTO idempotency (owner, key, body_hash, task_id, created_at_ms) \
+                 VALUES ('alice', $1, 'h', $2, 5)",
+            )
+            .bind(format!("key-{}", 2 - i))
+            .bind(format!("t{i}"))
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        pool.close().await;
+
+        let store = Store::connect(&url).await.unwrap();
+        let order: Vec<(i64, String)> = sqlx::query_as("SELECT seq, task_id FROM idempotency ORDER BY seq")
+            .fetch_all(&store.pool)
+            .await
+            .unwrap();
+        assert_eq!(order, [(1, "t0".into()), (2, "t1".into()), (3, "t2".into())], "in the order stored");
+        for i in 0..3 {
+            let retry = NewTask {
+                id: format!("new{i}"),
+                name: format!("new{i}"),
+                owner: "alice".into(),
+                project_group: "nlp".into(),
+                task_type: "PyTorchJob".into(),
+                status: trainyard_core::lifecycle::Status::Queued,
+                public: false,
+                labels: Default::default(),
+                spec_json: "{}".into(),
+                created_at_ms: 6,
+                idempotency: Some((format!("key-{}", 2 - i), "h".into())),
+                first_event: None,
+                demand: None,
+            };
+            match store.create_task(&retry).await.unwrap() {
+                Created::Existing(t) => assert_eq!(t.id, format!("t{i}")),
+                c => panic!("{c:?}"),
+            }
+        }
+        assert!(store.idempotency_key_used("alice", "key-0").await.unwrap());
+        assert!(!store.idempotency_key_used("alice", "key-3").await.unwrap());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

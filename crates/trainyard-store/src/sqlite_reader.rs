@@ -1,5 +1,6 @@
 //! SQLite's reader for the control loop's light reads (every active task's version, the rows changed since a
-//! time): a few connections of its own, each query run whole on a blocking thread.
+//! time) and for idempotency keys (`keys.rs`): a few connections of its own, each query run whole on a
+//! blocking thread.
 //!
 //! Through the pool, SQLite's driver hands a query's rows over one at a time from its worker thread, each
 //! hand-over a wake-up, and converts every value on the way. The loop's look-back reads thousands of rows
@@ -38,13 +39,21 @@ impl Reader {
         sql: String,
         params: Vec<Value<'static>>,
     ) -> Result<Vec<TaskVersion>> {
+        self.run(move |conn| read_versions(conn, &sql, &params)).await
+    }
+
+    /// Runs `read` on one of the reader's connections, on a blocking thread.
+    pub(crate) async fn run<T: Send + 'static>(
+        self: &Arc<Self>,
+        read: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
         let me = self.clone();
         tokio::task::spawn_blocking(move || {
             let conn = match me.idle.lock().unwrap_or_else(|e| e.into_inner()).pop() {
                 Some(c) => c,
                 None => open(&me.path)?,
             };
-            let read = read_versions(&conn, &sql, &params);
+            let read = read(&conn);
             // A connection a read failed on is not kept.
             if read.is_ok() {
                 let mut idle = me.idle.lock().unwrap_or_else(|e| e.into_inner());

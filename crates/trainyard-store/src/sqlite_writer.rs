@@ -8,16 +8,21 @@
 //!
 //! The SQL is the same as PostgreSQL's writer runs (`group_commit::Statements`, the rows from
 //! `group_commit::batch_rows`), and so is the order of the work: the whole batch in multi-row INSERTs, and
-//! only when that fails on a taken name or a used idempotency key, each create alone in a savepoint.
+//! only when that fails on a taken name or a used idempotency key, each create alone in a savepoint. The
+//! keys are looked up in the store's index in memory (`keys.rs`) before anything is inserted, since the
+//! table has no index on them to refuse a second one.
 
 use crate::create::new_record;
 use crate::group_commit::{
     Derived, GROUP_COMMIT_MAX, Job, Statements, Table, Undo, Value, Written, answer, batch_rows, fill,
 };
+use crate::keys::{KeyIndex, KeyRow, Keys};
 use crate::model::{Created, NewTask};
 use crate::{Dialect, PRAGMAS, Result, StoreError, WriteTurns};
 use rusqlite::{Connection, TransactionBehavior};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Starts the writer for the database at `path`. It ends when `jobs` has no sender left (the last `Store`
 /// is dropped).
@@ -25,6 +30,7 @@ pub(crate) fn spawn(
     path: PathBuf,
     mut jobs: tokio::sync::mpsc::Receiver<Job>,
     turns: WriteTurns,
+    keys: Arc<KeyIndex>,
 ) -> std::io::Result<()> {
     std::thread::Builder::new().name("store-writer".into()).spawn(move || {
         let statements = Statements::new(Dialect::Sqlite);
@@ -41,7 +47,7 @@ pub(crate) fn spawn(
                 None => open(&path),
             }
             .and_then(|mut conn| {
-                let r = write(&mut conn, &statements, &batch);
+                let r = write(&mut conn, &statements, &keys, &batch);
                 if r.is_ok() {
                     held = Some(conn);
                 }
@@ -69,11 +75,23 @@ pub(crate) fn open(path: &Path) -> Result<Connection> {
 }
 
 /// One batch in one transaction: a result per create, or the batch's failure (nothing committed).
-fn write(conn: &mut Connection, statements: &Statements, batch: &[Job]) -> Result<Vec<Result<Written>>> {
+fn write(
+    conn: &mut Connection,
+    statements: &Statements,
+    keys: &KeyIndex,
+    batch: &[Job],
+) -> Result<Vec<Result<Written>>> {
     let derived = Derived::of(batch)?;
     {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        if insert_many(&tx, statements, batch, &derived)? {
+        // Caught up under the write lock and before any insert: what the index holds is all that is
+        // committed, and stays so until this transaction ends.
+        let fresh = {
+            let mut index = keys.lock();
+            index.catch_up(&tx)?;
+            all_fresh(&tx, &index, batch)?
+        };
+        if fresh && insert_many(&tx, statements, batch, &derived)? {
             tx.commit()?;
             return Ok(batch
                 .iter()
@@ -83,30 +101,50 @@ fn write(conn: &mut Connection, statements: &Statements, batch: &[Job]) -> Resul
         // Dropped: rolled back.
     }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    keys.lock().catch_up(&tx)?;
+    // The keys this transaction stored so far, for a key sent twice in one batch.
+    let mut stored_here: HashMap<(&str, &str), KeyRow> = HashMap::new();
     let mut results = Vec::with_capacity(batch.len());
     for job in batch {
         tx.execute_batch("SAVEPOINT one_create")?;
-        let r = create_one(&tx, statements, job);
+        let r = create_one(&tx, statements, keys, &stored_here, job);
         let undo = match r {
             Ok(_) => "RELEASE SAVEPOINT one_create",
             Err(_) => "ROLLBACK TO SAVEPOINT one_create; RELEASE SAVEPOINT one_create",
         };
         tx.execute_batch(undo)?;
+        let t = &job.0;
+        if let (Ok(Written::Created(_)), Some((key, hash))) = (&r, &t.idempotency) {
+            stored_here.insert((&t.owner, key), KeyRow { body_hash: hash.clone(), task_id: t.id.clone() });
+        }
         results.push(r);
     }
     tx.commit()?;
     Ok(results)
 }
 
-/// The whole batch in a few multi-row statements. `Ok(false)` when it cannot be done that way (an
-/// idempotency key already stored, or twice in the batch; a name taken): the caller rolls back.
+/// Whether no key of the batch is stored already (in `index`, caught up) or sent twice in it.
+fn all_fresh(conn: &Connection, index: &Keys, batch: &[Job]) -> Result<bool> {
+    let mut in_batch = std::collections::HashSet::new();
+    for (t, _) in batch {
+        if let Some((key, _)) = &t.idempotency
+            && (!in_batch.insert((&t.owner, key)) || index.find(conn, &t.owner, key)?.is_some())
+        {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The whole batch in a few multi-row statements, its keys all fresh ([`all_fresh`]). `Ok(false)` when it
+/// cannot be done that way (a name taken): the caller rolls back.
 ///
 /// A failing row undoes the whole transaction ([`Undo::Transaction`]): no statement journal is kept.
 fn insert_many(conn: &Connection, statements: &Statements, batch: &[Job], derived: &Derived) -> Result<bool> {
     let undo = Undo::Transaction;
     let [keyed, tasks, labels, events] = batch_rows(batch, derived);
-    if !keyed.is_empty() && insert_rows(conn, statements, undo, Table::Idempotency, &keyed)? != keyed.len() {
-        return Ok(false);
+    if !keyed.is_empty() {
+        insert_rows(conn, statements, undo, Table::Idempotency, &keyed)?;
     }
     match insert_rows(conn, statements, undo, Table::Tasks, &tasks) {
         Err(e) if is_unique_violation(&e) => return Ok(false),
@@ -120,30 +158,40 @@ fn insert_many(conn: &Connection, statements: &Statements, batch: &[Job], derive
 }
 
 /// One create, alone: a used key answers the task it made (or a conflict for another body), a taken name
-/// is [`StoreError::NameTaken`].
-fn create_one(conn: &Connection, statements: &Statements, job: &Job) -> Result<Written> {
+/// is [`StoreError::NameTaken`]. `stored_here`: the keys stored earlier in this transaction, which the
+/// index (caught up before it began) does not hold.
+fn create_one(
+    conn: &Connection,
+    statements: &Statements,
+    keys: &KeyIndex,
+    stored_here: &HashMap<(&str, &str), KeyRow>,
+    job: &Job,
+) -> Result<Written> {
     let t: &NewTask = &job.0;
+    if let Some((key, hash)) = &t.idempotency {
+        let seen = match stored_here.get(&(t.owner.as_str(), key.as_str())) {
+            Some(row) => Some(row.clone()),
+            None => keys.lock().find(conn, &t.owner, key)?,
+        };
+        if let Some(KeyRow { body_hash, task_id }) = seen {
+            if &body_hash != hash {
+                return Err(StoreError::IdempotencyConflict);
+            }
+            return Ok(Written::KeyUsed { task_id });
+        }
+    }
     let one = std::slice::from_ref(job);
     let derived = Derived::of(one)?;
     let [keyed, tasks, labels, events] = batch_rows(one, &derived);
     // Within the batch's savepoints: a failing row undoes its statement alone.
     let undo = Undo::Statement;
-    if !keyed.is_empty() && insert_rows(conn, statements, undo, Table::Idempotency, &keyed)? == 0 {
-        let (key, hash) = t.idempotency.as_ref().expect("a keyed row comes from a key");
-        let (seen_hash, task_id): (String, String) = conn
-            .prepare_cached("SELECT body_hash, task_id FROM idempotency WHERE owner = ?1 AND key = ?2")?
-            .query_row((&t.owner, key), |row| Ok((row.get(0)?, row.get(1)?)))?;
-        if &seen_hash != hash {
-            return Err(StoreError::IdempotencyConflict);
-        }
-        return Ok(Written::KeyUsed { task_id });
-    }
     match insert_rows(conn, statements, undo, Table::Tasks, &tasks) {
         Err(e) if is_unique_violation(&e) => return Err(StoreError::NameTaken(t.name.clone())),
         other => {
             other?;
         }
     }
+    insert_rows(conn, statements, undo, Table::Idempotency, &keyed)?;
     insert_rows(conn, statements, undo, Table::Labels, &labels)?;
     insert_rows(conn, statements, undo, Table::Events, &events)?;
     Ok(Written::Created(Created::New(new_record(t))))

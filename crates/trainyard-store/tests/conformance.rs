@@ -64,6 +64,7 @@ macro_rules! conformance {
 
 conformance!(
     create_get_and_idempotency,
+    keys_stored_through_another_handle_are_seen,
     concurrent_retries_create_one_task,
     a_burst_of_creates_answers_each_alone,
     list_pages_newest_first_with_filters,
@@ -524,6 +525,49 @@ async fn create_get_and_idempotency(store: Store, _: String) {
     assert_eq!(store.count_tasks().await.unwrap(), 3);
     let events = store.list_events("a1", 0, 100).await.unwrap();
     assert_eq!(events.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>(), ["Submitted"]);
+}
+
+/// Two servers on one database (or a server and another process on SQLite's file): a key stored through
+/// one is seen through the other, and the same key sent through both at once makes one task.
+async fn keys_stored_through_another_handle_are_seen(store: Store, url: String) {
+    let other = Store::connect(&url).await.unwrap();
+    let mut t = new_task("h1", "alice", "nlp", 100);
+    t.idempotency = Some(("shared".into(), "body".into()));
+    assert!(matches!(store.create_task(&t).await.unwrap(), Created::New(_)));
+    assert!(other.idempotency_key_used("alice", "shared").await.unwrap());
+    let mut retry = new_task("h2", "alice", "nlp", 101);
+    retry.idempotency = Some(("shared".into(), "body".into()));
+    match other.create_task(&retry).await.unwrap() {
+        Created::Existing(e) => assert_eq!(e.id, "h1"),
+        c => panic!("{c:?}"),
+    }
+    retry.idempotency = Some(("shared".into(), "another body".into()));
+    assert!(matches!(other.create_task(&retry).await, Err(StoreError::IdempotencyConflict)));
+    // And the other way round, a key first stored through the second handle.
+    let mut back = new_task("h3", "alice", "nlp", 102);
+    back.idempotency = Some(("back".into(), "body".into()));
+    assert!(matches!(other.create_task(&back).await.unwrap(), Created::New(_)));
+    let mut again = new_task("h4", "alice", "nlp", 103);
+    again.idempotency = Some(("back".into(), "body".into()));
+    assert_eq!(store.create_task(&again).await.unwrap().task().id, "h3");
+    // Both at once, many times: one task per key.
+    for round in 0..20 {
+        let key = format!("race-{round}");
+        let send = |s: &Store, id: String| {
+            let (s, key) = (s.clone(), key.clone());
+            async move {
+                let mut t = new_task(&id, "alice", "nlp", 200 + round);
+                t.idempotency = Some((key, "body".into()));
+                s.create_task(&t).await.unwrap().task().id.clone()
+            }
+        };
+        let (a, b) = tokio::join!(
+            tokio::spawn(send(&store, format!("ra{round}"))),
+            tokio::spawn(send(&other, format!("rb{round}")))
+        );
+        assert_eq!(a.unwrap(), b.unwrap(), "round {round}");
+    }
+    assert_eq!(store.count_tasks().await.unwrap(), 2 + 20);
 }
 
 async fn concurrent_retries_create_one_task(store: Store, _: String) {
