@@ -120,7 +120,9 @@ fn synthetic() -> String {
         s.push_str(&format!("      - {{model: llama-7b, mountPath: /mnt/m{i}}}\n"));
     }
     s.push_str(&format!("    cmd: \"{}\"\n", "torchrun train.py --flag value ".repeat(100)));
-    s.push_str("  compute:\n    resourceType: Reserved\n    pool: a100-pool\n    workers: 3\n    instanceSpecs:\n");
+    s.push_str(
+        "  compute:\n    resourceType: Reserved\n    pool: a100-pool\n    workers: 3\n    instanceSpecs:\n",
+    );
     s.push_str("      - {spec: gpu.a100.1, countPerNode: 8}\n      - {spec: gpu.h100.1, countPerNode: 8}\n");
     s.push_str("  advanced:\n    precheck: {env: [{name: NCCL_DEBUG, value: INFO}], minGemmTflops: 100}\n");
     s.push_str("    faultTolerance: {maxResubmissions: 5}\n    exitCheckpoint: {timeoutSeconds: 600}\n    metrics:\n      endpoints:\n");
