@@ -14,6 +14,9 @@
 //! create writer catches up inside its write transaction before it inserts anything, which makes its check
 //! and its insert one atomic step. PostgreSQL keeps its unique index: several servers may write to it.
 //!
+//! The map keeps every key stored (18–36 bytes each), and the first lookup after a start reads the whole
+//! table.
+//!
 //! The hash is keyed per process (the standard library's random keys), so nobody can choose keys that
 //! collide; collisions by chance are told apart by reading the candidate rows.
 
