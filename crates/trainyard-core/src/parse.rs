@@ -95,3 +95,74 @@ impl TrainingTask {
         serde_json::to_string_pretty(self).expect("a TrainingTask always serialises")
     }
 }
+
+/// A YAML document as JSON, which [`parse`] reads into the same tree about ten times as fast (for clients
+/// that send documents written as YAML: the server's parsing moves to them). `None` when there is nothing
+/// to gain or the server should see the text itself: it is JSON already (or starts like it), it is not
+/// UTF-8, empty or valid YAML, or it or its JSON is over the size limit; the server then says what is wrong.
+pub fn yaml_as_json(input: &[u8]) -> Option<Vec<u8>> {
+    if input.len() > MAX_DOCUMENT_BYTES {
+        return None;
+    }
+    let text = std::str::from_utf8(input).ok()?;
+    let text = text.strip_prefix('\u{FEFF}').unwrap_or(text);
+    if text.trim_start().starts_with('{') {
+        return None;
+    }
+    let value = yaml_to_value(text).ok().filter(|v| !v.is_null())?;
+    let json = serde_json::to_vec(&value).ok()?;
+    (json.len() <= MAX_DOCUMENT_BYTES).then_some(json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every shipped example, and documents with awkward scalars, decode from their JSON form to the task
+    /// and the problems their YAML gives.
+    #[test]
+    fn yaml_sent_as_json_decodes_to_the_same_task_and_problems() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+        let catalog =
+            Catalog::from_yaml(&std::fs::read_to_string(root.join("catalog/catalog.yaml")).unwrap()).unwrap();
+        let mut docs: Vec<Vec<u8>> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+            .map(|p| std::fs::read(p).unwrap())
+            .collect();
+        assert!(docs.len() >= 5, "the examples are found");
+        // Scalars YAML reads its own way (numbers, booleans, nulls, quoted and not), a wrong type, a
+        // tainted path, and a byte-order mark.
+        docs.push(
+            b"\xEF\xBB\xBFapiVersion: trainyard.dev/v1\nkind: TrainingTask\nmetadata: {namePrefix: x, projectGroup: nlp, \
+              labels: {a: '1', b: yes}}\nspec:\n  type: PyTorchJob\n  environment: {image: pytorch-2.3-cuda12, cmd: ~, \
+              env: [{name: A, value: 0x1F}, {name: B, value: 1e3}, {name: C, value: -0.0}]}\n  compute: \
+              {resourceType: Reserved, pool: a100-pool, workers: two, instanceSpecs: [{spec: gpu.a100.1}]}\n"
+                .to_vec(),
+        );
+        for yaml in docs {
+            let json = yaml_as_json(&yaml).expect("a YAML document converts");
+            let (a, b) = (check(&yaml, &catalog), check(&json, &catalog));
+            assert_eq!(a.task, b.task, "{}", String::from_utf8_lossy(&yaml));
+            assert_eq!(a.report, b.report, "{}", String::from_utf8_lossy(&yaml));
+        }
+    }
+
+    #[test]
+    fn what_the_server_should_see_itself_is_left_as_it_is() {
+        for doc in [
+            &b"{\"apiVersion\": \"trainyard.dev/v1\"}"[..],
+            b"  {a: 1}",
+            b"",
+            b"# only a comment\n",
+            b"a: [unclosed",
+            b"\xff\xfe not utf-8",
+        ] {
+            assert_eq!(yaml_as_json(doc), None, "{}", String::from_utf8_lossy(doc));
+        }
+        let over = format!("a: \"{}\"\n", "x".repeat(MAX_DOCUMENT_BYTES));
+        assert_eq!(yaml_as_json(over.as_bytes()), None);
+        assert!(yaml_as_json(b"a: 1\n").is_some());
+    }
+}

@@ -32,6 +32,9 @@ pub fn submit(
     } else {
         std::fs::read(file).map_err(|e| usage(format!("cannot read {}: {e}", file.display())))?
     };
+    // YAML goes as the JSON the server would read it into: parsing YAML costs the server ten times as much
+    // (a document it should see as written, a broken one say, goes as it is, for the server's problems).
+    let body = trainyard_core::parse::yaml_as_json(&body).unwrap_or(body);
     let (status, t) = c.call("POST", "/api/v1/tasks", Some(&body), key)?;
     let name = t["name"].as_str().unwrap_or("").to_owned();
     let id = t["id"].as_str().unwrap_or("").to_owned();
