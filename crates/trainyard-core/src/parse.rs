@@ -141,12 +141,17 @@ mod tests {
               {resourceType: Reserved, pool: a100-pool, workers: two, instanceSpecs: [{spec: gpu.a100.1}]}\n"
                 .to_vec(),
         );
+        let mut reports = Vec::new();
         for yaml in docs {
             let json = yaml_as_json(&yaml).expect("a YAML document converts");
             let (a, b) = (check(&yaml, &catalog), check(&json, &catalog));
             assert_eq!(a.task, b.task, "{}", String::from_utf8_lossy(&yaml));
             assert_eq!(a.report, b.report, "{}", String::from_utf8_lossy(&yaml));
+            reports.push(a.report);
         }
+        // The awkward document's wrong type was reported (and so compared), not lost on both sides.
+        let awkward = reports.last().unwrap();
+        assert!(awkward.problems.iter().any(|p| p.path == "spec.compute.workers"), "{awkward:#?}");
     }
 
     #[test]
