@@ -12,8 +12,9 @@ pub struct Metrics {
 
 #[derive(Debug, Default)]
 struct MetricsInner {
-    /// (method, route, status) -> count
-    requests: BTreeMap<(String, String, u16), u64>,
+    /// method -> route -> status -> count (nested, so a request already counted is looked up without
+    /// allocating its key)
+    requests: BTreeMap<String, BTreeMap<String, BTreeMap<u16, u64>>>,
     /// Request durations: counts per bucket upper bound (seconds), then sum and count.
     duration_buckets: [u64; LATENCY_BUCKETS.len()],
     duration_sum_s: f64,
@@ -34,7 +35,14 @@ impl Metrics {
 
     pub(crate) fn request(&self, method: &str, route: &str, status: u16, took: Duration) {
         let mut m = self.lock();
-        *m.requests.entry((method.to_owned(), route.to_owned(), status)).or_default() += 1;
+        if !m.requests.contains_key(method) {
+            m.requests.insert(method.to_owned(), BTreeMap::new());
+        }
+        let routes = m.requests.get_mut(method).expect("inserted above");
+        if !routes.contains_key(route) {
+            routes.insert(route.to_owned(), BTreeMap::new());
+        }
+        *routes.get_mut(route).expect("inserted above").entry(status).or_default() += 1;
         let s = took.as_secs_f64();
         for (i, b) in LATENCY_BUCKETS.iter().enumerate() {
             if s <= *b {
@@ -90,7 +98,12 @@ impl Metrics {
             out,
             "# HELP trainyard_api_requests_total API requests by route and status.\n# TYPE trainyard_api_requests_total counter"
         );
-        for ((method, route, status), n) in &m.requests {
+        let counts = m.requests.iter().flat_map(|(method, routes)| {
+            routes
+                .iter()
+                .flat_map(move |(route, by)| by.iter().map(move |(status, n)| (method, route, status, n)))
+        });
+        for (method, route, status, n) in counts {
             let _ = writeln!(
                 out,
                 "trainyard_api_requests_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {n}"

@@ -78,10 +78,10 @@ async fn count_requests(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let method = req.method().to_string();
-    let route = matched.map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned());
+    let method = req.method().clone();
     let started = std::time::Instant::now();
     let resp = next.run(req).await;
-    state.metrics.request(&method, &route, resp.status().as_u16(), started.elapsed());
+    let route = matched.as_ref().map_or("unmatched", |m| m.as_str());
+    state.metrics.request(method.as_str(), route, resp.status().as_u16(), started.elapsed());
     resp
 }

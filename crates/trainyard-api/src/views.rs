@@ -62,7 +62,7 @@ pub struct TaskView {
     pub status_since_ms: i64,
     pub run_started_at_ms: Option<i64>,
     /// Null in lists.
-    pub spec: Option<TrainingTask>,
+    pub spec: Option<SpecView>,
 }
 object_schema!(
     /// A task: its record, where it runs (placement) or where it waits (queue), what it asks for (demand,
@@ -90,9 +90,32 @@ object_schema!(
         "demand": Option<DemandView>,
         "statusSinceMs": Millis,
         "runStartedAtMs": Option<Millis>,
-        "spec": Option<TrainingTask>,
+        "spec": Option<SpecView>,
     }
 );
+
+/// A task's spec as a view shows it: hidden values masked. A task just created without hidden values is
+/// shown as the text stored for it, which is its serialisation: written out again, not serialised twice.
+#[derive(Debug)]
+pub enum SpecView {
+    Task(Box<TrainingTask>),
+    Json(Box<serde_json::value::RawValue>),
+}
+
+impl Serialize for SpecView {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            SpecView::Task(t) => t.serialize(s),
+            SpecView::Json(j) => j.serialize(s),
+        }
+    }
+}
+
+impl ApiSchema for SpecView {
+    fn schema(schemas: &mut Schemas) -> Value {
+        TrainingTask::schema(schemas)
+    }
+}
 
 /// What a task asks for, as summed when it was created (a list shows it without the spec).
 #[derive(Debug, Serialize)]
@@ -210,16 +233,26 @@ pub(crate) enum Spec<'a> {
     Omit,
     /// The stored one.
     Stored,
-    /// This one, already at hand.
-    This(&'a TrainingTask),
+    /// The one the task was just created from, at hand: the record's stored spec is its serialisation,
+    /// sealed.
+    Submitted(&'a TrainingTask),
 }
 
 /// The view of a task.
 pub(crate) fn task_view(state: &AppState, t: &TaskRecord, spec: Spec) -> TaskView {
     let spec = match spec {
         Spec::Omit => None,
-        Spec::This(task) => Some(task.masked()),
-        Spec::Stored => trainyard_core::parse(t.spec_json.as_bytes()).0.map(|task| task.masked()),
+        // Without hidden values, sealing and masking change nothing: the stored text is the view's.
+        Spec::Submitted(task) if !task.has_hidden_values() => {
+            match serde_json::value::RawValue::from_string(t.spec_json.clone()) {
+                Ok(json) => Some(SpecView::Json(json)),
+                Err(_) => Some(SpecView::Task(Box::new(task.clone()))),
+            }
+        }
+        Spec::Submitted(task) => Some(SpecView::Task(Box::new(task.masked()))),
+        Spec::Stored => trainyard_core::parse(t.spec_json.as_bytes())
+            .0
+            .map(|task| SpecView::Task(Box::new(task.masked()))),
     };
     let queue = if t.status == Status::Queued {
         state.queue.get(&t.id).map(|q| QueueView {

@@ -287,6 +287,23 @@ fn visibility_matrix_with_404_for_what_a_user_may_not_see() {
     assert_eq!(names, [q.as_str()]);
 }
 
+/// A create answers with the spec the task was stored with, as a read of it shows it afterwards (without
+/// hidden values the answer is the stored text itself; with them, the spec masked).
+#[test]
+fn a_create_answers_with_the_spec_a_read_shows() {
+    let s = server();
+    for extra in ["", r#", {name: API_KEY, value: "sk-1", hidden: true}"#] {
+        let body = task("same", "nlp", true, extra);
+        let (code, created) = s.call("POST", "alice", "/api/v1/tasks", Some(&body), None);
+        assert_eq!(code, 201, "{created}");
+        let id = created["id"].as_str().unwrap();
+        let (code, read) = s.call("GET", "alice", &format!("/api/v1/tasks/{id}"), None, None);
+        assert_eq!(code, 200, "{read}");
+        assert!(created["spec"].is_object(), "{created}");
+        assert_eq!(created["spec"], read["spec"], "with {extra:?}");
+    }
+}
+
 #[test]
 fn hidden_values_never_come_back() {
     let s = server();
@@ -295,6 +312,8 @@ fn hidden_values_never_come_back() {
         task("secret", "nlp", true, &format!(r#", {{name: API_KEY, value: "{secret}", hidden: true}}"#));
     let (code, t) = s.call("POST", "alice", "/api/v1/tasks", Some(&body), None);
     assert_eq!(code, 201, "{t}");
+    let created = t.to_string();
+    assert!(!created.contains(secret) && created.contains("******"), "the create answer masks it: {created}");
     let id = t["id"].as_str().unwrap().to_owned();
     s.wait_status(&id, "Succeeded");
     for (who, path) in [

@@ -169,7 +169,7 @@ async fn main() {
         // the generator, not the loop, what the figures measured.
         let ids: Vec<&str> = fresh.iter().map(|t| t.id.as_str()).collect();
         for record in store.tasks_without_spec(&ids).await.unwrap() {
-            arrivals_handle.push(&record, &task);
+            arrivals_handle.push(&record, task.clone());
         }
         let t = Instant::now();
         let r = control.tick(now_ms()).await.unwrap();

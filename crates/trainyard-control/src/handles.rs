@@ -118,9 +118,10 @@ pub struct Arrivals(Arc<std::sync::Mutex<Vec<Arrival>>>);
 pub(crate) type Arrival = (TaskRecord, Arc<TrainingTask>);
 
 impl Arrivals {
-    /// A task just committed to the store, and its spec as validated.
-    pub fn push(&self, record: &TaskRecord, task: &TrainingTask) {
-        let spec = Arc::new(slim(task.clone()));
+    /// A task just committed to the store, and its spec as validated (or as stored: the loop's copy is
+    /// slimmed, and leaves out the env, which is all that sealing changes).
+    pub fn push(&self, record: &TaskRecord, task: TrainingTask) {
+        let spec = Arc::new(slim(task));
         self.0.lock().unwrap_or_else(|e| e.into_inner()).push((without_spec(record), spec));
     }
 

@@ -10,14 +10,14 @@
 //! restart (the last wait reason of each queued task, nominated nodes of preemptors, autoscaling wants); a
 //! restarted loop reads the active tasks back and picks every one up where it was.
 //!
-//! Files: `submit` (the one way in), `active` (the working set) and `sync` (keeping it in step with the
-//! store), `tick` (one round and its scheduling cycle) and `report` (what it did), `apply` (checked
-//! transitions), `launch` (admissions and what a backend is given), `requests` (the backend asked, refusals
-//! retried), `observe` (what a backend reports), `policy` (the pure decisions: observation to transition,
-//! retries, waits after a refusal), `reconcile`, `autoscale`, `commands` (stop, resubmit), `handles` and
-//! `views` (what readers share), `ids`, `error`, `place` (the scheduler's snapshot and placements), `queue`
-//! (the waiting tasks between cycles, parked ones included, and their places on the board),
-//! `alarms`, `secrets`.
+//! Files: `submit` (the one way in), `active` (the working set, with what is not queued and what is not
+//! read yet kept apart), `intern` (equal specs kept once) and `sync` (keeping it in step with the store),
+//! `tick` (one round and its scheduling cycle) and `report` (what it did), `apply` (checked transitions),
+//! `launch` (admissions and what a backend is given), `requests` (the backend asked, refusals retried),
+//! `observe` (what a backend reports), `policy` (the pure decisions: observation to transition, retries,
+//! waits after a refusal), `reconcile`, `autoscale`, `commands` (stop, resubmit), `handles` and `views`
+//! (what readers share), `ids`, `error`, `place` (the scheduler's snapshot and placements), `queue` (the
+//! waiting tasks between cycles, parked ones included, and their places on the board), `alarms`, `secrets`.
 
 #![forbid(unsafe_code)]
 
@@ -29,6 +29,7 @@ mod commands;
 mod error;
 mod handles;
 mod ids;
+mod intern;
 mod launch;
 mod observe;
 mod place;
@@ -51,7 +52,8 @@ pub use report::{Phases, TickReport};
 pub use submit::{Submitter, validate};
 pub use views::{QuotaLine, SchedViews};
 
-use active::{ActiveKey, Entry, SpecInterner};
+use active::{ActiveKey, WorkingSet};
+use intern::SpecInterner;
 use place::OptionsCache;
 use secrets::SecretBox;
 use std::collections::BTreeMap;
@@ -112,7 +114,7 @@ pub struct Control<B> {
     /// The tasks the loop has work for, in queue order, kept up to date incrementally: this process's
     /// arrivals, rows changed since the last sync, and a full read every [`FULL_SYNC_EVERY_MS`] as a safety
     /// net. Records are shared with the tick that reads them, not copied.
-    active: BTreeMap<ActiveKey, Entry>,
+    active: WorkingSet,
     synced_to_ms: Option<i64>,
     wide_synced_ms: i64,
     full_synced_ms: i64,
@@ -164,7 +166,7 @@ impl<B: Backend> Control<B> {
             excluded: BTreeMap::new(),
             unreadable: Default::default(),
             views,
-            active: BTreeMap::new(),
+            active: WorkingSet::default(),
             synced_to_ms: None,
             wide_synced_ms: 0,
             full_synced_ms: 0,

@@ -22,7 +22,8 @@ pub fn validate(catalog: &Catalog, body: &[u8]) -> Result<TrainingTask, SubmitEr
 }
 
 /// Queues a validated task: its hidden values sealed, a unique name, an idempotency key when given, and
-/// what it asks for under `catalog` kept beside it for lists.
+/// what it asks for under `catalog` kept beside it for lists. Returns with it the sealed copy of the task
+/// that was stored.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn store_task(
     store: &Store,
@@ -33,7 +34,7 @@ pub(crate) async fn store_task(
     body: &[u8],
     idempotency_key: Option<&str>,
     now_ms: i64,
-) -> Result<Created, SubmitError> {
+) -> Result<(Created, TrainingTask), SubmitError> {
     // The id is chosen before sealing: hidden values are bound to it (and to the owner), so they cannot be
     // replayed into another task's record.
     let id = task_id(now_ms);
@@ -68,7 +69,7 @@ pub(crate) async fn store_task(
                 NAME_SUFFIXES.jump();
                 last = Some(StoreError::NameTaken(n));
             }
-            other => return Ok(other?),
+            other => return Ok((other?, sealed)),
         }
     }
     Err(SubmitError::Store(last.expect("the loop ran at least once")))
@@ -100,7 +101,7 @@ impl Submitter {
         idempotency_key: Option<&str>,
         now_ms: i64,
     ) -> Result<Created, SubmitError> {
-        let created = store_task(
+        let (created, sealed) = store_task(
             &self.store,
             &self.secrets,
             &self.catalog.get(),
@@ -112,7 +113,8 @@ impl Submitter {
         )
         .await?;
         if let Created::New(t) = &created {
-            self.arrivals.push(t, task);
+            // The sealed copy differs from the task only in hidden values, which the loop's copy leaves out.
+            self.arrivals.push(t, sealed);
         }
         Ok(created)
     }

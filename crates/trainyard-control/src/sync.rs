@@ -28,7 +28,7 @@ impl<B: Backend> Control<B> {
                 // Working-set entries read again (changed, or no longer active in the store).
                 let mut again: Vec<&ActiveKey> = Vec::new();
                 let mut stored = versions.iter().peekable();
-                for (key, e) in &self.active {
+                for (key, e) in self.active.iter() {
                     let (created, id) = key;
                     while let Some(v) =
                         stored.next_if(|v| (v.created_at_ms, v.id.as_str()) < (*created, id.as_str()))
@@ -111,7 +111,7 @@ impl<B: Backend> Control<B> {
                     };
                     self.active.insert(key, entry);
                 }
-                for (_, gone) in old {
+                for (_, gone) in old.into_entries() {
                     self.forget(&gone);
                 }
                 self.refresh_excluded().await?;
@@ -170,18 +170,22 @@ impl<B: Backend> Control<B> {
         let key = active_key(&t);
         let spec = spec.map(|s| self.specs.intern(s));
         let keep = is_active(t.status, t.deleted);
-        match self.active.get_mut(&key) {
+        let known = self.active.get(&key).map(|e| (e.record.version, e.spec.is_some(), e.record.status));
+        match known {
             // Known already at this version: only a spec it lacked is news.
-            Some(known) if known.record.version >= t.version && known.spec.is_none() && spec.is_some() => {
-                known.spec = spec;
-                let queued = known.record.status == Status::Queued;
-                self.arrived(key, queued);
+            Some((version, had_spec, status)) if version >= t.version && !had_spec && spec.is_some() => {
+                if let Some(mut e) = self.active.get_mut(&key) {
+                    e.spec = spec;
+                }
+                self.arrived(key, status == Status::Queued);
             }
-            Some(known) if known.record.version >= t.version => {}
-            Some(known) if keep => {
+            Some((version, ..)) if version >= t.version => {}
+            Some(_) if keep => {
                 t.spec_json = String::new();
-                known.record = Arc::new(t);
-                known.spec = known.spec.take().or(spec);
+                if let Some(mut e) = self.active.get_mut(&key) {
+                    e.record = Arc::new(t);
+                    e.spec = e.spec.take().or(spec);
+                }
                 self.changed();
             }
             Some(_) => {
@@ -243,9 +247,9 @@ impl<B: Backend> Control<B> {
     pub(crate) async fn read_missing_specs(&mut self, now_ms: i64) -> Result<(), StoreError> {
         let missing: Vec<&str> = self
             .active
-            .values()
-            .filter(|e| e.spec.is_none() && !self.unreadable.contains(&*e.id))
-            .map(|e| &*e.id)
+            .unread_keys()
+            .map(|(_, id)| id.as_str())
+            .filter(|id| !self.unreadable.contains(*id))
             .collect();
         if missing.is_empty() {
             return Ok(());
@@ -256,24 +260,29 @@ impl<B: Backend> Control<B> {
         // queue of a sweep's tasks reads them all).
         let mut parsed: HashMap<String, Arc<TrainingTask>> = HashMap::new();
         let mut read: Vec<(ActiveKey, bool)> = Vec::new();
-        for e in self.active.values_mut().filter(|e| e.spec.is_none()) {
-            let Some(json) = specs.remove(&*e.id) else { continue };
-            if let Some(spec) = parsed.get(&json) {
-                e.spec = Some(spec.clone());
-                read.push((active_key(&e.record), e.record.status == Status::Queued));
-                continue;
-            }
-            let t = TaskRecord { spec_json: json, ..(*e.record).clone() };
-            match Self::parse(&t) {
-                Ok(task) => {
-                    let spec = self.specs.intern(Arc::new(slim(task)));
-                    parsed.insert(t.spec_json, spec.clone());
-                    e.spec = Some(spec);
-                    read.push((active_key(&e.record), e.record.status == Status::Queued));
+        let interner = &mut self.specs;
+        self.active.read_specs(|key, e| {
+            let json = specs.remove(&*e.id)?;
+            let spec = match parsed.get(&json) {
+                Some(spec) => spec.clone(),
+                None => {
+                    let t = TaskRecord { spec_json: json, ..(*e.record).clone() };
+                    match Self::parse(&t) {
+                        Ok(task) => {
+                            let spec = interner.intern(Arc::new(slim(task)));
+                            parsed.insert(t.spec_json, spec.clone());
+                            spec
+                        }
+                        Err(err) => {
+                            unreadable.push((e.record.clone(), err));
+                            return None;
+                        }
+                    }
                 }
-                Err(err) => unreadable.push((e.record.clone(), err)),
-            }
-        }
+            };
+            read.push((key.clone(), e.record.status == Status::Queued));
+            Some(spec)
+        });
         for (key, queued) in read {
             self.arrived(key, queued);
         }

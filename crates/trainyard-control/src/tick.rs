@@ -1,7 +1,7 @@
 //! One round of the control loop: observations, the working set, a scheduling cycle when anything it reads
 //! changed, its decisions committed, queued-too-long alarms, reconciliation.
 
-use crate::active::{ActiveKey, Entry, active_key};
+use crate::active::{ActiveKey, Entry, WorkingSet, active_key};
 use crate::error::CommandError;
 use crate::handles::*;
 use crate::place::{Placement, snapshot_for};
@@ -61,16 +61,16 @@ impl<B: Backend> Control<B> {
     /// The rest of a tick, over the working set: the plan, queued-too-long alarms, reconciliation.
     async fn tick_over(
         &mut self,
-        active: &BTreeMap<ActiveKey, Entry>,
+        active: &WorkingSet,
         now_ms: i64,
         report: &mut TickReport,
     ) -> Result<(), CommandError> {
-        let entries: Vec<&Entry> = active.values().filter(|e| e.spec.is_some()).collect();
-        let holding: Vec<&TaskRecord> =
-            entries.iter().map(|e| &*e.record).filter(|t| t.status != Status::Queued).collect();
+        // Every plannable entry (its spec read), in queue order: only for what looks at the whole queue.
+        let all = || -> Vec<&Entry> { active.iter().map(|(_, e)| e).filter(|e| e.spec.is_some()).collect() };
+        let holding: Vec<&Entry> = active.holding().filter(|e| e.spec.is_some()).collect();
         report.settling = holding
             .iter()
-            .filter(|t| matches!(t.status, Status::Admitted | Status::Starting | Status::Stopping))
+            .filter(|e| matches!(e.record.status, Status::Admitted | Status::Starting | Status::Stopping))
             .count() as u32;
         // The plan is a function of the active tasks, the catalog, the loop's own hints (nominated nodes,
         // excluded nodes, autoscaling wants) and, through starvation, the clock: while none of them changed, it
@@ -87,11 +87,11 @@ impl<B: Backend> Control<B> {
             let result = if full {
                 self.fresh.clear();
                 self.gone.clear();
-                self.plan(&catalog, &entries, true, now_ms, report).await
+                self.plan(&catalog, &all(), true, now_ms, report).await
             } else {
-                let part = self.part(active, &entries);
+                let part = self.part(active, &holding);
                 if self.check_parking {
-                    self.same_as_whole(&catalog, &entries, &part, now_ms);
+                    self.same_as_whole(&catalog, &all(), &part, now_ms);
                 }
                 self.plan(&catalog, &part, false, now_ms, report).await
             };
@@ -115,7 +115,8 @@ impl<B: Backend> Control<B> {
         if look {
             self.queue_alarms_at_ms = now_ms + QUEUE_ALARM_EVERY_MS;
         }
-        for e in entries.iter().filter(|e| look && e.record.status == Status::Queued) {
+        let queued = if look { all() } else { Vec::new() };
+        for e in queued.iter().filter(|e| e.record.status == Status::Queued) {
             let (t, task) = (&e.record, e.spec());
             if !owners_alarms.contains_key(&t.owner) {
                 let mine = alarms::user_subscriptions(&self.store, &t.owner).await?;
@@ -135,6 +136,7 @@ impl<B: Backend> Control<B> {
         }
         report.phases.alarms_us = us_since(t0);
         let t0 = Instant::now();
+        let holding: Vec<&TaskRecord> = holding.iter().map(|e| &*e.record).collect();
         self.reconcile(&holding, now_ms).await?;
         report.phases.reconcile_us = us_since(t0);
         Ok(())
@@ -142,13 +144,12 @@ impl<B: Backend> Control<B> {
 
     /// What an incremental plan looks at: every task holding resources, the queued arrivals since the last
     /// plan, and the waiting tasks a cycle always looks at again; in queue order, as the working set.
-    fn part<'a>(&mut self, active: &'a BTreeMap<ActiveKey, Entry>, entries: &[&'a Entry]) -> Vec<&'a Entry> {
+    fn part<'a>(&mut self, active: &'a WorkingSet, holding: &[&'a Entry]) -> Vec<&'a Entry> {
         let mut keys = std::mem::take(&mut self.fresh);
         keys.extend(self.unparked.iter().cloned());
         keys.sort_unstable();
         keys.dedup();
-        let mut part: Vec<&Entry> =
-            entries.iter().filter(|e| e.record.status != Status::Queued).copied().collect();
+        let mut part: Vec<&Entry> = holding.to_vec();
         part.extend(
             keys.iter()
                 .filter_map(|k| active.get(k))

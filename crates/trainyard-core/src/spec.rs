@@ -498,6 +498,12 @@ decode_struct!(Autoscaling {
 });
 
 impl TrainingTask {
+    /// Whether any env value (the task's or its precheck's) is hidden.
+    pub fn has_hidden_values(&self) -> bool {
+        let precheck = self.spec.advanced.precheck.iter().flat_map(|p| &p.env);
+        self.spec.environment.env.iter().chain(precheck).any(|v| v.hidden)
+    }
+
     /// A copy with every hidden env value replaced, for showing back to a person.
     pub fn masked(&self) -> TrainingTask {
         let mut t = self.clone();

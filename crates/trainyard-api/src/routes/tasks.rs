@@ -107,7 +107,7 @@ pub async fn create_task(
     let Submitted { created, task } =
         submit(&state, &user, Draft::Document { body: &body, idempotency_key: key }).await?;
     let (status, spec) = match &created {
-        Created::New(_) => (StatusCode::CREATED, Spec::This(&task)),
+        Created::New(_) => (StatusCode::CREATED, Spec::Submitted(&task)),
         Created::Existing(_) => (StatusCode::OK, Spec::Stored),
     };
     Ok((status, Json(task_view(&state, created.task(), spec))).into_response())
@@ -432,5 +432,5 @@ pub async fn clone_task(
         copy.metadata.name_prefix = prefix;
     }
     let Submitted { created, task } = submit(&state, &user, Draft::Copy(Box::new(copy))).await?;
-    Ok((StatusCode::CREATED, Json(task_view(&state, created.task(), Spec::This(&task)))).into_response())
+    Ok((StatusCode::CREATED, Json(task_view(&state, created.task(), Spec::Submitted(&task)))).into_response())
 }
