@@ -19,6 +19,11 @@ pub const TICK_REST: u32 = 4;
 /// Queued tasks from which the loop rests on a tick's whole length (see [`spawn_control_loop`]).
 pub const DEEP_QUEUE: u32 = 1_000;
 
+/// The longest rest after a tick with a shallow queue. Its cycle costs well under a millisecond of CPU; one
+/// that took longer by the clock was kept waiting (for a CPU on a busy machine, for the store), and resting
+/// four times that would hold up the starts and stops it is settling.
+pub const SHALLOW_REST_MAX: Duration = Duration::from_millis(20);
+
 /// Between ticks while an attempt is starting or stopping, or after a wake-up.
 pub const SETTLING_INTERVAL: Duration = Duration::from_millis(5);
 
@@ -37,25 +42,16 @@ pub fn spawn_control_loop(
             let started = std::time::Instant::now();
             let result = control.lock().await.tick(now_ms()).await;
             let took = started.elapsed();
-            let (settling, counted) = match result {
+            let (settling, floor) = match result {
                 Ok(report) => {
                     metrics.tick(&report, took);
-                    let p = report.phases;
-                    let cycle = Duration::from_micros(
-                        u64::from(p.snapshot_us) + u64::from(p.schedule_us) + u64::from(p.commit_us),
-                    );
-                    // With a deep queue the whole tick counts (its sync and cycle dominate, and the rest keeps
-                    // the loop to about a fifth of a core); with a shallow one only the cycle does, so a new
-                    // task's start does not wait four times the observations and store writes before it.
-                    let counted = if report.waiting >= DEEP_QUEUE { took } else { cycle.min(took) };
-                    (report.settling > 0, counted)
+                    (report.settling > 0, rest_after(&report, took))
                 }
                 Err(e) => {
                     eprintln!("trainyard: control loop: {e}");
-                    (false, took)
+                    (false, TICK_REST * took)
                 }
             };
-            let floor = TICK_REST * counted;
             if settling {
                 tokio::time::sleep(SETTLING_INTERVAL.max(floor)).await;
                 continue;
@@ -64,6 +60,21 @@ pub fn spawn_control_loop(
             let _ = tokio::time::timeout(TICK_INTERVAL.saturating_sub(took + floor), wake.notified()).await;
         }
     })
+}
+
+/// The least the loop rests after a tick that took `took` by the clock. With a deep queue the whole tick
+/// counts (its sync and cycle dominate, and the rest keeps the loop to about a fifth of a core); with a
+/// shallow one only the cycle does, so a new task's start does not wait four times the observations and
+/// store writes before it, and at most [`SHALLOW_REST_MAX`].
+pub fn rest_after(report: &trainyard_control::TickReport, took: Duration) -> Duration {
+    let p = report.phases;
+    let cycle =
+        Duration::from_micros(u64::from(p.snapshot_us) + u64::from(p.schedule_us) + u64::from(p.commit_us));
+    if report.waiting >= DEEP_QUEUE {
+        TICK_REST * took
+    } else {
+        (TICK_REST * cycle.min(took)).min(SHALLOW_REST_MAX)
+    }
 }
 
 /// How often queued alarm deliveries are looked at.
@@ -137,4 +148,26 @@ pub fn spawn_inventory_sync(state: crate::AppState) -> Option<tokio::task::JoinH
             }
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trainyard_control::{Phases, TickReport};
+
+    #[test]
+    fn the_rest_follows_the_tick_and_a_shallow_queue_never_rests_long() {
+        let ms = Duration::from_millis;
+        let report = |waiting, cycle_ms: u32| TickReport {
+            waiting,
+            phases: Phases { schedule_us: cycle_ms * 1000, sync_us: 30_000, ..Phases::default() },
+            ..TickReport::default()
+        };
+        // Deep: the whole tick, four times.
+        assert_eq!(rest_after(&report(DEEP_QUEUE, 2), ms(40)), ms(160));
+        // Shallow: the cycle alone, four times...
+        assert_eq!(rest_after(&report(10, 2), ms(40)), ms(8));
+        // ...but a cycle kept waiting (a busy machine) does not hold the next tick back long.
+        assert_eq!(rest_after(&report(10, 30), ms(40)), SHALLOW_REST_MAX);
+    }
 }
