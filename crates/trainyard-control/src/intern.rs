@@ -65,7 +65,7 @@ fn hash_of<T: Serialize + ?Sized>(keys: &RandomState, buf: &mut Vec<u8>, value: 
 /// A serde serializer that writes what it is given, with its structure, as bytes to be hashed.
 struct HashSer(Vec<u8>);
 
-/// The little of a hasher the walk uses, as bytes in order.
+/// What the walk writes, in order.
 impl HashSer {
     fn write(&mut self, bytes: &[u8]) {
         self.0.extend_from_slice(bytes);
@@ -73,17 +73,13 @@ impl HashSer {
     fn write_u8(&mut self, v: u8) {
         self.0.push(v);
     }
-    fn write_u32(&mut self, v: u32) {
-        self.write(&v.to_le_bytes());
-    }
     fn write_u64(&mut self, v: u64) {
         self.write(&v.to_le_bytes());
     }
-    fn write_i64(&mut self, v: i64) {
-        self.write(&v.to_le_bytes());
-    }
-    fn write_usize(&mut self, v: usize) {
-        self.write_u64(v as u64);
+    /// A string or byte string: its length first, so that where one ends is part of what is hashed.
+    fn bytes(&mut self, b: &[u8]) {
+        self.write_u64(b.len() as u64);
+        self.write(b);
     }
 }
 
@@ -117,11 +113,14 @@ mod tag {
     pub const END: u8 = 7;
 }
 
-impl HashSer {
-    fn str(&mut self, s: &str) {
-        self.write_usize(s.len());
-        self.write(s.as_bytes());
-    }
+/// Integers, each written as the widest of its kind (its value, not its width, is what is hashed).
+macro_rules! widened {
+    ($($($method:ident($ty:ty)),* as $wide:ty;)*) => {
+        $($(fn $method(self, v: $ty) -> Result<(), Unhashable> {
+            self.write(&<$wide>::from(v).to_le_bytes());
+            Ok(())
+        })*)*
+    };
 }
 
 impl ser::Serializer for &mut HashSer {
@@ -139,31 +138,9 @@ impl ser::Serializer for &mut HashSer {
         self.write_u8(v as u8);
         Ok(())
     }
-    fn serialize_i8(self, v: i8) -> Result<(), Unhashable> {
-        self.serialize_i64(v.into())
-    }
-    fn serialize_i16(self, v: i16) -> Result<(), Unhashable> {
-        self.serialize_i64(v.into())
-    }
-    fn serialize_i32(self, v: i32) -> Result<(), Unhashable> {
-        self.serialize_i64(v.into())
-    }
-    fn serialize_i64(self, v: i64) -> Result<(), Unhashable> {
-        self.write_i64(v);
-        Ok(())
-    }
-    fn serialize_u8(self, v: u8) -> Result<(), Unhashable> {
-        self.serialize_u64(v.into())
-    }
-    fn serialize_u16(self, v: u16) -> Result<(), Unhashable> {
-        self.serialize_u64(v.into())
-    }
-    fn serialize_u32(self, v: u32) -> Result<(), Unhashable> {
-        self.serialize_u64(v.into())
-    }
-    fn serialize_u64(self, v: u64) -> Result<(), Unhashable> {
-        self.write_u64(v);
-        Ok(())
+    widened! {
+        serialize_i8(i8), serialize_i16(i16), serialize_i32(i32), serialize_i64(i64) as i64;
+        serialize_u8(u8), serialize_u16(u16), serialize_u32(u32), serialize_u64(u64) as u64;
     }
     fn serialize_f32(self, v: f32) -> Result<(), Unhashable> {
         self.serialize_f64(v.into())
@@ -173,16 +150,15 @@ impl ser::Serializer for &mut HashSer {
         Ok(())
     }
     fn serialize_char(self, v: char) -> Result<(), Unhashable> {
-        self.write_u32(v.into());
+        self.write_u64(u32::from(v).into());
         Ok(())
     }
     fn serialize_str(self, v: &str) -> Result<(), Unhashable> {
-        self.str(v);
+        self.bytes(v.as_bytes());
         Ok(())
     }
     fn serialize_bytes(self, v: &[u8]) -> Result<(), Unhashable> {
-        self.write_usize(v.len());
-        self.write(v);
+        self.bytes(v);
         Ok(())
     }
     fn serialize_none(self) -> Result<(), Unhashable> {
@@ -202,7 +178,7 @@ impl ser::Serializer for &mut HashSer {
     }
     fn serialize_unit_variant(self, _: &'static str, i: u32, _: &'static str) -> Result<(), Unhashable> {
         self.write_u8(tag::VARIANT);
-        self.write_u32(i);
+        self.write_u64(i.into());
         Ok(())
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
@@ -296,13 +272,13 @@ impl ser::SerializeStruct for &mut HashSer {
         key: &'static str,
         value: &T,
     ) -> Result<(), Unhashable> {
-        self.str(key);
+        self.bytes(key.as_bytes());
         value.serialize(&mut **self)
     }
     fn skip_field(&mut self, key: &'static str) -> Result<(), Unhashable> {
         // A field left out (serde's skip_serializing_if) is not the same as one present.
         self.write_u8(tag::NONE);
-        self.str(key);
+        self.bytes(key.as_bytes());
         Ok(())
     }
     fn end(self) -> Result<(), Unhashable> {
