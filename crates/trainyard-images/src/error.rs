@@ -15,8 +15,12 @@ pub enum FailureClass {
     Unreachable,
     /// A blob's bytes do not hash to the digest the manifest names.
     DigestMismatch,
-    /// No space left under the image cache.
+    /// No space left under the image cache (or less than this machine keeps free): another try would fill
+    /// the disk again, so it fails at once.
     DiskFull,
+    /// Larger than this machine takes: more bytes or entries than an image or a layer may unpack to, or
+    /// larger than the whole image cache.
+    TooLarge,
     /// The image cannot run here (unsupported media type or platform, a malformed manifest or layer, no
     /// `bash`).
     Invalid,
@@ -26,7 +30,7 @@ impl FailureClass {
     /// Whether another try may succeed without anyone changing anything: the image pull tolerance applies
     /// to these; the others fail the attempt at once.
     pub fn retryable(self) -> bool {
-        matches!(self, FailureClass::Unreachable | FailureClass::DigestMismatch | FailureClass::DiskFull)
+        matches!(self, FailureClass::Unreachable | FailureClass::DigestMismatch)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -36,6 +40,7 @@ impl FailureClass {
             FailureClass::Unreachable => "registry-unreachable",
             FailureClass::DigestMismatch => "digest-mismatch",
             FailureClass::DiskFull => "disk-full",
+            FailureClass::TooLarge => "too-large",
             FailureClass::Invalid => "invalid-image",
         }
     }

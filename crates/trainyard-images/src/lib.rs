@@ -18,7 +18,7 @@ pub mod testing;
 pub mod unpack;
 
 pub use error::{FailureClass, PullError};
-pub use store::{Cached, ImageConfig, Meta, Store};
+pub use store::{Accounts, Cached, ImageConfig, Meta, Store, Unpack};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -56,11 +56,19 @@ pub struct Image {
     /// Its root file system (read-only to replicas).
     pub rootfs: PathBuf,
     pub config: ImageConfig,
+    /// Its `/etc/passwd` and `/etc/group`, as read when it was unpacked.
+    pub accounts: Accounts,
 }
 
 impl Image {
     fn of(store: &Store, meta: Meta, reference: String) -> Image {
-        Image { rootfs: store.rootfs(&meta.digest), digest: meta.digest, reference, config: meta.config }
+        Image {
+            rootfs: store.rootfs(&meta.digest),
+            digest: meta.digest,
+            reference,
+            config: meta.config,
+            accounts: meta.accounts.unwrap_or_default(),
+        }
     }
 
     /// `repository@digest` of the reference asked for: what later attempts of the same task pull.
@@ -172,8 +180,14 @@ impl Images {
     /// Opens the cache under `dir`; `passage_gid`: the group of the sandboxes' users, who must reach the root
     /// file systems.
     pub fn open(dir: &Path, passage_gid: Option<u32>) -> std::io::Result<Images> {
+        Images::open_with(dir, passage_gid, Unpack::default())
+    }
+
+    /// [`Images::open`], unpacking as `unpack` says (the uid, the bounds).
+    pub fn open_with(dir: &Path, passage_gid: Option<u32>, unpack: Unpack) -> std::io::Result<Images> {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let store = Store::open(dir, passage_gid)?;
+        let mut store = Store::open(dir, passage_gid)?;
+        store.unpack = unpack;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Job>();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         std::thread::Builder::new().name("image-pulls".into()).spawn(move || {

@@ -3,7 +3,7 @@
 //! into the cache whole.
 
 use crate::error::{FailureClass, PullError, classify};
-use crate::store::{ImageConfig, Meta, Store, has_bash, no_bash, now_ms};
+use crate::store::{Accounts, ImageConfig, Meta, Store, has_bash, no_bash, now_ms};
 use crate::{Access, Image, Phase, Slot};
 use futures_util::StreamExt;
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
@@ -124,10 +124,19 @@ pub(crate) async fn pull(
     }
     let config =
         ImageConfig::from_config_json(&config_text).map_err(|e| PullError::new(FailureClass::Invalid, e))?;
-    if let Some(meta) = store.meta(&digest) {
+    if let Some(mut meta) = store.meta(&digest) {
         store.touch(&digest, Some(&shown));
         if !meta.bash {
             return Err(no_bash(&shown));
+        }
+        if meta.accounts.is_none() {
+            // Unpacked before the accounts were kept: read them now, off this runtime's thread.
+            let rootfs = store.rootfs(&digest);
+            let read = tokio::task::spawn_blocking(move || Accounts::read(&rootfs)).await;
+            let accounts = read.map_err(|e| e.to_string()).and_then(|r| r).map_err(|e| {
+                PullError::new(FailureClass::Invalid, format!("image {shown} cannot run here: {e}"))
+            })?;
+            meta.accounts = Some(accounts);
         }
         return Ok(Image::of(store, meta, shown));
     }
@@ -142,6 +151,26 @@ pub(crate) async fn pull(
                 ),
             ));
         }
+    }
+    // What the manifest says the layers weigh, checked before anything is fetched (and each layer's bytes
+    // against its own figure as they arrive).
+    let declared: u64 = manifest.layers.iter().map(|l| l.size.max(0) as u64).sum();
+    if manifest.layers.iter().any(|l| l.size < 0) {
+        return Err(PullError::new(
+            FailureClass::Invalid,
+            format!("image {shown}: a layer of negative size"),
+        ));
+    }
+    if let Some(max) = store.unpack.cache_max_bytes
+        && declared > max
+    {
+        return Err(PullError::new(
+            FailureClass::TooLarge,
+            format!(
+                "image {shown}: its layers weigh {declared} bytes, more than the image cache holds ({max} bytes); \
+                 ask an admin to raise the cache's size"
+            ),
+        ));
     }
     // The layers not in the blob store yet.
     let missing: Vec<OciDescriptor> = {
@@ -185,10 +214,26 @@ async fn fetch(
     let work = store.scratch("blob")?;
     let tmp = work.join("data");
     let file = tokio::fs::File::create(&tmp).await.map_err(|e| PullError::io("writing a layer", &e))?;
-    let mut w = Hashing { inner: file, hash: sha2::Sha256::new(), slot, bytes: 0 };
+    let declared = layer.size.max(0) as u64;
+    let mut w = Hashing { inner: file, hash: sha2::Sha256::new(), slot, bytes: 0, max: declared };
     let got = client.pull_blob(source, &layer, &mut w).await;
     let result = match got {
+        Err(_) if w.bytes > declared => Err(PullError::new(
+            FailureClass::Invalid,
+            format!(
+                "pulling {shown}: layer {} is larger than the {declared} bytes its manifest says; the download \
+                 was stopped",
+                layer.digest
+            ),
+        )),
         Err(e) => Err(classify(shown, &e)),
+        Ok(()) if w.bytes != declared => Err(PullError::new(
+            FailureClass::Invalid,
+            format!(
+                "pulling {shown}: layer {} is {} bytes, not the {declared} its manifest says",
+                layer.digest, w.bytes
+            ),
+        )),
         Ok(()) => {
             let actual = format!("sha256:{:x}", w.hash.clone().finalize());
             if actual != layer.digest {
@@ -214,7 +259,8 @@ async fn fetch(
     result
 }
 
-/// Applies the layers in order into a new root file system and moves the image into the cache.
+/// Applies the layers in order into a new root file system and moves the image into the cache. The layers
+/// are opened here; the unpacking itself runs as the cache's unpacking uid (see [`crate::unpack`]).
 fn unpack(
     store: &Store,
     shown: &str,
@@ -228,31 +274,57 @@ fn unpack(
         std::fs::create_dir(&rootfs).map_err(|e| PullError::io("making the root file system", &e))?;
         std::fs::set_permissions(&rootfs, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .map_err(|e| PullError::io("making the root file system", &e))?;
-        let mut bytes = 0;
-        let mut unpacker = crate::unpack::Unpacker::new(&rootfs);
-        for (i, l) in layers.iter().enumerate() {
-            let f = std::fs::File::open(store.blob(l)).map_err(|e| PullError::io("reading a layer", &e))?;
-            let applied = unpacker.apply(f).map_err(|e| {
-                let class = if e.starts_with(crate::unpack::NO_SPACE) {
-                    FailureClass::DiskFull
-                } else {
-                    FailureClass::Invalid
-                };
-                PullError::new(
-                    class,
-                    format!("unpacking layer {} of {} of {shown} ({l}): {e}", i + 1, layers.len()),
-                )
-            })?;
-            bytes += applied.bytes;
+        let as_id = store.unpack.as_id;
+        if let Some(id) = as_id {
+            let id = (rustix::fs::Uid::from_raw(id), rustix::fs::Gid::from_raw(id));
+            rustix::fs::chown(&rootfs, Some(id.0), Some(id.1))
+                .map_err(|e| PullError::io("handing the root file system to the unpacking uid", &e.into()))?;
         }
+        // Opened here (the unpacking uid cannot pass through the cache's private dirs to reach it).
+        let root_fd = rustix::fs::open(
+            &rootfs,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| PullError::io("opening the root file system", &e.into()))?;
+        let limits = store.unpack.limits;
+        let files = layers
+            .iter()
+            .map(|l| std::fs::File::open(store.blob(l)).map_err(|e| PullError::io("reading a layer", &e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let n = layers.len();
+        let applied = crate::unpack::unprivileged(as_id, || {
+            let mut unpacker = crate::unpack::Unpacker::at(root_fd, limits);
+            for (i, (f, l)) in files.into_iter().zip(&layers).enumerate() {
+                if let Err(e) = unpacker.apply(f) {
+                    let class = if e.starts_with(crate::unpack::NO_SPACE) {
+                        FailureClass::DiskFull
+                    } else if e.starts_with(crate::unpack::TOO_LARGE) {
+                        FailureClass::TooLarge
+                    } else {
+                        FailureClass::Invalid
+                    };
+                    return Err(PullError::new(
+                        class,
+                        format!("unpacking layer {} of {n} of {shown} ({l}): {e}", i + 1),
+                    ));
+                }
+            }
+            Ok(unpacker.total())
+        })
+        .map_err(|e| PullError::new(FailureClass::Invalid, format!("unpacking {shown}: {e}")))??;
+        let accounts = Accounts::read(&rootfs).map_err(|e| {
+            PullError::new(FailureClass::Invalid, format!("image {shown} cannot run here: {e}"))
+        })?;
         let meta = Meta {
             digest: digest.to_owned(),
             references: vec![shown.to_owned()],
             layers: layers.clone(),
             config: config.clone(),
-            rootfs_bytes: bytes,
+            rootfs_bytes: applied.bytes,
             bash: has_bash(&rootfs),
             pulled_ms: now_ms(),
+            accounts: Some(accounts),
         };
         store.commit(&work, &meta)?;
         Ok(meta)
@@ -270,6 +342,8 @@ struct Hashing<'a> {
     hash: sha2::Sha256,
     slot: &'a Slot,
     bytes: u64,
+    /// The layer's size as its manifest says: a byte past it stops the download.
+    max: u64,
 }
 
 impl tokio::io::AsyncWrite for Hashing<'_> {
@@ -279,6 +353,10 @@ impl tokio::io::AsyncWrite for Hashing<'_> {
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let this = &mut *self;
+        if this.bytes.saturating_add(buf.len() as u64) > this.max {
+            this.bytes = this.bytes.saturating_add(buf.len() as u64);
+            return Poll::Ready(Err(std::io::Error::other("the layer is larger than its manifest says")));
+        }
         match Pin::new(&mut this.inner).poll_write(cx, buf) {
             Poll::Ready(Ok(n)) => {
                 this.hash.update(&buf[..n]);

@@ -56,6 +56,34 @@ pub struct Meta {
     pub bash: bool,
     /// When it was unpacked, in ms since the epoch.
     pub pulled_ms: u64,
+    /// Its users and groups, read once when it was unpacked (None in the meta of an image unpacked before
+    /// they were kept: read when the image is next pulled).
+    #[serde(default)]
+    pub accounts: Option<Accounts>,
+}
+
+/// An image's own users and groups: its `/etc/passwd` and `/etc/group`, read when it is unpacked, inside its
+/// root file system, regular files only and at most [`Accounts::MAX_BYTES`] each, so that nothing later
+/// reads the image's files on the server's behalf.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Accounts {
+    pub passwd: Option<String>,
+    pub group: Option<String>,
+}
+
+impl Accounts {
+    /// The most either file may hold.
+    pub const MAX_BYTES: u64 = 1 << 20;
+
+    /// Reads them from a root file system (an error when either is there but not a regular file, or too
+    /// large).
+    pub fn read(rootfs: &Path) -> Result<Accounts, String> {
+        let one = |name: &str| -> Result<Option<String>, String> {
+            let bytes = crate::unpack::read_in_root(rootfs, &format!("etc/{name}"), Accounts::MAX_BYTES)?;
+            Ok(bytes.map(|b| String::from_utf8_lossy(&b).into_owned()))
+        };
+        Ok(Accounts { passwd: one("passwd")?, group: one("group")? })
+    }
 }
 
 /// One image in the cache, for listings.
@@ -76,6 +104,20 @@ pub struct Store {
     pub dir: PathBuf,
     /// The group whose members (the sandboxes' users) may pass through to the root file systems.
     pub passage_gid: Option<u32>,
+    /// How images are unpacked here.
+    pub unpack: Unpack,
+}
+
+/// How images are unpacked: as whom, and within what bounds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Unpack {
+    /// The uid (and gid) the unpacking thread switches to, which owns every file of the root file systems
+    /// (None: as this process runs). The server, as root, unpacks as a uid of its own that no replica runs
+    /// as.
+    pub as_id: Option<u32>,
+    pub limits: crate::unpack::Limits,
+    /// The size the whole cache is kept under: a pull whose layers alone are larger fails at once.
+    pub cache_max_bytes: Option<u64>,
 }
 
 fn hex(digest: &str) -> &str {
@@ -89,7 +131,7 @@ pub(crate) fn now_ms() -> u64 {
 impl Store {
     /// Opens (or makes) the cache and empties `tmp/` of anything an interrupted pull left.
     pub fn open(dir: &Path, passage_gid: Option<u32>) -> std::io::Result<Store> {
-        let s = Store { dir: dir.to_path_buf(), passage_gid };
+        let s = Store { dir: dir.to_path_buf(), passage_gid, unpack: Unpack::default() };
         for d in [s.dir.clone(), s.dir.join("blobs"), s.dir.join("blobs/sha256"), s.images_dir(), s.tmp_dir()]
         {
             std::fs::create_dir_all(&d)?;
@@ -233,9 +275,7 @@ fn remove(p: &Path) -> std::io::Result<()> {
 
 /// A rootfs without `bash` at `/bin/bash` or `/usr/bin/bash` cannot run a task's command.
 pub fn has_bash(rootfs: &Path) -> bool {
-    ["bin/bash", "usr/bin/bash"]
-        .iter()
-        .any(|p| crate::unpack::resolve(rootfs, Path::new(p), true).is_ok_and(|r| r.is_file()))
+    ["bin/bash", "usr/bin/bash"].iter().any(|p| crate::unpack::is_file_in_root(rootfs, p))
 }
 
 /// The error for an image without bash.

@@ -304,5 +304,5 @@ fn a_full_disk_is_said_as_such() {
     let _ = std::fs::remove_dir_all(&dir);
     let Look::Failed(e) = got else { panic!("{got:?}") };
     assert_eq!(e.class, FailureClass::DiskFull, "{e}");
-    assert!(e.class.retryable() && e.message.contains("no space left"), "{e}");
+    assert!(!e.class.retryable() && e.message.contains("no space left"), "a full disk fails at once: {e}");
 }

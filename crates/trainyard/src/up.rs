@@ -237,6 +237,23 @@ pub struct SandboxFlags {
     /// recently used images that no task runs go first.
     #[arg(long, env = "TRAINYARD_IMAGE_CACHE_GIB", default_value_t = trainyard_runtime::local::IMAGE_CACHE_MAX_BYTES >> 30)]
     pub image_cache_gib: u64,
+    /// The most one registry image may unpack to, in GiB (every layer's files); a pull past it fails at
+    /// once as too-large. Never more than the cache's size.
+    #[arg(long, env = "TRAINYARD_IMAGE_MAX_GIB", default_value_t = trainyard_images::unpack::Limits::default().image_bytes >> 30)]
+    pub image_max_gib: u64,
+    /// The most files, directories and links one registry image may hold.
+    #[arg(long, env = "TRAINYARD_IMAGE_MAX_ENTRIES", default_value_t = trainyard_images::unpack::Limits::default().image_entries)]
+    pub image_max_entries: u64,
+    /// The most one layer of a registry image may unpack to, in GiB.
+    #[arg(long, env = "TRAINYARD_IMAGE_LAYER_MAX_GIB", default_value_t = trainyard_images::unpack::Limits::default().layer_bytes >> 30)]
+    pub image_layer_max_gib: u64,
+    /// The most entries one layer may hold.
+    #[arg(long, env = "TRAINYARD_IMAGE_LAYER_MAX_ENTRIES", default_value_t = trainyard_images::unpack::Limits::default().layer_entries)]
+    pub image_layer_max_entries: u64,
+    /// Space the image cache's file system keeps free, in MiB: an unpack that would leave less fails at once
+    /// as disk-full (as does one that would leave fewer than 100,000 free inodes).
+    #[arg(long, env = "TRAINYARD_IMAGE_RESERVE_MIB", default_value_t = trainyard_images::unpack::Limits::default().reserve_bytes >> 20)]
+    pub image_reserve_mib: u64,
 }
 use trainyard_sched::Config;
 use trainyard_store::{Store, User};
@@ -376,11 +393,29 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
             // nobody; everything else the server writes is its own (mode 0600/0700).
             local::make_passage(data_dir).map_err(|e| anyhow::anyhow!("the data dir: {e}"))?;
             // Registry images: pulled into a cache whose root file systems the sandboxes may reach.
-            cfg.images = Some(
-                trainyard_images::Images::open(&data_dir.join("images"), Some(local::SANDBOX_GID))
-                    .context("cannot open the image cache")?,
-            );
+            // Registry images are unpacked as a uid of their own (never root), within the admin's bounds.
             cfg.image_cache_max_bytes = f.image_cache_gib.saturating_mul(1 << 30);
+            let gib = |n: u64| n.saturating_mul(1 << 30);
+            let unpack = trainyard_images::Unpack {
+                as_id: Some(local::IMAGE_UNPACK_ID),
+                limits: trainyard_images::unpack::Limits {
+                    layer_bytes: gib(f.image_layer_max_gib),
+                    layer_entries: f.image_layer_max_entries,
+                    image_bytes: gib(f.image_max_gib).min(cfg.image_cache_max_bytes),
+                    image_entries: f.image_max_entries,
+                    reserve_bytes: f.image_reserve_mib.saturating_mul(1 << 20),
+                    ..Default::default()
+                },
+                cache_max_bytes: Some(cfg.image_cache_max_bytes),
+            };
+            cfg.images = Some(
+                trainyard_images::Images::open_with(
+                    &data_dir.join("images"),
+                    Some(local::SANDBOX_GID),
+                    unpack,
+                )
+                .context("cannot open the image cache")?,
+            );
             isolation = local::describe_isolation(&cfg);
             let local = LocalBackend::new(cfg).context("cannot open the runs dir")?;
             AnyBackend::Local(local)

@@ -11,6 +11,10 @@ pub const PRESET_INTERVAL_S: u64 = 10;
 /// ends at 1,879,048,191).
 pub const SANDBOX_GID: u32 = 1_900_000_000;
 pub const UID_BASE: u32 = 1_900_000_001;
+/// The uid and gid that unpack registry images and own their files: none of the sandboxes' (below
+/// [`UID_BASE`], above systemd's container range), so no replica runs as the owner of an image's files, and
+/// the unpacking never runs as root.
+pub const IMAGE_UNPACK_ID: u32 = 1_899_999_999;
 /// How many attempts may run at once on one machine (each holds a uid).
 pub const UID_SLOTS: u32 = 1_000_000;
 

@@ -369,6 +369,7 @@ fn pull_progress_is_said_now_and_then_and_the_ready_image_names_its_digest() {
         reference: "reg/x:1".into(),
         rootfs: "/c".into(),
         config: Default::default(),
+        accounts: Default::default(),
     };
     out.clear();
     assert_eq!(fetch(&mut f, &l, Look::Ready(image.clone()), 9_000, &mut out), Fetched::Ready(image));

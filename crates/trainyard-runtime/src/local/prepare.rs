@@ -142,14 +142,27 @@ impl LocalBackend {
             Some(p) => Some(p.image.rootfs.clone()),
             None => plan::image_root(spec),
         };
-        // The sandbox's users: the image's, and the one replicas run as.
-        let image_file =
-            |name: &str| root.as_ref().and_then(|r| std::fs::read_to_string(r.join("etc").join(name)).ok());
+        // The sandbox's users: the image's (a registry image's as read when it was unpacked; an admin's root
+        // file system's read inside it, regular files only, bounded), and the one replicas run as.
+        let image_file = |name: &str| -> Result<Option<String>, String> {
+            if let Some(p) = pulled {
+                let a = &p.image.accounts;
+                return Ok(if name == "passwd" { a.passwd.clone() } else { a.group.clone() });
+            }
+            let Some(r) = root.as_ref() else { return Ok(None) };
+            let bytes = trainyard_images::unpack::read_in_root(
+                r,
+                &format!("etc/{name}"),
+                trainyard_images::Accounts::MAX_BYTES,
+            )
+            .map_err(|e| format!("the image's {e}"))?;
+            Ok(bytes.map(|b| String::from_utf8_lossy(&b).into_owned()))
+        };
         let (passwd, group) = (layout.passwd(), layout.group());
         let inner = pulled.map(|p| p.inner.clone()).unwrap_or_default();
-        std::fs::write(&passwd, sandbox::identity_file(image_file("passwd").as_deref(), true, &inner))
+        std::fs::write(&passwd, sandbox::identity_file(image_file("passwd")?.as_deref(), true, &inner))
             .map_err(|e| e.to_string())?;
-        std::fs::write(&group, sandbox::identity_file(image_file("group").as_deref(), false, &inner))
+        std::fs::write(&group, sandbox::identity_file(image_file("group")?.as_deref(), false, &inner))
             .map_err(|e| e.to_string())?;
         own(&passwd, 0, 0, 0o644)?;
         own(&group, 0, 0, 0o644)?;

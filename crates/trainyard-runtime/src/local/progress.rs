@@ -168,19 +168,22 @@ impl LocalBackend {
             }
             Fetched::Ready(image) => image,
         };
-        let etc = |n: &str| std::fs::read_to_string(image.rootfs.join("etc").join(n)).ok();
+        // The image's users as read when it was unpacked: nothing here reads the image's files (this runs
+        // under the backend's lock).
         let user = image.config.user.as_deref();
-        let inner = match sandbox::Inner::of_image(user, etc("passwd").as_deref(), etc("group").as_deref()) {
-            Ok(inner) => inner,
-            Err(why) => {
-                out.push(Observation::Finished {
-                    key,
-                    reason: Reason::ImagePullFailed,
-                    message: format!("image {} cannot run here: {why}", fx.f.reference),
-                });
-                return true;
-            }
-        };
+        let accounts = &image.accounts;
+        let inner =
+            match sandbox::Inner::of_image(user, accounts.passwd.as_deref(), accounts.group.as_deref()) {
+                Ok(inner) => inner,
+                Err(why) => {
+                    out.push(Observation::Finished {
+                        key,
+                        reason: Reason::ImagePullFailed,
+                        message: format!("image {} cannot run here: {why}", fx.f.reference),
+                    });
+                    return true;
+                }
+            };
         pin_image(&self.cfg.runs_dir, &run.l.task_id, &fx.spec.task.spec.environment.image, &image);
         let Stage::Fetching(fx) = std::mem::replace(&mut run.stage, Stage::Preparing) else { return false };
         let pulled = plan::Pulled { image, inner };
