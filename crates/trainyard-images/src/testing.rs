@@ -283,6 +283,50 @@ pub fn owned_files_layer(files: &[(&str, &[u8], u32, u64)]) -> Vec<u8> {
     b.into_inner().unwrap()
 }
 
+/// One entry of a hand-made layer.
+#[derive(Debug, Clone, Copy)]
+pub enum Raw<'a> {
+    Dir(&'a str),
+    File(&'a str, &'a [u8]),
+    /// A symlink (`path`, target).
+    Sym(&'a str, &'a str),
+    /// A hard link (`path`, the path it links to).
+    Hard(&'a str, &'a str),
+    Fifo(&'a str),
+}
+
+/// A layer of `entries`, names and link targets written into the header as they are (a hostile layer may
+/// carry `..` and absolute links, which tar's builder refuses to write; each must fit the header's 100 bytes).
+pub fn raw_layer(entries: &[Raw]) -> Vec<u8> {
+    fn put(field: &mut [u8; 100], text: &str) {
+        assert!(text.len() < 100, "{text} does not fit a tar header's field");
+        *field = [0; 100];
+        field[..text.len()].copy_from_slice(text.as_bytes());
+    }
+    let mut b = tar::Builder::new(Vec::new());
+    for e in entries {
+        let mut h = tar::Header::new_gnu();
+        h.set_mtime(1_700_000_000);
+        let (kind, path, link, data, mode): (_, &str, Option<&str>, &[u8], u32) = match *e {
+            Raw::Dir(p) => (tar::EntryType::Directory, p, None, b"", 0o755),
+            Raw::File(p, d) => (tar::EntryType::Regular, p, None, d, 0o644),
+            Raw::Sym(p, to) => (tar::EntryType::Symlink, p, Some(to), b"", 0o777),
+            Raw::Hard(p, to) => (tar::EntryType::Link, p, Some(to), b"", 0o644),
+            Raw::Fifo(p) => (tar::EntryType::Fifo, p, None, b"", 0o644),
+        };
+        h.set_entry_type(kind);
+        h.set_mode(mode);
+        h.set_size(data.len() as u64);
+        put(&mut h.as_old_mut().name, path);
+        if let Some(l) = link {
+            put(&mut h.as_old_mut().linkname, l);
+        }
+        h.set_cksum();
+        b.append(&h, data).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
 /// A layer of this machine's files at `paths` (and the dirs and symlinks on the way to them, so that
 /// `/bin/bash` comes with the `bin -> usr/bin` link a merged-/usr system has), as they are here.
 pub fn host_layer(paths: &[PathBuf]) -> Vec<u8> {

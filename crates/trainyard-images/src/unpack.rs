@@ -775,6 +775,13 @@ pub fn is_file_in_root(root: &Path, rel: &str) -> bool {
         .is_ok_and(|s| FileType::from_raw_mode(s.st_mode) == FileType::RegularFile)
 }
 
+/// Whether anything is at `rel` inside a root file system, resolved inside it (a symlink whose target is not
+/// in the root is not there, whatever the host has at that path).
+pub fn exists_in_root(root: &Path, rel: &str) -> bool {
+    let Ok(Some((dir, name))) = entry_in_root(root, rel) else { return false };
+    rustix::fs::statat(&dir, &name, AtFlags::SYMLINK_NOFOLLOW).is_ok()
+}
+
 /// The directory holding what `rel` names inside `root` (symlinks on the way and at its end followed within
 /// the root) and the name there, which is not a symlink (or not there). None when a directory on the way is
 /// missing.

@@ -218,8 +218,14 @@ impl SandboxPlan {
         if self.resolv.is_some() {
             targets.push(PathBuf::from("/etc/resolv.conf"));
         }
-        let missing: Vec<PathBuf> =
-            targets.into_iter().filter(|t| !self.root.join(strip_root(t)).exists()).collect();
+        // Resolved as the sandbox will (inside the image), never on the host: a link in the image to a host
+        // path is missing here, and its mount point is made in its place.
+        let missing: Vec<PathBuf> = targets
+            .into_iter()
+            .filter(|t| {
+                !trainyard_images::unpack::exists_in_root(&self.root, &strip_root(t).to_string_lossy())
+            })
+            .collect();
         let mut carved = Vec::new();
         let top: Vec<PathBuf> = read_dir_sorted(&self.root);
         for entry in top {
@@ -345,6 +351,10 @@ fn read_dir_sorted(dir: &Path) -> Vec<PathBuf> {
 fn carve(root: &Path, inside: &Path, missing: &[PathBuf], a: &mut Vec<OsString>, carved: &mut Vec<PathBuf>) {
     let src = root.join(strip_root(inside));
     let Ok(meta) = std::fs::symlink_metadata(&src) else { return };
+    if meta.file_type().is_symlink() && missing.iter().any(|m| m == inside) {
+        // A mount point whose link leads nowhere in the image: the mount's own file takes its place.
+        return;
+    }
     if meta.file_type().is_symlink() {
         if let Ok(target) = std::fs::read_link(&src) {
             arg(a, &[&"--symlink", &target, &inside]);
