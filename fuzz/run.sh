@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Builds the `check` fuzz target with libFuzzer on STABLE Rust and runs it.
+# Builds the fuzz targets with libFuzzer on STABLE Rust and runs each in turn:
+#   check    the task document's parser and validator (and the metrics text reader)
+#   unpack   the image unpacker: random layers of links, hard links and whiteouts must change nothing outside
+#            the root they are applied to (it writes under /tmp/tyfz-PID)
 #
-#   fuzz/run.sh [SECONDS] [extra libFuzzer flags...]     (default 60 seconds)
+#   fuzz/run.sh [SECONDS] [extra libFuzzer flags...]     (default 60 seconds per target)
+#   FUZZ_TARGETS=unpack fuzz/run.sh 300                  (one target)
 #
 # cargo-fuzz needs nightly only for -Zsanitizer=address; the coverage instrumentation libFuzzer feeds on
 # is LLVM's SanitizerCoverage pass, which stable rustc runs when asked with -Cpasses and -Cllvm-args. So
@@ -10,8 +14,8 @@
 # examples, run. The build is --release with debug assertions and overflow checks on, as cargo-fuzz does.
 #
 # Exits 0 when the time runs out with no crash; non-zero when the fuzzer finds a crash, a timeout (an
-# input taking over 5 s) or an out-of-memory (over 2 GiB), leaving the input under fuzz/artifacts/check/.
-# Reproduce one with: fuzz/target/<host>/release/check fuzz/artifacts/check/<file>
+# input taking over 5 s) or an out-of-memory (over 2 GiB), leaving the input under fuzz/artifacts/TARGET/.
+# Reproduce one with: fuzz/target/<host>/release/TARGET fuzz/artifacts/TARGET/<file>
 
 set -euo pipefail
 
@@ -40,13 +44,50 @@ export RUSTFLAGS="-Cpasses=sancov-module \
 -Cdebug-assertions \
 -Coverflow-checks \
 -Cforce-frame-pointers"
-cargo build --release --target "$host" --bin check
-binary="$here/target/$host/release/check"
+targets="${FUZZ_TARGETS:-check unpack}"
+for t in $targets; do
+    cargo build --release --target "$host" --bin "$t"
+done
+
+# Runs one target for the time given; exits on a finding.
+run() {
+    local name="$1"
+    shift
+    local binary="$here/target/$host/release/$name"
+    local corpus="$here/corpus/$name"
+    local artifacts="$here/artifacts/$name"
+    mkdir -p "$corpus" "$artifacts"
+    echo "fuzzing $name for ${seconds}s: $binary" >&2
+    local status=0
+    "$binary" "$corpus" \
+        -rss_limit_mb=2048 \
+        -timeout=5 \
+        -max_total_time="$seconds" \
+        -artifact_prefix="$artifacts/" \
+        -print_final_stats=1 \
+        "$@" || status=$?
+    if [ "$status" -ne 0 ]; then
+        echo "fuzzer $name failed (exit $status); inputs are in $artifacts:" >&2
+        ls -l "$artifacts" >&2 || true
+        exit "$status"
+    fi
+    echo "$name: no finding in ${seconds}s" >&2
+}
+
+case " $targets " in
+*" unpack "*)
+    run unpack -max_len=1024 -len_control=0 "$@"
+    rm -rf /tmp/tyfz-*
+    ;;
+esac
+case " $targets " in
+*" check "*) ;;
+*) exit 0 ;;
+esac
 
 # Seed the corpus from every example, valid and invalid (a corpus only grows; old findings are kept).
 corpus="$here/corpus/check"
-artifacts="$here/artifacts/check"
-mkdir -p "$corpus" "$artifacts"
+mkdir -p "$corpus"
 while IFS= read -r -d '' f; do
     rel="${f#"$root"/examples/}"
     cp "$f" "$corpus/seed-${rel//\//-}"
@@ -69,21 +110,4 @@ dict="$here/target/check.dict"
         '\x09' '\xef\xbb\xbf' '\\u0000' '%YAML 1.2' '%TAG ! tag:x:'
 } >"$dict"
 
-echo "fuzzing for ${seconds}s: $binary" >&2
-status=0
-"$binary" "$corpus" \
-    -dict="$dict" \
-    -max_len=65536 \
-    -rss_limit_mb=2048 \
-    -timeout=5 \
-    -max_total_time="$seconds" \
-    -artifact_prefix="$artifacts/" \
-    -print_final_stats=1 \
-    "$@" || status=$?
-
-if [ "$status" -ne 0 ]; then
-    echo "fuzzer failed (exit $status); inputs are in $artifacts:" >&2
-    ls -l "$artifacts" >&2 || true
-    exit "$status"
-fi
-echo "no crash in ${seconds}s" >&2
+run check -dict="$dict" -max_len=65536 "$@"
