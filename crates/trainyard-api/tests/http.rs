@@ -1755,3 +1755,71 @@ fn lists_show_demand_and_filter_by_accelerator_and_groups() {
     assert_eq!(code, 200, "{d}");
     assert_eq!(ids("root", ""), [gpu, cpu]);
 }
+
+/// Issue 29, finding High 2, at the API and the launch: a registry login is handed to a launch only for the
+/// catalog presets offered to the task's group and the groups the login names; a member reads only the
+/// catalog entries offered to their groups (an admin reads it whole).
+#[test]
+fn a_registry_login_goes_only_to_the_tasks_it_serves_and_members_read_their_part_of_the_catalog() {
+    let s = server();
+    let catalog = CATALOG.replace(
+        "images: {host: {torch: true, ray: true, projectGroups: [nlp, cv]}, cv-only: {projectGroups: [cv]}}",
+        "images: {host: {torch: true, ray: true, projectGroups: [nlp, cv]}, cv-only: {projectGroups: [cv]}, \
+         nlp-private: {reference: \"reg.example/nlp/private:1\", projectGroups: [nlp]}}\n\
+         allowExternalImages: true\nregistries: {reg.example: {}, other.example: {}}",
+    );
+    let (code, body) = s.call("PUT", "root", "/api/v1/admin/catalog", Some(&catalog), None);
+    assert_eq!(code, 200, "{body}");
+    for (host, login) in [
+        ("reg.example", json!({"username": "ci", "password": "reg-secret"})),
+        ("other.example", json!({"username": "cv-bot", "password": "other-secret", "projectGroups": ["cv"]})),
+    ] {
+        let path = format!("/api/v1/admin/registries/{host}/login");
+        let (code, body) = s.call("PUT", "root", &path, Some(&login.to_string()), None);
+        assert_eq!(code, 204, "{body}");
+    }
+    let launch = |who: &str, group: &str, image: &str| -> Vec<(String, String)> {
+        let body = task("reg", group, false, "").replace("image: host", &format!("image: \"{image}\""));
+        let (code, t) = s.call("POST", who, "/api/v1/tasks", Some(&body), None);
+        assert_eq!(code, 201, "{t}");
+        let id = t["id"].as_str().unwrap().to_owned();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(l) = s.fake.launched().into_iter().find(|l| l.key.task_id == id) {
+                return l.registry_logins.iter().map(|(h, l)| (h.clone(), l.password.clone())).collect();
+            }
+            assert!(Instant::now() < deadline, "{image} of {group} was never launched");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let reg = vec![("reg.example".to_owned(), "reg-secret".to_owned())];
+    let other = vec![("other.example".to_owned(), "other-secret".to_owned())];
+    // The preset, for the group it is offered to, by its name or its reference.
+    assert_eq!(launch("alice", "nlp", "nlp-private"), reg);
+    assert_eq!(launch("alice", "nlp", "reg.example/nlp/private:1"), reg);
+    // Another group typing the preset's reference, or another image of that registry: no login.
+    assert_eq!(launch("carol", "cv", "reg.example/nlp/private:1"), []);
+    assert_eq!(launch("alice", "nlp", "reg.example/nlp/other:1"), []);
+    // A login that names a group serves any image of its registry for that group only.
+    assert_eq!(launch("carol", "cv", "other.example/cv/tools:2"), other);
+    assert_eq!(launch("alice", "nlp", "other.example/cv/tools:2"), []);
+
+    // The catalog: carol reads cv's part, alice nlp's, root everything.
+    let read = |who: &str| s.call("GET", who, "/api/v1/catalog", None, None).1;
+    let names = |v: &Value, what: &str| v[what].as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    let carols = read("carol");
+    assert_eq!(names(&carols, "images"), ["cv-only", "host"], "{carols}");
+    assert_eq!(carols["images"]["host"]["projectGroups"], json!(["cv"]), "no other group's name: {carols}");
+    assert_eq!(names(&carols, "volumes"), ["shared"]);
+    assert_eq!(names(&carols, "datasets"), ["alpaca"]);
+    assert_eq!(names(&carols, "models"), ["llama"]);
+    assert_eq!(names(&carols, "projectGroups"), ["cv"]);
+    assert_eq!(carols["quotas"].as_array().unwrap().len(), 1, "{carols}");
+    assert!(!carols.to_string().contains("nlp"), "{carols}");
+    let alices = read("alice");
+    assert_eq!(names(&alices, "images"), ["host", "nlp-private"], "{alices}");
+    assert_eq!(names(&alices, "volumes"), ["ckpt", "shared"]);
+    let roots = read("root");
+    assert_eq!(names(&roots, "images"), ["cv-only", "host", "nlp-private"], "{roots}");
+    assert_eq!(names(&roots, "projectGroups"), ["cv", "nlp"]);
+}

@@ -283,6 +283,10 @@ fn every_answer_matches_its_documented_schema() {
     let login = "put /api/v1/admin/registries/{host}/login";
     let at = "/api/v1/admin/registries/registry.example:5000/login";
     assert_eq!(c.call(login, at, "root", Some(r#"{"username": "ci", "password": "s3cret"}"#)).status, 204);
+    let with_groups = r#"{"username": "ci", "password": "s3cret", "projectGroups": ["nlp"]}"#;
+    assert_eq!(c.call(login, at, "root", Some(with_groups)).status, 204);
+    let unknown_group = r#"{"username": "ci", "password": "s3cret", "projectGroups": ["nope"]}"#;
+    assert_eq!(c.call(login, at, "root", Some(unknown_group)).status, 400);
     assert_eq!(c.call(login, at, "root", Some(r#"{"username": "", "password": ""}"#)).status, 400);
     assert_eq!(c.call(login, at, "alice", Some(r#"{"username": "a", "password": "b"}"#)).status, 403);
     let logins = "get /api/v1/admin/registries";
@@ -293,6 +297,7 @@ fn every_answer_matches_its_documented_schema() {
         "{}",
         listed.text
     );
+    assert_eq!(listed.json()["items"][0]["projectGroups"], serde_json::json!(["nlp"]), "{}", listed.text);
     assert_eq!(c.call(logins, "/api/v1/admin/registries", "alice", None).status, 403);
     let unset = "delete /api/v1/admin/registries/{host}/login";
     assert_eq!(c.call(unset, at, "root", None).status, 204);
@@ -839,6 +844,11 @@ fn request_schemas_refuse_what_the_server_refuses() {
         (login, at_login, creds("é".repeat(257), "p".into()), false),
         (login, at_login, creds("ci".into(), "ü".repeat(4096)), true),
         (login, at_login, creds("ci".into(), "p".repeat(4097)), false),
+        (login, at_login, json!({"username": "ci", "password": "p", "projectGroups": ["nlp", "cv"]}), true),
+        (login, at_login, json!({"username": "ci", "password": "p", "projectGroups": []}), true),
+        (login, at_login, json!({"username": "ci", "password": "p", "projectGroups": "nlp"}), false),
+        (login, at_login, json!({"username": "ci", "password": "p", "projectGroups": [""]}), false),
+        (login, at_login, json!({"username": "ci", "password": "p", "projectGroups": [1]}), false),
         (users, at_users, user("erin.b-2_x".into()), true),
         (users, at_users, user("a".repeat(64)), true),
         (users, at_users, user("a".repeat(65)), false),

@@ -99,10 +99,12 @@ impl<B: Backend> Control<B> {
                 hidden: var.hidden,
             });
         }
-        // The logins of the registries its image may come from, opened for this launch only.
+        // The logins of the registries its image may come from that serve this task's group and image (as
+        // the catalog in force says now), opened for this launch only.
         let catalog = self.catalog.get();
-        let hosts = crate::registry_logins::hosts_of(&task.spec.environment.image, &catalog);
-        let registry_logins = crate::registry_logins::open_for(&self.store, &self.secrets, &hosts).await?;
+        let (image, group) = (&task.spec.environment.image, &task.metadata.project_group);
+        let registry_logins =
+            crate::registry_logins::for_task(&self.store, &self.secrets, &catalog, image, group).await?;
         Ok(Ok(LaunchSpec {
             key: attempt_key(t),
             task_name: t.name.clone(),

@@ -402,6 +402,52 @@ impl Catalog {
         out
     }
 
+    /// The catalog as a member of `groups` reads it: of the images, volumes, datasets and models only those
+    /// offered to one of the groups (the [`HOST_IMAGE`] only when its entry lists one of them: for others it is
+    /// an admin's), of the project groups and quota lines only theirs, and the rest (regions, clusters,
+    /// pools, instance specs, nodes, registries, labels) whole. A kept entry's `projectGroups` keeps only
+    /// `groups`' names, so that no other group's name shows and the view holds together by itself
+    /// ([`Catalog::check`] finds nothing new in it). Admins read the catalog whole.
+    pub fn seen_by(&self, groups: &[String]) -> Catalog {
+        let mine = |g: &String| groups.contains(g);
+        fn offered<T: ClusterScoped + Clone>(
+            entries: &BTreeMap<String, T>,
+            groups: &[String],
+            listed: fn(&mut T) -> &mut Vec<String>,
+            kept: impl Fn(&str, &T) -> bool,
+        ) -> BTreeMap<String, T> {
+            entries
+                .iter()
+                .filter(|(name, e)| groups.iter().any(|g| e.offered_to(g)) && kept(name, e))
+                .map(|(name, e)| {
+                    let mut e = e.clone();
+                    listed(&mut e).retain(|g| groups.contains(g));
+                    (name.clone(), e)
+                })
+                .collect()
+        }
+        let images = offered(
+            &self.images,
+            groups,
+            |i| &mut i.project_groups,
+            |name, i| name != HOST_IMAGE || i.project_groups.iter().any(|g| groups.contains(g)),
+        );
+        Catalog {
+            project_groups: self
+                .project_groups
+                .iter()
+                .filter(|(g, _)| mine(g))
+                .map(|(g, p)| (g.clone(), p.clone()))
+                .collect(),
+            images,
+            volumes: offered(&self.volumes, groups, |v| &mut v.project_groups, |_, _| true),
+            datasets: offered(&self.datasets, groups, |d| &mut d.project_groups, |_, _| true),
+            models: offered(&self.models, groups, |m| &mut m.project_groups, |_, _| true),
+            quotas: self.quotas.iter().filter(|q| mine(&q.group)).cloned().collect(),
+            ..self.clone()
+        }
+    }
+
     /// Nodes of a pool, in name order.
     pub fn pool_nodes<'a>(&'a self, pool: &'a str) -> impl Iterator<Item = (&'a String, &'a Node)> + 'a {
         self.nodes.iter().filter(move |(_, n)| n.pool == pool)
@@ -446,5 +492,82 @@ images:
         assert!(all.contains("image both: give rootfs or reference, not both"), "{all}");
         assert!(!all.contains("image ok"), "{all}");
         assert_eq!(problems.len(), 4, "{all}");
+    }
+
+    /// What a member of `groups` reads of a catalog with entries for groups a and b: (images, volumes,
+    /// datasets, models, project groups, quota groups), each by name, and each kept entry's groups.
+    fn check_seen_by(groups: &[&str], expected: [&[&str]; 6], trimmed: &[(&str, &[&str])]) {
+        let text = r#"
+regions: {r: {}}
+clusters: {c: {region: r}}
+pools: {p: {cluster: c, instanceSpecs: [s]}}
+instanceSpecs: {s: {kind: CPU, vcpus: 1, memoryMib: 1}}
+nodes: {n: {pool: p, vcpus: 1, memoryMib: 1}}
+projectGroups: {a: {}, b: {}, c: {}}
+registries: {reg.example: {}}
+images:
+  host: {projectGroups: [a]}
+  all: {reference: "reg.example/all:1"}
+  a-private: {reference: "reg.example/a/private:1", projectGroups: [a]}
+  a-and-b: {reference: "reg.example/ab:1", projectGroups: [a, b]}
+volumes: {v-a: {projectGroups: [a]}, v-all: {}}
+datasets: {d-b: {projectGroups: [b]}}
+models: {m-ab: {projectGroups: [a, b]}}
+quotas:
+  - {group: a, resourceType: Reserved, pool: p, spec: s, units: 1}
+  - {group: b, resourceType: Reserved, pool: p, spec: s, units: 1}
+"#;
+        let catalog = Catalog::from_yaml(text).unwrap();
+        let groups: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
+        let seen = catalog.seen_by(&groups);
+        let names = |m: Vec<&String>| m.into_iter().cloned().collect::<Vec<_>>();
+        let got = [
+            names(seen.images.keys().collect()),
+            names(seen.volumes.keys().collect()),
+            names(seen.datasets.keys().collect()),
+            names(seen.models.keys().collect()),
+            names(seen.project_groups.keys().collect()),
+            seen.quotas.iter().map(|q| q.group.clone()).collect(),
+        ];
+        assert_eq!(got, expected.map(|e| e.iter().map(|x| x.to_string()).collect::<Vec<_>>()), "{groups:?}");
+        for (image, want) in trimmed {
+            assert_eq!(seen.images[*image].project_groups, *want, "{groups:?}: image {image}");
+        }
+        assert_eq!(seen.check(), Vec::<String>::new(), "the view holds together");
+        let whole = [
+            seen.regions == catalog.regions,
+            seen.nodes == catalog.nodes,
+            seen.registries == catalog.registries,
+        ];
+        assert_eq!(whole, [true; 3], "what is not a group's stays whole");
+    }
+
+    #[test]
+    fn a_member_reads_only_what_is_offered_to_their_groups() {
+        check_seen_by(
+            &["b"],
+            [&["a-and-b", "all"], &["v-all"], &["d-b"], &["m-ab"], &["b"], &["b"]],
+            &[("a-and-b", &["b"]), ("all", &[])],
+        );
+        check_seen_by(
+            &["a"],
+            [&["a-and-b", "a-private", "all", "host"], &["v-a", "v-all"], &[], &["m-ab"], &["a"], &["a"]],
+            &[("a-and-b", &["a"]), ("host", &["a"])],
+        );
+        check_seen_by(
+            &["a", "b"],
+            [
+                &["a-and-b", "a-private", "all", "host"],
+                &["v-a", "v-all"],
+                &["d-b"],
+                &["m-ab"],
+                &["a", "b"],
+                &["a", "b"],
+            ],
+            &[("a-and-b", &["a", "b"])],
+        );
+        // A group with no entries of its own sees what is offered to all (not the host image: an admin's).
+        check_seen_by(&["c"], [&["all"], &["v-all"], &[], &[], &["c"], &[]], &[]);
+        check_seen_by(&[], [&[], &[], &[], &[], &[], &[]], &[]);
     }
 }

@@ -113,7 +113,11 @@ pub(crate) fn classify(image: &str, e: &oci_client::errors::OciDistributionError
     };
     let hint = match class {
         FailureClass::NotFound => "check the repository and tag, or that the image was pushed",
-        FailureClass::Unauthorized => "ask an admin to set this registry's credentials",
+        FailureClass::Unauthorized => {
+            "the registry refused this task's access: ask an admin to set this registry's credentials for it \
+             (a registry login serves the catalog's image presets offered to the task's project group, and the \
+             project groups the login names)"
+        }
         FailureClass::Unreachable => {
             "the registry may be down; the pull is retried as the image pull tolerance allows"
         }

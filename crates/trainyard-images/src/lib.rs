@@ -3,8 +3,9 @@
 //! [`Images`] pulls images by reference from the registries an admin allows (mirrors first, TLS with the
 //! system's authorities plus the admin's bundle, plain HTTP only where marked insecure, basic credentials),
 //! keeps their layers content-addressed and verified, and unpacks each image once into a read-only root file
-//! system shared by every task that runs it ([`store`], [`unpack`]). Pulls of one reference at once share one
-//! download; progress and failures (in [`FailureClass`]es) are read with [`Images::look`]. [`Images::gc`]
+//! system shared by every task that runs it ([`store`], [`unpack`]). Pulls of one reference with the same
+//! credentials at once share one download; progress and failures (in [`FailureClass`]es) are read with
+//! [`Images::look`]. [`Images::gc`]
 //! keeps the cache under a size limit, least recently used first, never removing an image in use.
 //!
 //! Pulls run on a thread of their own with a small async runtime (the registry client is async); unpacking
@@ -44,6 +45,24 @@ impl std::fmt::Debug for Credential {
 pub struct Access {
     pub registries: BTreeMap<String, Registry>,
     pub credentials: BTreeMap<String, Credential>,
+}
+
+impl Access {
+    /// Who asks, as far as a registry can tell: a SHA-256 over every credential (host, user name, password),
+    /// the same for no credentials at all. A pull is shared, and its result answers from memory, only among
+    /// requests with the same identity: one made with a login never answers a request without it (or with
+    /// another), which must ask the registry itself.
+    fn identity(&self) -> String {
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        for (host, c) in &self.credentials {
+            for part in [host, &c.username, &c.password] {
+                h.update((part.len() as u64).to_le_bytes());
+                h.update(part.as_bytes());
+            }
+        }
+        format!("{:x}", h.finalize())
+    }
 }
 
 /// An image ready to run.
@@ -110,7 +129,7 @@ enum State {
     Failed(PullError),
 }
 
-/// One pull in flight (or its result), shared by everyone who asked for the reference.
+/// One pull in flight (or its result), shared by everyone who asked for the reference with the same access.
 #[derive(Debug)]
 pub(crate) struct Slot {
     state: Mutex<State>,
@@ -151,8 +170,9 @@ impl Slot {
     }
 }
 
-/// How long a finished pull answers for its reference before the next request asks the registry again (a tag
-/// may move; a digest found in the cache costs one manifest request).
+/// How long a finished pull answers for its reference and access before the next request asks the registry
+/// again (a tag may move; a digest found in the cache costs one manifest request). Only requests with the
+/// same credentials are answered so ([`Access::identity`]): a changed or removed login asks at once.
 const READY_FOR: std::time::Duration = std::time::Duration::from_secs(30);
 
 type Job = Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send>;
@@ -208,17 +228,19 @@ impl Images {
         self.pulls.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The key a reference's pull goes by (its canonical form; the text itself when it does not parse, so that
-    /// the pull fails with the parser's words).
-    fn key(reference: &str) -> String {
-        trainyard_core::image_ref::ImageRef::parse(reference)
-            .map_or_else(|_| reference.to_owned(), |r| r.to_string())
+    /// The key a reference's pull goes by: its canonical form (the text itself when it does not parse, so that
+    /// the pull fails with the parser's words) and the identity of the access it is pulled with.
+    fn key(reference: &str, access: &Access) -> String {
+        let reference = trainyard_core::image_ref::ImageRef::parse(reference)
+            .map_or_else(|_| reference.to_owned(), |r| r.to_string());
+        format!("{reference} {}", access.identity())
     }
 
-    /// Starts pulling `reference`, or joins the pull of it under way. A failed pull is started again; a
-    /// finished one answers for a while ([`READY_FOR`]), then the registry is asked again.
+    /// Starts pulling `reference` with `access`, or joins the pull of it with the same credentials under way.
+    /// A failed pull is started again; a finished one answers for a while ([`READY_FOR`]), then the registry is
+    /// asked again. The image cache on disk answers only after the registry gave this access the manifest.
     pub fn start(&self, reference: &str, access: &Access) {
-        let key = Self::key(reference);
+        let key = Self::key(reference, access);
         let mut pulls = self.pulls();
         if let Some(s) = pulls.get(&key) {
             match &*s.state() {
@@ -250,9 +272,9 @@ impl Images {
         }
     }
 
-    /// Where the pull of `reference` is.
-    pub fn look(&self, reference: &str) -> Look {
-        self.pulls().get(&Self::key(reference)).map_or(Look::Unknown, |s| s.look())
+    /// Where the pull of `reference` with `access` is (the access [`Images::start`] was given).
+    pub fn look(&self, reference: &str, access: &Access) -> Look {
+        self.pulls().get(&Self::key(reference, access)).map_or(Look::Unknown, |s| s.look())
     }
 
     /// The images in the cache, most recently used first.

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use trainyard_images::testing::{FlakyProxy, GZIP_LAYER, TAR_LAYER, TestRegistry, files_layer, gzip};
-use trainyard_images::{FailureClass, Images, Look};
+use trainyard_images::{Access, FailureClass, Images, Look};
 
 struct Cache {
     images: Images,
@@ -25,11 +25,11 @@ impl Drop for Cache {
     }
 }
 
-/// Waits for the pull of `reference` to end.
-fn wait(images: &Images, reference: &str) -> Look {
+/// Waits for the pull of `reference` with `access` to end.
+fn wait(images: &Images, reference: &str, access: &Access) -> Look {
     let t0 = std::time::Instant::now();
     loop {
-        match images.look(reference) {
+        match images.look(reference, access) {
             Look::Pulling { .. } | Look::Unknown => {}
             done => return done,
         }
@@ -40,7 +40,7 @@ fn wait(images: &Images, reference: &str) -> Look {
 
 fn pull(c: &Cache, reg: &TestRegistry, reference: &str) -> Look {
     c.images.start(reference, &reg.access());
-    wait(&c.images, reference)
+    wait(&c.images, reference, &reg.access())
 }
 
 const BASH: &[u8] = b"#!/fake bash, enough for the cache's check\n";
@@ -67,7 +67,9 @@ fn pulls_by_tag_and_digest_over_tls_with_basic_auth_and_never_fetches_a_layer_tw
     );
     let c = Cache::new("tls-auth");
     let by_tag = format!("{}/team/pytorch:2.3", reg.host);
-    let Look::Ready(img) = pull(&c, &reg, &by_tag) else { panic!("{:?}", c.images.look(&by_tag)) };
+    let Look::Ready(img) = pull(&c, &reg, &by_tag) else {
+        panic!("{:?}", c.images.look(&by_tag, &reg.access()))
+    };
     assert_eq!(img.digest, digest);
     assert_eq!(img.pinned(), format!("{}/team/pytorch:2.3@{digest}", reg.host));
     assert_eq!(std::fs::read(img.rootfs.join("usr/bin/bash")).unwrap(), BASH);
@@ -105,9 +107,9 @@ fn pulls_of_one_image_at_once_share_one_download() {
     let r = format!("{}/big:v1", reg.host);
     // Two tasks ask for it at once: the second joins the first's pull.
     c.images.start(&r, &reg.access());
-    assert!(matches!(c.images.look(&r), Look::Pulling { .. }));
+    assert!(matches!(c.images.look(&r, &reg.access()), Look::Pulling { .. }));
     c.images.start(&r, &reg.access());
-    assert!(matches!(wait(&c.images, &r), Look::Ready(_)));
+    assert!(matches!(wait(&c.images, &r, &reg.access()), Look::Ready(_)));
     assert_eq!(reg.blob_gets(&sha(&layer)), 1, "{}", reg.log());
 }
 
@@ -121,14 +123,14 @@ fn failures_are_classified_for_the_user() {
     let mut no_creds = reg.access();
     no_creds.credentials.clear();
     c.images.start(&r, &no_creds);
-    let Look::Failed(e) = wait(&c.images, &r) else { panic!() };
+    let Look::Failed(e) = wait(&c.images, &r, &no_creds) else { panic!() };
     assert_eq!(e.class, FailureClass::Unauthorized, "{e}");
     assert!(e.message.contains("credentials"), "{e}");
 
     let mut no_ca = reg.access();
     no_ca.registries.values_mut().for_each(|x| x.ca_bundle = None);
     c.images.start(&r, &no_ca);
-    let Look::Failed(e) = wait(&c.images, &r) else { panic!() };
+    let Look::Failed(e) = wait(&c.images, &r, &no_ca) else { panic!() };
     assert_eq!(e.class, FailureClass::Unreachable, "an unknown CA: {e}");
 
     let missing = format!("{}/team/x:2", reg.host);
@@ -140,7 +142,7 @@ fn failures_are_classified_for_the_user() {
     let mut a = reg.access();
     a.registries.insert("127.0.0.1:9".into(), Default::default());
     c.images.start(down, &a);
-    let Look::Failed(e) = wait(&c.images, down) else { panic!() };
+    let Look::Failed(e) = wait(&c.images, down, &a) else { panic!() };
     assert_eq!(e.class, FailureClass::Unreachable, "{e}");
     assert!(e.class.retryable());
 
@@ -154,6 +156,41 @@ fn failures_are_classified_for_the_user() {
     let Look::Failed(e) = pull(&c, &reg, &format!("{}/team/nobash:1", reg.host)) else { panic!() };
     assert_eq!(e.class, FailureClass::Invalid);
     assert!(e.message.contains("has no bash"), "{e}");
+}
+
+/// A pull answers only requests with its credentials: one without them (or with other ones) asks the registry
+/// itself, whether the pull is under way or finished a moment ago, and the cache on disk hands the image out
+/// only after the registry gave that access the manifest.
+#[test]
+fn a_pull_made_with_a_login_answers_no_request_without_it() {
+    let reg = TestRegistry::start("access", true, true);
+    let big: Vec<u8> = (0..4u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let layer = files_layer(&[("usr/bin/bash", BASH, 0o755), ("data.bin", &big, 0o644)]);
+    reg.push("private/x", "1", &[(TAR_LAYER, layer.clone())], serde_json::json!({}));
+    let c = Cache::new("access");
+    let r = format!("{}/private/x:1", reg.host);
+    let login = reg.access();
+    let mut anonymous = reg.access();
+    anonymous.credentials.clear();
+    let mut wrong = reg.access();
+    wrong.credentials.values_mut().for_each(|x| x.password = "not-the-password".into());
+    // Under way with the login: a request without it does not join.
+    c.images.start(&r, &login);
+    c.images.start(&r, &anonymous);
+    let Look::Failed(e) = wait(&c.images, &r, &anonymous) else { panic!() };
+    assert_eq!(e.class, FailureClass::Unauthorized, "{e}");
+    assert!(matches!(wait(&c.images, &r, &login), Look::Ready(_)));
+    // Finished a moment ago (within READY_FOR): the login's requests are answered from memory, the others
+    // ask the registry, which refuses them although the image is in the cache.
+    c.images.start(&r, &login);
+    assert!(matches!(c.images.look(&r, &login), Look::Ready(_)), "answered from memory");
+    for other in [&anonymous, &wrong] {
+        c.images.start(&r, other);
+        let Look::Failed(e) = wait(&c.images, &r, other) else { panic!("{:?}", c.images.look(&r, other)) };
+        assert_eq!(e.class, FailureClass::Unauthorized, "{e}");
+    }
+    assert_eq!(c.images.cached().len(), 1, "the image is in the cache all along");
+    assert_eq!(reg.blob_gets(&sha(&layer)), 1, "{}", reg.log());
 }
 
 #[test]
@@ -191,7 +228,7 @@ fn a_registry_that_fails_the_first_pulls_is_pulled_from_once_it_answers() {
     let img = loop {
         tries += 1;
         c.images.start(&r, &access);
-        match wait(&c.images, &r) {
+        match wait(&c.images, &r, &access) {
             Look::Ready(img) => break img,
             Look::Failed(e) => assert_eq!(e.class, FailureClass::Unreachable, "{e}"),
             other => panic!("{other:?}"),
@@ -266,14 +303,14 @@ fn mirrors_are_tried_first_and_the_registry_after_them() {
     let c = Cache::new("mirrors");
     let r = format!("{}/team/m:1", origin.host);
     c.images.start(&r, &access);
-    let Look::Ready(img) = wait(&c.images, &r) else { panic!("{:?}", c.images.look(&r)) };
+    let Look::Ready(img) = wait(&c.images, &r, &access) else { panic!("{:?}", c.images.look(&r, &access)) };
     assert_eq!(img.reference, r, "the image keeps its own name");
     assert_eq!(mirror.blob_gets(&sha(&layer)), 1, "{}", mirror.log());
     assert_eq!(origin.blob_gets(&sha(&layer)), 0, "{}", origin.log());
     // What the mirror does not have comes from the registry itself.
     let r = format!("{}/team/o:1", origin.host);
     c.images.start(&r, &access);
-    assert!(matches!(wait(&c.images, &r), Look::Ready(_)));
+    assert!(matches!(wait(&c.images, &r, &access), Look::Ready(_)));
     assert_eq!(origin.blob_gets(&sha(&only_origin)), 1);
 }
 
@@ -299,7 +336,7 @@ fn a_full_disk_is_said_as_such() {
     let images = Images::open(&dir.join("cache"), None).unwrap();
     let r = format!("{}/big:1", reg.host);
     images.start(&r, &reg.access());
-    let got = wait(&images, &r);
+    let got = wait(&images, &r, &reg.access());
     let _ = std::process::Command::new("umount").arg(&dir).status();
     let _ = std::fs::remove_dir_all(&dir);
     let Look::Failed(e) = got else { panic!("{got:?}") };

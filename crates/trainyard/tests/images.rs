@@ -209,12 +209,18 @@ fn a_private_registry_is_pulled_from_with_the_login_an_admin_set_and_its_passwor
     let (status, body) = s.call("PUT", &path, Some(r#"{"username": "", "password": ""}"#));
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("username") && body.contains("password"), "every problem at once: {body}");
-    let (status, body) =
-        s.call("PUT", &path, Some(&json!({"username": user, "password": password}).to_string()));
+    // The image is no catalog preset: the login serves it for the project groups it names.
+    let login = |groups: Value| json!({"username": user, "password": password, "projectGroups": groups});
+    let (status, body) = s.call("PUT", &path, Some(&login(json!(["nope"])).to_string()));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("nope") && body.contains("is not in the catalog"), "{body}");
+    let (status, body) = s.call("PUT", &path, Some(&login(json!(["default"])).to_string()));
     assert_eq!(status, 204, "{body}");
     let (status, body) = s.call("GET", "/api/v1/admin/registries", None);
     assert_eq!(status, 200);
     assert!(body.contains(&reg.host) && body.contains(&user) && !body.contains(&password), "{body}");
+    let listed: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(listed["items"][0]["projectGroups"], json!(["default"]), "{body}");
 
     let second = s.submit(&on_image("login", &image, "echo ran"));
     let t = s.wait_status(&second, "Succeeded", secs(120));
@@ -311,4 +317,106 @@ fn the_cache_never_removes_an_image_in_use() {
     }
     // y was in use by the task that pulled it when that collection ran.
     assert_eq!(cached(), [y]);
+}
+
+/// A member's request as `token`: the status and the body.
+fn call_as(s: &Server, token: &str, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    let url = format!("{}{path}", s.base);
+    let req = match method {
+        "GET" => agent().get(&url).force_send_body(),
+        _ => agent().post(&url),
+    };
+    let mut r = req
+        .header("Authorization", &format!("Bearer {token}"))
+        .send(body.unwrap_or("").as_bytes())
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    (r.status().as_u16(), r.body_mut().read_to_string().unwrap_or_default())
+}
+
+/// A member of `group` with a token of their own.
+fn member(s: &Server, name: &str, group: &str) -> String {
+    let body = json!({"name": name, "role": "member", "groups": [group]}).to_string();
+    let (status, answer) = s.call("POST", "/api/v1/admin/users", Some(&body));
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = s.call("POST", &format!("/api/v1/users/{name}/tokens"), Some("{}"));
+    assert_eq!(status, 201, "{answer}");
+    serde_json::from_str::<Value>(&answer).unwrap()["token"].as_str().unwrap().to_owned()
+}
+
+fn submit_as(s: &Server, token: &str, task: &Value) -> String {
+    let (status, body) = call_as(s, token, "POST", "/api/v1/tasks", Some(&task.to_string()));
+    assert_eq!(status, 201, "{body}");
+    serde_json::from_str::<Value>(&body).unwrap()["id"].as_str().unwrap().to_owned()
+}
+
+/// Issue 29, finding High 2: an admin's registry login pulled group `default`'s private image for a member of
+/// group `other` who typed its reference (which the catalog showed him), and went on pulling it for 30 s after
+/// the login was deleted (a finished pull answered from memory). Now the login serves the catalog preset it
+/// stands behind for the group the preset is offered to; `other`'s member gets the registry's refusal, and once
+/// the login is deleted the next task of `default` asks the registry and is refused too, at once.
+#[test]
+fn a_registry_login_serves_only_the_groups_its_presets_are_offered_to_and_stops_when_deleted() {
+    let reg = TestRegistry::start("login-groups", true, true);
+    reg.push("group-a/private", "1", &[(GZIP_LAYER, base_layer())], json!({}));
+    let s = Server::start("images-login-groups", None);
+    let ca = reg.ca.as_ref().unwrap().display().to_string();
+    let reference = format!("{}/group-a/private:1", reg.host);
+    let mut catalog: Value =
+        serde_json::from_str(&catalog_with(json!({ reg.host.clone(): {"caBundle": ca} }))).unwrap();
+    catalog["projectGroups"]["other"] = json!({});
+    catalog["images"]["a-private"] = json!({"reference": reference, "projectGroups": ["default"]});
+    let quotas = catalog["quotas"].as_array_mut().unwrap();
+    quotas.push(json!({"group": "other", "resourceType": "Reserved", "pool": "default", "spec": "cpu.small", "units": 6}));
+    use_catalog(&s, &catalog.to_string());
+    let (alice, bob) = (member(&s, "alice", "default"), member(&s, "bob", "other"));
+    // The admin's login for the registry, serving the catalog's presets only.
+    let (user, password) = reg.user.clone().unwrap();
+    let path = format!("/api/v1/admin/registries/{}/login", reg.host);
+    let (status, body) =
+        s.call("PUT", &path, Some(&json!({"username": user, "password": password}).to_string()));
+    assert_eq!(status, 204, "{body}");
+
+    // The legitimate path: alice runs her group's preset with the login.
+    let on = |prefix: &str, group: &str, image: &str| {
+        let mut t = on_image(prefix, image, "echo ran-private");
+        t["metadata"]["projectGroup"] = json!(group);
+        t
+    };
+    let first = submit_as(&s, &alice, &on("a1", "default", "a-private"));
+    s.wait_event(&first, "ImagePulled", secs(120));
+    let pulled_at = std::time::Instant::now();
+    let t = s.wait_status(&first, "Succeeded", secs(60));
+    assert!(
+        s.log(&first, &format!("{}-master-0", t["name"].as_str().unwrap()), None).contains("ran-private")
+    );
+
+    // The attack: bob types the reference, while alice's pull is fresh and the login is there.
+    let stolen = submit_as(&s, &bob, &on("b1", "other", &reference));
+    s.wait_status(&stolen, "Failed", secs(60));
+    let ev = s.events_text(&stolen);
+    assert!(
+        ev.contains("unauthorized") && ev.contains("ask an admin") && !ev.contains("ImagePulled"),
+        "another group's member must get the registry's refusal, not the image:\n{ev}"
+    );
+    assert!(!s.all_logs(&stolen).contains("ran-private"));
+
+    // The login is deleted: alice's next task asks the registry at once instead of the 30 s-old answer.
+    let (status, body) = s.call("DELETE", &path, None);
+    assert_eq!(status, 204, "{body}");
+    let after = submit_as(&s, &alice, &on("a2", "default", "a-private"));
+    assert!(
+        pulled_at.elapsed() < secs(25),
+        "the test must reach this point while the first pull still answers from memory (30 s); it took {:?}",
+        pulled_at.elapsed()
+    );
+    s.wait_status(&after, "Failed", secs(60));
+    let ev = s.events_text(&after);
+    assert!(ev.contains("unauthorized") && !ev.contains("ImagePulled"), "{ev}");
+
+    // What each member reads of the catalog: bob neither sees alice's preset nor its reference.
+    let (status, bobs) = call_as(&s, &bob, "GET", "/api/v1/catalog", None);
+    assert_eq!(status, 200, "{bobs}");
+    assert!(!bobs.contains("a-private") && !bobs.contains("group-a/private"), "{bobs}");
+    let (_, alices) = call_as(&s, &alice, "GET", "/api/v1/catalog", None);
+    assert!(alices.contains("a-private") && alices.contains(&reference), "{alices}");
 }

@@ -22,7 +22,8 @@ export async function adminPage(me) {
   const logins = h("tbody", { id: "registry-logins" });
   const login = { host: h("input", { id: "login-host", placeholder: "registry.example:5000", spellcheck: "false" }),
     username: h("input", { id: "login-user", spellcheck: "false" }),
-    password: h("input", { id: "login-password", type: "password", autocomplete: "new-password" }) };
+    password: h("input", { id: "login-password", type: "password", autocomplete: "new-password" }),
+    groups: h("input", { id: "login-groups", placeholder: "none: the catalog's presets only", spellcheck: "false" }) };
   const mib = (b) => `${(b / 1048576).toFixed(1)} MiB`;
   async function loadImages() {
     try {
@@ -34,7 +35,7 @@ export async function adminPage(me) {
       cacheTotal.textContent = `${data.items.length} image${data.items.length === 1 ? "" : "s"}, ${mib(data.items.reduce((a, x) => a + x.bytes, 0))}`;
       const l = await api("GET", "/api/v1/admin/registries");
       logins.replaceChildren(...l.data.items.map((x) => h("tr", { "data-host": x.host },
-        h("td", { class: "mono" }, x.host), h("td", {}, x.username), h("td", {}, moment(x.updatedAtMs)),
+        h("td", { class: "mono" }, x.host), h("td", {}, x.username), h("td", {}, (x.projectGroups || []).join(", ") || "presets only"), h("td", {}, moment(x.updatedAtMs)),
         h("td", {}, h("button", { type: "button", class: "link", "aria-label": `remove the login of ${x.host}`, onclick: async () => {
           if (!confirm(`Remove the login of ${x.host}?`)) return;
           try { await api("DELETE", `/api/v1/admin/registries/${encodeURIComponent(x.host)}/login`); say(`login of ${x.host} removed`); loadImages(); } catch (e) { say(e.message, true); }
@@ -169,18 +170,20 @@ export async function adminPage(me) {
           } catch (e) { say(e.message, true); }
         } }, "Prune unused images")),
       h("h3", { id: "logins-title" }, "Registry logins"),
-      wide(h("table", { "aria-labelledby": "logins-title" }, head(["Registry", "User", "Set", ""]), logins)),
+      wide(h("table", { "aria-labelledby": "logins-title" }, head(["Registry", "User", "Project groups", "Set", ""]), logins)),
       h("div", { class: "row-item" }, field("Registry", login.host), field("User name", login.username), field("Password", login.password),
+        field("Project groups", login.groups),
         h("button", { type: "button", id: "set-login", onclick: async () => {
           try {
             await api("PUT", `/api/v1/admin/registries/${encodeURIComponent(login.host.value.trim())}/login`,
-              JSON.stringify({ username: login.username.value, password: login.password.value }), { "Content-Type": "application/json" });
+              JSON.stringify({ username: login.username.value, password: login.password.value,
+                projectGroups: login.groups.value.split(",").map((g) => g.trim()).filter(Boolean) }), { "Content-Type": "application/json" });
             say(`login of ${login.host.value.trim()} set`);
             login.password.value = "";
             loadImages();
           } catch (e) { say(e.message, true); }
         } }, "Set login")),
-      h("p", { class: "muted" }, "Passwords are stored sealed and never shown again; tasks pulling from the registry (or its mirrors) use the login.")),
+      h("p", { class: "muted" }, "Passwords are stored sealed and never shown again. A login serves the catalog's images of the registry (or its mirrors), each for the project groups it is offered to, and any image of it for the project groups named here.")),
     part("users", wide(h("table", { "aria-labelledby": "users-title", class: "cards" }, head(["User", "Role", "Project groups", "State", ""]), users)),
       h("h3", {}, "Add or change a user"),
       h("div", { class: "row-item" }, field("Name", user.name), field("Role", user.role), field("Project groups", user.groups),

@@ -1,5 +1,5 @@
-//! The cluster as the platform describes it: the catalog (read by all, replaced by admins), nodes cordoned or
-//! marked failed by admins, and quotas with what is left of them.
+//! The cluster as the platform describes it: the catalog (read by all, each member the part offered to their
+//! groups; replaced by admins), nodes cordoned or marked failed by admins, and quotas with what is left of them.
 
 use crate::auth::{admin_only, caller};
 use crate::error::{ApiError, ApiResult, json_object};
@@ -19,13 +19,17 @@ use trainyard_core::Catalog;
 /// The store's name for the catalog document.
 pub const CATALOG_SETTING: &str = "catalog";
 
+/// The catalog in force: whole for admins; for a member, what is offered to their project groups
+/// ([`Catalog::seen_by`]), so no member learns another group's images (their references), volumes, datasets,
+/// models or quotas.
 pub async fn catalog(
     State(state): State<AppState>,
     headers: HeaderMap,
     _: Query<NoParams>,
 ) -> ApiResult<Json<Catalog>> {
-    caller(&state, &headers).await?;
-    Ok(Json((*state.catalog.get()).clone()))
+    let user = caller(&state, &headers).await?;
+    let catalog = state.catalog.get();
+    if user.role == "admin" { Ok(Json((*catalog).clone())) } else { Ok(Json(catalog.seen_by(&user.groups))) }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -203,11 +207,29 @@ pub async fn prune_images(
 pub struct RegistryLoginBody {
     username: String,
     password: String,
+    #[serde(default, rename = "projectGroups")]
+    project_groups: Vec<String>,
 }
 object_schema!(
-    /// A registry's login: its user name and password (stored sealed; never answered with).
-    closed RegistryLoginBody as "RegistryLogin" { "username": RegistryUsername, "password": RegistryPassword }
+    /// A registry's login: its user name and password (stored sealed; never answered with), and the project
+    /// groups whose tasks may pull any image of the registry with it. Without groups it serves only the
+    /// catalog's image presets of the registry, each for the groups it is offered to.
+    closed RegistryLoginBody as "RegistryLogin" {
+        "username": RegistryUsername,
+        "password": RegistryPassword,
+        "projectGroups": Optional<Vec<ProjectGroupName>>,
+    }
 );
+
+/// The schema of a project group's name in a registry login (the server also refuses one the catalog lacks).
+#[derive(Debug)]
+pub struct ProjectGroupName;
+
+impl ApiSchema for ProjectGroupName {
+    fn schema(_: &mut Schemas) -> serde_json::Value {
+        serde_json::json!({"type": "string", "minLength": 1})
+    }
+}
 
 /// The longest registry user name, in characters.
 const REGISTRY_USERNAME_MAX_CHARS: usize = 256;
@@ -242,10 +264,17 @@ pub struct RegistryLoginEntry {
     host: String,
     username: String,
     updated_at_ms: i64,
+    project_groups: Vec<String>,
 }
 object_schema!(
-    /// A registry host that has a login: its user name and when it was set.
-    closed RegistryLoginEntry as "RegistryLoginEntry" { "host": String, "username": String, "updatedAtMs": i64 }
+    /// A registry host that has a login: its user name, when it was set, and the project groups it serves
+    /// beyond the catalog's image presets (empty: the presets only).
+    closed RegistryLoginEntry as "RegistryLoginEntry" {
+        "host": String,
+        "username": String,
+        "updatedAtMs": i64,
+        "projectGroups": Vec<String>,
+    }
 );
 
 /// The registries that have a login (admin; never the passwords).
@@ -259,13 +288,20 @@ pub async fn list_registry_logins(
     let all = trainyard_control::registry_logins::all(&state.store).await?;
     let items = all
         .into_iter()
-        .map(|(host, s)| RegistryLoginEntry { host, username: s.username, updated_at_ms: s.updated_at_ms })
+        .map(|(host, s)| RegistryLoginEntry {
+            host,
+            username: s.username,
+            updated_at_ms: s.updated_at_ms,
+            project_groups: s.project_groups,
+        })
         .collect::<Vec<_>>();
     Ok(Json(items.into()))
 }
 
 /// Sets the login Trainyard pulls images from a registry with (admin). The password is sealed under the
-/// server key before it is stored and opened only for the launches that pull from that registry.
+/// server key before it is stored and opened only for the launches it serves: tasks running a catalog image
+/// preset of that registry offered to their group, and any task of a group the login names. It takes effect
+/// at the next launch; a pull made with the old login answers no task that has the new one.
 pub async fn put_registry_login(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -275,7 +311,8 @@ pub async fn put_registry_login(
 ) -> ApiResult<StatusCode> {
     let user = caller(&state, &headers).await?;
     admin_only(&user)?;
-    let body: RegistryLoginBody = json_object(&body, r#"{"username": "...", "password": "..."}"#)?;
+    let mut body: RegistryLoginBody =
+        json_object(&body, r#"{"username": "...", "password": "...", "projectGroups": ["..."]}"#)?;
     let mut problems = Vec::new();
     if let Err(why) = trainyard_core::image_ref::check_registry(&host) {
         problems.push(format!("registry host {host:?}: {why}"));
@@ -292,13 +329,28 @@ pub async fn put_registry_login(
     if !(1..=REGISTRY_PASSWORD_MAX_CHARS).contains(&password_chars) {
         problems.push(format!("password: 1 to {REGISTRY_PASSWORD_MAX_CHARS} characters"));
     }
+    body.project_groups.sort();
+    body.project_groups.dedup();
+    let catalog = state.catalog.get();
+    for g in body.project_groups.iter().filter(|g| !catalog.project_groups.contains_key(*g)) {
+        problems.push(format!(
+            "projectGroups: project group {g:?} is not in the catalog (its groups: {})",
+            catalog.project_groups.keys().cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
     if !problems.is_empty() {
         return Err(ApiError::BadRequest(problems.join("; ")));
     }
     let now = now_ms();
-    let login =
-        trainyard_control::registry_logins::seal(&state.secrets, &host, &body.username, &body.password, now)
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let login = trainyard_control::registry_logins::seal(
+        &state.secrets,
+        &host,
+        &body.username,
+        &body.password,
+        body.project_groups,
+        now,
+    )
+    .map_err(|e| ApiError::Internal(e.to_string()))?;
     trainyard_control::registry_logins::put(&state.store, &host, login, now).await?;
     Ok(StatusCode::NO_CONTENT)
 }

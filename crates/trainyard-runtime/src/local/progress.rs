@@ -158,7 +158,7 @@ impl LocalBackend {
     fn fetching(&self, run: &mut Run, now: u64, out: &mut Vec<Observation>) -> bool {
         let key = run.key();
         let (Some(images), Stage::Fetching(fx)) = (&self.cfg.images, &mut run.stage) else { return false };
-        let look = images.look(&fx.f.reference);
+        let look = images.look(&fx.f.reference, &fx.access);
         let image = match outcome::fetch(&mut fx.f, &run.l, look, now, out) {
             Fetched::Wait => return false,
             Fetched::GaveUp => return true,
@@ -239,7 +239,7 @@ impl LocalBackend {
             .values()
             .filter_map(|r| {
                 let ready = match (&r.stage, images) {
-                    (Stage::Fetching(fx), Some(images)) => match images.look(&fx.f.reference) {
+                    (Stage::Fetching(fx), Some(images)) => match images.look(&fx.f.reference, &fx.access) {
                         trainyard_images::Look::Ready(i) => Some(i.digest),
                         _ => None,
                     },

@@ -119,7 +119,7 @@ fn pull(dir: &Path, reference: &str, access: &trainyard_images::Access) -> (f64,
     images.start(reference, access);
     let mut fetched = None;
     loop {
-        match images.look(reference) {
+        match images.look(reference, access) {
             Look::Ready(_) => break,
             Look::Failed(e) => panic!("{e}"),
             Look::Pulling { phase: Phase::Unpacking, .. } if fetched.is_none() => {
