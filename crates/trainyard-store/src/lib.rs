@@ -228,13 +228,13 @@ const DAMAGE_ADVICE: &str = "Stop anything else that uses it, keep a copy of its
 /// Checks a SQLite database's WAL before anything opens the database ([`wal_check`]): `Ok(None)` when it
 /// is sound or missing, `Ok(Some(finding))` when damage was found and accepted (the WAL copied aside),
 /// else [`StoreError::Damaged`].
-fn check_files(path: &std::path::Path, open: Open) -> Result<Option<Arc<str>>> {
+async fn check_files(path: &std::path::Path, open: Open) -> Result<Option<Arc<str>>> {
     let finding = match wal_check::check(path) {
         Ok(()) => return Ok(None),
         // Read again after a moment: another process writing the database may have restarted its WAL while
         // it was being read. Damage stays; a race does not.
         Err(_) => {
-            std::thread::sleep(Duration::from_millis(100));
+            tokio::time::sleep(Duration::from_millis(100)).await;
             match wal_check::check(path) {
                 Ok(()) => return Ok(None),
                 Err(finding) => finding,
@@ -331,7 +331,7 @@ impl Store {
         };
         // Before anything opens the database, and so replays its WAL (`wal_check`).
         let damage = match &sqlite_path {
-            Some(path) => check_files(path, open)?,
+            Some(path) => check_files(path, open).await?,
             None => None,
         };
         let options = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(30));
