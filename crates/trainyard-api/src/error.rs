@@ -62,6 +62,8 @@ pub enum ApiError {
     },
     /// A catalog replacement would take away what active tasks use: 409, each conflict listed.
     CatalogInUse(Vec<CatalogConflict>),
+    /// The store's disk is full ([`StoreError::DiskFull`]): 507, saying what to free.
+    InsufficientStorage(String),
     Internal(String),
 }
 
@@ -77,6 +79,7 @@ impl From<StoreError> for ApiError {
             StoreError::VersionConflict { .. } => {
                 ApiError::Conflict("the task changed meanwhile; try again".into())
             }
+            full @ StoreError::DiskFull(_) => ApiError::InsufficientStorage(full.to_string()),
             other => ApiError::Internal(other.to_string()),
         }
     }
@@ -263,6 +266,9 @@ impl ApiError {
                 body.conflicts = Some(conflicts);
                 return body;
             }
+            ApiError::InsufficientStorage(d) => {
+                (StatusCode::INSUFFICIENT_STORAGE, "insufficient-storage", "The server's disk is full", d)
+            }
             ApiError::Internal(d) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", d),
         };
         ProblemBody::new(status, code, title, detail)
@@ -357,4 +363,21 @@ pub async fn problems_for_every_error(req: axum::extract::Request, next: axum::m
         resp.headers_mut().insert(name.clone(), value.clone());
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A full disk under the store is a 507 that says so and what to do, never an internal error or
+    /// "corrupt"; other database failures stay 500.
+    #[test]
+    fn a_full_disk_is_insufficient_storage() {
+        let full = ApiError::from(StoreError::DiskFull("database or disk is full".into())).problem();
+        assert_eq!(full.status, 507);
+        assert_eq!(full.problem_type, "https://trainyard.dev/problems/insufficient-storage");
+        assert!(full.detail.contains("free space") && !full.detail.contains("corrupt"), "{}", full.detail);
+        let failed = ApiError::from(StoreError::WriteFailed("the writer stopped".into())).problem();
+        assert_eq!(failed.status, 500);
+    }
 }

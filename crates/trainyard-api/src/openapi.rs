@@ -25,7 +25,10 @@ fn error_description(status: u16) -> &'static str {
         414 => "The path and query are too long",
         500 => "The server failed (its log says why)",
         503 => {
-            "The server has as many connections open as it serves (`trainyard up --max-connections`); Retry-After says when to try again"
+            "The server has as many connections open as it serves (`trainyard up --max-connections`), or (`/healthz`) its store cannot write; Retry-After says when to try again"
+        }
+        507 => {
+            "The disk holding the server's store is full (insufficient-storage): nothing of the request was stored; once an operator frees space, the same request succeeds, with no restart"
         }
         _ => "A problem",
     }
@@ -47,6 +50,10 @@ pub fn error_statuses(op: &Operation) -> Vec<u16> {
     }
     if !matches!(op.body, Body::None) {
         statuses.push(413);
+    }
+    // Every operation but a read may write to the store, and its disk may be full.
+    if op.method != "get" {
+        statuses.push(507);
     }
     statuses.extend(ANY_OPERATION);
     statuses.sort_unstable();

@@ -45,7 +45,8 @@ pub struct Operation {
     /// The error statuses the operation itself answers with, each a problem document. Every operation may
     /// also answer 400 (a query parameter it does not take, or one that does not parse); routes under
     /// `/api/v1` (and `/metrics`) 401 and 403 (no token, a disabled account); operations with a body 413;
-    /// any 414, 500 and 503 (see `openapi::error_statuses`).
+    /// all but reads (`get`) 507 (the store's disk is full); any 414, 500 and 503 (see
+    /// `openapi::error_statuses`).
     pub errors: &'static [u16],
 }
 
@@ -771,7 +772,7 @@ pub const OPERATIONS: &[Operation] = &[
         id: "healthz",
         method: "get",
         path: "/healthz",
-        summary: "Liveness",
+        summary: "Health: `ok`, or 503 when the store cannot write (its last write failed, and so does a write tried now: a full disk, a lock never released), with the reason",
         query: &[],
         headers: &[],
         body: Body::None,

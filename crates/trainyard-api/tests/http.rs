@@ -54,15 +54,26 @@ fn server_with(
     metrics_address: bool,
     run_ms: u64,
 ) -> (Server, Option<String>) {
-    let webhook_nets: Vec<trainyard_control::alarms::Net> =
-        webhook_nets.iter().map(|n| trainyard_control::alarms::Net::parse(n).unwrap()).collect();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let dir = std::env::temp_dir().join(format!(
         "trainyard-api-{}-{}",
         std::process::id(),
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
     ));
-    std::fs::create_dir_all(&dir).unwrap();
+    server_at(&dir, webhook_nets, limits, metrics_address, run_ms)
+}
+
+/// [`server_with`], its database in `dir`.
+fn server_at(
+    dir: &std::path::Path,
+    webhook_nets: &[&str],
+    limits: trainyard_api::HttpLimits,
+    metrics_address: bool,
+    run_ms: u64,
+) -> (Server, Option<String>) {
+    let webhook_nets: Vec<trainyard_control::alarms::Net> =
+        webhook_nets.iter().map(|n| trainyard_control::alarms::Net::parse(n).unwrap()).collect();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    std::fs::create_dir_all(dir).unwrap();
     let db = dir.join("t.db");
     let url = format!("sqlite://{}", db.display());
     let fake = FakeBackend::new(Script { start_ms: 100, run_ms, ..Script::default() });
@@ -1822,4 +1833,73 @@ fn a_registry_login_goes_only_to_the_tasks_it_serves_and_members_read_their_part
     let roots = read("root");
     assert_eq!(names(&roots, "images"), ["cv-only", "host", "nlp-private"], "{roots}");
     assert_eq!(names(&roots, "projectGroups"), ["cv", "nlp"]);
+}
+
+/// A full disk under the store, for real (a small tmpfs; mounting one needs root, and without it the test
+/// says so and does nothing): a create answers 507 saying the disk is full and what to do (it answered a
+/// 500 "stored data is corrupt"), `/healthz` answers 503 with the reason (it answered 200), and once space
+/// is freed the same server creates again and is healthy, with no restart.
+#[test]
+fn a_full_disk_answers_507_and_fails_the_health_check_until_space_is_freed() {
+    let dir = std::env::temp_dir().join(format!("trainyard-api-full-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+        .arg(&dir)
+        .output();
+    if !mounted.as_ref().is_ok_and(|o| o.status.success()) {
+        eprintln!(
+            "SKIPPED: filling a disk for real needs a small tmpfs, and mounting one needs root ({mounted:?})"
+        );
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(dir.clone());
+    let (s, _) = server_at(&dir, &[], trainyard_api::HttpLimits::default(), false, 60_000);
+    let (code, body) = s.call("GET", "alice", "/healthz", None, None);
+    assert_eq!((code, body), (200, Value::String("ok".into())));
+    let (code, t) = s.call("POST", "alice", "/api/v1/tasks", Some(&task("before", "nlp", false, "")), None);
+    assert_eq!(code, 201, "{t}");
+
+    let mut filler = std::fs::File::create(dir.join("filler")).unwrap();
+    for chunk in [64 * 1024, 4096, 512, 1] {
+        let bytes = vec![7u8; chunk];
+        while std::io::Write::write_all(&mut filler, &bytes).is_ok() {}
+    }
+    drop(filler);
+    // A task with a large env value, so its create needs pages the full disk cannot give.
+    let big = format!(r#", {{name: PAD, value: "{}"}}"#, "x".repeat(30_000));
+    let mut refused = None;
+    for i in 0..4 {
+        let (code, p) = s.call(
+            "POST",
+            "alice",
+            "/api/v1/tasks",
+            Some(&task(&format!("full{i}"), "nlp", false, &big)),
+            None,
+        );
+        if code != 201 {
+            refused = Some((code, p));
+            break;
+        }
+    }
+    let (code, p) = refused.expect("a create on a full disk fails");
+    assert_eq!(code, 507, "{p}");
+    assert_eq!(p["type"], "https://trainyard.dev/problems/insufficient-storage", "{p}");
+    let detail = p["detail"].as_str().unwrap();
+    assert!(detail.contains("full") && detail.contains("free space") && !detail.contains("corrupt"), "{p}");
+    let (code, h) = s.call("GET", "alice", "/healthz", None, None);
+    assert_eq!(code, 503, "{h}");
+    assert!(h["detail"].as_str().unwrap().contains("full"), "{h}");
+
+    std::fs::remove_file(dir.join("filler")).unwrap();
+    let (code, t) = s.call("POST", "alice", "/api/v1/tasks", Some(&task("after", "nlp", false, &big)), None);
+    assert_eq!(code, 201, "a create once space is freed: {t}");
+    let (code, body) = s.call("GET", "alice", "/healthz", None, None);
+    assert_eq!((code, body), (200, Value::String("ok".into())));
 }

@@ -8,19 +8,21 @@ use sqlx::Row;
 impl Store {
     /// Creates a user, or updates the role and groups of an existing one.
     pub async fn put_user(&self, u: &User, at_ms: i64) -> Result<()> {
-        let _turn = self.write_turn().await;
-        let groups = serde_json::to_string(&u.groups).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        sqlx::query(
-            "INSERT INTO users (name, role, groups, created_at_ms) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (name) DO UPDATE SET role = $2, groups = $3",
-        )
-        .bind(&u.name)
-        .bind(&u.role)
-        .bind(&groups)
-        .bind(at_ms)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        self.write(async |conn| {
+            let groups = serde_json::to_string(&u.groups).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            sqlx::query(
+                "INSERT INTO users (name, role, groups, created_at_ms) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (name) DO UPDATE SET role = $2, groups = $3",
+            )
+            .bind(&u.name)
+            .bind(&u.role)
+            .bind(&groups)
+            .bind(at_ms)
+            .execute(&mut *conn)
+            .await?;
+            Ok(())
+        })
+        .await
     }
 
     pub async fn get_user(&self, name: &str) -> Result<Option<User>> {
@@ -44,15 +46,17 @@ impl Store {
 
     /// Records a token by its hash.
     pub async fn add_token(&self, hash: &str, user: &str, label: &str, at_ms: i64) -> Result<()> {
-        let _turn = self.write_turn().await;
-        sqlx::query("INSERT INTO tokens (hash, user_name, label, created_at_ms) VALUES ($1, $2, $3, $4)")
-            .bind(hash)
-            .bind(user)
-            .bind(label)
-            .bind(at_ms)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        self.write(async |conn| {
+            sqlx::query("INSERT INTO tokens (hash, user_name, label, created_at_ms) VALUES ($1, $2, $3, $4)")
+                .bind(hash)
+                .bind(user)
+                .bind(label)
+                .bind(at_ms)
+                .execute(&mut *conn)
+                .await?;
+            Ok(())
+        })
+        .await
     }
 
     /// The user a token hash belongs to, and whether that user is disabled (one read: the API asks on every
@@ -70,14 +74,16 @@ impl Store {
 
     /// Disables or enables a user; false when there is no such user.
     pub async fn set_user_disabled(&self, name: &str, disabled: bool) -> Result<bool> {
-        let _turn = self.write_turn().await;
-        let n = sqlx::query("UPDATE users SET disabled = $1 WHERE name = $2")
-            .bind(i64::from(disabled))
-            .bind(name)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        Ok(n > 0)
+        self.write(async |conn| {
+            let n = sqlx::query("UPDATE users SET disabled = $1 WHERE name = $2")
+                .bind(i64::from(disabled))
+                .bind(name)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected();
+            Ok(n > 0)
+        })
+        .await
     }
 
     /// The names of disabled users.
@@ -113,30 +119,35 @@ impl Store {
     /// Records that a token was used at `at_ms`. A use within [`TOKEN_USE_RESOLUTION_MS`] of the recorded
     /// one (or an older one) writes nothing, so a busy token costs a write a minute at most.
     pub async fn touch_token(&self, hash: &str, at_ms: i64) -> Result<()> {
-        let _turn = self.write_turn().await;
-        sqlx::query("UPDATE tokens SET last_used_at_ms = $1 WHERE hash = $2 AND last_used_at_ms <= $3")
-            .bind(at_ms)
-            .bind(hash)
-            .bind(at_ms - TOKEN_USE_RESOLUTION_MS)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        self.write(async |conn| {
+            sqlx::query("UPDATE tokens SET last_used_at_ms = $1 WHERE hash = $2 AND last_used_at_ms <= $3")
+                .bind(at_ms)
+                .bind(hash)
+                .bind(at_ms - TOKEN_USE_RESOLUTION_MS)
+                .execute(&mut *conn)
+                .await?;
+            Ok(())
+        })
+        .await
     }
 
     /// Revokes (deletes) a user's token by its id; false when the user has no such token.
     pub async fn revoke_token(&self, user: &str, id: &str) -> Result<bool> {
-        let _turn = self.write_turn().await;
-        if id.len() != TOKEN_ID_LEN || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Ok(false);
-        }
-        let sql = format!("DELETE FROM tokens WHERE user_name = $1 AND substr(hash, 1, {TOKEN_ID_LEN}) = $2");
-        let n = sqlx::query(&sql)
-            .bind(user)
-            .bind(id.to_ascii_lowercase())
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        Ok(n > 0)
+        self.write(async |conn| {
+            if id.len() != TOKEN_ID_LEN || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Ok(false);
+            }
+            let sql =
+                format!("DELETE FROM tokens WHERE user_name = $1 AND substr(hash, 1, {TOKEN_ID_LEN}) = $2");
+            let n = sqlx::query(&sql)
+                .bind(user)
+                .bind(id.to_ascii_lowercase())
+                .execute(&mut *conn)
+                .await?
+                .rows_affected();
+            Ok(n > 0)
+        })
+        .await
     }
 
     /// The user a token hash belongs to.

@@ -16,20 +16,22 @@ impl Store {
         payload: &str,
         at_ms: i64,
     ) -> Result<()> {
-        let _turn = self.write_turn().await;
-        sqlx::query(
-            "INSERT INTO alarm_deliveries (task_id, attempt, event, url, payload, state, tries, next_at_ms, last_error, created_at_ms, done_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, 'pending', 0, $6, '', $6, 0) ON CONFLICT (task_id, attempt, event, url) DO NOTHING",
-        )
-        .bind(task_id)
-        .bind(attempt)
-        .bind(event)
-        .bind(url)
-        .bind(payload)
-        .bind(at_ms)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        self.write(async |conn| {
+            sqlx::query(
+                "INSERT INTO alarm_deliveries (task_id, attempt, event, url, payload, state, tries, next_at_ms, last_error, created_at_ms, done_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5, 'pending', 0, $6, '', $6, 0) ON CONFLICT (task_id, attempt, event, url) DO NOTHING",
+            )
+            .bind(task_id)
+            .bind(attempt)
+            .bind(event)
+            .bind(url)
+            .bind(payload)
+            .bind(at_ms)
+            .execute(&mut *conn)
+            .await?;
+            Ok(())
+        })
+        .await
     }
 
     /// Pending deliveries due at `now_ms`, oldest first.
@@ -54,18 +56,20 @@ impl Store {
         error: &str,
         at_ms: i64,
     ) -> Result<()> {
-        let _turn = self.write_turn().await;
-        let done = if state == "pending" { 0 } else { at_ms };
-        sqlx::query("UPDATE alarm_deliveries SET state = $1, tries = $2, next_at_ms = $3, last_error = $4, done_at_ms = $5 WHERE id = $6")
-            .bind(state)
-            .bind(tries)
-            .bind(next_at_ms)
-            .bind(error)
-            .bind(done)
-            .bind(id)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        self.write(async |conn| {
+            let done = if state == "pending" { 0 } else { at_ms };
+            sqlx::query("UPDATE alarm_deliveries SET state = $1, tries = $2, next_at_ms = $3, last_error = $4, done_at_ms = $5 WHERE id = $6")
+                .bind(state)
+                .bind(tries)
+                .bind(next_at_ms)
+                .bind(error)
+                .bind(done)
+                .bind(id)
+                .execute(&mut *conn)
+                .await?;
+            Ok(())
+        })
+        .await
     }
 
     /// A task's delivery log.

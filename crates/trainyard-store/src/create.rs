@@ -4,6 +4,7 @@
 use crate::model::{Created, NewTask, TaskRecord};
 use crate::rows::{TASK_COLUMNS, TASK_READ, demand_columns, task_from_row};
 use crate::{Result, Store, StoreError};
+use sqlx::Connection;
 use sqlx::Row;
 
 impl Store {
@@ -13,13 +14,15 @@ impl Store {
         if let Some(t) = tasks.iter().find(|t| t.idempotency.is_some()) {
             return Err(StoreError::Corrupt(format!("task {} is imported with an idempotency key", t.id)));
         }
-        let _turn = self.write_turn().await;
-        let mut tx = self.pool.begin().await?;
-        for t in tasks {
-            create_in(&mut tx, t).await?;
-        }
-        tx.commit().await?;
-        Ok(())
+        self.write(async |conn| {
+            let mut tx = conn.begin().await?;
+            for t in tasks {
+                create_in(&mut tx, t).await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
     }
 }
 

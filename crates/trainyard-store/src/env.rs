@@ -6,30 +6,34 @@ use sqlx::Row;
 
 impl Store {
     pub async fn put_task_env(&self, user: &str, var: &TaskEnvVar) -> Result<()> {
-        let _turn = self.write_turn().await;
-        sqlx::query(
-            "INSERT INTO task_env (user_name, name, value, hidden) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (user_name, name) DO UPDATE SET value = $3, hidden = $4",
-        )
-        .bind(user)
-        .bind(&var.name)
-        .bind(&var.value)
-        .bind(i64::from(var.hidden))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        self.write(async |conn| {
+            sqlx::query(
+                "INSERT INTO task_env (user_name, name, value, hidden) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (user_name, name) DO UPDATE SET value = $3, hidden = $4",
+            )
+            .bind(user)
+            .bind(&var.name)
+            .bind(&var.value)
+            .bind(i64::from(var.hidden))
+            .execute(&mut *conn)
+            .await?;
+            Ok(())
+        })
+        .await
     }
 
     /// Removes one; returns whether it existed.
     pub async fn delete_task_env(&self, user: &str, name: &str) -> Result<bool> {
-        let _turn = self.write_turn().await;
-        let n = sqlx::query("DELETE FROM task_env WHERE user_name = $1 AND name = $2")
-            .bind(user)
-            .bind(name)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        Ok(n > 0)
+        self.write(async |conn| {
+            let n = sqlx::query("DELETE FROM task_env WHERE user_name = $1 AND name = $2")
+                .bind(user)
+                .bind(name)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected();
+            Ok(n > 0)
+        })
+        .await
     }
 
     /// Every hidden TaskEnv variable of every user (value as stored, sealed), for re-sealing at start-up.

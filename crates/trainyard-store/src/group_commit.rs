@@ -6,11 +6,13 @@
 //! writer, a task on the server's runtime; SQLite's runs on a thread of its own (`sqlite_writer.rs`).
 
 use crate::create::{create_in, is_unique_violation, new_record};
+use crate::health::WriteHealth;
 use crate::model::{Created, NewTask};
 use crate::rows::{TASK_COLUMNS, demand_columns};
 use crate::{Dialect, Result, Store, StoreError};
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyPool, Connection};
+use std::sync::Arc;
 
 impl Store {
     /// Creates a task (and its first event) durably. With an idempotency key: a retry with the same key and
@@ -22,9 +24,10 @@ impl Store {
     pub async fn create_task(&self, t: &NewTask) -> Result<Created> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         if self.writer.send((t.clone(), reply)).await.is_err() {
-            return Err(StoreError::Corrupt("the store's writer has stopped".into()));
+            return Err(StoreError::WriteFailed("the store's create writer has stopped".into()));
         }
-        match answer.await.map_err(|_| StoreError::Corrupt("the store's writer has stopped".into()))?? {
+        let stopped = |_| StoreError::WriteFailed("the store's create writer has stopped".into());
+        match answer.await.map_err(stopped)?? {
             Written::Created(c) => Ok(c),
             Written::KeyUsed { task_id } => match self.get_task(&task_id).await? {
                 Some(task) => Ok(Created::Existing(task)),
@@ -391,7 +394,8 @@ pub(crate) fn fill(first: Job, jobs: &mut tokio::sync::mpsc::Receiver<Job>, batc
 
 /// Answers every create of a batch: each its own result, or all the batch's failure (nothing of it was
 /// committed, and nothing acknowledged).
-pub(crate) fn answer(batch: &mut Vec<Job>, written: Result<Vec<Result<Written>>>) {
+pub(crate) fn answer(batch: &mut Vec<Job>, written: Result<Vec<Result<Written>>>, health: &WriteHealth) {
+    health.note(&written);
     match written {
         Ok(results) => {
             for ((_, reply), r) in batch.drain(..).zip(results) {
@@ -399,9 +403,8 @@ pub(crate) fn answer(batch: &mut Vec<Job>, written: Result<Vec<Result<Written>>>
             }
         }
         Err(e) => {
-            let message = e.to_string();
             for (_, reply) in batch.drain(..) {
-                let _ = reply.send(Err(StoreError::Corrupt(format!("commit failed: {message}"))));
+                let _ = reply.send(Err(e.for_each_of_a_batch()));
             }
         }
     }
@@ -413,7 +416,12 @@ pub(crate) fn answer(batch: &mut Vec<Job>, written: Result<Vec<Result<Written>>>
 /// INSERTs prepared, and (on SQLite) its page cache keeps the pages new tasks go into, which a connection
 /// taken in turn with readers would have to read again after another connection's commit. A connection
 /// that fails is closed and another taken from the pool.
-pub(crate) async fn writer(pool: AnyPool, dialect: Dialect, mut jobs: tokio::sync::mpsc::Receiver<Job>) {
+pub(crate) async fn writer(
+    pool: AnyPool,
+    dialect: Dialect,
+    mut jobs: tokio::sync::mpsc::Receiver<Job>,
+    health: Arc<WriteHealth>,
+) {
     let statements = Statements::new(dialect);
     let mut held: Option<PoolConnection<Any>> = None;
     let mut batch: Vec<Job> = Vec::with_capacity(GROUP_COMMIT_MAX);
@@ -444,7 +452,7 @@ pub(crate) async fn writer(pool: AnyPool, dialect: Dialect, mut jobs: tokio::syn
             }
             Err(e) => Err(e),
         };
-        answer(&mut batch, written);
+        answer(&mut batch, written, &health);
     }
 }
 

@@ -15,16 +15,18 @@ impl Store {
 
     /// Sets a named document.
     pub async fn put_setting(&self, name: &str, value: &str, at_ms: i64) -> Result<()> {
-        let _turn = self.write_turn().await;
-        sqlx::query(
-            "INSERT INTO settings (name, value, updated_at_ms) VALUES ($1, $2, $3) \
-             ON CONFLICT (name) DO UPDATE SET value = $2, updated_at_ms = $3",
-        )
-        .bind(name)
-        .bind(value)
-        .bind(at_ms)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        self.write(async |conn| {
+            sqlx::query(
+                "INSERT INTO settings (name, value, updated_at_ms) VALUES ($1, $2, $3) \
+                 ON CONFLICT (name) DO UPDATE SET value = $2, updated_at_ms = $3",
+            )
+            .bind(name)
+            .bind(value)
+            .bind(at_ms)
+            .execute(&mut *conn)
+            .await?;
+            Ok(())
+        })
+        .await
     }
 }

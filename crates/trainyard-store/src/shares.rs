@@ -24,29 +24,33 @@ impl Store {
 
     /// Shares a task with a user (`operate`: may also stop, resubmit and delete it).
     pub async fn share(&self, task_id: &str, user: &str, operate: bool) -> Result<()> {
-        let _turn = self.write_turn().await;
-        sqlx::query(
-            "INSERT INTO task_shares (task_id, user_name, operate) VALUES ($1, $2, $3) \
-             ON CONFLICT (task_id, user_name) DO UPDATE SET operate = $3",
-        )
-        .bind(task_id)
-        .bind(user)
-        .bind(i64::from(operate))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        self.write(async |conn| {
+            sqlx::query(
+                "INSERT INTO task_shares (task_id, user_name, operate) VALUES ($1, $2, $3) \
+                 ON CONFLICT (task_id, user_name) DO UPDATE SET operate = $3",
+            )
+            .bind(task_id)
+            .bind(user)
+            .bind(i64::from(operate))
+            .execute(&mut *conn)
+            .await?;
+            Ok(())
+        })
+        .await
     }
 
     /// Takes a share back: `user` sees the task (and operates it) only as anyone else would. Whether there was
     /// one to take back.
     pub async fn unshare(&self, task_id: &str, user: &str) -> Result<bool> {
-        let _turn = self.write_turn().await;
-        let done = sqlx::query("DELETE FROM task_shares WHERE task_id = $1 AND user_name = $2")
-            .bind(task_id)
-            .bind(user)
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected() > 0)
+        self.write(async |conn| {
+            let done = sqlx::query("DELETE FROM task_shares WHERE task_id = $1 AND user_name = $2")
+                .bind(task_id)
+                .bind(user)
+                .execute(&mut *conn)
+                .await?;
+            Ok(done.rows_affected() > 0)
+        })
+        .await
     }
 
     /// The users a task is shared with, by name, and whether each may operate it.

@@ -11,7 +11,7 @@
 use crate::group_commit::Value;
 use crate::model::TaskVersion;
 use crate::rows::status_of;
-use crate::sqlite_writer::{bind, open};
+use crate::sqlite_writer::{bind, close, open};
 use crate::{Result, StoreError};
 use rusqlite::Connection;
 use std::path::PathBuf;
@@ -54,12 +54,15 @@ impl Reader {
                 None => open(&me.path)?,
             };
             let read = read(&conn);
-            // A connection a read failed on is not kept.
-            if read.is_ok() {
+            // A connection a read failed on is not kept, nor one a read left inside a transaction (none
+            // begins one; one left open would pin the WAL at its snapshot): closed, which ends it.
+            if read.is_ok() && conn.is_autocommit() {
                 let mut idle = me.idle.lock().unwrap_or_else(|e| e.into_inner());
                 if idle.len() < KEEP {
                     idle.push(conn);
                 }
+            } else {
+                close(conn);
             }
             read
         })

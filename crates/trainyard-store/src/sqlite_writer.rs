@@ -16,6 +16,7 @@ use crate::create::new_record;
 use crate::group_commit::{
     Derived, GROUP_COMMIT_MAX, Job, Statements, Table, Undo, Value, Written, answer, batch_rows, fill,
 };
+use crate::health::WriteHealth;
 use crate::keys::{KeyIndex, KeyRow, Keys};
 use crate::model::{Created, NewTask};
 use crate::{Dialect, PRAGMAS, Result, StoreError, WriteTurns};
@@ -31,11 +32,14 @@ pub(crate) fn spawn(
     mut jobs: tokio::sync::mpsc::Receiver<Job>,
     turns: WriteTurns,
     keys: Arc<KeyIndex>,
+    health: Arc<WriteHealth>,
 ) -> std::io::Result<()> {
     std::thread::Builder::new().name("store-writer".into()).spawn(move || {
         let statements = Statements::new(Dialect::Sqlite);
         // Kept between batches (its statement cache keeps the INSERTs prepared, its page cache the pages
-        // new tasks go into); a connection a batch failed on is not trusted with the next one.
+        // new tasks go into). A connection a batch failed on is not trusted with the next one: it is
+        // closed, which rolls back a transaction the failure left open (SQLite leaves one open after some,
+        // `SQLITE_FULL` among them, and it would hold the database's write lock).
         let mut held: Option<Connection> = None;
         let mut batch: Vec<Job> = Vec::with_capacity(GROUP_COMMIT_MAX);
         while let Some(first) = jobs.blocking_recv() {
@@ -48,16 +52,29 @@ pub(crate) fn spawn(
             }
             .and_then(|mut conn| {
                 let r = write(&mut conn, &statements, &keys, &batch);
-                if r.is_ok() {
+                if r.is_ok() && conn.is_autocommit() {
                     held = Some(conn);
+                } else {
+                    close(conn);
                 }
                 r
             });
             drop(turn);
-            answer(&mut batch, written);
+            answer(&mut batch, written, &health);
         }
     })?;
     Ok(())
+}
+
+/// Closes a connection a write failed on, ending whatever transaction it had open: rolled back first (so
+/// the write lock is released even if the close is put off), then closed (which rolls back too).
+pub(crate) fn close(conn: Connection) {
+    if !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    // A close that fails (a statement still open: none is, every one is reset when its use ends) leaves
+    // the connection to be closed when dropped.
+    let _ = conn.close();
 }
 
 /// The writer's connection, set up as the pool's are.

@@ -46,14 +46,16 @@ impl Store {
     /// Rewrites a task's stored spec (a migration of how it is stored, never a change of what it says:
     /// specs are otherwise immutable, and readers may keep them).
     pub async fn replace_spec(&self, id: &str, spec_json: &str) -> Result<()> {
-        let _turn = self.write_turn().await;
-        let changed = sqlx::query("UPDATE tasks SET spec = $1 WHERE id = $2")
-            .bind(spec_json)
-            .bind(id)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        if changed == 0 { Err(StoreError::NotFound(id.to_owned())) } else { Ok(()) }
+        self.write(async |conn| {
+            let changed = sqlx::query("UPDATE tasks SET spec = $1 WHERE id = $2")
+                .bind(spec_json)
+                .bind(id)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected();
+            if changed == 0 { Err(StoreError::NotFound(id.to_owned())) } else { Ok(()) }
+        })
+        .await
     }
 
     /// Whether a task was deleted (false for one that does not exist).
@@ -67,16 +69,18 @@ impl Store {
 
     /// Marks a task deleted: it leaves lists, its record and history stay.
     pub async fn delete_task(&self, id: &str, at_ms: i64) -> Result<()> {
-        let _turn = self.write_turn().await;
-        let changed = sqlx::query(
-            "UPDATE tasks SET deleted = 1, version = version + 1, updated_at_ms = $1 WHERE id = $2",
-        )
-        .bind(at_ms)
-        .bind(id)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        if changed == 0 { Err(StoreError::NotFound(id.to_owned())) } else { Ok(()) }
+        self.write(async |conn| {
+            let changed = sqlx::query(
+                "UPDATE tasks SET deleted = 1, version = version + 1, updated_at_ms = $1 WHERE id = $2",
+            )
+            .bind(at_ms)
+            .bind(id)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+            if changed == 0 { Err(StoreError::NotFound(id.to_owned())) } else { Ok(()) }
+        })
+        .await
     }
 
     /// Like [`Store::tasks_in_status`], deleted tasks included (a deleted task may still hold resources while
@@ -154,17 +158,19 @@ impl Store {
     /// Records that a task's next attempts leave `node` out (node replacement after a hardware error or a
     /// failed precheck). Recording it again changes nothing.
     pub async fn avoid_node(&self, task_id: &str, node: &str, at_ms: i64) -> Result<()> {
-        let _turn = self.write_turn().await;
-        sqlx::query(
-            "INSERT INTO task_avoided_nodes (task_id, node, at_ms) VALUES ($1, $2, $3) \
-             ON CONFLICT (task_id, node) DO NOTHING",
-        )
-        .bind(task_id)
-        .bind(node)
-        .bind(at_ms)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        self.write(async |conn| {
+            sqlx::query(
+                "INSERT INTO task_avoided_nodes (task_id, node, at_ms) VALUES ($1, $2, $3) \
+                 ON CONFLICT (task_id, node) DO NOTHING",
+            )
+            .bind(task_id)
+            .bind(node)
+            .bind(at_ms)
+            .execute(&mut *conn)
+            .await?;
+            Ok(())
+        })
+        .await
     }
 
     /// The nodes avoided by tasks (not deleted) whose status is one of `statuses`, as (task id, node).

@@ -206,6 +206,11 @@ pub struct ServerFlags {
     /// Connections served at once; one more is answered 503 and closed.
     #[arg(long, default_value_t = trainyard_api::MAX_CONNECTIONS)]
     pub max_connections: usize,
+    /// Start even though the check of the SQLite store at start finds it damaged (a WAL with frames SQLite
+    /// would drop, pages `PRAGMA quick_check` finds inconsistent): SQLite then drops what it cannot read,
+    /// committed writes among it. The damaged WAL is copied aside first. Restoring a backup loses less.
+    #[arg(long)]
+    pub accept_store_damage: bool,
 }
 
 /// What the admin decides about the local backend's sandboxes.
@@ -316,7 +321,12 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
     }
     let db_path = data_dir.join("trainyard.db");
     let url = database_url.map_or_else(|| format!("sqlite://{}", db_path.display()), str::to_owned);
-    let store = Store::connect(&url).await.with_context(|| format!("cannot open the store at {url}"))?;
+    let open = trainyard_store::Open { accept_damage: opts.server.accept_store_damage };
+    let store =
+        Store::connect_with(&url, open).await.with_context(|| format!("cannot open the store at {url}"))?;
+    if let Some(damage) = store.opened_despite() {
+        eprintln!("trainyard: WARNING: {damage}");
+    }
     // The catalog lives in the store once an admin may have edited it; the file seeds it on first start.
     let catalog_text = match store.get_setting(trainyard_api::CATALOG_SETTING).await? {
         Some(text) => text,

@@ -1,17 +1,33 @@
 //! The server's own routes: liveness, its metrics, and the OpenAPI document with a page that renders it.
 
 use crate::auth::caller;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ProblemBody};
 use crate::openapi;
 use crate::routes::NoParams;
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-pub async fn healthz(_: Query<NoParams>) -> &'static str {
-    "ok"
+/// `ok` while the store can write; a 503 problem saying why when it cannot (see
+/// [`trainyard_store::Store::write_health`]: no I/O while writes succeed, as this is polled).
+pub async fn healthz(State(state): State<AppState>, _: Query<NoParams>) -> Response {
+    match state.store.write_health().await {
+        Ok(()) => "ok".into_response(),
+        Err(why) => {
+            let mut resp = ProblemBody::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store-cannot-write",
+                "The store cannot write",
+                format!("the store cannot write: {why}"),
+            )
+            .into_response();
+            let wait = HeaderValue::from(trainyard_store::PROBE_EVERY.as_secs().max(1));
+            resp.headers_mut().insert(header::RETRY_AFTER, wait);
+            resp
+        }
+    }
 }
 
 /// `/metrics` on the API's address: an admin's token (Prometheus: `authorization: {credentials_file: ...}`).
