@@ -72,6 +72,10 @@ out = {{
     "bpf": sc(321, 0, 0, 0),
     "unshare_user": sc(272, 0x10000000),
     "no_aslr": sc(135, 0x0040000),
+    "vsock": sc(41, 40, 1, 0),
+    "uevent": sc(41, 16, 3, 15),
+    "memfd_secret": sc(447, 0),
+    "netlink_route": 0 if sc(41, 16, 3, 0) == 0 else "refused",
     "remount": subprocess.run(["mount", "-o", "remount,rw", "/mnt/data"], capture_output=True).returncode,
     "cgroup": open("/proc/self/cgroup").read().strip().splitlines(),
 }}
@@ -109,9 +113,15 @@ EOF"#
     assert_eq!(r["cap_eff"], "0000000000000000", "{r}");
     assert_eq!(r["no_new_privs"], "1", "{r}");
     assert_eq!(r["seccomp"], "2", "{r}");
-    for call in ["open_by_handle_at", "keyctl", "bpf", "unshare_user", "no_aslr"] {
+    for call in
+        ["open_by_handle_at", "keyctl", "bpf", "unshare_user", "no_aslr", "vsock", "uevent", "memfd_secret"]
+    {
         assert_eq!(r[call], 1, "{call} must fail with EPERM: {r}");
     }
+    assert_eq!(
+        r["netlink_route"], 0,
+        "a route netlink socket (what `ip` and getaddrinfo use) still opens: {r}"
+    );
     assert_ne!(r["remount"], 0, "{r}");
     assert_ne!(r["dataset_write"], "done", "{r}");
     assert_ne!(r["sysctl_write"], "done", "{r}");

@@ -5,8 +5,10 @@
 //! that reach the kernel's global state or other processes): mounting and namespace changes, kernel
 //! modules and kexec, keyrings, BPF, perf events, file handles (`open_by_handle_at` reads any file of a
 //! bound file system), `ptrace` and cross-process memory access, clock and swap changes, reboot, quotas,
-//! `userfaultfd`, io_uring, terminal input injection (`TIOCSTI`), and `personality` flags beyond the plain
-//! ones (no turning address-space randomisation off). `clone` is allowed without namespace
+//! `userfaultfd`, io_uring, terminal input injection (`TIOCSTI`), `personality` flags beyond the plain
+//! ones (no turning address-space randomisation off), `memfd_secret` (memory the kernel hides from itself),
+//! and two kinds of socket: `AF_VSOCK` (a way to the hypervisor or the host's VM sockets, not through the
+//! sandbox's network) and netlink's kernel uevents (the host's device events). `clone` is allowed without namespace
 //! flags only, and `clone3` answers ENOSYS so libc falls back to `clone` (whose flags a filter can read).
 //! Calls of another architecture's ABI (32-bit x86, x32) kill the process: their numbers differ, so a
 //! filter keyed on this ABI's numbers would not see them.
@@ -61,6 +63,11 @@ const CLONE_NAMESPACES: u32 =
 /// `0xffffffff`); others, such as turning address-space randomisation off, are refused.
 const PERSONALITIES: &[u32] = &[0x0, 0x8, 0x20000, 0x20008, 0xffff_ffff];
 
+/// Socket families and protocols refused: `AF_VSOCK`, and `AF_NETLINK` with `NETLINK_KOBJECT_UEVENT`.
+const AF_VSOCK: u32 = 40;
+const AF_NETLINK: u32 = 16;
+const NETLINK_KOBJECT_UEVENT: u32 = 15;
+
 /// ioctls that push input into a terminal (a sandbox holding a tty of the host could type into it).
 const TIOCSTI: u32 = 0x5412;
 const TIOCLINUX: u32 = 0x541C;
@@ -89,6 +96,7 @@ const DENIED: &[u32] = &[
     nr::__NR_keyctl,
     nr::__NR_lookup_dcookie,
     nr::__NR_mbind,
+    nr::__NR_memfd_secret,
     nr::__NR_migrate_pages,
     nr::__NR_mount,
     nr::__NR_mount_setattr,
@@ -149,6 +157,7 @@ enum To {
     CloneCheck,
     IoctlCheck,
     PersonalityCheck,
+    SocketCheck,
 }
 
 struct Asm {
@@ -195,6 +204,7 @@ fn program() -> Vec<Insn> {
     a.op(JEQ, CloneCheck, Next, nr::__NR_clone);
     a.op(JEQ, IoctlCheck, Next, nr::__NR_ioctl);
     a.op(JEQ, PersonalityCheck, Next, nr::__NR_personality);
+    a.op(JEQ, SocketCheck, Next, nr::__NR_socket);
     for &n in DENIED.iter().chain(DENIED_ARCH) {
         a.op(JEQ, Eperm, Next, n);
     }
@@ -213,6 +223,12 @@ fn program() -> Vec<Insn> {
         a.op(JEQ, Allow, Next, p);
     }
     a.op(RET, Next, Next, RET_ERRNO | EPERM);
+    a.label(SocketCheck);
+    a.op(LD_W_ABS, Next, Next, arg_low(0));
+    a.op(JEQ, Eperm, Next, AF_VSOCK);
+    a.op(JEQ, Next, Allow, AF_NETLINK);
+    a.op(LD_W_ABS, Next, Next, arg_low(2));
+    a.op(JEQ, Eperm, Allow, NETLINK_KOBJECT_UEVENT);
     a.label(Allow);
     a.op(RET, Next, Next, RET_ALLOW);
     a.label(Eperm);
@@ -274,6 +290,20 @@ mod tests {
 
     fn verdict(nr: u32, args: [u64; 6]) -> u32 {
         run(&program(), AUDIT_ARCH, nr, args)
+    }
+
+    #[test]
+    fn refuses_vsock_and_uevent_sockets_and_allows_the_others() {
+        let sock =
+            |domain: u64, kind: u64, proto: u64| verdict(nr::__NR_socket, [domain, kind, proto, 0, 0, 0]);
+        assert_eq!(sock(40, 1, 0), RET_ERRNO | EPERM, "AF_VSOCK");
+        assert_eq!(sock(16, 3, 15), RET_ERRNO | EPERM, "a netlink uevent socket");
+        assert_eq!(sock(16, 3, 0), RET_ALLOW, "netlink route (ip, getaddrinfo)");
+        assert_eq!(sock(2, 1, 0), RET_ALLOW, "AF_INET");
+        assert_eq!(sock(10, 2, 0), RET_ALLOW, "AF_INET6");
+        assert_eq!(sock(1, 1, 0), RET_ALLOW, "AF_UNIX");
+        assert_eq!(verdict(nr::__NR_memfd_secret, [0; 6]), RET_ERRNO | EPERM);
+        assert_eq!(verdict(nr::__NR_memfd_create, [0; 6]), RET_ALLOW);
     }
 
     #[test]
