@@ -406,17 +406,19 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
             // Registry images are unpacked as a uid of their own (never root), within the admin's bounds.
             cfg.image_cache_max_bytes = f.image_cache_gib.saturating_mul(1 << 30);
             let gib = |n: u64| n.saturating_mul(1 << 30);
+            // A cache size of 0 keeps nothing that no task runs; it bounds no single image.
+            let cache_max = Some(cfg.image_cache_max_bytes).filter(|&b| b > 0);
             let unpack = trainyard_images::Unpack {
                 as_id: Some(local::IMAGE_UNPACK_ID),
                 limits: trainyard_images::unpack::Limits {
                     layer_bytes: gib(f.image_layer_max_gib),
                     layer_entries: f.image_layer_max_entries,
-                    image_bytes: gib(f.image_max_gib).min(cfg.image_cache_max_bytes),
+                    image_bytes: gib(f.image_max_gib).min(cache_max.unwrap_or(u64::MAX)),
                     image_entries: f.image_max_entries,
                     reserve_bytes: f.image_reserve_mib.saturating_mul(1 << 20),
                     ..Default::default()
                 },
-                cache_max_bytes: Some(cfg.image_cache_max_bytes),
+                cache_max_bytes: cache_max,
             };
             cfg.images = Some(
                 trainyard_images::Images::open_with(
