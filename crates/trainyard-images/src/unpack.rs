@@ -239,7 +239,7 @@ impl Unpacker {
                 tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse
             ) {
                 // The header's size, checked before a byte is written.
-                self.fits(&done, size)?;
+                self.fits(done.bytes.saturating_add(size), self.total.bytes.saturating_add(size))?;
             }
             let parent = self
                 .root
@@ -339,8 +339,7 @@ impl Unpacker {
                 Err(e) => return Err(format!("{}: {e}", at())),
             };
             n += k as u64;
-            let with = Applied { bytes: done.bytes + n, entries: done.entries };
-            self.fits(&with, 0)?;
+            self.fits(done.bytes.saturating_add(n), self.total.bytes.saturating_add(n))?;
             to.write_all(&buf[..k]).map_err(|e| io_err(&at(), &e))?;
             if n - checked >= DISK_CHECK_BYTES {
                 self.room()?;
@@ -349,11 +348,10 @@ impl Unpacker {
         }
     }
 
-    /// Whether `more` bytes fit beside what this layer (`done`) and the image hold.
-    fn fits(&self, done: &Applied, more: u64) -> Result<(), String> {
+    /// Whether this layer may hold `layer_bytes` and the image `image_bytes` (both counting what is about to be
+    /// written).
+    fn fits(&self, layer_bytes: u64, image_bytes: u64) -> Result<(), String> {
         let l = &self.limits;
-        let layer_bytes = done.bytes.saturating_add(more);
-        let image_bytes = self.total.bytes.saturating_add(layer_bytes);
         if layer_bytes > l.layer_bytes {
             return Err(format!("{TOO_LARGE}: a layer unpacks to more than {} bytes", l.layer_bytes));
         }

@@ -484,6 +484,11 @@ fn limits_stop_a_layer_at_once() {
     let entries: Vec<E> = many.iter().map(|n| E::File(n, "", 0o644, 0)).collect();
     let err = u.apply(&layer(&entries)[..]).unwrap_err();
     assert!(err.starts_with(TOO_LARGE) && err.contains("entries"), "{err}");
+    // Two files of one layer within the image's bound: each byte counted once.
+    let mut u = Unpacker::new(&root, Limits { image_bytes: 100, ..Limits::unbounded() }).unwrap();
+    let forty = "z".repeat(40);
+    u.apply(&layer(&[E::File("p", &forty, 0o644, 0), E::File("q", &forty, 0o644, 0)])[..]).unwrap();
+    assert_eq!(u.total(), Applied { bytes: 80, entries: 2 });
     // Within a layer's bounds, but past the image's.
     let mut u = Unpacker::new(&root, limits).unwrap();
     let eighty = "y".repeat(80);
