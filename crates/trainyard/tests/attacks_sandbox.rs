@@ -658,3 +658,52 @@ EOF"#;
     assert!(!per_scrape.is_empty(), "the endpoint was scraped");
     assert!(per_scrape.values().all(|&n| n <= 2_000), "points kept per scrape: {per_scrape:?}");
 }
+
+/// Issue 29, item 7: one endless output line (1.5 GiB without a newline, in a replica whose memory limit is
+/// 1 GiB) grew the supervisor, which read whole lines, until the OOM killer took it. Lines are now logged in
+/// pieces of at most 64 KiB: the task ends as it would, and its last words reach the log.
+#[test]
+fn an_endless_output_line_cannot_swell_the_supervisor() {
+    let s = Server::start("endless-line", None);
+    let id = s.submit(&pytorch("line", 0, "head -c 1536M /dev/zero | tr '\\0' x; echo; echo last-words"));
+    let t = s.wait_status(&id, "Succeeded", secs(300));
+    let master = format!("{}-master-0", t["name"].as_str().unwrap());
+    // The log file's end (it rotated at its limit on the way): the last words are there.
+    let log = std::fs::read(s.dir.join(format!("runs/{id}/a0/{master}/log"))).unwrap();
+    let tail = String::from_utf8_lossy(&log[log.len().saturating_sub(300)..]).into_owned();
+    assert!(tail.contains("last-words"), "{tail}");
+    let events = s.events_text(&id);
+    assert!(!events.contains("OutOfMemory") && !events.contains("NodeFailed"), "{events}");
+}
+
+/// Issue 29, item 14: the exit checkpoint's signal went only to the processes there at the stop; a process
+/// that started (or installed its handler) during the checkpoint window, as torchrun's workers do in the
+/// seconds after a start, never heard of it. It is now sent to them as they appear.
+#[test]
+fn the_checkpoint_signal_reaches_processes_that_start_during_the_window() {
+    let s = Server::start("late-ckpt", None);
+    let cmd = r#"echo started; sleep 4; python3 - <<'EOF'
+import os, signal, time
+rt = os.environ["TRAINYARD_RUNTIME_DIR"]
+def save(sig, frame):
+    open(rt + "/checkpoint-done", "w").close()
+    print("late checkpoint saved", flush=True)
+signal.signal(signal.SIGUSR1, save)
+print("late worker up", flush=True)
+while True:
+    time.sleep(0.1)
+EOF"#;
+    let mut task = pytorch("lateckpt", 0, cmd);
+    task["spec"]["advanced"] = json!({"exitCheckpoint": {"enabled": true, "timeoutSeconds": 40}});
+    let id = s.submit(&task);
+    let t = s.wait_status(&id, "Running", secs(60));
+    let master = format!("{}-master-0", t["name"].as_str().unwrap());
+    s.wait_log(&id, &master, "started", secs(30));
+    // The stop comes before the worker (and its handler) exists.
+    let (status, body) = s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
+    assert_eq!(status, 200, "{body}");
+    s.wait_status(&id, "Stopped", secs(90));
+    let events = s.events_text(&id);
+    assert!(events.contains("CheckpointDone") && !events.contains("CheckpointTimedOut"), "{events}");
+    assert!(s.log(&id, &master, None).contains("late checkpoint saved"), "{}", s.all_logs(&id));
+}

@@ -29,7 +29,7 @@ use super::runtime_dir::RuntimeDir;
 use super::sandbox::{RUNTIME_DIR, Start};
 use super::scratch::watch_scratch;
 use super::spawn::{Identity, memfd, spawn_as};
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -357,13 +357,10 @@ fn run_phase(
     .map(|(s, tag)| {
         let log = log.clone();
         std::thread::spawn(move || {
-            let mut r = std::io::BufReader::new(s);
-            let mut line = Vec::new();
-            while matches!(r.read_until(b'\n', &mut line), Ok(n) if n > 0) {
-                let text = String::from_utf8_lossy(&line);
+            each_line(s, MAX_LINE_BYTES, |line| {
+                let text = String::from_utf8_lossy(line);
                 append_log(&log, tag, text.trim_end_matches(['\n', '\r']));
-                line.clear();
-            }
+            })
         })
     })
     .collect();
@@ -423,6 +420,25 @@ fn run_phase(
     }
 }
 
+/// The longest piece of a replica's output kept as one log line: a longer line (a process printing
+/// gigabytes without a newline) is logged in pieces of this size, so the supervisor never holds more.
+pub const MAX_LINE_BYTES: usize = 64 << 10;
+
+/// Calls `f` with each line read from `r` (its newline included), a line longer than `max` bytes in pieces
+/// of `max`: what is held at once is bounded whatever the output.
+fn each_line(r: impl std::io::Read, max: usize, mut f: impl FnMut(&[u8])) {
+    use std::io::BufRead;
+    let mut r = std::io::BufReader::new(r);
+    let mut line = Vec::with_capacity(256);
+    loop {
+        line.clear();
+        match std::io::Read::take(&mut r, max as u64).read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => f(&line),
+        }
+    }
+}
+
 fn read_stop(dir: &Path) -> Option<StopRequest> {
     serde_json::from_slice(&std::fs::read(dir.join("stop.json")).ok()?).ok()
 }
@@ -450,17 +466,22 @@ fn stop_protocol(
         }
         // The notice goes to the processes that handle it (a trap in a shell, a handler in Python): one
         // that does not would just die of it, and take the replica with it before anything was saved.
-        let mut told = 0;
-        for (pid, _) in user_processes().into_iter().filter(|&(pid, _)| procs::catches(pid, req.signal)) {
-            procs::signal(pid, req.signal);
-            told += 1;
-        }
+        let mut told = std::collections::BTreeSet::new();
+        let mut tell = |told: &mut std::collections::BTreeSet<u32>| {
+            for (pid, _) in user_processes().into_iter().filter(|&(pid, _)| procs::catches(pid, req.signal)) {
+                if told.insert(pid) {
+                    procs::signal(pid, req.signal);
+                }
+            }
+        };
+        tell(&mut told);
+        let first = told.len();
         sup.event(
             Reason::CheckpointRequested,
             format!(
-                "{name}: sent {} to {told} process{} that handle it and wrote {RUNTIME_DIR}/checkpoint-requested; waiting up to {} s",
+                "{name}: sent {} to {first} process{} that handle it and wrote {RUNTIME_DIR}/checkpoint-requested; waiting up to {} s",
                 trainyard_core::failure::signal_name(req.signal),
-                if told == 1 { "" } else { "es" },
+                if first == 1 { "" } else { "es" },
                 req.checkpoint_timeout_s
             ),
         );
@@ -480,6 +501,9 @@ fn stop_protocol(
                 );
                 return;
             }
+            // Processes that start (or install their handler) while the checkpoint is awaited get the notice
+            // too: a stop in the seconds before torchrun starts its workers must still reach them.
+            tell(&mut told);
             if t0.elapsed() >= deadline {
                 sup.event(
                     Reason::CheckpointTimedOut,
@@ -542,5 +566,24 @@ fn kill_sandbox(ns: &mut Option<PathBuf>, child: &mut Child) {
     }
     for (pid, _) in inside {
         procs::signal(pid, procs::SIGKILL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_longer_than_the_cap_is_logged_in_pieces_and_nothing_is_lost() {
+        // A 1 MiB line without a newline, then short lines.
+        let mut out = vec![b'x'; 1 << 20];
+        out.extend_from_slice(b"\nshort\r\nlast");
+        let mut pieces: Vec<Vec<u8>> = Vec::new();
+        each_line(&out[..], 4096, |l| pieces.push(l.to_vec()));
+        assert!(pieces.iter().all(|p| p.len() <= 4096), "no piece over the cap");
+        assert_eq!(pieces.concat(), out, "every byte, in order");
+        assert_eq!(pieces.len(), (1 << 20) / 4096 + 1 + 2);
+        assert_eq!(pieces[pieces.len() - 2], b"short\r\n");
+        assert_eq!(pieces[pieces.len() - 1], b"last");
     }
 }
