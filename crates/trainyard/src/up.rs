@@ -235,6 +235,10 @@ pub struct SandboxFlags {
     /// Scratch (/tmp and /root) one replica may fill, in MiB; over it the replica is ended.
     #[arg(long, default_value_t = trainyard_runtime::local::supervisor::DEFAULT_SCRATCH_MIB)]
     pub replica_scratch_mib: u64,
+    /// Files, dirs and links one replica's scratch may hold (the data dir's inodes are every tenant's); over
+    /// it the replica is ended.
+    #[arg(long, default_value_t = trainyard_runtime::local::supervisor::DEFAULT_SCRATCH_INODES)]
+    pub replica_scratch_inodes: u64,
     /// Size of one replica's log file in KiB before it rotates (the previous file is kept, older ones go).
     #[arg(long, default_value_t = trainyard_runtime::local::supervisor::DEFAULT_LOG_BYTES / 1024)]
     pub replica_log_kib: u64,
@@ -397,6 +401,7 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
             cfg.limits = local::supervisor::Limits {
                 pids_max: f.replica_pids_max.max(16),
                 scratch_mib: f.replica_scratch_mib.max(1),
+                scratch_inodes: f.replica_scratch_inodes.max(64),
                 log_bytes: f.replica_log_kib.max(4) * 1024,
             };
             // The way from the data dir to each replica's own dirs: passable by the sandboxes, listable by

@@ -707,3 +707,47 @@ EOF"#;
     assert!(events.contains("CheckpointDone") && !events.contains("CheckpointTimedOut"), "{events}");
     assert!(s.log(&id, &master, None).contains("late checkpoint saved"), "{}", s.all_logs(&id));
 }
+
+/// Issue 29, item 4: the runtime dir was not counted (400 MiB in `/run/trainyard` under a 16 MiB limit) and
+/// stayed after the attempt (for a later attempt to find under the same uid), and empty files were not
+/// counted at all (200,000 of them used up the data dir's inodes). Both count now, and the runtime dir goes
+/// with the attempt.
+#[test]
+fn the_runtime_dir_and_empty_files_count_against_the_scratch_limit() {
+    let s = Server::start_with(
+        "scratch-gaps",
+        Options {
+            args: ["--replica-scratch-mib", "16", "--replica-scratch-inodes", "2000"]
+                .map(String::from)
+                .to_vec(),
+            ..Options::default()
+        },
+    );
+    let runtime = s.submit(&pytorch(
+        "rtfill",
+        0,
+        "dd if=/dev/zero of=/run/trainyard/fill bs=1M count=64 status=none; echo filled; sleep 60",
+    ));
+    let inodes = s.submit(&pytorch(
+        "inodes",
+        0,
+        "mkdir -p /tmp/many && cd /tmp/many && seq 1 5000 | xargs touch; echo touched; sleep 60",
+    ));
+    // The legitimate path beside them: a replica within both limits ends by itself.
+    let fine = s.submit(&pytorch("fine", 0, "seq 1 100 | xargs -I{} touch /tmp/{}; echo fine"));
+    for (id, what) in
+        [(&runtime, "MiB, over its limit of 16 MiB"), (&inodes, "files and dirs, over its limit of 2000")]
+    {
+        let t = s.wait_status(id, "Failed", secs(90));
+        let events = s.events_text(id);
+        assert!(events.contains("Evicted") && events.contains(what), "{events}");
+        let rdir = s.dir.join(format!("runs/{id}/a0/{}-master-0", t["name"].as_str().unwrap()));
+        // Gone with the attempt (moved aside at once, deleted on a thread of its own).
+        let t0 = Instant::now();
+        while rdir.join("runtime").exists() || rdir.join("runtime.gone").exists() {
+            assert!(t0.elapsed() < Duration::from_secs(30), "{} stays after the attempt", rdir.display());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    s.wait_status(&fine, "Succeeded", secs(60));
+}

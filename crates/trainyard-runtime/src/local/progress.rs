@@ -98,17 +98,20 @@ impl Run {
     }
 }
 
-/// An ended replica's scratch, moved aside until it is deleted.
+/// An ended replica's scratch and runtime dir, moved aside until they are deleted.
 const SCRATCH_GONE: &str = "scratch.gone";
+const RUNTIME_GONE: &str = "runtime.gone";
 
 /// Deletes what is left of the scratch of an ended attempt's replicas (a server stopped before its release
 /// thread was done). Never follows a link: a replica's dir is the platform's, its scratch the task's.
 pub(super) fn delete_scratch_left_in(attempt_dir: &Path) {
     let Ok(replicas) = std::fs::read_dir(attempt_dir) else { return };
     for r in replicas.flatten() {
-        let aside = r.path().join(SCRATCH_GONE);
-        if std::fs::symlink_metadata(&aside).is_ok_and(|m| m.is_dir()) {
-            let _ = std::fs::remove_dir_all(&aside);
+        for gone in [SCRATCH_GONE, RUNTIME_GONE] {
+            let aside = r.path().join(gone);
+            if std::fs::symlink_metadata(&aside).is_ok_and(|m| m.is_dir()) {
+                let _ = std::fs::remove_dir_all(&aside);
+            }
         }
     }
 }
@@ -289,11 +292,14 @@ impl LocalBackend {
         let mut gone = Vec::new();
         for r in &run.l.replicas {
             let rl = layout.replica(&r.name);
-            let aside = rl.dir.join(SCRATCH_GONE);
-            match std::fs::rename(rl.scratch(), &aside) {
-                Ok(()) => gone.push(aside),
-                Err(_) => {
-                    let _ = std::fs::remove_dir_all(rl.scratch());
+            // The runtime dir too: the replica wrote it, and its uid goes to a later attempt.
+            for (from, to) in [(rl.scratch(), SCRATCH_GONE), (rl.runtime(), RUNTIME_GONE)] {
+                let aside = rl.dir.join(to);
+                match std::fs::rename(&from, &aside) {
+                    Ok(()) => gone.push(aside),
+                    Err(_) => {
+                        let _ = std::fs::remove_dir_all(&from);
+                    }
                 }
             }
         }

@@ -44,9 +44,13 @@ pub struct ReplicaJob {
 pub struct Limits {
     /// Processes and threads in its cgroup (a fork bomb stops here).
     pub pids_max: u64,
-    /// Its scratch (`/tmp` and `/root`), checked every [`super::scratch::SCRATCH_CHECK_EVERY`]; over it, the replica is
-    /// ended as the kubelet evicts a pod over its ephemeral storage.
+    /// Its scratch (`/tmp`, `/root` and its runtime dir), checked every
+    /// [`super::scratch::SCRATCH_CHECK_EVERY`]; over it, the replica is ended as the kubelet evicts a pod over
+    /// its ephemeral storage.
     pub scratch_mib: u64,
+    /// Files, dirs and links its scratch may hold (inodes of the data dir's disk, which every tenant shares).
+    #[serde(default = "default_scratch_inodes")]
+    pub scratch_inodes: u64,
     /// Its log file; then the log rotates.
     pub log_bytes: u64,
 }
@@ -55,10 +59,20 @@ pub struct Limits {
 pub const DEFAULT_PIDS_MAX: u64 = 4096;
 pub const DEFAULT_SCRATCH_MIB: u64 = 50 * 1024;
 pub const DEFAULT_LOG_BYTES: u64 = 64 * 1024 * 1024;
+pub const DEFAULT_SCRATCH_INODES: u64 = 100_000;
+
+fn default_scratch_inodes() -> u64 {
+    DEFAULT_SCRATCH_INODES
+}
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { pids_max: DEFAULT_PIDS_MAX, scratch_mib: DEFAULT_SCRATCH_MIB, log_bytes: DEFAULT_LOG_BYTES }
+        Limits {
+            pids_max: DEFAULT_PIDS_MAX,
+            scratch_mib: DEFAULT_SCRATCH_MIB,
+            scratch_inodes: DEFAULT_SCRATCH_INODES,
+            log_bytes: DEFAULT_LOG_BYTES,
+        }
     }
 }
 

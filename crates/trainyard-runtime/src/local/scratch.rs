@@ -8,11 +8,13 @@ use std::time::{Duration, Instant};
 /// How often the scratch dirs are measured.
 pub const SCRATCH_CHECK_EVERY: Duration = Duration::from_secs(5);
 
-/// Measures the scratch dirs every [`SCRATCH_CHECK_EVERY`] and asks for the replica's end when they hold
-/// more than `limit_mib` (space allocated on disk, links not followed, each inode counted once).
+/// Measures what the replica may write (`dirs`: its scratch and its runtime dir) every
+/// [`SCRATCH_CHECK_EVERY`] and asks for the replica's end when they hold more than `limit_mib` (space
+/// allocated on disk, links not followed, each inode counted once) or more than `limit_inodes` entries.
 pub(super) fn watch_scratch(
-    dir: &Path,
+    dirs: &[std::path::PathBuf],
     limit_mib: u64,
+    limit_inodes: u64,
     evict: &Mutex<Option<String>>,
     stop: &std::sync::atomic::AtomicBool,
 ) {
@@ -23,24 +25,39 @@ pub(super) fn watch_scratch(
             continue;
         }
         last = Instant::now();
-        let used = disk_usage(dir);
-        if used > limit_mib * 1024 * 1024 {
+        let (used, inodes) = dirs.iter().map(|d| disk_usage(d)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        if let Some(why) = over(used, inodes, limit_mib, limit_inodes) {
             if let Ok(mut e) = evict.lock() {
-                *e = Some(format!(
-                    "its scratch (/tmp and /root) holds {} MiB, over its limit of {limit_mib} MiB",
-                    used / (1024 * 1024)
-                ));
+                *e = Some(why);
             }
             return;
         }
     }
 }
 
-/// Bytes allocated under `dir`, without following links (hard links counted once).
-fn disk_usage(dir: &Path) -> u64 {
+/// Why a scratch holding `bytes` in `inodes` entries is over its limits, if it is.
+fn over(bytes: u64, inodes: u64, limit_mib: u64, limit_inodes: u64) -> Option<String> {
+    if bytes > limit_mib.saturating_mul(1024 * 1024) {
+        return Some(format!(
+            "its scratch (/tmp, /root and {}) holds {} MiB, over its limit of {limit_mib} MiB",
+            super::sandbox::RUNTIME_DIR,
+            bytes / (1024 * 1024)
+        ));
+    }
+    if inodes > limit_inodes {
+        return Some(format!(
+            "its scratch (/tmp, /root and {}) holds {inodes} files and dirs, over its limit of {limit_inodes}",
+            super::sandbox::RUNTIME_DIR
+        ));
+    }
+    None
+}
+
+/// Bytes allocated under `dir` and the entries there, without following links (hard links counted once).
+fn disk_usage(dir: &Path) -> (u64, u64) {
     use std::os::unix::fs::MetadataExt;
     let mut seen = std::collections::HashSet::new();
-    let mut total = 0u64;
+    let (mut total, mut inodes) = (0u64, 0u64);
     let mut stack = vec![dir.to_owned()];
     while let Some(d) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(&d) else { continue };
@@ -50,10 +67,33 @@ fn disk_usage(dir: &Path) -> u64 {
                 continue;
             }
             total += m.blocks() * 512;
+            inodes += 1;
             if m.is_dir() {
                 stack.push(e.path());
             }
         }
     }
-    total
+    (total, inodes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_and_entries_both_count() {
+        assert_eq!(over(10 << 20, 10, 16, 100), None);
+        assert!(over(17 << 20, 10, 16, 100).unwrap().contains("17 MiB, over its limit of 16 MiB"));
+        assert!(over(0, 101, 16, 100).unwrap().contains("101 files and dirs, over its limit of 100"));
+        let d = std::env::temp_dir().join(format!("ty-scratch-count-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("sub")).unwrap();
+        for i in 0..50 {
+            std::fs::write(d.join("sub").join(format!("f{i}")), "").unwrap();
+        }
+        std::fs::hard_link(d.join("sub/f0"), d.join("again")).unwrap();
+        let (_, inodes) = disk_usage(&d);
+        let _ = std::fs::remove_dir_all(&d);
+        assert_eq!(inodes, 51, "50 files and the dir; a hard link counted once");
+    }
 }

@@ -22,8 +22,8 @@ use super::logfile::{LogFile, append_log};
 use super::netns;
 use super::procs::{self, Cgroup};
 pub use super::records::{
-    DEFAULT_LOG_BYTES, DEFAULT_PIDS_MAX, DEFAULT_SCRATCH_MIB, Event, ExitRecord, Limits, Phase, PooledJob,
-    ReplicaJob, ReplicaState, StopRequest,
+    DEFAULT_LOG_BYTES, DEFAULT_PIDS_MAX, DEFAULT_SCRATCH_INODES, DEFAULT_SCRATCH_MIB, Event, ExitRecord,
+    Limits, Phase, PooledJob, ReplicaJob, ReplicaState, StopRequest,
 };
 use super::runtime_dir::RuntimeDir;
 use super::sandbox::{RUNTIME_DIR, Start};
@@ -192,9 +192,11 @@ fn run(dir: &Path, job: ReplicaJob, ready: Option<Cgroup>) -> i32 {
         std::thread::spawn(move || super::metrics::monitor(&dir, &job, &pid, &stop))
     };
     let watcher = {
-        let (scratch, limit, evict, stop) =
-            (dir.join("scratch"), job.limits.scratch_mib, sup.evict.clone(), stop_monitor.clone());
-        std::thread::spawn(move || watch_scratch(&scratch, limit, &evict, &stop))
+        let dirs = vec![dir.join("scratch"), dir.join("runtime")];
+        let (limits, evict, stop) = (job.limits, sup.evict.clone(), stop_monitor.clone());
+        std::thread::spawn(move || {
+            watch_scratch(&dirs, limits.scratch_mib, limits.scratch_inodes, &evict, &stop)
+        })
     };
     let Ok(log) = LogFile::open(dir, job.limits.log_bytes) else { return 2 };
     let log = Arc::new(Mutex::new(log));
