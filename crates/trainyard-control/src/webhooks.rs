@@ -80,54 +80,12 @@ impl std::fmt::Display for Net {
     }
 }
 
-/// An IPv4 address written as IPv6 (`::ffff:127.0.0.1`) is that IPv4 address.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    }
-}
+pub use trainyard_core::netaddr::{canonical, restricted};
 
-/// Why an address is not a webhook destination by default, or `None` for a public one. Alarm webhooks are
-/// signed requests the server sends on a user's behalf: to loopback, link-local (cloud metadata services),
-/// private, unspecified or multicast addresses they would reach what only this machine or its network may
-/// (blind SSRF), so those take an admin's explicit `--webhook-allow-net`.
-pub fn restricted(ip: IpAddr) -> Option<&'static str> {
-    match canonical(ip) {
-        IpAddr::V4(a) => {
-            let o = a.octets();
-            if a.is_loopback() {
-                Some("loopback")
-            } else if a.is_link_local() {
-                Some("link-local")
-            } else if a.is_private() || (o[0] == 100 && (o[1] & 0xc0) == 64) {
-                // 10/8, 172.16/12, 192.168/16, and the carrier-grade NAT range 100.64/10.
-                Some("private")
-            } else if a.is_unspecified() || o[0] == 0 || a.is_broadcast() {
-                Some("unspecified")
-            } else if a.is_multicast() {
-                Some("multicast")
-            } else {
-                None
-            }
-        }
-        IpAddr::V6(a) => {
-            let first = a.segments()[0];
-            if a.is_loopback() {
-                Some("loopback")
-            } else if a.is_unspecified() {
-                Some("unspecified")
-            } else if a.is_multicast() {
-                Some("multicast")
-            } else if first & 0xffc0 == 0xfe80 || first & 0xffc0 == 0xfec0 {
-                Some("link-local")
-            } else if first & 0xfe00 == 0xfc00 {
-                Some("private")
-            } else {
-                None
-            }
-        }
-    }
+/// This machine's own addresses (a webhook there is the server's own machine, whatever range it is in).
+pub fn machine_addresses() -> Vec<IpAddr> {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    trainyard_core::netaddr::own_addresses(&read("/proc/net/fib_trie"), &read("/proc/net/if_inet6"))
 }
 
 /// How long a subscription waits for its webhook's name to resolve (a slow resolver must not hold the API;
@@ -139,12 +97,15 @@ const SUBSCRIBE_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WebhookPolicy {
     pub allowed_nets: Vec<Net>,
+    /// This machine's own addresses ([`machine_addresses`]), refused like the restricted ranges.
+    pub own: Vec<IpAddr>,
 }
 
 impl WebhookPolicy {
     /// Why `ip` may not be sent to, in words for a problem or the delivery log.
     pub fn refusal(&self, ip: IpAddr) -> Option<String> {
-        let what = restricted(ip)?;
+        let own = self.own.iter().any(|o| canonical(*o) == canonical(ip));
+        let what = restricted(ip).or(own.then_some("this machine's own"))?;
         if self.allowed_nets.iter().any(|n| n.contains(ip)) {
             return None;
         }
@@ -311,7 +272,11 @@ impl Webhooks {
 
     /// The same trust, sending also to these networks though they are loopback, private, link-local, ...
     pub fn allowing(self, nets: Vec<Net>) -> Webhooks {
-        Webhooks::build(self.roots, self.trust, WebhookPolicy { allowed_nets: nets })
+        Webhooks::build(
+            self.roots,
+            self.trust,
+            WebhookPolicy { allowed_nets: nets, own: machine_addresses() },
+        )
     }
 
     /// Which destinations are allowed.
@@ -422,8 +387,14 @@ mod tests {
         }
         let policy = WebhookPolicy {
             allowed_nets: vec![Net::parse("10.1.0.0/16").unwrap(), Net::parse("::1").unwrap()],
+            own: vec![ip("203.0.113.7")],
         };
         assert!(policy.refusal(ip("10.1.200.7")).is_none());
+        // This machine's public address, and internal ones written as NAT64 or 6to4.
+        assert!(policy.refusal(ip("203.0.113.7")).unwrap().contains("this machine's own address"));
+        assert!(policy.refusal(ip("::ffff:203.0.113.7")).unwrap().contains("this machine's own"));
+        assert!(policy.refusal(ip("64:ff9b::a9fe:a9fe")).unwrap().contains("link-local"));
+        assert!(policy.refusal(ip("2002:7f00:1::")).unwrap().contains("loopback"));
         assert!(policy.refusal(ip("10.2.0.1")).unwrap().contains("private address"));
         assert!(policy.refusal(ip("::1")).is_none());
         assert!(policy.refusal(ip("8.8.8.8")).is_none());

@@ -13,6 +13,7 @@ pub mod failure;
 mod grammar;
 pub mod image_ref;
 pub mod lifecycle;
+pub mod netaddr;
 pub mod parse;
 pub mod platform_env;
 pub mod problem;

@@ -94,6 +94,20 @@ pub(crate) async fn pull(
     let mut hosts: Vec<String> =
         access.registries.get(&r.registry).map(|x| x.mirrors.clone()).unwrap_or_default();
     hosts.push(r.registry.clone());
+    // A registry the catalog does not list is reached on a member's behalf only at a public address: not this
+    // machine, its networks or the cloud's metadata service (the webhooks' rules).
+    if !access.registries.contains_key(&r.registry) {
+        internal_host(&r.registry).await.map_or(Ok(()), |why| {
+            Err(PullError::new(
+                FailureClass::Invalid,
+                format!(
+                    "pulling {shown}: registry {} is {why}; registries on this machine or its networks are \
+                     pulled from only when an admin lists them in the catalog's registries",
+                    r.registry
+                ),
+            ))
+        })?;
+    }
     // The manifest, from the first source that has it.
     let mut found = None;
     let mut last_err = None;
@@ -199,6 +213,47 @@ pub(crate) async fn pull(
         return Err(no_bash(&shown));
     }
     Ok(Image::of(store, meta, shown))
+}
+
+/// How long a registry host's name may take to resolve for the address check.
+const HOST_LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Why a registry host (`name[:port]`, `[v6]:port`) is not reached on a member's behalf, if any of its
+/// addresses is restricted or this machine's own. A name that does not resolve is left to the pull (which
+/// fails as unreachable).
+async fn internal_host(registry: &str) -> Option<String> {
+    let (host, port) = match registry.strip_prefix('[') {
+        Some(v6) => {
+            let (h, rest) = v6.split_once(']')?;
+            (h.to_owned(), rest.strip_prefix(':').and_then(|p| p.parse().ok()).unwrap_or(443))
+        }
+        None => match registry.rsplit_once(':') {
+            Some((h, p)) if p.parse::<u16>().is_ok() => (h.to_owned(), p.parse().unwrap_or(443)),
+            _ => (registry.to_owned(), 443),
+        },
+    };
+    let addrs: Vec<std::net::IpAddr> = match host.parse() {
+        Ok(ip) => vec![ip],
+        Err(_) => {
+            match tokio::time::timeout(HOST_LOOKUP_TIMEOUT, tokio::net::lookup_host((host.as_str(), port)))
+                .await
+            {
+                Ok(Ok(found)) => found.map(|a| a.ip()).collect(),
+                _ => return None,
+            }
+        }
+    };
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let own =
+        trainyard_core::netaddr::own_addresses(&read("/proc/net/fib_trie"), &read("/proc/net/if_inet6"));
+    let canonical = trainyard_core::netaddr::canonical;
+    addrs.into_iter().find_map(|ip| match trainyard_core::netaddr::restricted(ip) {
+        Some(what) => Some(format!("at {ip}, a {what} address")),
+        None if own.iter().any(|o| canonical(*o) == canonical(ip)) => {
+            Some(format!("at {ip}, this machine's own address"))
+        }
+        None => None,
+    })
 }
 
 /// Fetches one layer into the blob store: written under `tmp/`, hashed as it arrives, renamed into place
@@ -372,5 +427,41 @@ impl tokio::io::AsyncWrite for Hashing<'_> {
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registries_at_internal_addresses_are_named_as_such() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let check = |r: &str| rt.block_on(internal_host(r));
+        for (r, what) in [
+            ("127.0.0.1:5000", "loopback"),
+            ("[::1]:5000", "loopback"),
+            ("169.254.169.254", "link-local"),
+            ("[64:ff9b::a9fe:a9fe]", "link-local"),
+            ("10.0.0.1:443", "private"),
+            ("localhost:5000", "loopback"),
+        ] {
+            let why = check(r).unwrap_or_else(|| panic!("{r} passed"));
+            assert!(why.contains(what), "{r}: {why}");
+        }
+        for r in ["8.8.8.8", "93.184.216.34:5000", "[2606:4700::1111]:443"] {
+            assert_eq!(check(r), None, "{r}");
+        }
+        // This machine's own addresses, whatever their range.
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        for own in
+            trainyard_core::netaddr::own_addresses(&read("/proc/net/fib_trie"), &read("/proc/net/if_inet6"))
+        {
+            let r = match own {
+                std::net::IpAddr::V4(a) => a.to_string(),
+                std::net::IpAddr::V6(a) => format!("[{a}]"),
+            };
+            assert!(check(&r).is_some(), "{r} is this machine's");
+        }
     }
 }

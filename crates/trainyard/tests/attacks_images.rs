@@ -213,3 +213,33 @@ fn an_image_past_the_machines_bounds_fails_at_once_without_retrying() {
     let tmp = s.dir.join("images/tmp");
     assert_eq!(std::fs::read_dir(&tmp).map(|r| r.count()).unwrap_or(0), 0, "{}", tmp.display());
 }
+
+/// Issue 29, item 8: with external images allowed and no registry listed, an image address named any host,
+/// and the server pulled from this machine and its networks on a member's behalf (127.0.0.1, the cloud's
+/// metadata address). Such hosts are now refused before any request; listing the registry in the catalog
+/// is the admin's allowance.
+#[test]
+fn an_image_address_cannot_reach_this_machine_unless_an_admin_lists_the_registry() {
+    let reg = TestRegistry::start("atk-internal", false, false);
+    reg.push("t/ok", "1", &[(GZIP_LAYER, base_layer())], json!({}));
+    let s = Server::start("atk-internal", None);
+    let mut c: Value = serde_saphyr::from_str(CATALOG).unwrap();
+    c["allowExternalImages"] = json!(true);
+    let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(&serde_json::to_string(&c).unwrap()));
+    assert_eq!(status, 200, "{body}");
+    let before = reg.log().len();
+    let local = s.submit(&on_image("local", &format!("{}/t/ok:1", reg.host), "echo ran"));
+    let metadata = s.submit(&on_image("meta", "169.254.169.254/latest/meta-data:1", "echo ran"));
+    for (id, what) in [(&local, "a loopback address"), (&metadata, "a link-local address")] {
+        s.wait_status(id, "Failed", secs(60));
+        let ev = s.events_text(id);
+        assert!(ev.contains(what) && ev.contains("lists them in the catalog's registries"), "{ev}");
+    }
+    assert_eq!(reg.log().len(), before, "the registry on this machine was asked:\n{}", reg.log());
+    // The admin lists the registry: the same image runs.
+    let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(&catalog_for(&reg.host)));
+    assert_eq!(status, 200, "{body}");
+    let listed = s.submit(&on_image("listed", &format!("{}/t/ok:1", reg.host), "echo ran"));
+    s.wait_status(&listed, "Succeeded", secs(120));
+    assert!(reg.log().len() > before, "the registry's log shows requests (so its silence above means none)");
+}
