@@ -196,7 +196,23 @@ pub(crate) async fn pull(
             .cloned()
             .collect()
     };
-    slot.total.store(missing.iter().map(|l| l.size.max(0) as u64).sum(), Ordering::Relaxed);
+    let to_fetch: u64 = missing.iter().map(|l| l.size.max(0) as u64).sum();
+    // The disk must hold what is fetched beside the room it keeps free (unpacking checks again as it goes).
+    if let Ok(fs) = rustix::fs::statvfs(&store.dir) {
+        let free = fs.f_bavail.saturating_mul(fs.f_frsize);
+        let reserve = store.unpack.limits.reserve_bytes;
+        if to_fetch.saturating_add(reserve) > free {
+            return Err(PullError::new(
+                FailureClass::DiskFull,
+                format!(
+                    "pulling {shown}: its layers weigh {to_fetch} bytes and the image cache's disk has {free} \
+                     free, {reserve} of which this machine keeps free: {}",
+                    crate::unpack::NO_SPACE
+                ),
+            ));
+        }
+    }
+    slot.total.store(to_fetch, Ordering::Relaxed);
     slot.set_phase(Phase::Downloading);
     let fetches: Vec<_> =
         missing.into_iter().map(|l| fetch(&client, store, &source, l, slot, &shown)).collect();

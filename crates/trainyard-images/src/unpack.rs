@@ -70,7 +70,7 @@ impl Default for Limits {
             layer_entries: 1_000_000,
             image_bytes: 128 << 30,
             image_entries: 2_000_000,
-            reserve_bytes: 1 << 30,
+            reserve_bytes: 256 << 20,
             reserve_inodes: 100_000,
         }
     }

@@ -318,12 +318,9 @@ fn mirrors_are_tried_first_and_the_registry_after_them() {
 fn a_full_disk_is_said_as_such() {
     let reg = TestRegistry::start("full", false, false);
     let big: Vec<u8> = (0..6u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
-    reg.push(
-        "big",
-        "1",
-        &[(TAR_LAYER, files_layer(&[("usr/bin/bash", BASH, 0o755), ("big", &big, 0o644)]))],
-        serde_json::json!({}),
-    );
+    let layer = files_layer(&[("usr/bin/bash", BASH, 0o755), ("big", &big, 0o644)]);
+    let layer_digest = trainyard_images::testing::digest_of(&layer);
+    reg.push("big", "1", &[(TAR_LAYER, layer)], serde_json::json!({}));
     let dir = std::env::temp_dir().join(format!("ty-cache-full-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // A 4 MiB file system for the cache (the tests run as root, as the local backend needs).
@@ -342,4 +339,7 @@ fn a_full_disk_is_said_as_such() {
     let Look::Failed(e) = got else { panic!("{got:?}") };
     assert_eq!(e.class, FailureClass::DiskFull, "{e}");
     assert!(!e.class.retryable() && e.message.contains("no space left"), "a full disk fails at once: {e}");
+    // Known from the manifest's sizes: refused before a byte of the layer was fetched.
+    assert!(e.message.contains("its layers weigh"), "{e}");
+    assert_eq!(reg.blob_gets(&layer_digest), 0, "the layer was fetched anyway");
 }
