@@ -356,6 +356,10 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
     }
 
     let mut isolation = Vec::new();
+    // This server's egress table, once installed (removed at stop when nothing of this server runs), with
+    // whether forwarding was off before.
+    let mut host_rules: Option<(local::netns::Egress, bool)> = None;
+    let mut local_handle: Option<LocalBackend> = None;
     let backend = match (opts.backend, find_bwrap().and_then(|b| local::isolation_ready().map(|()| b))) {
         (BackendChoice::Kubernetes, _) => {
             // The default context's cluster, and one backend per other context the catalog's clusters name.
@@ -393,9 +397,15 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
                         .map_err(anyhow::Error::msg)?,
                     allow,
                     nft,
+                    table: local::netns::table_name(data_dir),
                 };
-                local::netns::install_host_rules(&egress)
+                let was_off = local::netns::install_host_rules(&egress)
                     .map_err(|e| anyhow::anyhow!("--sandbox-egress: {e}"))?;
+                println!(
+                    "egress: nftables table inet {} (removed at stop once no attempt runs)",
+                    egress.table
+                );
+                host_rules = Some((egress.clone(), was_off));
                 cfg.egress = Some(egress);
             }
             cfg.limits = local::supervisor::Limits {
@@ -435,6 +445,7 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
             );
             isolation = local::describe_isolation(&cfg);
             let local = LocalBackend::new(cfg).context("cannot open the runs dir")?;
+            local_handle = Some(local.clone());
             AnyBackend::Local(local)
         }
         (BackendChoice::Local, Err(why)) => anyhow::bail!("{why}"),
@@ -542,9 +553,25 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
         "  CLI:     export TRAINYARD_TOKEN=$(cat {}) ; trainyard{server_flag} submit -f examples/local/hello.yaml --wait",
         data_dir.join("admin.token").display()
     );
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot watch for SIGTERM")?;
     tokio::select! {
         r = trainyard_api::serve_with(listener, state, serve_options) => r.context("the server stopped")?,
         _ = tokio::signal::ctrl_c() => println!("stopping"),
+        _ = term.recv() => println!("stopping (SIGTERM)"),
+    }
+    if let Some((egress, was_off)) = host_rules {
+        if local_handle.as_ref().is_some_and(LocalBackend::attempts_live) {
+            println!(
+                "egress: table inet {} kept: attempts of this server still run (their replicas outlive it); the \
+                 next start takes it over",
+                egress.table
+            );
+        } else if let Err(e) = local::netns::remove_host_rules(&egress, was_off) {
+            eprintln!("egress: cannot remove table inet {}: {e}", egress.table);
+        } else {
+            println!("egress: table inet {} removed", egress.table);
+        }
     }
     Ok(())
 }

@@ -751,3 +751,46 @@ fn the_runtime_dir_and_empty_files_count_against_the_scratch_limit() {
     }
     s.wait_status(&fine, "Succeeded", secs(60));
 }
+
+/// Issue 29, item 5: two servers on one machine shared one nftables table, the last started replaced the
+/// other's egress policy, and the table (with forwarding on) stayed after both stopped. Each server now has
+/// a table of its own, named by its data dir, removed when it stops with nothing left running.
+#[test]
+fn two_servers_on_one_machine_keep_their_own_egress_tables_and_remove_them_at_stop() {
+    let tables = || {
+        let out = std::process::Command::new("nft").args(["list", "tables"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let with_egress = |name: &str, allow: &str| {
+        Server::start_with(
+            name,
+            Options {
+                args: ["--sandbox-egress", "--sandbox-egress-allow", allow].map(String::from).to_vec(),
+                ..Options::default()
+            },
+        )
+    };
+    let mut a = with_egress("egress-table-a", "10.77.0.0/16");
+    let mut b = with_egress("egress-table-b", "10.88.0.0/16");
+    let name = |s: &Server| trainyard_runtime::local::netns::table_name(&s.dir);
+    let (ta, tb) = (name(&a), name(&b));
+    assert_ne!(ta, tb);
+    let listed = tables();
+    assert!(
+        listed.contains(&format!("table inet {ta}")) && listed.contains(&format!("table inet {tb}")),
+        "{listed}"
+    );
+    // B's start left A's policy as A set it.
+    let rules = |t: &str| {
+        let out = std::process::Command::new("nft").args(["list", "table", "inet", t]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(rules(&ta).contains("10.77.0.0/16") && !rules(&ta).contains("10.88.0.0/16"), "{}", rules(&ta));
+    assert!(rules(&tb).contains("10.88.0.0/16"), "{}", rules(&tb));
+    b.stop();
+    let listed = tables();
+    assert!(!listed.contains(&format!("table inet {tb}")), "B's table stays after its stop:\n{listed}");
+    assert!(listed.contains(&format!("table inet {ta}")), "B's stop took A's table:\n{listed}");
+    a.stop();
+    assert!(!tables().contains(&format!("table inet {ta}")), "{}", tables());
+}

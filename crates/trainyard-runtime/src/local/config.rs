@@ -119,7 +119,7 @@ pub fn describe_isolation(cfg: &LocalConfig) -> Vec<String> {
                 None => ", and no egress (--sandbox-egress)".to_owned(),
                 Some(e) => format!(
                     "; egress ON: the internet through this machine, never private, loopback or link-local \
-                     ranges{} (IP forwarding is on, nftables table inet trainyard)",
+                     ranges{} (IP forwarding is on, nftables table inet {})",
                     if e.allow.is_empty() {
                         String::new()
                     } else {
@@ -131,7 +131,8 @@ pub fn describe_isolation(cfg: &LocalConfig) -> Vec<String> {
                                 .collect::<Vec<_>>()
                                 .join(", ")
                         )
-                    }
+                    },
+                    e.table
                 ),
             }
         ),

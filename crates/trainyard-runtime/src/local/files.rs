@@ -97,6 +97,15 @@ pub(super) mod slots {
         Ok(slot)
     }
 
+    /// Whether an attempt under `runs_dir` holds a slot and may still run.
+    pub fn any_live_under(runs_dir: &Path) -> bool {
+        let Ok(rd) = std::fs::read_dir(DIR) else { return false };
+        rd.flatten().filter_map(|e| std::fs::read_to_string(e.path()).ok()).any(|holder| {
+            let holder = Path::new(&holder);
+            holder.starts_with(runs_dir) && live(holder)
+        })
+    }
+
     /// Gives a slot back (if `attempt` still holds it).
     pub fn release(slot: u32, attempt: &Path) {
         let path = Path::new(DIR).join(slot.to_string());

@@ -181,6 +181,11 @@ fn log_tail(dir: &Path, max: u64) -> String {
 
 impl LocalBackend {
     /// Opens the runs dir and reattaches to every attempt that has not ended.
+    /// Whether an attempt of this server may still run (its replicas outlive the server).
+    pub fn attempts_live(&self) -> bool {
+        files::slots::any_live_under(&self.cfg.runs_dir)
+    }
+
     pub fn new(cfg: LocalConfig) -> std::io::Result<LocalBackend> {
         std::fs::create_dir_all(&cfg.runs_dir)?;
         files::spread_subdirs(&cfg.runs_dir);

@@ -34,8 +34,9 @@
 //! **Egress** is off unless the admin turns it on (`trainyard up --sandbox-egress`). Then `sw1` gets the
 //! range's first address as the replicas' gateway, and the switch namespace an uplink: a veth pair to the host
 //! (`tyu…` on the host side) with a /30 of its own from [`DEFAULT_UPLINKS`]; the switch masquerades the
-//! replicas behind its uplink address, and the host (one nftables table, `inet trainyard`) forwards and
-//! masquerades what comes from an uplink, except to this machine itself (its input hook drops everything from
+//! replicas behind its uplink address, and the host (one nftables table per server, `inet trainyard_HASH`
+//! named by its data dir: two servers on one machine never replace each other's, and a packet passes only
+//! what both allow) forwards and masquerades what comes from an uplink, except to this machine itself (its input hook drops everything from
 //! an uplink), to another attempt's uplink, and to private, loopback, link-local (cloud metadata), shared and
 //! multicast ranges, unless the admin allows a network (`--sandbox-egress-allow CIDR`).
 
@@ -77,6 +78,19 @@ pub struct Egress {
     pub allow: Vec<Range>,
     /// nftables' `nft`.
     pub nft: PathBuf,
+    /// This server's host table ([`table_name`]).
+    pub table: String,
+}
+
+/// The host nftables table of the server whose data dir is `data_dir`: `trainyard_` and 8 hex digits of a
+/// hash of the dir's path (FNV-1a), the same at every start.
+pub fn table_name(data_dir: &Path) -> String {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in data_dir.as_os_str().as_encoded_bytes() {
+        h ^= u32::from(*b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    format!("trainyard_{h:08x}")
 }
 
 /// One attempt's way out: its uplink and the replicas' gateway.
@@ -138,9 +152,10 @@ fn nft(nft: &Path, ns: Option<&OwnedFd>, rules: &str) -> Result<(), String> {
     std::thread::scope(|s| s.spawn(run).join().unwrap_or_else(|_| Err("the nft thread panicked".into())))
 }
 
-/// The host's part of egress, replaced atomically (one nftables transaction): forwarding on, and the
-/// `inet trainyard` table that keeps uplinks off this machine and off the blocked ranges.
-pub fn install_host_rules(egress: &Egress) -> Result<(), String> {
+/// The host's part of egress, replaced atomically (one nftables transaction): forwarding on, and this
+/// server's table that keeps uplinks off this machine and off the blocked ranges. Answers whether forwarding
+/// was off before (so that the last server to stop may turn it off again).
+pub fn install_host_rules(egress: &Egress) -> Result<bool, String> {
     let allowed: Vec<String> = egress.allow.iter().map(Range::cidr).collect();
     let allow_rule = if allowed.is_empty() {
         String::new()
@@ -148,9 +163,9 @@ pub fn install_host_rules(egress: &Egress) -> Result<(), String> {
         format!("    iifname \"tyu*\" ip daddr {{ {} }} accept\n", allowed.join(", "))
     };
     let rules = format!(
-        "table inet trainyard {{}}\n\
-         delete table inet trainyard\n\
-         table inet trainyard {{\n\
+        "table inet {table} {{}}\n\
+         delete table inet {table}\n\
+         table inet {table} {{\n\
          \x20 chain input {{\n    type filter hook input priority -10; policy accept;\n    iifname \"tyu*\" drop\n  }}\n\
          \x20 chain forward {{\n    type filter hook forward priority -10; policy accept;\n\
          \x20   iifname \"tyu*\" oifname \"tyu*\" drop\n{allow_rule}\
@@ -167,10 +182,32 @@ pub fn install_host_rules(egress: &Egress) -> Result<(), String> {
             .collect::<Vec<_>>()
             .join(", "),
         uplinks = egress.uplinks.cidr(),
+        table = egress.table,
     );
     nft(&egress.nft, None, &rules)?;
-    std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
-        .map_err(|e| format!("cannot turn forwarding on: {e}"))
+    let was_off = std::fs::read_to_string(FORWARDING).is_ok_and(|v| v.trim() == "0");
+    std::fs::write(FORWARDING, "1").map_err(|e| format!("cannot turn forwarding on: {e}"))?;
+    Ok(was_off)
+}
+
+const FORWARDING: &str = "/proc/sys/net/ipv4/ip_forward";
+
+/// Removes this server's host table, and turns forwarding off again when it was off before this server
+/// turned it on and no other server's table is left. Called at stop only when no attempt of this server
+/// with an uplink still runs (its replicas outlive the server, and the table is what keeps them off this
+/// machine).
+pub fn remove_host_rules(egress: &Egress, forwarding_was_off: bool) -> Result<(), String> {
+    nft(&egress.nft, None, &format!("table inet {t} {{}}\ndelete table inet {t}\n", t = egress.table))?;
+    let out = Command::new(&egress.nft)
+        .args(["list", "tables"])
+        .output()
+        .map_err(|e| format!("nft list tables: {e}"))?;
+    let others =
+        String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim().starts_with("table inet trainyard"));
+    if forwarding_was_off && !others {
+        std::fs::write(FORWARDING, "0").map_err(|e| format!("cannot turn forwarding off: {e}"))?;
+    }
+    Ok(())
 }
 
 /// The IPv4 networks this machine is directly on (its LAN: other machines there are not the internet), from

@@ -146,6 +146,19 @@ impl Server {
         }
     }
 
+    /// SIGTERM, as an admin (or systemd) stops it, and waits for it to end (SIGKILL after 30 s).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+            let t0 = std::time::Instant::now();
+            while matches!(c.try_wait(), Ok(None)) && t0.elapsed() < Duration::from_secs(30) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     /// Starts again on the same data dir and address.
     pub fn restart(&mut self) {
         self.kill();
