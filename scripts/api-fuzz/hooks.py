@@ -10,8 +10,9 @@ $TRAINYARD_API_FUZZ_KNOWN is the JSON seed.py wrote for the caller of this pass.
   real tasks. A share names an existing user half the time.
 - Two requests that would end the run are changed just before they are sent: revoking the caller's own
   token (swapped for an id no token has) and an admin saving their own user with another role (the role
-  kept). Both are legitimate requests that the server rightly obeys; disabling oneself needs no guard, the
-  server refuses it (409).
+  kept). Both are legitimate requests that the server rightly obeys; disabling or deleting oneself needs no
+  guard, the server refuses it (409). Deleting the seeded member (the admin's pass may) leaves its later
+  operations on that user answering their documented 404s.
 
 Everything is drawn through Hypothesis, so a run's seed replays it.
 """

@@ -92,6 +92,8 @@ impl From<CommandError> for ApiError {
             CommandError::WrongState { .. } => ApiError::Conflict(e.to_string()),
             CommandError::Store(s) => s.into(),
             CommandError::Corrupt(..) => ApiError::Internal(e.to_string()),
+            CommandError::NoSuchUser(_) => ApiError::NotFoundWhat(e.to_string()),
+            CommandError::UserDeleted(_) => ApiError::Conflict(e.to_string()),
         }
     }
 }

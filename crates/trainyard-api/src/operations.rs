@@ -6,7 +6,7 @@ use crate::error::ProblemBody;
 use crate::routes::admin::{NodeStateBody, RegistryLoginBody, RegistryLoginEntry};
 use crate::routes::shares::{ShareBody, ShareEntry};
 use crate::routes::tasks::CloneBody;
-use crate::routes::users::{TaskEnvBody, TokenBody, UserBody};
+use crate::routes::users::{TaskEnvBody, TokenBody, UserBody, WorkBody};
 use crate::schema::{Schemas, schema_of};
 use crate::settings::AdminSettings;
 use crate::views::{
@@ -603,14 +603,14 @@ pub const OPERATIONS: &[Operation] = &[
         id: "saveUser",
         method: "post",
         path: "/api/v1/admin/users",
-        summary: "Create or update a user (admin)",
+        summary: "Create or update a user (admin); 409 for a deleted user's name, which is not used again",
         query: &[],
         headers: &[],
         body: Body::Json(schema_of::<UserBody>),
         ok: 200,
         answer: Answer::Json(schema_of::<UserView>),
         also_ok: &[],
-        errors: &[],
+        errors: &[409],
     },
     Operation {
         id: "createToken",
@@ -655,10 +655,10 @@ pub const OPERATIONS: &[Operation] = &[
         id: "disableUser",
         method: "post",
         path: "/api/v1/admin/users/{name}/disable",
-        summary: "Disable a user: every token of theirs is refused with a 403 (account-disabled); tasks stay (admin)",
+        summary: "Disable a user: every token of theirs is refused with a 403 (account-disabled); their work goes as the body says (no body: queued tasks held, not admitted until the user is enabled again; running ones stopped with the exit checkpoint); tasks stay (admin)",
         query: &[],
         headers: &[],
-        body: Body::None,
+        body: Body::OptionalJson(schema_of::<WorkBody>),
         ok: 204,
         answer: Answer::Empty,
         also_ok: &[],
@@ -668,14 +668,27 @@ pub const OPERATIONS: &[Operation] = &[
         id: "enableUser",
         method: "post",
         path: "/api/v1/admin/users/{name}/enable",
-        summary: "Enable a disabled user again (admin)",
+        summary: "Enable a disabled user again: their tokens work and their held tasks are released (admin; 409 for a deleted user)",
         query: &[],
         headers: &[],
         body: Body::None,
         ok: 204,
         answer: Answer::Empty,
         also_ok: &[],
-        errors: &[404],
+        errors: &[404, 409],
+    },
+    Operation {
+        id: "deleteUser",
+        method: "post",
+        path: "/api/v1/admin/users/{name}/delete",
+        summary: "Delete a user: every token of theirs removed at once (401 from then on), their work as for a disable, their tasks kept for the record (ownerDeleted); the name is not used again (admin)",
+        query: &[],
+        headers: &[],
+        body: Body::OptionalJson(schema_of::<WorkBody>),
+        ok: 204,
+        answer: Answer::Empty,
+        also_ok: &[],
+        errors: &[404, 409],
     },
     Operation {
         id: "listRecentImages",

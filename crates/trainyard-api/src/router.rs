@@ -3,10 +3,10 @@
 
 use crate::console;
 use crate::error::problems_for_every_error;
-use crate::routes::{NoParams, admin, server, shares, tasks, telemetry, users};
+use crate::routes::{admin, server, shares, tasks, telemetry, users};
 use crate::state::AppState;
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::response::Response;
 use axum::routing::{delete, get, post, put};
 use trainyard_core::MAX_DOCUMENT_BYTES;
@@ -44,14 +44,9 @@ pub fn router(state: AppState) -> Router {
             put(admin::put_registry_login).delete(admin::delete_registry_login),
         )
         .route("/api/v1/admin/users", post(users::put_user).get(users::list_users))
-        .route(
-            "/api/v1/admin/users/{name}/disable",
-            post(|State(s), h, Path(name), _: Query<NoParams>| users::set_user_disabled(s, h, name, true)),
-        )
-        .route(
-            "/api/v1/admin/users/{name}/enable",
-            post(|State(s), h, Path(name), _: Query<NoParams>| users::set_user_disabled(s, h, name, false)),
-        )
+        .route("/api/v1/admin/users/{name}/disable", post(users::disable_user))
+        .route("/api/v1/admin/users/{name}/enable", post(users::enable_user))
+        .route("/api/v1/admin/users/{name}/delete", post(users::delete_user))
         .route("/api/v1/users/{name}/tokens", post(users::create_token).get(users::list_tokens))
         .route("/api/v1/users/{name}/tokens/{token}", delete(users::revoke_token))
         .route("/api/v1/users/{name}/env", get(users::list_task_env).put(users::put_task_env))

@@ -29,6 +29,8 @@ pub struct Shared {
     pub secrets: Arc<SecretBox>,
     /// Queue positions and wait reasons, readable without waiting for the control loop.
     pub queue: QueueBoard,
+    /// Disabled and deleted users as the control loop last read them (a task view shows a deleted owner).
+    pub accounts: trainyard_control::AccountsHandle,
     pub tokens: TokenCache,
     pub metrics: Arc<Metrics>,
     pub control: Arc<Mutex<Control<AnyBackend>>>,
@@ -64,6 +66,7 @@ impl AppState {
             catalog: handle,
             secrets: Arc::new(secrets),
             queue: control.queue_board(),
+            accounts: control.accounts(),
             submitter: control.submitter(),
             views: control.views(),
             webhooks: trainyard_control::alarms::Webhooks::system(),

@@ -43,6 +43,8 @@ pub struct TaskView {
     pub id: String,
     pub name: String,
     pub owner: String,
+    /// The owner's account was deleted (the task is kept for the record).
+    pub owner_deleted: bool,
     pub project_group: String,
     #[serde(rename = "type")]
     pub task_type: String,
@@ -70,11 +72,13 @@ object_schema!(
     /// runs (statusSinceMs; runStartedAtMs, null until the attempt enters Running and again once it is
     /// queued), and its spec with hidden values masked (null in lists). `deleted` is true once it was
     /// deleted: lists leave it out and it cannot be resubmitted, but it is still read by id (a running one
-    /// goes on to Stopped).
+    /// goes on to Stopped). `ownerDeleted` is true once an admin deleted the owner's account: the task is kept
+    /// for the record.
     closed TaskView as "Task" {
         "id": String,
         "name": String,
         "owner": String,
+        "ownerDeleted": bool,
         "projectGroup": String,
         "type": TaskType,
         "status": Status,
@@ -185,7 +189,8 @@ pub struct QueueView {
     pub reason: String,
 }
 object_schema!(
-    /// Where a queued task stands as of the control loop's last tick, and why it waits.
+    /// Where a queued task stands as of the control loop's last tick, and why it waits. A task held because
+    /// its owner's account is disabled or deleted is in no place in line: position 0, and the reason says so.
     closed QueueView as "QueuePosition" { "position": u32, "positionInGroup": u32, "reason": String }
 );
 
@@ -267,6 +272,7 @@ pub(crate) fn task_view(state: &AppState, t: &TaskRecord, spec: Spec) -> TaskVie
         id: t.id.clone(),
         name: t.name.clone(),
         owner: t.owner.clone(),
+        owner_deleted: state.accounts.get().deleted(&t.owner),
         project_group: t.project_group.clone(),
         task_type: t.task_type.clone(),
         status: t.status,
@@ -463,15 +469,22 @@ object_schema!(
 
 /// A user as admins list them.
 #[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct UserEntry {
     pub name: String,
     pub role: String,
     pub groups: Vec<String>,
     pub disabled: bool,
+    pub deleted: bool,
+    pub work_held: bool,
 }
 object_schema!(
-    /// A user as admins list them (never a token or its hash).
-    closed UserEntry as "UserEntry" { "name": String, "role": Role, "groups": Vec<String>, "disabled": bool }
+    /// A user as admins list them (never a token or its hash): `disabled` (every token refused), `deleted`
+    /// (tokens gone, the name kept for the record and not used again), `workHeld` (their queued tasks are
+    /// not admitted until they are enabled again).
+    closed UserEntry as "UserEntry" {
+        "name": String, "role": Role, "groups": Vec<String>, "disabled": bool, "deleted": bool, "workHeld": bool
+    }
 );
 
 /// A user's role, for the schema (the store keeps it as a string).

@@ -510,11 +510,11 @@ fn admins_list_users_and_members_may_not() {
     assert_eq!(names, ["alice", "bob", "carol", "dave", "root"], "by name: {list}");
     assert_eq!(
         items[0],
-        serde_json::json!({"name": "alice", "role": "member", "groups": ["nlp"], "disabled": false})
+        serde_json::json!({"name": "alice", "role": "member", "groups": ["nlp"], "disabled": false, "deleted": false, "workHeld": false})
     );
     assert_eq!(
         items[4],
-        serde_json::json!({"name": "root", "role": "admin", "groups": [], "disabled": false})
+        serde_json::json!({"name": "root", "role": "admin", "groups": [], "disabled": false, "deleted": false, "workHeld": false})
     );
     let text = list.to_string();
     for secret in
@@ -536,7 +536,7 @@ fn admins_list_users_and_members_may_not() {
     assert_eq!(
         erin,
         Some(
-            serde_json::json!({"name": "erin", "role": "member", "groups": ["cv", "nlp"], "disabled": false})
+            serde_json::json!({"name": "erin", "role": "member", "groups": ["cv", "nlp"], "disabled": false, "deleted": false, "workHeld": false})
         )
     );
 }
@@ -918,7 +918,7 @@ fn tokens_are_revoked_and_users_disabled() {
     assert_eq!(who["groups"], serde_json::json!(["nlp"]), "{who}");
     // A change made elsewhere (another server on this store) takes effect within the cache's TTL.
     assert_eq!(s.call("GET", "carol", "/api/v1/whoami", None, None).0, 200);
-    s.with_store(async |st| assert!(st.set_user_disabled("carol", true).await.unwrap()));
+    s.with_store(async |st| assert!(st.set_user_disabled("carol", true, true).await.unwrap()));
     let deadline = Instant::now() + trainyard_api::TOKEN_CACHE_TTL + Duration::from_secs(2);
     while s.call("GET", "carol", "/api/v1/whoami", None, None).0 != 403 {
         assert!(Instant::now() < deadline, "carol's token still works after the cache TTL");

@@ -500,12 +500,50 @@ fn every_answer_matches_its_documented_schema() {
     assert_eq!(c.call(revoke, &format!("/api/v1/users/erin/tokens/{token_id}"), "root", None).status, 404);
     let disable = "post /api/v1/admin/users/{name}/disable";
     let enable = "post /api/v1/admin/users/{name}/enable";
-    assert_eq!(c.call(disable, "/api/v1/admin/users/bob/disable", "root", None).status, 204);
+    // bob's work goes on (his task is read later); with no body, queued work would be held and running work
+    // stopped.
+    let keep = Some(r#"{"queued": "keep", "running": "keep"}"#);
+    assert_eq!(c.call(disable, "/api/v1/admin/users/bob/disable", "root", keep).status, 204);
     assert_eq!(c.call("get /api/v1/whoami", "/api/v1/whoami", "bob", None).status, 403, "disabled");
     assert_eq!(c.call(disable, "/api/v1/admin/users/root/disable", "root", None).status, 409);
     assert_eq!(c.call(disable, "/api/v1/admin/users/ghost/disable", "root", None).status, 404);
+    assert_eq!(
+        c.call(disable, "/api/v1/admin/users/bob/disable", "root", Some(r#"{"queued": "later"}"#)).status,
+        400
+    );
+    assert_eq!(c.call(disable, "/api/v1/admin/users/bob/disable", "alice", None).status, 403);
+    let listed = c.call("get /api/v1/admin/users", "/api/v1/admin/users", "root", None).json();
+    let bob = listed["items"].as_array().unwrap().iter().find(|u| u["name"] == "bob").unwrap().clone();
+    assert_eq!(
+        (&bob["disabled"], &bob["deleted"], &bob["workHeld"]),
+        (&Value::Bool(true), &false.into(), &false.into())
+    );
     assert_eq!(c.call(enable, "/api/v1/admin/users/bob/enable", "root", None).status, 204);
     assert_eq!(c.call(enable, "/api/v1/admin/users/ghost/enable", "root", None).status, 404);
+    // A user with no work, deleted: tokens gone (401), the name retired.
+    let delete = "post /api/v1/admin/users/{name}/delete";
+    assert_eq!(c.call(delete, "/api/v1/admin/users/erin/delete", "alice", None).status, 403);
+    assert_eq!(c.call(delete, "/api/v1/admin/users/root/delete", "root", None).status, 409);
+    assert_eq!(
+        c.call(delete, "/api/v1/admin/users/erin/delete", "root", Some(r#"{"queued": "stop"}"#)).status,
+        204
+    );
+    assert_eq!(
+        c.call(delete, "/api/v1/admin/users/erin/delete", "root", None).status,
+        409,
+        "deleted already"
+    );
+    assert_eq!(c.call(delete, "/api/v1/admin/users/ghost/delete", "root", None).status, 404);
+    assert_eq!(c.call(enable, "/api/v1/admin/users/erin/enable", "root", None).status, 409);
+    assert_eq!(
+        c.call(users, "/api/v1/admin/users", "root", Some(erin)).status,
+        409,
+        "the name is not reused"
+    );
+    assert_eq!(c.call(tokens, "/api/v1/users/erin/tokens", "root", None).status, 404);
+    let listed = c.call("get /api/v1/admin/users", "/api/v1/admin/users", "root", None).json();
+    let erin = listed["items"].as_array().unwrap().iter().find(|u| u["name"] == "erin").unwrap().clone();
+    assert_eq!((&erin["deleted"], &erin["workHeld"]), (&Value::Bool(true), &true.into()));
 
     // TaskEnv and alarms.
     let put_env = "put /api/v1/users/{name}/env";
@@ -825,6 +863,8 @@ fn request_schemas_refuse_what_the_server_refuses() {
     let login = "put /api/v1/admin/registries/{host}/login";
     let users = "post /api/v1/admin/users";
     let env = "put /api/v1/users/{name}/env";
+    let (disable, at_disable) =
+        ("post /api/v1/admin/users/{name}/disable", "/api/v1/admin/users/alice/disable");
     let at_node = "/api/v1/admin/nodes/node-0";
     let at_login = "/api/v1/admin/registries/registry.example:5000/login";
     let (at_users, at_env) = ("/api/v1/admin/users", "/api/v1/users/root/env");
@@ -854,6 +894,14 @@ fn request_schemas_refuse_what_the_server_refuses() {
         (users, at_users, user("a".repeat(65)), false),
         (users, at_users, user("x y".into()), false),
         (users, at_users, user(String::new()), false),
+        (disable, at_disable, json!({}), true),
+        (disable, at_disable, json!({"queued": "keep", "running": "keep"}), true),
+        (disable, at_disable, json!({"queued": "stop"}), true),
+        (disable, at_disable, json!({"queued": "pause"}), false),
+        (disable, at_disable, json!({"running": "hold"}), false),
+        (disable, at_disable, json!({"queued": null}), false),
+        (disable, at_disable, json!({"work": "hold"}), false),
+        (disable, at_disable, json!(["hold"]), false),
         (env, at_env, var("_X1", "v"), true),
         (env, at_env, var("1X", "v"), false),
         (env, at_env, var("BAD NAME", "v"), false),

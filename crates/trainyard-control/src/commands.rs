@@ -11,6 +11,19 @@ impl<B: Backend> Control<B> {
     /// Stops a task: a queued one at once, a running one through Stopping (checkpoint window, then
     /// termination).
     pub async fn stop(&self, task_id: &str, deleting: bool, now_ms: i64) -> Result<TaskRecord, CommandError> {
+        let message = if deleting { "deleted by a user" } else { "stopped by a user" };
+        self.stop_with(task_id, deleting, message, now_ms).await
+    }
+
+    /// [`Self::stop`] with the event's message (`StopRequested` or `Deleted`; the exit checkpoint protocol
+    /// runs either way).
+    pub(crate) async fn stop_with(
+        &self,
+        task_id: &str,
+        deleting: bool,
+        message: &'static str,
+        now_ms: i64,
+    ) -> Result<TaskRecord, CommandError> {
         let t =
             self.store.get_task(task_id).await?.ok_or_else(|| CommandError::NotFound(task_id.to_owned()))?;
         let status = t.status;
@@ -26,7 +39,6 @@ impl<B: Backend> Control<B> {
                 });
             }
         };
-        let message = if deleting { "deleted by a user" } else { "stopped by a user" };
         let updated =
             self.apply(&t, Step::new(to, reason, message, t.attempt), now_ms).await?.ok_or_else(|| {
                 CommandError::WrongState {

@@ -12,7 +12,7 @@ pub enum SubmitError {
     Store(#[from] StoreError),
 }
 
-/// A command on a task refused.
+/// A command on a task (or on a user's account) refused.
 #[derive(Debug, thiserror::Error)]
 pub enum CommandError {
     #[error("task {0} does not exist")]
@@ -23,4 +23,8 @@ pub enum CommandError {
     Store(#[from] StoreError),
     #[error("stored task {0} is unreadable: {1}")]
     Corrupt(String, String),
+    #[error("no such user {0:?}")]
+    NoSuchUser(String),
+    #[error("user {0:?} was deleted; a deleted user cannot be changed, and the name is not used again")]
+    UserDeleted(String),
 }

@@ -8,7 +8,8 @@ use trainyard_core::Catalog;
 use trainyard_core::spec::TrainingTask;
 use trainyard_store::TaskRecord;
 
-/// Where a queued task stands, as of the last tick.
+/// Where a queued task stands, as of the last tick. A task its owner's account holds (see `accounts`) is in
+/// no place in line: position 0.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueInfo {
     pub position: u32,

@@ -15,12 +15,14 @@
 //! `tick` (one round and its scheduling cycle) and `report` (what it did), `apply` (checked transitions),
 //! `launch` (admissions and what a backend is given), `requests` (the backend asked, refusals retried),
 //! `observe` (what a backend reports), `policy` (the pure decisions: observation to transition, retries,
-//! waits after a refusal), `reconcile`, `autoscale`, `commands` (stop, resubmit), `handles` and `views`
-//! (what readers share), `ids`, `error`, `place` (the scheduler's snapshot and placements), `queue` (the
-//! waiting tasks between cycles, parked ones included, and their places on the board), `alarms`, `secrets`.
+//! waits after a refusal), `reconcile`, `autoscale`, `commands` (stop, resubmit), `accounts` (a user's work
+//! when an admin disables, enables or deletes them: held, stopped or kept), `handles` and `views` (what
+//! readers share), `ids`, `error`, `place` (the scheduler's snapshot and placements), `queue` (the waiting
+//! tasks between cycles, parked ones included, and their places on the board), `alarms`, `secrets`.
 
 #![forbid(unsafe_code)]
 
+pub mod accounts;
 mod active;
 pub mod alarms;
 mod apply;
@@ -46,6 +48,7 @@ mod tick;
 mod views;
 mod webhooks;
 
+pub use accounts::{AccountChange, AccountsHandle, QueuedWork, RunningWork, WorkChoice};
 pub use error::{CommandError, SubmitError};
 pub use handles::{Arrivals, CatalogHandle, QueueBoard, QueueInfo, SnapshotBoard};
 pub use report::{Phases, TickReport};
@@ -124,6 +127,8 @@ pub struct Control<B> {
     views: SchedViews,
     /// Refused backend requests and stop causes (see `requests`).
     requests: policy::Requests,
+    /// Disabled and deleted users: whose queued work the plans leave out (see `accounts`).
+    accounts: AccountsHandle,
 }
 
 impl<B: Backend> Control<B> {
@@ -172,6 +177,7 @@ impl<B: Backend> Control<B> {
             full_synced_ms: 0,
             full_read: None,
             requests: policy::Requests::default(),
+            accounts: AccountsHandle::default(),
         }
     }
 

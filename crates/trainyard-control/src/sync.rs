@@ -60,6 +60,7 @@ impl<B: Backend> Control<B> {
                     }
                 }
                 self.refresh_excluded().await?;
+                self.refresh_accounts().await?;
                 self.full_synced_ms = now_ms;
                 self.wide_synced_ms = now_ms;
             }
@@ -115,6 +116,7 @@ impl<B: Backend> Control<B> {
                     self.forget(&gone);
                 }
                 self.refresh_excluded().await?;
+                self.refresh_accounts().await?;
                 self.full_synced_ms = now_ms;
                 self.wide_synced_ms = now_ms;
             }

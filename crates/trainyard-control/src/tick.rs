@@ -1,6 +1,7 @@
 //! One round of the control loop: observations, the working set, a scheduling cycle when anything it reads
 //! changed, its decisions committed, queued-too-long alarms, reconciliation.
 
+use crate::accounts::AccountBook;
 use crate::active::{ActiveKey, Entry, WorkingSet, active_key};
 use crate::error::CommandError;
 use crate::handles::*;
@@ -164,6 +165,9 @@ impl<B: Backend> Control<B> {
     /// holds), and, when it decides nothing, every parked task's reason on the board is the one the whole
     /// cycle gives it. Panics with the difference otherwise.
     fn same_as_whole(&self, catalog: &Arc<Catalog>, all: &[&Entry], part: &[&Entry], now_ms: i64) {
+        let book = self.accounts.get();
+        let (all, part) = (unheld(&book, all).0, unheld(&book, part).0);
+        let (all, part) = (&*all, &*part);
         type Outcome = (BTreeMap<String, String>, Vec<String>, Vec<String>);
         let outcome = |entries: &[&Entry]| -> Outcome {
             let mut cache = crate::place::OptionsCache::default();
@@ -229,6 +233,24 @@ impl<B: Backend> Control<B> {
         report: &mut TickReport,
     ) -> Result<(), CommandError> {
         let t0 = Instant::now();
+        // Queued tasks whose owner's account holds them are left out of the cycle: they wait, with the
+        // account's reason, in no place in line (see `accounts`).
+        let book = self.accounts.get();
+        let (kept, held) = unheld(&book, entries);
+        let entries = &*kept;
+        for e in &held {
+            if self.nominated.remove(&e.record.id).is_some() {
+                self.changed();
+            }
+        }
+        let held: Vec<(Arc<str>, QueueInfo)> = held
+            .iter()
+            .map(|e| {
+                let state = book.state(&e.record.owner).unwrap_or_default();
+                let reason: Arc<str> = crate::accounts::held_reason(state).into();
+                (e.id.clone(), QueueInfo { position: 0, position_in_group: 0, reason })
+            })
+            .collect();
         let (snap, index) = snapshot_for(
             catalog,
             entries,
@@ -389,9 +411,10 @@ impl<B: Backend> Control<B> {
             self.queue.place(share, |id, info| {
                 waits.insert(id.clone(), info);
             });
+            waits.extend(held);
             Some(self.waits.replace(waits))
         } else {
-            let mut moved = Vec::new();
+            let mut moved = held;
             self.queue.place(share, |id, info| moved.push((id.clone(), info)));
             self.waits.update(moved, &left);
             None
@@ -406,4 +429,18 @@ impl<B: Backend> Control<B> {
         report.phases.commit_us = us_since(t0);
         Ok(())
     }
+}
+
+/// `entries` without the queued tasks whose owner's account holds them, and those tasks apart; with no
+/// account holding anything (the usual case), `entries` as they are, not copied.
+fn unheld<'b, 'a>(
+    book: &AccountBook,
+    entries: &'b [&'a Entry],
+) -> (std::borrow::Cow<'b, [&'a Entry]>, Vec<&'a Entry>) {
+    if book.holds_nothing() {
+        return (std::borrow::Cow::Borrowed(entries), Vec::new());
+    }
+    let (kept, held): (Vec<&Entry>, Vec<&Entry>) =
+        entries.iter().partition(|e| !(e.record.status == Status::Queued && book.holds(&e.record.owner)));
+    (std::borrow::Cow::Owned(kept), held)
 }

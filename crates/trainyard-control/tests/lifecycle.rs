@@ -890,3 +890,68 @@ async fn webhooks_to_loopback_are_refused_unless_the_network_is_allowed() {
     }
     assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 3);
 }
+
+/// Issue 29, finding 6: an admin disables a user. By default their running task is stopped (through
+/// Stopping, the checkpoint window) and their queued one held: it is not admitted when room frees up, and
+/// says why; enabling the account releases it. A task of someone else is untouched.
+#[tokio::test]
+async fn a_disabled_owners_queued_work_is_held_and_running_work_stopped() {
+    use trainyard_control::{AccountChange, QueuedWork, RunningWork, WorkChoice};
+    let backend = FakeBackend::new(Script { run_ms: 100_000, stop_ms: 2_000, ..Script::default() });
+    let (mut c, _) = control(backend.clone()).await;
+    for name in ["alice", "bob"] {
+        let u =
+            trainyard_store::User { name: name.into(), role: "member".into(), groups: vec!["nlp".into()] };
+        c.store().put_user(&u, 0).await.unwrap();
+    }
+    // 4 units of quota: bob's task takes 3, alice's running one 1, and alice's second waits.
+    let bobs = c.submit("bob", task("bobs", "nlp", "Reserved", 2, "").as_bytes(), None, 0).await.unwrap();
+    let bobs = bobs.task().id.clone();
+    let running = submit(&c, &task("mine", "nlp", "Reserved", 0, ""), 1).await;
+    let queued = submit(&c, &task("later", "nlp", "Reserved", 0, ""), 2).await;
+    c.tick(10).await.unwrap();
+    c.tick(11).await.unwrap();
+    assert_eq!(status(&c, &running).await.0, "Running");
+    assert!(c.queue_info(&queued).unwrap().reason.contains("group nlp has 0 left"));
+
+    let outcome = c.change_account("alice", AccountChange::Disable(WorkChoice::default()), 20).await.unwrap();
+    assert_eq!((outcome.stopped, outcome.held), (vec![running.clone()], vec![queued.clone()]));
+    assert_eq!(status(&c, &running).await.0, "Stopping");
+    let mut now = 21;
+    while status(&c, &running).await.0 != "Stopped" {
+        c.tick(now).await.unwrap();
+        now += 500;
+        assert!(now < 10_000, "the stop never ended");
+    }
+    // The unit alice's running task held is free now; her queued task still waits, held.
+    for _ in 0..4 {
+        c.tick(now).await.unwrap();
+        now += 500;
+    }
+    assert_eq!(status(&c, &queued).await.0, "Queued", "admitted while its owner is disabled");
+    let info = c.queue_info(&queued).unwrap();
+    assert!(info.reason.contains("owner's account is disabled"), "{info:?}");
+    assert_eq!(info.position, 0, "a held task is in no place in line");
+    assert_eq!(status(&c, &bobs).await.0, "Running", "nobody else is touched");
+
+    let outcome = c.change_account("alice", AccountChange::Enable, now).await.unwrap();
+    assert!(outcome.stopped.is_empty() && outcome.held.is_empty());
+    while status(&c, &queued).await.0 == "Queued" {
+        c.tick(now).await.unwrap();
+        now += 500;
+        assert!(now < 30_000, "never admitted after the enable");
+    }
+
+    // Stop everything: the running one and a queued one. A deleted user is refused afterwards.
+    let second = submit(&c, &task("again", "nlp", "Reserved", 0, ""), now).await;
+    c.tick(now).await.unwrap();
+    let all = WorkChoice { queued: QueuedWork::Stop, running: RunningWork::Stop };
+    let outcome = c.change_account("alice", AccountChange::Delete(all), now + 1).await.unwrap();
+    assert_eq!(outcome.stopped, vec![queued.clone(), second.clone()]);
+    assert_eq!(status(&c, &second).await.0, "Stopped");
+    assert_eq!(status(&c, &queued).await.0, "Stopping");
+    let again = c.change_account("alice", AccountChange::Enable, now + 2).await;
+    assert!(matches!(again, Err(trainyard_control::CommandError::UserDeleted(_))), "{again:?}");
+    let ghost = c.change_account("ghost", AccountChange::Enable, now + 2).await;
+    assert!(matches!(ghost, Err(trainyard_control::CommandError::NoSuchUser(_))), "{ghost:?}");
+}

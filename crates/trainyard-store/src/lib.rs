@@ -42,9 +42,9 @@ mod wal_check;
 
 pub use health::{PROBE_EVERY, PROBE_TIMEOUT};
 pub use model::{
-    Accelerator, AlarmDelivery, Created, Event, MAX_PAGE, NewTask, Page, ReplicaShape, SortOrder,
-    TOKEN_ID_LEN, TOKEN_USE_RESOLUTION_MS, TaskDemand, TaskEnvVar, TaskFilter, TaskRecord, TaskVersion,
-    TokenInfo, Transition, User, Viewer,
+    Accelerator, AccountState, AlarmDelivery, Created, Event, MAX_PAGE, NewTask, Page, ReplicaShape,
+    SortOrder, TOKEN_ID_LEN, TOKEN_USE_RESOLUTION_MS, TaskDemand, TaskEnvVar, TaskFilter, TaskRecord,
+    TaskVersion, TokenInfo, Transition, User, Viewer,
 };
 
 use group_commit::{GROUP_COMMIT_MAX, Job, writer};

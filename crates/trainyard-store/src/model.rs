@@ -292,6 +292,15 @@ pub struct User {
     pub groups: Vec<String>,
 }
 
+/// What an admin made of a user beyond their role: disabled (every token refused), deleted (tokens gone,
+/// name retired), and whether their queued work is held (not admitted while they are disabled or deleted).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AccountState {
+    pub disabled: bool,
+    pub deleted: bool,
+    pub hold_work: bool,
+}
+
 impl User {
     pub fn viewer(&self) -> Viewer {
         Viewer { user: self.name.clone(), groups: self.groups.clone(), admin: self.role == "admin" }

@@ -263,6 +263,18 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
             "-- sqlite only\nALTER TABLE idempotency_by_arrival RENAME TO idempotency",
         ],
     ),
+    (
+        17,
+        &[
+            // Whether a disabled or deleted user's queued work is held (not admitted until they are enabled
+            // again), and when the user was deleted (0: not deleted). A deleted user's row stays as the
+            // record of the name: names are not reused (their tasks, shares and events name them).
+            "ALTER TABLE users ADD COLUMN hold_work BIGINT NOT NULL DEFAULT 0",
+            "ALTER TABLE users ADD COLUMN deleted_at_ms BIGINT NOT NULL DEFAULT 0",
+            // Users disabled before this get what disabling does by default now: their queued work held.
+            "UPDATE users SET hold_work = 1 WHERE disabled <> 0",
+        ],
+    ),
 ];
 
 /// What starts a migration's statement that runs on SQLite alone.

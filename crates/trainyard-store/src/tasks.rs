@@ -219,6 +219,25 @@ impl Store {
         self.tasks_where_status(statuses, TASK_READ, false).await
     }
 
+    /// `owner`'s tasks, not deleted, whose status is one of `statuses`, oldest first: what an admin's disabling
+    /// or deleting of a user acts on.
+    pub async fn owner_tasks_in_status(&self, owner: &str, statuses: &[Status]) -> Result<Vec<TaskRecord>> {
+        if statuses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT {TASK_READ} FROM tasks WHERE owner = $1 AND deleted = 0 AND status IN ({}) \
+             ORDER BY created_at_ms, id",
+            (2..statuses.len() + 2).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
+        );
+        let mut q = sqlx::query(&sql).bind(owner);
+        for s in statuses {
+            q = q.bind(s.as_str());
+        }
+        let rows = q.fetch_all(&self.pool).await?;
+        rows.iter().map(task_from_row).collect()
+    }
+
     async fn tasks_where_status(
         &self,
         statuses: &[Status],

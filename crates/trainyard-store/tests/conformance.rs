@@ -78,6 +78,7 @@ conformance!(
     task_env,
     changes_since,
     tokens_are_revoked_and_users_disabled,
+    users_are_held_and_deleted,
     specs_and_hidden_task_env_for_resealing,
     tokens_record_their_last_use,
     queued_tasks_are_counted_per_owner,
@@ -348,13 +349,83 @@ async fn tokens_are_revoked_and_users_disabled(store: Store, _: String) {
         store.token_account(&hash('b')).await.unwrap().map(|(u, d)| (u.name, d)),
         Some(("alice".into(), false))
     );
-    assert!(store.set_user_disabled("alice", true).await.unwrap());
-    assert!(!store.set_user_disabled("nobody", true).await.unwrap());
+    assert!(store.set_user_disabled("alice", true, true).await.unwrap());
+    assert!(!store.set_user_disabled("nobody", true, true).await.unwrap());
     assert_eq!(store.token_account(&hash('b')).await.unwrap().map(|(_, d)| d), Some(true));
     assert_eq!(store.token_account(&hash('c')).await.unwrap().map(|(_, d)| d), Some(false), "bob is not");
     assert_eq!(store.disabled_users().await.unwrap().into_iter().collect::<Vec<_>>(), ["alice"]);
-    assert!(store.set_user_disabled("alice", false).await.unwrap());
+    assert!(store.set_user_disabled("alice", false, true).await.unwrap());
     assert_eq!(store.token_account(&hash('b')).await.unwrap().map(|(_, d)| d), Some(false));
+}
+
+/// Disabling holds a user's queued work or not, enabling releases it; deleting removes every token of the
+/// user at once, keeps their tasks, retires the name (not made again, not updated, not disabled or enabled)
+/// and is done once.
+async fn users_are_held_and_deleted(store: Store, _: String) {
+    use trainyard_store::AccountState;
+    for name in ["alice", "bob"] {
+        let u = User { name: name.into(), role: "member".into(), groups: vec!["nlp".into()] };
+        assert!(store.put_user(&u, 1).await.unwrap());
+    }
+    let hash = |c: char| c.to_string().repeat(64);
+    store.add_token(&hash('a'), "alice", "laptop", 2).await.unwrap();
+    store.add_token(&hash('b'), "alice", "ci", 3).await.unwrap();
+    store.add_token(&hash('c'), "bob", "", 4).await.unwrap();
+    assert!(store.account_states().await.unwrap().is_empty(), "nobody is disabled or deleted");
+    assert_eq!(store.account_state("alice").await.unwrap(), Some(AccountState::default()));
+    assert_eq!(store.account_state("nobody").await.unwrap(), None);
+
+    let held = AccountState { disabled: true, deleted: false, hold_work: true };
+    assert!(store.set_user_disabled("alice", true, true).await.unwrap());
+    assert_eq!(
+        store.account_states().await.unwrap().into_iter().collect::<Vec<_>>(),
+        [("alice".into(), held)]
+    );
+    assert!(store.set_user_disabled("alice", true, false).await.unwrap());
+    assert_eq!(store.account_state("alice").await.unwrap(), Some(AccountState { hold_work: false, ..held }));
+    // Enabling releases the hold, whatever it was.
+    assert!(store.set_user_disabled("alice", true, true).await.unwrap());
+    assert!(store.set_user_disabled("alice", false, true).await.unwrap());
+    assert_eq!(store.account_state("alice").await.unwrap(), Some(AccountState::default()));
+
+    store.create_task(&new_task("q1", "alice", "nlp", 10)).await.unwrap();
+    store.create_task(&new_task("q2", "alice", "nlp", 11)).await.unwrap();
+    store.create_task(&new_task("b1", "bob", "nlp", 12)).await.unwrap();
+    let queued = store.owner_tasks_in_status("alice", &[Status::Queued, Status::Running]).await.unwrap();
+    assert_eq!(queued.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["q1", "q2"]);
+    assert!(store.owner_tasks_in_status("alice", &[Status::Running]).await.unwrap().is_empty());
+    assert!(store.owner_tasks_in_status("alice", &[]).await.unwrap().is_empty());
+
+    assert!(store.delete_user("alice", true, 20).await.unwrap());
+    assert!(!store.delete_user("alice", true, 21).await.unwrap(), "deleted once");
+    assert!(!store.delete_user("nobody", true, 21).await.unwrap());
+    assert_eq!(store.token_account(&hash('a')).await.unwrap(), None, "every token gone");
+    assert_eq!(store.token_account(&hash('b')).await.unwrap(), None);
+    assert!(store.list_tokens("alice").await.unwrap().is_empty());
+    assert_eq!(
+        store.token_account(&hash('c')).await.unwrap().map(|(u, d)| (u.name, d)),
+        Some(("bob".into(), false))
+    );
+    let deleted = AccountState { disabled: true, deleted: true, hold_work: true };
+    assert_eq!(store.account_state("alice").await.unwrap(), Some(deleted));
+    assert_eq!(
+        store.account_states().await.unwrap().into_iter().collect::<Vec<_>>(),
+        [("alice".into(), deleted)]
+    );
+    assert_eq!(store.get_user("alice").await.unwrap(), None, "a deleted user is no user");
+    assert!(store.list_users().await.unwrap().iter().any(|u| u.name == "alice"), "but the name is kept");
+    // The name is retired: not made again, not changed, not enabled.
+    let again = User { name: "alice".into(), role: "admin".into(), groups: vec![] };
+    assert!(!store.put_user(&again, 30).await.unwrap());
+    assert!(!store.set_user_disabled("alice", false, false).await.unwrap());
+    assert_eq!(store.account_state("alice").await.unwrap(), Some(deleted));
+    assert_eq!(store.list_users().await.unwrap().iter().find(|u| u.name == "alice").unwrap().role, "member");
+    // A token added for the name (by a caller that did not check) would not sign in.
+    store.add_token(&hash('d'), "alice", "", 31).await.unwrap();
+    assert_eq!(store.token_account(&hash('d')).await.unwrap(), None);
+    // The tasks stay, for the record.
+    assert!(store.get_task("q1").await.unwrap().is_some());
+    assert_eq!(store.owner_tasks_in_status("alice", &[Status::Queued]).await.unwrap().len(), 2);
 }
 
 /// What the one-time re-sealing of hidden values reads and writes.

@@ -359,9 +359,12 @@ pub fn admin_user_disabled(c: &Conn, name: &str, disabled: bool) -> CallResult<E
     let action = if disabled { "disable" } else { "enable" };
     c.call("POST", &format!("/api/v1/admin/users/{}/{action}", encode(name)), None, None)?;
     if disabled {
-        outln!("user {name} is disabled: their tokens are refused (within seconds on every server)");
+        outln!(
+            "user {name} is disabled: their tokens are refused (within seconds on every server), their queued \
+             tasks held and their running ones stopped"
+        );
     } else {
-        outln!("user {name} is enabled");
+        outln!("user {name} is enabled: their held tasks are released");
     }
     Ok(ExitCode::SUCCESS)
 }

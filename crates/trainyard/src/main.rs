@@ -349,8 +349,8 @@ enum AdminCommand {
         #[command(subcommand)]
         command: CatalogCommand,
     },
-    /// Create or update a user; `--disable` refuses every token of theirs (their tasks stay), `--enable`
-    /// undoes it.
+    /// Create or update a user; `--disable` refuses every token of theirs, holds their queued tasks and
+    /// stops their running ones (their tasks stay), `--enable` undoes it and releases the held tasks.
     User {
         /// The user's name.
         name: String,

@@ -463,3 +463,127 @@ fn f18_every_refusal_is_a_problem_that_says_what() {
     let huge = json!({"name": "u".repeat(500_000), "role": "member", "groups": ["default"]}).to_string();
     is_problem(call(&t.s, Some(&t.s.token), "POST", "/api/v1/admin/users", Some(&huge), &[]), 400);
 }
+
+/// Issue 29, finding 6 ("a disabled user's work goes on"): bob's task waits for `other`'s quota, which an
+/// admin's task holds; the admin disables bob (no body: queued work held, running work stopped) and then
+/// frees the quota. Bob's task stays queued, saying why, for many ticks (before the fix it was admitted
+/// within a tick of the quota freeing); enabled again, bob's task runs.
+#[test]
+fn i29_f06_a_disabled_users_queued_task_is_not_admitted_until_enabled() {
+    let t = tenants("attack-disabled-queue", &[]);
+    let one_unit = catalog().replace("spec: cpu.small, units: 6", "spec: cpu.small, units: 1");
+    let (code, body) = t.s.call("PUT", "/api/v1/admin/catalog", Some(&one_unit));
+    assert_eq!(code, 200, "{body}");
+    let blocker = t.s.submit(&job("blocker", "other", "sleep 600", json!([])));
+    t.s.wait_status(&blocker, "Running", secs(60));
+    let bobs = submit(&t.s, &t.bob, &job("bobs", "other", "echo ran", json!([])));
+    let reason = |id: &str| t.s.task(id)["queue"]["reason"].as_str().unwrap_or("").to_owned();
+    let t0 = Instant::now();
+    while !reason(&bobs).contains("left") {
+        assert!(t0.elapsed() < secs(30), "bob's task never waited for the quota: {}", t.s.task(&bobs));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let (code, body) = t.s.call("POST", "/api/v1/admin/users/bob/disable", None);
+    assert_eq!(code, 204, "{body}");
+    let (code, body) = t.s.call("POST", &format!("/api/v1/tasks/{blocker}/stop"), None);
+    assert_eq!(code, 200, "{body}");
+    t.s.wait_status(&blocker, "Stopped", secs(60));
+    // The quota is free now: a task of an enabled user would be admitted within a tick (a second at most).
+    let t0 = Instant::now();
+    while t0.elapsed() < secs(6) {
+        let task = t.s.task(&bobs);
+        assert_eq!(
+            task["status"],
+            "Queued",
+            "admitted while its owner is disabled:\n{}",
+            t.s.events_text(&bobs)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let why = reason(&bobs);
+    assert!(why.contains("owner's account is disabled"), "{why}");
+    assert_eq!(t.s.task(&bobs)["queue"]["position"], 0, "a held task is in no place in line");
+    let (code, seen) = call(&t.s, Some(&t.bob), "GET", &format!("/api/v1/tasks/{bobs}"), None, &[]);
+    assert_eq!(code, 403, "bob himself is refused: {seen}");
+
+    let (code, body) = t.s.call("POST", "/api/v1/admin/users/bob/enable", None);
+    assert_eq!(code, 204, "{body}");
+    assert!(output(&t.s, &bobs).contains("ran"), "released by the enable");
+}
+
+/// Issue 29, finding 6: an admin disables mallory choosing to stop her running work; her running task is
+/// stopped through the usual stop, so its exit checkpoint is saved, and the events say why.
+#[test]
+fn i29_f06_stopping_a_disabled_users_work_keeps_its_checkpoint() {
+    let t = tenants("attack-disabled-stop", &[]);
+    let cmd = r#"python3 - <<'EOF'
+import os, signal, time
+rt = os.environ["TRAINYARD_RUNTIME_DIR"]
+def save(sig, frame):
+    open("/mnt/out/disabled-checkpoint.pt", "w").write("step 7")
+    open(rt + "/checkpoint-done", "w").close()
+    print("checkpoint saved", flush=True)
+signal.signal(signal.SIGUSR1, save)
+print("training", flush=True)
+while True:
+    time.sleep(0.1)
+EOF"#;
+    let mut task = job("ckpt", "default", cmd, json!([]));
+    task["spec"]["environment"]["volumes"] = json!([{"volume": "out", "mountPath": "/mnt/out"}]);
+    task["spec"]["advanced"] = json!({"exitCheckpoint": {"enabled": true, "timeoutSeconds": 30}});
+    let id = submit(&t.s, &t.mallory, &task);
+    let running = t.s.wait_status(&id, "Running", secs(60));
+    let master = format!("{}-master-0", running["name"].as_str().unwrap());
+    t.s.wait_log(&id, &master, "training", secs(30));
+
+    let body = json!({"queued": "hold", "running": "stop"}).to_string();
+    let (code, answer) = t.s.call("POST", "/api/v1/admin/users/mallory/disable", Some(&body));
+    assert_eq!(code, 204, "{answer}");
+    t.s.wait_status(&id, "Stopped", secs(60));
+    let events = t.s.events(&id);
+    for step in ["StopRequested", "CheckpointRequested", "CheckpointDone", "Terminated"] {
+        assert!(events.iter().any(|(r, _)| r == step), "no {step} in:\n{}", t.s.events_text(&id));
+    }
+    let (_, why) = events.iter().find(|(r, _)| r == "StopRequested").unwrap();
+    assert!(why.contains("owner's account was disabled"), "{why}");
+    let saved =
+        std::fs::read_to_string(t.s.dir.join("volumes/out/disabled-checkpoint.pt")).unwrap_or_default();
+    assert_eq!(saved, "step 7", "events:\n{}", t.s.events_text(&id));
+    assert_eq!(call(&t.s, Some(&t.alice), "GET", "/api/v1/whoami", None, &[]).0, 200, "nobody else touched");
+}
+
+/// Issue 29, finding 6: a deleted user's token answers 401 at once; their running task is stopped and kept
+/// for the record: an admin, and a member it was shared with, still read it, the owner shown as deleted.
+/// The name is not given out again.
+#[test]
+fn i29_f06_a_deleted_users_tokens_die_and_their_tasks_stay() {
+    let t = tenants("attack-deleted-user", &[]);
+    let id = submit(&t.s, &t.alice, &job("kept", "default", "sleep 600", json!([])));
+    t.s.wait_status(&id, "Running", secs(60));
+    let share = json!({"user": "mallory", "operate": false}).to_string();
+    let (code, v) =
+        call(&t.s, Some(&t.alice), "POST", &format!("/api/v1/tasks/{id}/shares"), Some(&share), &[]);
+    assert_eq!(code, 204, "{v}");
+
+    let (code, body) = t.s.call("POST", "/api/v1/admin/users/alice/delete", None);
+    assert_eq!(code, 204, "{body}");
+    let (code, p) = call(&t.s, Some(&t.alice), "GET", "/api/v1/whoami", None, &[]);
+    assert_eq!((code, p["type"].as_str()), (401, Some("https://trainyard.dev/problems/unauthorized")), "{p}");
+    let (code, _) = call(&t.s, Some(&t.alice), "GET", &format!("/api/v1/tasks/{id}"), None, &[]);
+    assert_eq!(code, 401);
+    let stopped = t.s.wait_status(&id, "Stopped", secs(60));
+    assert_eq!((&stopped["owner"], &stopped["ownerDeleted"]), (&json!("alice"), &json!(true)), "{stopped}");
+    let (code, listed) = t.s.call("GET", "/api/v1/tasks?owner=alice", None);
+    assert_eq!(code, 200);
+    assert!(listed.contains(&id), "still listed for admins: {listed}");
+    let (code, seen) = call(&t.s, Some(&t.mallory), "GET", &format!("/api/v1/tasks/{id}"), None, &[]);
+    assert_eq!((code, &seen["ownerDeleted"]), (200, &json!(true)), "the share still reads it: {seen}");
+
+    // The name is retired: not made again (a new alice would own the old tasks), not enabled.
+    let again = json!({"name": "alice", "role": "member", "groups": ["default"]}).to_string();
+    assert_eq!(t.s.call("POST", "/api/v1/admin/users", Some(&again)).0, 409);
+    assert_eq!(t.s.call("POST", "/api/v1/admin/users/alice/enable", None).0, 409);
+    assert_eq!(t.s.call("POST", "/api/v1/users/alice/tokens", Some("{}")).0, 404);
+    assert_eq!(call(&t.s, Some(&t.alice), "GET", "/api/v1/whoami", None, &[]).0, 401, "still");
+}

@@ -48,9 +48,10 @@ export async function adminPage(me) {
   // Users (name, role, groups) and the project groups with their members, from the same list.
   async function loadUsers() {
     const { data } = await api("GET", "/api/v1/admin/users");
-    // Disabling refuses every token of the user (within seconds on every server); their tasks stay.
+    // Disabling refuses every token of the user (within seconds on every server); their queued tasks are held
+    // and their running ones stopped (the API's default); their tasks stay.
     const setDisabled = (u, off) => async () => {
-      if (off && !confirm(`Disable ${u.name}? Every token of theirs is refused until enabled again.`)) return;
+      if (off && !confirm(`Disable ${u.name}? Every token of theirs is refused until enabled again; their queued tasks are held and their running ones stopped.`)) return;
       try {
         await api("POST", `/api/v1/admin/users/${encodeURIComponent(u.name)}/${off ? "disable" : "enable"}`);
         say(`user ${u.name} ${off ? "disabled" : "enabled"}`);
@@ -59,12 +60,14 @@ export async function adminPage(me) {
     };
     users.replaceChildren(...data.items.map((u) => h("tr", { "data-user": u.name, "data-disabled": String(!!u.disabled) },
       h("td", {}, u.name), h("td", { "data-label": "Role" }, u.role), h("td", { "data-label": "Project groups" }, u.groups.join(", ") || h("span", { class: "muted" }, "none")),
-      h("td", { "data-label": "State" }, h("span", { class: `badge ${u.disabled ? "failed" : "succeeded"}` }, u.disabled ? "disabled" : "active")),
+      h("td", { "data-label": "State" }, h("span", { class: `badge ${u.disabled ? "failed" : "succeeded"}` }, u.deleted ? "deleted" : u.disabled ? "disabled" : "active")),
       h("td", {}, h("button", { type: "button", class: "link", "aria-label": `edit ${u.name}`, onclick: () => {
         user.name.value = u.name; user.role.value = u.role; user.groups.value = u.groups.join(", "); user.name.focus();
       } }, "Edit"), " ",
       h("button", { type: "button", class: "link", "aria-label": `tokens of ${u.name}`, onclick: () => loadTokens(u.name) }, "Tokens"), " ",
-      u.disabled
+      u.deleted
+        ? h("span", { class: "muted" }, "name retired")
+        : u.disabled
         ? h("button", { type: "button", "data-action": "enable", "aria-label": `enable ${u.name}`, onclick: setDisabled(u, false) }, "Enable")
         : h("button", { type: "button", class: "danger", "data-action": "disable", "aria-label": `disable ${u.name}`, onclick: setDisabled(u, true) }, "Disable")))));
     const names = [...new Set([...Object.keys(cat?.projectGroups || {}), ...data.items.flatMap((u) => u.groups)])].sort();

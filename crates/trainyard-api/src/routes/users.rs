@@ -1,4 +1,5 @@
-//! Users and what belongs to them: who the caller is, the users admins manage (and disable), API tokens,
+//! Users and what belongs to them: who the caller is, the users admins manage (disable, enable, delete, and
+//! what becomes of their work), API tokens,
 //! TaskEnv variables and alarm subscriptions.
 
 use crate::auth::{admin_only, caller, caller_acting_on, known_user, self_or_admin};
@@ -15,6 +16,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::Value;
+use trainyard_control::{AccountChange, QueuedWork, RunningWork, WorkChoice};
 use trainyard_core::Report;
 use trainyard_core::spec::AlarmSubscription;
 use trainyard_store::User;
@@ -51,7 +53,8 @@ impl ApiSchema for UserName {
     }
 }
 
-/// Every user with their role and project groups (admin). Never a token or a hash: tokens are kept as hashes
+/// Every user with their role, project groups and state (disabled, deleted, work held), deleted users
+/// included (admin). Never a token or a hash: tokens are kept as hashes
 /// in a table of their own and shown once, when made.
 pub async fn list_users(
     State(state): State<AppState>,
@@ -60,15 +63,23 @@ pub async fn list_users(
 ) -> ApiResult<Json<Items<UserEntry>>> {
     let user = caller(&state, &headers).await?;
     admin_only(&user)?;
-    let disabled = state.store.disabled_users().await?;
+    let states = state.store.account_states().await?;
     let items = state
         .store
         .list_users()
         .await?
         .into_iter()
         .map(|u| {
-            let off = disabled.contains(&u.name);
-            UserEntry { name: u.name, role: u.role, groups: u.groups, disabled: off }
+            let s = states.get(&u.name).copied().unwrap_or_default();
+            let work_held = trainyard_control::accounts::holds(s);
+            UserEntry {
+                name: u.name,
+                role: u.role,
+                groups: u.groups,
+                disabled: s.disabled,
+                deleted: s.deleted,
+                work_held,
+            }
         })
         .collect::<Vec<_>>();
     Ok(Json(items.into()))
@@ -107,30 +118,152 @@ pub async fn put_user(
         )));
     }
     let u = User { name: body.name, role: body.role, groups: body.groups };
-    state.store.put_user(&u, now_ms()).await?;
+    if !state.store.put_user(&u, now_ms()).await? {
+        return Err(ApiError::Conflict(format!(
+            "user {:?} was deleted, and a deleted user's name is not used again (their tasks, shares and \
+             events still name them); choose another name",
+            u.name
+        )));
+    }
     // A new role or groups count from the next request here (elsewhere: within the cache's TTL).
     state.tokens.forget_user(&u.name);
     Ok(Json(UserView { name: u.name, role: u.role, groups: u.groups }))
 }
 
-/// Disables (`disable`) or enables (`enable`) a user (admins): a disabled user's every token is refused
-/// with a 403 that says so, within [`crate::TOKEN_CACHE_TTL`]; their tasks and data stay. Admins cannot
-/// disable themselves (there would be no one left to undo it, perhaps).
-pub async fn set_user_disabled(
-    state: AppState,
+/// What an admin chooses for a disabled or deleted user's work (the body of disable and delete, which may be
+/// left out: queued work held, running work stopped).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkBody {
+    #[serde(default)]
+    queued: QueuedChoice,
+    #[serde(default)]
+    running: RunningChoice,
+}
+object_schema!(
+    /// What becomes of the user's work. `queued`: `hold` (the default: not admitted until the user is
+    /// enabled again; each says so as its wait reason), `stop` (stopped now; any queued later is held) or
+    /// `keep` (admitted as before). `running` (admitted, starting or running tasks): `stop` (the default:
+    /// stopped as a user's stop is, the exit checkpoint protocol included) or `keep` (they run to their end).
+    closed WorkBody as "UserWork" { "queued": Optional<QueuedChoice>, "running": Optional<RunningChoice> }
+);
+
+/// `queued` of [`WorkBody`].
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueuedChoice {
+    #[default]
+    Hold,
+    Stop,
+    Keep,
+}
+
+/// `running` of [`WorkBody`].
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunningChoice {
+    #[default]
+    Stop,
+    Keep,
+}
+
+impl ApiSchema for QueuedChoice {
+    fn schema(_: &mut Schemas) -> Value {
+        serde_json::json!({"type": "string", "enum": ["hold", "stop", "keep"]})
+    }
+}
+
+impl ApiSchema for RunningChoice {
+    fn schema(_: &mut Schemas) -> Value {
+        serde_json::json!({"type": "string", "enum": ["stop", "keep"]})
+    }
+}
+
+impl WorkBody {
+    /// The body, or the defaults when there is none (the disable route took no body before).
+    fn read(body: &Bytes) -> ApiResult<WorkChoice> {
+        let b: WorkBody = if body.iter().all(u8::is_ascii_whitespace) {
+            WorkBody::default()
+        } else {
+            json_object(
+                body,
+                r#"{"queued": "hold" | "stop" | "keep", "running": "stop" | "keep"} (or no body)"#,
+            )?
+        };
+        Ok(WorkChoice {
+            queued: match b.queued {
+                QueuedChoice::Hold => QueuedWork::Hold,
+                QueuedChoice::Stop => QueuedWork::Stop,
+                QueuedChoice::Keep => QueuedWork::Keep,
+            },
+            running: match b.running {
+                RunningChoice::Stop => RunningWork::Stop,
+                RunningChoice::Keep => RunningWork::Keep,
+            },
+        })
+    }
+}
+
+/// Disables a user (admins): every token of theirs is refused with a 403 that says so (within
+/// [`crate::TOKEN_CACHE_TTL`] on other servers), and their work goes as the body says ([`WorkBody`]; by
+/// default queued tasks held, running ones stopped). Admins cannot disable themselves (there would be no
+/// one left to undo it, perhaps).
+pub async fn disable_user(
+    State(state): State<AppState>,
     headers: HeaderMap,
-    name: String,
-    disabled: bool,
+    Path(name): Path<String>,
+    _: Query<NoParams>,
+    body: Bytes,
 ) -> ApiResult<StatusCode> {
     let user = caller(&state, &headers).await?;
     admin_only(&user)?;
-    if disabled && name == user.name {
+    let choice = WorkBody::read(&body)?;
+    if name == user.name {
         return Err(ApiError::Conflict("you cannot disable yourself; ask another admin".into()));
     }
-    if !state.store.set_user_disabled(&name, disabled).await? {
-        return Err(ApiError::NotFoundWhat(format!("no such user {name:?}")));
+    change_account(&state, &name, AccountChange::Disable(choice)).await
+}
+
+/// Enables a disabled user again (admins): their tokens work again, and their held tasks are released.
+pub async fn enable_user(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    _: Query<NoParams>,
+) -> ApiResult<StatusCode> {
+    let user = caller(&state, &headers).await?;
+    admin_only(&user)?;
+    change_account(&state, &name, AccountChange::Enable).await
+}
+
+/// Deletes a user (admins): every token of theirs is removed at once, so they can no longer sign in or call
+/// the API (401); their work goes as for a disable ([`WorkBody`]); their tasks stay for the record, readable
+/// by admins and by whoever could see them, the owner shown as deleted. The name is retired: a deleted user
+/// cannot be enabled, and the name cannot be given to a new user (who would otherwise own the old tasks,
+/// shares and TaskEnv). Admins cannot delete themselves.
+pub async fn delete_user(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    _: Query<NoParams>,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
+    let user = caller(&state, &headers).await?;
+    admin_only(&user)?;
+    let choice = WorkBody::read(&body)?;
+    if name == user.name {
+        return Err(ApiError::Conflict("you cannot delete yourself; ask another admin".into()));
     }
-    state.tokens.forget_user(&name);
+    change_account(&state, &name, AccountChange::Delete(choice)).await
+}
+
+/// The change made through the control loop (the account written, then the work stopped as chosen), and
+/// the user's tokens forgotten by this server's cache.
+async fn change_account(state: &AppState, name: &str, change: AccountChange) -> ApiResult<StatusCode> {
+    let result = state.control.lock().await.change_account(name, change, now_ms()).await;
+    state.tokens.forget_user(name);
+    result?;
+    state.wake.notify_one();
     Ok(StatusCode::NO_CONTENT)
 }
 
