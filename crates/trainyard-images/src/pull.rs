@@ -96,17 +96,17 @@ pub(crate) async fn pull(
     hosts.push(r.registry.clone());
     // A registry the catalog does not list is reached on a member's behalf only at a public address: not this
     // machine, its networks or the cloud's metadata service (the webhooks' rules).
-    if !access.registries.contains_key(&r.registry) {
-        internal_host(&r.registry).await.map_or(Ok(()), |why| {
-            Err(PullError::new(
-                FailureClass::Invalid,
-                format!(
-                    "pulling {shown}: registry {} is {why}; registries on this machine or its networks are \
-                     pulled from only when an admin lists them in the catalog's registries",
-                    r.registry
-                ),
-            ))
-        })?;
+    if !access.registries.contains_key(&r.registry)
+        && let Some(why) = internal_host(&r.registry).await
+    {
+        return Err(PullError::new(
+            FailureClass::Invalid,
+            format!(
+                "pulling {shown}: registry {} is {why}; registries on this machine or its networks are pulled \
+                 from only when an admin lists them in the catalog's registries",
+                r.registry
+            ),
+        ));
     }
     // The manifest, from the first source that has it.
     let mut found = None;

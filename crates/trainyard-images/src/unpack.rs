@@ -209,7 +209,7 @@ impl Unpacker {
             let mode = shared_mode(raw_mode, uid, gid);
             let mtime = header.mtime().unwrap_or(0);
             let size = header.size().unwrap_or(0);
-            // Links read before the parent is made: a hard link's target must be there already.
+            // A link's target, read from the header before the entry is written.
             let link = match kind {
                 tar::EntryType::Symlink | tar::EntryType::Link => Some(
                     entry
@@ -220,18 +220,17 @@ impl Unpacker {
                 ),
                 _ => None,
             };
-            let made = match kind {
+            // Devices are skipped (the sandbox has its own /dev); anything else is not a file system entry.
+            if !matches!(
+                kind,
                 tar::EntryType::Directory
-                | tar::EntryType::Regular
-                | tar::EntryType::Continuous
-                | tar::EntryType::GNUSparse
-                | tar::EntryType::Symlink
-                | tar::EntryType::Link
-                | tar::EntryType::Fifo => true,
-                // Devices: the sandbox has its own /dev. Anything else is not a file system entry.
-                _ => false,
-            };
-            if !made {
+                    | tar::EntryType::Regular
+                    | tar::EntryType::Continuous
+                    | tar::EntryType::GNUSparse
+                    | tar::EntryType::Symlink
+                    | tar::EntryType::Link
+                    | tar::EntryType::Fifo
+            ) {
                 continue;
             }
             if matches!(
@@ -768,16 +767,20 @@ pub fn read_in_root(root: &Path, rel: &str, max_bytes: u64) -> Result<Option<Vec
 
 /// Whether a root file system holds a regular file at `rel` (resolved inside it).
 pub fn is_file_in_root(root: &Path, rel: &str) -> bool {
-    let Ok(Some((dir, name))) = entry_in_root(root, rel) else { return false };
-    rustix::fs::statat(&dir, &name, AtFlags::SYMLINK_NOFOLLOW)
-        .is_ok_and(|s| FileType::from_raw_mode(s.st_mode) == FileType::RegularFile)
+    kind_in_root(root, rel) == Some(FileType::RegularFile)
 }
 
 /// Whether anything is at `rel` inside a root file system, resolved inside it (a symlink whose target is not
 /// in the root is not there, whatever the host has at that path).
 pub fn exists_in_root(root: &Path, rel: &str) -> bool {
-    let Ok(Some((dir, name))) = entry_in_root(root, rel) else { return false };
-    rustix::fs::statat(&dir, &name, AtFlags::SYMLINK_NOFOLLOW).is_ok()
+    kind_in_root(root, rel).is_some()
+}
+
+/// What is at `rel` inside a root file system, resolved inside it (never a symlink: those are followed).
+fn kind_in_root(root: &Path, rel: &str) -> Option<FileType> {
+    let (dir, name) = entry_in_root(root, rel).ok()??;
+    let s = rustix::fs::statat(&dir, &name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+    Some(FileType::from_raw_mode(s.st_mode))
 }
 
 /// The directory holding what `rel` names inside `root` (symlinks on the way and at its end followed within
