@@ -229,6 +229,10 @@ pub struct SandboxFlags {
     /// repeatable.
     #[arg(long, value_name = "CIDR", requires = "sandbox_egress")]
     pub sandbox_egress_allow: Vec<String>,
+    /// Where attempts with egress take their uplinks (a /30 each, routed on this machine only). A second
+    /// server on the same machine needs a range of its own.
+    #[arg(long, value_name = "CIDR", requires = "sandbox_egress", default_value = trainyard_runtime::local::netns::DEFAULT_UPLINKS)]
+    pub sandbox_egress_uplinks: String,
     /// Processes and threads one replica may have (its cgroup's pids.max).
     #[arg(long, default_value_t = trainyard_runtime::local::supervisor::DEFAULT_PIDS_MAX)]
     pub replica_pids_max: u64,
@@ -393,12 +397,26 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
                     .collect::<Result<Vec<_>>>()?;
                 let nft = local::netns::find_nft().map_err(|e| anyhow::anyhow!("--sandbox-egress: {e}"))?;
                 let egress = local::netns::Egress {
-                    uplinks: local::netns::Range::parse(local::netns::DEFAULT_UPLINKS)
-                        .map_err(anyhow::Error::msg)?,
+                    uplinks: local::netns::Range::parse(&f.sandbox_egress_uplinks)
+                        .map_err(|e| anyhow::anyhow!("--sandbox-egress-uplinks: {e}"))?,
                     allow,
                     nft,
                     table: local::netns::table_name(data_dir),
+                    group: local::netns::link_group(data_dir),
                 };
+                if egress.uplinks.prefix > 30 {
+                    anyhow::bail!(
+                        "--sandbox-egress-uplinks: {} has no room for one /30",
+                        f.sandbox_egress_uplinks
+                    );
+                }
+                if let Some(iface) = local::netns::uplinks_of_others(&egress) {
+                    anyhow::bail!(
+                        "--sandbox-egress: another server on this machine has uplinks in {} ({iface}); give this \
+                         one a range of its own with --sandbox-egress-uplinks CIDR",
+                        f.sandbox_egress_uplinks
+                    );
+                }
                 let was_off = local::netns::install_host_rules(&egress)
                     .map_err(|e| anyhow::anyhow!("--sandbox-egress: {e}"))?;
                 println!(

@@ -245,6 +245,43 @@ echo checked"#,
     let _ = std::fs::remove_dir_all(admin_vol);
 }
 
+/// Issue 29, item 11: inside a sandbox the host's network interfaces were listed in `/sys/class/net`, and
+/// pid 1's command line (bubblewrap's, readable by every process inside) named the data dir and the task's
+/// paths. Now both show nothing of the host; the replica's own interfaces are still there (netlink).
+#[test]
+fn a_sandbox_lists_no_host_interface_and_no_host_path_in_its_command_lines() {
+    let s = Server::start("attack-names", None);
+    let data = s.dir.display().to_string();
+    let cmd = r#"echo "NET[$(ls /sys/class/net /sys/devices/virtual/net 2>&1 | tr '\n' ' ')]"
+for p in /proc/[0-9]*; do echo "CMDLINE $(tr '\0' ' ' < $p/cmdline 2>/dev/null)"; done
+echo "OWN[$(cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | sort | tr '\n' ' ')]"
+echo checked"#;
+    let id = s.submit(&pytorch("names", 0, cmd));
+    let t = s.wait_status(&id, "Succeeded", secs(60));
+    let log = s.log(&id, &format!("{}-master-0", t["name"].as_str().unwrap()), None);
+    assert!(log.contains("checked"), "{log}");
+    let host: Vec<String> = std::fs::read_dir("/sys/class/net")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    // Each log line is "TIME STREAM TEXT".
+    let out: Vec<&str> = log.lines().filter_map(|l| l.split_once(" O ").map(|(_, text)| text)).collect();
+    let net = out.iter().find_map(|l| l.strip_prefix("NET[")).unwrap();
+    for i in host.iter().filter(|i| *i != "lo") {
+        assert!(!net.contains(i.as_str()), "the host's {i} is listed: {net}");
+    }
+    let cmdlines: Vec<&&str> = out.iter().filter(|l| l.starts_with("CMDLINE")).collect();
+    assert!(cmdlines.iter().any(|l| l.contains("bwrap --args")), "pid 1 is bubblewrap's: {cmdlines:?}");
+    for l in &cmdlines {
+        assert!(!l.contains(&data) && !l.contains("--ro-bind"), "a command line names the host: {l}");
+    }
+    // The replica's own interfaces (its namespace's, read from /proc: a single replica has loopback only)
+    // are there.
+    let own = out.iter().find_map(|l| l.strip_prefix("OWN[")).unwrap();
+    assert_eq!(own, "lo ]", "{log}");
+}
+
 /// Finding 18 (part): the data dir, database and logs were world-readable. Now the data dir is passable by
 /// the sandboxes' group only and everything the server keeps is its own.
 #[test]
@@ -425,34 +462,76 @@ EOF"#,
     assert!(events.contains("Evicted") && events.contains("scratch"), "{events}");
 }
 
+/// The parent of a process.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The sandbox of the process whose command line holds `marker`: (bubblewrap, the sandbox's init), as host
+/// pids. The init is the process that is pid 1 in the sandbox's namespace; bubblewrap is its parent.
+fn sandbox_of(marker: &str) -> (u32, u32) {
+    let t0 = std::time::Instant::now();
+    loop {
+        for p in Server::processes_with(marker) {
+            let mut at = p;
+            while let Some(up) = parent_of(at) {
+                if pid_ns(up) == pid_ns(std::process::id()) {
+                    if up != 1 && pid_ns(at) != pid_ns(up) {
+                        return (up, at);
+                    }
+                    break;
+                }
+                at = up;
+            }
+        }
+        assert!(t0.elapsed() < secs(30), "no sandbox runs {marker}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+fn killed_from_outside(attack: &str, kill_init: bool) {
+    let s = Server::start(attack, None);
+    let marker = format!("ty-{attack}-{}", std::process::id());
+    let mut task = pytorch(
+        "kill",
+        0,
+        &format!(
+            "if [ \"$TRAINYARD_ATTEMPT\" = 0 ]; then echo first; (exec -a {marker} sleep 60); fi; echo second attempt"
+        ),
+    );
+    task["spec"]["advanced"] = json!({"faultTolerance": {"maxResubmissions": 1}});
+    let id = s.submit(&task);
+    let (bwrap, init) = sandbox_of(&marker);
+    let victim = if kill_init { init } else { bwrap };
+    let _ = std::process::Command::new("kill").args(["-9", &victim.to_string()]).status();
+    s.wait_status(&id, "Succeeded", secs(90));
+    let events = s.events_text(&id);
+    assert!(events.contains("NodeFailed") && events.contains("killed from outside, by SIGKILL"), "{events}");
+    assert!(!events.contains("UserError"), "{events}");
+}
+
 /// Finding 18 (part): a sandbox killed from outside was classed as the user's error. Now it is the
 /// machine's (NodeFailed), and the task is resubmitted within its budget.
 #[test]
 fn a_sandbox_killed_from_outside_is_an_infrastructure_failure() {
-    let s = Server::start("attack-kill", None);
-    let mut task = pytorch(
-        "kill",
-        0,
-        "if [ \"$TRAINYARD_ATTEMPT\" = 0 ]; then echo first; sleep 60; fi; echo second attempt",
-    );
+    killed_from_outside("attack-kill", false);
+}
+
+/// Issue 29, item 14: a SIGKILL of the sandbox's init (pid 1 inside, bubblewrap's child) reached the
+/// supervisor as exit code 137 and was classed as the user's error. Now it is the machine's too; the same
+/// SIGKILL sent by the task's own code to itself stays the user's.
+#[test]
+fn a_sandbox_whose_init_is_killed_from_outside_is_an_infrastructure_failure_and_a_self_kill_is_not() {
+    killed_from_outside("attack-kill-init", true);
+    let s = Server::start("attack-self-kill", None);
+    let mut task = pytorch("selfkill", 0, "echo before; sleep 1; kill -9 $$");
     task["spec"]["advanced"] = json!({"faultTolerance": {"maxResubmissions": 1}});
     let id = s.submit(&task);
-    let name = s.wait_status(&id, "Running", secs(60))["name"].as_str().unwrap().to_owned();
-    s.wait_log(&id, &format!("{name}-master-0"), "first", secs(30));
-    let hostname = format!("--hostname {name}-master-0 ");
-    let bwrap: Vec<u32> = Server::processes_with(&hostname)
-        .into_iter()
-        .filter(|p| std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e.ends_with("bwrap")))
-        .filter(|&p| pid_ns(p) == pid_ns(std::process::id()))
-        .collect();
-    assert!(!bwrap.is_empty(), "bubblewrap of the replica");
-    for p in bwrap {
-        let _ = std::process::Command::new("kill").args(["-9", &p.to_string()]).status();
-    }
-    s.wait_status(&id, "Succeeded", secs(90));
+    s.wait_status(&id, "Failed", secs(90));
     let events = s.events_text(&id);
-    assert!(events.contains("NodeFailed") && events.contains("killed from outside"), "{events}");
-    assert!(!events.contains("UserError"), "{events}");
+    assert!(events.contains("UserError") && events.contains("code 137 (killed by SIGKILL)"), "{events}");
+    assert!(!events.contains("NodeFailed"), "{events}");
 }
 
 /// Finding 18 (part): a killed supervisor left its cgroups behind. Now they go with the attempt.
@@ -614,7 +693,13 @@ fn egress_reaches_beyond_the_machine_only_when_the_admin_allows_it() {
 
     let open = Server::start_with(
         "attack-egress-on",
-        Options { args: vec!["--sandbox-egress".into()], ..Options::default() },
+        // An uplink range of its own: the test beside it runs servers with egress at the same time.
+        Options {
+            args: ["--sandbox-egress", "--sandbox-egress-uplinks", "198.19.128.0/17"]
+                .map(String::from)
+                .to_vec(),
+            ..Options::default()
+        },
     );
     let r = probe(&open, "open");
     assert_eq!(r["outside"], "outside", "egress reaches beyond the machine: {r}");
@@ -674,6 +759,46 @@ fn an_endless_output_line_cannot_swell_the_supervisor() {
     assert!(tail.contains("last-words"), "{tail}");
     let events = s.events_text(&id);
     assert!(!events.contains("OutOfMemory") && !events.contains("NodeFailed"), "{events}");
+}
+
+/// The memory cgroup of a process (cgroup v1's `memory` line, or v2's single one).
+fn memory_cgroup(pid: u32) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    let line = |pred: &dyn Fn(&str) -> bool| text.lines().find(|l| pred(l)).map(str::to_owned);
+    line(&|l| l.split(':').nth(1).is_some_and(|c| c.split(',').any(|c| c == "memory")))
+        .or_else(|| line(&|l| l.starts_with("0::")))
+        .unwrap_or_default()
+}
+
+/// Issue 29, item 7: the supervisor stayed in its replica's memory cgroup, so a replica at its limit could
+/// have the OOM killer take its supervisor (recorded as a node failure, cgroups left behind). The supervisor
+/// now leaves the replica's limits once its sandbox runs; a second sandbox (the run after the precheck)
+/// starts inside them again.
+#[test]
+fn the_supervisor_leaves_its_replicas_memory_limit_and_each_sandbox_starts_inside_it() {
+    let s = Server::start("sup-cgroup", None);
+    let marker = format!("ty-sup-cgroup-{}", std::process::id());
+    let mut task = pytorch("supcg", 0, &format!("(exec -a {marker} sleep 60)"));
+    task["spec"]["advanced"] = json!({"precheck": {"enabled": true}});
+    let id = s.submit(&task);
+    let (bwrap, init) = sandbox_of(&marker);
+    let sup = parent_of(bwrap).unwrap();
+    let replica = memory_cgroup(init);
+    assert!(replica.contains("/trainyard/"), "the sandbox is in the replica's cgroup: {replica}");
+    assert_eq!(memory_cgroup(bwrap), replica);
+    let t0 = std::time::Instant::now();
+    while !memory_cgroup(sup).ends_with("/trainyard/supervisors") {
+        assert!(t0.elapsed() < secs(10), "the supervisor is still in {}", memory_cgroup(sup));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let events = s.events_text(&id);
+    assert!(
+        events.contains("PrecheckResult") || events.contains("precheck"),
+        "the precheck ran first: {events}"
+    );
+    let (status, body) = s.call("POST", &format!("/api/v1/tasks/{id}/stop"), Some("{}"));
+    assert!(status < 300, "{body}");
+    s.wait_status(&id, "Stopped", secs(60));
 }
 
 /// Issue 29, item 14: the exit checkpoint's signal went only to the processes there at the stop; a process
@@ -757,24 +882,34 @@ fn the_runtime_dir_and_empty_files_count_against_the_scratch_limit() {
 /// a table of its own, named by its data dir, removed when it stops with nothing left running.
 #[test]
 fn two_servers_on_one_machine_keep_their_own_egress_tables_and_remove_them_at_stop() {
+    use trainyard_runtime::local::netns::{link_group, table_name};
     let tables = || {
         let out = std::process::Command::new("nft").args(["list", "tables"]).output().unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let with_egress = |name: &str, allow: &str| {
+    let with_egress = |name: &str, allow: &str, uplinks: &str| {
         Server::start_with(
             name,
             Options {
-                args: ["--sandbox-egress", "--sandbox-egress-allow", allow].map(String::from).to_vec(),
+                args: [
+                    "--sandbox-egress",
+                    "--sandbox-egress-allow",
+                    allow,
+                    "--sandbox-egress-uplinks",
+                    uplinks,
+                ]
+                .map(String::from)
+                .to_vec(),
                 ..Options::default()
             },
         )
     };
-    let mut a = with_egress("egress-table-a", "10.77.0.0/16");
-    let mut b = with_egress("egress-table-b", "10.88.0.0/16");
-    let name = |s: &Server| trainyard_runtime::local::netns::table_name(&s.dir);
-    let (ta, tb) = (name(&a), name(&b));
+    let mut a = with_egress("egress-table-a", "10.77.0.0/16", "198.18.0.0/16");
+    let mut b = with_egress("egress-table-b", "10.88.0.0/16", "198.19.0.0/17");
+    let (ta, tb) = (table_name(&a.dir), table_name(&b.dir));
+    let (ga, gb) = (link_group(&a.dir), link_group(&b.dir));
     assert_ne!(ta, tb);
+    assert_ne!(ga, gb);
     let listed = tables();
     assert!(
         listed.contains(&format!("table inet {ta}")) && listed.contains(&format!("table inet {tb}")),
@@ -787,6 +922,49 @@ fn two_servers_on_one_machine_keep_their_own_egress_tables_and_remove_them_at_st
     };
     assert!(rules(&ta).contains("10.77.0.0/16") && !rules(&ta).contains("10.88.0.0/16"), "{}", rules(&ta));
     assert!(rules(&tb).contains("10.88.0.0/16"), "{}", rules(&tb));
+    // Each table matches its own server's uplinks (by interface group), never the other's: with a task
+    // running on each, each uplink is in its server's group.
+    let (ra, rb) = (rules(&ta), rules(&tb));
+    assert!(ra.contains(&format!("iifgroup {ga}")) && !ra.contains(&format!("iifgroup {gb}")), "{ra}");
+    assert!(rb.contains(&format!("iifgroup {gb}")) && !rb.contains(&format!("iifgroup {ga}")), "{rb}");
+    let ia = a.submit(&pytorch("upa", 0, "echo up; sleep 60"));
+    let ib = b.submit(&pytorch("upb", 0, "echo up; sleep 60"));
+    a.wait_status(&ia, "Running", secs(60));
+    b.wait_status(&ib, "Running", secs(60));
+    let groups = || -> Vec<(String, u32)> {
+        let t0 = std::time::Instant::now();
+        loop {
+            let found: Vec<(String, u32)> = std::fs::read_dir("/sys/class/net")
+                .unwrap()
+                .flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let g =
+                        std::fs::read_to_string(e.path().join("netdev_group")).ok()?.trim().parse().ok()?;
+                    (name.starts_with("tyu") && (g == ga || g == gb)).then_some((name, g))
+                })
+                .collect();
+            if found.len() >= 2 || t0.elapsed() > secs(30) {
+                return found;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    let found = groups();
+    assert!(found.iter().any(|(_, g)| *g == ga) && found.iter().any(|(_, g)| *g == gb), "{found:?}");
+    // A third server in A's uplink range while A's uplink is up would take its addresses: it refuses to start.
+    let c = std::process::Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(["up", "--backend", "local", "--listen", "127.0.0.1:0", "--sandbox-egress", "--data-dir"])
+        .arg(std::env::temp_dir().join(format!("ty-egress-table-c-{}", std::process::id())))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&c.stderr);
+    assert!(!c.status.success() && said.contains("--sandbox-egress-uplinks"), "{said}");
+    for (s, id) in [(&a, &ia), (&b, &ib)] {
+        let (status, body) = s.call("POST", &format!("/api/v1/tasks/{id}/stop"), Some("{}"));
+        assert!(status < 300, "{body}");
+        s.wait_status(id, "Stopped", secs(60));
+    }
     b.stop();
     let listed = tables();
     assert!(!listed.contains(&format!("table inet {tb}")), "B's table stays after its stop:\n{listed}");

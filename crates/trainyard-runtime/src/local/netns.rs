@@ -80,18 +80,36 @@ pub struct Egress {
     pub nft: PathBuf,
     /// This server's host table ([`table_name`]).
     pub table: String,
+    /// The interface group of this server's uplinks ([`link_group`]): its table matches them by it, never
+    /// another server's (the `tyu` prefix is every server's).
+    #[serde(default)]
+    pub group: u32,
 }
 
 /// The host nftables table of the server whose data dir is `data_dir`: `trainyard_` and 8 hex digits of a
 /// hash of the dir's path (FNV-1a), the same at every start.
 pub fn table_name(data_dir: &Path) -> String {
+    format!("trainyard_{:08x}", dir_hash(data_dir))
+}
+
+/// The interface group of the uplinks of the server whose data dir is `data_dir`: the same hash as its
+/// table's name, in 31 bits (iproute2 reads a group as a signed number), never 0 (every interface's default).
+pub fn link_group(data_dir: &Path) -> u32 {
+    (dir_hash(data_dir) & 0x7fff_ffff).max(1)
+}
+
+/// FNV-1a of a path.
+fn dir_hash(data_dir: &Path) -> u32 {
     let mut h: u32 = 0x811c_9dc5;
     for b in data_dir.as_os_str().as_encoded_bytes() {
         h ^= u32::from(*b);
         h = h.wrapping_mul(0x0100_0193);
     }
-    format!("trainyard_{h:08x}")
+    h
 }
+
+/// The table every server shared before each had its own: removed when a server installs its own.
+const LEGACY_TABLE: &str = "trainyard";
 
 /// One attempt's way out: its uplink and the replicas' gateway.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -160,19 +178,23 @@ pub fn install_host_rules(egress: &Egress) -> Result<bool, String> {
     let allow_rule = if allowed.is_empty() {
         String::new()
     } else {
-        format!("    iifname \"tyu*\" ip daddr {{ {} }} accept\n", allowed.join(", "))
+        format!("    iifgroup {group} ip daddr {{ {} }} accept\n", allowed.join(", "), group = egress.group)
     };
+    // Matched by this server's interface group: another server's uplinks are its own table's. Forwarding
+    // from this server's uplinks to any uplink (this server's or another's) is refused.
     let rules = format!(
-        "table inet {table} {{}}\n\
+        "table inet {LEGACY_TABLE} {{}}\n\
+         delete table inet {LEGACY_TABLE}\n\
+         table inet {table} {{}}\n\
          delete table inet {table}\n\
          table inet {table} {{\n\
-         \x20 chain input {{\n    type filter hook input priority -10; policy accept;\n    iifname \"tyu*\" drop\n  }}\n\
+         \x20 chain input {{\n    type filter hook input priority -10; policy accept;\n    iifgroup {group} drop\n  }}\n\
          \x20 chain forward {{\n    type filter hook forward priority -10; policy accept;\n\
-         \x20   iifname \"tyu*\" oifname \"tyu*\" drop\n{allow_rule}\
-         \x20   iifname \"tyu*\" ip daddr {{ {blocked} }} drop\n\
-         \x20   iifname \"tyu*\" meta nfproto ipv6 drop\n\
-         \x20   oifname \"tyu*\" ct state established,related accept\n\
-         \x20   oifname \"tyu*\" drop\n  }}\n\
+         \x20   iifgroup {group} oifname \"tyu*\" drop\n{allow_rule}\
+         \x20   iifgroup {group} ip daddr {{ {blocked} }} drop\n\
+         \x20   iifgroup {group} meta nfproto ipv6 drop\n\
+         \x20   oifgroup {group} ct state established,related accept\n\
+         \x20   oifgroup {group} drop\n  }}\n\
          \x20 chain postrouting {{\n    type nat hook postrouting priority 100; policy accept;\n\
          \x20   ip saddr {uplinks} oifname != \"tyu*\" masquerade\n  }}\n}}\n",
         blocked = EGRESS_BLOCKED
@@ -183,6 +205,7 @@ pub fn install_host_rules(egress: &Egress) -> Result<bool, String> {
             .join(", "),
         uplinks = egress.uplinks.cidr(),
         table = egress.table,
+        group = egress.group,
     );
     nft(&egress.nft, None, &rules)?;
     let was_off = std::fs::read_to_string(FORWARDING).is_ok_and(|v| v.trim() == "0");
@@ -208,6 +231,38 @@ pub fn remove_host_rules(egress: &Egress, forwarding_was_off: bool) -> Result<()
         std::fs::write(FORWARDING, "0").map_err(|e| format!("cannot turn forwarding off: {e}"))?;
     }
     Ok(())
+}
+
+/// Another server's uplinks in this server's uplink range, if any: an interface of another group (another
+/// server's, see [`link_group`]) with a network inside `egress.uplinks`. Two servers taking /30s from one range
+/// would give two uplinks one address, and one of them would lose its way out.
+pub fn uplinks_of_others(egress: &Egress) -> Option<String> {
+    let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
+    let group_of = |iface: &str| {
+        std::fs::read_to_string(format!("/sys/class/net/{iface}/netdev_group"))
+            .ok()?
+            .trim()
+            .parse::<u32>()
+            .ok()
+    };
+    uplink_routes(&routes).into_iter().find_map(|(iface, net)| {
+        let (base, prefix) = (egress.uplinks.base, u32::from(egress.uplinks.prefix));
+        let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix) };
+        (net & mask == base & mask && group_of(&iface).is_some_and(|g| g != egress.group)).then_some(iface)
+    })
+}
+
+/// The uplinks' connected networks in a routing table (`/proc/net/route`): (interface, network).
+fn uplink_routes(text: &str) -> Vec<(String, u32)> {
+    let hex = |h: &str| u32::from_str_radix(h, 16).ok().map(u32::from_be);
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let iface = f.first().filter(|i| i.starts_with("tyu"))?;
+            Some(((*iface).to_owned(), hex(f.get(1)?)?))
+        })
+        .collect()
 }
 
 /// The IPv4 networks this machine is directly on (its LAN: other machines there are not the internet), from
@@ -349,8 +404,9 @@ pub fn create_switch(ip: &Path, switch: &str, egress: Option<(&Egress, &Uplink)>
             ip,
             None,
             &format!(
-                "link add {host} type veth peer name up0 netns {switch}\naddr add {h}/30 dev {host}\nlink set {host} up\n",
+                "link add {host} type veth peer name up0 netns {switch}\nlink set {host} group {g}\naddr add {h}/30 dev {host}\nlink set {host} up\n",
                 host = up.host_if,
+                g = egress.group,
                 h = up.host_addr
             ),
         )?;
@@ -565,6 +621,17 @@ mod tests {
                      eth0\t000200C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n\
                      tyu0123456789ab\t000012C6\t00000000\t0001\t0\t0\t0\tFCFFFFFF\t0\t0\t0\n";
         assert_eq!(connected_networks(table), vec!["192.0.2.0/24".to_owned()]);
+        // The uplinks' own networks are read apart: 198.18.0.0/30 on the uplink.
+        assert_eq!(uplink_routes(table), vec![("tyu0123456789ab".to_owned(), 0xC612_0000)]);
+    }
+
+    #[test]
+    fn each_server_has_its_own_table_and_link_group() {
+        let (a, b) = (Path::new("/var/lib/trainyard"), Path::new("/srv/trainyard"));
+        assert_ne!(table_name(a), table_name(b));
+        assert_ne!(link_group(a), link_group(b));
+        assert_eq!(link_group(a), link_group(a), "the same at every start");
+        assert!(link_group(a) > 0 && link_group(a) <= i32::MAX as u32, "a group iproute2 takes");
     }
 
     #[test]

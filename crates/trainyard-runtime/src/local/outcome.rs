@@ -182,13 +182,15 @@ fn decide(
             continue;
         }
         if e.killed_outside {
-            // Nothing in the sandbox can signal bubblewrap: the machine (or its admin) killed it.
+            // Nothing in the sandbox can signal bubblewrap or the sandbox's init: the machine (or its admin)
+            // killed it. bubblewrap reports a killed init as 128 + the signal.
+            let signal = e.signal.or(e.code.filter(|c| (129..160).contains(c)).map(|c| c - 128));
             p.verdict = Some((
                 Reason::NodeFailed,
                 format!(
                     "{}: its sandbox was killed from outside, by {}",
                     r.name,
-                    trainyard_core::failure::signal_name(e.signal.unwrap_or(9))
+                    trainyard_core::failure::signal_name(signal.unwrap_or(9))
                 ),
             ));
             continue;

@@ -39,6 +39,13 @@ pub fn sandbox_ns(bwrap_pid: u32) -> Option<PathBuf> {
     children(bwrap_pid).into_iter().filter_map(pid_ns).find(|ns| Some(ns) != mine.as_ref())
 }
 
+/// The sandbox's init (pid 1 inside) as a host pid: the child of bubblewrap process `bwrap_pid` in a PID
+/// namespace of its own.
+pub fn sandbox_init(bwrap_pid: u32) -> Option<u32> {
+    let mine = pid_ns(std::process::id());
+    children(bwrap_pid).into_iter().find(|&c| pid_ns(c).is_some_and(|ns| Some(&ns) != mine.as_ref()))
+}
+
 /// Processes inside the sandbox started by bubblewrap process `bwrap_pid`: everything in its child's PID
 /// namespace, as (host pid, pid inside). The namespace's init (pid 1 inside) comes first.
 pub fn sandbox_processes(bwrap_pid: u32) -> Vec<(u32, u32)> {
@@ -146,6 +153,9 @@ fn current(controller: &str) -> PathBuf {
     }
     if controller.is_empty() { Path::new(CG).to_owned() } else { Path::new(CG).join(controller) }
 }
+
+/// The cgroup (next to the replicas') that supervisors move to once their sandbox runs.
+pub const SUPERVISORS_CGROUP: &str = "supervisors";
 
 /// The name of a waiting pooled supervisor's cgroups, before its pid.
 pub const POOL_CGROUP_PREFIX: &str = "pool-";
@@ -418,6 +428,38 @@ impl Cgroup {
                     .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
             })
             .is_some_and(|n| n > 0)
+    }
+
+    /// Moves this process (the supervisor) out of the replica's memory and process limits into
+    /// `trainyard/supervisors`, so that what the sandbox does never weighs on the supervisor's memory, and the
+    /// OOM killer of a replica over its limit finds no supervisor to pick. The sandbox started before stays
+    /// (a child's cgroup is its own from its start). On cgroup v1 the CPU controller keeps the supervisor in
+    /// the replica's cgroup: its little CPU counts against the replica's share.
+    pub fn step_out(&self) -> Result<(), String> {
+        let me = std::process::id().to_string();
+        let out = |dir: &Path| -> Result<(), String> {
+            let to = dir.parent().ok_or("a cgroup without a parent")?.join(SUPERVISORS_CGROUP);
+            make_cgroup_dir(&to).map_err(|e| format!("cannot create {}: {e}", to.display()))?;
+            std::fs::write(to.join("cgroup.procs"), &me)
+                .map_err(|e| format!("cannot enter {}: {e}", to.display()))
+        };
+        match self {
+            Cgroup::V2(dir) => out(dir),
+            Cgroup::V1 { memory, pids, .. } => {
+                out(memory)?;
+                pids.as_deref().map_or(Ok(()), out)
+            }
+        }
+    }
+
+    /// Moves this process back into the replica's cgroups (before it starts another sandbox there).
+    pub fn step_in(&self) -> Result<(), String> {
+        let me = std::process::id().to_string();
+        for (dir, _) in self.dirs() {
+            std::fs::write(dir.join("cgroup.procs"), &me)
+                .map_err(|e| format!("cannot enter {}: {e}", dir.display()))?;
+        }
+        Ok(())
     }
 
     /// Leaves the cgroup and removes it (best effort).

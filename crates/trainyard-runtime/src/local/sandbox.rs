@@ -281,10 +281,10 @@ impl SandboxPlan {
                 masked_dirs.push(PathBuf::from("/sys/fs/cgroup"));
             }
         }
-        for d in PROC_MASKED_DIRS {
-            if Path::new(d).is_dir() {
-                arg(&mut a, &[&"--tmpfs", d]);
-                masked_dirs.push(PathBuf::from(d));
+        for d in PROC_MASKED_DIRS.iter().map(PathBuf::from).chain(host_net_dirs()) {
+            if d.is_dir() {
+                arg(&mut a, &[&"--tmpfs", &d]);
+                masked_dirs.push(d);
             }
         }
         for m in &self.mounts {
@@ -301,6 +301,24 @@ impl SandboxPlan {
         arg(&mut a, &[&"--remount-ro", &"/", &"--chdir", &workdir]);
         a
     }
+}
+
+/// Where the host's `/sys` lists the host's network interfaces (a view of the host's network namespace,
+/// whatever the replica's own is): `/sys/class/net`, and the `net` dir of each device it links to
+/// (`/sys/devices/virtual/net` and each network card's). Each is masked with an empty directory.
+fn host_net_dirs() -> Vec<PathBuf> {
+    let class = Path::new("/sys/class/net");
+    let mut dirs = vec![class.to_owned(), PathBuf::from("/sys/devices/virtual/net")];
+    for link in read_dir_sorted(class) {
+        // `../../devices/pci0000:00/0000:00:03.0/virtio0/net/eth0`: its parent is a `net` dir under `/sys`.
+        let Ok(dev) = std::fs::canonicalize(&link) else { continue };
+        if let Some(net) = dev.parent().filter(|p| p.starts_with("/sys/devices") && p.ends_with("net"))
+            && !dirs.iter().any(|d| d == net)
+        {
+            dirs.push(net.to_owned());
+        }
+    }
+    dirs
 }
 
 /// The host's SSH host keys (private and public), masked in the `host` view.

@@ -29,9 +29,9 @@ pub(super) struct Identity<'a> {
     pub(super) netns: Option<&'a OwnedFd>,
     pub(super) uid: u32,
     pub(super) gid: u32,
-    /// Descriptors bubblewrap must inherit (the seccomp filter, the env), under the numbers its arguments
-    /// name.
-    pub(super) keep: [OwnedFd; 2],
+    /// Descriptors bubblewrap must inherit (the seccomp filter, the env, its options), under the numbers its
+    /// arguments name.
+    pub(super) keep: [OwnedFd; 3],
 }
 
 /// Every process the supervisor starts goes through here, so descriptors meant for one child reach no other.

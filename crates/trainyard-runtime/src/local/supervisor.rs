@@ -52,6 +52,8 @@ struct Sup {
     cgroups: Vec<(PathBuf, String)>,
     /// Set by the scratch watcher when the replica used more scratch than it may.
     evict: Arc<Mutex<Option<String>>>,
+    /// The supervisor has left the replica's cgroups (see [`Cgroup::step_out`]).
+    stepped_out: bool,
 }
 
 impl Sup {
@@ -82,6 +84,10 @@ pub fn pool_cgroup_name(pid: u32) -> String {
 pub fn main(dir: &Path) -> i32 {
     // Nothing this process starts gains privileges by exec (bubblewrap is not set-uid here).
     let _ = rustix::thread::set_no_new_privs(true);
+    // The sandbox's init (bubblewrap's child, pid 1 inside) comes to this process when bubblewrap leaves it
+    // unreaped, which is how the supervisor tells the command's own end from the init killed on the host
+    // (see `init_killed`).
+    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     let pooled = dir.file_name().is_some_and(|n| n == "-");
     let waiting = pooled.then(|| Cgroup::enter_new(&pool_cgroup_name(std::process::id())));
     let mut input = String::new();
@@ -142,6 +148,7 @@ fn run(dir: &Path, job: ReplicaJob, ready: Option<Cgroup>) -> i32 {
         netns: None,
         cgroups: Vec::new(),
         evict: Arc::default(),
+        stepped_out: false,
     };
     sup.save();
     // The replica's network namespace is made while its cgroups are: both wait mostly on the kernel (moving
@@ -318,9 +325,21 @@ fn run_phase(
         cgroups: sup.cgroups.clone(),
         in_netns: sup.netns.is_some(),
     };
+    // bubblewrap reads its options from a sealed memory file, not its command line: the sandbox's pid 1 is a
+    // fork of it, and its command line (readable by every process inside) would name the host's paths.
+    let mut options = Vec::new();
+    for a in job.sandbox.args(&start) {
+        options.extend_from_slice(std::os::unix::ffi::OsStrExt::as_bytes(a.as_os_str()));
+        options.push(0);
+    }
+    let options = match memfd("trainyard-sandbox", &options) {
+        Ok(fd) => fd,
+        Err(e) => return fail(log, format!("cannot hold the sandbox's options: {e}")),
+    };
     let script = wrapper(job.sshd && sup.state.phase == Phase::Running, env.as_raw_fd());
     let mut c = Command::new(&job.bwrap);
-    c.args(job.sandbox.args(&start))
+    c.arg("--args")
+        .arg(options.as_raw_fd().to_string())
         .args(["bash", "-c", &script])
         .env_clear()
         .env("PATH", HOST_PATH)
@@ -328,7 +347,16 @@ fn run_phase(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     std::os::unix::process::CommandExt::process_group(&mut c, 0);
-    let id = Identity { netns: sup.netns.as_ref(), uid: job.uid, gid: job.gid, keep: [seccomp, env] };
+    let id =
+        Identity { netns: sup.netns.as_ref(), uid: job.uid, gid: job.gid, keep: [seccomp, env, options] };
+    // The sandbox starts in the replica's cgroups, where the supervisor is until its first sandbox runs.
+    if sup.stepped_out
+        && let Some(cg) = cgroup
+        && let Err(e) = cg.step_in()
+    {
+        return fail(log, e);
+    }
+    sup.stepped_out = false;
     let mut child = match spawn_as(c, id) {
         Ok(child) => child,
         Err(e) => return fail(log, format!("{}: {e}", job.bwrap.display())),
@@ -337,8 +365,10 @@ fn run_phase(
     // process, but for want of the namespace: see `stop_protocol`). It exists within milliseconds unless bwrap
     // failed or the machine is loaded (it once took 9 s); until it is found it is looked for again.
     let t0 = Instant::now();
+    let mut init = None;
     let mut ns = loop {
         if let Some(ns) = procs::sandbox_ns(child.id()) {
+            init = procs::sandbox_init(child.id());
             break Some(ns);
         }
         if matches!(child.try_wait(), Ok(Some(_))) || t0.elapsed() > Duration::from_secs(5) {
@@ -349,6 +379,17 @@ fn run_phase(
     sup.state.sandbox_pid = Some(child.id());
     sup.sandbox.store(child.id(), std::sync::atomic::Ordering::Relaxed);
     sup.save();
+    // Off the sandbox's start (a move between cgroups waits on the kernel): the supervisor leaves the
+    // replica's limits, which are the sandbox's alone from here on.
+    if let Some(cg) = cgroup {
+        match cg.step_out() {
+            Ok(()) => sup.stepped_out = true,
+            Err(e) => sup.event(
+                Reason::LimitsNotEnforced,
+                format!("{}: the supervisor stays in the replica's cgroup: {e}", job.name),
+            ),
+        }
+    }
     let readers: Vec<_> = [
         child.stdout.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
         child.stderr.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
@@ -374,6 +415,7 @@ fn run_phase(
         }
         if ns.is_none() {
             ns = procs::sandbox_ns(child.id());
+            init = procs::sandbox_init(child.id());
         }
         if evicted.is_none()
             && let Some(why) = sup.evict.lock().ok().and_then(|mut e| e.take())
@@ -406,6 +448,7 @@ fn run_phase(
     for r in readers {
         let _ = r.join();
     }
+    let init_killed = init.is_some_and(init_killed);
     use std::os::unix::process::ExitStatusExt;
     let oom_killed = cgroup.as_ref().is_some_and(Cgroup::oom_killed);
     ExitRecord {
@@ -414,9 +457,12 @@ fn run_phase(
         oom_killed,
         stopped,
         // bubblewrap passes the command's end on as an exit code (128 + signal); bubblewrap itself ended by
-        // a signal (not the OOM killer's, which may pick it as it is in the replica's cgroup) means someone
-        // on the host killed the sandbox.
-        killed_outside: status.signal().is_some() && !stopped && evicted.is_none() && !oom_killed,
+        // a signal, or the sandbox's init ended before the command (not by the OOM killer's hand, which may
+        // pick either as both are in the replica's cgroup) means someone on the host killed the sandbox.
+        killed_outside: (status.signal().is_some() || init_killed)
+            && !stopped
+            && evicted.is_none()
+            && !oom_killed,
         evicted,
         ..ExitRecord::default()
     }
@@ -547,6 +593,23 @@ fn stop_protocol(
         format!("{name}: still running {} s after SIGTERM; killed with SIGKILL", req.grace_s)
     };
     sup.event(Reason::Killed, why);
+}
+
+/// Whether the sandbox's init (`pid`, bubblewrap's child) ended before the command it started, which only a
+/// signal from the host does (inside its namespace nothing can kill it). When the command ends, the init
+/// tells bubblewrap so and bubblewrap exits at once, leaving the init unreaped: it comes to this process (a
+/// child subreaper) and is reaped here. When the init is killed first, bubblewrap reaps it itself, and it
+/// is no child of this process. Called once bubblewrap has been reaped and the sandbox killed.
+fn init_killed(pid: u32) -> bool {
+    use rustix::process::{Pid, WaitOptions, waitpid};
+    let Some(pid) = Pid::from_raw(pid as i32) else { return false };
+    loop {
+        match waitpid(Some(pid), WaitOptions::empty()) {
+            Ok(_) => return false,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return e == rustix::io::Errno::CHILD,
+        }
+    }
 }
 
 /// The processes in the sandbox started by bubblewrap process `bwrap`, its PID namespace looked for first

@@ -104,21 +104,32 @@ fn usage(pid: u32) -> Option<(f64, u64)> {
 }
 
 /// The platform's processes for running replicas: supervisors and bubblewrap (outer and the sandbox's init).
+/// bubblewrap reads its options from a descriptor, so it is found as the supervisors' child and grandchild.
 fn platform_pids(data_dir: &str) -> Vec<u32> {
+    let children = |pid: u32| -> Vec<u32> {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .map(|c| c.split_whitespace().filter_map(|p| p.parse().ok()).collect())
+            .unwrap_or_default()
+    };
+    let bwrap =
+        |pid: &u32| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e.ends_with("bwrap"));
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
         let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
         // A pooled supervisor (`supervise RUNS_DIR/-`) counts once it runs a replica (it has a child).
-        let busy = || {
-            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-                .is_ok_and(|c| !c.trim().is_empty())
-        };
-        if (cmd.contains(" supervise ") && cmd.contains(data_dir) && (!cmd.ends_with("/- ") || busy()))
-            || (cmd.contains("bwrap --die-with-parent") && cmd.contains(data_dir))
-        {
-            out.push(pid);
+        if !(cmd.contains(" supervise ") && cmd.contains(data_dir)) {
+            continue;
+        }
+        let outer: Vec<u32> = children(pid).into_iter().filter(bwrap).collect();
+        if cmd.ends_with("/- ") && outer.is_empty() {
+            continue;
+        }
+        out.push(pid);
+        for b in outer {
+            out.push(b);
+            out.extend(children(b).into_iter().filter(bwrap));
         }
     }
     out
