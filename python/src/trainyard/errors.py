@@ -9,8 +9,11 @@ RFC 9457 problem document it answered with (``application/problem+json``); its s
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+# FieldProblem lives beside both this module and models (a 422's problems and a validation's), so that models
+# need not import errors while errors names models' Task; it is re-exported here, where it always was.
+from ._problems import FieldProblem
 
 if TYPE_CHECKING:
     from .models import Task
@@ -61,32 +64,6 @@ class WaitTimeout(TrainyardError, TimeoutError):
     def __init__(self, message: str, *, task: Task) -> None:
         super().__init__(message)
         self.task = task
-
-
-@dataclass(frozen=True, slots=True)
-class FieldProblem:
-    """One problem at one field of a task document (a 422 ``invalid-task`` lists every one)."""
-
-    path: str
-    """Where, from the document's root: ``spec.environment.env[2].name``; empty for the whole document."""
-    code: str
-    """A stable code: ``required``, ``invalid-name``, ``not-found``, ``out-of-range``, ..."""
-    severity: str
-    """``error`` (blocks the task) or ``warning``."""
-    message: str
-    """What is wrong and what to change."""
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> FieldProblem:
-        return cls(
-            path=str(d.get("path", "")),
-            code=str(d.get("code", "")),
-            severity=str(d.get("severity", "error")),
-            message=str(d.get("message", "")),
-        )
-
-    def __str__(self) -> str:
-        return f"{self.path or '<document>'}: {self.message} [{self.code}]"
 
 
 class ProblemError(TrainyardError):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
-from .errors import FieldProblem
+from ._problems import FieldProblem
 
 __all__ = [
     "TERMINAL_STATUSES",

@@ -1,3 +1,4 @@
+// @ts-check
 // The account page (every user): who you are, and your API tokens: listed by id with when each was made and
 // last used, made with a label (the token is shown once), revoked. The token panel is shared with the admin
 // page, where admins manage anyone's.

@@ -1,3 +1,4 @@
+// @ts-check
 // The admin page: nodes, quotas, the catalog (a form per kind of entry, or its text), who may use what, the
 // image cache, users and their tokens, project groups and TaskEnv.
 

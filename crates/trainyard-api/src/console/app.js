@@ -1,3 +1,4 @@
+// @ts-check
 // The Trainyard console: a hash-routed page over the HTTP API, in small modules served as they are (no build
 // step). Each page is a function that builds its part of the document with `h` and calls the API.
 

@@ -1,3 +1,4 @@
+// @ts-check
 // Line charts of a task's metrics, drawn as SVG here (no library): a time axis with clock labels, a value axis
 // with 4 to 6 round ticks in the metric's unit, one line per replica (and label set) with a legend, a readout of
 // the values at the moment under the pointer or the keyboard's cursor, and a summary for assistive technology.
@@ -170,6 +171,7 @@ export function timeTicks(t0, t1, most) {
   const ticks = [];
   for (let t = Math.ceil((t0 - offset) / step) * step + offset; t <= t1; t += step) {
     const d = new Date(t);
+    /** @type {Intl.DateTimeFormatOptions} */
     const opts = step < 60000 ? { hour: "2-digit", minute: "2-digit", second: "2-digit" } : { hour: "2-digit", minute: "2-digit" };
     const label = step >= 86400000 ? d.toLocaleDateString([], { month: "short", day: "numeric" }) : d.toLocaleTimeString([], { ...opts, hour12: false });
     ticks.push({ t, label });

@@ -1,3 +1,4 @@
+// @ts-check
 // The console's common parts: building DOM (`h`, never from HTML strings, so nothing a user typed is ever
 // interpreted as markup), calling the HTTP API with the user's token, and the page's one repeating timer.
 
@@ -17,6 +18,15 @@ export function stopRepeating() {
   timer = null;
 }
 
+/// An element with attributes and children: `on*` attributes are event listeners, `text` its text, `true` an
+/// empty attribute, and `undefined`, `null` and `false` (attributes or children) are left out.
+/**
+ * @template {keyof HTMLElementTagNameMap} K
+ * @param {K} tag
+ * @param {Record<string, any>} [attrs]
+ * @param {...any} children nodes, strings or numbers, or (nested) arrays of them
+ * @returns {HTMLElementTagNameMap[K]}
+ */
 export function h(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
@@ -44,6 +54,15 @@ export class ApiError extends Error {
   }
 }
 
+/// Calls the HTTP API with the user's token. `data` is the parsed JSON when the answer is JSON, else its text;
+/// a refusal throws an `ApiError` with the problem document as `body`.
+/**
+ * @param {string} method
+ * @param {string} path
+ * @param {BodyInit} [body]
+ * @param {Record<string, string>} [headers]
+ * @returns {Promise<{ data: any, headers: Headers, status: number }>}
+ */
 export async function api(method, path, body, headers = {}) {
   const r = await fetch(path, {
     method,
@@ -56,6 +75,7 @@ export async function api(method, path, body, headers = {}) {
     throw new ApiError(401, { detail: "please sign in" });
   }
   const text = await r.text();
+  /** @type {any} */
   let data = text;
   if ((r.headers.get("content-type") || "").includes("json")) data = text ? JSON.parse(text) : null;
   if (!r.ok) throw new ApiError(r.status, data);

@@ -1,3 +1,4 @@
+// @ts-check
 // The Create Training form.
 
 import { api, fail, h, show } from "./core.js";
@@ -191,7 +192,7 @@ export async function createPage(params) {
     sel?.addEventListener("change", () => {
       if (getPath(doc, `${p}.mountPath`) === joinPath("/volume", prev)) {
         setPath(doc, `${p}.mountPath`, joinPath("/volume", sel.value));
-        const mp = document.getElementById(`in-${p}.mountPath`);
+        const mp = /** @type {HTMLInputElement | null} */ (document.getElementById(`in-${p}.mountPath`));
         if (mp) mp.value = joinPath("/volume", sel.value);
       }
       prev = sel.value;
@@ -373,7 +374,7 @@ export async function createPage(params) {
       let at = null;
       while (path && !(at = form.querySelector(`[data-path="${CSS.escape(path)}"]`))) path = path.includes(".") ? path.slice(0, path.lastIndexOf(".")) : "";
       const around = [];
-      for (let e = at; e; e = e.parentElement?.closest("[data-path]")) around.push(e.dataset.path);
+      for (let e = at; e; e = e.parentElement?.closest("[data-path]")) around.push(e.getAttribute("data-path"));
       if (!attempted && !touched.has(dotted(p.path)) && !around.some((x) => touched.has(x))) continue;
       shown.push(p);
       (at || form).append(h("div", { class: `field-problem ${p.severity}`, role: "alert", "data-for": p.path }, p.message));
@@ -398,7 +399,7 @@ export async function createPage(params) {
 
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
-    const button = document.getElementById("create-submit");
+    const button = /** @type {HTMLButtonElement} */ (document.getElementById("create-submit"));
     attempted = true;
     button.disabled = true;
     try {

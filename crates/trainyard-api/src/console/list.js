@@ -1,3 +1,4 @@
+// @ts-check
 // The task list: tabs (everything the user may see, their own, their project groups'), filters, all kept in
 // the URL so that a reload or a shared link shows the same list; pages by cursor, refreshed while nothing
 // more is loaded.
@@ -136,7 +137,7 @@ export async function taskList(params) {
       ev.preventDefault();
       const q = new URLSearchParams();
       if (tab !== "all") q.set("tab", tab);
-      for (const [k, v] of new FormData(form)) if (v) q.set(k, v);
+      for (const [k, v] of new FormData(form)) if (v) q.set(k, /** @type {string} */ (v));
       location.hash = `#/tasks?${q}`;
     },
   },

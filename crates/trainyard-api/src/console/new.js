@@ -1,3 +1,4 @@
+// @ts-check
 // A new task from a YAML or JSON document, checked by the server's validator as the user types.
 
 import { api, h, show } from "./core.js";

@@ -1,3 +1,4 @@
+// @ts-check
 // Signing in with a token, and who is signed in (the header).
 
 import { api, h, show, token, TOKEN_KEY } from "./core.js";

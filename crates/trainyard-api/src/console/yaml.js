@@ -1,3 +1,4 @@
+// @ts-check
 // JSON values as YAML, for showing a task's spec the way it is written: block mappings and sequences, strings
 // plain when YAML reads them back as the same string, quoted when not (single quotes, or double quotes with
 // escapes for what single quotes cannot hold), multi-line strings as literal blocks. Reading the output with
