@@ -867,14 +867,77 @@ fn the_runtime_dir_and_empty_files_count_against_the_scratch_limit() {
         let events = s.events_text(id);
         assert!(events.contains("Evicted") && events.contains(what), "{events}");
         let rdir = s.dir.join(format!("runs/{id}/a0/{}-master-0", t["name"].as_str().unwrap()));
-        // Gone with the attempt (moved aside at once, deleted on a thread of its own).
+        // Gone with the attempt: the scratch's file system unmounted at once, what is left deleted on a thread
+        // of its own, with the file system's image.
+        let mounted = |d: &std::path::Path| {
+            std::fs::read_to_string("/proc/self/mountinfo")
+                .unwrap()
+                .lines()
+                .any(|l| l.split_whitespace().nth(4) == Some(&*d.to_string_lossy()))
+        };
         let t0 = Instant::now();
-        while rdir.join("runtime").exists() || rdir.join("runtime.gone").exists() {
+        while mounted(&rdir.join("scratch"))
+            || rdir.join("scratch").exists()
+            || rdir.join("scratch.gone").exists()
+            || rdir.join("scratch.img").exists()
+        {
             assert!(t0.elapsed() < Duration::from_secs(30), "{} stays after the attempt", rdir.display());
             std::thread::sleep(Duration::from_millis(100));
         }
     }
     s.wait_status(&fine, "Succeeded", secs(60));
+}
+
+/// Issue 29, item 4 (the hard half): a scratch limit checked every 5 s let a fast writer put gigabytes on the
+/// data dir's disk (or use its inodes) before the check. Each replica's scratch (its /tmp, /root and runtime
+/// dir) is now a file system of its own sized to its limits: however fast it writes, it stops there, and
+/// the data dir never sees it. Its mounts name no host path.
+#[test]
+fn a_replicas_scratch_is_a_file_system_of_its_own_that_no_writer_overflows() {
+    let s = Server::start_with(
+        "scratch-fs",
+        Options {
+            args: ["--replica-scratch-mib", "16", "--replica-scratch-inodes", "2000"]
+                .map(String::from)
+                .to_vec(),
+            ..Options::default()
+        },
+    );
+    let before = free_bytes(&s.dir);
+    let cmd = r#"dd if=/dev/zero of=/tmp/big bs=1M count=2048 status=none 2>/dev/null
+echo "BIG $(stat -c %s /tmp/big)"
+mkdir /root/many && cd /root/many && seq 1 20000 | xargs touch 2>/dev/null
+echo "FILES $(ls | wc -l)"
+grep -E ' /(tmp|root|run/trainyard) ' /proc/self/mountinfo | sed 's/^/MOUNT /'
+echo checked; sleep 30"#;
+    let id = s.submit(&pytorch("fill", 0, cmd));
+    let name = s.wait_status(&id, "Running", secs(60))["name"].as_str().unwrap().to_owned();
+    s.wait_log(&id, &format!("{name}-master-0"), "checked", secs(60));
+    let log = s.log(&id, &format!("{name}-master-0"), None);
+    let out: Vec<&str> = log.lines().filter_map(|l| l.split_once(" O ").map(|(_, text)| text)).collect();
+    let num = |key: &str| -> u64 {
+        out.iter().find_map(|l| l.strip_prefix(key)?.trim().parse().ok()).unwrap_or_else(|| panic!("{log}"))
+    };
+    assert!(num("BIG ") < 32 << 20, "2 GiB asked for, at most the scratch's size written: {log}");
+    assert!(num("FILES ") < 2400, "20,000 files asked for, at most the scratch's inodes made: {log}");
+    assert!(before.saturating_sub(free_bytes(&s.dir)) < 256 << 20, "the data dir's disk did not fill");
+    let mounts: Vec<&&str> = out.iter().filter(|l| l.starts_with("MOUNT")).collect();
+    assert_eq!(mounts.len(), 3, "{log}");
+    for m in mounts {
+        assert!(m.contains(" - ext4 /dev/loop"), "a file system of its own: {m}");
+        assert!(!m.contains(&*s.dir.to_string_lossy()) && !m.contains("/runs/"), "names no host path: {m}");
+    }
+    // Over its limits, it is evicted as before.
+    s.wait_status(&id, "Failed", secs(60));
+    let events = s.events_text(&id);
+    assert!(events.contains("Evicted") && events.contains("over its limit"), "{events}");
+    assert!(!events.contains("LimitsNotEnforced"), "{events}");
+}
+
+/// Free bytes on the file system holding `dir`.
+fn free_bytes(dir: &std::path::Path) -> u64 {
+    let out = std::process::Command::new("df").args(["-B1", "--output=avail"]).arg(dir).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().nth(1).and_then(|l| l.trim().parse().ok()).unwrap()
 }
 
 /// Issue 29, item 5: two servers on one machine shared one nftables table, the last started replaced the

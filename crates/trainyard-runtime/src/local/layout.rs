@@ -76,9 +76,14 @@ impl ReplicaLayout {
     pub(super) fn home(&self) -> PathBuf {
         self.scratch().join("root")
     }
-    /// Shared with the sandbox at [`super::sandbox::RUNTIME_DIR`].
+    /// Shared with the sandbox at [`super::sandbox::RUNTIME_DIR`]; in the scratch, whose file system holds
+    /// it (see [`super::runtime_dir::RUNTIME_IN_REPLICA_DIR`]).
     pub(super) fn runtime(&self) -> PathBuf {
-        self.dir.join("runtime")
+        self.dir.join(super::runtime_dir::RUNTIME_IN_REPLICA_DIR)
+    }
+    /// The scratch file system's image (see `scratch::mount_scratch`).
+    pub(super) fn scratch_image(&self) -> PathBuf {
+        self.dir.join(super::scratch::SCRATCH_IMAGE)
     }
     pub(super) fn events(&self) -> PathBuf {
         self.dir.join("events.jsonl")
@@ -116,7 +121,7 @@ mod tests {
         let r = a.replica("x-master-0");
         assert_eq!(r.tmp(), Path::new("/d/runs/t1/a3/x-master-0/scratch/tmp"));
         assert_eq!(r.home(), Path::new("/d/runs/t1/a3/x-master-0/scratch/root"));
-        assert_eq!(r.runtime(), Path::new("/d/runs/t1/a3/x-master-0/runtime"));
+        assert_eq!(r.runtime(), Path::new("/d/runs/t1/a3/x-master-0/scratch/run"));
         assert_eq!(AttemptLayout::at(&a.dir), a);
     }
 }

@@ -259,7 +259,7 @@ fn a_job_holds_the_attempts_paths_limits_and_network() {
     assert_eq!(sb.root, Path::new("/"));
     assert!(sb.host_view);
     assert_eq!(sb.tmp, Path::new("/data/runs/t1/a2/plan-abcde-worker-0/scratch/tmp"));
-    assert_eq!(sb.runtime, Path::new("/data/runs/t1/a2/plan-abcde-worker-0/runtime"));
+    assert_eq!(sb.runtime, Path::new("/data/runs/t1/a2/plan-abcde-worker-0/scratch/run"));
     assert_eq!(sb.hosts, Path::new("/data/runs/t1/a2/hosts"));
     assert_eq!(sb.hide, [Path::new("/data")], "the data dir is hidden");
     assert_eq!((j[1].millicpu, j[1].memory_mib, j[1].uid), (2000, 64, 1_900_000_005), "at least 64 MiB");

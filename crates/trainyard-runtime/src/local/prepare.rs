@@ -221,7 +221,10 @@ impl LocalBackend {
             if ray && r.role == "head" {
                 std::fs::write(runtime.join("ray_probe.py"), RAY_PROBE_PY).map_err(|e| e.to_string())?;
             }
-            for d in [&scratch, &tmp, &home, &runtime] {
+            // The scratch dir is the platform's (the sandbox passes through it to its dirs, and it becomes the
+            // root of the replica's scratch file system); what is in it is the replica's.
+            own(&scratch, 0, 0, 0o711)?;
+            for d in [&tmp, &home, &runtime] {
                 own(d, uid, gid, 0o700)?;
             }
             own_tree(&home, uid, gid)?;

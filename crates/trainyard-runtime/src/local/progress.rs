@@ -98,20 +98,27 @@ impl Run {
     }
 }
 
-/// An ended replica's scratch and runtime dir, moved aside until they are deleted.
+/// An ended replica's scratch, moved aside until it is deleted (and, before the runtime dir was in the
+/// scratch, its runtime dir).
 const SCRATCH_GONE: &str = "scratch.gone";
 const RUNTIME_GONE: &str = "runtime.gone";
 
 /// Deletes what is left of the scratch of an ended attempt's replicas (a server stopped before its release
-/// thread was done). Never follows a link: a replica's dir is the platform's, its scratch the task's.
+/// thread was done, or before it moved the scratch aside). Never follows a link: a replica's dir is the
+/// platform's, its scratch the task's.
 pub(super) fn delete_scratch_left_in(attempt_dir: &Path) {
     let Ok(replicas) = std::fs::read_dir(attempt_dir) else { return };
     for r in replicas.flatten() {
-        for gone in [SCRATCH_GONE, RUNTIME_GONE] {
+        for gone in ["scratch", SCRATCH_GONE, RUNTIME_GONE] {
             let aside = r.path().join(gone);
             if std::fs::symlink_metadata(&aside).is_ok_and(|m| m.is_dir()) {
+                super::scratch::unmount_scratch(&aside);
                 let _ = std::fs::remove_dir_all(&aside);
             }
+        }
+        let image = r.path().join(super::scratch::SCRATCH_IMAGE);
+        if std::fs::symlink_metadata(&image).is_ok_and(|m| m.is_file()) {
+            let _ = std::fs::remove_file(image);
         }
     }
 }
@@ -290,16 +297,19 @@ impl LocalBackend {
         // here, so it is gone from its place once the end is reported; the slot goes last, so that no next
         // attempt gets its uplink while the old one is there.
         let mut gone = Vec::new();
+        let mut images = Vec::new();
         for r in &run.l.replicas {
             let rl = layout.replica(&r.name);
-            // The runtime dir too: the replica wrote it, and its uid goes to a later attempt.
-            for (from, to) in [(rl.scratch(), SCRATCH_GONE), (rl.runtime(), RUNTIME_GONE)] {
-                let aside = rl.dir.join(to);
-                match std::fs::rename(&from, &aside) {
-                    Ok(()) => gone.push(aside),
-                    Err(_) => {
-                        let _ = std::fs::remove_dir_all(&from);
-                    }
+            // The scratch's own file system goes at once (detached: the kernel lets it go when nothing holds
+            // it), the runtime dir in it with it: the replica wrote both, and its uid goes to a later attempt.
+            // Its image is deleted with the rest.
+            super::scratch::unmount_scratch(&rl.scratch());
+            images.push(rl.scratch_image());
+            let aside = rl.dir.join(SCRATCH_GONE);
+            match std::fs::rename(rl.scratch(), &aside) {
+                Ok(()) => gone.push(aside),
+                Err(_) => {
+                    let _ = std::fs::remove_dir_all(rl.scratch());
                 }
             }
         }
@@ -312,6 +322,9 @@ impl LocalBackend {
         let release = move || {
             for aside in &gone {
                 let _ = std::fs::remove_dir_all(aside);
+            }
+            for image in &images {
+                let _ = std::fs::remove_file(image);
             }
             for r in &replicas {
                 supervisor::remove_cgroups(r);

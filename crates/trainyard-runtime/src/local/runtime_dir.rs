@@ -15,11 +15,15 @@ pub struct RuntimeDir {
     fd: OwnedFd,
 }
 
+/// Where a replica's runtime dir is in its dir: in its scratch, whose file system holds it (the scratch
+/// dir is the platform's; the runtime dir in it the replica's).
+pub const RUNTIME_IN_REPLICA_DIR: &str = "scratch/run";
+
 impl RuntimeDir {
     pub fn open(replica_dir: &Path) -> Option<RuntimeDir> {
         use rustix::fs::{Mode, OFlags};
         let fd = rustix::fs::open(
-            replica_dir.join("runtime"),
+            replica_dir.join(RUNTIME_IN_REPLICA_DIR),
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )

@@ -1,5 +1,7 @@
-//! A replica's scratch, measured: what it holds on disk, and the watcher that asks for an eviction over the
-//! limit (as the kubelet evicts a pod over its ephemeral storage).
+//! A replica's scratch: a file system of its own (an ext4 image on a loop device, sized to the replica's
+//! limits, so a full scratch is the replica's problem and never the data dir's), and the watcher that
+//! measures it and asks for an eviction over the limit (as the kubelet evicts a pod over its ephemeral
+//! storage). Where no file system can be made (no loop devices, no `mkfs.ext4`), the watcher alone limits it.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -7,6 +9,88 @@ use std::time::{Duration, Instant};
 
 /// How often the scratch dirs are measured.
 pub const SCRATCH_CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// The scratch file system's image, in the replica's dir.
+pub(super) const SCRATCH_IMAGE: &str = "scratch.img";
+
+/// Inodes of the scratch file system: a little over the limit, so that a replica that fills it is seen over
+/// its limit and evicted (as without a file system of its own), not left failing its writes.
+fn image_inodes(limit: u64) -> u64 {
+    limit.saturating_add(limit / 16).saturating_add(64)
+}
+
+/// Bytes of the scratch image beyond the replica's limit: room for `inodes` inodes (256 bytes each) and the
+/// file system's own blocks, so that the replica can write about its limit. The image is sparse: what the
+/// file system never writes takes no space on the host.
+fn image_bytes(limit_mib: u64, inodes: u64) -> u64 {
+    let limit = limit_mib.saturating_mul(1024 * 1024);
+    limit
+        .saturating_add(image_inodes(inodes).saturating_mul(256))
+        .saturating_add(limit / 64)
+        .saturating_add(8 << 20)
+}
+
+/// Makes the replica's scratch a file system of its own: `image` (sparse, created here) formatted with what
+/// `scratch` holds (the server put the replica's dirs and files there, owners kept), then mounted over
+/// `scratch` (no set-uid, no devices). Err says why not; `scratch` is then as it was.
+pub(super) fn mount_scratch(
+    scratch: &Path,
+    image: &Path,
+    limit_mib: u64,
+    limit_inodes: u64,
+) -> Result<(), String> {
+    use std::process::{Command, Stdio};
+    let run = |c: &mut Command| -> Result<(), String> {
+        c.env_clear().env("PATH", super::supervisor::HOST_PATH).stdin(Stdio::null()).stdout(Stdio::null());
+        let out = super::spawn::spawn_helper(c.stderr(Stdio::piped()))
+            .map_err(|e| format!("{}: {e}", c.get_program().to_string_lossy()))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{}: {}",
+                c.get_program().to_string_lossy(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    };
+    let made = (|| {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(image)
+            .map_err(|e| format!("cannot create {}: {e}", image.display()))?;
+        f.set_len(image_bytes(limit_mib, limit_inodes))
+            .map_err(|e| format!("cannot size {}: {e}", image.display()))?;
+        drop(f);
+        // No journal (the scratch does not outlive a crash), lazy tables (formatting takes milliseconds), no
+        // blocks kept for root.
+        run(Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-O", "^has_journal", "-m", "0", "-E", "lazy_itable_init=1,nodiscard", "-N"])
+            .arg(image_inodes(limit_inodes).to_string())
+            .arg("-d")
+            .arg(scratch)
+            .arg(image))?;
+        run(Command::new("mount").args(["-o", "loop,nosuid,nodev,noatime"]).arg(image).arg(scratch))?;
+        // The file system's root is the platform's (the sandbox binds its dirs, never it).
+        std::fs::set_permissions(scratch, std::os::unix::fs::PermissionsExt::from_mode(0o711))
+            .map_err(|e| format!("cannot set the mode of {}: {e}", scratch.display()))
+    })();
+    if made.is_err() {
+        unmount_scratch(scratch);
+        let _ = std::fs::remove_file(image);
+    }
+    made
+}
+
+/// Unmounts a replica's scratch file system (detached at once; the kernel lets it go, and its loop device,
+/// when nothing uses it any more). Nothing happens where it is not mounted.
+pub fn unmount_scratch(scratch: &Path) {
+    let _ = rustix::mount::unmount(
+        scratch,
+        rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
+    );
+}
 
 /// Measures what the replica may write (`dirs`: its scratch and its runtime dir) every
 /// [`SCRATCH_CHECK_EVERY`] and asks for the replica's end when they hold more than `limit_mib` (space

@@ -27,7 +27,7 @@ pub use super::records::{
 };
 use super::runtime_dir::RuntimeDir;
 use super::sandbox::{RUNTIME_DIR, Start};
-use super::scratch::watch_scratch;
+use super::scratch::{SCRATCH_IMAGE, mount_scratch, watch_scratch};
 use super::spawn::{Identity, memfd, spawn_as};
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -154,6 +154,11 @@ fn run(dir: &Path, job: ReplicaJob, ready: Option<Cgroup>) -> i32 {
     // The replica's network namespace is made while its cgroups are: both wait mostly on the kernel (moving
     // a process between cgroups and making a namespace take machine-wide locks), not on each other.
     let net = job.net.clone().map(|net| std::thread::spawn(move || netns::create_replica(&net)));
+    // So is its scratch's file system (formatting and mounting wait on the disk).
+    let scratch_fs = {
+        let (scratch, image, limits) = (dir.join("scratch"), dir.join(SCRATCH_IMAGE), job.limits);
+        std::thread::spawn(move || mount_scratch(&scratch, &image, limits.scratch_mib, limits.scratch_inodes))
+    };
     let made = match ready {
         Some(cg) => Ok(cg),
         None => Cgroup::create(&cgroup_name(dir), job.millicpu, job.memory_mib, job.limits.pids_max),
@@ -192,6 +197,16 @@ fn run(dir: &Path, job: ReplicaJob, ready: Option<Cgroup>) -> i32 {
             ),
         }
     }
+    if let Err(why) = scratch_fs.join().unwrap_or_else(|_| Err("the scratch setup thread panicked".into())) {
+        sup.event(
+            Reason::LimitsNotEnforced,
+            format!(
+                "{}: its scratch has no file system of its own, so its limits are checked every {} s only: {why}",
+                job.name,
+                super::scratch::SCRATCH_CHECK_EVERY.as_secs()
+            ),
+        );
+    }
     let stop_monitor = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let monitor = {
         let (dir, job, pid, stop) =
@@ -199,7 +214,8 @@ fn run(dir: &Path, job: ReplicaJob, ready: Option<Cgroup>) -> i32 {
         std::thread::spawn(move || super::metrics::monitor(&dir, &job, &pid, &stop))
     };
     let watcher = {
-        let dirs = vec![dir.join("scratch"), dir.join("runtime")];
+        // The runtime dir is in the scratch.
+        let dirs = vec![dir.join("scratch")];
         let (limits, evict, stop) = (job.limits, sup.evict.clone(), stop_monitor.clone());
         std::thread::spawn(move || {
             watch_scratch(&dirs, limits.scratch_mib, limits.scratch_inodes, &evict, &stop)
@@ -291,7 +307,7 @@ fn wrapper(sshd: bool, env_fd: i32) -> String {
 }
 
 /// The environment of every process the supervisor starts on the host: fixed, nothing of the replica's.
-const HOST_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub(super) const HOST_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Runs one sandboxed command to its end (or through the stop protocol), with its output in the log.
 fn run_phase(
