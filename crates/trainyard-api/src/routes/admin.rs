@@ -4,7 +4,7 @@
 use crate::auth::{Admin, Caller, WithBody};
 use crate::error::{ApiError, ApiResult, json_object};
 use crate::routes::NoParams;
-use crate::schema::{ApiSchema, Object, Optional, Schemas, named, object_schema};
+use crate::schema::{ApiSchema, Object, Optional, Schemas, named, object_schema, view};
 use crate::settings::AdminSettings;
 use crate::state::{AppState, now_ms};
 use crate::views::Items;
@@ -239,25 +239,16 @@ impl ApiSchema for RegistryPassword {
     }
 }
 
-/// A registry's login as listed: never its password.
-#[derive(Debug, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RegistryLoginEntry {
-    host: String,
-    username: String,
-    updated_at_ms: i64,
-    project_groups: Vec<String>,
-}
-object_schema!(
+view! {
     /// A registry host that has a login: its user name, when it was set, and the project groups it serves
     /// beyond the catalog's image presets (empty: the presets only).
-    closed RegistryLoginEntry as "RegistryLoginEntry" {
-        "host": String,
-        "username": String,
-        "updatedAtMs": i64,
-        "projectGroups": Vec<String>,
+    pub struct RegistryLoginEntry as "RegistryLoginEntry" {
+        host: String,
+        username: String,
+        "updatedAtMs" updated_at_ms: i64,
+        "projectGroups" project_groups: Vec<String>,
     }
-);
+}
 
 /// The registries that have a login (admin; never the passwords).
 pub async fn list_registry_logins(

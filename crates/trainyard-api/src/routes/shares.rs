@@ -4,13 +4,13 @@
 use crate::auth::{Caller, WithBody, visible_task};
 use crate::error::{ApiError, ApiResult, json_object};
 use crate::routes::NoParams;
-use crate::schema::{Optional, object_schema};
+use crate::schema::{Optional, object_schema, view};
 use crate::state::AppState;
 use crate::views::Items;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use trainyard_store::{TaskRecord, User};
 
 #[derive(Debug, Deserialize)]
@@ -25,17 +25,14 @@ object_schema!(
     closed ShareBody as "Share" { "user": String, "operate": Optional<bool> }
 );
 
-/// One user a task is shared with.
-#[derive(Debug, Serialize)]
-pub struct ShareEntry {
-    pub user: String,
-    /// May also stop, resubmit, delete and clone it.
-    pub operate: bool,
-}
-object_schema!(
+view! {
     /// A user the task is shared with, and whether they may operate it too (stop, resubmit, delete, clone).
-    closed ShareEntry as "ShareEntry" { "user": String, "operate": bool }
-);
+    pub struct ShareEntry as "ShareEntry" {
+        pub user: String,
+        /// May also stop, resubmit, delete and clone it.
+        pub operate: bool,
+    }
+}
 
 /// The owner and admins manage a task's shares.
 fn may_manage(user: &User, t: &TaskRecord, what: &str) -> ApiResult<()> {
