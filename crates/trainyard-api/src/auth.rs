@@ -1,15 +1,22 @@
 //! Who the caller is (their bearer token) and what they may do: see a task, operate it, use a project
 //! group, use a catalog entry beyond the validator's group rules, act as admin or on their own account.
+//!
+//! Handlers name who may call them in their arguments: [`Caller`] (any enabled user with a known token) or
+//! [`Admin`], and [`WithBody`] around either when they read the request's body.
 
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::tokens::token_hash;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
 use trainyard_core::TrainingTask;
 use trainyard_store::{TaskRecord, User};
 
 /// The hash of the request's bearer token, if it has one.
-pub fn bearer_hash(headers: &HeaderMap) -> Option<String> {
+fn bearer_hash(headers: &HeaderMap) -> Option<String> {
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -20,7 +27,7 @@ pub fn bearer_hash(headers: &HeaderMap) -> Option<String> {
 /// The caller, from `Authorization: Bearer TOKEN`: 401 without a known token, 403 when the user is disabled.
 /// A token looked up in the store (not in the cache: at most every few seconds per token) has its last use
 /// recorded, off the request's path.
-pub async fn caller(state: &AppState, headers: &HeaderMap) -> ApiResult<User> {
+async fn caller(state: &AppState, headers: &HeaderMap) -> ApiResult<Caller> {
     let hash = bearer_hash(headers).ok_or(ApiError::Unauthorized)?;
     let (user, disabled) = match state.tokens.get(&hash) {
         Some(found) => found,
@@ -32,14 +39,67 @@ pub async fn caller(state: &AppState, headers: &HeaderMap) -> ApiResult<User> {
                     eprintln!("trainyard: recording a token's use: {e}");
                 }
             });
-            state.tokens.put(hash, found.clone());
+            state.tokens.put(hash.clone(), found.clone());
             found
         }
     };
     if disabled {
         return Err(ApiError::Disabled(user.name));
     }
-    Ok(user)
+    Ok(Caller { user, token_hash: hash })
+}
+
+/// The caller, as an extractor: any user with a known token whose account is enabled (401 without a known
+/// token, 403 `account-disabled` for a disabled user; a deleted user has no tokens left).
+#[derive(Debug)]
+pub struct Caller {
+    pub user: User,
+    /// The hash of the token the request came with (a token's id is its first characters).
+    pub token_hash: String,
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Caller> {
+        caller(state, &parts.headers).await
+    }
+}
+
+/// An admin caller, as an extractor: as [`Caller`], and a member is refused (403 `forbidden`).
+#[derive(Debug)]
+pub struct Admin(pub User);
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Admin> {
+        let Caller { user, .. } = caller(state, &parts.headers).await?;
+        admin_only(&user)?;
+        Ok(Admin(user))
+    }
+}
+
+/// Who calls ([`Caller`] or [`Admin`]) and the request's body, for handlers that read one. A body the
+/// server refuses to read (over the body limit: 413) is answered before whatever the caller check said,
+/// whoever sends it: the handlers read their body before they looked at the token, and answer as they did.
+#[derive(Debug)]
+pub struct WithBody<C>(pub C, pub Bytes);
+
+impl<C> FromRequest<AppState> for WithBody<C>
+where
+    C: FromRequestParts<AppState, Rejection = ApiError> + Send,
+{
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Response> {
+        let (mut parts, body) = req.into_parts();
+        let who = C::from_request_parts(&mut parts, state).await;
+        let body = Bytes::from_request(Request::from_parts(parts, body), state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(WithBody(who.map_err(IntoResponse::into_response)?, body))
+    }
 }
 
 fn is_admin(user: &User) -> bool {
@@ -114,18 +174,14 @@ pub fn self_or_admin(user: &User, name: &str, what: &str) -> ApiResult<()> {
     }
 }
 
-/// The caller acting on a user's own things (tokens, TaskEnv, alarm subscriptions): the user themself or an
-/// admin (`what` says what others may not do), and a user that exists.
-pub async fn caller_acting_on(
-    state: &AppState,
-    headers: &HeaderMap,
-    name: &str,
-    what: &str,
-) -> ApiResult<User> {
-    let user = caller(state, headers).await?;
-    self_or_admin(&user, name, what)?;
-    known_user(state, name).await?;
-    Ok(user)
+impl Caller {
+    /// The caller acting on a user's own things (tokens, TaskEnv, alarm subscriptions): the user themself or
+    /// an admin (`what` says what others may not do), and a user that exists.
+    pub async fn acting_on(&self, state: &AppState, name: &str, what: &str) -> ApiResult<()> {
+        self_or_admin(&self.user, name, what)?;
+        known_user(state, name).await?;
+        Ok(())
+    }
 }
 
 /// The user, or a 404 that says there is no such user.

@@ -2,11 +2,10 @@
 //! the store's, the control loop's and a refused submission's) become an HTTP status and a problem, and
 //! [`problems_for_every_error`] rewrites the router's and axum's extractors' own error answers the same way.
 
-use crate::schema::{ApiSchema, Optional, Schemas, object_schema};
+use crate::schema::{ApiSchema, Schemas, view};
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
 use trainyard_control::{CommandError, SubmitError};
 use trainyard_core::{MAX_DOCUMENT_BYTES, Problem, Report};
 use trainyard_store::StoreError;
@@ -14,33 +13,24 @@ use trainyard_store::StoreError;
 /// What a 429 for the per-user cap on queued tasks tells the client to wait before trying again, in seconds.
 pub const QUEUED_CAP_RETRY_AFTER_S: u32 = 30;
 
-/// One thing a new catalog would take away from active tasks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CatalogConflict {
-    /// The validator's code for what the tasks would get (`not-found`, `not-in-group`, `never-fits`, ...),
-    /// or `node-in-use` for a node that runs their replicas.
-    pub code: String,
-    /// Where in the tasks the thing is used (`spec.compute.pool`, ...), or `placement` for a node.
-    pub path: String,
-    /// What is wrong, as the tasks would be told.
-    pub message: String,
-    /// How many active tasks it concerns.
-    pub tasks: u64,
-    /// Some of them, by name.
-    pub task_names: Vec<String>,
-}
-object_schema!(
+view! {
     /// Something a refused catalog would take away from active tasks: where they use it, what they would be
     /// told, how many they are and some of their names.
-    closed CatalogConflict as "CatalogConflict" {
-        "code": String,
-        "path": String,
-        "message": String,
-        "tasks": u64,
-        "taskNames": Vec<String>,
+    #[derive(Clone, PartialEq, Eq)]
+    pub struct CatalogConflict as "CatalogConflict" {
+        /// The validator's code for what the tasks would get (`not-found`, `not-in-group`, `never-fits`,
+        /// ...), or `node-in-use` for a node that runs their replicas.
+        pub code: String,
+        /// Where in the tasks the thing is used (`spec.compute.pool`, ...), or `placement` for a node.
+        pub path: String,
+        /// What is wrong, as the tasks would be told.
+        pub message: String,
+        /// How many active tasks it concerns.
+        pub tasks: u64,
+        /// Some of them, by name.
+        "taskNames" pub task_names: Vec<String>,
     }
-);
+}
 
 /// Every error a handler returns, mapped to an HTTP status and a problem document here and nowhere else.
 #[derive(Debug)]
@@ -107,43 +97,30 @@ impl From<SubmitError> for ApiError {
     }
 }
 
-/// A problem document (RFC 9457), as every error answer carries it.
-#[derive(Debug, Serialize)]
-pub struct ProblemBody {
-    /// `https://trainyard.dev/problems/CODE`: the stable part clients match on.
-    #[serde(rename = "type")]
-    pub problem_type: String,
-    pub title: String,
-    pub status: u16,
-    pub detail: String,
-    /// A refused task document's problems (422 `invalid-task`), each with its path.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub problems: Option<Vec<Problem>>,
-    /// What active tasks use that a refused catalog would take away (409 `catalog-in-use`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub conflicts: Option<Vec<CatalogConflict>>,
-    /// The cap on a user's queued tasks (429 `too-many-queued`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub limit: Option<u64>,
-    /// The caller's queued tasks (429 `too-many-queued`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub queued: Option<u64>,
-}
-object_schema!(
+view! {
     /// An error, as an RFC 9457 problem document. `type` ends in a stable code; `problems` (422
     /// `invalid-task`), `conflicts` (409 `catalog-in-use`), `limit` and `queued` (429 `too-many-queued`) are
     /// there with those codes only.
-    closed ProblemBody as "Problem" {
-        "type": ProblemType,
-        "title": String,
-        "status": ErrorStatus,
-        "detail": String,
-        "problems": Optional<Vec<Problem>>,
-        "conflicts": Optional<Vec<CatalogConflict>>,
-        "limit": Optional<u64>,
-        "queued": Optional<u64>,
+    pub struct ProblemBody as "Problem" {
+        /// `https://trainyard.dev/problems/CODE`: the stable part clients match on.
+        "type" pub problem_type: String => ProblemType,
+        pub title: String,
+        pub status: u16 => ErrorStatus,
+        pub detail: String,
+        /// A refused task document's problems (422 `invalid-task`), each with its path.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub problems: Option<Vec<Problem>>,
+        /// What active tasks use that a refused catalog would take away (409 `catalog-in-use`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub conflicts: Option<Vec<CatalogConflict>>,
+        /// The cap on a user's queued tasks (429 `too-many-queued`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub limit: Option<u64>,
+        /// The caller's queued tasks (429 `too-many-queued`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub queued: Option<u64>,
     }
-);
+}
 
 /// The schema of a problem's `type`: a URI under `https://trainyard.dev/problems/` ending in a stable code.
 #[derive(Debug)]

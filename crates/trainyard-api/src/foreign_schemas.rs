@@ -215,3 +215,99 @@ object_schema!(
         "group": String, "resourceType": ResourceType, "pool": String, "spec": String, "units": u64,
     }
 );
+
+/// The types of other crates cannot be declared with their schema (`view!`), so these check real values
+/// against their lists: what is sent is listed, and what is listed as required is sent.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Checks every object in `value` against its schema in `schema`, through references, lists, maps and
+    /// nullable fields: its keys are among the properties, and the required ones are all there.
+    fn keys_follow(value: &Value, schema: &Value, schemas: &Schemas, at: &str) {
+        if let Some(name) = schema["$ref"].as_str().and_then(|r| r.strip_prefix("#/components/schemas/")) {
+            return keys_follow(value, &schemas[name], schemas, &format!("{at} ({name})"));
+        }
+        if let Some(any) = schema["anyOf"].as_array() {
+            for s in any.iter().filter(|_| !value.is_null()).filter(|s| s["type"] != "null") {
+                keys_follow(value, s, schemas, at);
+            }
+            return;
+        }
+        match value {
+            Value::Object(fields) => {
+                match (schema["properties"].as_object(), &schema["additionalProperties"]) {
+                    (Some(properties), _) => {
+                        for (key, v) in fields {
+                            let property = properties.get(key);
+                            assert!(
+                                property.is_some(),
+                                "{at}: {key} is sent but its schema does not list it"
+                            );
+                            keys_follow(v, property.unwrap_or(&Value::Null), schemas, &format!("{at}.{key}"));
+                        }
+                        for key in
+                            schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str)
+                        {
+                            assert!(fields.contains_key(key), "{at}: {key} is required but not sent");
+                        }
+                    }
+                    (None, each @ Value::Object(_)) => {
+                        for (key, v) in fields {
+                            keys_follow(v, each, schemas, &format!("{at}.{key}"));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    keys_follow(v, &schema["items"], schemas, &format!("{at}[{i}]"));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn check<T: ApiSchema + serde::Serialize>(sample: &T) {
+        let mut schemas = Schemas::new();
+        let schema = T::schema(&mut schemas);
+        let value = serde_json::to_value(sample).unwrap();
+        assert!(value.is_object() || value.is_array(), "{value}");
+        keys_follow(&value, &schema, &schemas, std::any::type_name::<T>());
+    }
+
+    #[test]
+    fn other_crates_answers_send_what_their_schemas_list() {
+        let catalog = Catalog::from_yaml(include_str!("../../../examples/catalog/catalog.yaml")).unwrap();
+        check(&catalog);
+        let task = include_bytes!("../../../examples/pytorch-ddp.yaml");
+        let checked = trainyard_core::check(task, &catalog);
+        let valid = checked.valid_task().unwrap();
+        let lookup = |name: &str| catalog.instance_specs.get(name);
+        check(&trainyard_core::demand_options(&valid.spec, &lookup).unwrap());
+        let bad = trainyard_core::check(b"kind: TrainingTask\nspec: 3\n", &catalog);
+        assert!(!bad.report.problems.is_empty());
+        check(&bad.report.problems);
+        let line = |group: &str| QuotaLine {
+            group: group.into(),
+            resource_type: "Reserved".into(),
+            pool: "default".into(),
+            spec: "cpu.small".into(),
+            limit: 8,
+            remaining: 2,
+            pool_available: 4,
+            idle: 1,
+            unreserved: 0,
+        };
+        check(&vec![line("nlp"), line("cv")]);
+        check(&vec![trainyard_images::Cached {
+            digest: "sha256:00".into(),
+            references: vec!["docker.io/library/python:3".into()],
+            bytes: 1,
+            last_used_ms: 2,
+            pulled_ms: 3,
+        }]);
+        check(&trainyard_images::Collected { removed: vec!["sha256:00".into()], freed_bytes: 1, bytes: 2 });
+    }
+}

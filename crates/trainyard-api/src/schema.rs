@@ -1,11 +1,13 @@
-//! JSON Schemas of the API's bodies, for the OpenAPI document. A body type implements [`ApiSchema`], most
-//! through `object_schema!`, which lists the JSON fields beside the serde struct as `decode_struct!` does
-//! for the task document; the OpenAPI test validates real answers against these schemas, so a field added
-//! to a struct and not here (or the reverse) fails it.
+//! JSON Schemas of the API's bodies, for the OpenAPI document. A body type implements [`ApiSchema`]. The
+//! API's own answers are declared with `view!`, which makes the serde struct and its schema from one field
+//! list, so what is sent and what the document says cannot part. Types of other crates, and request bodies
+//! (parsed by serde, as strict as the schema says), list their JSON fields beside the type with
+//! `object_schema!`; the OpenAPI test validates real answers and requests against these schemas, so a field
+//! added to such a type and not to its list (or the reverse) fails it.
 //!
-//! A field's type in the list is the type of its *schema*, which need not be its Rust type: a `String` field
-//! that only ever holds a status is listed as [`Status`](trainyard_core::lifecycle::Status) so the document
-//! names the values, and [`Optional`] marks a field serde leaves out when it is empty.
+//! A field's schema need not be its Rust type's: a `String` field that only ever holds a status has the
+//! schema of [`Status`](trainyard_core::lifecycle::Status) so the document names the values, and
+//! [`Optional`] marks a field serde leaves out when it is empty.
 
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -100,6 +102,92 @@ macro_rules! object_schema {
 }
 pub(crate) use object_schema;
 
+/// The type an `Option` holds: the schema of a field serde leaves out when it is `None` is that of what it
+/// holds when present (not `null`).
+pub trait SkipNone {
+    type Inner;
+}
+
+impl<T> SkipNone for Option<T> {
+    type Inner = T;
+}
+
+/// Declares an answer: the struct (`Debug` and `Serialize`, and any other derives listed) and its
+/// [`ApiSchema`], a closed object named in the document's components, from one list of fields. The doc
+/// comments on the struct are its doc and the schema's description; a field's doc is the field's only.
+///
+/// Each field is `"jsonKey" pub rust_name: RustType => SchemaType`, where the key may be left out when it
+/// is the field's name, and `=> SchemaType` when the schema is the Rust type's. The key is serde's
+/// (`rename`) and the schema's alike, and a field marked `#[serde(skip_serializing_if = "Option::is_none")]`
+/// is left out of the JSON when `None` and out of the schema's `required`; so the keys an answer has are
+/// the properties its schema lists. Struct-level `#[serde(IDENT)]` (`deny_unknown_fields`) and field-level
+/// `#[serde(deserialize_with = "PATH")]` pass through for a view that is also read (with `Deserialize`
+/// among the derives), and read under the same keys.
+///
+/// ```text
+/// view! {
+///     /// A task's place in line.
+///     pub struct QueueView as "QueuePosition" {
+///         pub position: u32,
+///         "positionInGroup" pub position_in_group: u32,
+///         "createdAtMs" pub created_at_ms: i64 => Millis,
+///         #[serde(skip_serializing_if = "Option::is_none")]
+///         pub reason: Option<String>,
+///     }
+/// }
+/// ```
+macro_rules! view {
+    (
+        $(#[doc = $doc:literal])*
+        $(#[derive($($derive:path),* $(,)?)])?
+        $(#[serde($container:ident)])?
+        $vis:vis struct $name:ident as $schema_name:literal {
+            $(
+                $(#[doc = $fdoc:literal])*
+                $(#[serde(skip_serializing_if = $skip:literal)])?
+                $(#[serde(deserialize_with = $with:literal)])?
+                $($key:literal)? $fvis:vis $field:ident : $rty:ty $(=> $sty:ty)?
+            ),* $(,)?
+        }
+    ) => {
+        $(#[doc = $doc])*
+        #[derive(Debug, serde::Serialize $($(, $derive)*)?)]
+        $(#[serde($container)])?
+        $vis struct $name {
+            $(
+                $(#[doc = $fdoc])*
+                $(#[serde(skip_serializing_if = $skip)])?
+                $(#[serde(deserialize_with = $with)])?
+                $(#[serde(rename = $key)])?
+                $fvis $field: $rty,
+            )*
+        }
+
+        impl $crate::schema::ApiSchema for $name {
+            fn schema(schemas: &mut $crate::schema::Schemas) -> serde_json::Value {
+                $crate::schema::named(schemas, $schema_name, |schemas| {
+                    let mut object = $crate::schema::Object::default();
+                    $(object.field::<$crate::schema::view!(@schema $rty; $($sty)?; $($skip)?)>(
+                        $crate::schema::view!(@key $field $($key)?),
+                        schemas,
+                    );)*
+                    let description: &[&str] = &[$($doc.trim()),*];
+                    object.finish(&description.join(" "), true)
+                })
+            }
+        }
+    };
+    (@key $field:ident) => { stringify!($field) };
+    (@key $field:ident $key:literal) => { $key };
+    (@schema $rty:ty; ; ) => { $rty };
+    (@schema $rty:ty; $sty:ty; ) => { $sty };
+    (@schema $rty:ty; ; $skip:literal) => {
+        $crate::schema::Optional<<$rty as $crate::schema::SkipNone>::Inner>
+    };
+    (@schema $rty:ty; $sty:ty; $skip:literal) => { $crate::schema::Optional<$sty> };
+}
+pub(crate) use view;
+
 /// Implements [`ApiSchema`] for types whose schema is fixed JSON: `Type => json!(...)`.
 macro_rules! fixed_schema {
     ($($ty:ty => $schema:expr),* $(,)?) => {
@@ -189,5 +277,54 @@ mod tests {
         assert_eq!(point["additionalProperties"], false);
         assert_eq!(point["description"], "A point.");
         let _ = Point;
+    }
+
+    /// A schema type other than the field's own.
+    struct Small;
+    impl ApiSchema for Small {
+        fn schema(_: &mut Schemas) -> Value {
+            json!({"type": "integer", "maximum": 9})
+        }
+    }
+
+    view! {
+        /// A sample
+        /// view.
+        pub struct Sample as "Sample" {
+            pub name: String,
+            "createdAtMs" pub created_at_ms: i64 => Small,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            "whenThere" pub when_there: Option<Vec<u32>>,
+            pub always: Option<String>,
+        }
+    }
+
+    /// The keys of a view's JSON are its schema's properties, those always there are the required ones, and
+    /// each field has its schema.
+    #[test]
+    fn a_view_sends_what_its_schema_says() {
+        let mut schemas = Schemas::new();
+        assert_eq!(Sample::schema(&mut schemas), json!({"$ref": "#/components/schemas/Sample"}));
+        let schema = &schemas["Sample"];
+        let keys = |v: Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        let mut properties = keys(schema["properties"].clone());
+        properties.sort();
+        let full = Sample { name: "a".into(), created_at_ms: 1, when_there: Some(vec![1]), always: None };
+        let mut sent = keys(serde_json::to_value(&full).unwrap());
+        sent.sort();
+        assert_eq!(sent, properties);
+        let bare = Sample { when_there: None, ..full };
+        assert_eq!(keys(serde_json::to_value(&bare).unwrap()), ["always", "createdAtMs", "name"]);
+        assert_eq!(schema["required"], json!(["name", "createdAtMs", "always"]));
+        assert_eq!(schema["properties"]["createdAtMs"], json!({"type": "integer", "maximum": 9}));
+        assert_eq!(
+            schema["properties"]["whenThere"],
+            json!({"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": u32::MAX}})
+        );
+        assert_eq!(schema["properties"]["always"], json!({"anyOf": [{"type": "string"}, {"type": "null"}]}));
+        assert_eq!(
+            (&schema["description"], &schema["additionalProperties"]),
+            (&json!("A sample view."), &json!(false))
+        );
     }
 }

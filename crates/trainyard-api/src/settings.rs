@@ -3,8 +3,8 @@
 //! against it ([`check_queued_cap`]) and answered 429 over it.
 
 use crate::error::{ApiError, ApiResult};
-use crate::schema::object_schema;
-use serde::{Deserialize, Serialize};
+use crate::schema::view;
+use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -39,13 +39,16 @@ const ROOM_TRUST_MAX: Duration = Duration::from_secs(60);
 /// Users whose room is remembered at most (the map is cleared of old entries when it is full).
 const ROOM_USERS_MAX: usize = 4096;
 
-/// The settings, as stored and as the API shows them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct AdminSettings {
-    /// The most queued tasks one user may have (admins too): a create, clone or resubmit past it is a 429.
-    #[serde(deserialize_with = "whole_number")]
-    pub max_queued_tasks_per_user: u32,
+view! {
+    /// The API's settings: the most queued tasks one user (admins included) may have; a create, clone or
+    /// resubmit past it is a 429 (`too-many-queued`).
+    #[derive(Clone, PartialEq, Eq, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct AdminSettings as "AdminSettings" {
+        /// The most queued tasks one user may have (admins too): a create, clone or resubmit past it is a 429.
+        #[serde(deserialize_with = "whole_number")]
+        "maxQueuedTasksPerUser" pub max_queued_tasks_per_user: u32 => QueuedCap,
+    }
 }
 
 /// A `u32` from any JSON number without a fraction: to JSON Schema, whose `integer` the document uses, `5.0`
@@ -59,11 +62,6 @@ fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error>
     };
     whole.ok_or_else(|| serde::de::Error::custom(format!("{n} is not a whole number from 0 to {}", u32::MAX)))
 }
-object_schema!(
-    /// The API's settings: the most queued tasks one user (admins included) may have; a create, clone or
-    /// resubmit past it is a 429 (`too-many-queued`).
-    closed AdminSettings as "AdminSettings" { "maxQueuedTasksPerUser": QueuedCap }
-);
 
 /// The schema of the cap (its bounds).
 #[derive(Debug)]

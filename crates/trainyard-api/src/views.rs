@@ -1,8 +1,8 @@
-//! What the API answers with: one serde type per JSON body, each with its schema for the OpenAPI document
-//! (`object_schema!`). Field names and nesting are the API's contract with the CLI, the console and
-//! scripts.
+//! What the API answers with: one serde type per JSON body, each declared with its schema for the OpenAPI
+//! document (`view!`; the image cache's types, declared in their own crate, with `object_schema!`). Field
+//! names and nesting are the API's contract with the CLI, the console and scripts.
 
-use crate::schema::{ApiSchema, Schemas, object_schema};
+use crate::schema::{ApiSchema, Schemas, object_schema, view};
 use crate::state::AppState;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -36,37 +36,7 @@ impl<T> From<Vec<T>> for Items<T> {
     }
 }
 
-/// A task as the API shows it: the spec with hidden values masked, its queue position while queued.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TaskView {
-    pub id: String,
-    pub name: String,
-    pub owner: String,
-    /// The owner's account was deleted (the task is kept for the record).
-    pub owner_deleted: bool,
-    pub project_group: String,
-    #[serde(rename = "type")]
-    pub task_type: String,
-    pub status: Status,
-    pub public: bool,
-    pub labels: BTreeMap<String, String>,
-    pub attempt: i64,
-    pub retries: i64,
-    pub created_at_ms: i64,
-    pub updated_at_ms: i64,
-    /// Deleted: out of lists, not to run again; its record and history stay readable by id.
-    pub deleted: bool,
-    pub placement: PlacementView,
-    pub queue: Option<QueueView>,
-    /// Null for a task stored before demands were kept.
-    pub demand: Option<DemandView>,
-    pub status_since_ms: i64,
-    pub run_started_at_ms: Option<i64>,
-    /// Null in lists.
-    pub spec: Option<SpecView>,
-}
-object_schema!(
+view! {
     /// A task: its record, where it runs (placement) or where it waits (queue), what it asks for (demand,
     /// null for tasks stored before it was kept), since when it is in its status and since when its attempt
     /// runs (statusSinceMs; runStartedAtMs, null until the attempt enters Running and again once it is
@@ -74,29 +44,33 @@ object_schema!(
     /// deleted: lists leave it out and it cannot be resubmitted, but it is still read by id (a running one
     /// goes on to Stopped). `ownerDeleted` is true once an admin deleted the owner's account: the task is kept
     /// for the record.
-    closed TaskView as "Task" {
-        "id": String,
-        "name": String,
-        "owner": String,
-        "ownerDeleted": bool,
-        "projectGroup": String,
-        "type": TaskType,
-        "status": Status,
-        "public": bool,
-        "labels": BTreeMap<String, String>,
-        "attempt": Count,
-        "retries": Count,
-        "createdAtMs": Millis,
-        "updatedAtMs": Millis,
-        "deleted": bool,
-        "placement": PlacementView,
-        "queue": Option<QueueView>,
-        "demand": Option<DemandView>,
-        "statusSinceMs": Millis,
-        "runStartedAtMs": Option<Millis>,
-        "spec": Option<SpecView>,
+    pub struct TaskView as "Task" {
+        pub id: String,
+        pub name: String,
+        pub owner: String,
+        /// The owner's account was deleted (the task is kept for the record).
+        "ownerDeleted" pub owner_deleted: bool,
+        "projectGroup" pub project_group: String,
+        "type" pub task_type: String => TaskType,
+        pub status: Status,
+        pub public: bool,
+        pub labels: BTreeMap<String, String>,
+        pub attempt: i64 => Count,
+        pub retries: i64 => Count,
+        "createdAtMs" pub created_at_ms: i64 => Millis,
+        "updatedAtMs" pub updated_at_ms: i64 => Millis,
+        /// Deleted: out of lists, not to run again; its record and history stay readable by id.
+        pub deleted: bool,
+        pub placement: PlacementView,
+        pub queue: Option<QueueView>,
+        /// Null for a task stored before demands were kept.
+        pub demand: Option<DemandView>,
+        "statusSinceMs" pub status_since_ms: i64 => Millis,
+        "runStartedAtMs" pub run_started_at_ms: Option<i64> => Option<Millis>,
+        /// Null in lists.
+        pub spec: Option<SpecView>,
     }
-);
+}
 
 /// A task's spec as a view shows it: hidden values masked. A task just created without hidden values is
 /// shown as the text stored for it, which is its serialisation: written out again, not serialised twice.
@@ -121,37 +95,26 @@ impl ApiSchema for SpecView {
     }
 }
 
-/// What a task asks for, as summed when it was created (a list shows it without the spec).
-#[derive(Debug, Serialize)]
-pub struct DemandView {
-    pub shapes: Vec<ShapeView>,
-    pub options: u32,
-    pub accelerator: &'static str,
-}
-object_schema!(
+view! {
     /// What a task asks for with its first (preferred) instance-spec option, summed when it was created:
     /// its replicas grouped by what one takes on its node (the master or head first), how many options it
     /// lists (with more than one it may be placed on another), and whether it asks for GPUs in any option.
-    closed DemandView as "TaskDemand" {
-        "shapes": Vec<ShapeView>,
-        "options": u32,
-        "accelerator": AcceleratorName,
+    pub struct DemandView as "TaskDemand" {
+        pub shapes: Vec<ShapeView>,
+        pub options: u32,
+        pub accelerator: &'static str => AcceleratorName,
     }
-);
-
-/// Replicas alike.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ShapeView {
-    pub replicas: u32,
-    pub gpus: u64,
-    pub vcpus: u64,
-    pub memory_mib: u64,
 }
-object_schema!(
+
+view! {
     /// Replicas alike: how many, and the GPUs, vCPUs and memory one takes on its node.
-    closed ShapeView as "ReplicaShape" { "replicas": u32, "gpus": u64, "vcpus": u64, "memoryMib": u64 }
-);
+    pub struct ShapeView as "ReplicaShape" {
+        pub replicas: u32,
+        pub gpus: u64,
+        pub vcpus: u64,
+        "memoryMib" pub memory_mib: u64,
+    }
+}
 
 /// `gpu` or `cpu`, for the schema.
 #[derive(Debug)]
@@ -180,19 +143,15 @@ impl DemandView {
     }
 }
 
-/// Where a queued task stands, as of the last tick.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct QueueView {
-    pub position: u32,
-    pub position_in_group: u32,
-    pub reason: String,
-}
-object_schema!(
+view! {
     /// Where a queued task stands as of the control loop's last tick, and why it waits. A task held because
     /// its owner's account is disabled or deleted is in no place in line: position 0, and the reason says so.
-    closed QueueView as "QueuePosition" { "position": u32, "positionInGroup": u32, "reason": String }
-);
+    pub struct QueueView as "QueuePosition" {
+        pub position: u32,
+        "positionInGroup" pub position_in_group: u32,
+        pub reason: String,
+    }
+}
 
 /// The placement the control loop stored with the task (null when there is none), passed on as
 /// stored; its schema is written here, so a change of the stored form fails the OpenAPI test until the
@@ -292,26 +251,23 @@ pub(crate) fn task_view(state: &AppState, t: &TaskRecord, spec: Spec) -> TaskVie
     }
 }
 
-/// A page of tasks.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TaskPage {
-    pub items: Vec<TaskView>,
-    /// Where the next page starts; null on the last.
-    pub next_cursor: Option<String>,
+view! {
+    /// A page of tasks (specs left out); `nextCursor` is null on the last page.
+    pub struct TaskPage as "TaskPage" {
+        pub items: Vec<TaskView>,
+        /// Where the next page starts; null on the last.
+        "nextCursor" pub next_cursor: Option<String>,
+    }
 }
-/// An image a user's task ran.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RecentImage {
-    pub image: String,
-    /// When the newest task that ran it was created.
-    pub last_used_ms: i64,
-}
-object_schema!(
+
+view! {
     /// An image a user's task ran, and when the newest such task was created.
-    closed RecentImage as "RecentImage" { "image": String, "lastUsedMs": i64 }
-);
+    pub struct RecentImage as "RecentImage" {
+        pub image: String,
+        /// When the newest task that ran it was created.
+        "lastUsedMs" pub last_used_ms: i64,
+    }
+}
 
 object_schema!(
     /// A registry image in the local backend's cache: its digest, the references it was pulled by, the bytes
@@ -330,162 +286,112 @@ object_schema!(
     closed trainyard_images::Collected as "ImagePrune" { "removed": Vec<String>, "freedBytes": u64, "bytes": u64 }
 );
 
-object_schema!(
-    /// A page of tasks (specs left out); `nextCursor` is null on the last page.
-    closed TaskPage as "TaskPage" { "items": Vec<TaskView>, "nextCursor": Option<String> }
-);
-
-/// One event of a task's history.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EventView {
-    pub seq: i64,
-    pub attempt: i64,
-    pub at_ms: i64,
-    pub reason: String,
-    pub message: String,
-}
-object_schema!(
+view! {
     /// One event of a task's history, with the attempt it belongs to and a stable reason code.
-    closed EventView as "Event" {
-        "seq": Count, "attempt": Count, "atMs": Millis, "reason": String, "message": String,
+    pub struct EventView as "Event" {
+        pub seq: i64 => Count,
+        pub attempt: i64 => Count,
+        "atMs" pub at_ms: i64 => Millis,
+        pub reason: String,
+        pub message: String,
     }
-);
-
-/// The replicas of one attempt (for choosing a log).
-#[derive(Debug, Serialize)]
-pub struct AttemptReplicas {
-    pub attempt: i64,
-    pub replicas: Vec<ReplicaName>,
 }
-object_schema!(
+
+view! {
     /// The replicas one attempt had, newest attempt first in a list.
-    closed AttemptReplicas as "AttemptReplicas" { "attempt": i64, "replicas": Vec<ReplicaName> }
-);
-
-#[derive(Debug, Serialize)]
-pub struct ReplicaName {
-    pub name: String,
-    pub role: String,
-}
-object_schema!(
-    /// A replica by name (for `logs?replica=NAME`), with its role.
-    closed ReplicaName as "Replica" { "name": String, "role": String }
-);
-
-/// A task's metrics: one series per replica, metric and label set.
-#[derive(Debug, Serialize)]
-pub struct MetricsView {
-    pub attempt: i64,
-    pub series: Vec<Series>,
-}
-object_schema!(
-    /// A task's metrics for one attempt.
-    closed MetricsView as "TaskMetrics" { "attempt": i64, "series": Vec<Series> }
-);
-
-#[derive(Debug, Serialize)]
-pub struct Series {
-    pub replica: String,
-    pub name: String,
-    pub labels: BTreeMap<String, String>,
-    /// `[atMs, value]`, oldest first.
-    pub points: Vec<(u64, f64)>,
-}
-object_schema!(
-    /// One metric of one replica with one label set, as `[atMs, value]` points.
-    closed Series as "MetricSeries" {
-        "replica": String, "name": String, "labels": BTreeMap<String, String>, "points": Vec<(u64, f64)>,
+    pub struct AttemptReplicas as "AttemptReplicas" {
+        pub attempt: i64,
+        pub replicas: Vec<ReplicaName>,
     }
-);
-
-/// The answer of `/validate`.
-#[derive(Debug, Serialize)]
-pub struct Validation {
-    pub valid: bool,
-    pub problems: Vec<Problem>,
-    /// The demand of each instance-spec option, when the document is valid.
-    pub demand: Option<Vec<Demand>>,
-    pub admission: Option<Admission>,
-    pub fragmentation: Option<Vec<FragmentationView>>,
-    /// The document as the decoder read it (defaults filled in).
-    pub task: Option<TrainingTask>,
-    /// The same, as YAML for an editor.
-    pub yaml: Option<String>,
 }
-object_schema!(
+
+view! {
+    /// A replica by name (for `logs?replica=NAME`), with its role.
+    pub struct ReplicaName as "Replica" {
+        pub name: String,
+        pub role: String,
+    }
+}
+
+view! {
+    /// A task's metrics for one attempt.
+    pub struct MetricsView as "TaskMetrics" {
+        pub attempt: i64,
+        pub series: Vec<Series>,
+    }
+}
+
+view! {
+    /// One metric of one replica with one label set, as `[atMs, value]` points.
+    pub struct Series as "MetricSeries" {
+        pub replica: String,
+        pub name: String,
+        pub labels: BTreeMap<String, String>,
+        /// `[atMs, value]`, oldest first.
+        pub points: Vec<(u64, f64)>,
+    }
+}
+
+view! {
     /// A task document checked without creating it: every problem; when valid, the demand of each
     /// instance-spec option, whether it would be admitted now and how free capacity is spread; the document
     /// as decoded (JSON and YAML).
-    closed Validation as "Validation" {
-        "valid": bool,
-        "problems": Vec<Problem>,
-        "demand": Option<Vec<Demand>>,
-        "admission": Option<Admission>,
-        "fragmentation": Option<Vec<FragmentationView>>,
-        "task": Option<TrainingTask>,
-        "yaml": Option<String>,
+    pub struct Validation as "Validation" {
+        pub valid: bool,
+        pub problems: Vec<Problem>,
+        /// The demand of each instance-spec option, when the document is valid.
+        pub demand: Option<Vec<Demand>>,
+        pub admission: Option<Admission>,
+        pub fragmentation: Option<Vec<FragmentationView>>,
+        /// The document as the decoder read it (defaults filled in).
+        pub task: Option<TrainingTask>,
+        /// The same, as YAML for an editor.
+        pub yaml: Option<String>,
     }
-);
-
-#[derive(Debug, Serialize)]
-pub struct Admission {
-    pub now: bool,
-    pub reason: String,
 }
-object_schema!(
+
+view! {
     /// Whether the scheduler would admit the task now (over the last tick's view), and why not.
-    closed Admission as "Admission" { "now": bool, "reason": String }
-);
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FragmentationView {
-    pub spec: String,
-    pub replicas_fit: u64,
-    pub nodes_with_room: u64,
-    /// How many nodes could take exactly N more units of the spec, by N.
-    pub free_units: BTreeMap<u64, u64>,
+    pub struct Admission as "Admission" {
+        pub now: bool,
+        pub reason: String,
+    }
 }
-object_schema!(
+
+view! {
     /// How free capacity is spread for one instance spec: replicas that fit, nodes with room, and how many
     /// nodes could take exactly N more units (by N).
-    closed FragmentationView as "Fragmentation" {
-        "spec": String, "replicasFit": u64, "nodesWithRoom": u64, "freeUnits": BTreeMap<u64, u64>,
+    pub struct FragmentationView as "Fragmentation" {
+        pub spec: String,
+        "replicasFit" pub replicas_fit: u64,
+        "nodesWithRoom" pub nodes_with_room: u64,
+        /// How many nodes could take exactly N more units of the spec, by N.
+        "freeUnits" pub free_units: BTreeMap<u64, u64>,
     }
-);
-
-/// A user: name, role and project groups (`whoami`, and a saved user).
-#[derive(Debug, Serialize)]
-pub struct UserView {
-    pub name: String,
-    pub role: String,
-    pub groups: Vec<String>,
 }
-object_schema!(
+
+view! {
     /// A user with their role and project groups.
-    closed UserView as "User" { "name": String, "role": Role, "groups": Vec<String> }
-);
-
-/// A user as admins list them.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct UserEntry {
-    pub name: String,
-    pub role: String,
-    pub groups: Vec<String>,
-    pub disabled: bool,
-    pub deleted: bool,
-    pub work_held: bool,
+    pub struct UserView as "User" {
+        pub name: String,
+        pub role: String => Role,
+        pub groups: Vec<String>,
+    }
 }
-object_schema!(
+
+view! {
     /// A user as admins list them (never a token or its hash): `disabled` (every token refused), `deleted`
     /// (tokens gone, the name kept for the record and not used again), `workHeld` (their queued tasks are
     /// not admitted until they are enabled again).
-    closed UserEntry as "UserEntry" {
-        "name": String, "role": Role, "groups": Vec<String>, "disabled": bool, "deleted": bool, "workHeld": bool
+    pub struct UserEntry as "UserEntry" {
+        pub name: String,
+        pub role: String => Role,
+        pub groups: Vec<String>,
+        pub disabled: bool,
+        pub deleted: bool,
+        "workHeld" pub work_held: bool,
     }
-);
+}
 
 /// A user's role, for the schema (the store keeps it as a string).
 #[derive(Debug)]
@@ -497,18 +403,15 @@ impl ApiSchema for Role {
     }
 }
 
-/// A token just made: the only answer that ever holds it.
-#[derive(Debug, Serialize)]
-pub struct NewToken {
-    pub user: String,
-    pub token: String,
-    pub id: String,
-    pub label: String,
-}
-object_schema!(
+view! {
     /// A new API token, shown in this answer only; `id` names it for listing and revoking.
-    closed NewToken as "NewToken" { "user": String, "token": TokenSecret, "id": TokenId, "label": String }
-);
+    pub struct NewToken as "NewToken" {
+        pub user: String,
+        pub token: String => TokenSecret,
+        pub id: String => TokenId,
+        pub label: String,
+    }
+}
 
 /// A token itself, for the schema.
 #[derive(Debug)]
@@ -520,61 +423,42 @@ impl ApiSchema for TokenSecret {
     }
 }
 
-/// What a bulk delete did.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BulkDeleted {
-    /// How many tasks were deleted.
-    pub deleted: u64,
-    /// Their ids, in the list's order (newest first).
-    pub ids: Vec<String>,
-    /// Whether more tasks match: the same request deletes the next ones.
-    pub more: bool,
-    /// Tasks that matched but could not be deleted this time, and why.
-    pub failed: Vec<BulkFailure>,
-}
-object_schema!(
+view! {
     /// What a bulk delete did: how many and which tasks it deleted (running ones are stopped first, with
     /// the checkpoint window), whether more match (send the same request again), and any it could not.
-    closed BulkDeleted as "BulkDeleted" {
-        "deleted": u64, "ids": Vec<String>, "more": bool, "failed": Vec<BulkFailure>,
+    pub struct BulkDeleted as "BulkDeleted" {
+        /// How many tasks were deleted.
+        pub deleted: u64,
+        /// Their ids, in the list's order (newest first).
+        pub ids: Vec<String>,
+        /// Whether more tasks match: the same request deletes the next ones.
+        pub more: bool,
+        /// Tasks that matched but could not be deleted this time, and why.
+        pub failed: Vec<BulkFailure>,
     }
-);
-
-/// A task a bulk delete could not delete.
-#[derive(Debug, Serialize)]
-pub struct BulkFailure {
-    pub id: String,
-    pub detail: String,
 }
-object_schema!(
+
+view! {
     /// A task a bulk delete matched but could not delete, and why.
-    closed BulkFailure as "BulkFailure" { "id": String, "detail": String }
-);
-
-/// A token as listed: never the token.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TokenEntry {
-    pub id: String,
-    pub label: String,
-    pub created_at_ms: i64,
-    /// When a request last came with it, to the minute; null when none has since it was recorded.
-    pub last_used_at_ms: Option<i64>,
-    /// Whether it is the token the listing request came with.
-    pub current: bool,
+    pub struct BulkFailure as "BulkFailure" {
+        pub id: String,
+        pub detail: String,
+    }
 }
-object_schema!(
+
+view! {
     /// A token as listed: its id, label, creation time, last use (to the minute; null: never) and whether the
     /// listing request came with it; never the token.
-    closed TokenEntry as "TokenEntry" {
-        "id": TokenId,
-        "label": String,
-        "createdAtMs": Millis,
-        "lastUsedAtMs": Option<Millis>,
-        "current": bool,
+    pub struct TokenEntry as "TokenEntry" {
+        pub id: String => TokenId,
+        pub label: String,
+        "createdAtMs" pub created_at_ms: i64 => Millis,
+        /// When a request last came with it, to the minute; null when none has since it was recorded.
+        "lastUsedAtMs" pub last_used_at_ms: Option<i64> => Option<Millis>,
+        /// Whether it is the token the listing request came with.
+        pub current: bool,
     }
-);
+}
 
 /// A token's id, for the schema: the first hex characters of its hash.
 #[derive(Debug)]
@@ -606,14 +490,11 @@ impl ApiSchema for Count {
     }
 }
 
-/// A TaskEnv variable, a hidden value masked.
-#[derive(Debug, Serialize)]
-pub struct EnvEntry {
-    pub name: String,
-    pub value: String,
-    pub hidden: bool,
-}
-object_schema!(
+view! {
     /// A TaskEnv variable; a hidden value is shown as its mask.
-    closed EnvEntry as "TaskEnvVariable" { "name": String, "value": String, "hidden": bool }
-);
+    pub struct EnvEntry as "TaskEnvVariable" {
+        pub name: String,
+        pub value: String,
+        pub hidden: bool,
+    }
+}

@@ -1117,6 +1117,39 @@ fn slow_and_surplus_connections_are_cut_off() {
     assert_eq!(s.call("GET", "alice", "/api/v1/whoami", None, None).0, 200);
 }
 
+/// Which check answers first when a request fails more than one, as the handlers always had it: the query
+/// (400) before the token (401, 403), and a body too large to read (413) before either; a member on an
+/// admin route is told so in the same words everywhere.
+#[test]
+fn the_query_and_an_oversized_body_answer_before_the_token() {
+    let s = server();
+    let big = "a".repeat(trainyard_core::MAX_DOCUMENT_BYTES + 4096);
+    let answers = |method: &str, who: &str, path: &str, body: Option<&str>, code: u16, kind: &str| {
+        let (got, p) = s.call(method, who, path, body, None);
+        let problem = format!("https://trainyard.dev/problems/{kind}");
+        assert_eq!((got, p["type"].as_str()), (code, Some(problem.as_str())), "{method} {path} as {who}");
+    };
+    answers("GET", "nope", "/api/v1/whoami?x=1", None, 400, "bad-request");
+    answers("GET", "nope", "/api/v1/admin/users?x=1", None, 400, "bad-request");
+    answers("GET", "alice", "/api/v1/admin/users?x=1", None, 400, "bad-request");
+    answers("POST", "nope", "/api/v1/tasks", Some(&big), 413, "too-large");
+    answers("PUT", "alice", "/api/v1/admin/settings", Some(&big), 413, "too-large");
+    answers("POST", "nope", "/api/v1/tasks", Some("{}"), 401, "unauthorized");
+    answers("PUT", "alice", "/api/v1/admin/settings", Some("{}"), 403, "forbidden");
+    answers("GET", "alice", "/api/v1/admin/settings", None, 403, "forbidden");
+    answers("PUT", "root", "/api/v1/admin/settings", Some("[]"), 400, "bad-request");
+    for (method, path, body) in [
+        ("GET", "/api/v1/admin/users", None),
+        ("POST", "/api/v1/admin/users", Some(r#"{"name": "x", "role": "member"}"#)),
+        ("PUT", "/api/v1/admin/catalog", Some("{}")),
+        ("GET", "/api/v1/admin/images", None),
+        ("POST", "/api/v1/admin/users/bob/enable", None),
+    ] {
+        let (code, p) = s.call(method, "alice", path, body, None);
+        assert_eq!((code, p["detail"].as_str()), (403, Some("only admins may do this")), "{method} {path}");
+    }
+}
+
 /// Finding 18 (the API's part): every 4xx is an RFC 9457 problem (unknown route, wrong method, body too
 /// large, target too long, a query that does not parse); unknown nodes, users and variables say what is
 /// missing; an empty Idempotency-Key and an oversized user name are refused.

@@ -1,17 +1,16 @@
 //! The cluster as the platform describes it: the catalog (read by all, each member the part offered to their
 //! groups; replaced by admins), nodes cordoned or marked failed by admins, and quotas with what is left of them.
 
-use crate::auth::{admin_only, caller};
+use crate::auth::{Admin, Caller, WithBody};
 use crate::error::{ApiError, ApiResult, json_object};
 use crate::routes::NoParams;
-use crate::schema::{ApiSchema, Object, Optional, Schemas, named, object_schema};
+use crate::schema::{ApiSchema, Object, Optional, Schemas, named, object_schema, view};
 use crate::settings::AdminSettings;
 use crate::state::{AppState, now_ms};
 use crate::views::Items;
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use serde::Deserialize;
 use trainyard_control::QuotaLine;
 use trainyard_core::Catalog;
@@ -24,10 +23,9 @@ pub const CATALOG_SETTING: &str = "catalog";
 /// models or quotas.
 pub async fn catalog(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
+    Caller { user, .. }: Caller,
 ) -> ApiResult<Json<Catalog>> {
-    let user = caller(&state, &headers).await?;
     let catalog = state.catalog.get();
     if user.role == "admin" { Ok(Json((*catalog).clone())) } else { Ok(Json(catalog.seen_by(&user.groups))) }
 }
@@ -47,12 +45,9 @@ pub struct CatalogQuery {
 /// `force=true`: then tasks that no longer fit wait (queued) or are left to the backend (running).
 pub async fn put_catalog(
     State(state): State<AppState>,
-    headers: HeaderMap,
     Query(q): Query<CatalogQuery>,
-    body: Bytes,
+    WithBody(Admin(_), body): WithBody<Admin>,
 ) -> ApiResult<Json<Catalog>> {
-    let user = caller(&state, &headers).await?;
-    admin_only(&user)?;
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::BadRequest(
             "send the whole catalog (YAML or JSON) as the body; GET /api/v1/catalog answers the one in force"
@@ -78,11 +73,9 @@ pub async fn put_catalog(
 /// The API's settings (admin).
 pub async fn get_settings(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
+    _: Admin,
 ) -> ApiResult<Json<AdminSettings>> {
-    let user = caller(&state, &headers).await?;
-    admin_only(&user)?;
     Ok(Json(AdminSettings::load(&state.store).await?))
 }
 
@@ -90,12 +83,9 @@ pub async fn get_settings(
 /// [`crate::settings::SETTINGS_CACHE_TTL`].
 pub async fn put_settings(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
-    body: Bytes,
+    WithBody(Admin(_), body): WithBody<Admin>,
 ) -> ApiResult<Json<AdminSettings>> {
-    let user = caller(&state, &headers).await?;
-    admin_only(&user)?;
     let settings: AdminSettings = json_object(&body, r#"{"maxQueuedTasksPerUser": N}"#)?;
     if let Some(why) = settings.problems() {
         return Err(ApiError::BadRequest(why));
@@ -132,13 +122,10 @@ impl ApiSchema for NodeStateBody {
 /// (`failed: true`: no new work, and what runs there is killed and goes through fault tolerance).
 pub async fn put_node(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
     Path(name): Path<String>,
-    body: Bytes,
+    WithBody(Admin(_), body): WithBody<Admin>,
 ) -> ApiResult<StatusCode> {
-    let user = caller(&state, &headers).await?;
-    admin_only(&user)?;
     let body: NodeStateBody =
         json_object(&body, r#"{"schedulable": BOOL, "failed": BOOL} (either or both)"#)?;
     if body.schedulable.is_none() && body.failed.is_none() {
@@ -163,10 +150,9 @@ pub async fn put_node(
 /// Quotas and capacity: the caller's groups (all for admins), from the scheduler's own view.
 pub async fn quota(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
+    Caller { user, .. }: Caller,
 ) -> ApiResult<Json<Items<QuotaLine>>> {
-    let user = caller(&state, &headers).await?;
     let groups = (user.role != "admin").then_some(user.groups.as_slice());
     Ok(Json(state.views.quota_report(groups).into()))
 }
@@ -175,11 +161,9 @@ pub async fn quota(
 /// keeps a cache; elsewhere the list is empty.
 pub async fn list_images(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
+    _: Admin,
 ) -> ApiResult<Json<Items<trainyard_images::Cached>>> {
-    let user = caller(&state, &headers).await?;
-    admin_only(&user)?;
     let backend = state.backend.clone();
     let items = tokio::task::spawn_blocking(move || backend.cached_images())
         .await
@@ -190,11 +174,9 @@ pub async fn list_images(
 /// Removes every cached image that no task runs or is about to run (admin).
 pub async fn prune_images(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
+    _: Admin,
 ) -> ApiResult<Json<trainyard_images::Collected>> {
-    let user = caller(&state, &headers).await?;
-    admin_only(&user)?;
     let backend = state.backend.clone();
     let done = tokio::task::spawn_blocking(move || backend.prune_images())
         .await
@@ -257,34 +239,23 @@ impl ApiSchema for RegistryPassword {
     }
 }
 
-/// A registry's login as listed: never its password.
-#[derive(Debug, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RegistryLoginEntry {
-    host: String,
-    username: String,
-    updated_at_ms: i64,
-    project_groups: Vec<String>,
-}
-object_schema!(
+view! {
     /// A registry host that has a login: its user name, when it was set, and the project groups it serves
     /// beyond the catalog's image presets (empty: the presets only).
-    closed RegistryLoginEntry as "RegistryLoginEntry" {
-        "host": String,
-        "username": String,
-        "updatedAtMs": i64,
-        "projectGroups": Vec<String>,
+    pub struct RegistryLoginEntry as "RegistryLoginEntry" {
+        host: String,
+        username: String,
+        "updatedAtMs" updated_at_ms: i64,
+        "projectGroups" project_groups: Vec<String>,
     }
-);
+}
 
 /// The registries that have a login (admin; never the passwords).
 pub async fn list_registry_logins(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
+    _: Admin,
 ) -> ApiResult<Json<Items<RegistryLoginEntry>>> {
-    let user = caller(&state, &headers).await?;
-    admin_only(&user)?;
     let all = trainyard_control::registry_logins::all(&state.store).await?;
     let items = all
         .into_iter()
@@ -304,13 +275,10 @@ pub async fn list_registry_logins(
 /// at the next launch; a pull made with the old login answers no task that has the new one.
 pub async fn put_registry_login(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
     Path(host): Path<String>,
-    body: Bytes,
+    WithBody(Admin(_), body): WithBody<Admin>,
 ) -> ApiResult<StatusCode> {
-    let user = caller(&state, &headers).await?;
-    admin_only(&user)?;
     let mut body: RegistryLoginBody =
         json_object(&body, r#"{"username": "...", "password": "...", "projectGroups": ["..."]}"#)?;
     let mut problems = Vec::new();
@@ -358,12 +326,10 @@ pub async fn put_registry_login(
 /// Removes a registry's login (admin).
 pub async fn delete_registry_login(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
     Path(host): Path<String>,
+    _: Admin,
 ) -> ApiResult<StatusCode> {
-    let user = caller(&state, &headers).await?;
-    admin_only(&user)?;
     if trainyard_control::registry_logins::remove(&state.store, &host, now_ms()).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {

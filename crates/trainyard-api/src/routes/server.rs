@@ -1,13 +1,13 @@
 //! The server's own routes: liveness, its metrics, and the OpenAPI document with a page that renders it.
 
-use crate::auth::caller;
+use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, ProblemBody};
 use crate::openapi;
 use crate::routes::NoParams;
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 /// `ok` while the store can write; a 503 problem saying why when it cannot (see
@@ -35,10 +35,9 @@ pub async fn healthz(State(state): State<AppState>, _: Query<NoParams>) -> Respo
 /// --metrics-listen ADDR` serves the same text on an address of its own ([`open_metrics`]).
 pub async fn metrics(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
+    Caller { user, .. }: Caller,
 ) -> ApiResult<Response> {
-    let user = caller(&state, &headers).await?;
     if user.role != "admin" {
         return Err(ApiError::Forbidden(
             "/metrics takes an admin token here; scrapers without one use the address given to trainyard up \

@@ -1,17 +1,16 @@
 //! Sharing a task with other users: give a share (view, or view and operate), list them, take one back.
 //! The owner and admins manage a task's shares; a user may also give back a share they were given.
 
-use crate::auth::{caller, visible_task};
+use crate::auth::{Caller, WithBody, visible_task};
 use crate::error::{ApiError, ApiResult, json_object};
 use crate::routes::NoParams;
-use crate::schema::{Optional, object_schema};
+use crate::schema::{Optional, object_schema, view};
 use crate::state::AppState;
 use crate::views::Items;
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
-use serde::{Deserialize, Serialize};
+use axum::http::StatusCode;
+use serde::Deserialize;
 use trainyard_store::{TaskRecord, User};
 
 #[derive(Debug, Deserialize)]
@@ -26,17 +25,14 @@ object_schema!(
     closed ShareBody as "Share" { "user": String, "operate": Optional<bool> }
 );
 
-/// One user a task is shared with.
-#[derive(Debug, Serialize)]
-pub struct ShareEntry {
-    pub user: String,
-    /// May also stop, resubmit, delete and clone it.
-    pub operate: bool,
-}
-object_schema!(
+view! {
     /// A user the task is shared with, and whether they may operate it too (stop, resubmit, delete, clone).
-    closed ShareEntry as "ShareEntry" { "user": String, "operate": bool }
-);
+    pub struct ShareEntry as "ShareEntry" {
+        pub user: String,
+        /// May also stop, resubmit, delete and clone it.
+        pub operate: bool,
+    }
+}
 
 /// The owner and admins manage a task's shares.
 fn may_manage(user: &User, t: &TaskRecord, what: &str) -> ApiResult<()> {
@@ -49,12 +45,10 @@ fn may_manage(user: &User, t: &TaskRecord, what: &str) -> ApiResult<()> {
 /// Shares a task with a user (view, or view and operate). Owner and admins only.
 pub async fn share_task(
     State(state): State<AppState>,
-    headers: HeaderMap,
     Path(id): Path<String>,
     _: Query<NoParams>,
-    body: Bytes,
+    WithBody(Caller { user, .. }, body): WithBody<Caller>,
 ) -> ApiResult<StatusCode> {
-    let user = caller(&state, &headers).await?;
     let t = visible_task(&state, &user, &id).await?;
     let body: ShareBody = json_object(&body, r#"{"user": NAME, "operate": BOOL}"#)?;
     may_manage(&user, &t, "share it")?;
@@ -68,11 +62,10 @@ pub async fn share_task(
 /// The users a task is shared with. Owner and admins only.
 pub async fn list_shares(
     State(state): State<AppState>,
-    headers: HeaderMap,
     Path(id): Path<String>,
     _: Query<NoParams>,
+    Caller { user, .. }: Caller,
 ) -> ApiResult<Json<Items<ShareEntry>>> {
-    let user = caller(&state, &headers).await?;
     let t = visible_task(&state, &user, &id).await?;
     may_manage(&user, &t, "see whom it is shared with")?;
     let items = state.store.shares(&t.id).await?;
@@ -83,11 +76,10 @@ pub async fn list_shares(
 /// user sees the task only as anyone else would (a public task stays visible to its group's members).
 pub async fn unshare_task(
     State(state): State<AppState>,
-    headers: HeaderMap,
     Path((id, name)): Path<(String, String)>,
     _: Query<NoParams>,
+    Caller { user, .. }: Caller,
 ) -> ApiResult<StatusCode> {
-    let user = caller(&state, &headers).await?;
     let t = visible_task(&state, &user, &id).await?;
     if user.name != name {
         may_manage(&user, &t, "take its shares back")?;

@@ -1,6 +1,6 @@
 //! Tasks: create, check without creating, list, read, stop, resubmit, delete, share and clone.
 
-use crate::auth::{caller, may_use_group, operable_task, visible_task};
+use crate::auth::{Caller, WithBody, may_use_group, operable_task, visible_task};
 use crate::error::{ApiError, ApiResult, json_object};
 use crate::routes::NoParams;
 use crate::schema::{Optional, object_schema};
@@ -11,7 +11,6 @@ use crate::views::{
     Admission, BulkDeleted, BulkFailure, FragmentationView, Spec, TaskPage, TaskView, Validation, task_view,
 };
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -26,11 +25,9 @@ use trainyard_store::{Accelerator, Created, MAX_PAGE, StoreError, TaskFilter, Ta
 /// when it is valid. The console calls it as the user types.
 pub async fn validate_task(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
-    body: Bytes,
+    WithBody(Caller { user, .. }, body): WithBody<Caller>,
 ) -> ApiResult<Json<Validation>> {
-    let user = caller(&state, &headers).await?;
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::BadRequest(
             "send the task document (YAML or JSON) to check as the body; the body is empty".into(),
@@ -99,9 +96,8 @@ pub async fn create_task(
     State(state): State<AppState>,
     headers: HeaderMap,
     _: Query<NoParams>,
-    body: Bytes,
+    WithBody(Caller { user, .. }, body): WithBody<Caller>,
 ) -> ApiResult<Response> {
-    let user = caller(&state, &headers).await?;
     let key = headers.get("idempotency-key").map(|v| v.to_str()).transpose();
     let key = key.map_err(|_| ApiError::BadRequest("Idempotency-Key must be ASCII".into()))?;
     let Submitted { created, task } =
@@ -222,10 +218,9 @@ pub struct ListQuery {
 /// The tasks the caller may see, filtered and sorted, a page at a time.
 pub async fn list_tasks(
     State(state): State<AppState>,
-    headers: HeaderMap,
     Query(q): Query<ListQuery>,
+    Caller { user, .. }: Caller,
 ) -> ApiResult<Json<TaskPage>> {
-    let user = caller(&state, &headers).await?;
     let filters = Filters {
         status: q.status,
         task_type: q.task_type,
@@ -260,22 +255,20 @@ pub async fn list_tasks(
 /// One task, deleted or not (`deleted` says which): a task deleted while it ran is followed to its end.
 pub async fn get_task(
     State(state): State<AppState>,
-    headers: HeaderMap,
     Path(id): Path<String>,
     _: Query<NoParams>,
+    Caller { user, .. }: Caller,
 ) -> ApiResult<Json<TaskView>> {
-    let user = caller(&state, &headers).await?;
     let t = visible_task(&state, &user, &id).await?;
     Ok(Json(task_view(&state, &t, Spec::Stored)))
 }
 
 pub async fn stop_task(
     State(state): State<AppState>,
-    headers: HeaderMap,
     Path(id): Path<String>,
     _: Query<NoParams>,
+    Caller { user, .. }: Caller,
 ) -> ApiResult<Json<TaskView>> {
-    let user = caller(&state, &headers).await?;
     let t = operable_task(&state, &user, &id).await?;
     let updated = state.control.lock().await.stop(&t.id, false, now_ms()).await?;
     state.wake.notify_one();
@@ -285,11 +278,10 @@ pub async fn stop_task(
 /// Queues an ended task again, within its owner's cap on queued tasks.
 pub async fn resubmit_task(
     State(state): State<AppState>,
-    headers: HeaderMap,
     Path(id): Path<String>,
     _: Query<NoParams>,
+    Caller { user, .. }: Caller,
 ) -> ApiResult<Json<TaskView>> {
-    let user = caller(&state, &headers).await?;
     let t = operable_task(&state, &user, &id).await?;
     // Only a task that may run again counts against the cap (a running or deleted one is refused below).
     let pass = match t.status.is_terminal() && !t.deleted {
@@ -306,11 +298,10 @@ pub async fn resubmit_task(
 /// record and history stay, readable by id. Deleting a deleted task again changes nothing (204 again).
 pub async fn delete_task(
     State(state): State<AppState>,
-    headers: HeaderMap,
     Path(id): Path<String>,
     _: Query<NoParams>,
+    Caller { user, .. }: Caller,
 ) -> ApiResult<StatusCode> {
-    let user = caller(&state, &headers).await?;
     let t = operable_task(&state, &user, &id).await?;
     delete_one(&state, &t).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -336,10 +327,9 @@ async fn delete_one(state: &AppState, t: &TaskRecord) -> ApiResult<()> {
 /// `DELETE /tasks/{id}` does (stopped first when it runs).
 pub async fn delete_tasks(
     State(state): State<AppState>,
-    headers: HeaderMap,
     Query(q): Query<Filters>,
+    Caller { user, .. }: Caller,
 ) -> ApiResult<Json<BulkDeleted>> {
-    let user = caller(&state, &headers).await?;
     if !q.any() {
         return Err(ApiError::BadRequest(
             "say which tasks to delete with at least one of status, type, group, owner, q, labels and \
@@ -396,12 +386,10 @@ object_schema!(
 /// `masked-value`, at the variable's path), so one user's secret never runs under another's name.
 pub async fn clone_task(
     State(state): State<AppState>,
-    headers: HeaderMap,
     Path(id): Path<String>,
     _: Query<NoParams>,
-    body: Bytes,
+    WithBody(Caller { user, .. }, body): WithBody<Caller>,
 ) -> ApiResult<Response> {
-    let user = caller(&state, &headers).await?;
     let t = operable_task(&state, &user, &id).await?;
     let body: CloneBody = if body.iter().all(u8::is_ascii_whitespace) {
         CloneBody::default()

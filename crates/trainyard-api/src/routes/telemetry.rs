@@ -1,13 +1,13 @@
 //! What a task tells while and after it runs: its events, its replicas' logs (a read, or a stream) and
 //! their metrics.
 
-use crate::auth::{caller, visible_task};
+use crate::auth::{Caller, visible_task};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::views::{AttemptReplicas, EventView, Items, MetricsView, ReplicaName, Series};
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -25,11 +25,10 @@ const EVENTS_PAGE: u32 = 1000;
 
 pub async fn task_events(
     State(state): State<AppState>,
-    headers: HeaderMap,
     Path(id): Path<String>,
     Query(q): Query<EventsQuery>,
+    Caller { user, .. }: Caller,
 ) -> ApiResult<Json<Items<EventView>>> {
-    let user = caller(&state, &headers).await?;
     let t = visible_task(&state, &user, &id).await?;
     let events = state
         .store
@@ -71,11 +70,10 @@ const LOG_FOLLOW_POLL: Duration = Duration::from_millis(100);
 /// server-sent events, one `data:` per line, until the replica ends.
 pub async fn task_logs(
     State(state): State<AppState>,
-    headers: HeaderMap,
     Path(id): Path<String>,
     Query(q): Query<LogsQuery>,
+    Caller { user, .. }: Caller,
 ) -> ApiResult<Response> {
-    let user = caller(&state, &headers).await?;
     let t = visible_task(&state, &user, &id).await?;
     let Some(replica) = q.replica else {
         let mut attempts = Vec::new();
@@ -150,11 +148,10 @@ pub struct MetricsQuery {
 /// with its `[atMs, value]` points. Preset resource metrics are named `trainyard_*`.
 pub async fn task_metrics(
     State(state): State<AppState>,
-    headers: HeaderMap,
     Path(id): Path<String>,
     Query(q): Query<MetricsQuery>,
+    Caller { user, .. }: Caller,
 ) -> ApiResult<Json<MetricsView>> {
-    let user = caller(&state, &headers).await?;
     let t = visible_task(&state, &user, &id).await?;
     let key = AttemptKey { task_id: t.id.clone(), attempt: q.attempt.map_or(t.attempt, i64::from) };
     let mut series: BTreeMap<(String, String, String), Series> = BTreeMap::new();

@@ -2,7 +2,7 @@
 //! what becomes of their work), API tokens,
 //! TaskEnv variables and alarm subscriptions.
 
-use crate::auth::{admin_only, caller, caller_acting_on, known_user, self_or_admin};
+use crate::auth::{Admin, Caller, WithBody, known_user, self_or_admin};
 use crate::error::{ApiError, ApiResult, json_body, json_object};
 use crate::routes::NoParams;
 use crate::schema::{ApiSchema, Optional, Schemas, object_schema};
@@ -13,7 +13,7 @@ use crate::views::{EnvEntry, Items, NewToken, RecentImage, Role, TokenEntry, Use
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::Value;
 use trainyard_control::{AccountChange, QueuedWork, RunningWork, WorkChoice};
@@ -21,13 +21,8 @@ use trainyard_core::Report;
 use trainyard_core::spec::AlarmSubscription;
 use trainyard_store::User;
 
-pub async fn whoami(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    _: Query<NoParams>,
-) -> ApiResult<Json<UserView>> {
-    let u = caller(&state, &headers).await?;
-    Ok(Json(UserView { name: u.name, role: u.role, groups: u.groups }))
+pub async fn whoami(_: Query<NoParams>, Caller { user, .. }: Caller) -> ApiResult<Json<UserView>> {
+    Ok(Json(UserView { name: user.name, role: user.role, groups: user.groups }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -58,11 +53,9 @@ impl ApiSchema for UserName {
 /// in a table of their own and shown once, when made.
 pub async fn list_users(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
+    _: Admin,
 ) -> ApiResult<Json<Items<UserEntry>>> {
-    let user = caller(&state, &headers).await?;
-    admin_only(&user)?;
     let states = state.store.account_states().await?;
     let items = state
         .store
@@ -91,12 +84,9 @@ pub const USER_NAME_MAX_BYTES: usize = 64;
 /// Creates or updates a user.
 pub async fn put_user(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
-    body: Bytes,
+    WithBody(Admin(_), body): WithBody<Admin>,
 ) -> ApiResult<Json<UserView>> {
-    let user = caller(&state, &headers).await?;
-    admin_only(&user)?;
     let body: UserBody = json_object(&body, r#"{"name", "role", "groups"}"#)?;
     if !matches!(body.role.as_str(), "admin" | "member") {
         return Err(ApiError::BadRequest(format!(
@@ -210,13 +200,10 @@ impl WorkBody {
 /// one left to undo it, perhaps).
 pub async fn disable_user(
     State(state): State<AppState>,
-    headers: HeaderMap,
     Path(name): Path<String>,
     _: Query<NoParams>,
-    body: Bytes,
+    WithBody(Admin(user), body): WithBody<Admin>,
 ) -> ApiResult<StatusCode> {
-    let user = caller(&state, &headers).await?;
-    admin_only(&user)?;
     let choice = WorkBody::read(&body)?;
     if name == user.name {
         return Err(ApiError::Conflict("you cannot disable yourself; ask another admin".into()));
@@ -227,12 +214,10 @@ pub async fn disable_user(
 /// Enables a disabled user again (admins): their tokens work again, and their held tasks are released.
 pub async fn enable_user(
     State(state): State<AppState>,
-    headers: HeaderMap,
     Path(name): Path<String>,
     _: Query<NoParams>,
+    _: Admin,
 ) -> ApiResult<StatusCode> {
-    let user = caller(&state, &headers).await?;
-    admin_only(&user)?;
     change_account(&state, &name, AccountChange::Enable).await
 }
 
@@ -243,13 +228,10 @@ pub async fn enable_user(
 /// shares and TaskEnv). Admins cannot delete themselves.
 pub async fn delete_user(
     State(state): State<AppState>,
-    headers: HeaderMap,
     Path(name): Path<String>,
     _: Query<NoParams>,
-    body: Bytes,
+    WithBody(Admin(user), body): WithBody<Admin>,
 ) -> ApiResult<StatusCode> {
-    let user = caller(&state, &headers).await?;
-    admin_only(&user)?;
     let choice = WorkBody::read(&body)?;
     if name == user.name {
         return Err(ApiError::Conflict("you cannot delete yourself; ask another admin".into()));
@@ -284,12 +266,10 @@ pub const TOKEN_LABEL_MAX_BYTES: usize = 200;
 /// A new token for a user, shown in this answer only.
 pub async fn create_token(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
     Path(name): Path<String>,
-    body: Bytes,
+    WithBody(Caller { user, .. }, body): WithBody<Caller>,
 ) -> ApiResult<(StatusCode, Json<NewToken>)> {
-    let user = caller(&state, &headers).await?;
     self_or_admin(&user, &name, "create tokens for other users")?;
     // No body at all is no label; anything else must be the object (an array, say, mints nothing).
     let label = if body.iter().all(u8::is_ascii_whitespace) {
@@ -315,20 +295,19 @@ pub async fn create_token(
 /// whether it is the one this request came with; never the token.
 pub async fn list_tokens(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
     Path(name): Path<String>,
+    caller: Caller,
 ) -> ApiResult<Json<Items<TokenEntry>>> {
-    caller_acting_on(&state, &headers, &name, "list other users' tokens").await?;
-    let this = crate::auth::bearer_hash(&headers);
-    let this = this.as_deref().map(|h| &h[..trainyard_store::TOKEN_ID_LEN]);
+    caller.acting_on(&state, &name, "list other users' tokens").await?;
+    let this = &caller.token_hash[..trainyard_store::TOKEN_ID_LEN];
     let items = state
         .store
         .list_tokens(&name)
         .await?
         .into_iter()
         .map(|t| TokenEntry {
-            current: this == Some(t.id.as_str()),
+            current: this == t.id,
             id: t.id,
             label: t.label,
             created_at_ms: t.created_at_ms,
@@ -342,11 +321,11 @@ pub async fn list_tokens(
 /// server, and by others sharing the store within [`crate::TOKEN_CACHE_TTL`].
 pub async fn revoke_token(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
     Path((name, id)): Path<(String, String)>,
+    caller: Caller,
 ) -> ApiResult<StatusCode> {
-    caller_acting_on(&state, &headers, &name, "revoke other users' tokens").await?;
+    caller.acting_on(&state, &name, "revoke other users' tokens").await?;
     if !state.store.revoke_token(&name, &id).await? {
         return Err(ApiError::NotFoundWhat(format!(
             "user {name} has no token {id:?}; GET /api/v1/users/{name}/tokens lists their ids"
@@ -359,11 +338,11 @@ pub async fn revoke_token(
 /// A user's TaskEnv, hidden values masked.
 pub async fn list_task_env(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
     Path(name): Path<String>,
+    caller: Caller,
 ) -> ApiResult<Json<Items<EnvEntry>>> {
-    caller_acting_on(&state, &headers, &name, "manage other users' TaskEnv").await?;
+    caller.acting_on(&state, &name, "manage other users' TaskEnv").await?;
     let items = state
         .store
         .task_env(&name)
@@ -381,11 +360,11 @@ pub async fn list_task_env(
 /// what the console offers beside the catalog's presets.
 pub async fn list_recent_images(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
     Path(name): Path<String>,
+    caller: Caller,
 ) -> ApiResult<Json<Items<RecentImage>>> {
-    caller_acting_on(&state, &headers, &name, "see other users' images").await?;
+    caller.acting_on(&state, &name, "see other users' images").await?;
     let mut items: Vec<RecentImage> = Vec::new();
     for (spec, created_at_ms) in state.store.recent_specs(&name, 200).await? {
         let Ok(v) = serde_json::from_str::<Value>(&spec) else { continue };
@@ -450,12 +429,11 @@ impl ApiSchema for EnvValue {
 /// Sets one TaskEnv variable (names and values follow the task env rules).
 pub async fn put_task_env(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
     Path(name): Path<String>,
-    body: Bytes,
+    WithBody(caller, body): WithBody<Caller>,
 ) -> ApiResult<StatusCode> {
-    caller_acting_on(&state, &headers, &name, "manage other users' TaskEnv").await?;
+    caller.acting_on(&state, &name, "manage other users' TaskEnv").await?;
     let body: TaskEnvBody = json_object(&body, r#"{"name", "value", "hidden"}"#)?;
     let var = trainyard_core::spec::EnvVar { name: body.name, value: body.value, hidden: body.hidden };
     let mut report = Report::default();
@@ -477,11 +455,11 @@ pub async fn put_task_env(
 
 pub async fn delete_task_env(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
     Path((name, var)): Path<(String, String)>,
+    caller: Caller,
 ) -> ApiResult<StatusCode> {
-    caller_acting_on(&state, &headers, &name, "manage other users' TaskEnv").await?;
+    caller.acting_on(&state, &name, "manage other users' TaskEnv").await?;
     if state.store.delete_task_env(&name, &var).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -492,11 +470,11 @@ pub async fn delete_task_env(
 /// A user's own alarm subscriptions: they apply to every task the user owns.
 pub async fn get_user_alarms(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
     Path(name): Path<String>,
+    caller: Caller,
 ) -> ApiResult<Json<Items<AlarmSubscription>>> {
-    caller_acting_on(&state, &headers, &name, "manage other users' alarm subscriptions").await?;
+    caller.acting_on(&state, &name, "manage other users' alarm subscriptions").await?;
     let subs = trainyard_control::alarms::user_subscriptions(&state.store, &name).await?;
     Ok(Json(subs.into()))
 }
@@ -504,13 +482,12 @@ pub async fn get_user_alarms(
 /// Replaces a user's own alarm subscriptions (a JSON list, checked like a task's `advanced.alarms`).
 pub async fn put_user_alarms(
     State(state): State<AppState>,
-    headers: HeaderMap,
     _: Query<NoParams>,
     Path(name): Path<String>,
-    body: Bytes,
+    WithBody(caller, body): WithBody<Caller>,
 ) -> ApiResult<StatusCode> {
     use trainyard_core::decode::{Decode, Decoder};
-    caller_acting_on(&state, &headers, &name, "manage other users' alarm subscriptions").await?;
+    caller.acting_on(&state, &name, "manage other users' alarm subscriptions").await?;
     let value: Value = json_body(&body, "a JSON list")?;
     let mut d = Decoder::default();
     let subs = Vec::<AlarmSubscription>::decode(&value, "alarms", &mut d).unwrap_or_default();
