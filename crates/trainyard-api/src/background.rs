@@ -1,5 +1,6 @@
 //! What runs beside the API for as long as the server does: the control loop's ticker and alarm delivery.
 
+use crate::backends::AnyBackend;
 use crate::metrics::Metrics;
 use crate::state::now_ms;
 use std::sync::Arc;
@@ -7,7 +8,6 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 use trainyard_control::Control;
 use trainyard_control::secrets::SecretBox;
-use trainyard_runtime::AnyBackend;
 use trainyard_store::Store;
 
 /// How often the control loop runs without being asked.
@@ -108,7 +108,7 @@ pub const INVENTORY_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Keeps the catalog's nodes as the clusters have them (Kubernetes backend; nothing for the others): every
 /// [`INVENTORY_INTERVAL`], for each cluster whose node watch saw a change, its nodes are merged into the
-/// catalog's pools of that cluster ([`trainyard_runtime::kube::inventory::merge`]) and the result is stored and
+/// catalog's pools of that cluster ([`trainyard_kube::inventory::merge`]) and the result is stored and
 /// used, as an admin's edit is.
 pub fn spawn_inventory_sync(state: crate::AppState) -> Option<tokio::task::JoinHandle<()>> {
     let AnyBackend::Kube(fleet) = state.backend.clone() else { return None };
@@ -125,7 +125,7 @@ pub fn spawn_inventory_sync(state: crate::AppState) -> Option<tokio::task::JoinH
                     catalog.pools.get(pool).is_some_and(|p| fleet.member_of(&catalog, &p.cluster) == Some(i))
                 };
                 if let Some((next, said)) =
-                    trainyard_runtime::kube::inventory::merge(&catalog, before[i].as_ref(), &now, &serves)
+                    trainyard_kube::inventory::merge(&catalog, before[i].as_ref(), &now, &serves)
                 {
                     let text = match serde_json::to_string(&next) {
                         Ok(t) => t,

@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 mod auth;
+pub mod backends;
 mod background;
 pub mod catalog_guard;
 pub mod console;

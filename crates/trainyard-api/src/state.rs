@@ -1,5 +1,6 @@
 //! What every handler shares ([`AppState`]), wired together, and the server's clock.
 
+use crate::backends::AnyBackend;
 use crate::metrics::Metrics;
 use crate::tokens::TokenCache;
 use std::sync::Arc;
@@ -8,7 +9,6 @@ use tokio::sync::Mutex;
 use trainyard_control::secrets::SecretBox;
 use trainyard_control::{CatalogHandle, Control, QueueBoard};
 use trainyard_core::Catalog;
-use trainyard_runtime::AnyBackend;
 use trainyard_store::Store;
 
 /// What every handler shares, behind one `Arc`: axum clones the state for every request (the route's

@@ -4,10 +4,10 @@
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use trainyard_api::backends::AnyBackend;
 use trainyard_api::{AppState, new_token, token_hash};
 use trainyard_control::secrets::SecretBox;
 use trainyard_core::Catalog;
-use trainyard_runtime::AnyBackend;
 use trainyard_runtime::fake::{FakeBackend, Script};
 use trainyard_sched::Config;
 use trainyard_store::{Store, User};

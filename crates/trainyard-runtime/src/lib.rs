@@ -12,9 +12,11 @@
 
 #![forbid(unsafe_code)]
 
+pub mod clock;
 pub mod fake;
-pub mod kube;
-pub mod local;
+pub mod metrics;
+pub mod replica;
+pub mod ssh;
 
 use serde::Serialize;
 use trainyard_core::demand::Resources;
@@ -172,100 +174,4 @@ pub struct LogChunk {
     pub ended: bool,
     /// There is no such replica (or its log was never written).
     pub missing: bool,
-}
-
-/// Every backend this build has, as one type, so the control loop and the server need no generics over the
-/// backend (and their futures stay `Send`).
-#[derive(Debug, Clone)]
-pub enum AnyBackend {
-    Fake(fake::FakeBackend),
-    Local(local::LocalBackend),
-    Kube(kube::KubeFleet),
-}
-
-impl AnyBackend {
-    /// The name shown to users (`trainyard up` prints it).
-    pub fn name(&self) -> &'static str {
-        match self {
-            AnyBackend::Fake(_) => "fake",
-            AnyBackend::Local(_) => "local",
-            AnyBackend::Kube(_) => "kubernetes",
-        }
-    }
-
-    /// The registry images this machine keeps (the local backend's cache; none elsewhere), most recently
-    /// used first.
-    pub fn cached_images(&self) -> Vec<trainyard_images::Cached> {
-        match self {
-            AnyBackend::Local(b) => b.cached_images(),
-            _ => Vec::new(),
-        }
-    }
-
-    /// Removes every cached image that no attempt runs or is about to run.
-    pub fn prune_images(&self) -> trainyard_images::Collected {
-        match self {
-            AnyBackend::Local(b) => b.prune_images(),
-            _ => trainyard_images::Collected::default(),
-        }
-    }
-}
-
-impl Backend for AnyBackend {
-    async fn launch(&self, spec: &LaunchSpec) -> Result<(), BackendError> {
-        match self {
-            AnyBackend::Fake(b) => b.launch(spec).await,
-            AnyBackend::Local(b) => b.launch(spec).await,
-            AnyBackend::Kube(b) => b.launch(spec).await,
-        }
-    }
-    async fn scale(&self, spec: &LaunchSpec) -> Result<(), BackendError> {
-        match self {
-            AnyBackend::Fake(b) => b.scale(spec).await,
-            AnyBackend::Local(b) => b.scale(spec).await,
-            AnyBackend::Kube(b) => b.scale(spec).await,
-        }
-    }
-    async fn stop(&self, key: &AttemptKey, cause: StopCause) -> Result<(), BackendError> {
-        match self {
-            AnyBackend::Fake(b) => b.stop(key, cause).await,
-            AnyBackend::Local(b) => b.stop(key, cause).await,
-            AnyBackend::Kube(b) => b.stop(key, cause).await,
-        }
-    }
-    async fn poll(&self, now_ms: u64) -> Vec<Observation> {
-        match self {
-            AnyBackend::Fake(b) => b.poll(now_ms).await,
-            AnyBackend::Local(b) => b.poll(now_ms).await,
-            AnyBackend::Kube(b) => b.poll(now_ms).await,
-        }
-    }
-    async fn alive(&self) -> Vec<AttemptKey> {
-        match self {
-            AnyBackend::Fake(b) => b.alive().await,
-            AnyBackend::Local(b) => b.alive().await,
-            AnyBackend::Kube(b) => b.alive().await,
-        }
-    }
-    async fn replicas(&self, key: &AttemptKey) -> Vec<(String, String)> {
-        match self {
-            AnyBackend::Fake(b) => b.replicas(key).await,
-            AnyBackend::Local(b) => b.replicas(key).await,
-            AnyBackend::Kube(b) => b.replicas(key).await,
-        }
-    }
-    async fn read_metrics(&self, key: &AttemptKey, since_ms: u64) -> Vec<MetricPoint> {
-        match self {
-            AnyBackend::Fake(b) => b.read_metrics(key, since_ms).await,
-            AnyBackend::Local(b) => b.read_metrics(key, since_ms).await,
-            AnyBackend::Kube(b) => b.read_metrics(key, since_ms).await,
-        }
-    }
-    async fn read_log(&self, key: &AttemptKey, replica: &str, offset: u64, max: usize) -> LogChunk {
-        match self {
-            AnyBackend::Fake(b) => b.read_log(key, replica, offset, max).await,
-            AnyBackend::Local(b) => b.read_log(key, replica, offset, max).await,
-            AnyBackend::Kube(b) => b.read_log(key, replica, offset, max).await,
-        }
-    }
 }

@@ -41,7 +41,7 @@ pub(crate) fn detect() -> Machine {
             Some((model, names.len() as u32))
         });
     // What a `host` replica sees: this PATH less what the sandbox hides.
-    let path = trainyard_runtime::local::sandbox_path(&std::env::var_os("PATH").unwrap_or_default());
+    let path = trainyard_local::sandbox_path(&std::env::var_os("PATH").unwrap_or_default());
     let has = |module: &str| {
         std::process::Command::new("python3")
             .env("PATH", &path)

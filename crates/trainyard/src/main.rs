@@ -542,7 +542,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => {
             validate::run(&args.files, args.catalog.as_deref(), &conn, args.offline, args.output)
         }
-        Command::Supervise { dir } => ExitCode::from(trainyard_runtime::local::supervisor::main(&dir) as u8),
+        Command::Supervise { dir } => ExitCode::from(trainyard_local::supervisor::main(&dir) as u8),
         Command::Up { data_dir, listen, database_url, backend, nodes, webhook_ca, sandbox, server, kube } => {
             let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
                 Ok(rt) => rt,

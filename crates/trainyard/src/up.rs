@@ -5,13 +5,13 @@
 use crate::machine::{detect, local_catalog};
 use anyhow::{Context, Result};
 use std::path::Path;
+use trainyard_api::backends::AnyBackend;
 use trainyard_api::{AppState, new_token, now_ms, token_hash};
 use trainyard_control::secrets::SecretBox;
 use trainyard_core::Catalog;
-use trainyard_runtime::AnyBackend;
+use trainyard_kube::{KubeBackend, KubeConfig, KubeFleet};
+use trainyard_local::{self as local, LocalBackend, LocalConfig, find_bwrap};
 use trainyard_runtime::fake::{FakeBackend, Script};
-use trainyard_runtime::kube::{KubeBackend, KubeConfig, KubeFleet};
-use trainyard_runtime::local::{self, LocalBackend, LocalConfig, find_bwrap};
 
 /// Which backend `up` starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -64,8 +64,8 @@ pub struct KubeFlags {
 }
 
 impl KubeFlags {
-    fn config(&self) -> Result<trainyard_runtime::kube::KubeConfig> {
-        use trainyard_runtime::kube::objects::Gang;
+    fn config(&self) -> Result<trainyard_kube::KubeConfig> {
+        use trainyard_kube::objects::Gang;
         let gang = match self.kube_gang.split_once(':') {
             None if self.kube_gang == "off" => Gang::Off,
             None if self.kube_gang == "volcano" => Gang::Volcano { queue: None },
@@ -86,7 +86,7 @@ impl KubeFlags {
                 _ => anyhow::bail!("--kube-image: expected NAME=REFERENCE, got {i:?}"),
             })
             .collect::<Result<_>>()?;
-        Ok(trainyard_runtime::kube::KubeConfig {
+        Ok(trainyard_kube::KubeConfig {
             kubeconfig: self.kubeconfig.clone(),
             context: self.kube_context.clone(),
             namespace: self.kube_namespace.clone(),
@@ -218,7 +218,7 @@ pub struct ServerFlags {
 pub struct SandboxFlags {
     /// The replicas' addresses: each task's replicas share a network segment of their own, unreachable from
     /// anything else (not routed, no egress), so every task uses the same range.
-    #[arg(long, env = "TRAINYARD_SANDBOX_NETWORK", default_value = trainyard_runtime::local::netns::DEFAULT_RANGE)]
+    #[arg(long, env = "TRAINYARD_SANDBOX_NETWORK", default_value = trainyard_local::netns::DEFAULT_RANGE)]
     pub sandbox_network: String,
     /// Let replicas reach beyond their task: the internet through this machine (masqueraded), never this
     /// machine itself, other tasks, or private, link-local and loopback ranges. Off by default. Needs
@@ -231,24 +231,24 @@ pub struct SandboxFlags {
     pub sandbox_egress_allow: Vec<String>,
     /// Where attempts with egress take their uplinks (a /30 each, routed on this machine only). A second
     /// server on the same machine needs a range of its own.
-    #[arg(long, value_name = "CIDR", requires = "sandbox_egress", default_value = trainyard_runtime::local::netns::DEFAULT_UPLINKS)]
+    #[arg(long, value_name = "CIDR", requires = "sandbox_egress", default_value = trainyard_local::netns::DEFAULT_UPLINKS)]
     pub sandbox_egress_uplinks: String,
     /// Processes and threads one replica may have (its cgroup's pids.max).
-    #[arg(long, default_value_t = trainyard_runtime::local::supervisor::DEFAULT_PIDS_MAX)]
+    #[arg(long, default_value_t = trainyard_local::supervisor::DEFAULT_PIDS_MAX)]
     pub replica_pids_max: u64,
     /// Scratch (/tmp and /root) one replica may fill, in MiB; over it the replica is ended.
-    #[arg(long, default_value_t = trainyard_runtime::local::supervisor::DEFAULT_SCRATCH_MIB)]
+    #[arg(long, default_value_t = trainyard_local::supervisor::DEFAULT_SCRATCH_MIB)]
     pub replica_scratch_mib: u64,
     /// Files, dirs and links one replica's scratch may hold (the data dir's inodes are every tenant's); over
     /// it the replica is ended.
-    #[arg(long, default_value_t = trainyard_runtime::local::supervisor::DEFAULT_SCRATCH_INODES)]
+    #[arg(long, default_value_t = trainyard_local::supervisor::DEFAULT_SCRATCH_INODES)]
     pub replica_scratch_inodes: u64,
     /// Size of one replica's log file in KiB before it rotates (the previous file is kept, older ones go).
-    #[arg(long, default_value_t = trainyard_runtime::local::supervisor::DEFAULT_LOG_BYTES / 1024)]
+    #[arg(long, default_value_t = trainyard_local::supervisor::DEFAULT_LOG_BYTES / 1024)]
     pub replica_log_kib: u64,
     /// The size the cache of registry images (under the data dir's `images/`) is kept under, in GiB; least
     /// recently used images that no task runs go first.
-    #[arg(long, env = "TRAINYARD_IMAGE_CACHE_GIB", default_value_t = trainyard_runtime::local::IMAGE_CACHE_MAX_BYTES >> 30)]
+    #[arg(long, env = "TRAINYARD_IMAGE_CACHE_GIB", default_value_t = trainyard_local::IMAGE_CACHE_MAX_BYTES >> 30)]
     pub image_cache_gib: u64,
     /// The most one registry image may unpack to, in GiB (every layer's files); a pull past it fails at
     /// once as too-large. Never more than the cache's size.

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The first of the attempts' host uids (`trainyard_runtime::local::UID_BASE`).
+/// The first of the attempts' host uids (`trainyard_local::UID_BASE`).
 const UID_BASE: u32 = 1_900_000_001;
 const SANDBOX_GID: u32 = 1_900_000_000;
 
@@ -945,7 +945,7 @@ fn free_bytes(dir: &std::path::Path) -> u64 {
 /// a table of its own, named by its data dir, removed when it stops with nothing left running.
 #[test]
 fn two_servers_on_one_machine_keep_their_own_egress_tables_and_remove_them_at_stop() {
-    use trainyard_runtime::local::netns::{link_group, table_name};
+    use trainyard_local::netns::{link_group, table_name};
     let tables = || {
         let out = std::process::Command::new("nft").args(["list", "tables"]).output().unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()

@@ -13,9 +13,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 use trainyard_core::Catalog;
 use trainyard_core::lifecycle::Reason;
+use trainyard_kube::{KubeBackend, KubeConfig};
+use trainyard_local::{LocalBackend, LocalConfig};
 use trainyard_runtime::fake::{FakeBackend, Script};
-use trainyard_runtime::kube::{KubeBackend, KubeConfig};
-use trainyard_runtime::local::{LocalBackend, LocalConfig};
 use trainyard_runtime::{AttemptKey, Backend, LaunchSpec, Observation, ReplicaPlan, StopCause};
 
 const CATALOG: &str = r#"
@@ -201,9 +201,9 @@ const SIM_EXIT_CODE: &str = "sim.trainyard.dev/exit-code";
 const SIM_NOT_READY: &str = "sim.trainyard.dev/not-ready";
 
 /// A kwok node of the test cluster (created or updated), with `labels`.
-fn kwok_node(client: &trainyard_runtime::kube::client::Client, name: &str, labels: serde_json::Value) {
-    use trainyard_runtime::kube::client::api::{Api, Patch, PatchParams};
-    use trainyard_runtime::kube::openapi::api::core::v1::Node;
+fn kwok_node(client: &trainyard_kube::client::Client, name: &str, labels: serde_json::Value) {
+    use trainyard_kube::client::api::{Api, Patch, PatchParams};
+    use trainyard_kube::openapi::api::core::v1::Node;
     let nodes: Api<Node> = Api::all(client.clone());
     // A pool of their own: a server under test elsewhere on the cluster (its catalog follows the cluster's
     // nodes in its pools) never places its tasks here.
@@ -252,11 +252,11 @@ fn local(name: &str) -> Local {
     let dir = std::env::temp_dir().join(format!("ty-conformance-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let bwrap = trainyard_runtime::local::find_bwrap().expect("bubblewrap is installed");
+    let bwrap = trainyard_local::find_bwrap().expect("bubblewrap is installed");
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_trainyard"));
     let mut cfg = LocalConfig::new(&dir, (exe, vec!["supervise".to_owned()]), bwrap);
     cfg.grace_s = 2;
-    trainyard_runtime::local::make_passage(&dir).unwrap();
+    trainyard_local::make_passage(&dir).unwrap();
     Local { backend: LocalBackend::new(cfg.clone()).unwrap(), cfg }
 }
 
@@ -514,8 +514,8 @@ fn the_kubernetes_backend_conforms() {
 /// and from a restarted one.
 #[test]
 fn on_kubernetes_logs_and_metrics_are_kept_after_the_pods_are_gone() {
-    use trainyard_runtime::kube::client::api::{Api, ListParams};
-    use trainyard_runtime::kube::openapi::api::core::v1::Pod;
+    use trainyard_kube::client::api::{Api, ListParams};
+    use trainyard_kube::openapi::api::core::v1::Pod;
     let s = kube("telemetry");
     let k = key(25);
     let mut sp = s.spec_for(&k, 1, Behaviour::RunUntilStopped);
@@ -566,8 +566,7 @@ fn on_kubernetes_logs_and_metrics_are_kept_after_the_pods_are_gone() {
         s.pass(250);
     }
     let pods: Api<Pod> = Api::namespaced(s.backend.client(), &s.cfg.namespace_of("default"));
-    let lp =
-        ListParams::default().labels(&trainyard_runtime::kube::objects::instance_selector(&s.cfg.instance));
+    let lp = ListParams::default().labels(&trainyard_kube::objects::instance_selector(&s.cfg.instance));
     let t0 = Instant::now();
     while !block(pods.list(&lp)).unwrap().items.is_empty() {
         assert!(t0.elapsed() < s.patience(), "the pods were never deleted");
@@ -635,7 +634,7 @@ fn on_kubernetes_a_node_going_not_ready_fails_its_attempt_as_node_failed() {
 #[test]
 fn on_kubernetes_an_object_the_api_server_refuses_fails_with_its_reason() {
     let mut s = kube("refused");
-    s.cfg.gang = trainyard_runtime::kube::objects::Gang::Kueue { local_queue: "not a valid label!".into() };
+    s.cfg.gang = trainyard_kube::objects::Gang::Kueue { local_queue: "not a valid label!".into() };
     let s = s.restarted();
     let k = key(21);
     block(s.backend().launch(&s.spec_for(&k, 0, Behaviour::Succeed))).unwrap();
@@ -656,14 +655,12 @@ fn on_kubernetes_an_object_the_api_server_refuses_fails_with_its_reason() {
 /// the attempt runs to success.
 #[test]
 fn on_kubernetes_kueue_admits_the_whole_gang_or_nothing() {
-    use trainyard_runtime::kube::client::api::{
-        Api, ApiResource, DynamicObject, GroupVersionKind, ListParams,
-    };
-    use trainyard_runtime::kube::client::api::{Patch, PatchParams};
-    use trainyard_runtime::kube::openapi::api::core::v1::{Namespace, Pod};
+    use trainyard_kube::client::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+    use trainyard_kube::client::api::{Patch, PatchParams};
+    use trainyard_kube::openapi::api::core::v1::{Namespace, Pod};
     let mut s = kube("kueue");
     let queue = format!("conf-{}", std::process::id());
-    s.cfg.gang = trainyard_runtime::kube::objects::Gang::Kueue { local_queue: queue.clone() };
+    s.cfg.gang = trainyard_kube::objects::Gang::Kueue { local_queue: queue.clone() };
     let s = s.restarted();
     let client = s.backend.client();
     let kueue = |kind: &str, plural: &str| {
@@ -745,7 +742,7 @@ fn on_kubernetes_kueue_admits_the_whole_gang_or_nothing() {
 /// server reattaches by label to the one job an attempt has, creating no second one when the launch comes again.
 #[test]
 fn on_kubernetes_oom_pull_failures_and_reattaching_without_a_second_job() {
-    use trainyard_runtime::kube::client::api::{Api, DynamicObject, ListParams};
+    use trainyard_kube::client::api::{Api, DynamicObject, ListParams};
     let s = kube("oom");
     let k = key(22);
     let mut sp = s.spec_for(&k, 0, Behaviour::RunUntilStopped);
@@ -779,7 +776,7 @@ fn on_kubernetes_oom_pull_failures_and_reattaching_without_a_second_job() {
     let jobs: Api<DynamicObject> = Api::namespaced_with(
         s.backend.client(),
         &ns,
-        &trainyard_runtime::kube::views::job_resource(trainyard_runtime::kube::status::JobKind::PyTorch),
+        &trainyard_kube::views::job_resource(trainyard_kube::status::JobKind::PyTorch),
     );
     let listed =
         block(jobs.list(&ListParams::default().labels(&format!("trainyard.dev/task={}", k.task_id))))

@@ -7,26 +7,26 @@ mod common;
 
 use common::{Options, Server, secs};
 use serde_json::Value;
-use trainyard_runtime::kube::client::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
-use trainyard_runtime::kube::openapi::api::core::v1::Node;
-use trainyard_runtime::kube::views::job_resource;
+use trainyard_kube::client::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use trainyard_kube::openapi::api::core::v1::Node;
+use trainyard_kube::views::job_resource;
 
 fn block<T>(f: impl std::future::Future<Output = T>) -> T {
     static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
     RUNTIME.get_or_init(|| tokio::runtime::Runtime::new().unwrap()).block_on(f)
 }
 
-fn client() -> trainyard_runtime::kube::client::Client {
+fn client() -> trainyard_kube::client::Client {
     assert!(
         std::env::var_os("TRAINYARD_KUBE_STACK").is_some(),
         "these tests need the test cluster: run them with scripts/test, which starts it through \
          scripts/with-kube (or run `scripts/with-kube cargo test --test kubernetes`)"
     );
-    block(trainyard_runtime::kube::client::Client::try_default()).expect("a client from KUBECONFIG")
+    block(trainyard_kube::client::Client::try_default()).expect("a client from KUBECONFIG")
 }
 
 /// A kwok node of `pool` with 8 vCPUs and 16 GiB.
-fn node(c: &trainyard_runtime::kube::client::Client, name: &str, pool: &str) {
+fn node(c: &trainyard_kube::client::Client, name: &str, pool: &str) {
     let nodes: Api<Node> = Api::all(c.clone());
     let body = serde_json::json!({
         "apiVersion": "v1", "kind": "Node",
@@ -122,11 +122,8 @@ fn the_examples_run_through_the_real_operators_from_the_cli() {
     // The attempt is one PyTorchJob in the group's namespace, labelled with its task and attempt, its pods
     // bound to the nodes Trainyard's scheduler chose.
     let ns = format!("e2e-{pid}-default");
-    let jobs: Api<DynamicObject> = Api::namespaced_with(
-        c.clone(),
-        &ns,
-        &job_resource(trainyard_runtime::kube::status::JobKind::PyTorch),
-    );
+    let jobs: Api<DynamicObject> =
+        Api::namespaced_with(c.clone(), &ns, &job_resource(trainyard_kube::status::JobKind::PyTorch));
     let listed =
         block(jobs.list(&ListParams::default().labels(&format!("trainyard.dev/task={id}")))).unwrap();
     assert_eq!(listed.items.len(), 1, "one job object per attempt");
@@ -228,18 +225,16 @@ impl SecondStack {
         SecondStack { child, kubeconfig }
     }
 
-    fn client(&self) -> trainyard_runtime::kube::client::Client {
-        use trainyard_runtime::kube::client::config::{KubeConfigOptions, Kubeconfig};
+    fn client(&self) -> trainyard_kube::client::Client {
+        use trainyard_kube::client::config::{KubeConfigOptions, Kubeconfig};
         let file = Kubeconfig::read_from(&self.kubeconfig).unwrap();
         block(async {
-            let config = trainyard_runtime::kube::client::Config::from_custom_kubeconfig(
-                file,
-                &KubeConfigOptions::default(),
-            )
-            .await
-            .unwrap();
+            let config =
+                trainyard_kube::client::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+                    .await
+                    .unwrap();
             // The client's buffer task runs on the tests' runtime.
-            trainyard_runtime::kube::client::Client::try_from(config).unwrap()
+            trainyard_kube::client::Client::try_from(config).unwrap()
         })
     }
 }
@@ -357,12 +352,9 @@ fn each_catalog_cluster_runs_its_tasks_where_its_context_points() {
         })
     };
     let ns = format!("mc-{pid}-default");
-    let jobs_of = |c: &trainyard_runtime::kube::client::Client, id: &str| {
-        let jobs: Api<DynamicObject> = Api::namespaced_with(
-            c.clone(),
-            &ns,
-            &job_resource(trainyard_runtime::kube::status::JobKind::PyTorch),
-        );
+    let jobs_of = |c: &trainyard_kube::client::Client, id: &str| {
+        let jobs: Api<DynamicObject> =
+            Api::namespaced_with(c.clone(), &ns, &job_resource(trainyard_kube::status::JobKind::PyTorch));
         block(jobs.list(&ListParams::default().labels(&format!("trainyard.dev/task={id}"))))
             .map(|l| l.items.len())
             .unwrap_or(0)

@@ -389,7 +389,7 @@ fn a_stop_during_start_up_leaves_nothing_running() {
 fn a_sandbox_slow_to_start_is_still_stopped() {
     let bin = std::env::temp_dir().join(format!("ty-slow-bwrap-{}", std::process::id()));
     std::fs::create_dir_all(&bin).unwrap();
-    let real = trainyard_runtime::local::find_bwrap().unwrap();
+    let real = trainyard_local::find_bwrap().unwrap();
     let wrapper = bin.join("bwrap");
     std::fs::write(&wrapper, format!("#!/bin/sh\nsleep 7\nexec {} \"$@\"\n", real.display())).unwrap();
     std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -670,8 +670,7 @@ fn a_lost_attempts_network_is_removed_by_the_next_start() {
     let id = gone.submit(&pytorch("sweep", 1, "echo up; sleep 120"));
     let name = gone.wait_status(&id, "Running", secs(60))["name"].as_str().unwrap().to_owned();
     gone.wait_log(&id, &format!("{name}-master-0"), "up", secs(30));
-    let switch =
-        std::path::Path::new("/run/netns").join(trainyard_runtime::local::netns::attempt_name(&id, 0));
+    let switch = std::path::Path::new("/run/netns").join(trainyard_local::netns::attempt_name(&id, 0));
     assert!(switch.exists(), "the attempt's switch namespace is there while it runs");
     gone.kill();
     // Checked while the attempt's supervisors still run: once they are gone (the drop below kills them), any
@@ -740,7 +739,9 @@ fn replicas_run_on_pooled_supervisors_in_cgroups_of_their_own() {
         let state: serde_json::Value = serde_json::from_slice(&state).unwrap();
         let pid = state["supervisor_pid"].as_u64().unwrap() as u32;
         assert!(idle.contains(&pid), "{replica}'s supervisor {pid} is not one of the pool's {idle:?}");
-        let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        // The sandbox holds the replica's cgroups (the supervisor leaves them once it runs).
+        let sandbox = state["sandbox_pid"].as_u64().unwrap() as u32;
+        let cgroups = std::fs::read_to_string(format!("/proc/{sandbox}/cgroup")).unwrap();
         let line = cgroups
             .lines()
             .find(|l| l.split(':').nth(1).is_some_and(|c| c.split(',').any(|c| c == "memory")))

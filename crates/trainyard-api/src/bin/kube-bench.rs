@@ -23,22 +23,22 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
+use trainyard_api::backends::AnyBackend;
 use trainyard_api::{AppState, new_token, token_hash};
 use trainyard_control::secrets::SecretBox;
 use trainyard_core::Catalog;
-use trainyard_runtime::AnyBackend;
-use trainyard_runtime::kube::client::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use trainyard_runtime::kube::client::runtime::watcher;
-use trainyard_runtime::kube::openapi::api::core::v1::{Namespace, Node};
-use trainyard_runtime::kube::status::JobKind;
-use trainyard_runtime::kube::views::job_resource;
-use trainyard_runtime::kube::{KubeBackend, KubeConfig};
+use trainyard_kube::client::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use trainyard_kube::client::runtime::watcher;
+use trainyard_kube::openapi::api::core::v1::{Namespace, Node};
+use trainyard_kube::status::JobKind;
+use trainyard_kube::views::job_resource;
+use trainyard_kube::{KubeBackend, KubeConfig};
 use trainyard_store::{Store, User};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-type Client = trainyard_runtime::kube::client::Client;
+type Client = trainyard_kube::client::Client;
 
 const NODE_CPUS: u32 = 16;
 const NODE_MEMORY_GIB: u32 = 64;
@@ -178,7 +178,7 @@ async fn make_nodes(client: &Client, n: usize) -> Vec<String> {
             .items
             .iter()
             .filter(|n| n.metadata.name.as_deref().is_some_and(|x| x.starts_with("bench-")))
-            .filter(|n| trainyard_runtime::kube::views::node_down(n).is_none())
+            .filter(|n| trainyard_kube::views::node_down(n).is_none())
             .filter(|n| n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| !c.is_empty()))
             .filter(|n| {
                 n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_none_or(|t| {
@@ -323,7 +323,7 @@ async fn trainyard(client: &Client, nodes: &[String], tasks: usize, mode: Mode) 
     let state = AppState::new(
         store,
         catalog,
-        AnyBackend::Kube(trainyard_runtime::kube::KubeFleet::single(kube.clone())),
+        AnyBackend::Kube(trainyard_kube::KubeFleet::single(kube.clone())),
         secrets,
         trainyard_sched::Config::default(),
     );
@@ -393,7 +393,7 @@ async fn trainyard(client: &Client, nodes: &[String], tasks: usize, mode: Mode) 
     println!(
         "  Trainyard: {streams} log streams opened besides ({:.2} per admission; at most {} open at once)",
         streams as f64 / tasks.max(1) as f64,
-        trainyard_runtime::kube::capture::MAX_LOG_STREAMS
+        trainyard_kube::capture::MAX_LOG_STREAMS
     );
     out
 }
@@ -407,9 +407,9 @@ async fn kueue_installed(client: &Client) -> bool {
             .is_ok_and(|o| o.status.success())
 }
 
-fn kueue(kind: &str, plural: &str) -> trainyard_runtime::kube::client::api::ApiResource {
-    trainyard_runtime::kube::client::api::ApiResource::from_gvk_with_plural(
-        &trainyard_runtime::kube::client::api::GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta1", kind),
+fn kueue(kind: &str, plural: &str) -> trainyard_kube::client::api::ApiResource {
+    trainyard_kube::client::api::ApiResource::from_gvk_with_plural(
+        &trainyard_kube::client::api::GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta1", kind),
         plural,
     )
 }

@@ -17,10 +17,10 @@ mod webdriver;
 
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
+use trainyard_api::backends::AnyBackend;
 use trainyard_api::{AppState, new_token, token_hash};
 use trainyard_control::secrets::SecretBox;
 use trainyard_core::Catalog;
-use trainyard_runtime::AnyBackend;
 use trainyard_runtime::fake::{FakeBackend, Script};
 use trainyard_sched::Config;
 use trainyard_store::{NewTask, Store, User};

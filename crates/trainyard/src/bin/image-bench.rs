@@ -109,9 +109,7 @@ fn rand() -> u64 {
 fn pull(dir: &Path, reference: &str, access: &trainyard_images::Access) -> (f64, f64) {
     // As `trainyard up` unpacks: as a uid of its own when this runs as root, within the default bounds.
     let unpack = trainyard_images::Unpack {
-        as_id: trainyard_runtime::local::isolation_ready()
-            .is_ok()
-            .then_some(trainyard_runtime::local::IMAGE_UNPACK_ID),
+        as_id: trainyard_local::isolation_ready().is_ok().then_some(trainyard_local::IMAGE_UNPACK_ID),
         ..Default::default()
     };
     let images = Images::open_with(dir, None, unpack).unwrap();

@@ -9,7 +9,7 @@
 //! while the next is made, as on a machine where tasks end while others start.
 
 use std::time::Instant;
-use trainyard_runtime::local::netns;
+use trainyard_local::netns;
 
 fn arg(name: &str, default: usize) -> usize {
     std::env::args().skip_while(|a| a != name).nth(1).and_then(|n| n.parse().ok()).unwrap_or(default)

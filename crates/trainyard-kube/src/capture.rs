@@ -1,0 +1,503 @@
+//! The attempts' logs and metrics, kept on the server's disk so that they outlive the pods (a pod's log goes
+//! with the pod, and an ended attempt's job is deleted with its pods).
+//!
+//! - **Logs.** A follower per pod whose main container has started streams its log through the API server
+//!   (`follow`, `timestamps`) into `DIR/TASK/ATTEMPT/POD.log`, as the local backend's `TIMESTAMP O TEXT` lines
+//!   (the log API merges stdout and stderr). When the stream ends while the container still runs (a dropped
+//!   connection, an API server restart), it reconnects from the last second it kept (`sinceTime`) and skips
+//!   the lines it has, by the cursor it keeps beside the log (`POD.cursor`: the last timestamp kept, to the
+//!   nanosecond, and how many lines had it), which also lets a restarted server go on where the last one
+//!   stopped. Once the container has ended and its stream is drained, `POD.ended` marks the log complete.
+//! - **Metrics.** A scraper per running pod of an attempt with metrics endpoints reads each endpoint through
+//!   the API server's pod proxy every interval into `POD.metrics.jsonl` (the local backend's sample format).
+//!
+//! What the followers and scrapers send is counted apart from the backend's writes ([`Telemetry`]).
+
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Seek, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use trainyard_runtime::clock::now_ms;
+use trainyard_runtime::metrics::{self, Point};
+use trainyard_runtime::{AttemptKey, LogChunk, MetricPoint};
+
+/// The most a pod's kept log may hold; past it a last line says so and no more is kept.
+pub const MAX_LOG_BYTES: u64 = 256 << 20;
+/// The longest line kept: a longer one is cut there (a task's output is untrusted: a line without an end must
+/// not grow in the server's memory).
+pub const MAX_LINE_BYTES: usize = 64 << 10;
+/// The longest wait before a follower reconnects to a container that still runs.
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// Follow streams a server holds open at once (the API server proxies each to a kubelet); past that, pods wait
+/// their turn (first come, first served), and a stream open for [`HOLD`] gives way when others wait.
+pub const MAX_LOG_STREAMS: usize = 512;
+const HOLD: Duration = Duration::from_secs(300);
+
+/// The metrics endpoints of an attempt's replicas, as the job's annotation keeps them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scrape {
+    /// (port, path) on each pod.
+    pub endpoints: Vec<(u16, String)>,
+    pub interval_s: u64,
+}
+
+/// Requests the followers and scrapers sent (log streams opened, scrapes).
+#[derive(Debug, Default)]
+pub struct Telemetry {
+    pub log_requests: AtomicU64,
+    pub scrapes: AtomicU64,
+}
+
+/// Where a pod's container is, for its follower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PodNow {
+    Runs,
+    /// Its main container has ended: what the log API returns now is the whole log.
+    Ended,
+    /// The pod is gone (or the backend is): nothing more can be read.
+    Gone,
+}
+
+/// The pod a follower or scraper works for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct Target {
+    pub(super) key: AttemptKey,
+    pub(super) namespace: String,
+    pub(super) pod: String,
+    pub(super) container: String,
+}
+
+/// The files of the kept logs and metrics.
+#[derive(Debug, Clone)]
+pub(super) struct Store {
+    dir: PathBuf,
+}
+
+/// A task id as a file name (ids are the server's own, but nothing read from the cluster names a path as is).
+fn component(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' })
+        .collect()
+}
+
+impl Store {
+    pub(super) fn new(dir: PathBuf) -> Store {
+        Store { dir }
+    }
+
+    fn attempt_dir(&self, key: &AttemptKey) -> PathBuf {
+        self.dir.join(component(&key.task_id)).join(key.attempt.to_string())
+    }
+
+    fn file(&self, key: &AttemptKey, pod: &str, ext: &str) -> PathBuf {
+        self.attempt_dir(key).join(format!("{}.{ext}", component(pod)))
+    }
+
+    /// Records a replica (its role) once its log or metrics are kept.
+    pub(super) fn add_replica(&self, key: &AttemptKey, pod: &str, role: &str) -> std::io::Result<()> {
+        std::fs::create_dir_all(self.attempt_dir(key))?;
+        let path = self.file(key, pod, "role");
+        if !path.exists() {
+            std::fs::write(path, role)?;
+        }
+        Ok(())
+    }
+
+    /// The replicas with something kept, as (name, role).
+    pub(super) fn replicas(&self, key: &AttemptKey) -> Vec<(String, String)> {
+        let Ok(dir) = std::fs::read_dir(self.attempt_dir(key)) else { return Vec::new() };
+        let mut out: Vec<(String, String)> = dir
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_str()?.strip_suffix(".role")?.to_owned();
+                let role = std::fs::read_to_string(e.path()).ok()?;
+                Some((name, role))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    pub(super) fn ended(&self, key: &AttemptKey, pod: &str) -> bool {
+        self.file(key, pod, "ended").exists()
+    }
+
+    fn load_cursor(&self, key: &AttemptKey, pod: &str) -> Cursor {
+        std::fs::read_to_string(self.file(key, pod, "cursor"))
+            .ok()
+            .and_then(|s| {
+                let (ts, n) = s.trim().split_once(' ')?;
+                Some(Cursor { ts: ts.to_owned(), same: n.parse().ok()? })
+            })
+            .unwrap_or_default()
+    }
+
+    fn save_cursor(&self, key: &AttemptKey, pod: &str, c: &Cursor) -> std::io::Result<()> {
+        let path = self.file(key, pod, "cursor");
+        let tmp = path.with_extension("cursor.tmp");
+        std::fs::write(&tmp, format!("{} {}\n", c.ts, c.same))?;
+        std::fs::rename(tmp, path)
+    }
+
+    /// A replica's kept log from byte `offset`, whole lines, at most `max` bytes (one longer line is cut).
+    pub(super) fn read_log(&self, key: &AttemptKey, pod: &str, offset: u64, max: usize) -> LogChunk {
+        let ended = self.ended(key, pod);
+        let Ok(mut f) = std::fs::File::open(self.file(key, pod, "log")) else {
+            return LogChunk { next: offset, ended, missing: !ended, ..LogChunk::default() };
+        };
+        let len = f.metadata().map_or(0, |m| m.len());
+        let offset = offset.min(len);
+        let mut data = Vec::new();
+        if f.seek(std::io::SeekFrom::Start(offset)).is_ok() {
+            let _ = f.take(max as u64).read_to_end(&mut data);
+        }
+        let whole = data.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        if whole > 0 {
+            data.truncate(whole);
+        }
+        let next = offset + data.len() as u64;
+        LogChunk { data, next, ended: ended && next >= len, missing: false }
+    }
+
+    /// The samples of an attempt's replicas taken after `since_ms`.
+    pub(super) fn read_metrics(&self, key: &AttemptKey, since_ms: u64) -> Vec<MetricPoint> {
+        let mut out = Vec::new();
+        for (pod, _) in self.replicas(key) {
+            let Ok(text) = std::fs::read_to_string(self.file(key, &pod, "metrics.jsonl")) else { continue };
+            for line in text.lines() {
+                if let Ok(p) = serde_json::from_str::<Point>(line)
+                    && p.t > since_ms
+                {
+                    out.push(MetricPoint {
+                        replica: pod.clone(),
+                        at_ms: p.t,
+                        name: p.n,
+                        labels: p.l,
+                        value: p.v,
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+// ---- the log follower ----
+
+/// Where a kept log stands: the last timestamp kept (normalised, see [`ts_key`]) and how many kept lines had it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Cursor {
+    pub(super) ts: String,
+    pub(super) same: u32,
+}
+
+/// Which lines of a stream are new, given the cursor it was opened at: a stream opened with `sinceTime` starts
+/// at the cursor's whole second, so it repeats what was kept of that second.
+#[derive(Debug, Clone)]
+pub(super) struct Dedup {
+    from: Cursor,
+    seen_at_from: u32,
+    pub(super) now: Cursor,
+}
+
+impl Dedup {
+    pub(super) fn new(c: Cursor) -> Dedup {
+        Dedup { from: c.clone(), seen_at_from: 0, now: c }
+    }
+
+    /// Whether a line with this timestamp key is new (then it is counted as kept).
+    pub(super) fn keep(&mut self, key: &str) -> bool {
+        match key.cmp(self.from.ts.as_str()) {
+            std::cmp::Ordering::Less => return false,
+            std::cmp::Ordering::Equal => {
+                self.seen_at_from += 1;
+                if self.seen_at_from <= self.from.same {
+                    return false;
+                }
+            }
+            std::cmp::Ordering::Greater => {}
+        }
+        if self.now.ts == key {
+            self.now.same += 1;
+        } else {
+            self.now = Cursor { ts: key.to_owned(), same: 1 };
+        }
+        true
+    }
+}
+
+/// An RFC 3339 UTC timestamp as the log API writes it (`2026-01-01T00:00:01.5Z`, fraction trimmed) as a key
+/// that sorts in time order: the fraction padded to nanoseconds.
+pub(super) fn ts_key(ts: &str) -> Option<String> {
+    let b = ts.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[10] != b'T' || b[13] != b':' || !ts.ends_with('Z') {
+        return None;
+    }
+    let (secs, rest) = ts.split_at(19);
+    let frac = rest.strip_suffix('Z')?;
+    let digits = match frac.strip_prefix('.') {
+        Some(d) if d.len() <= 9 && d.bytes().all(|c| c.is_ascii_digit()) => d,
+        None if frac.is_empty() => "",
+        _ => return None,
+    };
+    Some(format!("{secs}.{digits:0<9}Z"))
+}
+
+/// One line of the log API's answer (`TIMESTAMP TEXT`) as its key and the kept line (`TIMESTAMP_MS O TEXT`).
+pub(super) fn log_line(raw: &str) -> Option<(String, String)> {
+    let (ts, text) = raw.split_once(' ').unwrap_or((raw, ""));
+    let key = ts_key(ts)?;
+    Some((key.clone(), format!("{}Z O {text}\n", &key[..23])))
+}
+
+/// How long a follow stream may stay open after the container has ended before the follower stops reading
+/// (a kubelet ends the stream itself once the log is drained).
+const DRAIN: Duration = Duration::from_secs(3);
+
+/// The open log file of a pod, with what is waiting to be written.
+struct LogSink {
+    file: std::fs::File,
+    kept: u64,
+    buf: String,
+}
+
+impl LogSink {
+    fn flush(&mut self) -> std::io::Result<()> {
+        if !self.buf.is_empty() {
+            self.file.write_all(self.buf.as_bytes())?;
+            self.kept += self.buf.len() as u64;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+}
+
+/// How one follow stream ended.
+enum StreamEnd {
+    /// The stream ended, or the container had ended and nothing more came for [`DRAIN`].
+    Drained,
+    /// The log passed [`MAX_LOG_BYTES`], or it could not be written: nothing more is kept.
+    Full,
+    /// Open for [`HOLD`] while other pods wait for a stream: it reconnects after them.
+    GaveWay,
+}
+
+/// Follows a pod's log into the store until its container has ended and the stream is drained, or the pod is
+/// gone. `now` says where the pod is.
+pub(super) async fn follow(
+    client: kube::Client,
+    store: Store,
+    t: Target,
+    telemetry: Arc<Telemetry>,
+    streams: Arc<tokio::sync::Semaphore>,
+    now: impl Fn() -> PodNow,
+) {
+    let path = store.file(&t.key, &t.pod, "log");
+    let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(&path) else {
+        eprintln!("trainyard: cannot keep the log of pod {}/{} in {}", t.namespace, t.pod, path.display());
+        return;
+    };
+    let kept = file.metadata().map_or(0, |m| m.len());
+    let mut sink = LogSink { file, kept, buf: String::new() };
+    let mut cursor = store.load_cursor(&t.key, &t.pod);
+    let mut backoff = Duration::from_millis(500);
+    let mut errors = 0u32;
+    loop {
+        let Ok(permit) = streams.clone().acquire_owned().await else { return };
+        // Where the pod was before this read: when it had ended, this read returns the whole log.
+        let before = now();
+        if before == PodNow::Gone {
+            break;
+        }
+        let mut uri = format!(
+            "/api/v1/namespaces/{}/pods/{}/log?container={}&follow=true&timestamps=true",
+            t.namespace, t.pod, t.container
+        );
+        if cursor.ts.len() >= 19 {
+            uri.push_str(&format!("&sinceTime={}Z", &cursor.ts[..19]));
+        }
+        telemetry.log_requests.fetch_add(1, Ordering::Relaxed);
+        let req = http::Request::get(uri).body(Vec::new()).expect("a valid request");
+        match client.request_stream(req).await {
+            Ok(stream) => {
+                let mut dedup = Dedup::new(cursor.clone());
+                let save = |c: &Cursor| {
+                    let _ = store.save_cursor(&t.key, &t.pod, c);
+                };
+                let end = read_stream(stream, &mut dedup, &mut sink, &now, &save, &streams).await;
+                drop(permit);
+                cursor = dedup.now;
+                save(&cursor);
+                if matches!(end, StreamEnd::Full) || before == PodNow::Ended || now() != PodNow::Runs {
+                    break;
+                }
+                errors = 0;
+                if matches!(end, StreamEnd::GaveWay) {
+                    continue;
+                }
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => break,
+            Err(e) => {
+                drop(permit);
+                // Unreachable or refused: a container that has ended gets a few more tries.
+                errors += 1;
+                if errors >= 3 && now() != PodNow::Runs {
+                    eprintln!("trainyard: reading the log of pod {}/{}: {e}", t.namespace, t.pod);
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+    finish(&store, &t);
+}
+
+/// Reads up to the next newline into `buf` (without it), keeping at most [`MAX_LINE_BYTES`] and skipping the rest
+/// of a longer line (`cut` says so). Ok(true): a whole line; Ok(false): the end of the stream. Cancel-safe: what
+/// was read stays in `buf` and `cut`.
+async fn read_line(
+    r: &mut (impl futures_util::AsyncBufRead + Unpin),
+    buf: &mut Vec<u8>,
+    cut: &mut bool,
+) -> std::io::Result<bool> {
+    use futures_util::AsyncBufReadExt;
+    loop {
+        let avail = r.fill_buf().await?;
+        if avail.is_empty() {
+            return Ok(false);
+        }
+        let (take, used, done) = match avail.iter().position(|&b| b == b'\n') {
+            Some(i) => (i, i + 1, true),
+            None => (avail.len(), avail.len(), false),
+        };
+        let room = MAX_LINE_BYTES.saturating_sub(buf.len());
+        if !*cut {
+            buf.extend_from_slice(&avail[..take.min(room)]);
+            *cut = take > room;
+        }
+        r.consume_unpin(used);
+        if done {
+            return Ok(true);
+        }
+    }
+}
+
+/// Reads one follow stream into the sink, writing what came and saving the cursor every second.
+async fn read_stream(
+    stream: impl futures_util::AsyncBufRead + Unpin,
+    dedup: &mut Dedup,
+    sink: &mut LogSink,
+    now: &impl Fn() -> PodNow,
+    save: &impl Fn(&Cursor),
+    streams: &tokio::sync::Semaphore,
+) -> StreamEnd {
+    let opened = tokio::time::Instant::now();
+    let mut saved = dedup.now.clone();
+    let mut stream = stream;
+    let (mut raw, mut cut) = (Vec::new(), false);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut ended_at: Option<tokio::time::Instant> = None;
+    loop {
+        tokio::select! {
+            got = read_line(&mut stream, &mut raw, &mut cut) => {
+                let whole = matches!(got, Ok(true));
+                if !whole && raw.is_empty() {
+                    break;
+                }
+                let mut text = String::from_utf8_lossy(&raw).into_owned();
+                if cut {
+                    text.push_str(&format!(" [trainyard: the line was cut at {} KiB]", MAX_LINE_BYTES >> 10));
+                }
+                raw.clear();
+                cut = false;
+                let parsed = log_line(&text);
+                if !whole {
+                    // The stream ended in the middle of a line: keep what came, then stop.
+                    if let Some((_, line)) = parsed.filter(|(key, _)| dedup.keep(key)) {
+                        sink.buf.push_str(&line);
+                    }
+                    break;
+                }
+                let Some((key, line)) = parsed else { continue };
+                if !dedup.keep(&key) {
+                    continue;
+                }
+                if sink.kept + (sink.buf.len() + line.len()) as u64 > MAX_LOG_BYTES {
+                    sink.buf.push_str(&format!(
+                        "{} O trainyard: the log passed {} MiB; no more of it is kept\n",
+                        &key[..23],
+                        MAX_LOG_BYTES >> 20
+                    ));
+                    let _ = sink.flush();
+                    return StreamEnd::Full;
+                }
+                sink.buf.push_str(&line);
+                if sink.buf.len() > 64 << 10 && sink.flush().is_err() {
+                    return StreamEnd::Full;
+                }
+            }
+            _ = tick.tick() => {
+                if sink.flush().is_err() {
+                    return StreamEnd::Full;
+                }
+                if saved != dedup.now {
+                    save(&dedup.now);
+                    saved = dedup.now.clone();
+                }
+                if opened.elapsed() >= HOLD && streams.available_permits() == 0 {
+                    let _ = sink.flush();
+                    return StreamEnd::GaveWay;
+                }
+                if now() == PodNow::Runs {
+                    ended_at = None;
+                } else if ended_at.get_or_insert_with(tokio::time::Instant::now).elapsed() >= DRAIN {
+                    break;
+                }
+            }
+        }
+    }
+    if sink.flush().is_err() {
+        return StreamEnd::Full;
+    }
+    StreamEnd::Drained
+}
+
+fn finish(store: &Store, t: &Target) {
+    let _ = std::fs::write(store.file(&t.key, &t.pod, "ended"), b"");
+}
+
+// ---- the metrics scraper ----
+
+/// Scrapes a pod's endpoints through the API server's pod proxy every interval while `running` says so.
+pub(super) async fn scrape(
+    client: kube::Client,
+    store: Store,
+    t: Target,
+    s: Scrape,
+    telemetry: Arc<Telemetry>,
+    running: impl Fn() -> bool,
+) {
+    let path = store.file(&t.key, &t.pod, "metrics.jsonl");
+    let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(&path) else { return };
+    let interval = Duration::from_secs(s.interval_s.max(1));
+    while running() {
+        let at = now_ms();
+        let mut points = Vec::new();
+        for (port, ep) in &s.endpoints {
+            let uri = format!("/api/v1/namespaces/{}/pods/{}:{port}/proxy{ep}", t.namespace, t.pod);
+            telemetry.scrapes.fetch_add(1, Ordering::Relaxed);
+            let req = http::Request::get(uri).body(Vec::new()).expect("a valid request");
+            let page = tokio::time::timeout(Duration::from_secs(5), client.request_text(req)).await;
+            metrics::scraped(at, *port, ep, page.ok().and_then(Result::ok).as_deref(), &mut points);
+        }
+        metrics::append(&mut file, &points);
+        tokio::time::sleep(interval).await;
+    }
+}
+
+#[cfg(test)]
+#[path = "capture_tests.rs"]
+mod tests;

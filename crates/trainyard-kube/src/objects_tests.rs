@@ -1,0 +1,744 @@
+//! The objects of an attempt: what each field says, and that every custom object passes the real CRDs'
+//! schemas (the operators' own, copied into `tests/crds/`).
+
+use super::*;
+use crate::names::reserved_label;
+use std::sync::Arc;
+use trainyard_core::Catalog;
+use trainyard_core::demand::Resources;
+use trainyard_runtime::{AttemptKey, LaunchSpec, ReplicaPlan};
+
+const CATALOG: &str = r#"
+regions: {r1: {}}
+clusters: {c1: {region: r1}}
+pools: {gpu: {cluster: c1, instanceSpecs: [a100.1]}}
+instanceSpecs: {a100.1: {kind: GPU, gpuModel: A100, gpus: 1, vcpus: 8, memoryMib: 65536}}
+nodes:
+  node-a: {pool: gpu, vcpus: 64, memoryMib: 524288, gpus: 8, gpuModel: A100}
+  node-b: {pool: gpu, vcpus: 64, memoryMib: 524288, gpus: 8, gpuModel: A100}
+projectGroups: {vision: {}}
+images: {cuda: {torch: true}, ray: {ray: true}}
+volumes: {ckpt: {multiPodReadWrite: true}}
+datasets: {imagenet: {}}
+models: {llama-7b: {}}
+quotas: [{group: vision, resourceType: Reserved, pool: gpu, spec: a100.1, units: 64}]
+"#;
+
+/// A launch spec of `kind` with `workers` workers; `extra` merged into the task's spec. The lead replica and
+/// the first worker go to node-a, the other workers to node-b; each replica takes 2 × a100.1.
+fn spec(kind: &str, workers: u32, extra: serde_json::Value) -> LaunchSpec {
+    let catalog = Catalog::from_yaml(CATALOG).unwrap();
+    let mut doc = json!({
+        "apiVersion": "trainyard.dev/v1", "kind": "TrainingTask",
+        "metadata": {"namePrefix": "bert", "projectGroup": "vision",
+                     "labels": {"team": "nlp", "sim.trainyard.dev/run-ms": "1500"}},
+        "spec": {
+            "type": kind,
+            "placement": {"region": "r1", "cluster": "c1"},
+            "environment": {
+                "image": if kind == "RayJob" { "ray" } else { "cuda" },
+                "cmd": "torchrun train.py --lr 'a b'",
+                "env": [{"name": "LR", "value": "0.1"}, {"name": "HF_TOKEN", "value": "s3cret-token", "hidden": true}],
+                "volumes": [{"volume": "ckpt", "mountPath": "/volume/ckpt"}],
+                "datasets": [{"dataset": "imagenet", "mountPath": "/mnt/data"}],
+                "models": [{"model": "llama-7b", "mountPath": "/mnt/model"}],
+            },
+            "compute": {"resourceType": "Reserved", "pool": "gpu", "workers": workers,
+                        "instanceSpecs": [{"spec": "a100.1", "countPerNode": 2}]},
+        }
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        doc["spec"][k] = v.clone();
+    }
+    let checked = trainyard_core::parse::check(doc.to_string().as_bytes(), &catalog);
+    let mut task = checked.valid_task().unwrap_or_else(|| panic!("{:?}", checked.report)).clone();
+    // Labels Kubernetes would refuse (stored before validation knew better): left off the pods.
+    task.metadata.labels.insert("bad key!".into(), "x".into());
+    task.metadata.labels.insert("long".into(), "v".repeat(70));
+    task.metadata.labels.insert("trainyard.dev/task".into(), "spoofed".into());
+    let lead = if kind == "RayJob" { "head" } else { "master" };
+    let replicas = (0..=workers)
+        .map(|i| ReplicaPlan {
+            role: if i == 0 { lead.into() } else { "worker".into() },
+            index: if i == 0 { 0 } else { i - 1 },
+            rank: i,
+            node: if i <= 1 { "node-a".into() } else { "node-b".into() },
+            resources: Resources { gpus: 2, vcpus: 16, memory_mib: 131072 },
+        })
+        .collect();
+    LaunchSpec {
+        key: AttemptKey { task_id: "0190a5b2c3d4e5f6".into(), attempt: 2 },
+        task_name: "bert-x1y2z".into(),
+        owner: "alice".into(),
+        task,
+        replicas,
+        catalog: Arc::new(catalog),
+        registry_logins: Default::default(),
+    }
+}
+
+fn settings() -> KubeSettings {
+    KubeSettings {
+        namespace: "ty-vision".into(),
+        images: [("cuda".to_owned(), "nvcr.io/nvidia/pytorch:24.05-py3".to_owned())]
+            .into_iter()
+            .chain([("ray".to_owned(), "rayproject/ray:2.46.0-gpu".to_owned())])
+            .collect(),
+        ..KubeSettings::default()
+    }
+}
+
+fn keys() -> SshKeys {
+    SshKeys {
+        private_key: "-----BEGIN OPENSSH PRIVATE KEY-----\nid\n-----END OPENSSH PRIVATE KEY-----\n".into(),
+        public_key: "ssh-ed25519 AAAAC3 trainyard".into(),
+        host_key: "-----BEGIN OPENSSH PRIVATE KEY-----\nhost\n-----END OPENSSH PRIVATE KEY-----\n".into(),
+    }
+}
+
+/// The full-featured PyTorchJob: precheck, exit checkpoint, metrics, SSH, procs per node.
+fn pytorch_spec() -> LaunchSpec {
+    spec(
+        "PyTorchJob",
+        2,
+        json!({
+            "advanced": {
+                "precheck": {"enabled": true, "minGemmTflops": 100, "timeoutSeconds": 120,
+                             "env": [{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "PRE_KEY", "value": "pk", "hidden": true}]},
+                "exitCheckpoint": {"enabled": true, "timeoutSeconds": 120, "signal": "SIGUSR1"},
+                "metrics": {"enabled": true, "endpoints": [{"port": 8000, "path": "/metrics"}], "intervalSeconds": 30},
+                "imagePullTolerance": 2,
+                "passwordlessSsh": true,
+            },
+            "pytorch": {"procsPerNode": 2},
+        }),
+    )
+}
+
+fn env_of(c: &Value) -> BTreeMap<String, Value> {
+    c["env"].as_array().unwrap().iter().map(|e| (e["name"].as_str().unwrap().to_owned(), e.clone())).collect()
+}
+
+fn template<'a>(job: &'a Value, kind: &str) -> &'a Value {
+    &job["spec"]["pytorchReplicaSpecs"][kind]["template"]
+}
+
+fn affinity_nodes(t: &Value) -> Vec<&str> {
+    let e = &t["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        [0]["matchExpressions"][0];
+    assert_eq!(e["key"], "kubernetes.io/hostname");
+    assert_eq!(e["operator"], "In");
+    e["values"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect()
+}
+
+#[test]
+fn pytorchjob_of_a_master_and_two_workers_on_two_nodes() {
+    let spec = pytorch_spec();
+    let o = attempt_objects(&spec, &settings(), Some(&keys())).unwrap();
+    let job = &o.job;
+    let name = "ty-0190a5b2c3d4e5f6-a2";
+    assert_eq!(job_name(&spec.key), name);
+    assert_eq!(job["apiVersion"], "kubeflow.org/v1");
+    assert_eq!(job["kind"], "PyTorchJob");
+    assert_eq!(job["metadata"]["name"], name);
+    assert_eq!(job["metadata"]["namespace"], "ty-vision");
+    let want_labels = json!({
+        "app.kubernetes.io/managed-by": "trainyard", "app.kubernetes.io/instance": "trainyard",
+        "trainyard.dev/task": "0190a5b2c3d4e5f6", "trainyard.dev/attempt": "2", "trainyard.dev/group": "vision",
+    });
+    assert_eq!(job["metadata"]["labels"], want_labels);
+    assert_eq!(job["metadata"]["annotations"]["trainyard.dev/image-pull-tolerance"], "2");
+    let specs = &job["spec"]["pytorchReplicaSpecs"];
+    assert_eq!(specs["Master"]["replicas"], 1);
+    assert_eq!(specs["Worker"]["replicas"], 2);
+    assert_eq!(specs["Worker"]["restartPolicy"], "Never");
+    assert_eq!(job["spec"]["nprocPerNode"], "2");
+    assert_eq!(
+        job["spec"]["runPolicy"],
+        json!({"cleanPodPolicy": "Running", "ttlSecondsAfterFinished": 600, "backoffLimit": 0})
+    );
+
+    // Placement: each role on the nodes Trainyard chose for it.
+    assert_eq!(affinity_nodes(template(job, "Master")), ["node-a"]);
+    assert_eq!(affinity_nodes(template(job, "Worker")), ["node-a", "node-b"]);
+
+    for (kind, role) in [("Master", "master"), ("Worker", "worker")] {
+        let t = template(job, kind);
+        let labels = &t["metadata"]["labels"];
+        for (k, v) in want_labels.as_object().unwrap() {
+            assert_eq!(&labels[k], v, "{kind} {k}");
+        }
+        assert_eq!(labels["trainyard.dev/role"], role);
+        // The task's labels reach the pods where Kubernetes takes them; the others are left out.
+        assert_eq!(labels["team"], "nlp");
+        assert_eq!(labels["sim.trainyard.dev/run-ms"], "1500");
+        assert!(labels.get("bad key!").is_none() && labels.get("long").is_none());
+        assert_eq!(
+            t["metadata"]["annotations"]["trainyard.dev/metrics-endpoints"],
+            r#"[{"path":"/metrics","port":8000}]"#
+        );
+        assert_eq!(t["metadata"]["annotations"]["trainyard.dev/metrics-interval-s"], "30");
+
+        let pod = &t["spec"];
+        let c = &pod["containers"][0];
+        assert_eq!(c["name"], "pytorch");
+        assert_eq!(c["image"], "nvcr.io/nvidia/pytorch:24.05-py3");
+        assert_eq!(c["imagePullPolicy"], "IfNotPresent");
+        assert_eq!(c["command"][0], "bash");
+        assert_eq!(c["command"][1], "-c");
+        assert_eq!(c["command"][4], "torchrun train.py --lr 'a b'");
+        assert!(c["command"][2].as_str().unwrap().ends_with("exec bash -c \"$1\"\n"));
+        assert_eq!(
+            c["ports"][0],
+            json!({"name": "pytorchjob-port", "containerPort": 29500, "protocol": "TCP"})
+        );
+        let res = json!({"cpu": "16", "memory": "131072Mi", "nvidia.com/gpu": "2"});
+        assert_eq!(c["resources"], json!({"requests": res, "limits": res}));
+
+        // Env: the hidden value only through the Secret; no variable the operator sets.
+        let env = env_of(c);
+        assert_eq!(env["LR"]["value"], "0.1");
+        assert_eq!(
+            env["HF_TOKEN"]["valueFrom"]["secretKeyRef"],
+            json!({"name": format!("{name}-env"), "key": "env.HF_TOKEN"})
+        );
+        assert!(env["HF_TOKEN"].get("value").is_none());
+        assert_eq!(env["TASK_UUID"]["value"], "0190a5b2c3d4e5f6");
+        assert_eq!(env["X_USER_NAME"]["value"], "alice");
+        assert_eq!(env["X_ORG_NAME"]["value"], "vision");
+        assert_eq!(env["X_REGION"]["value"], "r1");
+        assert_eq!(env["X_CLUSTER"]["value"], "c1");
+        assert_eq!(env["TRAINYARD_ROLE"]["value"], role);
+        assert_eq!(env["TRAINYARD_REPLICA"]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name");
+        assert_eq!(env["HOME"]["value"], "/root");
+        for operator_sets in [
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "WORLD_SIZE",
+            "RANK",
+            "PET_NNODES",
+            "PET_NODE_RANK",
+            "PET_NPROC_PER_NODE",
+            "PET_MASTER_ADDR",
+            "PET_MASTER_PORT",
+            "CUDA_VISIBLE_DEVICES",
+            "HOSTNAME",
+        ] {
+            assert!(!env.contains_key(operator_sets), "{kind} sets {operator_sets}");
+        }
+        // The precheck's own variables stay in the precheck.
+        assert!(!env.contains_key("NCCL_DEBUG"));
+
+        // Volumes: PVCs named as the catalog entries, datasets and models read-only.
+        let mounts: BTreeMap<&str, &Value> = c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["mountPath"].as_str().unwrap(), m))
+            .collect();
+        assert_eq!(mounts["/volume/ckpt"]["readOnly"], false);
+        assert_eq!(mounts["/mnt/data"]["readOnly"], true);
+        assert_eq!(mounts["/mnt/model"]["readOnly"], true);
+        assert_eq!(mounts["/run/trainyard"]["name"], "trainyard-runtime");
+        assert_eq!(mounts["/etc/trainyard/ssh"]["readOnly"], true);
+        let vols: BTreeMap<&str, &Value> =
+            pod["volumes"].as_array().unwrap().iter().map(|v| (v["name"].as_str().unwrap(), v)).collect();
+        assert_eq!(
+            vols[mounts["/volume/ckpt"]["name"].as_str().unwrap()]["persistentVolumeClaim"],
+            json!({"claimName": "ckpt", "readOnly": false})
+        );
+        assert_eq!(
+            vols[mounts["/mnt/data"]["name"].as_str().unwrap()]["persistentVolumeClaim"],
+            json!({"claimName": "imagenet", "readOnly": true})
+        );
+        assert_eq!(
+            vols[mounts["/mnt/model"]["name"].as_str().unwrap()]["persistentVolumeClaim"],
+            json!({"claimName": "llama-7b", "readOnly": true})
+        );
+        assert_eq!(vols["trainyard-ssh"]["secret"]["secretName"], format!("{name}-ssh"));
+
+        // Exit checkpoint: the hook, and time for it plus the grace period.
+        let hook = c["lifecycle"]["preStop"]["exec"]["command"][2].as_str().unwrap();
+        assert!(
+            hook.contains("checkpoint-requested")
+                && hook.contains("checkpoint-done")
+                && hook.contains("kill -s USR1")
+        );
+        assert!(hook.contains("sig=10; timeout=120"), "{hook}");
+        assert_eq!(pod["terminationGracePeriodSeconds"], 125);
+
+        // The precheck: the local program, with the distributed variables the operator leaves out of init
+        // containers, its rank from the replica index.
+        let init = &pod["initContainers"][0];
+        assert_eq!(init["name"], "trainyard-precheck");
+        assert_eq!(init["image"], c["image"]);
+        assert_eq!(init["resources"], c["resources"]);
+        assert_eq!(init["command"][4], trainyard_runtime::replica::PRECHECK_PY);
+        let script = init["command"][2].as_str().unwrap();
+        assert!(
+            script.contains("--out /dev/termination-log --timeout-s 120 --min-gemm-gflops 100000"),
+            "{script}"
+        );
+        let offset = if role == "master" { 0 } else { 1 };
+        assert!(script.contains(&format!("RANK=$((TRAINYARD_REPLICA_INDEX + {offset}))")), "{script}");
+        let ienv = env_of(init);
+        assert_eq!(ienv["MASTER_ADDR"]["value"], format!("{name}-precheck"));
+        assert_eq!(ienv["MASTER_PORT"]["value"], "29500");
+        assert_eq!(ienv["WORLD_SIZE"]["value"], "3");
+        assert_eq!(ienv["NCCL_DEBUG"]["value"], "INFO");
+        assert_eq!(ienv["PRE_KEY"]["valueFrom"]["secretKeyRef"]["key"], "precheck.PRE_KEY");
+        assert_eq!(
+            ienv["TRAINYARD_REPLICA_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"],
+            "metadata.labels['training.kubeflow.org/replica-index']"
+        );
+    }
+
+    // The Secret holds the hidden values, base64 as Kubernetes keeps them; no object shows them in clear.
+    let secret = o.secret.as_ref().unwrap();
+    assert_eq!(secret["metadata"]["name"], format!("{name}-env"));
+    assert_eq!(secret["metadata"]["labels"], want_labels);
+    assert_eq!(secret["data"]["env.HF_TOKEN"], base64(b"s3cret-token"));
+    assert_eq!(secret["data"]["precheck.PRE_KEY"], base64(b"pk"));
+    for obj in [&o.job, o.ssh_secret.as_ref().unwrap(), o.precheck_service.as_ref().unwrap()] {
+        assert!(!obj.to_string().contains("s3cret-token"));
+    }
+
+    // The precheck's Service publishes the master before it is ready.
+    let svc = o.precheck_service.as_ref().unwrap();
+    assert_eq!(svc["metadata"]["name"], format!("{name}-precheck"));
+    assert_eq!(svc["spec"]["publishNotReadyAddresses"], true);
+    assert_eq!(
+        svc["spec"]["selector"],
+        json!({"training.kubeflow.org/job-name": name, "training.kubeflow.org/replica-type": "master"})
+    );
+
+    // SSH: the keys, and the hostfiles naming the operator's pods.
+    let ssh = o.ssh_secret.as_ref().unwrap();
+    assert_eq!(ssh["data"]["authorized_keys"], base64(b"ssh-ed25519 AAAAC3 trainyard\n"));
+    assert_eq!(ssh["data"]["host_ed25519"], base64(keys().host_key.as_bytes()));
+    let wrapper = template(job, "Worker")["spec"]["containers"][0]["command"][2].as_str().unwrap();
+    assert!(wrapper.contains(&format!(
+        "printf '%s\\n' '{name}-master-0 slots=2' '{name}-worker-0 slots=2' '{name}-worker-1 slots=2' > /root/hostfile"
+    )), "{wrapper}");
+    assert!(
+        wrapper
+            .contains(&format!("{name}-master-0 {name}-worker-0 {name}-worker-1 > /root/hostfile.hostname"))
+    );
+    assert!(wrapper.contains("/usr/sbin/sshd -f /etc/trainyard/ssh/sshd_config"));
+    assert!(o.pod_group.is_none());
+}
+
+#[test]
+fn a_plain_pytorchjob_has_no_extras() {
+    let mut spec = spec("PyTorchJob", 0, json!({}));
+    spec.task.spec.environment.env.retain(|e| !e.hidden);
+    let o = attempt_objects(&spec, &settings(), None).unwrap();
+    assert!(o.secret.is_none() && o.ssh_secret.is_none() && o.precheck_service.is_none());
+    assert!(o.job["spec"]["pytorchReplicaSpecs"].get("Worker").is_none());
+    let pod = &template(&o.job, "Master")["spec"];
+    assert!(pod.get("initContainers").is_none());
+    assert!(pod["containers"][0].get("lifecycle").is_none());
+    assert_eq!(pod["terminationGracePeriodSeconds"], 5);
+    assert!(!pod["containers"][0]["command"][2].as_str().unwrap().contains("sshd"));
+    // One process per replica of 2 GPUs unless the task says otherwise: the GPU count.
+    assert_eq!(o.job["spec"]["nprocPerNode"], "2");
+    assert_eq!(o.all().len(), 1);
+}
+
+#[test]
+fn rayjob_with_workers_runtime_env_and_tmp_ray() {
+    let spec = spec(
+        "RayJob",
+        3,
+        json!({"ray": {"runtimeEnvYaml": "pip: [emoji]\nenv_vars: {A: b}\n", "debug": {"enabled": true, "retentionSeconds": 900}}}),
+    );
+    let o = attempt_objects(&spec, &settings(), None).unwrap();
+    let job = &o.job;
+    assert_eq!(job["apiVersion"], "ray.io/v1");
+    assert_eq!(job["kind"], "RayJob");
+    let s = &job["spec"];
+    assert_eq!(s["entrypoint"], r#"bash -c 'torchrun train.py --lr '\''a b'\'''"#);
+    assert_eq!(s["runtimeEnvYAML"], "pip: [emoji]\nenv_vars: {A: b}\n");
+    assert_eq!(s["shutdownAfterJobFinishes"], true);
+    assert_eq!(s["ttlSecondsAfterFinished"], 900);
+    assert_eq!(s["submissionMode"], "HTTPMode");
+    assert!(s.get("submitterPodTemplate").is_none(), "no pod beyond the ones Trainyard placed");
+    let cluster = &s["rayClusterSpec"];
+    assert_eq!(cluster["enableInTreeAutoscaling"], false);
+    let wg = &cluster["workerGroupSpecs"][0];
+    assert_eq!(
+        (wg["replicas"].as_u64(), wg["minReplicas"].as_u64(), wg["maxReplicas"].as_u64()),
+        (Some(3), Some(3), Some(3))
+    );
+    let head = &cluster["headGroupSpec"]["template"];
+    let worker = &wg["template"];
+    assert_eq!(affinity_nodes(head), ["node-a"]);
+    assert_eq!(affinity_nodes(worker), ["node-a", "node-b"]);
+    for (t, role) in [(head, "head"), (worker, "worker")] {
+        let c = &t["spec"]["containers"][0];
+        assert_eq!(c["name"], format!("ray-{role}"));
+        assert_eq!(c["image"], "rayproject/ray:2.46.0-gpu");
+        assert!(c.get("command").is_none(), "KubeRay writes the command");
+        let tmp =
+            c["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == "/tmp/ray").unwrap();
+        let vol = t["spec"]["volumes"].as_array().unwrap().iter().find(|v| v["name"] == tmp["name"]).unwrap();
+        assert_eq!(vol["emptyDir"], json!({}));
+        let env = env_of(c);
+        assert!(!env.contains_key("RAY_ADDRESS") && !env.contains_key("RAY_JOB_CONFIG_JSON_ENV_VAR"));
+        assert_eq!(env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["key"], "env.HF_TOKEN");
+        assert!(t["spec"].get("initContainers").is_none(), "a RayJob has no precheck");
+        assert_eq!(t["metadata"]["labels"]["sim.trainyard.dev/run-ms"], "1500");
+    }
+
+    // Shared storage: the volume's claim at /tmp/ray, in the task's own directory.
+    let shared = spec_with_shared_storage();
+    let o = attempt_objects(&shared, &settings(), None).unwrap();
+    let head = &o.job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"];
+    let tmp = head["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == "/tmp/ray")
+        .unwrap();
+    assert_eq!(tmp["subPath"], "ray-bert-x1y2z");
+    let vol = head["volumes"].as_array().unwrap().iter().find(|v| v["name"] == tmp["name"]).unwrap();
+    assert_eq!(vol["persistentVolumeClaim"]["claimName"], "ckpt");
+}
+
+fn spec_with_shared_storage() -> LaunchSpec {
+    spec("RayJob", 1, json!({"ray": {"sharedStorage": {"volume": "ckpt"}}}))
+}
+
+#[test]
+fn gang_admission_on_the_cluster_side() {
+    let spec = pytorch_spec();
+    let volcano = KubeSettings { gang: Gang::Volcano { queue: Some("research".into()) }, ..settings() };
+    let o = attempt_objects(&spec, &volcano, Some(&keys())).unwrap();
+    let pg = o.pod_group.as_ref().unwrap();
+    assert_eq!(pg["apiVersion"], "scheduling.volcano.sh/v1beta1");
+    assert_eq!(pg["metadata"]["name"], "ty-0190a5b2c3d4e5f6-a2");
+    assert_eq!(pg["spec"], json!({"minMember": 3, "queue": "research"}));
+    for kind in ["Master", "Worker"] {
+        let t = template(&o.job, kind);
+        assert_eq!(t["spec"]["schedulerName"], "volcano");
+        assert_eq!(t["metadata"]["annotations"]["scheduling.k8s.io/group-name"], "ty-0190a5b2c3d4e5f6-a2");
+    }
+    assert!(o.job["spec"]["runPolicy"].get("suspend").is_none());
+
+    let kueue = KubeSettings { gang: Gang::Kueue { local_queue: "team-a".into() }, ..settings() };
+    let o = attempt_objects(&spec, &kueue, Some(&keys())).unwrap();
+    assert!(o.pod_group.is_none());
+    assert_eq!(o.job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "team-a");
+    assert_eq!(o.job["spec"]["runPolicy"]["suspend"], true);
+    let ray = attempt_objects(&self::spec("RayJob", 1, json!({})), &kueue, None).unwrap();
+    assert_eq!(ray.job["spec"]["suspend"], true);
+    assert_eq!(ray.job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "team-a");
+}
+
+#[test]
+fn what_cannot_be_mapped_is_refused_with_every_reason() {
+    let mut spec = pytorch_spec();
+    spec.task.spec.environment.image = "host".into();
+    spec.task.spec.environment.volumes[0].volume = "Bad_Name".into();
+    let errs = attempt_objects(&spec, &settings(), None).unwrap_err();
+    assert_eq!(errs.len(), 3, "{errs:?}");
+    assert!(errs[0].contains("`host` image"), "{errs:?}");
+    assert!(errs.iter().any(|e| e.contains("SSH keys")));
+    assert!(errs.iter().any(|e| e.contains("\"Bad_Name\"")));
+
+    let mut spec = pytorch_spec();
+    spec.task.spec.environment.image = "cuda".into();
+    let errs = attempt_objects(&spec, &KubeSettings::default(), Some(&keys())).unwrap_err();
+    assert!(errs[0].contains("\"cuda\" has no image reference"), "{errs:?}");
+    // A catalog image's own reference.
+    let mut catalog = (*spec.catalog).clone();
+    catalog.images.get_mut("cuda").unwrap().reference = Some("registry.example/ml/cuda:12".into());
+    spec.catalog = Arc::new(catalog);
+    let o = attempt_objects(&spec, &KubeSettings::default(), Some(&keys())).unwrap();
+    assert_eq!(template(&o.job, "Master")["spec"]["containers"][0]["image"], "registry.example/ml/cuda:12");
+    // An image outside the catalog is a reference already.
+    spec.task.spec.environment.image = "ghcr.io/me/train:1".into();
+    let o = attempt_objects(&spec, &KubeSettings::default(), Some(&keys())).unwrap();
+    assert_eq!(template(&o.job, "Master")["spec"]["containers"][0]["image"], "ghcr.io/me/train:1");
+}
+
+#[test]
+fn job_names_fit_every_derived_name() {
+    let check = |id: &str, attempt: i64| {
+        let key = AttemptKey { task_id: id.into(), attempt };
+        let name = job_name(&key);
+        assert!(name.len() <= JOB_NAME_MAX, "{name}");
+        assert!(
+            name.starts_with("ty-")
+                && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        );
+        assert!(!name.ends_with('-') && !name.contains("--"), "{name}");
+        // The operators' names: PyTorchJob pods and Services, KubeRay's cluster, head Service and pods.
+        for derived in [
+            format!("{name}-worker-{}", trainyard_core::validate::limits::WORKERS_MAX - 1),
+            format!("{name}-precheck"),
+            format!("{name}-abcde-head-svc"),
+        ] {
+            assert!(derived.len() <= 63, "{derived} is {} characters", derived.len());
+        }
+        assert_eq!(job_name(&key), name, "deterministic");
+        name
+    };
+    assert_eq!(check("0190a5b2c3d4e5f6", 1), "ty-0190a5b2c3d4e5f6-a1");
+    let long = check(&"A_b".repeat(100), i64::MAX);
+    let other = check(&format!("{}c", "A_b".repeat(100)), i64::MAX);
+    assert_ne!(long, other, "a hash of the whole id keeps shortened names apart");
+    check("UPPER", 3);
+    check("!!!", 0);
+    assert_ne!(check("t.1", 1), check("t-1", 1));
+
+    let key = AttemptKey { task_id: "0190a5b2c3d4e5f6".into(), attempt: 4 };
+    assert_eq!(
+        attempt_selector(&key),
+        "app.kubernetes.io/managed-by=trainyard,trainyard.dev/task=0190a5b2c3d4e5f6,trainyard.dev/attempt=4"
+    );
+    assert!(attempt_selector(&key).starts_with(MANAGED_SELECTOR));
+}
+
+#[test]
+fn label_values_and_keys() {
+    assert_eq!(label_value("vision"), "vision");
+    let v = label_value("Vision Team/α");
+    assert!(is_label_value(&v) && v.starts_with("Vision-Team"), "{v}");
+    assert!(is_label_value(&label_value(&"x".repeat(100))));
+    assert!(is_label_key("sim.trainyard.dev/run-ms") && is_label_key("team"));
+    assert!(
+        reserved_label(INSTANCE_LABEL) && reserved_label(MANAGED_BY_LABEL),
+        "a task cannot hand its pods over"
+    );
+    assert!(reserved_label("node-role.kubernetes.io/x") && reserved_label("k8s.io/x"));
+    assert!(!reserved_label("team") && !reserved_label("sim.trainyard.dev/run-ms"));
+    assert!(!is_label_key("bad key!") && !is_label_key("UPPER.dev/x") && !is_label_key("/x"));
+    // A raw id that had to change is kept in an annotation.
+    let mut spec = pytorch_spec();
+    spec.key.task_id = "Task 7".into();
+    spec.task.metadata.project_group = "vision".into();
+    let o = attempt_objects(&spec, &settings(), Some(&keys())).unwrap();
+    assert_eq!(o.job["metadata"]["annotations"]["trainyard.dev/task-id"], "Task 7");
+    assert!(is_label_value(o.job["metadata"]["labels"]["trainyard.dev/task"].as_str().unwrap()));
+}
+
+#[test]
+fn base64_matches_the_standard_alphabet() {
+    assert_eq!(base64(b""), "");
+    assert_eq!(base64(b"f"), "Zg==");
+    assert_eq!(base64(b"fo"), "Zm8=");
+    assert_eq!(base64(b"foo"), "Zm9v");
+    assert_eq!(base64(b"foobar"), "Zm9vYmFy");
+    assert_eq!(base64(&[0xff, 0xfe, 0x00]), "//4A");
+}
+
+// ---- the CRD schemas ----------------------------------------------------------------------------------
+
+/// A CRD's `openAPIV3Schema` for one version.
+struct Crd {
+    group: String,
+    kind: String,
+    versions: BTreeMap<String, Value>,
+}
+
+fn crd(file: &str) -> Crd {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/crds").join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let doc: Value = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let spec = &doc["spec"];
+    Crd {
+        group: spec["group"].as_str().unwrap().to_owned(),
+        kind: spec["names"]["kind"].as_str().unwrap().to_owned(),
+        versions: spec["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|v| v["served"] == true)
+            .map(|v| (v["name"].as_str().unwrap().to_owned(), v["schema"]["openAPIV3Schema"].clone()))
+            .collect(),
+    }
+}
+
+impl Crd {
+    /// Every way `obj` breaks the schema of its version, with field paths.
+    fn problems(&self, obj: &Value) -> Vec<String> {
+        let (group, version) = obj["apiVersion"].as_str().unwrap_or("").split_once('/').unwrap_or(("", ""));
+        if group != self.group || obj["kind"] != self.kind.as_str() {
+            return vec![format!(
+                "{} {} is not a {}/{}",
+                obj["apiVersion"], obj["kind"], self.group, self.kind
+            )];
+        }
+        let Some(schema) = self.versions.get(version) else {
+            return vec![format!("version {version} is not served")];
+        };
+        let mut out = Vec::new();
+        // The API server checks an object's own metadata itself (name, labels): not the CRD's schema.
+        let mut body = obj.clone();
+        body.as_object_mut().unwrap().remove("metadata");
+        check_schema(schema, &body, "", &mut out);
+        out
+    }
+}
+
+/// A structural check as the API server applies a CRD's schema: types, `required`, `enum`, maps,
+/// int-or-string; and a field the schema does not name is refused (the server would silently drop it)
+/// unless the schema keeps unknown fields.
+fn check_schema(schema: &Value, v: &Value, path: &str, out: &mut Vec<String>) {
+    let at = if path.is_empty() { "." } else { path };
+    if v.is_null() {
+        if schema["nullable"] != true {
+            out.push(format!("{at}: null"));
+        }
+        return;
+    }
+    if schema["x-kubernetes-int-or-string"] == true {
+        if !(v.is_i64() || v.is_u64() || v.is_string()) {
+            out.push(format!("{at}: {v} is neither an integer nor a string"));
+        }
+        return;
+    }
+    if let Some(allowed) = schema["enum"].as_array()
+        && !allowed.contains(v)
+    {
+        out.push(format!("{at}: {v} is not one of {}", Value::Array(allowed.clone())));
+    }
+    let preserve = schema["x-kubernetes-preserve-unknown-fields"] == true;
+    match schema["type"].as_str() {
+        Some("object") => {
+            let Some(map) = v.as_object() else { return out.push(format!("{at}: {v} is not an object")) };
+            for r in schema["required"].as_array().into_iter().flatten() {
+                if !map.contains_key(r.as_str().unwrap_or("")) {
+                    out.push(format!("{at}: {r} is required"));
+                }
+            }
+            for (k, item) in map {
+                let p = format!("{path}.{k}");
+                if let Some(s) = schema["properties"].get(k) {
+                    check_schema(s, item, &p, out);
+                } else if let Some(s) = schema.get("additionalProperties").filter(|s| s.is_object()) {
+                    check_schema(s, item, &p, out);
+                } else if !preserve {
+                    out.push(format!("{p}: unknown field"));
+                }
+            }
+        }
+        Some("array") => {
+            let Some(items) = v.as_array() else { return out.push(format!("{at}: {v} is not an array")) };
+            for (i, item) in items.iter().enumerate() {
+                check_schema(&schema["items"], item, &format!("{path}[{i}]"), out);
+            }
+        }
+        Some("string") if !v.is_string() => out.push(format!("{at}: {v} is not a string")),
+        Some("integer") if !(v.is_i64() || v.is_u64()) => out.push(format!("{at}: {v} is not an integer")),
+        Some("number") if !v.is_number() => out.push(format!("{at}: {v} is not a number")),
+        Some("boolean") if !v.is_boolean() => out.push(format!("{at}: {v} is not a boolean")),
+        _ => {}
+    }
+}
+
+#[test]
+fn every_object_passes_the_operators_crds() {
+    let (pytorch, ray, podgroup) = (
+        crd("kubeflow.org_pytorchjobs.yaml"),
+        crd("ray.io_rayjobs.yaml"),
+        crd("scheduling.volcano.sh_podgroups.yaml"),
+    );
+    let gangs = [
+        Gang::Off,
+        Gang::Volcano { queue: Some("q".into()) },
+        Gang::Volcano { queue: None },
+        Gang::Kueue { local_queue: "lq".into() },
+    ];
+    let specs = [
+        pytorch_spec(),
+        spec("PyTorchJob", 0, json!({})),
+        spec("RayJob", 3, json!({"ray": {"runtimeEnvYaml": "pip: [emoji]"}})),
+        spec("RayJob", 0, json!({})),
+        spec_with_shared_storage(),
+    ];
+    let mut checked = 0;
+    for gang in gangs {
+        let s = KubeSettings { gang, ..settings() };
+        for spec in &specs {
+            let o = attempt_objects(spec, &s, Some(&keys())).unwrap();
+            let crd = if o.job["kind"] == "RayJob" { &ray } else { &pytorch };
+            assert_eq!(crd.problems(&o.job), Vec::<String>::new(), "{}", o.job);
+            checked += 1;
+            if let Some(pg) = &o.pod_group {
+                assert_eq!(podgroup.problems(pg), Vec::<String>::new());
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 4 * 5 + 2 * 5);
+}
+
+#[test]
+fn the_schema_check_catches_broken_objects() {
+    let pytorch = crd("kubeflow.org_pytorchjobs.yaml");
+    let good = attempt_objects(&pytorch_spec(), &settings(), Some(&keys())).unwrap().job;
+    assert!(pytorch.problems(&good).is_empty());
+
+    let mut bad = good.clone();
+    bad["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "two".into();
+    assert_eq!(
+        pytorch.problems(&bad),
+        [r#".spec.pytorchReplicaSpecs.Worker.replicas: "two" is not an integer"#]
+    );
+
+    let mut bad = good.clone();
+    bad["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["terminationGracePeriodSeconds"] =
+        "125".into();
+    bad["spec"]["runPolicy"]["cleanUpEverything"] = true.into();
+    bad["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("name");
+    let p = pytorch.problems(&bad);
+    assert_eq!(p.len(), 3, "{p:?}");
+    assert!(p.contains(&r#".spec.pytorchReplicaSpecs.Master.template.spec.terminationGracePeriodSeconds: "125" is not an integer"#.to_owned()), "{p:?}");
+    assert!(p.contains(&".spec.runPolicy.cleanUpEverything: unknown field".to_owned()), "{p:?}");
+    assert!(
+        p.contains(
+            &".spec.pytorchReplicaSpecs.Master.template.spec.containers[0]: \"name\" is required".to_owned()
+        ),
+        "{p:?}"
+    );
+
+    let ray = crd("ray.io_rayjobs.yaml");
+    let mut bad = attempt_objects(&spec("RayJob", 1, json!({})), &settings(), None).unwrap().job;
+    assert!(ray.problems(&bad).is_empty());
+    bad["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = "two".into();
+    assert_eq!(
+        ray.problems(&bad),
+        [r#".spec.rayClusterSpec.workerGroupSpecs[0].replicas: "two" is not an integer"#]
+    );
+    assert_eq!(ray.problems(&good).len(), 1, "a PyTorchJob is no RayJob");
+}
+
+#[test]
+fn the_generated_shell_scripts_parse() {
+    let o = attempt_objects(&pytorch_spec(), &settings(), Some(&keys())).unwrap();
+    let pod = &template(&o.job, "Worker")["spec"];
+    let scripts = [
+        &pod["containers"][0]["command"][2],
+        &pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][2],
+        &pod["initContainers"][0]["command"][2],
+    ];
+    for script in scripts {
+        let script = script.as_str().unwrap();
+        // `bash -n`: read and parse only, nothing runs.
+        let out = std::process::Command::new("bash").args(["-n", "-c", script]).output().unwrap();
+        assert!(out.status.success(), "{script}\n{}", String::from_utf8_lossy(&out.stderr));
+    }
+    // The entrypoint of a RayJob runs the cmd as one word, whatever quotes it holds.
+    let ray = attempt_objects(&spec("RayJob", 0, json!({})), &settings(), None).unwrap();
+    let entry = ray.job["spec"]["entrypoint"].as_str().unwrap();
+    let out = std::process::Command::new("bash")
+        .args(["-c", &entry.replacen("bash -c", "printf %s", 1)])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "torchrun train.py --lr 'a b'");
+}

@@ -1,0 +1,343 @@
+//! The pods of an attempt on Kubernetes: each role's pod template (the main container with its replicas'
+//! env, mounts and resources, the precheck's init container, the `preStop` checkpoint hook) and the
+//! precheck's Service. They are methods of the objects' builder ([`Ctx`]).
+
+use super::names::{
+    KF_JOB_NAME_LABEL, KF_REPLICA_INDEX_LABEL, KF_REPLICA_TYPE_LABEL, METRICS_ANNOTATION,
+    METRICS_INTERVAL_ANNOTATION, ROLE_LABEL, VOLCANO_GROUP_ANNOTATION, is_label_key, is_label_value,
+    reserved_label, shell_quote,
+};
+use super::objects::{
+    Ctx, Gang, MASTER_PORT, RUNTIME_DIR, SSH_DIR, env_key, env_secret_name, pre_stop_script, precheck_key,
+    precheck_service_name, ssh_secret_name,
+};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use trainyard_core::platform_env as pe;
+use trainyard_core::spec::{CheckpointSignal, TaskType};
+use trainyard_runtime::ReplicaPlan;
+
+/// Where one env variable's value comes from.
+enum Source {
+    Value(String),
+    /// A key of the attempt's env Secret.
+    Secret(String),
+    /// A field of the pod (`metadata.name`, `spec.nodeName`, a label).
+    Field(String),
+}
+
+/// An env list where the last value of a name wins (as inside the local sandbox), in first-seen order.
+#[derive(Default)]
+struct Env(Vec<(String, Source)>);
+
+impl Env {
+    fn set(&mut self, name: &str, src: Source) {
+        self.0.retain(|(n, _)| n != name);
+        self.0.push((name.to_owned(), src));
+    }
+    fn value(&mut self, name: &str, v: impl Into<String>) {
+        self.set(name, Source::Value(v.into()));
+    }
+    fn render(&self, secret: &str) -> Value {
+        Value::Array(
+            self.0
+                .iter()
+                .map(|(n, src)| match src {
+                    Source::Value(v) => json!({"name": n, "value": v}),
+                    Source::Secret(key) => {
+                        json!({"name": n, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+                    }
+                    Source::Field(path) => json!({"name": n, "valueFrom": {"fieldRef": {"fieldPath": path}}}),
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Ctx<'_> {
+    /// The pod template of every replica of `role` (identical replicas share it).
+    pub(super) fn pod_template(&self, role: &str, replicas: &[&ReplicaPlan]) -> Value {
+        let task = self.task();
+        let ray = task.task_type == TaskType::RayJob;
+        let mut labels = self.labels();
+        for (k, v) in &self.spec.task.metadata.labels {
+            if is_label_key(k) && is_label_value(v) && !reserved_label(k) {
+                labels.insert(k.clone(), v.clone().into());
+            }
+        }
+        labels.insert(ROLE_LABEL.into(), role.into());
+        let mut annotations = self.annotations();
+        if let Some(m) = task.advanced.metrics.as_ref().filter(|m| m.enabled && !m.endpoints.is_empty()) {
+            let eps: Vec<Value> =
+                m.endpoints.iter().map(|e| json!({"port": e.port, "path": e.path})).collect();
+            annotations.insert(METRICS_ANNOTATION.into(), Value::Array(eps).to_string().into());
+            annotations.insert(METRICS_INTERVAL_ANNOTATION.into(), m.interval_seconds.to_string().into());
+        }
+        let mut pod = json!({
+            "restartPolicy": "Never",
+            "containers": [self.main_container(role, replicas)],
+            "volumes": self.volumes(),
+        });
+        // Trainyard's scheduler chose the nodes: the pods of this role go to those and no others.
+        let nodes: BTreeSet<&str> = replicas.iter().map(|r| r.node.as_str()).collect();
+        if !nodes.is_empty() {
+            pod["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{
+                    "key": "kubernetes.io/hostname", "operator": "In", "values": nodes.into_iter().collect::<Vec<_>>(),
+                }]}],
+            }}});
+        }
+        let checkpoint = self.checkpoint();
+        pod["terminationGracePeriodSeconds"] = (checkpoint.map_or(0, |c| c.0) + self.s.grace_s).into();
+        if !ray && let Some(init) = self.precheck_container(role, replicas) {
+            pod["initContainers"] = json!([init]);
+        }
+        if let Gang::Volcano { .. } = self.s.gang {
+            pod["schedulerName"] = "volcano".into();
+            annotations.insert(VOLCANO_GROUP_ANNOTATION.into(), self.name.into());
+        }
+        let mut md = json!({"labels": labels});
+        if !annotations.is_empty() {
+            md["annotations"] = Value::Object(annotations);
+        }
+        json!({"metadata": md, "spec": pod})
+    }
+
+    /// The exit checkpoint: (timeout in s, at most 10 minutes; signal). A RayJob has none (as locally).
+    fn checkpoint(&self) -> Option<(u64, CheckpointSignal)> {
+        let task = self.task();
+        task.advanced
+            .exit_checkpoint
+            .as_ref()
+            .filter(|c| c.enabled && task.task_type != TaskType::RayJob)
+            .map(|c| (u64::from(c.timeout_seconds.min(600)), c.signal))
+    }
+
+    pub(super) fn precheck(&self) -> Option<&trainyard_core::spec::Precheck> {
+        let task = self.task();
+        task.advanced.precheck.as_ref().filter(|p| p.enabled && task.task_type != TaskType::RayJob)
+    }
+
+    fn resources(replicas: &[&ReplicaPlan]) -> Value {
+        let r = replicas.first().map(|r| r.resources).unwrap_or_default();
+        // The same floors as the local backend's cgroups (one CPU, 64 MiB).
+        let mut list =
+            json!({"cpu": r.vcpus.max(1).to_string(), "memory": format!("{}Mi", r.memory_mib.max(64))});
+        if r.gpus > 0 {
+            list["nvidia.com/gpu"] = r.gpus.to_string().into();
+        }
+        json!({"requests": list.clone(), "limits": list})
+    }
+
+    /// Defaults, the task's env (hidden values from the Secret), then the platform's.
+    fn env(&self, role: &str) -> Env {
+        let (spec, task) = (self.spec, self.task());
+        let mut env = Env::default();
+        for (k, v) in pe::DEFAULTS {
+            env.value(k, *v);
+        }
+        for e in &task.environment.env {
+            let src =
+                if e.hidden { Source::Secret(env_key(&e.name)) } else { Source::Value(e.value.clone()) };
+            env.set(&e.name, src);
+        }
+        let meta = &spec.task.metadata;
+        env.value(pe::X_USER_NAME, &spec.owner);
+        env.value(pe::X_ORG_NAME, &meta.project_group);
+        env.value(pe::X_TENANT_ID, &meta.project_group);
+        env.value(pe::X_REGION, &task.placement.region);
+        env.value(pe::X_CLUSTER, &task.placement.cluster);
+        env.value(pe::TASK_UUID, &spec.key.task_id);
+        env.value("TRAINYARD_TASK_NAME", &spec.task_name);
+        env.set("TRAINYARD_REPLICA", Source::Field("metadata.name".into()));
+        env.value("TRAINYARD_ROLE", role);
+        env.value("TRAINYARD_ATTEMPT", spec.key.attempt.to_string());
+        env.set("TRAINYARD_NODE", Source::Field("spec.nodeName".into()));
+        env.value("TRAINYARD_RUNTIME_DIR", RUNTIME_DIR);
+        env
+    }
+
+    fn mounts(&self) -> Vec<Value> {
+        let task = self.task();
+        let env = &task.environment;
+        let mut m = vec![json!({"name": "trainyard-runtime", "mountPath": RUNTIME_DIR})];
+        for (i, v) in env.volumes.iter().enumerate() {
+            m.push(
+                json!({"name": format!("volume-{i}"), "mountPath": v.mount_path, "readOnly": v.read_only}),
+            );
+        }
+        for (i, d) in env.datasets.iter().enumerate() {
+            m.push(json!({"name": format!("dataset-{i}"), "mountPath": d.mount_path, "readOnly": true}));
+        }
+        for (i, d) in env.models.iter().enumerate() {
+            m.push(json!({"name": format!("model-{i}"), "mountPath": d.mount_path, "readOnly": true}));
+        }
+        if task.task_type == TaskType::RayJob {
+            let mut ray = json!({"name": "ray-tmp", "mountPath": "/tmp/ray"});
+            if task.ray.as_ref().and_then(|r| r.shared_storage.as_ref()).is_some() {
+                // The task's own directory in the shared volume, as on the local backend.
+                ray["subPath"] = format!("ray-{}", self.spec.task_name).into();
+            }
+            m.push(ray);
+        }
+        if self.ssh {
+            m.push(json!({"name": "trainyard-ssh", "mountPath": SSH_DIR, "readOnly": true}));
+        }
+        m
+    }
+
+    fn volumes(&self) -> Vec<Value> {
+        let task = self.task();
+        let env = &task.environment;
+        let claim = |name: &str, claim: &str, ro: bool| json!({"name": name, "persistentVolumeClaim": {"claimName": claim, "readOnly": ro}});
+        let mut v = vec![json!({"name": "trainyard-runtime", "emptyDir": {}})];
+        for (i, m) in env.volumes.iter().enumerate() {
+            v.push(claim(&format!("volume-{i}"), &m.volume, m.read_only));
+        }
+        for (i, m) in env.datasets.iter().enumerate() {
+            v.push(claim(&format!("dataset-{i}"), &m.dataset, true));
+        }
+        for (i, m) in env.models.iter().enumerate() {
+            v.push(claim(&format!("model-{i}"), &m.model, true));
+        }
+        if task.task_type == TaskType::RayJob {
+            // Ray's sockets, logs and spilled objects: the task's shared volume when it has one, else the
+            // pod's own disk (shared by its containers, as KubeRay's log collectors expect).
+            match task.ray.as_ref().and_then(|r| r.shared_storage.as_ref()) {
+                Some(sh) => v.push(claim("ray-tmp", &sh.volume, false)),
+                None => v.push(json!({"name": "ray-tmp", "emptyDir": {}})),
+            }
+        }
+        if self.ssh {
+            v.push(json!({"name": "trainyard-ssh", "secret": {
+                "secretName": ssh_secret_name(self.name), "defaultMode": 0o400,
+            }}));
+        }
+        v
+    }
+
+    fn main_container(&self, role: &str, replicas: &[&ReplicaPlan]) -> Value {
+        let task = self.task();
+        let ray = task.task_type == TaskType::RayJob;
+        let secret = env_secret_name(self.name);
+        let mut c = json!({
+            "name": if ray { format!("ray-{role}") } else { "pytorch".to_owned() },
+            "image": self.image,
+            "imagePullPolicy": "IfNotPresent",
+            "env": self.env(role).render(&secret),
+            "resources": Self::resources(replicas),
+            "volumeMounts": self.mounts(),
+        });
+        if ray {
+            // KubeRay writes the container's command itself (`ray start` with the group's parameters).
+            return c;
+        }
+        c["command"] = json!(["bash", "-c", self.wrapper(), "trainyard", task.environment.cmd]);
+        c["ports"] = json!([{"name": "pytorchjob-port", "containerPort": MASTER_PORT, "protocol": "TCP"}]);
+        if let Some((timeout_s, sig)) = self.checkpoint() {
+            c["lifecycle"] =
+                json!({"preStop": {"exec": {"command": ["bash", "-c", pre_stop_script(timeout_s, sig)]}}});
+        }
+        c
+    }
+
+    /// The shell that starts a PyTorchJob replica, then becomes `bash -c "$1"` (the task's cmd): the local
+    /// sandbox's first shell, plus what the operators leave to us (hostfiles, sshd, `WORLD_SIZE`).
+    fn wrapper(&self) -> String {
+        let mut s = String::from(
+            "# Catch the checkpoint signals until the command runs (a handler, not \"ignore\": exec resets it).\n\
+             trap : USR1 USR2\n\
+             # Files in shared volumes stay writable by the group's later attempts.\n\
+             umask 0002\n",
+        );
+        // The operator's WORLD_SIZE is replicas x nprocPerNode; Trainyard's (the local backend's, the product's)
+        // is the number of replicas, which the operator also sets as PET_NNODES.
+        s.push_str("if [ -n \"${PET_NNODES:-}\" ]; then export WORLD_SIZE=\"$PET_NNODES\"; fi\n");
+        let (hostfile, names) = self.hostfiles();
+        s.push_str(&format!(
+            "printf '%s\\n' {} > /root/hostfile 2>/dev/null || true\nprintf '%s\\n' {} > /root/hostfile.hostname 2>/dev/null || true\n",
+            hostfile.iter().map(|l| shell_quote(l)).collect::<Vec<_>>().join(" "),
+            names.join(" "),
+        ));
+        if self.ssh {
+            s.push_str(&format!(
+                "mkdir -p /root/.ssh /run/sshd && chmod 700 /root/.ssh\n\
+                 for f in id_ed25519 id_ed25519.pub authorized_keys config; do cp {SSH_DIR}/$f /root/.ssh/$f; done\n\
+                 chmod 600 /root/.ssh/id_ed25519\n\
+                 if [ -x /usr/sbin/sshd ]; then /usr/sbin/sshd -f {SSH_DIR}/sshd_config -E {RUNTIME_DIR}/sshd.log || echo 'trainyard: sshd did not start' >&2; else echo 'trainyard: passwordless SSH is on but the image has no /usr/sbin/sshd' >&2; fi\n"
+            ));
+        }
+        s.push_str("exec bash -c \"$1\"\n");
+        s
+    }
+
+    /// Pod DNS names of the job, as the operator names pods and their headless Services: (MPI-style
+    /// hostfile lines with slots, names only).
+    pub(super) fn hostfiles(&self) -> (Vec<String>, Vec<String>) {
+        let mut names = Vec::new();
+        for role in ["master", "worker"] {
+            for r in self.by_role.get(role).map(Vec::as_slice).unwrap_or_default() {
+                names.push(format!("{}-{role}-{}", self.name, r.index));
+            }
+        }
+        let slots = self.task().pytorch.as_ref().and_then(|p| p.procs_per_node).unwrap_or(1).max(1);
+        (names.iter().map(|n| format!("{n} slots={slots}")).collect(), names)
+    }
+
+    /// The precheck as an init container: the local backend's program (`precheck.py`, inline with
+    /// `python3 -c`) and options. The operator sets the distributed variables only in regular containers, so
+    /// they are set here: the rendezvous at [`precheck_service_name`] on `MASTER_PORT` (+1, by the program),
+    /// `RANK` from the pod's replica index. It writes its JSON result to the termination message, where the
+    /// watcher reads it (`status.initContainerStatuses[].state.terminated.message`); exit codes as locally.
+    fn precheck_container(&self, role: &str, replicas: &[&ReplicaPlan]) -> Option<Value> {
+        let p = self.precheck()?;
+        let mut env = self.env(role);
+        for e in &p.env {
+            let src =
+                if e.hidden { Source::Secret(precheck_key(&e.name)) } else { Source::Value(e.value.clone()) };
+            env.set(&e.name, src);
+        }
+        env.value(pe::MASTER_ADDR, precheck_service_name(self.name));
+        env.value(pe::MASTER_PORT, MASTER_PORT.to_string());
+        env.value(pe::WORLD_SIZE, self.spec.replicas.len().to_string());
+        env.set(
+            "TRAINYARD_REPLICA_INDEX",
+            Source::Field(format!("metadata.labels['{KF_REPLICA_INDEX_LABEL}']")),
+        );
+        let mut cmd = format!("--out /dev/termination-log --timeout-s {}", p.timeout_seconds);
+        if let Some(t) = p.min_gemm_tflops {
+            cmd.push_str(&format!(" --min-gemm-gflops {}", t * 1000.0));
+        }
+        if let Some(g) = p.min_allreduce_gbps {
+            cmd.push_str(&format!(" --min-allreduce-gbps {g}"));
+        }
+        // RANK: 0 for the master, index + 1 for workers (as the operator numbers them).
+        let offset = if role == "master" { 0 } else { 1 };
+        let script =
+            format!("export RANK=$((TRAINYARD_REPLICA_INDEX + {offset}))\nexec python3 -c \"$1\" {cmd}\n");
+        Some(json!({
+            "name": super::status::PRECHECK_CONTAINER,
+            "image": self.image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": ["bash", "-c", script, "precheck", trainyard_runtime::replica::PRECHECK_PY],
+            "env": env.render(&env_secret_name(self.name)),
+            // Init containers' requests do not add to the pod's: the same GPUs serve the command after.
+            "resources": Self::resources(replicas),
+            "volumeMounts": self.mounts(),
+        }))
+    }
+
+    pub(super) fn precheck_service(&self) -> Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": self.metadata(&precheck_service_name(self.name)),
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": true,
+                "selector": {KF_JOB_NAME_LABEL: self.name, KF_REPLICA_TYPE_LABEL: "master"},
+                "ports": [{"name": "precheck", "port": MASTER_PORT + 1, "protocol": "TCP"}],
+            }
+        })
+    }
+}

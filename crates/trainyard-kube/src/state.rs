@@ -1,0 +1,358 @@
+//! What the watches have seen, per attempt, and what of it has been reported. Level-triggered: every watch
+//! event marks its attempt dirty, and `poll` reads the dirty attempts' objects afresh ([`super::status::assess`])
+//! and reports what changed since the last report. A restarted server starts with nothing reported, so it
+//! reports each attempt's present once (the control loop ignores what it already knows).
+
+use super::status::{Assessment, JobKind, JobView, PodView, assess};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use trainyard_core::lifecycle::Reason;
+use trainyard_runtime::{AttemptKey, Observation, StopCause};
+
+/// What is known of one attempt.
+#[derive(Debug, Clone)]
+pub(super) struct Attempt {
+    pub(super) namespace: String,
+    pub(super) job_name: String,
+    pub(super) kind: Option<JobKind>,
+    /// The job object as last seen; None when it was never seen or is gone.
+    pub(super) job: Option<JobView>,
+    pub(super) pods: BTreeMap<String, PodView>,
+    /// Settings read back from the job's annotations (or set at launch).
+    pub(super) precheck: bool,
+    pub(super) pull_tolerance: i64,
+    pub(super) mount_paths: Vec<String>,
+    /// Debug retention: the job is left for the operator's TTL instead of deleted once it ends.
+    pub(super) retain: bool,
+    /// The metrics endpoints of its pods.
+    pub(super) scrape: Option<super::capture::Scrape>,
+    /// Launched by this process and not yet seen by the watch: alive meanwhile.
+    pub(super) launched: bool,
+    /// Pulls that failed so far, and the last waiting reason per pod (a new pull is a new `ErrImagePull`).
+    pub(super) pulls: u32,
+    pub(super) pull_state: BTreeMap<String, String>,
+    pub(super) stop: Option<StopCause>,
+    pub(super) sent: Sent,
+    /// The attempt's SSH keys, when it has them (kept for a scale, which applies the objects again).
+    pub(super) ssh: Option<super::objects::SshKeys>,
+}
+
+/// What has been reported of an attempt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Sent {
+    pub(super) started: bool,
+    pub(super) precheck_passed: bool,
+    pub(super) finished: bool,
+}
+
+impl Attempt {
+    pub(super) fn new(namespace: &str, job_name: &str) -> Attempt {
+        Attempt {
+            namespace: namespace.to_owned(),
+            job_name: job_name.to_owned(),
+            kind: None,
+            job: None,
+            pods: BTreeMap::new(),
+            precheck: false,
+            pull_tolerance: -1,
+            mount_paths: Vec::new(),
+            retain: false,
+            scrape: None,
+            launched: false,
+            pulls: 0,
+            pull_state: BTreeMap::new(),
+            stop: None,
+            sent: Sent::default(),
+            ssh: None,
+        }
+    }
+
+    /// Objects of it exist (or were just created).
+    fn exists(&self) -> bool {
+        self.launched || self.job.is_some() || !self.pods.is_empty()
+    }
+}
+
+/// A deletion the backend owes the cluster: an ended attempt's job (its pods and secrets go with it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Cleanup {
+    pub(super) namespace: String,
+    pub(super) job_name: String,
+    pub(super) kind: JobKind,
+    /// Delete its pods at once (their node is gone; nothing would run the exit hook).
+    pub(super) now: bool,
+}
+
+/// A node that cannot run its replicas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct NodeDown {
+    pub(super) why: String,
+    /// When it was first seen down (the caller's clock, ms).
+    pub(super) since_ms: u64,
+    /// Deleted from the cluster: its replicas are gone for good.
+    pub(super) gone: bool,
+    /// Past its grace: its attempts fail.
+    pub(super) failed: bool,
+}
+
+/// Everything the watches have seen.
+#[derive(Debug, Default)]
+pub(super) struct State {
+    pub(super) attempts: HashMap<AttemptKey, Attempt>,
+    pub(super) dirty: BTreeSet<AttemptKey>,
+    /// Nodes whose Ready condition is not True, and nodes that were deleted.
+    pub(super) nodes_down: BTreeMap<String, NodeDown>,
+    /// How long a node may be NotReady before its attempts fail (a deleted node fails them at once): a node
+    /// that misses a few heartbeats and comes back takes nothing down.
+    pub(super) node_grace_ms: u64,
+    /// Observations decided outside a poll (a stop of an attempt that has nothing left).
+    pub(super) out: Vec<Observation>,
+    pub(super) cleanups: Vec<Cleanup>,
+    /// The watches have listed everything once (jobs, pods): before that `alive` is not to be trusted.
+    pub(super) synced_jobs: bool,
+    pub(super) synced_pods: bool,
+    /// The job kinds whose watch has listed once.
+    pub(super) synced_kinds: std::collections::HashSet<JobKind>,
+    /// Jobs and pods by (namespace, name): what a Kubernetes event is about.
+    pub(super) by_object: HashMap<(String, String), AttemptKey>,
+    /// The cluster's nodes as catalog nodes (None until the node watch listed them), and a count of changes.
+    pub(super) inventory: Option<BTreeMap<String, trainyard_core::catalog::Node>>,
+    pub(super) inventory_version: u64,
+}
+
+impl State {
+    pub(super) fn attempt(&mut self, key: &AttemptKey, namespace: &str, job_name: &str) -> &mut Attempt {
+        self.dirty.insert(key.clone());
+        self.attempts.entry(key.clone()).or_insert_with(|| {
+            self.by_object.insert((namespace.to_owned(), job_name.to_owned()), key.clone());
+            Attempt::new(namespace, job_name)
+        })
+    }
+
+    /// A pod of an attempt, as last seen.
+    pub(super) fn pod(&mut self, key: &AttemptKey, namespace: &str, pod: PodView) {
+        self.by_object.insert((namespace.to_owned(), pod.name.clone()), key.clone());
+        let job_name = super::objects::job_name(key);
+        self.attempt(key, namespace, &job_name).pods.insert(pod.name.clone(), pod);
+    }
+
+    /// A pod of an attempt is gone.
+    pub(super) fn pod_gone(&mut self, key: &AttemptKey, namespace: &str, name: &str) {
+        self.by_object.remove(&(namespace.to_owned(), name.to_owned()));
+        if let Some(a) = self.attempts.get_mut(key) {
+            a.pods.remove(name);
+            self.dirty.insert(key.clone());
+        }
+    }
+
+    /// An attempt that has nothing left and nothing more to say.
+    fn forget(&mut self, key: &AttemptKey) {
+        if let Some(a) = self.attempts.remove(key) {
+            self.by_object.remove(&(a.namespace.clone(), a.job_name));
+            for name in a.pods.into_keys() {
+                self.by_object.remove(&(a.namespace.clone(), name));
+            }
+        }
+    }
+
+    /// A Kubernetes event about `(namespace, name)`, reported with its attempt's observations.
+    pub(super) fn cluster_event(&mut self, namespace: &str, name: &str, message: String) {
+        if let Some(key) = self.by_object.get(&(namespace.to_owned(), name.to_owned()))
+            && self.attempts.contains_key(key)
+        {
+            self.out.push(Observation::Note { key: key.clone(), reason: Reason::ClusterEvent, message });
+        }
+    }
+
+    /// A node went down (`down`: why; `gone`: it was deleted) or came back, at `now_ms`.
+    pub(super) fn node(&mut self, name: &str, down: Option<String>, gone: bool, now_ms: u64) {
+        match down {
+            Some(why) => {
+                let d = self.nodes_down.entry(name.to_owned()).or_insert(NodeDown {
+                    why: why.clone(),
+                    since_ms: now_ms,
+                    gone,
+                    failed: false,
+                });
+                d.why = why;
+                d.gone |= gone;
+            }
+            None => {
+                self.nodes_down.remove(name);
+            }
+        }
+    }
+
+    /// Nodes down past their grace (or deleted) take their attempts down: those are read again.
+    fn expire_nodes(&mut self, now_ms: u64) {
+        let grace = self.node_grace_ms;
+        let mut expired = Vec::new();
+        for (name, d) in self.nodes_down.iter_mut() {
+            if !d.failed && (d.gone || now_ms.saturating_sub(d.since_ms) >= grace) {
+                d.failed = true;
+                expired.push(name.clone());
+            }
+        }
+        for name in expired {
+            for (key, a) in &self.attempts {
+                if a.pods.values().any(|p| p.node == name) {
+                    self.dirty.insert(key.clone());
+                }
+            }
+        }
+    }
+
+    /// Attempts that hold objects on the cluster and have not ended (as far as was reported).
+    pub(super) fn alive(&self) -> Vec<AttemptKey> {
+        let mut out: Vec<AttemptKey> = self
+            .attempts
+            .iter()
+            .filter(|(_, a)| a.exists() && (!a.sent.finished || a.stop.is_some()))
+            .map(|(k, _)| k.clone())
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Reports what changed in the dirty attempts.
+    pub(super) fn poll(&mut self, now_ms: u64) -> Vec<Observation> {
+        self.expire_nodes(now_ms);
+        let mut out = std::mem::take(&mut self.out);
+        let synced = self.synced_jobs && self.synced_pods;
+        let dirty = std::mem::take(&mut self.dirty);
+        for key in dirty {
+            let Some(a) = self.attempts.get_mut(&key) else { continue };
+            let gone = synced && a.job.is_none() && a.pods.is_empty() && !a.launched;
+            if let Some(cause) = a.stop {
+                if gone {
+                    out.push(Observation::Stopped {
+                        key: key.clone(),
+                        cause: Some(cause),
+                        message: "the job and its pods are gone".to_owned(),
+                    });
+                    self.forget(&key);
+                }
+                continue;
+            }
+            if a.sent.finished {
+                if gone {
+                    self.forget(&key);
+                }
+                continue;
+            }
+            let Some(kind) = a.kind else {
+                // Pods seen before their job: nothing to say until the job is.
+                if gone {
+                    self.forget(&key);
+                }
+                continue;
+            };
+            let Some(job) = &a.job else {
+                if gone {
+                    // The job went away without a stop (deleted by hand, or its TTL): it ended unseen.
+                    out.push(Observation::Finished {
+                        key: key.clone(),
+                        reason: Reason::NodeFailed,
+                        message: format!("job {}/{} disappeared before it ended", a.namespace, a.job_name),
+                    });
+                    self.forget(&key);
+                }
+                continue;
+            };
+            let pods: Vec<PodView> = a.pods.values().cloned().collect();
+            let mounts: Vec<&str> = a.mount_paths.iter().map(String::as_str).collect();
+            let mut verdict = assess(kind, job, &pods, a.precheck, &mounts);
+            let operator_ended = job.ended();
+            let down = pods
+                .iter()
+                .find_map(|p| self.nodes_down.get(&p.node).filter(|d| d.failed).map(|d| (p, &d.why)));
+            let mut now = false;
+            if verdict.ended.is_none()
+                && let Some((p, why)) = down
+            {
+                now = true;
+                verdict.suspects.push((p.node.clone(), format!("node {} {why}", p.node)));
+                verdict.ended = Some((
+                    Reason::NodeFailed,
+                    format!("{} lost its node {}: the node {why}", p.name, p.node),
+                ));
+            }
+            if verdict.ended.is_none() {
+                pull_failures(&key, a, &pods, &mut verdict, &mut out);
+            }
+            // A job its operator ended cleans up after itself (running pods at once, the rest after its TTL,
+            // the logs readable meanwhile); one that ended by Trainyard's verdict (a pull given up, a lost node)
+            // still has pods waiting or running, and is deleted.
+            report(&key, a, verdict, &mut out);
+            if a.sent.finished && ((!a.retain && !operator_ended) || now) {
+                self.cleanups.push(Cleanup {
+                    namespace: a.namespace.clone(),
+                    job_name: a.job_name.clone(),
+                    kind,
+                    now,
+                });
+            }
+        }
+        out
+    }
+}
+
+/// Counts new image pulls that failed; past the tolerance (-1: never) the attempt fails.
+fn pull_failures(
+    key: &AttemptKey,
+    a: &mut Attempt,
+    pods: &[PodView],
+    v: &mut Assessment,
+    out: &mut Vec<Observation>,
+) {
+    for p in pods {
+        let now = p.pull_trouble().map(|(reason, _)| reason.to_owned()).unwrap_or_default();
+        let before = a.pull_state.insert(p.name.clone(), now.clone()).unwrap_or_default();
+        if now.is_empty() || now == before || now == "ImagePullBackOff" {
+            continue;
+        }
+        a.pulls += 1;
+        let message = p.pull_trouble().map(|(_, m)| m.to_owned()).unwrap_or_default();
+        out.push(Observation::Note {
+            key: key.clone(),
+            reason: Reason::ImagePullBackOff,
+            message: format!("{}: pull {} failed: {message}", p.name, a.pulls),
+        });
+        if a.pull_tolerance >= 0 && i64::from(a.pulls) > a.pull_tolerance {
+            let allowed = match a.pull_tolerance {
+                0 => "no retries allowed".to_owned(),
+                n => format!("{n} retries allowed"),
+            };
+            v.ended = Some((
+                Reason::ImagePullFailed,
+                format!("{}: {message}; gave up after {} pulls ({allowed})", p.name, a.pulls),
+            ));
+            return;
+        }
+    }
+}
+
+/// Turns a verdict into the observations not reported yet.
+fn report(key: &AttemptKey, a: &mut Attempt, v: Assessment, out: &mut Vec<Observation>) {
+    if v.started && !a.sent.started {
+        a.sent.started = true;
+        out.push(Observation::Started { key: key.clone(), precheck: a.precheck });
+    }
+    if a.precheck && v.precheck_passed && !a.sent.precheck_passed {
+        a.sent.precheck_passed = true;
+        out.push(Observation::PrecheckPassed {
+            key: key.clone(),
+            message: "every replica passed".to_owned(),
+        });
+    }
+    if let Some((reason, message)) = v.ended {
+        for (node, message) in v.suspects {
+            out.push(Observation::NodeSuspect { key: key.clone(), node, message });
+        }
+        a.sent.finished = true;
+        out.push(Observation::Finished { key: key.clone(), reason, message });
+    }
+}
+
+#[cfg(test)]
+#[path = "state_tests.rs"]
+mod tests;

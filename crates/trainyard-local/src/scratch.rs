@@ -1,0 +1,221 @@
+//! A replica's scratch: a file system of its own (an ext4 image on a loop device, sized to the replica's
+//! limits, so a full scratch is the replica's problem and never the data dir's), and the watcher that
+//! measures it and asks for an eviction over the limit (as the kubelet evicts a pod over its ephemeral
+//! storage). Where no file system can be made (no loop devices, no `mkfs.ext4`), the watcher alone limits it.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How often the scratch dirs are measured (walked) when the scratch has no file system of its own.
+pub const SCRATCH_CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// How often the scratch's own file system's counts are read.
+pub const SCRATCH_FS_CHECK_EVERY: Duration = Duration::from_millis(500);
+
+/// The scratch file system's image, in the replica's dir.
+pub(super) const SCRATCH_IMAGE: &str = "scratch.img";
+
+/// Inodes of the scratch file system: a little over the limit, so that a replica that fills it is seen over
+/// its limit and evicted (as without a file system of its own), not left failing its writes.
+fn image_inodes(limit: u64) -> u64 {
+    limit.saturating_add(limit / 16).saturating_add(64)
+}
+
+/// Bytes of the scratch image beyond the replica's limit: room for `inodes` inodes (256 bytes each) and the
+/// file system's own blocks, so that the replica can write about its limit. The image is sparse: what the
+/// file system never writes takes no space on the host.
+fn image_bytes(limit_mib: u64, inodes: u64) -> u64 {
+    let limit = limit_mib.saturating_mul(1024 * 1024);
+    limit
+        .saturating_add(image_inodes(inodes).saturating_mul(256))
+        .saturating_add(limit / 64)
+        .saturating_add(8 << 20)
+}
+
+/// A replica's scratch file system, mounted in the spawner's mount namespace (see
+/// [`super::spawn::on_spawner`]): the host never sees it, and it goes when the supervisor and its sandbox
+/// are gone, however they end. The supervisor reaches it through a descriptor of its root.
+#[derive(Debug)]
+pub(super) struct ScratchFs {
+    pub(super) root: std::os::fd::OwnedFd,
+    /// Blocks and inodes in use when it was made (the file system's own, and what the server put there).
+    base: (u64, u64),
+}
+
+impl ScratchFs {
+    /// Bytes and inodes the replica has used in it: cheap enough to ask often.
+    fn used(&self) -> Option<(u64, u64)> {
+        let st = rustix::fs::fstatvfs(&self.root).ok()?;
+        let blocks = st.f_blocks.saturating_sub(st.f_bfree);
+        let inodes = st.f_files.saturating_sub(st.f_ffree);
+        Some((
+            blocks.saturating_sub(self.base.0).saturating_mul(st.f_frsize),
+            inodes.saturating_sub(self.base.1),
+        ))
+    }
+}
+
+/// Makes the replica's scratch a file system of its own: `image` (sparse, created here) formatted with what
+/// `scratch` holds (the server put the replica's dirs and files there, owners kept), then mounted over
+/// `scratch` in the spawner's mount namespace (no set-uid, no devices). Err says why not; the scratch is then
+/// the dir as it is, on the data dir's disk.
+pub(super) fn mount_scratch(
+    scratch: &Path,
+    image: &Path,
+    limit_mib: u64,
+    limit_inodes: u64,
+) -> Result<ScratchFs, String> {
+    let made = (|| {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(image)
+            .map_err(|e| format!("cannot create {}: {e}", image.display()))?;
+        f.set_len(image_bytes(limit_mib, limit_inodes))
+            .map_err(|e| format!("cannot size {}: {e}", image.display()))?;
+        drop(f);
+        // No journal (the scratch does not outlive its replica), lazy tables (formatting takes milliseconds),
+        // no blocks kept for root.
+        run(std::process::Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-O", "^has_journal", "-m", "0", "-E", "lazy_itable_init=1,nodiscard", "-N"])
+            .arg(image_inodes(limit_inodes).to_string())
+            .arg("-d")
+            .arg(scratch)
+            .arg(image))?;
+        let (scratch, image) = (scratch.to_owned(), image.to_owned());
+        super::spawn::on_spawner(move |s| -> Result<ScratchFs, String> {
+            s.mounts.clone()?;
+            run(std::process::Command::new("mount")
+                .args(["-o", "loop,nosuid,nodev,noatime"])
+                .arg(&image)
+                .arg(&scratch))?;
+            use rustix::fs::{Mode, OFlags};
+            let root = rustix::fs::open(
+                &scratch,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| format!("cannot open {}: {e}", scratch.display()))?;
+            let st =
+                rustix::fs::fstatvfs(&root).map_err(|e| format!("cannot read {}: {e}", scratch.display()))?;
+            let base = (st.f_blocks.saturating_sub(st.f_bfree), st.f_files.saturating_sub(st.f_ffree));
+            Ok(ScratchFs { root, base })
+        })
+        .unwrap_or_else(|| Err("the spawner is gone".into()))
+    })();
+    if made.is_err() {
+        let _ = std::fs::remove_file(image);
+    }
+    made
+}
+
+/// Runs a host tool with the supervisor's fixed environment; Err holds what it said.
+fn run(c: &mut std::process::Command) -> Result<(), String> {
+    use std::process::Stdio;
+    c.env_clear().env("PATH", super::spawn::HOST_PATH).stdin(Stdio::null()).stdout(Stdio::null());
+    let out = super::spawn::spawn_helper(c.stderr(Stdio::piped()))
+        .map_err(|e| format!("{}: {e}", c.get_program().to_string_lossy()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("{}: {}", c.get_program().to_string_lossy(), String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+/// Measures what the replica may write (`dirs`: its scratch, with its runtime dir) and asks for the
+/// replica's end when it holds more than `limit_mib` (space allocated on disk, links not followed, each
+/// inode counted once) or more than `limit_inodes` entries: its file system's counts every
+/// [`SCRATCH_FS_CHECK_EVERY`] when it has one (they cost one call), the dirs walked every
+/// [`SCRATCH_CHECK_EVERY`] otherwise.
+pub(super) fn watch_scratch(
+    fs: Option<&ScratchFs>,
+    dirs: &[std::path::PathBuf],
+    limit_mib: u64,
+    limit_inodes: u64,
+    evict: &Mutex<Option<String>>,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    let every = if fs.is_some() { SCRATCH_FS_CHECK_EVERY } else { SCRATCH_CHECK_EVERY };
+    let mut last = Instant::now();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        if last.elapsed() < every {
+            continue;
+        }
+        last = Instant::now();
+        let (used, inodes) = match fs.and_then(ScratchFs::used) {
+            Some(u) => u,
+            None => dirs.iter().map(|d| disk_usage(d)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1)),
+        };
+        if let Some(why) = over(used, inodes, limit_mib, limit_inodes) {
+            if let Ok(mut e) = evict.lock() {
+                *e = Some(why);
+            }
+            return;
+        }
+    }
+}
+
+/// Why a scratch holding `bytes` in `inodes` entries is over its limits, if it is.
+fn over(bytes: u64, inodes: u64, limit_mib: u64, limit_inodes: u64) -> Option<String> {
+    if bytes > limit_mib.saturating_mul(1024 * 1024) {
+        return Some(format!(
+            "its scratch (/tmp, /root and {}) holds {} MiB, over its limit of {limit_mib} MiB",
+            super::sandbox::RUNTIME_DIR,
+            bytes / (1024 * 1024)
+        ));
+    }
+    if inodes > limit_inodes {
+        return Some(format!(
+            "its scratch (/tmp, /root and {}) holds {inodes} files and dirs, over its limit of {limit_inodes}",
+            super::sandbox::RUNTIME_DIR
+        ));
+    }
+    None
+}
+
+/// Bytes allocated under `dir` and the entries there, without following links (hard links counted once).
+fn disk_usage(dir: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashSet::new();
+    let (mut total, mut inodes) = (0u64, 0u64);
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.nlink() > 1 && !m.is_dir() && !seen.insert((m.dev(), m.ino())) {
+                continue;
+            }
+            total += m.blocks() * 512;
+            inodes += 1;
+            if m.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    (total, inodes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_and_entries_both_count() {
+        assert_eq!(over(10 << 20, 10, 16, 100), None);
+        assert!(over(17 << 20, 10, 16, 100).unwrap().contains("17 MiB, over its limit of 16 MiB"));
+        assert!(over(0, 101, 16, 100).unwrap().contains("101 files and dirs, over its limit of 100"));
+        let d = std::env::temp_dir().join(format!("ty-scratch-count-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("sub")).unwrap();
+        for i in 0..50 {
+            std::fs::write(d.join("sub").join(format!("f{i}")), "").unwrap();
+        }
+        std::fs::hard_link(d.join("sub/f0"), d.join("again")).unwrap();
+        let (_, inodes) = disk_usage(&d);
+        let _ = std::fs::remove_dir_all(&d);
+        assert_eq!(inodes, 51, "50 files and the dir; a hard link counted once");
+    }
+}

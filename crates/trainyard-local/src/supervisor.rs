@@ -1,0 +1,695 @@
+//! The supervisor: one small process of our own binary per replica (`trainyard supervise DIR`). It starts
+//! the replica's sandbox (the precheck first when asked), keeps its output in a log file with timestamps,
+//! records on disk what happened (pid, start, phase, exit status, signal, OOM kill), and runs the stop
+//! protocol when the server asks for it by writing `stop.json`. It runs in a process group of its own, so
+//! killing or restarting the server touches neither the training nor the record of how it ended.
+//!
+//! Files in the replica dir (the server reads them; only the supervisor writes them):
+//! - `state.json`: [`ReplicaState`], replaced atomically on every change;
+//! - `events.jsonl`: [`Event`]s, appended (precheck figures, every step of a stop with its duration);
+//! - `log`: `2026-11-30T04:00:00.123Z O text` per line (`O` stdout, `E` stderr); at
+//!   [`Limits::log_bytes`] it is rotated to `log.1` (the older `log.1` dropped), `log.base` says at which
+//!   offset of the whole output `log` starts, and a `LogRotated` event says what was dropped.
+//!
+//! The supervisor runs as root on the host, so it never trusts what the replica can write: the runtime dir
+//! is the only place both write, and the supervisor reaches into it only through a directory descriptor,
+//! never following a link, never blocking on a FIFO, reading at most a bounded size ([`super::runtime_dir::RuntimeDir`]).
+//! bubblewrap starts with a fixed environment as the attempt's unprivileged uid; the replica's variables
+//! reach the sandbox through a sealed memory file that only the sandbox's first shell reads.
+
+use super::clock::now_ms;
+use super::logfile::{LogFile, append_log};
+use super::netns;
+use super::procs::{self, Cgroup};
+pub use super::records::{
+    DEFAULT_LOG_BYTES, DEFAULT_PIDS_MAX, DEFAULT_SCRATCH_INODES, DEFAULT_SCRATCH_MIB, Event, ExitRecord,
+    Limits, Phase, PooledJob, ReplicaJob, ReplicaState, StopRequest,
+};
+use super::runtime_dir::{RAY_STATE, RuntimeDir};
+
+/// How often the Ray head's `ray-state.json` is copied out of its runtime dir.
+const RAY_STATE_COPY_EVERY: Duration = Duration::from_millis(500);
+use super::sandbox::{RUNTIME_DIR, Start};
+use super::scratch::{SCRATCH_IMAGE, ScratchFs, mount_scratch, watch_scratch};
+use super::spawn::{Identity, memfd, spawn_as};
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use trainyard_core::lifecycle::Reason;
+
+/// The longest precheck result kept (it becomes an event).
+const PRECHECK_MESSAGE_MAX_CHARS: usize = 2_000;
+
+struct Sup {
+    dir: PathBuf,
+    state: ReplicaState,
+    events: std::fs::File,
+    /// The running sandbox's bwrap pid (0 between phases), for the metrics monitor.
+    sandbox: Arc<std::sync::atomic::AtomicU32>,
+    /// The replica's network namespace, kept open for every phase.
+    netns: Option<OwnedFd>,
+    /// The replica's cgroup dirs, shown read-only inside.
+    cgroups: Vec<(PathBuf, String)>,
+    /// Set by the scratch watcher when the replica used more scratch than it may.
+    evict: Arc<Mutex<Option<String>>>,
+    /// The supervisor has left the replica's cgroups (see [`Cgroup::step_out`]).
+    stepped_out: bool,
+    /// The replica's scratch file system, when it has one of its own.
+    scratch: Option<Arc<ScratchFs>>,
+}
+
+impl Sup {
+    /// The replica's runtime dir: in its scratch file system when it has one (reached through that file
+    /// system's root: it is mounted where only the sandbox sees it), in the scratch dir otherwise.
+    fn runtime_dir(&self) -> Option<RuntimeDir> {
+        match &self.scratch {
+            Some(fs) => RuntimeDir::open_at(&fs.root, super::runtime_dir::RUNTIME_IN_SCRATCH),
+            None => RuntimeDir::open(&self.dir),
+        }
+    }
+    fn save(&self) {
+        self.state.write(&self.dir);
+    }
+    fn event(&mut self, reason: Reason, message: String) {
+        let e = Event { at_ms: now_ms(), reason, message };
+        if let Ok(mut line) = serde_json::to_vec(&e) {
+            line.push(b'\n');
+            let _ = self.events.write_all(&line);
+        }
+    }
+}
+
+/// The name of a pooled supervisor's cgroups while it waits (see the backend's `pool`).
+pub fn pool_cgroup_name(pid: u32) -> String {
+    format!("{}{pid}", procs::POOL_CGROUP_PREFIX)
+}
+
+/// `trainyard supervise DIR`: runs one replica to its end, its job read from standard input. The exit code
+/// is 0 whenever the outcome was recorded (the replica's own status is in `state.json`).
+///
+/// `trainyard supervise RUNS_DIR/-`: a pooled supervisor (see the backend's `pool`; the runs dir in its command
+/// line says whose it is). It enters cgroups of its own first,
+/// then waits for a [`PooledJob`] on standard input, takes the replica's cgroup name and limits, and runs it
+/// as above; standard input closed with nothing sent (the server is gone, or has no use for it) ends it.
+pub fn main(dir: &Path) -> i32 {
+    // Nothing this process starts gains privileges by exec (bubblewrap is not set-uid here).
+    let _ = rustix::thread::set_no_new_privs(true);
+    // The sandbox's init (bubblewrap's child, pid 1 inside) comes to this process when bubblewrap leaves it
+    // unreaped, which is how the supervisor tells the command's own end from the init killed on the host
+    // (see `init_killed`).
+    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+    let pooled = dir.file_name().is_some_and(|n| n == "-");
+    let waiting = pooled.then(|| Cgroup::enter_new(&pool_cgroup_name(std::process::id())));
+    let mut input = String::new();
+    let read = std::io::Read::read_to_string(&mut std::io::stdin(), &mut input);
+    if !pooled {
+        let Ok(job) = serde_json::from_str::<ReplicaJob>(&input) else { return 2 };
+        return run(dir, job, None);
+    }
+    let sent = read.ok().and_then(|_| serde_json::from_str::<PooledJob>(&input).ok());
+    let Some(PooledJob { dir, job }) = sent else {
+        if let Some(Ok(cg)) = waiting {
+            cg.remove();
+        }
+        return if input.trim().is_empty() { 0 } else { 2 };
+    };
+    // The replica's name and limits on the cgroups it is in already; where that cannot be done (cgroup v2
+    // renames nothing), they go and the replica's are made as an unpooled supervisor makes them.
+    let ready = match waiting {
+        Some(Ok(cg)) => match cg.rename(&cgroup_name(&dir)) {
+            Ok(cg) => match cg.limit(job.millicpu, job.memory_mib, job.limits.pids_max) {
+                Ok(()) => Some(cg),
+                Err(_) => {
+                    cg.remove();
+                    None
+                }
+            },
+            Err((cg, _)) => {
+                cg.remove();
+                None
+            }
+        },
+        Some(Err(_)) | None => None,
+    };
+    run(&dir, job, ready)
+}
+
+/// Runs one replica to its end (see [`main`]). `ready`: cgroups already entered, with the replica's name
+/// and limits (a pooled supervisor's).
+fn run(dir: &Path, job: ReplicaJob, ready: Option<Cgroup>) -> i32 {
+    let Ok(events) = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("events.jsonl"))
+    else {
+        return 2;
+    };
+    let pid = std::process::id();
+    let mut sup = Sup {
+        dir: dir.to_owned(),
+        state: ReplicaState {
+            supervisor_pid: pid,
+            supervisor_ticks: procs::start_ticks(pid).unwrap_or(0),
+            phase: Phase::Starting,
+            sandbox_pid: None,
+            started_ms: now_ms(),
+            exit: None,
+            precheck: None,
+        },
+        events,
+        sandbox: Arc::default(),
+        netns: None,
+        cgroups: Vec::new(),
+        evict: Arc::default(),
+        stepped_out: false,
+        scratch: None,
+    };
+    sup.save();
+    // The replica's network namespace is made while its cgroups are: both wait mostly on the kernel (moving
+    // a process between cgroups and making a namespace take machine-wide locks), not on each other.
+    let net = job.net.clone().map(|net| std::thread::spawn(move || netns::create_replica(&net)));
+    // So is its scratch's file system (formatting and mounting wait on the disk).
+    let scratch_fs = {
+        let (scratch, image, limits) = (dir.join("scratch"), dir.join(SCRATCH_IMAGE), job.limits);
+        std::thread::spawn(move || mount_scratch(&scratch, &image, limits.scratch_mib, limits.scratch_inodes))
+    };
+    let made = match ready {
+        Some(cg) => Ok(cg),
+        None => Cgroup::create(&cgroup_name(dir), job.millicpu, job.memory_mib, job.limits.pids_max),
+    };
+    let cgroup = match made {
+        Ok(cg) => {
+            sup.cgroups = cg.dirs();
+            if !cg.limits_pids() {
+                sup.event(
+                    Reason::LimitsNotEnforced,
+                    format!(
+                        "{}: the number of processes is not limited (this host has no pids cgroup)",
+                        job.name
+                    ),
+                );
+            }
+            Some(cg)
+        }
+        Err(why) => {
+            sup.event(
+                Reason::LimitsNotEnforced,
+                format!("{}: CPU, memory and process limits are not enforced: {why}", job.name),
+            );
+            None
+        }
+    };
+    if let Some(net) = net {
+        match net.join().unwrap_or_else(|_| Err("the network setup thread panicked".into())) {
+            Ok(fd) => sup.netns = Some(fd),
+            Err(why) => sup.event(
+                Reason::NetworkNotReady,
+                format!(
+                    "{}: no address on the attempt's network, so it reaches no other replica: {why}",
+                    job.name
+                ),
+            ),
+        }
+    }
+    match scratch_fs.join().unwrap_or_else(|_| Err("the scratch setup thread panicked".into())) {
+        Ok(fs) => sup.scratch = Some(Arc::new(fs)),
+        Err(why) => sup.event(
+            Reason::LimitsNotEnforced,
+            format!(
+                "{}: its scratch has no file system of its own, so its limits are checked every {} s only: {why}",
+                job.name,
+                super::scratch::SCRATCH_CHECK_EVERY.as_secs()
+            ),
+        ),
+    }
+    let stop_monitor = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let monitor = {
+        let (dir, job, pid, stop) =
+            (dir.to_owned(), job.monitor.clone(), sup.sandbox.clone(), stop_monitor.clone());
+        std::thread::spawn(move || super::metrics::monitor(&dir, &job, &pid, &stop))
+    };
+    let watcher = {
+        // The runtime dir is in the scratch.
+        let dirs = vec![dir.join("scratch")];
+        let (limits, evict, stop, fs) =
+            (job.limits, sup.evict.clone(), stop_monitor.clone(), sup.scratch.clone());
+        std::thread::spawn(move || {
+            watch_scratch(fs.as_deref(), &dirs, limits.scratch_mib, limits.scratch_inodes, &evict, &stop)
+        })
+    };
+    let Ok(log) = LogFile::open(dir, job.limits.log_bytes) else { return 2 };
+    let log = Arc::new(Mutex::new(log));
+
+    let mut exit = ExitRecord::default();
+    if let Some(pre) = &job.precheck {
+        sup.state.phase = Phase::Prechecking;
+        sup.save();
+        let out = run_phase(&mut sup, &job, pre, &log, &cgroup);
+        let result = sup.runtime_dir().and_then(|rt| rt.read("precheck.json"));
+        let message = result
+            .as_deref()
+            .and_then(|r| serde_json::from_slice::<serde_json::Value>(r).ok())
+            // Written inside the sandbox, so the task could make it anything: one bounded line in the events.
+            .and_then(|v| v["message"].as_str().map(|m| m.chars().take(PRECHECK_MESSAGE_MAX_CHARS).collect()))
+            .unwrap_or_else(|| "the precheck wrote no result".to_owned());
+        sup.state.precheck = Some(message.clone());
+        if out.code != Some(0) {
+            let failed = !out.stopped && !out.killed_outside && out.evicted.is_none();
+            exit = ExitRecord { precheck_failed: failed, ..out };
+        } else {
+            sup.event(Reason::PrecheckResult, format!("{}: {message}", job.name));
+        }
+    }
+    if sup.state.exit.is_none() && exit == ExitRecord::default() {
+        sup.state.phase = Phase::Running;
+        sup.save();
+        exit = run_phase(&mut sup, &job, &job.cmd, &log, &cgroup);
+    }
+    stop_monitor.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = monitor.join();
+    let _ = watcher.join();
+    let events = log.lock().map(|mut l| l.take_events()).unwrap_or_default();
+    for (reason, message) in events {
+        sup.event(reason, format!("{}: {message}", job.name));
+    }
+    if let Some(cg) = &cgroup {
+        exit.oom_killed |= cg.oom_killed();
+        cg.remove();
+    }
+    exit.at_ms = now_ms();
+    sup.state.phase = Phase::Exited;
+    sup.state.exit = Some(exit);
+    sup.save();
+    0
+}
+
+fn cgroup_name(dir: &Path) -> String {
+    // runs/TASK/aN/REPLICA -> TASK-aN-REPLICA: unique per replica and attempt.
+    let parts: Vec<String> = dir
+        .iter()
+        .rev()
+        .take(3)
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    parts.join("-")
+}
+
+/// Removes the cgroups of a replica whose supervisor did not (it was killed), once they are empty.
+pub fn remove_cgroups(replica_dir: &Path) {
+    Cgroup::remove_named(&cgroup_name(replica_dir));
+}
+
+/// The shell that starts the replica inside the sandbox: reads the replica's variables from `env_fd` (a
+/// NUL-separated `NAME=value` list: they never are bubblewrap's own), catches the checkpoint signals while
+/// it runs (a handler, not "ignore": an ignored signal stays ignored across exec, and the user's command
+/// must receive them), starts sshd when asked, then becomes the command.
+fn wrapper(sshd: bool, env_fd: i32) -> String {
+    let mut s = String::from("trap : USR1 USR2\n");
+    s.push_str(&format!(
+        "while IFS= read -r -d '' kv; do export \"$kv\" 2>/dev/null || true; done <&{env_fd}\nexec {env_fd}<&-\n"
+    ));
+    // Files in shared volumes stay writable by the group's next attempts (they run as other uids).
+    s.push_str("umask 0002\n");
+    if sshd {
+        s.push_str(&format!(
+            "if [ -x /usr/sbin/sshd ]; then /usr/sbin/sshd -f {RUNTIME_DIR}/ssh/sshd_config -E {RUNTIME_DIR}/ssh/sshd.log || echo 'trainyard: sshd did not start' >&2; else echo 'trainyard: passwordless SSH is on but the image has no /usr/sbin/sshd' >&2; fi\n"
+        ));
+    }
+    s.push_str("exec bash -c \"$TRAINYARD_CMD\"\n");
+    s
+}
+
+/// Runs one sandboxed command to its end (or through the stop protocol), with its output in the log.
+fn run_phase(
+    sup: &mut Sup,
+    job: &ReplicaJob,
+    cmd: &str,
+    log: &Arc<Mutex<LogFile>>,
+    cgroup: &Option<Cgroup>,
+) -> ExitRecord {
+    let fail = |log: &Arc<Mutex<LogFile>>, why: String| {
+        append_log(log, 'E', &format!("trainyard: cannot start the sandbox: {why}"));
+        ExitRecord { code: Some(127), ..ExitRecord::default() }
+    };
+    let seccomp = match memfd("trainyard-seccomp", &super::seccomp::filter_bytes()) {
+        Ok(fd) => fd,
+        Err(e) => return fail(log, format!("cannot hold the seccomp filter: {e}")),
+    };
+    let mut env_bytes = Vec::new();
+    for (k, v) in job.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).chain([("TRAINYARD_CMD", cmd)]) {
+        env_bytes.extend_from_slice(k.as_bytes());
+        env_bytes.push(b'=');
+        env_bytes.extend_from_slice(v.as_bytes());
+        env_bytes.push(0);
+    }
+    let env = match memfd("trainyard-env", &env_bytes) {
+        Ok(fd) => fd,
+        Err(e) => return fail(log, format!("cannot hold the environment: {e}")),
+    };
+    let start = Start {
+        seccomp_fd: Some(seccomp.as_raw_fd()),
+        cgroups: sup.cgroups.clone(),
+        in_netns: sup.netns.is_some(),
+    };
+    // bubblewrap reads its options from a sealed memory file, not its command line: the sandbox's pid 1 is a
+    // fork of it, and its command line (readable by every process inside) would name the host's paths.
+    let mut options = Vec::new();
+    for a in job.sandbox.args(&start) {
+        options.extend_from_slice(std::os::unix::ffi::OsStrExt::as_bytes(a.as_os_str()));
+        options.push(0);
+    }
+    let options = match memfd("trainyard-sandbox", &options) {
+        Ok(fd) => fd,
+        Err(e) => return fail(log, format!("cannot hold the sandbox's options: {e}")),
+    };
+    let script = wrapper(job.sshd && sup.state.phase == Phase::Running, env.as_raw_fd());
+    let mut c = Command::new(&job.bwrap);
+    c.arg("--args")
+        .arg(options.as_raw_fd().to_string())
+        .args(["bash", "-c", &script])
+        .env_clear()
+        .env("PATH", super::spawn::HOST_PATH)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    std::os::unix::process::CommandExt::process_group(&mut c, 0);
+    let id =
+        Identity { netns: sup.netns.as_ref(), uid: job.uid, gid: job.gid, keep: [seccomp, env, options] };
+    // The sandbox starts in the replica's cgroups, where the supervisor is until its first sandbox runs.
+    if sup.stepped_out
+        && let Some(cg) = cgroup
+        && let Err(e) = cg.step_in()
+    {
+        return fail(log, e);
+    }
+    sup.stepped_out = false;
+    let mut child = match spawn_as(c, id) {
+        Ok(child) => child,
+        Err(e) => return fail(log, format!("{}: {e}", job.bwrap.display())),
+    };
+    // The sandbox's PID namespace names its processes for every signal from here on (never bubblewrap's own
+    // process, but for want of the namespace: see `stop_protocol`). It exists within milliseconds unless bwrap
+    // failed or the machine is loaded (it once took 9 s); until it is found it is looked for again.
+    let t0 = Instant::now();
+    let mut init = None;
+    let mut ns = loop {
+        if let Some(ns) = procs::sandbox_ns(child.id()) {
+            init = procs::sandbox_init(child.id());
+            break Some(ns);
+        }
+        if matches!(child.try_wait(), Ok(Some(_))) || t0.elapsed() > Duration::from_secs(5) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    sup.state.sandbox_pid = Some(child.id());
+    sup.sandbox.store(child.id(), std::sync::atomic::Ordering::Relaxed);
+    sup.save();
+    // Off the sandbox's start (a move between cgroups waits on the kernel): the supervisor leaves the
+    // replica's limits, which are the sandbox's alone from here on.
+    if let Some(cg) = cgroup {
+        match cg.step_out() {
+            Ok(()) => sup.stepped_out = true,
+            Err(e) => sup.event(
+                Reason::LimitsNotEnforced,
+                format!("{}: the supervisor stays in the replica's cgroup: {e}", job.name),
+            ),
+        }
+    }
+    let readers: Vec<_> = [
+        child.stdout.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        child.stderr.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+    ]
+    .into_iter()
+    .zip(['O', 'E'])
+    .filter_map(|(s, tag)| s.map(|s| (s, tag)))
+    .map(|(s, tag)| {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            each_line(s, MAX_LINE_BYTES, |line| {
+                let text = String::from_utf8_lossy(line);
+                append_log(&log, tag, text.trim_end_matches(['\n', '\r']));
+            })
+        })
+    })
+    .collect();
+    let mut stopped = false;
+    let mut evicted = None;
+    let (mut copied_at, mut copied) = (Instant::now(), None::<Vec<u8>>);
+    let status = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break status;
+        }
+        if ns.is_none() {
+            ns = procs::sandbox_ns(child.id());
+            init = procs::sandbox_init(child.id());
+        }
+        if evicted.is_none()
+            && let Some(why) = sup.evict.lock().ok().and_then(|mut e| e.take())
+        {
+            // Over a limit: the whole sandbox goes at once, as an evicted pod's containers do.
+            sup.event(Reason::Evicted, format!("{}: {why}; ended", job.name));
+            kill_sandbox(&mut ns, &mut child);
+            evicted = Some(why);
+        }
+        let rotated = log.lock().map(|mut l| l.take_events()).unwrap_or_default();
+        for (reason, message) in rotated {
+            sup.event(reason, format!("{}: {message}", job.name));
+        }
+        if !stopped && let Some(req) = read_stop(&sup.dir) {
+            stopped = true;
+            stop_protocol(sup, job, &mut child, &mut ns, &req);
+            if let Ok(status) = child.wait() {
+                break status;
+            }
+        }
+        // The Ray head's view of its cluster, for the server's autoscaling: copied out of the runtime dir (the
+        // server does not see the scratch's file system).
+        if copied_at.elapsed() >= RAY_STATE_COPY_EVERY {
+            copied_at = Instant::now();
+            if let Some(b) = sup.runtime_dir().and_then(|rt| rt.read(RAY_STATE))
+                && copied.as_ref() != Some(&b)
+            {
+                let _ = super::files::write_atomic(&sup.dir.join(RAY_STATE), &b);
+                copied = Some(b);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    sup.sandbox.store(0, std::sync::atomic::Ordering::Relaxed);
+    // Whatever is left in the sandbox goes with it (killing its init takes every process in it along).
+    if let Some(ns) = &ns {
+        for (pid, _) in procs::ns_processes(ns) {
+            procs::signal(pid, procs::SIGKILL);
+        }
+    }
+    for r in readers {
+        let _ = r.join();
+    }
+    let init_killed = init.is_some_and(init_killed);
+    use std::os::unix::process::ExitStatusExt;
+    let oom_killed = cgroup.as_ref().is_some_and(Cgroup::oom_killed);
+    ExitRecord {
+        code: status.code(),
+        signal: status.signal(),
+        oom_killed,
+        stopped,
+        // bubblewrap passes the command's end on as an exit code (128 + signal); bubblewrap itself ended by
+        // a signal, or the sandbox's init ended before the command (not by the OOM killer's hand, which may
+        // pick either as both are in the replica's cgroup) means someone on the host killed the sandbox.
+        killed_outside: (status.signal().is_some() || init_killed)
+            && !stopped
+            && evicted.is_none()
+            && !oom_killed,
+        evicted,
+        ..ExitRecord::default()
+    }
+}
+
+/// The longest piece of a replica's output kept as one log line: a longer line (a process printing
+/// gigabytes without a newline) is logged in pieces of this size, so the supervisor never holds more.
+pub const MAX_LINE_BYTES: usize = 64 << 10;
+
+/// Calls `f` with each line read from `r` (its newline included), a line longer than `max` bytes in pieces
+/// of `max`: what is held at once is bounded whatever the output.
+fn each_line(r: impl std::io::Read, max: usize, mut f: impl FnMut(&[u8])) {
+    use std::io::BufRead;
+    let mut r = std::io::BufReader::new(r);
+    let mut line = Vec::with_capacity(256);
+    loop {
+        line.clear();
+        match std::io::Read::take(&mut r, max as u64).read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => f(&line),
+        }
+    }
+}
+
+fn read_stop(dir: &Path) -> Option<StopRequest> {
+    serde_json::from_slice(&std::fs::read(dir.join("stop.json")).ok()?).ok()
+}
+
+/// Signal + request file, wait for `checkpoint-done` or exit, then SIGTERM, grace, SIGKILL of every process
+/// in the sandbox. Each step is an event with its duration.
+fn stop_protocol(
+    sup: &mut Sup,
+    job: &ReplicaJob,
+    child: &mut Child,
+    ns: &mut Option<PathBuf>,
+    req: &StopRequest,
+) {
+    let runtime = sup.runtime_dir();
+    let name = job.name.clone();
+    let exited = |child: &mut Child| matches!(child.try_wait(), Ok(Some(_)));
+    let bwrap = child.id();
+    let mut user_processes =
+        || sandbox_processes(ns, bwrap).into_iter().filter(|&(_, inner)| inner != 1).collect::<Vec<_>>();
+    if req.checkpoint {
+        let t0 = Instant::now();
+        if let Some(rt) = &runtime {
+            let _ =
+                rt.create("checkpoint-requested", now_ms().to_string().as_bytes(), Some((job.uid, job.gid)));
+        }
+        // The notice goes to the processes that handle it (a trap in a shell, a handler in Python): one
+        // that does not would just die of it, and take the replica with it before anything was saved.
+        let mut told = std::collections::BTreeSet::new();
+        let mut tell = |told: &mut std::collections::BTreeSet<u32>| {
+            for (pid, _) in user_processes().into_iter().filter(|&(pid, _)| procs::catches(pid, req.signal)) {
+                if told.insert(pid) {
+                    procs::signal(pid, req.signal);
+                }
+            }
+        };
+        tell(&mut told);
+        let first = told.len();
+        sup.event(
+            Reason::CheckpointRequested,
+            format!(
+                "{name}: sent {} to {first} process{} that handle it and wrote {RUNTIME_DIR}/checkpoint-requested; waiting up to {} s",
+                trainyard_core::failure::signal_name(req.signal),
+                if first == 1 { "" } else { "es" },
+                req.checkpoint_timeout_s
+            ),
+        );
+        let deadline = Duration::from_secs(req.checkpoint_timeout_s);
+        loop {
+            if runtime.as_ref().is_some_and(|rt| rt.exists("checkpoint-done")) {
+                sup.event(
+                    Reason::CheckpointDone,
+                    format!("{name}: checkpoint reported done after {:.1} s", t0.elapsed().as_secs_f64()),
+                );
+                break;
+            }
+            if exited(child) {
+                sup.event(
+                    Reason::CheckpointDone,
+                    format!("{name}: exited {:.1} s after the notice", t0.elapsed().as_secs_f64()),
+                );
+                return;
+            }
+            // Processes that start (or install their handler) while the checkpoint is awaited get the notice
+            // too: a stop in the seconds before torchrun starts its workers must still reach them.
+            tell(&mut told);
+            if t0.elapsed() >= deadline {
+                sup.event(
+                    Reason::CheckpointTimedOut,
+                    format!("{name}: no checkpoint-done within {} s; terminating", req.checkpoint_timeout_s),
+                );
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    // SIGTERM to every process of the command (again to any that appear: the sandbox may still be starting),
+    // until the sandbox is gone or the grace period is over; then SIGKILL of everything in it.
+    let t1 = Instant::now();
+    let grace = Duration::from_secs(req.grace_s);
+    let mut termed = std::collections::BTreeSet::new();
+    loop {
+        if exited(child) {
+            sup.event(
+                Reason::Terminated,
+                format!("{name}: ended {:.1} s after SIGTERM", t1.elapsed().as_secs_f64()),
+            );
+            return;
+        }
+        if t1.elapsed() >= grace {
+            break;
+        }
+        for (pid, _) in user_processes() {
+            if termed.insert(pid) {
+                procs::signal(pid, procs::SIGTERM);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    kill_sandbox(ns, child);
+    let why = if req.grace_s == 0 {
+        // A failed node gives no grace: its replicas are gone at once.
+        format!("{name}: killed with SIGKILL at once (no grace period)")
+    } else {
+        format!("{name}: still running {} s after SIGTERM; killed with SIGKILL", req.grace_s)
+    };
+    sup.event(Reason::Killed, why);
+}
+
+/// Whether the sandbox's init (`pid`, bubblewrap's child) ended before the command it started, which only a
+/// signal from the host does (inside its namespace nothing can kill it). When the command ends, the init
+/// tells bubblewrap so and bubblewrap exits at once, leaving the init unreaped: it comes to this process (a
+/// child subreaper) and is reaped here. When the init is killed first, bubblewrap reaps it itself, and it
+/// is no child of this process. Called once bubblewrap has been reaped and the sandbox killed.
+fn init_killed(pid: u32) -> bool {
+    use rustix::process::{Pid, WaitOptions, waitpid};
+    let Some(pid) = Pid::from_raw(pid as i32) else { return false };
+    loop {
+        match waitpid(Some(pid), WaitOptions::empty()) {
+            Ok(_) => return false,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return e == rustix::io::Errno::CHILD,
+        }
+    }
+}
+
+/// The processes in the sandbox started by bubblewrap process `bwrap`, its PID namespace looked for first
+/// while it is not known yet.
+fn sandbox_processes(ns: &mut Option<PathBuf>, bwrap: u32) -> Vec<(u32, u32)> {
+    if ns.is_none() {
+        *ns = procs::sandbox_ns(bwrap);
+    }
+    ns.as_deref().map(procs::ns_processes).unwrap_or_default()
+}
+
+/// SIGKILL to everything in the sandbox: its namespace's init, which takes every process in it along. A
+/// sandbox whose namespace was never found (bubblewrap still setting it up) goes with bubblewrap itself: it
+/// runs with `--die-with-parent`, so what it started dies with it.
+fn kill_sandbox(ns: &mut Option<PathBuf>, child: &mut Child) {
+    let inside = sandbox_processes(ns, child.id());
+    if ns.is_none() {
+        let _ = child.kill();
+    }
+    for (pid, _) in inside {
+        procs::signal(pid, procs::SIGKILL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_longer_than_the_cap_is_logged_in_pieces_and_nothing_is_lost() {
+        // A 1 MiB line without a newline, then short lines.
+        let mut out = vec![b'x'; 1 << 20];
+        out.extend_from_slice(b"\nshort\r\nlast");
+        let mut pieces: Vec<Vec<u8>> = Vec::new();
+        each_line(&out[..], 4096, |l| pieces.push(l.to_vec()));
+        assert!(pieces.iter().all(|p| p.len() <= 4096), "no piece over the cap");
+        assert_eq!(pieces.concat(), out, "every byte, in order");
+        assert_eq!(pieces.len(), (1 << 20) / 4096 + 1 + 2);
+        assert_eq!(pieces[pieces.len() - 2], b"short\r\n");
+        assert_eq!(pieces[pieces.len() - 1], b"last");
+    }
+}
