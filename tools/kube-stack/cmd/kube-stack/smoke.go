@@ -25,6 +25,9 @@ import (
 	"time"
 )
 
+// How long the master of a failed PyTorchJob may take to show its own exit code after the job is Failed.
+const masterExitS = 10
+
 type smokeTest struct {
 	ns       string
 	t0       time.Time
@@ -291,7 +294,14 @@ status:
 		`jsonpath={range .status.conditions[*]}    {.type}={.status} {.reason}: {.message}{"\n"}{end}`); conds != "" {
 		fmt.Println(conds)
 	}
-	if code := t.jget("pod", "bad-exit-master-0", "{.status.containerStatuses[0].state.terminated.exitCode}"); code == "3" {
+	// The job is Failed as soon as one of its pods is: the master's own end can come a moment later.
+	code := ""
+	for deadline := time.Now().Add(masterExitS * time.Second); code == "" && time.Now().Before(deadline); {
+		if code = t.jget("pod", "bad-exit-master-0", "{.status.containerStatuses[0].state.terminated.exitCode}"); code == "" {
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	if code == "3" {
 		t.log("ok: master container exit code 3")
 	} else {
 		t.fail("master exit code '%s'", code)
