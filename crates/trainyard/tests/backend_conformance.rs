@@ -1,10 +1,12 @@
 //! One behaviour suite for every backend: the same scenarios, through the `Backend` trait alone, against the
-//! fake backend (scripted, on a virtual clock) and the local one (real sandboxed replicas, on the wall clock).
-//! A new backend (Kubernetes) implements [`Subject`] and runs the same scenarios.
+//! fake backend (`trainyard-runtime`: scripted, on a virtual clock), the local one (`trainyard-local`: real
+//! sandboxed replicas, on the wall clock) and the Kubernetes one (`trainyard-kube`: the real API server and
+//! operators of the test stack, `scripts/with-kube`, with kwok's pods). A new backend implements [`Subject`]
+//! and runs the same scenarios.
 //!
 //! Each scenario says what the attempt should do ([`Behaviour`]); a subject makes its backend do that (the
-//! fake by a script, the local backend by the command it runs), then the scenario checks the observations and
-//! what `alive` and the logs say.
+//! fake by a script, the local backend by the command it runs, the Kubernetes one by the labels kwok's stages
+//! follow), then the scenario checks the observations and what `alive` and the logs say.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
