@@ -241,13 +241,16 @@ impl LocalBackend {
         });
         // Pooled supervisors killed while they waited left their cgroups; then the pool is filled.
         pool::sweep();
+        pool::sweep_scratch(&cfg.runs_dir.join("-"));
         if let Err(why) = procs::weigh_replicas_together() {
             eprintln!("trainyard: replicas keep the default CPU weight together: {why}");
         }
         if let Err(why) = procs::weigh_server() {
             eprintln!("trainyard: the server keeps the root cgroup's CPU weight: {why}");
         }
-        let pool = Arc::new(pool::SupervisorPool::new(&cfg.supervisor, &cfg.runs_dir, cfg.supervisor_pool));
+        let scratch = Some((cfg.limits.scratch_mib, cfg.limits.scratch_inodes));
+        let pool =
+            Arc::new(pool::SupervisorPool::new(&cfg.supervisor, &cfg.runs_dir, cfg.supervisor_pool, scratch));
         pool.fill();
         Ok(LocalBackend { cfg: Arc::new(cfg), inner: Arc::new(Mutex::new(inner)), pool })
     }

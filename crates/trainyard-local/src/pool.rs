@@ -28,18 +28,27 @@ pub struct SupervisorPool {
     /// `RUNS_DIR/-`, a pooled supervisor's argument.
     marker: std::path::PathBuf,
     size: usize,
+    /// The replicas' scratch limits (MiB, inodes): pooled supervisors make a scratch file system for them
+    /// while they wait.
+    scratch: Option<(u64, u64)>,
     idle: Mutex<Vec<Child>>,
     filling: AtomicBool,
 }
 
 impl SupervisorPool {
     /// A pool of up to `size` idle supervisors (`exe args RUNS_DIR/-`); empty until [`SupervisorPool::fill`].
-    pub fn new(supervisor: &(std::path::PathBuf, Vec<String>), runs_dir: &Path, size: usize) -> Self {
+    pub fn new(
+        supervisor: &(std::path::PathBuf, Vec<String>),
+        runs_dir: &Path,
+        size: usize,
+        scratch: Option<(u64, u64)>,
+    ) -> Self {
         SupervisorPool {
             exe: supervisor.0.clone(),
             args: supervisor.1.clone(),
             marker: runs_dir.join("-"),
             size,
+            scratch,
             idle: Mutex::new(Vec::new()),
             filling: AtomicBool::new(false),
         }
@@ -89,7 +98,11 @@ impl SupervisorPool {
                 if have >= pool.size {
                     break;
                 }
-                match Self::command(&pool.exe, &pool.args, &pool.marker).spawn() {
+                let mut c = Self::command(&pool.exe, &pool.args, &pool.marker);
+                if let Some((mib, inodes)) = pool.scratch {
+                    c.env(super::scratch::POOL_SCRATCH_ENV, format!("{mib}:{inodes}"));
+                }
+                match c.spawn() {
                     Ok(child) => pool.idle.lock().unwrap_or_else(|e| e.into_inner()).push(child),
                     Err(_) => break,
                 }
@@ -109,6 +122,24 @@ impl Drop for SupervisorPool {
                 let _ = child.wait();
             }
         });
+    }
+}
+
+/// Removes the scratch images pooled supervisors made and left when they were killed while they waited (their
+/// mounts went with them), in the pool's dir (`RUNS_DIR/-`). Called before this server's pool starts.
+pub fn sweep_scratch(pool_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(pool_dir) else { return };
+    for e in entries.flatten() {
+        let path = e.path();
+        match path.extension().and_then(|x| x.to_str()) {
+            Some("img") => {
+                let _ = std::fs::remove_file(&path);
+            }
+            Some("mnt" | "empty") => {
+                let _ = std::fs::remove_dir(&path);
+            }
+            _ => {}
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 //! measures it and asks for an eviction over the limit (as the kubelet evicts a pod over its ephemeral
 //! storage). Where no file system can be made (no loop devices, no `mkfs.ext4`), the watcher alone limits it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -57,10 +57,11 @@ impl ScratchFs {
 }
 
 /// Makes the replica's scratch a file system of its own: `image` (sparse, created here) formatted with what
-/// `scratch` holds (the server put the replica's dirs and files there, owners kept), then mounted over
-/// `scratch` in the spawner's mount namespace (no set-uid, no devices). Err says why not; the scratch is then
+/// `content` holds (the scratch dir: the server put the replica's dirs and files there, owners kept), then
+/// mounted over `scratch` in the spawner's mount namespace (no set-uid, no devices). Err says why not; the scratch is then
 /// the dir as it is, on the data dir's disk.
 pub(super) fn mount_scratch(
+    content: &Path,
     scratch: &Path,
     image: &Path,
     limit_mib: u64,
@@ -81,7 +82,7 @@ pub(super) fn mount_scratch(
             .args(["-q", "-F", "-O", "^has_journal", "-m", "0", "-E", "lazy_itable_init=1,nodiscard", "-N"])
             .arg(image_inodes(limit_inodes).to_string())
             .arg("-d")
-            .arg(scratch)
+            .arg(content)
             .arg(image))?;
         let (scratch, image) = (scratch.to_owned(), image.to_owned());
         super::spawn::on_spawner(move |s| -> Result<ScratchFs, String> {
@@ -108,6 +109,141 @@ pub(super) fn mount_scratch(
         let _ = std::fs::remove_file(image);
     }
     made
+}
+
+/// The variable that gives a pooled supervisor the server's scratch limits (`MIB:INODES`), so that it makes
+/// its replica's scratch file system while it waits (see [`Premade`]).
+pub const POOL_SCRATCH_ENV: &str = "TRAINYARD_POOL_SCRATCH";
+
+/// A scratch file system a pooled supervisor made while it waited for a replica, mounted at
+/// `RUNS_DIR/-/PID.mnt` in its spawner's mount namespace: formatting and mounting (20 ms or more a replica)
+/// are then off the replica's start, which only copies what the server put in the scratch dir into it and
+/// moves the mount over the scratch dir.
+#[derive(Debug)]
+pub(super) struct Premade {
+    fs: ScratchFs,
+    image: PathBuf,
+    at: PathBuf,
+    limits: (u64, u64),
+}
+
+/// Makes a [`Premade`] scratch file system in the pool's dir (`RUNS_DIR/-`) for the given limits.
+pub(super) fn premake(pool_dir: &Path, limit_mib: u64, limit_inodes: u64) -> Result<Premade, String> {
+    let pid = std::process::id();
+    std::fs::create_dir_all(pool_dir).map_err(|e| format!("cannot create {}: {e}", pool_dir.display()))?;
+    let (image, at) = (pool_dir.join(format!("{pid}.img")), pool_dir.join(format!("{pid}.mnt")));
+    let _ = std::fs::remove_file(&image);
+    let _ = std::fs::remove_dir(&at);
+    std::fs::create_dir(&at).map_err(|e| format!("cannot create {}: {e}", at.display()))?;
+    let empty = pool_dir.join(format!("{pid}.empty"));
+    let _ = std::fs::remove_dir(&empty);
+    std::fs::create_dir(&empty).map_err(|e| format!("cannot create {}: {e}", empty.display()))?;
+    let fs = mount_scratch(&empty, &at, &image, limit_mib, limit_inodes);
+    let _ = std::fs::remove_dir(&empty);
+    match fs {
+        Ok(fs) => Ok(Premade { fs, image, at, limits: (limit_mib, limit_inodes) }),
+        Err(e) => {
+            let _ = std::fs::remove_dir(&at);
+            Err(e)
+        }
+    }
+}
+
+impl Premade {
+    /// Makes this file system the replica's scratch: what the server put in `scratch` copied in (owners and
+    /// modes kept), the image moved to `image`, the mount moved over `scratch`. Err (limits that differ, or a
+    /// step that failed) leaves nothing mounted and nothing of the image; the caller makes one as usual.
+    pub(super) fn adopt(
+        self,
+        scratch: &Path,
+        image: &Path,
+        limit_mib: u64,
+        limit_inodes: u64,
+    ) -> Result<ScratchFs, String> {
+        if self.limits != (limit_mib, limit_inodes) {
+            self.discard();
+            return Err("the pooled scratch was made for other limits".into());
+        }
+        let adopted = (|| {
+            copy_into(scratch, &self.fs.root)?;
+            std::fs::rename(&self.image, image)
+                .map_err(|e| format!("cannot move {}: {e}", self.image.display()))?;
+            let (from, to) = (self.at.clone(), scratch.to_owned());
+            super::spawn::on_spawner(move |_| rustix::mount::mount_move(&from, &to))
+                .ok_or("the spawner is gone")?
+                .map_err(|e| format!("cannot move the scratch's mount: {e}"))
+        })();
+        match adopted {
+            Ok(()) => {
+                let _ = std::fs::remove_dir(&self.at);
+                Ok(self.fs)
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(image);
+                self.discard();
+                Err(e)
+            }
+        }
+    }
+
+    /// Unmounts it and deletes its image (a pooled supervisor with no replica to run).
+    pub(super) fn discard(self) {
+        let Premade { fs, image, at, .. } = self;
+        drop(fs);
+        let target = at.clone();
+        let _ = super::spawn::on_spawner(move |_| {
+            rustix::mount::unmount(&target, rustix::mount::UnmountFlags::DETACH)
+        });
+        let _ = std::fs::remove_file(&image);
+        let _ = std::fs::remove_dir(&at);
+    }
+}
+
+/// Copies the tree under `src` (the server's, on the host) into the directory `dst`: dirs, regular files and
+/// links, owners and modes kept.
+fn copy_into(src: &Path, dst: &std::os::fd::OwnedFd) -> Result<(), String> {
+    use rustix::fs::{AtFlags, Gid, Mode, OFlags, Uid};
+    use std::os::unix::fs::MetadataExt;
+    let fail = |what: &Path, e: &dyn std::fmt::Display| format!("cannot copy {}: {e}", what.display());
+    let entries = std::fs::read_dir(src).map_err(|e| fail(src, &e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| fail(src, &e))?;
+        let (path, name) = (entry.path(), entry.file_name());
+        let meta = std::fs::symlink_metadata(&path).map_err(|e| fail(&path, &e))?;
+        let owner = (Some(Uid::from_raw(meta.uid())), Some(Gid::from_raw(meta.gid())));
+        let mode = Mode::from_raw_mode(meta.mode() & 0o7777);
+        if meta.is_dir() {
+            rustix::fs::mkdirat(dst, &name, Mode::from_raw_mode(0o700)).map_err(|e| fail(&path, &e))?;
+            let sub = rustix::fs::openat(
+                dst,
+                &name,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| fail(&path, &e))?;
+            copy_into(&path, &sub)?;
+            rustix::fs::fchown(&sub, owner.0, owner.1).map_err(|e| fail(&path, &e))?;
+            rustix::fs::fchmod(&sub, mode).map_err(|e| fail(&path, &e))?;
+        } else if meta.is_file() {
+            let bytes = std::fs::read(&path).map_err(|e| fail(&path, &e))?;
+            let fd = rustix::fs::openat(
+                dst,
+                &name,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            )
+            .map_err(|e| fail(&path, &e))?;
+            rustix::fs::fchown(&fd, owner.0, owner.1).map_err(|e| fail(&path, &e))?;
+            rustix::fs::fchmod(&fd, mode).map_err(|e| fail(&path, &e))?;
+            std::io::Write::write_all(&mut std::fs::File::from(fd), &bytes).map_err(|e| fail(&path, &e))?;
+        } else if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(&path).map_err(|e| fail(&path, &e))?;
+            rustix::fs::symlinkat(&target, dst, &name).map_err(|e| fail(&path, &e))?;
+            rustix::fs::chownat(dst, &name, owner.0, owner.1, AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(|e| fail(&path, &e))?;
+        }
+    }
+    Ok(())
 }
 
 /// Runs a host tool with the supervisor's fixed environment; Err holds what it said.

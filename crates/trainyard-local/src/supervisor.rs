@@ -30,7 +30,9 @@ use super::runtime_dir::{RAY_STATE, RuntimeDir};
 /// How often the Ray head's `ray-state.json` is copied out of its runtime dir.
 const RAY_STATE_COPY_EVERY: Duration = Duration::from_millis(500);
 use super::sandbox::{RUNTIME_DIR, Start};
-use super::scratch::{SCRATCH_IMAGE, ScratchFs, mount_scratch, watch_scratch};
+use super::scratch::{
+    POOL_SCRATCH_ENV, Premade, SCRATCH_IMAGE, ScratchFs, mount_scratch, premake, watch_scratch,
+};
 use super::spawn::{Identity, memfd, spawn_as};
 #[path = "stop.rs"]
 mod stop;
@@ -106,16 +108,28 @@ pub fn main(dir: &Path) -> i32 {
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     let pooled = dir.file_name().is_some_and(|n| n == "-");
     let waiting = pooled.then(|| Cgroup::enter_new(&pool_cgroup_name(std::process::id())));
+    // A pooled supervisor makes its replica's scratch file system while it waits, with the server's limits.
+    let premade = pooled
+        .then(|| std::env::var(POOL_SCRATCH_ENV).ok())
+        .flatten()
+        .and_then(|v| {
+            let (mib, inodes) = v.split_once(':')?;
+            Some((mib.parse().ok()?, inodes.parse().ok()?))
+        })
+        .and_then(|(mib, inodes)| premake(dir, mib, inodes).ok());
     let mut input = String::new();
     let read = std::io::Read::read_to_string(&mut std::io::stdin(), &mut input);
     if !pooled {
         let Ok(job) = serde_json::from_str::<ReplicaJob>(&input) else { return 2 };
-        return run(dir, job, None);
+        return run(dir, job, None, None);
     }
     let sent = read.ok().and_then(|_| serde_json::from_str::<PooledJob>(&input).ok());
     let Some(PooledJob { dir, job }) = sent else {
         if let Some(Ok(cg)) = waiting {
             cg.remove();
+        }
+        if let Some(p) = premade {
+            p.discard();
         }
         return if input.trim().is_empty() { 0 } else { 2 };
     };
@@ -137,12 +151,12 @@ pub fn main(dir: &Path) -> i32 {
         },
         Some(Err(_)) | None => None,
     };
-    run(&dir, job, ready)
+    run(&dir, job, ready, premade)
 }
 
 /// Runs one replica to its end (see [`main`]). `ready`: cgroups already entered, with the replica's name
-/// and limits (a pooled supervisor's).
-fn run(dir: &Path, job: ReplicaJob, ready: Option<Cgroup>) -> i32 {
+/// and limits, and `premade`, a scratch file system (a pooled supervisor's).
+fn run(dir: &Path, job: ReplicaJob, ready: Option<Cgroup>, premade: Option<Premade>) -> i32 {
     let Ok(events) = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("events.jsonl"))
     else {
         return 2;
@@ -174,7 +188,13 @@ fn run(dir: &Path, job: ReplicaJob, ready: Option<Cgroup>) -> i32 {
     // So is its scratch's file system (formatting and mounting wait on the disk).
     let scratch_fs = {
         let (scratch, image, limits) = (dir.join("scratch"), dir.join(SCRATCH_IMAGE), job.limits);
-        std::thread::spawn(move || mount_scratch(&scratch, &image, limits.scratch_mib, limits.scratch_inodes))
+        std::thread::spawn(move || {
+            let (mib, inodes) = (limits.scratch_mib, limits.scratch_inodes);
+            // A pooled supervisor's, made while it waited; else one made now.
+            premade
+                .and_then(|p| p.adopt(&scratch, &image, mib, inodes).ok())
+                .map_or_else(|| mount_scratch(&scratch, &scratch, &image, mib, inodes), Ok)
+        })
     };
     let made = match ready {
         Some(cg) => Ok(cg),

@@ -106,10 +106,14 @@ fn usage(pid: u32) -> Option<(f64, u64)> {
 /// The platform's processes for running replicas: supervisors and bubblewrap (outer and the sandbox's init).
 /// bubblewrap reads its options from a descriptor, so it is found as the supervisors' child and grandchild.
 fn platform_pids(data_dir: &str) -> Vec<u32> {
+    // Children of every thread: a supervisor starts bubblewrap from a thread of its own.
     let children = |pid: u32| -> Vec<u32> {
-        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-            .map(|c| c.split_whitespace().filter_map(|p| p.parse().ok()).collect())
-            .unwrap_or_default()
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+        tasks
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+            .flat_map(|c| c.split_whitespace().filter_map(|p| p.parse().ok()).collect::<Vec<u32>>())
+            .collect()
     };
     let bwrap =
         |pid: &u32| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e.ends_with("bwrap"));
