@@ -11,7 +11,7 @@
 #![no_main]
 
 #[allow(dead_code)]
-#[path = "../../crates/trainyard-images/src/unpack.rs"]
+#[path = "../../crates/trainyard-images/src/unpack/mod.rs"]
 mod unpack;
 
 use libfuzzer_sys::fuzz_target;
