@@ -10,7 +10,7 @@
 
 #![no_main]
 
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 #[path = "../../crates/trainyard-images/src/unpack/mod.rs"]
 mod unpack;
 
