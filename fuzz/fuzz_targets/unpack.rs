@@ -10,8 +10,8 @@
 
 #![no_main]
 
-#[allow(dead_code)]
-#[path = "../../crates/trainyard-images/src/unpack.rs"]
+#[allow(dead_code, unused_imports)]
+#[path = "../../crates/trainyard-images/src/unpack/mod.rs"]
 mod unpack;
 
 use libfuzzer_sys::fuzz_target;

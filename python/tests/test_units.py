@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from trainyard import LogLine, NotFound, ProblemError, ServerError, Status, ValidationError
 from trainyard._sse import events, split_lines
-from trainyard.client import _document
+from trainyard._tasks import _document
 
 
 def test_lines_split_on_crlf_lf_and_cr_across_chunks() -> None:

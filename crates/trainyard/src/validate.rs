@@ -1,6 +1,6 @@
 //! `trainyard validate`: problems with their paths, or the demand table.
 
-use crate::Output;
+use crate::cli::Output;
 use serde::Serialize;
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,8 @@
+use super::layer::DISK_CHECK_ENTRIES;
 use super::*;
+use rustix::fs::{FileType, Mode, OFlags};
 use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 
 /// A scratch dir of this test's own, removed when dropped.
 pub(crate) struct Scratch(pub PathBuf);
