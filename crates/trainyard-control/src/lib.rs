@@ -41,6 +41,7 @@ mod reconcile;
 pub mod registry_logins;
 mod report;
 mod requests;
+mod rules;
 pub mod secrets;
 mod submit;
 mod sync;

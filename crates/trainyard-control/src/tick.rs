@@ -10,7 +10,6 @@ use crate::policy::Step;
 use crate::queue::Waiting;
 use crate::report::{TickReport, us_since};
 use crate::{Control, alarms};
-use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -369,38 +368,19 @@ impl<B: Backend> Control<B> {
                 left.push(e.id.clone());
             }
         }
-        // Each pool's starving task (as the cycle picks it: past the threshold, highest priority, then oldest)
-        // is looked at by every cycle, parked or not.
+        // Each pool's starving task (as the cycle picks it, `trainyard_sched::starving`) is looked at by every
+        // cycle, parked or not. Queued tasks only: an autoscaling task's extra workers are passed over, so the
+        // queued task that would starve next is looked at too.
         let threshold = self.config.starvation_after_ms;
-        let now = now_ms.max(0) as u64;
-        let mut starving: BTreeMap<trainyard_sched::PoolIx, usize> = BTreeMap::new();
-        for (k, a) in snap.pending.iter().enumerate() {
-            if index.scale_ups.contains(&k)
-                || !a.nominated.is_empty()
-                || now.saturating_sub(a.submitted_at_ms) < threshold
-            {
-                continue;
-            }
-            let best = starving.entry(a.pool).or_insert(k);
-            let b = &snap.pending[*best];
-            if (Reverse(a.priority), a.submitted_at_ms, a.id) < (Reverse(b.priority), b.submitted_at_ms, b.id)
-            {
-                *best = k;
-            }
-        }
+        let starving = trainyard_sched::starving(&snap, now_ms.max(0) as u64, threshold, |k| {
+            index.scale_ups.contains(&k)
+        });
         unparked.extend(starving.values().map(|&k| active_key(&entries[index.pending[k]].record)));
         self.unparked = unparked;
         self.admit(entries, admits, now_ms, report).await?;
         // When the clock alone would change the plan: the next queued task to reach the starvation threshold
         // (parked tasks' thresholds were counted by the full plan that parked them).
-        let next = snap
-            .pending
-            .iter()
-            .filter(|a| a.nominated.is_empty())
-            .map(|a| a.submitted_at_ms.saturating_add(threshold).min(i64::MAX as u64) as i64)
-            .filter(|&at| at > now_ms)
-            .min()
-            .unwrap_or(i64::MAX);
+        let next = trainyard_sched::next_starving_at_ms(&snap, now_ms, threshold);
         self.quiet_until_ms = if full { next } else { self.quiet_until_ms.min(next) };
         // Places on the board, by the fair order with this plan's shares; only what moved is written.
         let shares = trainyard_sched::dominant_shares(&snap, &plan);

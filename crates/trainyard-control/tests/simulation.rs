@@ -262,10 +262,8 @@ impl Sim {
             && (DELETE_HOLDING || !self.holds(&id).await?)
         {
             // As the API deletes: whatever runs is stopped first, then the record leaves the lists.
-            let r = self.control().stop(&id, true, now).await.map(drop);
-            self.commanded("delete (stop)", &id, r)?;
-            let store = self.control().store().clone();
-            store.delete_task(&id, now).await.map_err(|e| format!("delete {id} failed: {e}"))?;
+            let r = self.control().delete(&id, now).await;
+            self.commanded("delete", &id, r)?;
             self.checker.deleted.insert(id);
         }
         if self.rng.chance(0.1)

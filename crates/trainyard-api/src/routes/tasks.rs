@@ -16,7 +16,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use trainyard_control::CommandError;
 use trainyard_core::lifecycle::Status;
 use trainyard_core::spec::TaskType;
 use trainyard_store::{Accelerator, Created, MAX_PAGE, StoreError, TaskFilter, TaskRecord, User};
@@ -307,17 +306,10 @@ pub async fn delete_task(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// One delete, as a single or a bulk delete does it.
+/// One delete, as a single or a bulk delete does it (the control crate's [`trainyard_control::Control::delete`]:
+/// stopped first when it runs, then marked deleted).
 async fn delete_one(state: &AppState, t: &TaskRecord) -> ApiResult<()> {
-    if t.deleted {
-        return Ok(());
-    }
-    let control = state.control.lock().await;
-    match control.stop(&t.id, true, now_ms()).await {
-        Ok(_) | Err(CommandError::WrongState { .. }) => {}
-        Err(e) => return Err(e.into()),
-    }
-    state.store.delete_task(&t.id, now_ms()).await?;
+    state.control.lock().await.delete(&t.id, now_ms()).await?;
     Ok(())
 }
 
