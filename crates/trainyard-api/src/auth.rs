@@ -33,9 +33,9 @@ async fn caller(state: &AppState, headers: &HeaderMap) -> ApiResult<Caller> {
         Some(found) => found,
         None => {
             let found = state.store.token_account(&hash).await?.ok_or(ApiError::Unauthorized)?;
-            let (store, used) = (state.store.clone(), hash.clone());
+            let (writer, used) = (state.writer.clone(), hash.clone());
             tokio::spawn(async move {
-                if let Err(e) = store.touch_token(&used, crate::state::now_ms()).await {
+                if let Err(e) = writer.touch_token(&used).await {
                     eprintln!("trainyard: recording a token's use: {e}");
                 }
             });

@@ -2,7 +2,6 @@
 
 use crate::backends::AnyBackend;
 use crate::metrics::Metrics;
-use crate::state::now_ms;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Mutex;
@@ -40,7 +39,11 @@ pub fn spawn_control_loop(
     tokio::spawn(async move {
         loop {
             let started = std::time::Instant::now();
-            let result = control.lock().await.tick(now_ms()).await;
+            let result = {
+                let mut control = control.lock().await;
+                let now_ms = control.sources().clock.now_ms();
+                control.tick(now_ms).await
+            };
             let took = started.elapsed();
             let (settling, floor) = match result {
                 Ok(report) => {
@@ -90,11 +93,12 @@ pub fn spawn_alarm_delivery(
     store: Store,
     webhooks: trainyard_control::alarms::Webhooks,
     key: Vec<u8>,
+    clock: Arc<dyn trainyard_control::Clock>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             if let Err(e) =
-                trainyard_control::alarms::deliver_due_with(&store, &webhooks, &key, now_ms()).await
+                trainyard_control::alarms::deliver_due_with(&store, &webhooks, &key, clock.now_ms()).await
             {
                 eprintln!("trainyard: alarm delivery: {e}");
             }
@@ -127,18 +131,10 @@ pub fn spawn_inventory_sync(state: crate::AppState) -> Option<tokio::task::JoinH
                 if let Some((next, said)) =
                     trainyard_kube::inventory::merge(&catalog, before[i].as_ref(), &now, &serves)
                 {
-                    let text = match serde_json::to_string(&next) {
-                        Ok(t) => t,
-                        Err(e) => {
-                            eprintln!("trainyard: the cluster's nodes: {e}");
-                            continue;
-                        }
-                    };
-                    if let Err(e) = state.store.put_setting(crate::CATALOG_SETTING, &text, now_ms()).await {
+                    if let Err(e) = state.writer.replace_catalog(next).await {
                         eprintln!("trainyard: saving the cluster's nodes in the catalog: {e}");
                         continue;
                     }
-                    state.catalog.set(next);
                     for line in said {
                         println!("trainyard: catalog: {line}");
                     }

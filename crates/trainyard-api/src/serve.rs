@@ -5,7 +5,7 @@
 use crate::background::{spawn_alarm_delivery, spawn_control_loop, webhook_key};
 use crate::error::ProblemBody;
 use crate::router::{metrics_router, router};
-use crate::state::{AppState, now_ms};
+use crate::state::AppState;
 use axum::Router;
 use axum::http::StatusCode;
 use std::sync::Arc;
@@ -64,7 +64,9 @@ pub async fn serve_with(
     options: ServeOptions,
 ) -> std::io::Result<()> {
     keep_to_small_pages();
-    let resealed = trainyard_control::secrets::reseal_legacy(&state.store, &state.secrets, now_ms())
+    let resealed = state
+        .writer
+        .reseal_legacy(&state.secrets)
         .await
         .map_err(|e| std::io::Error::other(format!("re-sealing hidden values: {e}")))?;
     if resealed != Default::default() {
@@ -78,8 +80,12 @@ pub async fn serve_with(
         .metrics_listener
         .map(|l| tokio::spawn(serve_connections(l, metrics_router(state.clone()), limits)));
     let ticker = spawn_control_loop(state.control.clone(), state.metrics.clone(), state.wake.clone());
-    let alarms =
-        spawn_alarm_delivery(state.store.clone(), state.webhooks.clone(), webhook_key(&state.secrets));
+    let alarms = spawn_alarm_delivery(
+        state.store.clone(),
+        state.webhooks.clone(),
+        webhook_key(&state.secrets),
+        state.clock.clone(),
+    );
     let inventory = crate::background::spawn_inventory_sync(state.clone());
     let result = serve_connections(listener, router(state), limits).await;
     ticker.abort();

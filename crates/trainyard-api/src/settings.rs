@@ -98,9 +98,14 @@ impl AdminSettings {
     }
 
     /// Stores these settings (servers sharing the store read them within [`SETTINGS_CACHE_TTL`]).
+    #[allow(clippy::disallowed_methods)] // For the benchmarks' setup, which has no server yet.
     pub async fn save(&self, store: &Store, at_ms: i64) -> Result<(), StoreError> {
-        let text = serde_json::to_string(self).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        store.put_setting(SETTINGS_SETTING, &text, at_ms).await
+        store.put_setting(SETTINGS_SETTING, &self.text(), at_ms).await
+    }
+
+    /// These settings as the store keeps them (the API writes them through `trainyard_control::Writer`).
+    pub fn text(&self) -> String {
+        serde_json::to_string(self).expect("the settings always serialise")
     }
 }
 

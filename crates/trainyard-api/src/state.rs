@@ -4,7 +4,6 @@ use crate::backends::AnyBackend;
 use crate::metrics::Metrics;
 use crate::tokens::TokenCache;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::Mutex;
 use trainyard_control::secrets::SecretBox;
 use trainyard_control::{CatalogHandle, Control, QueueBoard};
@@ -47,6 +46,17 @@ pub struct Shared {
     pub views: trainyard_control::SchedViews,
     /// Admins' settings of the API (the per-user cap on queued tasks), as last read.
     pub settings: crate::settings::SettingsCache,
+    /// The one way the API writes what is not a submission or a task's lifecycle (`store` is for reads).
+    pub writer: trainyard_control::Writer,
+    /// The control plane's clock (the system's, unless the loop was given another): what handlers call now.
+    pub clock: Arc<dyn trainyard_control::Clock>,
+}
+
+impl Shared {
+    /// Now, as Unix time in milliseconds, on the control plane's clock.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
 }
 
 impl AppState {
@@ -69,6 +79,8 @@ impl AppState {
             accounts: control.accounts(),
             submitter: control.submitter(),
             views: control.views(),
+            writer: control.writer(),
+            clock: control.sources().clock.clone(),
             webhooks: trainyard_control::alarms::Webhooks::system(),
             tokens: Default::default(),
             settings: Default::default(),
@@ -106,7 +118,8 @@ impl std::fmt::Debug for Shared {
     }
 }
 
-/// Now, as Unix time in milliseconds: the one clock the API and the loops it starts read.
+/// Now, as Unix time in milliseconds, on the system's clock: for what runs before an [`AppState`] exists (a
+/// handler reads [`Shared::now_ms`]).
 pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    trainyard_control::Clock::now_ms(&trainyard_control::SystemClock)
 }

@@ -6,7 +6,7 @@
 use crate::auth::{may_use_catalog, may_use_group};
 use crate::error::{ApiError, ApiResult};
 use crate::settings::check_queued_cap;
-use crate::state::{AppState, now_ms};
+use crate::state::AppState;
 use std::borrow::Cow;
 use trainyard_core::spec::AlarmSubscription;
 use trainyard_core::{Report, TrainingTask};
@@ -63,7 +63,7 @@ pub async fn submit(state: &AppState, user: &User, draft: Draft<'_>) -> ApiResul
     }
     // Held until the task is stored: near the cap, the caller's creates take turns.
     let pass = check_queued_cap(&state.settings, &state.store, &user.name, idempotency_key).await?;
-    let created = state.submitter.submit(&user.name, &task, &body, idempotency_key, now_ms()).await?;
+    let created = state.submitter.submit(&user.name, &task, &body, idempotency_key, state.now_ms()).await?;
     drop(pass);
     state.wake.notify_one();
     Ok(Submitted { created, task })

@@ -1,6 +1,9 @@
 //! The API end to end through real HTTP on loopback: a server on an ephemeral port with SQLite and the fake
 //! backend, driven by a plain HTTP client.
 
+// Tests set up the store directly (users, tokens, tasks in given states) before asking the API.
+#![allow(clippy::disallowed_methods)]
+
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

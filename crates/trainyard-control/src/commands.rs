@@ -1,10 +1,12 @@
-//! Users' commands on a task: stop (and delete), resubmit.
+//! Users' commands on a task: stop, delete, resubmit. What each does to a task in each status is decided in
+//! `rules` (pure); this file reads the task, asks, and carries the answer out.
 
 use crate::Control;
 use crate::error::CommandError;
 use crate::policy::Step;
+use crate::rules::{self, DeleteDecision, StopRequest};
 use trainyard_core::lifecycle::{Reason, Status};
-use trainyard_runtime::{Backend, StopCause};
+use trainyard_runtime::Backend;
 use trainyard_store::TaskRecord;
 
 impl<B: Backend> Control<B> {
@@ -24,57 +26,63 @@ impl<B: Backend> Control<B> {
         message: &'static str,
         now_ms: i64,
     ) -> Result<TaskRecord, CommandError> {
-        let t =
-            self.store.get_task(task_id).await?.ok_or_else(|| CommandError::NotFound(task_id.to_owned()))?;
-        let status = t.status;
-        let reason = if deleting { Reason::Deleted } else { Reason::StopRequested };
-        let to = match status {
-            Status::Queued => Status::Stopped,
-            s if s.holds_resources() && s != Status::Stopping => Status::Stopping,
-            s => {
-                return Err(CommandError::WrongState {
-                    name: t.name.clone(),
-                    status: s.to_string(),
-                    what: "there is nothing to stop",
-                });
-            }
-        };
-        let updated =
-            self.apply(&t, Step::new(to, reason, message, t.attempt), now_ms).await?.ok_or_else(|| {
-                CommandError::WrongState {
-                    name: t.name.clone(),
-                    status: t.status.to_string(),
-                    what: "it changed meanwhile; try again",
-                }
-            })?;
-        if to == Status::Stopping {
-            let cause = if deleting { StopCause::Deleted } else { StopCause::UserStop };
+        let t = self.task(task_id).await?;
+        let request = if deleting { StopRequest::Delete } else { StopRequest::Stop };
+        let stop = rules::on_stop(t.status, request).map_err(|what| CommandError::WrongState {
+            name: t.name.clone(),
+            status: t.status.to_string(),
+            what,
+        })?;
+        self.carry_out_stop(&t, stop, message, now_ms).await
+    }
+
+    /// A stop decided: the transition committed, then, if something runs, the backend asked to stop it.
+    async fn carry_out_stop(
+        &self,
+        t: &TaskRecord,
+        stop: rules::StopDecision,
+        message: &'static str,
+        now_ms: i64,
+    ) -> Result<TaskRecord, CommandError> {
+        let updated = self
+            .apply(t, Step::new(stop.to, stop.reason, message, t.attempt), now_ms)
+            .await?
+            .ok_or_else(|| changed_meanwhile(t))?;
+        if let Some(cause) = stop.backend_stop {
             self.send_stop(&updated, cause, now_ms).await?;
         }
         Ok(updated)
     }
 
+    /// Deletes a task: whatever runs is stopped first (with the checkpoint notice), then it leaves lists; the
+    /// record and history stay, readable by id. Deleting a deleted task again changes nothing.
+    pub async fn delete(&self, task_id: &str, now_ms: i64) -> Result<(), CommandError> {
+        let t = self.task(task_id).await?;
+        match rules::on_delete(t.status, t.deleted) {
+            DeleteDecision::Nothing => return Ok(()),
+            DeleteDecision::StopThenMark(stop) => {
+                match self.carry_out_stop(&t, stop, "deleted by a user", now_ms).await {
+                    // Moved on meanwhile (it ended, or another stop came first): deleted all the same.
+                    Ok(_) | Err(CommandError::WrongState { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            DeleteDecision::Mark => {}
+        }
+        self.store.delete_task(&t.id, now_ms).await?;
+        Ok(())
+    }
+
     /// Queues an ended task again as a new attempt (a manual resubmission does not spend the retry budget).
     pub async fn resubmit(&self, task_id: &str, now_ms: i64) -> Result<TaskRecord, CommandError> {
-        let t =
-            self.store.get_task(task_id).await?.ok_or_else(|| CommandError::NotFound(task_id.to_owned()))?;
-        let status = t.status;
-        // A deleted task is out of every list and view the loop keeps: queued again it would wait forever,
-        // unseen. (A delete racing this call bumps the version, so the transition below then conflicts.)
-        if self.store.is_deleted(&t.id).await? {
-            return Err(CommandError::WrongState {
-                name: t.name.clone(),
-                status: "deleted".into(),
-                what: "a deleted task cannot be resubmitted; clone it to run its spec again",
-            });
-        }
-        if !status.is_terminal() {
-            return Err(CommandError::WrongState {
-                name: t.name.clone(),
-                status: t.status.to_string(),
-                what: "only an ended task can be resubmitted",
-            });
-        }
+        let t = self.task(task_id).await?;
+        // (A delete racing this call bumps the version, so the transition below then conflicts.)
+        let deleted = self.store.is_deleted(&t.id).await?;
+        rules::on_resubmit(t.status, deleted).map_err(|r| CommandError::WrongState {
+            name: t.name.clone(),
+            status: r.state.map_or_else(|| t.status.to_string(), str::to_owned),
+            what: r.what,
+        })?;
         self.apply(
             &t,
             Step::new(Status::Queued, Reason::Resubmitted, "resubmitted by a user", t.attempt + 1)
@@ -82,10 +90,20 @@ impl<B: Backend> Control<B> {
             now_ms,
         )
         .await?
-        .ok_or_else(|| CommandError::WrongState {
-            name: t.name.clone(),
-            status: t.status.to_string(),
-            what: "it changed meanwhile; try again",
-        })
+        .ok_or_else(|| changed_meanwhile(&t))
+    }
+
+    /// The task, or `NotFound`.
+    async fn task(&self, task_id: &str) -> Result<TaskRecord, CommandError> {
+        self.store.get_task(task_id).await?.ok_or_else(|| CommandError::NotFound(task_id.to_owned()))
+    }
+}
+
+/// A transition that conflicted: the task changed between the read and the write.
+fn changed_meanwhile(t: &TaskRecord) -> CommandError {
+    CommandError::WrongState {
+        name: t.name.clone(),
+        status: t.status.to_string(),
+        what: "it changed meanwhile; try again",
     }
 }

@@ -15,10 +15,12 @@
 //! `tick` (one round and its scheduling cycle) and `report` (what it did), `apply` (checked transitions),
 //! `launch` (admissions and what a backend is given), `requests` (the backend asked, refusals retried),
 //! `observe` (what a backend reports), `policy` (the pure decisions: observation to transition, retries,
-//! waits after a refusal), `reconcile`, `autoscale`, `commands` (stop, resubmit), `accounts` (a user's work
-//! when an admin disables, enables or deletes them: held, stopped or kept), `handles` and `views` (what
-//! readers share), `ids`, `error`, `place` (the scheduler's snapshot and placements), `queue` (the waiting
-//! tasks between cycles, parked ones included, and their places on the board), `alarms`, `secrets`.
+//! waits after a refusal), `reconcile`, `autoscale`, `commands` (stop, delete, resubmit, carried out as
+//! `rules`, pure, decides), `accounts` (a user's work when an admin disables, enables or deletes them: held,
+//! stopped or kept), `handles` and `views` (what readers share), `writer` (the API's other writes), `clock`
+//! and `ids` (where time and new ids come from: the system's, or a seeded run's), `error`, `place` (the
+//! scheduler's snapshot and placements), `queue` (the waiting tasks between cycles, parked ones included, and
+//! their places on the board), `alarms`, `secrets`.
 
 #![forbid(unsafe_code)]
 
@@ -27,6 +29,7 @@ mod active;
 pub mod alarms;
 mod apply;
 mod autoscale;
+mod clock;
 mod commands;
 mod error;
 mod handles;
@@ -41,19 +44,24 @@ mod reconcile;
 pub mod registry_logins;
 mod report;
 mod requests;
+mod rules;
 pub mod secrets;
 mod submit;
 mod sync;
 mod tick;
 mod views;
 mod webhooks;
+mod writer;
 
 pub use accounts::{AccountChange, AccountsHandle, QueuedWork, RunningWork, WorkChoice};
+pub use clock::{Clock, ManualClock, Sources, SystemClock};
 pub use error::{CommandError, SubmitError};
 pub use handles::{Arrivals, CatalogHandle, QueueBoard, QueueInfo, SnapshotBoard};
+pub use ids::Ids;
 pub use report::{Phases, TickReport};
 pub use submit::{Submitter, validate};
 pub use views::{QuotaLine, SchedViews};
+pub use writer::{CATALOG_SETTING, Writer};
 
 use active::{ActiveKey, WorkingSet};
 use intern::SpecInterner;
@@ -129,6 +137,8 @@ pub struct Control<B> {
     requests: policy::Requests,
     /// Disabled and deleted users: whose queued work the plans leave out (see `accounts`).
     accounts: AccountsHandle,
+    /// Where the time (for measuring) and new ids come from.
+    sources: Sources,
 }
 
 impl<B: Backend> Control<B> {
@@ -178,7 +188,25 @@ impl<B: Backend> Control<B> {
             full_read: None,
             requests: policy::Requests::default(),
             accounts: AccountsHandle::default(),
+            sources: Sources::default(),
         }
+    }
+
+    /// This loop with another clock and other ids (a seeded simulation's; the default is the system's clock
+    /// and the process's ids). The submitters it hands out from here on draw from them.
+    pub fn with_sources(mut self, sources: Sources) -> Self {
+        self.sources = sources;
+        self
+    }
+
+    /// The handle through which the API writes what is not a task's lifecycle or a submission.
+    pub fn writer(&self) -> Writer {
+        Writer::new(self.store.clone(), self.catalog.clone(), self.sources.clock.clone())
+    }
+
+    /// The clock and ids this loop uses, for the API to read its time from.
+    pub fn sources(&self) -> &Sources {
+        &self.sources
     }
 
     /// The handle through which this process's API hands new tasks to the loop.
@@ -213,6 +241,7 @@ impl<B: Backend> Control<B> {
             secrets: self.secrets.clone(),
             catalog: self.catalog.clone(),
             arrivals: self.arrivals.clone(),
+            ids: self.sources.ids.clone(),
         }
     }
 

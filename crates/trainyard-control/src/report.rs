@@ -40,8 +40,3 @@ pub struct Phases {
     /// The backend made to match the store.
     pub reconcile_us: u32,
 }
-
-/// Microseconds since `t`, saturated.
-pub(crate) fn us_since(t: std::time::Instant) -> u32 {
-    t.elapsed().as_micros().min(u128::from(u32::MAX)) as u32
-}

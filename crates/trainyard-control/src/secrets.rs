@@ -81,6 +81,7 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
 }
 
+#[allow(clippy::disallowed_methods)] // Keys and nonces are the one randomness the crate draws itself.
 fn random<const N: usize>() -> std::io::Result<[u8; N]> {
     let mut buf = [0u8; N];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;

@@ -4,7 +4,7 @@
 use crate::error::SubmitError;
 use crate::handles::Arrivals;
 use crate::handles::CatalogHandle;
-use crate::ids::*;
+use crate::ids::Ids;
 use crate::secrets::SecretBox;
 use trainyard_core::lifecycle::{Reason, Status};
 use trainyard_core::spec::TrainingTask;
@@ -27,6 +27,7 @@ pub fn validate(catalog: &Catalog, body: &[u8]) -> Result<TrainingTask, SubmitEr
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn store_task(
     store: &Store,
+    ids: &Ids,
     secrets: &SecretBox,
     catalog: &Catalog,
     owner: &str,
@@ -37,7 +38,7 @@ pub(crate) async fn store_task(
 ) -> Result<(Created, TrainingTask), SubmitError> {
     // The id is chosen before sealing: hidden values are bound to it (and to the owner), so they cannot be
     // replayed into another task's record.
-    let id = task_id(now_ms);
+    let id = ids.task_id(now_ms);
     let mut sealed = task.clone();
     secrets
         .seal(&mut sealed, &id, owner)
@@ -51,7 +52,7 @@ pub(crate) async fn store_task(
     for _ in 0..NAME_TRIES {
         let new = NewTask {
             id: id.clone(),
-            name: format!("{}-{}", task.metadata.name_prefix, NAME_SUFFIXES.take()),
+            name: format!("{}-{}", task.metadata.name_prefix, ids.name_suffix()),
             owner: owner.to_owned(),
             project_group: task.metadata.project_group.clone(),
             task_type: task.spec.task_type.to_string(),
@@ -66,7 +67,7 @@ pub(crate) async fn store_task(
         };
         match store.create_task(&new).await {
             Err(StoreError::NameTaken(n)) => {
-                NAME_SUFFIXES.jump();
+                ids.name_taken();
                 last = Some(StoreError::NameTaken(n));
             }
             other => return Ok((other?, sealed)),
@@ -84,6 +85,7 @@ pub struct Submitter {
     pub(crate) secrets: SecretBox,
     pub(crate) catalog: CatalogHandle,
     pub(crate) arrivals: Arrivals,
+    pub(crate) ids: std::sync::Arc<Ids>,
 }
 
 impl Submitter {
@@ -103,6 +105,7 @@ impl Submitter {
     ) -> Result<Created, SubmitError> {
         let (created, sealed) = store_task(
             &self.store,
+            &self.ids,
             &self.secrets,
             &self.catalog.get(),
             owner,

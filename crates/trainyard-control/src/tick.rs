@@ -8,12 +8,10 @@ use crate::handles::*;
 use crate::place::{Placement, snapshot_for};
 use crate::policy::Step;
 use crate::queue::Waiting;
-use crate::report::{TickReport, us_since};
+use crate::report::TickReport;
 use crate::{Control, alarms};
-use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
 use trainyard_core::Catalog;
 use trainyard_core::lifecycle::{Reason, Status};
 use trainyard_runtime::{Backend, StopCause};
@@ -27,7 +25,7 @@ impl<B: Backend> Control<B> {
     /// One round: what the backend reports, then scheduling, then the plan, then reconciling.
     pub async fn tick(&mut self, now_ms: i64) -> Result<TickReport, CommandError> {
         let mut report = TickReport::default();
-        let t0 = Instant::now();
+        let t0 = self.sources.clock.monotonic_us();
         for obs in self.backend.poll(now_ms.max(0) as u64).await {
             report.observations += 1;
             if !self.observe(&obs, now_ms).await? {
@@ -35,8 +33,8 @@ impl<B: Backend> Control<B> {
             }
         }
 
-        report.phases.observe_us = us_since(t0);
-        let t0 = Instant::now();
+        report.phases.observe_us = self.sources.us_since(t0);
+        let t0 = self.sources.clock.monotonic_us();
         let mut arrived = std::mem::take(&mut self.arrived);
         self.arrivals.swap(&mut arrived);
         for (t, spec) in arrived.drain(..) {
@@ -47,7 +45,7 @@ impl<B: Backend> Control<B> {
         // A stored task that cannot be read any more is left alone (and reported once); it must not stop the
         // loop for every other task.
         self.read_missing_specs(now_ms).await?;
-        report.phases.sync_us = us_since(t0);
+        report.phases.sync_us = self.sources.us_since(t0);
         // The working set is lent to this tick's readers as it is (no copies of its records): taken out for
         // the tick, and put back whatever happens.
         let active = std::mem::take(&mut self.active);
@@ -108,7 +106,7 @@ impl<B: Backend> Control<B> {
         // Queued longer than a subscription (the task's or its owner's) allows: raised once per attempt (the
         // store keeps it once).
         // Thresholds are in seconds: looked at about once a second, not on every tick.
-        let t0 = Instant::now();
+        let t0 = self.sources.clock.monotonic_us();
         let mut owners_alarms: BTreeMap<String, Vec<trainyard_core::spec::AlarmSubscription>> =
             BTreeMap::new();
         let look =
@@ -135,11 +133,11 @@ impl<B: Backend> Control<B> {
                 }
             }
         }
-        report.phases.alarms_us = us_since(t0);
-        let t0 = Instant::now();
+        report.phases.alarms_us = self.sources.us_since(t0);
+        let t0 = self.sources.clock.monotonic_us();
         let holding: Vec<&TaskRecord> = holding.iter().map(|e| &*e.record).collect();
         self.reconcile(&holding, now_ms).await?;
-        report.phases.reconcile_us = us_since(t0);
+        report.phases.reconcile_us = self.sources.us_since(t0);
         Ok(())
     }
 
@@ -232,7 +230,7 @@ impl<B: Backend> Control<B> {
         now_ms: i64,
         report: &mut TickReport,
     ) -> Result<(), CommandError> {
-        let t0 = Instant::now();
+        let t0 = self.sources.clock.monotonic_us();
         // Queued tasks whose owner's account holds them are left out of the cycle: they wait, with the
         // account's reason, in no place in line (see `accounts`).
         let book = self.accounts.get();
@@ -259,11 +257,11 @@ impl<B: Backend> Control<B> {
             &self.scale_wants,
             &self.excluded,
         );
-        report.phases.snapshot_us = us_since(t0);
-        let t0 = Instant::now();
+        report.phases.snapshot_us = self.sources.us_since(t0);
+        let t0 = self.sources.clock.monotonic_us();
         let plan = schedule(&snap, now_ms.max(0) as u64, &self.config);
-        report.phases.schedule_us = us_since(t0);
-        let t0 = Instant::now();
+        report.phases.schedule_us = self.sources.us_since(t0);
+        let t0 = self.sources.clock.monotonic_us();
         // Admissions are committed together after the other decisions: one transaction for all of them.
         let mut admits: Vec<(usize, Placement)> = Vec::new();
         let mut waiting: Vec<(String, Waiting)> =
@@ -369,38 +367,19 @@ impl<B: Backend> Control<B> {
                 left.push(e.id.clone());
             }
         }
-        // Each pool's starving task (as the cycle picks it: past the threshold, highest priority, then oldest)
-        // is looked at by every cycle, parked or not.
+        // Each pool's starving task (as the cycle picks it, `trainyard_sched::starving`) is looked at by every
+        // cycle, parked or not. Queued tasks only: an autoscaling task's extra workers are passed over, so the
+        // queued task that would starve next is looked at too.
         let threshold = self.config.starvation_after_ms;
-        let now = now_ms.max(0) as u64;
-        let mut starving: BTreeMap<trainyard_sched::PoolIx, usize> = BTreeMap::new();
-        for (k, a) in snap.pending.iter().enumerate() {
-            if index.scale_ups.contains(&k)
-                || !a.nominated.is_empty()
-                || now.saturating_sub(a.submitted_at_ms) < threshold
-            {
-                continue;
-            }
-            let best = starving.entry(a.pool).or_insert(k);
-            let b = &snap.pending[*best];
-            if (Reverse(a.priority), a.submitted_at_ms, a.id) < (Reverse(b.priority), b.submitted_at_ms, b.id)
-            {
-                *best = k;
-            }
-        }
+        let starving = trainyard_sched::starving(&snap, now_ms.max(0) as u64, threshold, |k| {
+            index.scale_ups.contains(&k)
+        });
         unparked.extend(starving.values().map(|&k| active_key(&entries[index.pending[k]].record)));
         self.unparked = unparked;
         self.admit(entries, admits, now_ms, report).await?;
         // When the clock alone would change the plan: the next queued task to reach the starvation threshold
         // (parked tasks' thresholds were counted by the full plan that parked them).
-        let next = snap
-            .pending
-            .iter()
-            .filter(|a| a.nominated.is_empty())
-            .map(|a| a.submitted_at_ms.saturating_add(threshold).min(i64::MAX as u64) as i64)
-            .filter(|&at| at > now_ms)
-            .min()
-            .unwrap_or(i64::MAX);
+        let next = trainyard_sched::next_starving_at_ms(&snap, now_ms, threshold);
         self.quiet_until_ms = if full { next } else { self.quiet_until_ms.min(next) };
         // Places on the board, by the fair order with this plan's shares; only what moved is written.
         let shares = trainyard_sched::dominant_shares(&snap, &plan);
@@ -426,7 +405,7 @@ impl<B: Backend> Control<B> {
         if old.0.as_ref().is_some_and(|b| b.len() > 1_000) || old.1.pending.len() > 1_000 {
             tokio::task::spawn_blocking(move || drop(old));
         }
-        report.phases.commit_us = us_since(t0);
+        report.phases.commit_us = self.sources.us_since(t0);
         Ok(())
     }
 }

@@ -118,6 +118,7 @@ pub fn yaml_as_json(input: &[u8]) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
 
+    #[allow(clippy::disallowed_methods)] // A test reads the shipped examples.
     /// Every shipped example, and documents with awkward scalars, decode from their JSON form to the task
     /// and the problems their YAML gives.
     #[test]

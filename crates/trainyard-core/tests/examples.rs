@@ -2,6 +2,9 @@
 //! back unchanged from YAML and JSON; every file in `examples/invalid/` produces exactly the problems listed
 //! in its `.expected` file (`TRAINYARD_BLESS=1` rewrites them after a deliberate change).
 
+// Tests are the shell: they read the shipped examples and their expected reports.
+#![allow(clippy::disallowed_methods)]
+
 use std::path::{Path, PathBuf};
 use trainyard_core::{Catalog, TrainingTask, check, parse};
 

@@ -10,6 +10,9 @@
 //! (b) No input makes `check` panic, hang or come back empty-handed: arbitrary bytes and strings, mutated
 //! example files, an oversized document, YAML alias bombs and deeply nested documents.
 
+// Tests are the shell: they read the shipped examples and time runs.
+#![allow(clippy::disallowed_methods)]
+
 use proptest::collection::{btree_set, vec};
 use proptest::prelude::*;
 use proptest::sample::{Index, select, subsequence};

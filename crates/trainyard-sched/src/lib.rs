@@ -12,6 +12,7 @@ mod preempt;
 mod quota;
 mod schedule;
 mod snapshot;
+mod starving;
 mod state;
 pub mod views;
 
@@ -20,3 +21,4 @@ pub use order::{GroupQueue, dominant_shares, fair_order};
 pub use plan::*;
 pub use schedule::{Config, schedule};
 pub use snapshot::*;
+pub use starving::{next_starving_at_ms, starving};

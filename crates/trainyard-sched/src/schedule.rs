@@ -19,6 +19,7 @@ use crate::plan::*;
 use crate::preempt::{Cx, choose_victims};
 use crate::quota::{check_quota, option_units};
 use crate::snapshot::*;
+use crate::starving::starving;
 use crate::state::{NoFit, State, units_in};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -85,19 +86,8 @@ pub fn schedule(snap: &Snapshot, now_ms: u64, config: &Config) -> Plan {
         }
     }
 
-    // Starving attempts: per pool, past the threshold, the highest priority and then the oldest (aging must
-    // not turn priority upside down: a low-priority task does not jump a waiting high-priority one).
-    let mut starving: BTreeMap<PoolIx, usize> = BTreeMap::new();
-    for (i, a) in snap.pending.iter().enumerate() {
-        if now_ms.saturating_sub(a.submitted_at_ms) < config.starvation_after_ms || !a.nominated.is_empty() {
-            continue;
-        }
-        let e = starving.entry(a.pool).or_insert(i);
-        let b = &snap.pending[*e];
-        if (Reverse(a.priority), a.submitted_at_ms, a.id) < (Reverse(b.priority), b.submitted_at_ms, b.id) {
-            *e = i;
-        }
-    }
+    // Starving attempts: per pool, past the threshold, the highest priority and then the oldest.
+    let starving = starving(snap, now_ms, config.starvation_after_ms, |_| false);
 
     let mut shares = Shares::new(snap);
     let mut order: Vec<usize> = Vec::with_capacity(snap.pending.len());

@@ -6,7 +6,7 @@ use crate::error::{ApiError, ApiResult, json_object};
 use crate::routes::NoParams;
 use crate::schema::{ApiSchema, Object, Optional, Schemas, named, object_schema, view};
 use crate::settings::AdminSettings;
-use crate::state::{AppState, now_ms};
+use crate::state::AppState;
 use crate::views::Items;
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -16,7 +16,7 @@ use trainyard_control::QuotaLine;
 use trainyard_core::Catalog;
 
 /// The store's name for the catalog document.
-pub const CATALOG_SETTING: &str = "catalog";
+pub use trainyard_control::CATALOG_SETTING;
 
 /// The catalog in force: whole for admins; for a member, what is offered to their project groups
 /// ([`Catalog::seen_by`]), so no member learns another group's images (their references), volumes, datasets,
@@ -63,10 +63,7 @@ pub async fn put_catalog(
             return Err(ApiError::CatalogInUse(conflicts));
         }
     }
-    // Stored as read, every field spelled out: what is in force does not depend on defaults.
-    let stored = serde_json::to_string(&catalog).map_err(|e| ApiError::Internal(e.to_string()))?;
-    state.store.put_setting(CATALOG_SETTING, &stored, now_ms()).await?;
-    state.catalog.set(catalog.clone());
+    state.writer.replace_catalog(catalog.clone()).await?;
     Ok(Json(catalog))
 }
 
@@ -90,7 +87,7 @@ pub async fn put_settings(
     if let Some(why) = settings.problems() {
         return Err(ApiError::BadRequest(why));
     }
-    settings.save(&state.store, now_ms()).await?;
+    state.writer.put_setting(crate::settings::SETTINGS_SETTING, &settings.text()).await?;
     state.settings.set(settings.clone());
     Ok(Json(settings))
 }
@@ -141,9 +138,7 @@ pub async fn put_node(
     if let Some(v) = body.failed {
         node.failed = v;
     }
-    let text = serde_json::to_string(&catalog).map_err(|e| ApiError::Internal(e.to_string()))?;
-    state.store.put_setting(CATALOG_SETTING, &text, now_ms()).await?;
-    state.catalog.set(catalog);
+    state.writer.replace_catalog(catalog).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -309,7 +304,7 @@ pub async fn put_registry_login(
     if !problems.is_empty() {
         return Err(ApiError::BadRequest(problems.join("; ")));
     }
-    let now = now_ms();
+    let now = state.now_ms();
     let login = trainyard_control::registry_logins::seal(
         &state.secrets,
         &host,
@@ -319,7 +314,7 @@ pub async fn put_registry_login(
         now,
     )
     .map_err(|e| ApiError::Internal(e.to_string()))?;
-    trainyard_control::registry_logins::put(&state.store, &host, login, now).await?;
+    state.writer.put_registry_login(&host, login).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -330,7 +325,7 @@ pub async fn delete_registry_login(
     Path(host): Path<String>,
     _: Admin,
 ) -> ApiResult<StatusCode> {
-    if trainyard_control::registry_logins::remove(&state.store, &host, now_ms()).await? {
+    if state.writer.remove_registry_login(&host).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFoundWhat(format!("registry {host:?} has no login")))

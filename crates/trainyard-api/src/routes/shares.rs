@@ -55,7 +55,7 @@ pub async fn share_task(
     if state.store.get_user(&body.user).await?.is_none() {
         return Err(ApiError::BadRequest(format!("there is no user {:?}", body.user)));
     }
-    state.store.share(&t.id, &body.user, body.operate).await?;
+    state.writer.share(&t.id, &body.user, body.operate).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -84,7 +84,7 @@ pub async fn unshare_task(
     if user.name != name {
         may_manage(&user, &t, "take its shares back")?;
     }
-    if !state.store.unshare(&t.id, &name).await? {
+    if !state.writer.unshare(&t.id, &name).await? {
         return Err(ApiError::NotFoundWhat(format!(
             "{} is not shared with {name:?}; GET /api/v1/tasks/{}/shares lists whom it is",
             t.name, t.id

@@ -5,7 +5,7 @@ use crate::error::{ApiError, ApiResult, json_object};
 use crate::routes::NoParams;
 use crate::schema::{Optional, object_schema};
 use crate::settings::check_queued_cap;
-use crate::state::{AppState, now_ms};
+use crate::state::AppState;
 use crate::submit::{Draft, Submitted, submit, webhook_problems};
 use crate::views::{
     Admission, BulkDeleted, BulkFailure, FragmentationView, Spec, TaskPage, TaskView, Validation, task_view,
@@ -16,7 +16,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use trainyard_control::CommandError;
 use trainyard_core::lifecycle::Status;
 use trainyard_core::spec::TaskType;
 use trainyard_store::{Accelerator, Created, MAX_PAGE, StoreError, TaskFilter, TaskRecord, User};
@@ -60,7 +59,7 @@ pub async fn validate_task(
             // the async workers, and without the control loop's lock.
             let (views, task) = (state.views.clone(), task.clone());
             let ((now, reason), frag) = tokio::task::spawn_blocking(move || {
-                (views.would_admit(&task, now_ms().max(0) as u64), views.fragmentation(&task))
+                (views.would_admit(&task, state.now_ms().max(0) as u64), views.fragmentation(&task))
             })
             .await
             .map_err(|e| ApiError::Internal(format!("the admission check failed: {e}")))?;
@@ -270,7 +269,7 @@ pub async fn stop_task(
     Caller { user, .. }: Caller,
 ) -> ApiResult<Json<TaskView>> {
     let t = operable_task(&state, &user, &id).await?;
-    let updated = state.control.lock().await.stop(&t.id, false, now_ms()).await?;
+    let updated = state.control.lock().await.stop(&t.id, false, state.now_ms()).await?;
     state.wake.notify_one();
     Ok(Json(task_view(&state, &updated, Spec::Stored)))
 }
@@ -288,7 +287,7 @@ pub async fn resubmit_task(
         true => Some(check_queued_cap(&state.settings, &state.store, &t.owner, None).await?),
         false => None,
     };
-    let updated = state.control.lock().await.resubmit(&t.id, now_ms()).await?;
+    let updated = state.control.lock().await.resubmit(&t.id, state.now_ms()).await?;
     drop(pass);
     state.wake.notify_one();
     Ok(Json(task_view(&state, &updated, Spec::Stored)))
@@ -307,17 +306,10 @@ pub async fn delete_task(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// One delete, as a single or a bulk delete does it.
+/// One delete, as a single or a bulk delete does it (the control crate's [`trainyard_control::Control::delete`]:
+/// stopped first when it runs, then marked deleted).
 async fn delete_one(state: &AppState, t: &TaskRecord) -> ApiResult<()> {
-    if t.deleted {
-        return Ok(());
-    }
-    let control = state.control.lock().await;
-    match control.stop(&t.id, true, now_ms()).await {
-        Ok(_) | Err(CommandError::WrongState { .. }) => {}
-        Err(e) => return Err(e.into()),
-    }
-    state.store.delete_task(&t.id, now_ms()).await?;
+    state.control.lock().await.delete(&t.id, state.now_ms()).await?;
     Ok(())
 }
 

@@ -6,7 +6,7 @@ use crate::auth::{Admin, Caller, WithBody, known_user, self_or_admin};
 use crate::error::{ApiError, ApiResult, json_body, json_object};
 use crate::routes::NoParams;
 use crate::schema::{ApiSchema, Optional, Schemas, object_schema};
-use crate::state::{AppState, now_ms};
+use crate::state::AppState;
 use crate::submit::webhook_problems;
 use crate::tokens::{new_token, token_hash};
 use crate::views::{EnvEntry, Items, NewToken, RecentImage, Role, TokenEntry, UserEntry, UserView};
@@ -108,7 +108,7 @@ pub async fn put_user(
         )));
     }
     let u = User { name: body.name, role: body.role, groups: body.groups };
-    if !state.store.put_user(&u, now_ms()).await? {
+    if !state.writer.put_user(&u).await? {
         return Err(ApiError::Conflict(format!(
             "user {:?} was deleted, and a deleted user's name is not used again (their tasks, shares and \
              events still name them); choose another name",
@@ -242,7 +242,7 @@ pub async fn delete_user(
 /// The change made through the control loop (the account written, then the work stopped as chosen), and
 /// the user's tokens forgotten by this server's cache.
 async fn change_account(state: &AppState, name: &str, change: AccountChange) -> ApiResult<StatusCode> {
-    let result = state.control.lock().await.change_account(name, change, now_ms()).await;
+    let result = state.control.lock().await.change_account(name, change, state.now_ms()).await;
     state.tokens.forget_user(name);
     result?;
     state.wake.notify_one();
@@ -286,7 +286,7 @@ pub async fn create_token(
     known_user(&state, &name).await?;
     let token = new_token().map_err(|e| ApiError::Internal(e.to_string()))?;
     let hash = token_hash(&token);
-    state.store.add_token(&hash, &name, &label, now_ms()).await?;
+    state.writer.add_token(&hash, &name, &label).await?;
     let id = hash[..trainyard_store::TOKEN_ID_LEN].to_owned();
     Ok((StatusCode::CREATED, Json(NewToken { user: name, token, id, label })))
 }
@@ -326,7 +326,7 @@ pub async fn revoke_token(
     caller: Caller,
 ) -> ApiResult<StatusCode> {
     caller.acting_on(&state, &name, "revoke other users' tokens").await?;
-    if !state.store.revoke_token(&name, &id).await? {
+    if !state.writer.revoke_token(&name, &id).await? {
         return Err(ApiError::NotFoundWhat(format!(
             "user {name} has no token {id:?}; GET /api/v1/users/{name}/tokens lists their ids"
         )));
@@ -449,7 +449,7 @@ pub async fn put_task_env(
         var.value
     };
     let stored = trainyard_store::TaskEnvVar { name: var.name, value, hidden: var.hidden };
-    state.store.put_task_env(&name, &stored).await?;
+    state.writer.put_task_env(&name, &stored).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -460,7 +460,7 @@ pub async fn delete_task_env(
     caller: Caller,
 ) -> ApiResult<StatusCode> {
     caller.acting_on(&state, &name, "manage other users' TaskEnv").await?;
-    if state.store.delete_task_env(&name, &var).await? {
+    if state.writer.delete_task_env(&name, &var).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFoundWhat(format!("{name} has no TaskEnv variable {var:?}")))
@@ -501,7 +501,6 @@ pub async fn put_user_alarms(
     if !report.is_ok() {
         return Err(ApiError::Invalid(report));
     }
-    let text = serde_json::to_string(&subs).map_err(|e| ApiError::Internal(e.to_string()))?;
-    state.store.put_setting(&trainyard_control::alarms::user_setting(&name), &text, now_ms()).await?;
+    state.writer.put_user_alarms(&name, &subs).await?;
     Ok(StatusCode::NO_CONTENT)
 }
