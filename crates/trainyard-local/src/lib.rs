@@ -298,10 +298,13 @@ impl Backend for LocalBackend {
             run.p.removed.insert(r.name.clone());
             l.replicas.push(r.clone());
         }
-        run.stop_replicas(|r| run.p.removed.contains(&r.name), &req);
+        run.stop_replicas(|r| run.p.removed.contains(&r.name), &req).map_err(BackendError)?;
         run.l = l;
         let bytes = serde_json::to_vec_pretty(&run.l).map_err(|e| BackendError(e.to_string()))?;
-        let _ = write_atomic(&AttemptLayout::at(&run.dir).launch_json(), &bytes);
+        let launch = AttemptLayout::at(&run.dir).launch_json();
+        write_atomic(&launch, &bytes).map_err(|e| {
+            BackendError(format!("cannot record the attempt's replicas in {}: {e}", launch.display()))
+        })?;
         let children = self.spawn(&run.dir, &new);
         run.children.extend(children);
         Ok(())
@@ -403,8 +406,7 @@ impl Backend for LocalBackend {
             signal: checkpoint.map_or(procs::SIGTERM, |c| c.1),
             grace_s: if cause == StopCause::NodeFailed { 0 } else { grace },
         };
-        run.stop_replicas(|_| true, &req);
-        Ok(())
+        run.stop_replicas(|_| true, &req).map_err(BackendError)
     }
 
     async fn poll(&self, now_ms: u64) -> Vec<Observation> {

@@ -255,10 +255,16 @@ impl LocalBackend {
                     reason: Reason::NodeFailed,
                     message: format!("the attempt could not be prepared on this machine: {why}"),
                 };
-                let _ = write_atomic(
-                    &AttemptLayout::at(&run.dir).outcome_json(),
-                    &serde_json::to_vec(&Recorded::from(&obs)).unwrap_or_default(),
-                );
+                let recorded = AttemptLayout::at(&run.dir).outcome_json();
+                if let Err(e) =
+                    write_atomic(&recorded, &serde_json::to_vec(&Recorded::from(&obs)).unwrap_or_default())
+                {
+                    eprintln!(
+                        "trainyard: cannot record {}'s outcome in {}: {e}",
+                        key.task_id,
+                        recorded.display()
+                    );
+                }
                 if let Some(ip) = &self.cfg.ip {
                     let switch = netns::attempt_name(&key.task_id, key.attempt);
                     netns::delete_switch(ip, &switch);

@@ -24,13 +24,23 @@ impl Run {
         AttemptLayout::at(&self.dir)
     }
 
-    pub(super) fn stop_replicas(&self, which: impl Fn(&Replica) -> bool, req: &StopRequest) {
+    /// Asks the chosen replicas' supervisors to stop (`stop.json`). Err names the requests that could not be
+    /// written (those replicas go on): the caller reports it, and asking again writes what is missing.
+    pub(super) fn stop_replicas(
+        &self,
+        which: impl Fn(&Replica) -> bool,
+        req: &StopRequest,
+    ) -> Result<(), String> {
+        let mut failed = Vec::new();
         for r in self.l.replicas.iter().filter(|r| which(r)) {
             let path = self.layout().replica(&r.name).stop_json();
-            if !path.exists() {
-                let _ = write_atomic(&path, &serde_json::to_vec(req).unwrap_or_default());
+            if !path.exists()
+                && let Err(e) = write_atomic(&path, &serde_json::to_vec(req).unwrap_or_default())
+            {
+                failed.push(format!("{}: {e}", path.display()));
             }
         }
+        if failed.is_empty() { Ok(()) } else { Err(format!("cannot ask to stop: {}", failed.join("; "))) }
     }
 
     /// Collects new supervisor events as notes.
@@ -167,7 +177,9 @@ impl LocalBackend {
                 signal: procs::SIGTERM,
                 grace_s: self.cfg.grace_s,
             };
-            run.stop_replicas(|_| true, &req);
+            if let Err(why) = run.stop_replicas(|_| true, &req) {
+                out.push(Observation::Note { key: run.key(), reason: Reason::BackendError, message: why });
+            }
         }
         next.ended
     }
@@ -294,10 +306,18 @@ impl LocalBackend {
 
     pub(super) fn finish(&self, run: &Run, outcome: &Observation) {
         let layout = run.layout();
-        let _ = write_atomic(
+        if let Err(e) = write_atomic(
             &layout.outcome_json(),
             &serde_json::to_vec(&Recorded::from(outcome)).unwrap_or_default(),
-        );
+        ) {
+            // The outcome is reported all the same; a server restarted before it is on disk judges the attempt
+            // again from its supervisors' records.
+            eprintln!(
+                "trainyard: cannot record {}'s outcome in {}: {e}",
+                run.key().task_id,
+                layout.outcome_json().display()
+            );
+        }
         // The container's local disk goes with the attempt (logs and events stay); so do its network, any
         // cgroup a killed supervisor left, and then its uid slot. All but one rename per replica happens on a
         // thread of its own: deleting what a task left in its scratch, unmounting and removing cgroups wait on
