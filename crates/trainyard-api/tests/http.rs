@@ -481,7 +481,7 @@ fn the_openapi_document_matches_the_router() {
             "put" => a.put(&url).header("Authorization", &auth).send(&b"{}"[..]),
             _ => a.post(&url).header("Authorization", &auth).send(&b"{}"[..]),
         }
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{} {}: {e}", op.method, op.path));
         let status = resp.status().as_u16();
         let body = resp.body_mut().read_to_string().unwrap();
         // The router's own answers are no-such-route (404) and method-not-allowed (405) problems; a handler's
