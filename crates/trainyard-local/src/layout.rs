@@ -81,6 +81,12 @@ impl ReplicaLayout {
     pub(super) fn runtime(&self) -> PathBuf {
         self.dir.join(super::runtime_dir::RUNTIME_IN_REPLICA_DIR)
     }
+    /// The replica's copies of the attempt's `hosts`, `passwd`, `group` and `resolv.conf`, bound at `/etc/...`:
+    /// in its scratch, whose file system of its own then names no host path in the sandbox's
+    /// `/proc/self/mountinfo` (a bind's line names its source's path inside its file system).
+    pub(super) fn etc(&self) -> PathBuf {
+        self.scratch().join("etc")
+    }
     /// The scratch file system's image (see `scratch::mount_scratch`).
     pub(super) fn scratch_image(&self) -> PathBuf {
         self.dir.join(super::scratch::SCRATCH_IMAGE)

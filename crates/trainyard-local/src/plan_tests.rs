@@ -260,7 +260,12 @@ fn a_job_holds_the_attempts_paths_limits_and_network() {
     assert!(sb.host_view);
     assert_eq!(sb.tmp, Path::new("/data/runs/t1/a2/plan-abcde-worker-0/scratch/tmp"));
     assert_eq!(sb.runtime, Path::new("/data/runs/t1/a2/plan-abcde-worker-0/scratch/run"));
-    assert_eq!(sb.hosts, Path::new("/data/runs/t1/a2/hosts"));
+    // The replica's copy, in its scratch (its file system of its own names no host path in mountinfo).
+    assert_eq!(sb.hosts, Path::new("/data/runs/t1/a2/plan-abcde-worker-0/scratch/etc/hosts"));
+    assert_eq!(
+        sb.passwd.as_deref(),
+        Some(Path::new("/data/runs/t1/a2/plan-abcde-worker-0/scratch/etc/passwd"))
+    );
     assert_eq!(sb.hide, [Path::new("/data")], "the data dir is hidden");
     assert_eq!((j[1].millicpu, j[1].memory_mib, j[1].uid), (2000, 64, 1_900_000_005), "at least 64 MiB");
     assert_eq!(j[1].net.as_ref().map(|n| n.address), Some(Ipv4Addr::new(10, 213, 0, 3)));

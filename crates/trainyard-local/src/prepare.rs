@@ -206,8 +206,18 @@ impl LocalBackend {
             }
             let (scratch, tmp, home, runtime) = (rl.scratch(), rl.tmp(), rl.home(), rl.runtime());
             make_passage(&rl.dir)?;
-            for d in [&scratch, &tmp, &home, &runtime] {
+            for d in [&scratch, &tmp, &home, &runtime, &rl.etc()] {
                 std::fs::create_dir(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+            }
+            // The attempt's files the sandbox binds at `/etc`, copied into the replica's scratch (the platform's,
+            // read-only to the replica); its supervisor copies `hosts` again when a resize rewrites it.
+            own(&rl.etc(), 0, 0, 0o755)?;
+            let etc_files =
+                [Some(layout.hosts()), Some(passwd.clone()), Some(group.clone()), plan.resolv.clone()];
+            for src in etc_files.into_iter().flatten() {
+                let dst = rl.etc().join(src.file_name().unwrap_or_default());
+                std::fs::copy(&src, &dst).map_err(|e| format!("cannot copy {}: {e}", src.display()))?;
+                own(&dst, 0, 0, 0o644)?;
             }
             std::fs::write(home.join("hostfile"), &hostfile).map_err(|e| e.to_string())?;
             std::fs::write(home.join("hostfile.hostname"), &names).map_err(|e| e.to_string())?;

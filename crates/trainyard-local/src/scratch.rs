@@ -271,11 +271,17 @@ pub(super) fn watch_scratch(
     limit_inodes: u64,
     evict: &Mutex<Option<String>>,
     stop: &std::sync::atomic::AtomicBool,
+    hosts: &mut HostsCopy,
 ) {
     let every = if fs.is_some() { SCRATCH_FS_CHECK_EVERY } else { SCRATCH_CHECK_EVERY };
     let mut last = Instant::now();
+    let mut last_hosts = Instant::now();
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
+        if last_hosts.elapsed() >= SCRATCH_FS_CHECK_EVERY {
+            last_hosts = Instant::now();
+            hosts.refresh(fs);
+        }
         if last.elapsed() < every {
             continue;
         }
@@ -289,6 +295,45 @@ pub(super) fn watch_scratch(
                 *e = Some(why);
             }
             return;
+        }
+    }
+}
+
+/// Keeps a replica's copy of its attempt's hosts file (`scratch/etc/hosts`, see `ReplicaLayout::etc`) the
+/// same as the attempt's: a resize rewrites the attempt's with the new replicas' names, and a running replica
+/// sees them. Written in place (the sandbox binds the file), through the scratch file system's root when it
+/// has one (the host does not see that file system).
+pub(super) struct HostsCopy {
+    src: PathBuf,
+    /// The copy by its host path, when the scratch has no file system of its own.
+    dst: PathBuf,
+    seen: Option<(std::time::SystemTime, u64)>,
+}
+
+impl HostsCopy {
+    /// For the replica whose dir is `replica_dir` (`runs/TASK/aN/REPLICA`).
+    pub(super) fn new(replica_dir: &Path) -> HostsCopy {
+        let attempt = replica_dir.parent().unwrap_or(replica_dir);
+        HostsCopy { src: attempt.join("hosts"), dst: replica_dir.join("scratch/etc/hosts"), seen: None }
+    }
+
+    /// Copies the attempt's file when it changed since the last look.
+    pub(super) fn refresh(&mut self, fs: Option<&ScratchFs>) {
+        let Ok(meta) = std::fs::metadata(&self.src) else { return };
+        let now = (meta.modified().unwrap_or(std::time::UNIX_EPOCH), meta.len());
+        if self.seen == Some(now) || meta.len() > 1 << 20 {
+            return;
+        }
+        let Ok(bytes) = std::fs::read(&self.src) else { return };
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::WRONLY | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let opened = match fs {
+            Some(fs) => rustix::fs::openat(&fs.root, "etc/hosts", flags, Mode::empty()),
+            None => rustix::fs::open(&self.dst, flags, Mode::empty()),
+        };
+        let Ok(fd) = opened else { return };
+        if std::io::Write::write_all(&mut std::fs::File::from(fd), &bytes).is_ok() {
+            self.seen = Some(now);
         }
     }
 }
@@ -353,5 +398,27 @@ mod tests {
         let (_, inodes) = disk_usage(&d);
         let _ = std::fs::remove_dir_all(&d);
         assert_eq!(inodes, 51, "50 files and the dir; a hard link counted once");
+    }
+
+    #[test]
+    fn a_replicas_hosts_copy_follows_the_attempts_in_place() {
+        use std::os::unix::fs::MetadataExt;
+        let attempt = std::env::temp_dir().join(format!("ty-hosts-copy-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&attempt);
+        let replica = attempt.join("t-master-0");
+        std::fs::create_dir_all(replica.join("scratch/etc")).unwrap();
+        std::fs::write(attempt.join("hosts"), "10.0.0.1 t-master-0\n").unwrap();
+        std::fs::write(replica.join("scratch/etc/hosts"), "10.0.0.1 t-master-0\n").unwrap();
+        let ino = std::fs::metadata(replica.join("scratch/etc/hosts")).unwrap().ino();
+        let mut copy = HostsCopy::new(&replica);
+        copy.refresh(None);
+        // A resize adds a replica: the running one's copy says so, in the same file (the sandbox binds it).
+        std::fs::write(attempt.join("hosts"), "10.0.0.1 t-master-0\n10.0.0.2 t-worker-0\n").unwrap();
+        copy.refresh(None);
+        let copied = std::fs::read_to_string(replica.join("scratch/etc/hosts")).unwrap();
+        let same = std::fs::metadata(replica.join("scratch/etc/hosts")).unwrap().ino() == ino;
+        let _ = std::fs::remove_dir_all(&attempt);
+        assert_eq!(copied, "10.0.0.1 t-master-0\n10.0.0.2 t-worker-0\n");
+        assert!(same, "written in place");
     }
 }

@@ -31,7 +31,7 @@ use super::runtime_dir::{RAY_STATE, RuntimeDir};
 const RAY_STATE_COPY_EVERY: Duration = Duration::from_millis(500);
 use super::sandbox::{RUNTIME_DIR, Start};
 use super::scratch::{
-    POOL_SCRATCH_ENV, Premade, SCRATCH_IMAGE, ScratchFs, mount_scratch, premake, watch_scratch,
+    HostsCopy, POOL_SCRATCH_ENV, Premade, SCRATCH_IMAGE, ScratchFs, mount_scratch, premake, watch_scratch,
 };
 use super::spawn::{Identity, memfd, spawn_as};
 #[path = "stop.rs"]
@@ -256,8 +256,10 @@ fn run(dir: &Path, job: ReplicaJob, ready: Option<Cgroup>, premade: Option<Prema
         let dirs = vec![dir.join("scratch")];
         let (limits, evict, stop, fs) =
             (job.limits, sup.evict.clone(), stop_monitor.clone(), sup.scratch.clone());
+        let mut hosts = HostsCopy::new(dir);
         std::thread::spawn(move || {
-            watch_scratch(fs.as_deref(), &dirs, limits.scratch_mib, limits.scratch_inodes, &evict, &stop)
+            let (mib, inodes) = (limits.scratch_mib, limits.scratch_inodes);
+            watch_scratch(fs.as_deref(), &dirs, mib, inodes, &evict, &stop, &mut hosts)
         })
     };
     let Ok(log) = LogFile::open(dir, job.limits.log_bytes) else { return 2 };

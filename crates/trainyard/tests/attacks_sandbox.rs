@@ -908,7 +908,8 @@ fn a_replicas_scratch_is_a_file_system_of_its_own_that_no_writer_overflows() {
 echo "BIG $(stat -c %s /tmp/big)"
 mkdir /root/many && cd /root/many && seq 1 20000 | xargs touch 2>/dev/null
 echo "FILES $(ls | wc -l)"
-grep -E ' /(tmp|root|run/trainyard) ' /proc/self/mountinfo | sed 's/^/MOUNT /'
+grep -E ' /(tmp|root|run/trainyard|etc/hosts|etc/passwd|etc/group) ' /proc/self/mountinfo | sed 's/^/MOUNT /'
+getent hosts "$(hostname)" | sed 's/^/HOST /'
 echo checked; sleep 30"#;
     let id = s.submit(&pytorch("fill", 0, cmd));
     let name = s.wait_status(&id, "Running", secs(60))["name"].as_str().unwrap().to_owned();
@@ -922,7 +923,9 @@ echo checked; sleep 30"#;
     assert!(num("FILES ") < 2400, "20,000 files asked for, at most the scratch's inodes made: {log}");
     assert!(before.saturating_sub(free_bytes(&s.dir)) < 256 << 20, "the data dir's disk did not fill");
     let mounts: Vec<&&str> = out.iter().filter(|l| l.starts_with("MOUNT")).collect();
-    assert_eq!(mounts.len(), 3, "{log}");
+    // The scratch's three dirs, and the attempt's files the sandbox binds at /etc (its copies in the scratch).
+    assert_eq!(mounts.len(), 6, "{log}");
+    assert!(out.iter().any(|l| l.starts_with("HOST ") && l.contains("-master-0")), "/etc/hosts works: {log}");
     for m in mounts {
         assert!(m.contains(" - ext4 /dev/loop"), "a file system of its own: {m}");
         assert!(!m.contains(&*s.dir.to_string_lossy()) && !m.contains("/runs/"), "names no host path: {m}");
