@@ -12,6 +12,7 @@
 //! runs on its blocking pool. Callers never block on a pull.
 
 pub mod error;
+mod guard;
 mod pull;
 pub mod store;
 #[cfg(feature = "testing")]

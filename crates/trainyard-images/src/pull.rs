@@ -30,8 +30,9 @@ const LAYER_TYPES: &[&str] = &[
 ];
 
 /// The registry client for these settings: TLS with the system's authorities plus the admin's bundles,
-/// plain HTTP only for registries marked insecure.
-fn client(access: &Access) -> Result<Client, PullError> {
+/// plain HTTP only for registries marked insecure; every connection through `guard` (a proxy URL) when
+/// given (see [`crate::guard`]).
+fn client(access: &Access, guard: Option<&str>) -> Result<Client, PullError> {
     let mut insecure = Vec::new();
     let mut roots = Vec::new();
     for (host, r) in &access.registries {
@@ -56,6 +57,8 @@ fn client(access: &Access) -> Result<Client, PullError> {
         read_timeout: Some(std::time::Duration::from_secs(60)),
         user_agent: concat!("trainyard/", env!("CARGO_PKG_VERSION")),
         max_concurrent_download: PARALLEL_LAYERS,
+        http_proxy: guard.map(str::to_owned),
+        https_proxy: guard.map(str::to_owned),
         ..ClientConfig::default()
     };
     Ok(Client::new(config))
@@ -90,15 +93,15 @@ pub(crate) async fn pull(
     let r = ImageRef::parse(reference)
         .map_err(|e| PullError::new(FailureClass::Invalid, format!("image reference {reference:?}: {e}")))?;
     let shown = r.to_string();
-    let client = client(access)?;
     let mut hosts: Vec<String> =
         access.registries.get(&r.registry).map(|x| x.mirrors.clone()).unwrap_or_default();
     hosts.push(r.registry.clone());
     // A registry the catalog does not list is reached on a member's behalf only at a public address: not this
-    // machine, its networks or the cloud's metadata service (the webhooks' rules).
-    if !access.registries.contains_key(&r.registry)
-        && let Some(why) = internal_host(&r.registry).await
-    {
+    // machine, its networks or the cloud's metadata service (the webhooks' rules). Checked here for a clear
+    // answer, and on every connection the pull makes (the guard: the name resolved again, a token realm, a
+    // redirect).
+    let listed = access.registries.contains_key(&r.registry);
+    if !listed && let Some(why) = internal_host(&r.registry).await {
         return Err(PullError::new(
             FailureClass::Invalid,
             format!(
@@ -108,11 +111,43 @@ pub(crate) async fn pull(
             ),
         ));
     }
+    let guard = match listed {
+        true => None,
+        false => Some(crate::guard::Guard::start(crate::guard::public_only()).await.map_err(|e| {
+            PullError::io(&format!("pulling {shown}: starting the pull's address guard"), &e)
+        })?),
+    };
+    let client = client(access, guard.as_ref().map(|g| g.url.as_str()))?;
+    let pulled = pull_from(store, &r, &shown, &hosts, access, &client, slot).await;
+    // A connection the guard refused says why the pull failed better than the client's error does.
+    match (pulled, guard.map(|g| g.refused()).unwrap_or_default().first()) {
+        (Err(_), Some(why)) => Err(PullError::new(
+            FailureClass::Invalid,
+            format!(
+                "pulling {shown}: the registry led the pull to {why}; registries on this machine or its networks \
+                 are pulled from only when an admin lists them in the catalog's registries"
+            ),
+        )),
+        (pulled, _) => pulled,
+    }
+}
+
+/// The pull itself, from the first of `hosts` (mirrors, then the registry) that has the manifest.
+async fn pull_from(
+    store: &Store,
+    r: &ImageRef,
+    shown: &str,
+    hosts: &[String],
+    access: &Access,
+    client: &Client,
+    slot: &Slot,
+) -> Result<Image, PullError> {
+    let shown = shown.to_owned();
     // The manifest, from the first source that has it.
     let mut found = None;
     let mut last_err = None;
-    for host in &hosts {
-        let reference = at(&r, host);
+    for host in hosts {
+        let reference = at(r, host);
         let auth = auth(access, host);
         match client.pull_manifest_and_config_and_list_digest(&reference, &auth).await {
             Ok(m) => {
@@ -215,7 +250,7 @@ pub(crate) async fn pull(
     slot.total.store(to_fetch, Ordering::Relaxed);
     slot.set_phase(Phase::Downloading);
     let fetches: Vec<_> =
-        missing.into_iter().map(|l| fetch(&client, store, &source, l, slot, &shown)).collect();
+        missing.into_iter().map(|l| fetch(client, store, &source, l, slot, &shown)).collect();
     let fetched: Vec<Result<(), PullError>> =
         futures_util::stream::iter(fetches).buffer_unordered(PARALLEL_LAYERS).collect().await;
     fetched.into_iter().collect::<Result<Vec<()>, PullError>>()?;
@@ -479,5 +514,101 @@ mod tests {
             };
             assert!(check(&r).is_some(), "{r} is this machine's");
         }
+    }
+
+    /// Every connection of a pull from a registry the catalog does not list goes through the guard, which
+    /// resolves each host once and connects to the address it checked: a name that resolves again to an
+    /// internal address (DNS rebinding), a token realm or a blob redirect to one, never reaches it.
+    #[test]
+    fn a_guarded_pull_connects_only_where_the_policy_allows_over_http_and_tls() {
+        use crate::guard::{Guard, Policy};
+        use crate::testing::{GZIP_LAYER, TestRegistry, files_layer, gzip};
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        for tls in [false, true] {
+            let reg = TestRegistry::start(if tls { "guard-tls" } else { "guard-http" }, tls, false);
+            let layer = gzip(&files_layer(&[("bin/bash", b"#!", 0o755)]));
+            reg.push("team/app", "1", &[(GZIP_LAYER, layer)], serde_json::json!({}));
+            let reference = Reference::with_tag(reg.host.clone(), "team/app".into(), "1".into());
+            // The registry's own address allowed (the test's stand-in for a public one), counted.
+            let checked = Arc::new(AtomicUsize::new(0));
+            let seen = checked.clone();
+            let allow: Policy = Arc::new(move |ip| {
+                seen.fetch_add(1, Ordering::SeqCst);
+                (!ip.is_loopback()).then(|| "not the test registry".to_owned())
+            });
+            let (ok, refused) = rt.block_on(async {
+                let guard = Guard::start(allow).await.unwrap();
+                let c = client(&reg.access(), Some(&guard.url)).unwrap();
+                let got = c.pull_manifest_and_config(&reference, &RegistryAuth::Anonymous).await;
+                (got.map(|_| ()), guard.refused())
+            });
+            assert!(ok.is_ok(), "tls {tls}: {ok:?}");
+            assert!(refused.is_empty(), "{refused:?}");
+            assert!(checked.load(Ordering::SeqCst) > 0, "tls {tls}: the pull went through the guard");
+            // The rules for registries the catalog does not list: the registry is loopback, and nothing reaches
+            // it, whatever the client's own lookup would say.
+            let gets = reg.log().matches("/v2/team/app").count();
+            let (failed, refused) = rt.block_on(async {
+                let guard = Guard::start(crate::guard::public_only()).await.unwrap();
+                let c = client(&reg.access(), Some(&guard.url)).unwrap();
+                let got = c.pull_manifest_and_config(&reference, &RegistryAuth::Anonymous).await;
+                (got.is_err(), guard.refused())
+            });
+            assert!(failed, "tls {tls}");
+            assert!(
+                refused.iter().any(|r| r.contains("127.0.0.1 is at 127.0.0.1, a loopback address")),
+                "tls {tls}: {refused:?}"
+            );
+            assert_eq!(reg.log().matches("/v2/team/app").count(), gets, "tls {tls}: no request reached it");
+        }
+    }
+
+    #[test]
+    fn the_guard_refuses_names_that_resolve_inside_and_is_no_proxy_for_anything_else() {
+        use crate::guard::Guard;
+        use std::io::{Read, Write};
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let guard = rt.block_on(Guard::start(crate::guard::public_only())).unwrap();
+        let proxy = guard.url.trim_start_matches("http://").to_owned();
+        // Asked from a blocking thread while the guard's runtime runs.
+        let ask = |req: &str| {
+            let (proxy, req) = (proxy.clone(), req.to_owned());
+            rt.block_on(async move {
+                tokio::task::spawn_blocking(move || {
+                    let mut c = std::net::TcpStream::connect(&proxy).unwrap();
+                    c.write_all(req.as_bytes()).unwrap();
+                    let mut out = String::new();
+                    let _ = c.read_to_string(&mut out);
+                    out
+                })
+                .await
+                .unwrap()
+            })
+        };
+        // A listener on this machine that must see nothing.
+        let inside = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = inside.local_addr().unwrap().port();
+        inside.set_nonblocking(true).unwrap();
+        for req in [
+            format!("CONNECT localhost:{port} HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n"),
+            format!("GET http://127.0.0.1:{port}/v2/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"),
+            format!("GET http://[::ffff:127.0.0.1]:{port}/ HTTP/1.1\r\n\r\n"),
+            "CONNECT 169.254.169.254:80 HTTP/1.1\r\n\r\n".to_owned(),
+        ] {
+            let out = ask(&req);
+            assert!(out.starts_with("HTTP/1.1 403"), "{req}: {out}");
+        }
+        assert!(inside.accept().is_err(), "no connection reached the listener");
+        let refused = guard.refused();
+        assert!(
+            refused.iter().any(|r| r.starts_with("localhost is at 127.0.0.1, a loopback")),
+            "{refused:?}"
+        );
+        assert!(refused.iter().any(|r| r.contains("169.254.169.254, a link-local")), "{refused:?}");
+        assert_eq!(refused.len(), 4, "{refused:?}");
+        // Not a proxy for anything else: a request that is neither `CONNECT` nor absolute `http`.
+        assert!(ask("GET /etc/passwd HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 400"));
     }
 }
