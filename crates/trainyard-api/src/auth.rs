@@ -102,6 +102,11 @@ where
     }
 }
 
+/// Whose view of the catalog a message may draw on: a member's groups, or None for an admin (the whole).
+pub fn audience(user: &User) -> Option<&[String]> {
+    (!is_admin(user)).then_some(user.groups.as_slice())
+}
+
 fn is_admin(user: &User) -> bool {
     user.role == "admin"
 }

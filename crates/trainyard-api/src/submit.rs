@@ -3,7 +3,7 @@
 //! (the `host` image), its webhooks and the caller's cap on queued tasks, then stores it through the control
 //! crate and hands it to the loop.
 
-use crate::auth::{may_use_catalog, may_use_group};
+use crate::auth::{audience, may_use_catalog, may_use_group};
 use crate::error::{ApiError, ApiResult};
 use crate::settings::check_queued_cap;
 use crate::state::AppState;
@@ -54,7 +54,7 @@ pub async fn submit(state: &AppState, user: &User, draft: Draft<'_>) -> ApiResul
             (Cow::Owned(task.to_json().into_bytes()), None)
         }
     };
-    let task = state.submitter.validate(&body)?;
+    let task = state.submitter.validate_for(&body, audience(user))?;
     may_use_group(user, &task.metadata.project_group)?;
     may_use_catalog(state, user, &task)?;
     let webhooks = webhook_problems(state, "spec.advanced.alarms", &task.spec.advanced.alarms).await;

@@ -6,14 +6,24 @@ use crate::handles::Arrivals;
 use crate::handles::CatalogHandle;
 use crate::ids::Ids;
 use crate::secrets::SecretBox;
+use trainyard_core::Catalog;
 use trainyard_core::lifecycle::{Reason, Status};
 use trainyard_core::spec::TrainingTask;
-use trainyard_core::{Catalog, check};
 use trainyard_store::{Created, NewTask, Store, StoreError, TaskDemand};
 
 /// The task a body describes, if it has no errors against the catalog.
 pub fn validate(catalog: &Catalog, body: &[u8]) -> Result<TrainingTask, SubmitError> {
-    let checked = check(body, catalog);
+    validate_for(catalog, body, None)
+}
+
+/// [`validate`] for a reader: `audience` is a member's project groups (None: an admin), so that the choices
+/// an error offers are only what that member may see of the catalog (see [`trainyard_core::check_for`]).
+pub fn validate_for(
+    catalog: &Catalog,
+    body: &[u8],
+    audience: Option<&[String]>,
+) -> Result<TrainingTask, SubmitError> {
+    let checked = trainyard_core::check_for(body, catalog, audience);
     // Moved out rather than cloned from `valid_task`: the same test, one copy of the whole spec fewer.
     match checked.task {
         Some(t) if checked.report.is_ok() => Ok(t),
@@ -92,6 +102,15 @@ impl Submitter {
     /// The task a body describes, checked against the catalog in force.
     pub fn validate(&self, body: &[u8]) -> Result<TrainingTask, SubmitError> {
         validate(&self.catalog.get(), body)
+    }
+
+    /// [`Submitter::validate`] for a reader (see [`validate_for`]).
+    pub fn validate_for(
+        &self,
+        body: &[u8],
+        audience: Option<&[String]>,
+    ) -> Result<TrainingTask, SubmitError> {
+        validate_for(&self.catalog.get(), body, audience)
     }
 
     /// Queues a validated task (see [`store_task`]); a new one is handed to the control loop at once.

@@ -25,7 +25,7 @@ mod yaml;
 
 pub use catalog::Catalog;
 pub use demand::{Demand, Resources, demand, demand_options};
-pub use parse::{Checked, MAX_DOCUMENT_BYTES, check, parse};
+pub use parse::{Checked, MAX_DOCUMENT_BYTES, check, check_for, parse};
 pub use problem::{Code, Problem, Report, Severity};
 pub use spec::TrainingTask;
 pub use validate::validate;

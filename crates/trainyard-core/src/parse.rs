@@ -6,7 +6,7 @@ use crate::catalog::Catalog;
 use crate::decode::{Decode, Decoder};
 use crate::problem::{Code, Report};
 use crate::spec::TrainingTask;
-use crate::validate::validate_tainted;
+use crate::validate::validate_for;
 use serde_json::Value;
 
 pub use crate::yaml::{MAX_DOCUMENT_BYTES, yaml_to_value};
@@ -75,10 +75,16 @@ pub fn parse(input: &[u8]) -> (Option<TrainingTask>, Decoder) {
 
 /// Parses, decodes and validates a document against a catalog: every problem at once.
 pub fn check(input: &[u8], catalog: &Catalog) -> Checked {
+    check_for(input, catalog, None)
+}
+
+/// [`check`] for a reader: `audience` is a member's project groups (None: an admin); see
+/// [`crate::validate::validate_for`].
+pub fn check_for(input: &[u8], catalog: &Catalog, audience: Option<&[String]>) -> Checked {
     let (task, d) = parse(input);
     let mut report = d.report;
     if let Some(t) = &task {
-        report.problems.extend(validate_tainted(t, catalog, &d.tainted).problems);
+        report.problems.extend(validate_for(t, catalog, &d.tainted, audience).problems);
     }
     Checked { task, report }
 }

@@ -210,7 +210,9 @@ fn f08_storage_belongs_to_its_groups() {
         call(&t.s, Some(&t.bob), "POST", "/api/v1/tasks", Some(&mounted("other").to_string()), &[]);
     assert_eq!(code, 422, "{p}");
     assert_eq!(p["problems"][0]["code"], "not-in-group", "{p}");
-    assert!(p["problems"][0]["message"].as_str().unwrap().contains("for project groups default only"), "{p}");
+    let message = p["problems"][0]["message"].as_str().unwrap();
+    assert!(message.contains("is not offered to project group \"other\""), "{p}");
+    assert!(!message.contains("default"), "another group's use of it is not bob's business: {p}");
     let mut data = job("data", "other", "ls /mnt/data", json!([]));
     data["spec"]["environment"]["datasets"] = json!([{"dataset": "data", "mountPath": "/mnt/data"}]);
     let (code, p) = call(&t.s, Some(&t.bob), "POST", "/api/v1/tasks", Some(&data.to_string()), &[]);
@@ -231,6 +233,43 @@ fn f08_storage_belongs_to_its_groups() {
     assert_eq!(code, 403, "{p}");
     assert!(p["detail"].as_str().unwrap().contains("images.host.projectGroups: default"), "{p}");
     t.s.submit(&job("h", "other", "true", json!([])));
+}
+
+/// Issue 29 (a helper's leftover from High 2): an error listed the choices from the whole catalog, so a
+/// member learnt the names of other groups' images, volumes, datasets and groups from a typo. The verdict is
+/// the same for everyone; the choices a member is offered are their groups' part of the catalog, as
+/// `GET /catalog` shows them. The admin still sees every choice.
+#[test]
+fn i29_a_members_errors_offer_only_their_groups_choices() {
+    let t = tenants("attack-hints", &[]);
+    let mut task = job("typo", "other", "true", json!([]));
+    task["spec"]["environment"]["datasets"] = json!([{"dataset": "dta", "mountPath": "/mnt/data"}]);
+    task["spec"]["environment"]["volumes"] = json!([{"volume": "ot", "mountPath": "/mnt/out"}]);
+    let problems = |token: Option<&str>, task: &Value| -> String {
+        let (code, v) = match token {
+            Some(tok) => call(&t.s, Some(tok), "POST", "/api/v1/validate", Some(&task.to_string()), &[]),
+            None => {
+                let (code, text) = t.s.call("POST", "/api/v1/validate", Some(&task.to_string()));
+                (code, serde_json::from_str(&text).unwrap())
+            }
+        };
+        assert_eq!(code, 200, "{v}");
+        v["problems"].to_string()
+    };
+    let bob = problems(Some(&t.bob), &task);
+    assert!(bob.contains("dataset \\\"dta\\\" does not exist; choose one of: (none)"), "{bob}");
+    // `raytmp` is offered to every group; `out` to default only.
+    assert!(bob.contains("volume \\\"ot\\\" does not exist; choose one of: raytmp\""), "{bob}");
+    let admin = problems(None, &task);
+    assert!(admin.contains("choose one of: data") && admin.contains("choose one of: out, raytmp"), "{admin}");
+    // A group that does not exist: bob is offered his own.
+    let mut lost = job("typo", "nosuch", "true", json!([]));
+    lost["metadata"]["projectGroup"] = json!("nosuch");
+    let bob = problems(Some(&t.bob), &lost);
+    assert!(bob.contains("known groups: other") && !bob.contains("default"), "{bob}");
+    // The same task is refused alike for both (the verdict does not depend on who asks).
+    let admin = problems(None, &lost);
+    assert!(admin.contains("known groups: default, other"), "{admin}");
 }
 
 /// Finding 11, through the CLI: an admin lists and revokes a token and disables a user; each takes effect

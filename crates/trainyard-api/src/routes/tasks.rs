@@ -33,7 +33,7 @@ pub async fn validate_task(
         ));
     }
     let catalog = state.catalog.get();
-    let mut checked = trainyard_core::check(&body, &catalog);
+    let mut checked = trainyard_core::check_for(&body, &catalog, crate::auth::audience(&user));
     if let Some(task) = &checked.task {
         let found = webhook_problems(&state, "spec.advanced.alarms", &task.spec.advanced.alarms).await;
         checked.report.problems.extend(found.problems);

@@ -132,7 +132,7 @@ impl<'a> V<'a> {
             "instance spec",
             &choice.spec,
             cat.instance_specs.contains_key(&choice.spec),
-            offered.iter().copied(),
+            names(offered.iter().copied()),
         ) {
             return None;
         }

@@ -23,9 +23,27 @@ pub(super) struct V<'a> {
     pub(super) cat: &'a Catalog,
     pub(super) tainted: &'a BTreeSet<String>,
     pub(super) report: Report,
+    /// A member's project groups (None: an admin), for the choices messages name.
+    pub(super) audience: Option<&'a [String]>,
+    /// The member's view of the catalog, made the first time a message needs it.
+    pub(super) seen: std::cell::OnceCell<Catalog>,
 }
 
 impl V<'_> {
+    /// The catalog as the reader sees it: whole for an admin, a member's groups' part otherwise. Only for the
+    /// names a message offers; every check reads [`V::cat`].
+    pub(super) fn shown(&self) -> &Catalog {
+        match self.audience {
+            None => self.cat,
+            Some(groups) => self.seen.get_or_init(|| self.cat.seen_by(groups)),
+        }
+    }
+
+    /// The groups of `listed` (an entry's `projectGroups`) the reader may read of.
+    pub(super) fn shown_groups<'g>(&self, listed: &'g [String]) -> Vec<&'g String> {
+        listed.iter().filter(|g| self.audience.is_none_or(|a| a.contains(g))).collect()
+    }
+
     /// Whether `path` decoded; a check that reads a field that did not is skipped (its problem is reported).
     pub(super) fn ok(&self, path: &str) -> bool {
         !self.tainted.iter().any(|t| is_under(path, t))

@@ -37,7 +37,7 @@ impl V<'_> {
                 "choose the project group the task belongs to",
             );
         } else if !self.cat.project_groups.contains_key(&m.project_group) {
-            let known = names(self.cat.project_groups.keys());
+            let known = names(self.shown().project_groups.keys());
             self.report.error(
                 "metadata.projectGroup",
                 Code::NotFound,

@@ -51,7 +51,20 @@ pub fn validate(task: &TrainingTask, catalog: &Catalog) -> Report {
 
 /// Validates, skipping problems at or under paths that failed to decode (they were reported already).
 pub fn validate_tainted(task: &TrainingTask, catalog: &Catalog, tainted: &BTreeSet<String>) -> Report {
-    let mut v = V { cat: catalog, tainted, report: Report::default() };
+    validate_for(task, catalog, tainted, None)
+}
+
+/// Validates for a reader: `audience` is the project groups of a member (None: an admin). The verdict is the
+/// same whoever asks; the names a message offers as choices are those the reader's view of the catalog
+/// holds ([`Catalog::seen_by`]), so that no member learns another group's images, volumes, datasets, models
+/// or groups from an error.
+pub fn validate_for(
+    task: &TrainingTask,
+    catalog: &Catalog,
+    tainted: &BTreeSet<String>,
+    audience: Option<&[String]>,
+) -> Report {
+    let mut v = V { cat: catalog, tainted, report: Report::default(), audience, seen: Default::default() };
     v.header(task);
     v.metadata(task);
     let place = v.placement(task);

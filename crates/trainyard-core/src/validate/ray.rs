@@ -40,7 +40,8 @@ impl V<'_> {
     fn shared_storage(&mut self, ss: &SharedStorage, place: &Place) {
         let p = "spec.ray.sharedStorage.volume";
         let entry = self.cat.volumes.get(&ss.volume);
-        if self.reference(p, "volume", &ss.volume, entry.is_some(), self.cat.volumes.keys()) {
+        let known = names(self.shown().volumes.keys());
+        if self.reference(p, "volume", &ss.volume, entry.is_some(), known) {
             self.offered(p, "volume", &ss.volume, entry, place);
             if entry.is_some_and(|v| !v.multi_pod_read_write) {
                 let ok: Vec<&String> =

@@ -38,7 +38,7 @@ impl<'a> V<'a> {
                 "region",
                 region,
                 self.cat.regions.contains_key(region),
-                self.cat.regions.keys(),
+                names(self.cat.regions.keys()),
             );
         let mut cluster_ok = self.ok("spec.placement.cluster")
             && self.reference(
@@ -46,7 +46,13 @@ impl<'a> V<'a> {
                 "cluster",
                 cluster,
                 self.cat.clusters.contains_key(cluster),
-                self.cat.clusters.iter().filter(|(_, c)| !region_ok || &c.region == region).map(|(n, _)| n),
+                names(
+                    self.cat
+                        .clusters
+                        .iter()
+                        .filter(|(_, c)| !region_ok || &c.region == region)
+                        .map(|(n, _)| n),
+                ),
             );
         if cluster_ok && region_ok && self.cat.clusters[cluster].region != *region {
             self.report.error(
@@ -71,7 +77,13 @@ impl<'a> V<'a> {
                 "resource pool",
                 pool,
                 self.cat.pools.contains_key(pool),
-                self.cat.pools.iter().filter(|(_, p)| cluster.is_none_or(|c| p.cluster == c)).map(|(n, _)| n),
+                names(
+                    self.cat
+                        .pools
+                        .iter()
+                        .filter(|(_, p)| cluster.is_none_or(|c| p.cluster == c))
+                        .map(|(n, _)| n),
+                ),
             );
         if let Some(c) = cluster
             && pool_ok
@@ -91,13 +103,13 @@ impl<'a> V<'a> {
     }
 
     /// Reports an empty or unknown reference. Returns whether it resolved.
-    pub(super) fn reference<'n>(
+    pub(super) fn reference(
         &mut self,
         path: &str,
         what: &str,
         name: &str,
         exists: bool,
-        known: impl Iterator<Item = &'n String>,
+        known: String,
     ) -> bool {
         if name.is_empty() {
             self.report.error(path, Code::Empty, format!("choose a {what}"));
@@ -106,7 +118,7 @@ impl<'a> V<'a> {
             self.report.error(
                 path,
                 Code::NotFound,
-                format!("{what} \"{name}\" does not exist; choose one of: {}", names(known)),
+                format!("{what} \"{name}\" does not exist; choose one of: {known}"),
             );
             false
         } else {
@@ -129,12 +141,20 @@ impl<'a> V<'a> {
             && !e.offered_to(g)
             && !(what == "image" && name == crate::catalog::HOST_IMAGE)
         {
+            // Only the groups the reader is in are named: another group's use of an entry is its own business.
+            let groups = self.shown_groups(e.project_groups());
+            let whose = match groups.is_empty() {
+                true => String::new(),
+                false => format!(
+                    "is for project groups {} only, and ",
+                    groups.iter().map(|g| g.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            };
             self.report.error(
                 path,
                 Code::NotInGroup,
                 format!(
-                    "{what} \"{name}\" is for project groups {} only, and this task is in \"{g}\"; choose another {what}, or ask an admin to add the group to it in the catalog",
-                    e.project_groups().join(", ")
+                    "{what} \"{name}\" {whose}is not offered to project group \"{g}\"; choose another {what}, or ask an admin to add the group to it in the catalog"
                 ),
             );
         }
@@ -159,7 +179,7 @@ impl<'a> V<'a> {
             self.report.error(
                 path,
                 Code::Empty,
-                format!("choose an image; available: {}", names(self.cat.images.keys())),
+                format!("choose an image; available: {}", names(self.shown().images.keys())),
             );
             return;
         }
@@ -199,7 +219,7 @@ impl<'a> V<'a> {
                         Code::NotFound,
                         format!(
                             "image \"{name}\" is not in the catalog; choose one of: {}",
-                            names(self.cat.images.keys())
+                            names(self.shown().images.keys())
                         ),
                     );
                 } else if let Ok(r) = parsed.as_ref()
@@ -234,13 +254,8 @@ impl<'a> V<'a> {
         for (i, m) in e.volumes.iter().enumerate() {
             let p = index("spec.environment.volumes", i);
             let entry = self.cat.volumes.get(&m.volume);
-            if self.reference(
-                &field(&p, "volume"),
-                "volume",
-                &m.volume,
-                entry.is_some(),
-                self.cat.volumes.keys(),
-            ) {
+            let known = names(self.shown().volumes.keys());
+            if self.reference(&field(&p, "volume"), "volume", &m.volume, entry.is_some(), known) {
                 self.offered(&field(&p, "volume"), "volume", &m.volume, entry, place);
             }
             all.push(Mount { path: p, what: "volume", name: &m.volume, mount_path: &m.mount_path });
@@ -248,13 +263,8 @@ impl<'a> V<'a> {
         for (i, m) in e.datasets.iter().enumerate() {
             let p = index("spec.environment.datasets", i);
             let entry = self.cat.datasets.get(&m.dataset);
-            if self.reference(
-                &field(&p, "dataset"),
-                "dataset",
-                &m.dataset,
-                entry.is_some(),
-                self.cat.datasets.keys(),
-            ) {
+            let known = names(self.shown().datasets.keys());
+            if self.reference(&field(&p, "dataset"), "dataset", &m.dataset, entry.is_some(), known) {
                 self.offered(&field(&p, "dataset"), "dataset", &m.dataset, entry, place);
             }
             if !m.read_only {
@@ -269,8 +279,8 @@ impl<'a> V<'a> {
         for (i, m) in e.models.iter().enumerate() {
             let p = index("spec.environment.models", i);
             let entry = self.cat.models.get(&m.model);
-            if self.reference(&field(&p, "model"), "model", &m.model, entry.is_some(), self.cat.models.keys())
-            {
+            let known = names(self.shown().models.keys());
+            if self.reference(&field(&p, "model"), "model", &m.model, entry.is_some(), known) {
                 self.offered(&field(&p, "model"), "model", &m.model, entry, place);
             }
             if !m.read_only {
