@@ -127,7 +127,7 @@ pub enum Look {
 enum State {
     Pulling,
     Ready(Image, std::time::Instant),
-    Failed(PullError),
+    Failed(PullError, std::time::Instant),
 }
 
 /// One pull in flight (or its result), shared by everyone who asked for the reference with the same access.
@@ -166,7 +166,7 @@ impl Slot {
                 total: self.total.load(Ordering::Relaxed),
             },
             State::Ready(i, _) => Look::Ready(i.clone()),
-            State::Failed(e) => Look::Failed(e.clone()),
+            State::Failed(e, _) => Look::Failed(e.clone()),
         }
     }
 }
@@ -175,6 +175,21 @@ impl Slot {
 /// again (a tag may move; a digest found in the cache costs one manifest request). Only requests with the
 /// same credentials are answered so ([`Access::identity`]): a changed or removed login asks at once.
 const READY_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How long a failed pull's answer is kept for [`Images::look`] when nobody starts it again (a task that
+/// ended, a reference typed once): the map of pulls holds what is in flight and recent, not every reference
+/// ever asked for.
+const FAILED_FOR: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Drops the pulls whose answers no longer serve: finished ones past [`READY_FOR`] (the next start asks the
+/// registry anyway) and failed ones past [`FAILED_FOR`].
+fn forget_old(pulls: &mut HashMap<String, Arc<Slot>>) {
+    pulls.retain(|_, s| match &*s.state() {
+        State::Pulling => true,
+        State::Ready(_, at) => at.elapsed() < READY_FOR,
+        State::Failed(_, at) => at.elapsed() < FAILED_FOR,
+    });
+}
 
 type Job = Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send>;
 
@@ -243,6 +258,7 @@ impl Images {
     pub fn start(&self, reference: &str, access: &Access) {
         let key = Self::key(reference, access);
         let mut pulls = self.pulls();
+        forget_old(&mut pulls);
         if let Some(s) = pulls.get(&key) {
             match &*s.state() {
                 State::Pulling => return,
@@ -259,7 +275,7 @@ impl Images {
                 let result = pull::pull(&store, &reference, &access, &slot).await;
                 *slot.state() = match result {
                     Ok(image) => State::Ready(image, std::time::Instant::now()),
-                    Err(e) => State::Failed(e),
+                    Err(e) => State::Failed(e, std::time::Instant::now()),
                 };
             })
         });
@@ -267,8 +283,10 @@ impl Images {
             // The pull thread is gone (it never ends while the cache is open): the job fails here instead.
             let _ = e;
             if let Some(s) = self.pulls().get(&key) {
-                *s.state() =
-                    State::Failed(PullError::new(FailureClass::Invalid, "the image pull thread stopped"));
+                *s.state() = State::Failed(
+                    PullError::new(FailureClass::Invalid, "the image pull thread stopped"),
+                    std::time::Instant::now(),
+                );
             }
         }
     }
@@ -368,5 +386,34 @@ impl Images {
             .retain(|_, s| !matches!(&*s.state(), State::Ready(i, _) if out.removed.contains(&i.digest)));
         out.bytes = self.bytes();
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn the_pulls_map_keeps_what_is_in_flight_and_recent_only() {
+        let slot = |state: State| {
+            let s = Arc::new(Slot::new());
+            *s.state() = state;
+            s
+        };
+        let ago = |secs: u64| Instant::now().checked_sub(Duration::from_secs(secs)).unwrap();
+        let failed = |at| State::Failed(PullError::new(FailureClass::NotFound, "no such image"), at);
+        let mut pulls: HashMap<String, Arc<Slot>> = HashMap::new();
+        pulls.insert("pulling".into(), slot(State::Pulling));
+        pulls.insert("failed-now".into(), slot(failed(Instant::now())));
+        pulls.insert("failed-long-ago".into(), slot(failed(ago(FAILED_FOR.as_secs() + 1))));
+        // Thousands of references typed once and failed: gone once old.
+        for i in 0..5000 {
+            pulls.insert(format!("typo-{i}"), slot(failed(ago(FAILED_FOR.as_secs() + 5))));
+        }
+        forget_old(&mut pulls);
+        let mut left: Vec<&String> = pulls.keys().collect();
+        left.sort();
+        assert_eq!(left, ["failed-now", "pulling"]);
     }
 }
