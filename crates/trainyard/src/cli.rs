@@ -333,7 +333,10 @@ pub enum AdminCommand {
         command: CatalogCommand,
     },
     /// Create or update a user; `--disable` refuses every token of theirs, holds their queued tasks and
-    /// stops their running ones (their tasks stay), `--enable` undoes it and releases the held tasks.
+    /// stops their running ones (their tasks stay; `--queued` and `--running` choose otherwise), `--enable`
+    /// undoes it and releases the held tasks; `--delete` removes their tokens for good and retires the name
+    /// (their tasks stay for the record; their work goes as for a disable).
+    #[command(group = clap::ArgGroup::new("disabling").args(["disable", "delete"]))]
     User {
         /// The user's name.
         name: String,
@@ -344,11 +347,22 @@ pub enum AdminCommand {
         #[arg(long = "group")]
         groups: Vec<String>,
         /// Refuse every token of theirs from now on (their tasks stay).
-        #[arg(long, conflicts_with_all = ["enable", "groups"])]
+        #[arg(long, conflicts_with_all = ["enable", "groups", "delete"])]
         disable: bool,
         /// Accept their tokens again.
-        #[arg(long, conflicts_with = "groups")]
+        #[arg(long, conflicts_with_all = ["groups", "delete"])]
         enable: bool,
+        /// Delete the user: their tokens are removed, the name is retired, their tasks stay for the record.
+        #[arg(long, conflicts_with = "groups")]
+        delete: bool,
+        /// With --disable or --delete, what becomes of their queued tasks: `hold` them until enabled (the
+        /// default), `stop` them, or `keep` them queued.
+        #[arg(long, value_parser = ["hold", "stop", "keep"], requires = "disabling")]
+        queued: Option<String>,
+        /// With --disable or --delete, what becomes of their running tasks: `stop` them (the default; each
+        /// gets the exit checkpoint notice first) or `keep` them running.
+        #[arg(long, value_parser = ["stop", "keep"], requires = "disabling")]
+        running: Option<String>,
     },
     /// A new API token for a user (printed once); `--list` shows their tokens' ids, `--revoke ID` revokes one.
     Token {

@@ -354,18 +354,40 @@ pub fn admin_token(c: &Conn, user: &str, label: &str) -> CallResult<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `admin user NAME --disable|--enable`.
-pub fn admin_user_disabled(c: &Conn, name: &str, disabled: bool) -> CallResult<ExitCode> {
-    let action = if disabled { "disable" } else { "enable" };
-    c.call("POST", &format!("/api/v1/admin/users/{}/{action}", encode(name)), None, None)?;
-    if disabled {
-        outln!(
-            "user {name} is disabled: their tokens are refused (within seconds on every server), their queued \
-             tasks held and their running ones stopped"
-        );
-    } else {
-        outln!("user {name} is enabled: their held tasks are released");
-    }
+/// `admin user NAME --disable|--delete [--queued hold|stop|keep] [--running stop|keep]`: `action` is
+/// `disable` or `delete`; what becomes of their work is the API's default (hold queued, stop running) unless
+/// chosen.
+pub fn admin_user_off(
+    c: &Conn,
+    name: &str,
+    action: &str,
+    queued: Option<&str>,
+    running: Option<&str>,
+) -> CallResult<ExitCode> {
+    let (queued, running) = (queued.unwrap_or("hold"), running.unwrap_or("stop"));
+    let body = serde_json::json!({"queued": queued, "running": running}).to_string();
+    c.call("POST", &format!("/api/v1/admin/users/{}/{action}", encode(name)), Some(body.as_bytes()), None)?;
+    let tokens = match action {
+        "delete" => "deleted: their tokens are gone and the name is retired; their tasks stay for the record",
+        _ => "disabled: their tokens are refused (within seconds on every server)",
+    };
+    let queued = match queued {
+        "hold" => "their queued tasks held",
+        "stop" => "their queued tasks stopped",
+        _ => "their queued tasks left queued",
+    };
+    let running = match running {
+        "stop" => "their running ones stopped (after the exit checkpoint notice)",
+        _ => "their running ones left running",
+    };
+    outln!("user {name} is {tokens}; {queued}, {running}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `admin user NAME --enable`.
+pub fn admin_user_enable(c: &Conn, name: &str) -> CallResult<ExitCode> {
+    c.call("POST", &format!("/api/v1/admin/users/{}/enable", encode(name)), None, None)?;
+    outln!("user {name} is enabled: their held tasks are released");
     Ok(ExitCode::SUCCESS)
 }
 

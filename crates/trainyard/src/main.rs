@@ -164,8 +164,13 @@ fn main() -> ExitCode {
             AdminCommand::Catalog { command: CatalogCommand::Set { file, force } } => {
                 client::admin_catalog_set(&conn, &file, force)
             }
-            AdminCommand::User { name, disable: true, .. } => client::admin_user_disabled(&conn, &name, true),
-            AdminCommand::User { name, enable: true, .. } => client::admin_user_disabled(&conn, &name, false),
+            AdminCommand::User { name, disable: true, queued, running, .. } => {
+                client::admin_user_off(&conn, &name, "disable", queued.as_deref(), running.as_deref())
+            }
+            AdminCommand::User { name, delete: true, queued, running, .. } => {
+                client::admin_user_off(&conn, &name, "delete", queued.as_deref(), running.as_deref())
+            }
+            AdminCommand::User { name, enable: true, .. } => client::admin_user_enable(&conn, &name),
             AdminCommand::User { name, role, groups, .. } => client::admin_user(&conn, &name, &role, &groups),
             AdminCommand::Token { user, list: true, .. } => client::admin_token_list(&conn, &user),
             AdminCommand::Token { user, revoke: Some(id), .. } => {

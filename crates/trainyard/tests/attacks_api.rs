@@ -309,6 +309,32 @@ fn f11_tokens_are_revoked_and_users_disabled() {
     cli(&["admin", "user", "bob", "--enable"]);
     assert_eq!(whoami(&t.bob).0, 200, "enabled again");
     assert_eq!(whoami(&t.mallory).0, 200, "nobody else is touched");
+
+    // Deleted, with the admin's choice for their work: the running task goes on (as the admin chose), the
+    // tokens are gone, the name is retired.
+    let id = submit(&t.s, &t.mallory, &job("keep", "default", "sleep 600", json!([])));
+    t.s.wait_status(&id, "Running", secs(60));
+    let said = cli(&["admin", "user", "mallory", "--delete", "--queued", "stop", "--running", "keep"]);
+    assert!(said.contains("their queued tasks stopped, their running ones left running"), "{said}");
+    assert_eq!(whoami(&t.mallory).0, 401);
+    std::thread::sleep(Duration::from_secs(3));
+    let (_, task) = t.s.call("GET", &format!("/api/v1/tasks/{id}"), None);
+    let task: Value = serde_json::from_str(&task).unwrap();
+    assert_eq!((&task["status"], &task["ownerDeleted"]), (&json!("Running"), &json!(true)), "{task}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(["admin", "user", "mallory", "--enable"])
+        .env("TRAINYARD_SERVER", &t.s.base)
+        .env("TRAINYARD_TOKEN", &t.s.token)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "a deleted name stays retired");
+    // Options that only go with a disable or a delete are refused without one.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(["admin", "user", "bob", "--running", "keep"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--disable|--delete"));
+    t.s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
 }
 
 /// Finding 12: slow headers are cut off after the header-read timeout, and connections beyond the cap are
