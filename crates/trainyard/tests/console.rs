@@ -401,6 +401,12 @@ fn clone_asks_for_hidden_values_and_admins_disable_users_and_revoke_tokens() {
     b.goto(&format!("{}/#/admin", s.base));
     b.wait("erin", || b.try_find("#users tr[data-user='erin'] [data-action='disable']"));
     b.click(&b.find("#users tr[data-user='erin'] [data-action='disable']"));
+    // The admin chooses what becomes of her work (the defaults: queued held, running stopped).
+    b.wait("the choice", || b.try_find("#users tr[data-choice-for='erin'] [data-action='confirm-disable']"));
+    let value = |css: &str| b.script("return document.querySelector(arguments[0]).value", json!([css]));
+    assert_eq!(value("#users tr[data-choice-for='erin'] select[name='queued']"), "hold");
+    assert_eq!(value("#users tr[data-choice-for='erin'] select[name='running']"), "stop");
+    b.click(&b.find("#users tr[data-choice-for='erin'] [data-action='confirm-disable']"));
     b.wait("erin disabled", || b.try_find("#users tr[data-user='erin'][data-disabled='true']").map(|_| ()));
     assert_eq!(whoami(&erin), 403);
     scroll_to(&b, "#users");
@@ -415,6 +421,23 @@ fn clone_asks_for_hidden_values_and_admins_disable_users_and_revoke_tokens() {
     b.click(&b.find(&format!("{row} button")));
     b.wait("the token gone", || b.try_find(&row).is_none().then_some(()));
     assert_eq!(whoami(&erin), 401);
+    // Deleted, with running tasks left running: the row says the name is retired.
+    b.click(&b.find("#users tr[data-user='erin'] [data-action='delete']"));
+    let form = "#users tr[data-choice-for='erin']";
+    b.wait("the delete choice", || b.try_find(&format!("{form} [data-action='confirm-delete']")));
+    b.script(
+        "const s = document.querySelector(arguments[0]); s.value = 'keep'; s.dispatchEvent(new Event('change'));",
+        json!([format!("{form} select[name='running']")]),
+    );
+    b.click(&b.find(&format!("{form} [data-action='confirm-delete']")));
+    b.wait("erin deleted", || {
+        b.text_of("#users tr[data-user='erin']").contains("name retired").then_some(())
+    });
+    assert!(b.text_of("#admin-msg").contains("running tasks: keep"), "{}", b.text_of("#admin-msg"));
+    let (_, users) = s.call("GET", "/api/v1/admin/users", None);
+    let users: serde_json::Value = serde_json::from_str(&users).unwrap();
+    let erin_row = users["items"].as_array().unwrap().iter().find(|u| u["name"] == "erin").unwrap().clone();
+    assert_eq!(erin_row["deleted"], json!(true), "{erin_row}");
     // Who may use what: the catalog's entries with their groups.
     assert!(b.text_of("#catalog-groups tr[data-entry='image/host']").contains("admins only"));
 }

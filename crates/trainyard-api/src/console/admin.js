@@ -49,15 +49,43 @@ export async function adminPage(me) {
   // Users (name, role, groups) and the project groups with their members, from the same list.
   async function loadUsers() {
     const { data } = await api("GET", "/api/v1/admin/users");
-    // Disabling refuses every token of the user (within seconds on every server); their queued tasks are held
-    // and their running ones stopped (the API's default); their tasks stay.
-    const setDisabled = (u, off) => async () => {
-      if (off && !confirm(`Disable ${u.name}? Every token of theirs is refused until enabled again; their queued tasks are held and their running ones stopped.`)) return;
+    // Disabling refuses every token of the user (within seconds on every server); deleting removes them and
+    // retires the name. Either way their tasks stay, and the admin chooses what becomes of their work (the
+    // API's default: queued tasks held, running ones stopped) in a form under the user's row.
+    const enable = (u) => async () => {
       try {
-        await api("POST", `/api/v1/admin/users/${encodeURIComponent(u.name)}/${off ? "disable" : "enable"}`);
-        say(`user ${u.name} ${off ? "disabled" : "enabled"}`);
+        await api("POST", `/api/v1/admin/users/${encodeURIComponent(u.name)}/enable`);
+        say(`user ${u.name} enabled`);
         await loadUsers();
       } catch (e) { say(e.message, true); }
+    };
+    const choose = (u, action) => () => {
+      users.querySelector("tr.account-choice")?.remove();
+      const queued = h("select", { name: "queued", "aria-label": "their queued tasks" },
+        h("option", { value: "hold" }, "hold their queued tasks until enabled"),
+        h("option", { value: "stop" }, "stop their queued tasks"),
+        h("option", { value: "keep" }, "leave their queued tasks queued"));
+      const running = h("select", { name: "running", "aria-label": "their running tasks" },
+        h("option", { value: "stop" }, "stop their running tasks (exit checkpoint first)"),
+        h("option", { value: "keep" }, "leave their running tasks running"));
+      const what = action === "delete"
+        ? `Delete ${u.name}? Their tokens are removed and the name is retired; their tasks stay for the record.`
+        : `Disable ${u.name}? Every token of theirs is refused until enabled again; their tasks stay.`;
+      const row = h("tr", { class: "account-choice", "data-choice-for": u.name }, h("td", { colspan: 5 },
+        h("form", { onsubmit: async (ev) => {
+          ev.preventDefault();
+          try {
+            await api("POST", `/api/v1/admin/users/${encodeURIComponent(u.name)}/${action}`,
+              JSON.stringify({ queued: queued.value, running: running.value }), { "Content-Type": "application/json" });
+            say(`user ${u.name} ${action === "delete" ? "deleted" : "disabled"}; queued tasks: ${queued.value}, running tasks: ${running.value}`);
+            await loadUsers();
+          } catch (e) { say(e.message, true); }
+        } },
+        h("p", {}, what), queued, " ", running, " ",
+        h("button", { type: "submit", class: "danger", "data-action": `confirm-${action}` }, action === "delete" ? "Delete" : "Disable"), " ",
+        h("button", { type: "button", class: "link", onclick: () => row.remove() }, "Cancel"))));
+      users.querySelector(`tr[data-user="${CSS.escape(u.name)}"]`)?.after(row);
+      queued.focus();
     };
     users.replaceChildren(...data.items.map((u) => h("tr", { "data-user": u.name, "data-disabled": String(!!u.disabled) },
       h("td", {}, u.name), h("td", { "data-label": "Role" }, u.role), h("td", { "data-label": "Project groups" }, u.groups.join(", ") || h("span", { class: "muted" }, "none")),
@@ -69,8 +97,10 @@ export async function adminPage(me) {
       u.deleted
         ? h("span", { class: "muted" }, "name retired")
         : u.disabled
-        ? h("button", { type: "button", "data-action": "enable", "aria-label": `enable ${u.name}`, onclick: setDisabled(u, false) }, "Enable")
-        : h("button", { type: "button", class: "danger", "data-action": "disable", "aria-label": `disable ${u.name}`, onclick: setDisabled(u, true) }, "Disable")))));
+        ? h("button", { type: "button", "data-action": "enable", "aria-label": `enable ${u.name}`, onclick: enable(u) }, "Enable")
+        : h("button", { type: "button", class: "danger", "data-action": "disable", "aria-label": `disable ${u.name}`, onclick: choose(u, "disable") }, "Disable"),
+      u.deleted || u.name === me?.name ? "" : " ",
+      u.deleted || u.name === me?.name ? "" : h("button", { type: "button", class: "danger", "data-action": "delete", "aria-label": `delete ${u.name}`, onclick: choose(u, "delete") }, "Delete")))));
     const names = [...new Set([...Object.keys(cat?.projectGroups || {}), ...data.items.flatMap((u) => u.groups)])].sort();
     groups.replaceChildren(...names.map((g) => {
       const members = data.items.filter((u) => u.groups.includes(g)).map((u) => u.name);
