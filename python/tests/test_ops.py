@@ -175,3 +175,21 @@ def test_clone_under_a_name_prefix_of_its_own(client: trainyard.Client, run: Run
     with pytest.raises(trainyard.ValidationError) as refused:
         client.clone(original, name_prefix="Not Valid")
     assert refused.value.paths == ["metadata.namePrefix"]
+
+
+def test_a_deleted_owners_tasks_are_kept_for_the_record(client: trainyard.Client, server: Server) -> None:
+    name = unique("leaver")
+    # An admin account, since the local catalog's only image (`host`) is for admins; deleting one is the same.
+    client.request("POST", "/api/v1/admin/users", json_body={"name": name, "role": "admin", "groups": ["default"]})
+    token = client.request("POST", f"/api/v1/users/{name}/tokens", json_body={"label": "pytest"})["token"]
+    with trainyard.Client(server.url, token) as leaver:
+        task = leaver.submit(task_doc(unique("left"), "sleep 60"))
+        assert task.owner == name and not task.owner_deleted and not task.deleted
+        leaver.wait(task, until=[trainyard.Status.RUNNING], timeout=30, poll=0.2)
+        client.request("POST", f"/api/v1/admin/users/{name}/delete", json_body={"queued": "hold", "running": "stop"})
+        with pytest.raises(trainyard.Unauthorized):
+            leaver.get(task.id)  # their tokens went with the account
+    ended = client.wait(task, timeout=60, poll=0.2)
+    assert ended.status is trainyard.Status.STOPPED
+    assert ended.owner == name and ended.owner_deleted and not ended.deleted
+    assert [t.id for t in client.list(owner=name).items] == [task.id]

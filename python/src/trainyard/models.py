@@ -181,6 +181,8 @@ class Task:
     id: str
     name: str
     owner: str
+    owner_deleted: bool
+    """An admin deleted the owner's account; the task is kept for the record."""
     project_group: str
     type: str
     """``PyTorchJob`` or ``RayJob``."""
@@ -191,6 +193,8 @@ class Task:
     retries: int
     created_at_ms: int
     updated_at_ms: int
+    deleted: bool
+    """Deleted: out of lists and not run again; still read by id, with its history."""
     placement: Placement | None
     queue: QueuePosition | None
     demand: TaskDemand | None
@@ -213,6 +217,7 @@ class Task:
             id=str(d["id"]),
             name=str(d["name"]),
             owner=str(d["owner"]),
+            owner_deleted=bool(d.get("ownerDeleted", False)),
             project_group=str(d["projectGroup"]),
             type=str(d["type"]),
             status=Status.parse(str(d["status"])),
@@ -222,6 +227,7 @@ class Task:
             retries=int(d["retries"]),
             created_at_ms=int(d["createdAtMs"]),
             updated_at_ms=int(d["updatedAtMs"]),
+            deleted=bool(d.get("deleted", False)),
             placement=Placement.from_json(placement) if isinstance(placement, dict) else None,
             queue=QueuePosition.from_json(queue) if isinstance(queue, dict) else None,
             demand=TaskDemand.from_json(demand) if isinstance(demand, dict) else None,
