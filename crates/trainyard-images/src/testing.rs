@@ -210,30 +210,56 @@ impl TestRegistry {
         layers: &[(&str, Vec<u8>)],
         config: serde_json::Value,
     ) -> String {
-        let diff_ids: Vec<String> = layers
-            .iter()
-            .map(|(t, b)| {
-                let plain = if t.ends_with("gzip") { gunzip(b) } else { b.clone() };
-                format!("sha256:{:x}", sha2::Sha256::digest(&plain))
-            })
-            .collect();
-        let doc = serde_json::json!({
-            "architecture": "amd64",
-            "os": "linux",
-            "config": config,
-            "rootfs": {"type": "layers", "diff_ids": diff_ids},
-        });
-        let layers: Vec<ImageLayer> =
-            layers.iter().map(|(t, b)| ImageLayer::new(b.clone(), (*t).to_owned(), None)).collect();
-        let config = Config::oci_v1(serde_json::to_vec(&doc).unwrap(), None);
-        let reference = Reference::with_tag(self.host.clone(), repo.to_owned(), tag.to_owned());
         let (client, auth) = self.client();
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(async {
-            client.push(&reference, &layers, config, &auth, None).await.expect("push");
-            client.fetch_manifest_digest(&reference, &auth).await.expect("the pushed manifest's digest")
-        })
+        push_with(&client, &auth, &self.host, repo, tag, layers, config)
     }
+}
+
+/// Pushes an image as [`TestRegistry::push`] does, to a registry of someone else's on `host` (plain HTTP,
+/// no login: the Kubernetes test stack's registry).
+pub fn push_to(
+    host: &str,
+    repo: &str,
+    tag: &str,
+    layers: &[(&str, Vec<u8>)],
+    config: serde_json::Value,
+) -> String {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = Client::new(ClientConfig { protocol: ClientProtocol::Http, ..ClientConfig::default() });
+    push_with(&client, &RegistryAuth::Anonymous, host, repo, tag, layers, config)
+}
+
+fn push_with(
+    client: &Client,
+    auth: &RegistryAuth,
+    host: &str,
+    repo: &str,
+    tag: &str,
+    layers: &[(&str, Vec<u8>)],
+    config: serde_json::Value,
+) -> String {
+    let diff_ids: Vec<String> = layers
+        .iter()
+        .map(|(t, b)| {
+            let plain = if t.ends_with("gzip") { gunzip(b) } else { b.clone() };
+            format!("sha256:{:x}", sha2::Sha256::digest(&plain))
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "config": config,
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+    });
+    let layers: Vec<ImageLayer> =
+        layers.iter().map(|(t, b)| ImageLayer::new(b.clone(), (*t).to_owned(), None)).collect();
+    let config = Config::oci_v1(serde_json::to_vec(&doc).unwrap(), None);
+    let reference = Reference::with_tag(host.to_owned(), repo.to_owned(), tag.to_owned());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        client.push(&reference, &layers, config, auth, None).await.expect("push");
+        client.fetch_manifest_digest(&reference, auth).await.expect("the pushed manifest's digest")
+    })
 }
 
 impl Drop for TestRegistry {
