@@ -5,6 +5,7 @@
 //	kube-stack [-root DIR] smoke          the stack's contract (run under with-kube)
 //	kube-stack [-root DIR] deploy-check   deploy/kubernetes/ against the stack's API server (run under with-kube)
 //	kube-stack [-root DIR] key            the build cache dir's name, and the dir
+//	kube-stack image push --ref HOST:PORT/NAME:TAG ...   build an image from this machine's files and push it
 //
 // DIR is the repository's root (default: the nearest directory above the working directory that holds
 // tools/kube-stack/stages). scripts/with-kube, scripts/kube-smoke and scripts/kube-deploy-check run it through
@@ -18,8 +19,11 @@ import (
 	"strings"
 )
 
-const usage = `usage: kube-stack [-root DIR] with-kube [--without-kueue] CMD... | with-kube [--without-kueue] --build-only
-       kube-stack [-root DIR] smoke | deploy-check | key`
+const usage = `usage: kube-stack [-root DIR] with-kube [--without-kueue] [--real-nodes N] CMD...
+       kube-stack [-root DIR] with-kube [--without-kueue] [--real-nodes N] --build-only
+       kube-stack [-root DIR] smoke | deploy-check | key
+       kube-stack image push --ref HOST:PORT/NAME:TAG [--from-dir DIR]... [--path P]... [--file SRC=DEST]...
+                             [--debian-packages P1,P2] [--entrypoint CMD] [--cmd CMD] [--env K=V]... [--workdir DIR]`
 
 func main() {
 	os.Exit(run(os.Args[1:]))
@@ -41,6 +45,9 @@ func run(args []string) int {
 	if len(args) == 0 {
 		fmt.Fprintln(os.Stderr, usage)
 		return 2
+	}
+	if args[0] == "image" { // needs no checkout
+		return imageCommand(args[1:])
 	}
 	if root == "" {
 		var err error
