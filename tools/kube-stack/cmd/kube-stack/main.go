@@ -61,7 +61,7 @@ func run(args []string) int {
 	case "with-kube":
 		return withKube(root, args[1:])
 	case "smoke":
-		return smoke()
+		return smoke(args[1:])
 	case "deploy-check":
 		return deployCheck(root)
 	case "key":

@@ -18,7 +18,8 @@ package main
 //   - one kube-proxy (nftables mode; its tables "kube-proxy" are removed when the stack stops) and one CoreDNS
 //     (a host process on every gateway address, port 53, with the kubernetes plugin against the API server).
 //   - a registry (Debian's docker-registry) on 127.0.0.1, plain http, that every containerd pulls from; the
-//     pause image (tools/kube-stack/nodes/pause, built static) and a base image (bash, coreutils, nc, getent:
+//     pause image (tools/kube-stack/nodes/pause, built static) and a base image (bash, coreutils, grep, sed,
+//     hostname, nc, getent:
 //     Debian's files from this machine) are built and pushed into it at start (see image.go).
 //
 // Real nodes are labelled trainyard.dev/real=true and tainted trainyard.dev/real=true:NoSchedule, so only pods
@@ -62,7 +63,7 @@ const (
 	registryReadyS   = 30
 	containerdReadyS = 60
 	corednsReadyS    = 60
-	baseImagePkgs    = "bash,coreutils,netcat-openbsd,libc-bin"
+	baseImagePkgs    = "bash,coreutils,grep,sed,hostname,netcat-openbsd,libc-bin"
 )
 
 // The kernel settings the kubelet checks (and would set, without protectKernelDefaults) and the values it wants:
