@@ -8,8 +8,9 @@ package main
 //     them. The kubelet serves on the gateway address (its InternalIP), which the API server reaches through
 //     the egress router below.
 //   - each node's containerd and kubelet share a mount namespace of their own (unshare): a tmpfs on /run
-//     (containerd's shim sockets, runc's state, the pods' network namespaces), the node's own dir on /var/log
-//     (the kubelet's /var/log/containers), and the six kernel settings the kubelet would otherwise change on
+//     (containerd's shim sockets, runc's state, the pods' network namespaces), one on /var/lib (the paths the
+//     kubelet keeps under /var/lib/kubelet whatever its --root-dir: device-plugins/), the node's own dir on
+//     /var/log (the kubelet's /var/log/containers), and the six kernel settings the kubelet would otherwise change on
 //     the host (vm.overcommit_memory, kernel.panic, ...) shown to it as files holding the values it wants
 //     (protectKernelDefaults: it only reads them). When the node's last process ends, its mounts go with it.
 //   - each node has a cgroup of its own in every cgroup v1 hierarchy, /trainyard-kube-real.<stack>.real-<i>:
@@ -651,6 +652,9 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
   enable_selinux = false
   disable_apparmor = true
   max_container_log_line_size = 16384
+  # This machine refuses a negative oom_score_adj (no CAP_SYS_RESOURCE): the sandbox's -998 would make runc's
+  # init fail ("failed to update /proc/self/oom_score_adj"); keep every container at containerd's own (0) or above.
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -672,6 +676,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 dir=$0
 mount -t tmpfs -o mode=0755 trainyard-node /run
 mkdir -p /run/lock
+mount -t tmpfs -o mode=0755 trainyard-node /var/lib
+mkdir -p /var/lib/kubelet
 mount --bind "$dir/varlog" /var/log
 for kv in ` + sysctlPairs() + `; do
   name=${kv%=*}
@@ -763,9 +769,11 @@ maxPods: 110
 		return err
 	}
 	name := "kubelet-" + n.name
-	if err := s.startProc(name, nil, "nsenter", "--target", strconv.Itoa(n.containerdPid), "--mount", "--",
+	// No iptables on the kubelet's PATH: it would otherwise add its chains (KUBE-FIREWALL, KUBE-KUBELET-CANARY,
+	// KUBE-IPTABLES-HINT) to the host's iptables, for kube-proxy's iptables mode; ours runs in nftables mode.
+	if err := s.startProc(name, []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, "nsenter", "--target", strconv.Itoa(n.containerdPid), "--mount", "--",
 		filepath.Join(s.nodeBin, "kubelet"), "--config="+cfg, "--kubeconfig="+kc, "--root-dir="+filepath.Join(n.dir, "kubelet"),
-		"--hostname-override="+n.name, "--node-ip="+n.gateway,
+		"--cert-dir="+filepath.Join(n.dir, "kubelet", "pki"), "--hostname-override="+n.name, "--node-ip="+n.gateway,
 		"--node-labels="+realLabel+"=true,trainyard.dev/pool=real", "--v=1"); err != nil {
 		return err
 	}
