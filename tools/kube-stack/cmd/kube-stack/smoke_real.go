@@ -236,7 +236,27 @@ spec:
 	})
 	deleted := time.Now()
 	t.must("", "-n", ns, "delete", "pod", "graceful", "--wait=false")
-	t.waitUntil(30, "pod graceful removed", gone("-n", ns, "pod", "graceful"))
+	// Until it is gone: the deletion deadline (deletionTimestamp: the delete + the grace period) and the
+	// containers' ends as the kubelet reported them.
+	deadline, ends := "", map[string]string{}
+	t.waitUntil(30, "pod graceful removed", func() string {
+		out, errOut, err := kubectl("", "-n", ns, "get", "pod", "graceful", "-o", `jsonpath={.metadata.deletionTimestamp}`+
+			`{range .status.containerStatuses[*]}{"\n"}{.name} {.state.terminated.exitCode} {.state.terminated.finishedAt}{end}`)
+		if err != nil {
+			if strings.Contains(errOut, "NotFound") {
+				return "gone"
+			}
+			return ""
+		}
+		ls := strings.Split(out, "\n")
+		deadline = ls[0]
+		for _, l := range ls[1:] {
+			if f := strings.Fields(l); len(f) == 3 {
+				ends[f[0]] = f[1] + " " + f[2]
+			}
+		}
+		return ""
+	})
 	took := time.Since(deleted).Seconds()
 	data, _ := os.ReadFile(filepath.Join(events, "log"))
 	for _, l := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
@@ -255,10 +275,26 @@ spec:
 	} else {
 		t.fail("preStop/TERM/exit times: %v", ev)
 	}
-	if took >= realGraceS-0.5 && took < realGraceS+10 {
-		t.log("ok: the pod was gone %.1f s after the delete (grace period %d s: the container that ignores TERM was killed at its end)", took, realGraceS)
+	// The one that ignores TERM is killed (137) when the grace period ends, counted from when the kubelet began
+	// to stop the pod (the preStop hook's start; the API's deletionTimestamp is the delete's time + the grace
+	// period, and the kubelet learns of the delete a moment later). The API's times are whole seconds.
+	killed := strings.Fields(ends["ignores-term"])
+	var at time.Time
+	var errK error = fmt.Errorf("no end seen")
+	if len(killed) == 2 {
+		at, errK = time.Parse(time.RFC3339, killed[1])
+	}
+	due := pre + realGraceS
+	if errK == nil && killed[0] == "137" && pre > 0 && float64(at.Unix()) >= due-1 && float64(at.Unix()) <= due+2 {
+		stamp := func(f float64) string {
+			return time.Unix(0, int64(f*1e9)).UTC().Format("15:04:05.000")
+		}
+		t.log("ok: ignores-term killed (exit 137) at %s (whole seconds); the preStop hook began at %s, + %d s grace "+
+			"= %s; handles-term ended with %s; deletionTimestamp %s; pod gone %.1f s after the delete",
+			killed[1], stamp(pre), realGraceS, stamp(due), ends["handles-term"], deadline, took)
 	} else {
-		t.fail("pod graceful gone %.1f s after the delete, grace period %d s", took, realGraceS)
+		t.fail("grace period %d s: preStop at %.1f, containers' ends %v, deletionTimestamp %s, pod gone %.1f s after the delete",
+			realGraceS, pre, ends, deadline, took)
 	}
 	t.must("", "-n", ns, "delete", "pod", "a", "b", "exit7", "--wait=false")
 	t.waitUntil(60, "real pods a, b, exit7 removed", func() string {
