@@ -13,9 +13,10 @@ package main
 //     /var/log (the kubelet's /var/log/containers), and the six kernel settings the kubelet would otherwise change on
 //     the host (vm.overcommit_memory, kernel.panic, ...) shown to it as files holding the values it wants
 //     (protectKernelDefaults: it only reads them). When the node's last process ends, its mounts go with it.
-//   - each node has a cgroup of its own in every cgroup v1 hierarchy, /trainyard-kube-real.<stack>.real-<i>:
-//     the kubelet's cgroupRoot (kubepods below it) and, in runtime/, containerd and its shims. Stopping the
-//     stack kills whatever is left in it and removes it.
+//   - every process of the real nodes runs in the stack's cgroup, /trainyard-kube-real.<stack>, in every
+//     cgroup v1 hierarchy: services/ (registry, CoreDNS, kube-proxy) and, per node, real-<i>/ (the kubelet's
+//     cgroupRoot, kubepods/ below it), real-<i>/runtime/ (containerd and its shims), real-<i>/kubelet/.
+//     Stopping the stack kills whatever is left in it (the containers) and removes it.
 //   - one kube-proxy (nftables mode; its tables "kube-proxy" are removed when the stack stops) and one CoreDNS
 //     (a host process on every gateway address, port 53, with the kubernetes plugin against the API server).
 //   - a registry (Debian's docker-registry) on 127.0.0.1, plain http, that every containerd pulls from; the
@@ -27,8 +28,8 @@ package main
 // that tolerate the taint land there (a test's kwok pods never do by accident); kwok manages only the nodes
 // annotated kwok.x-k8s.io/node=fake, so never these. One stack with real nodes runs on a machine at a time
 // (their bridges, addresses and kube-proxy's tables are the machine's): a second one waits for the lock
-// /run/lock/trainyard-kube-real-nodes.lock; what a stack killed with -9 left behind (bridges, cgroups,
-// kube-proxy's tables) is removed by the next one that takes the lock.
+// /run/lock/trainyard-kube-real-nodes.lock; what a stack killed with -9 left behind (the processes in its
+// cgroup, the cgroup, bridges, kube-proxy's tables) is removed by the next one that takes the lock.
 
 import (
 	"bufio"
@@ -83,7 +84,7 @@ type realNode struct {
 	name, dir            string
 	podCIDR, gateway     string
 	bridge               string
-	cgroup               string // the kubelet's cgroupRoot, e.g. /trainyard-kube-real.abc.real-0
+	cgroup               string // the kubelet's cgroupRoot, e.g. /trainyard-kube-real.123/real-0
 	kubeletPort, healthz int
 	token                string
 	containerdSock       string
@@ -104,6 +105,7 @@ type realNodes struct {
 	dnsReady  int
 	proxyPort [2]int // healthz, metrics
 	router    net.Listener
+	cgroup    string // the stack's, e.g. /trainyard-kube-real.123
 	cleaned   bool
 }
 
@@ -126,14 +128,12 @@ func (s *stack) prepareRealNodes() error {
 			return die("--real-nodes needs %s (scripts/install-deps test installs it): %v", tool, err)
 		}
 	}
-	rn := &realNodes{s: s, dir: s.path("nodes")}
+	rn := &realNodes{s: s, dir: s.path("nodes"), cgroup: "/" + realCgroupPrefix + strings.TrimPrefix(filepath.Base(s.dir), "trainyard-kube.")}
 	s.nodes = rn
 	if err := rn.takeLock(); err != nil {
 		return err
 	}
 	removeLeftovers()
-	id := filepath.Base(s.dir) // trainyard-kube.NNNN
-	id = strings.TrimPrefix(id, "trainyard-kube.")
 	ports, err := freePorts(2*s.realNodes + 5)
 	if err != nil {
 		return err
@@ -144,7 +144,7 @@ func (s *stack) prepareRealNodes() error {
 			podCIDR: fmt.Sprintf("10.244.%d.0/24", i),
 			gateway: fmt.Sprintf("10.244.%d.1", i),
 			bridge:  fmt.Sprintf("%s%d", realBridgePrefix, i),
-			cgroup:  fmt.Sprintf("/%s%s.real-%d", realCgroupPrefix, id, i),
+			cgroup:  fmt.Sprintf("%s/real-%d", rn.cgroup, i),
 			token:   token(),
 		}
 		n.kubeletPort, n.healthz = ports[2*i], ports[2*i+1]
@@ -159,6 +159,9 @@ func (s *stack) prepareRealNodes() error {
 	rn.pauseRef = rn.registry + "/trainyard/pause:1"
 	rn.baseRef = rn.registry + "/trainyard/base:1"
 
+	if err := makeCgroups(rn.cgroup, rn.cgroup+"/services"); err != nil {
+		return die("cgroup %s: %v", rn.cgroup, err)
+	}
 	for _, n := range rn.nodes {
 		for _, d := range []string{"containerd", "kubelet", "pod-logs", "varlog", "cni", "ipam", "sysctl", "volume-plugins", "certs.d"} {
 			if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
@@ -168,7 +171,7 @@ func (s *stack) prepareRealNodes() error {
 		if err := makeBridge(n.bridge, n.gateway+"/24"); err != nil {
 			return die("bridge %s: %v", n.bridge, err)
 		}
-		if err := makeCgroup(n.cgroup); err != nil {
+		if err := makeCgroups(n.cgroup, n.cgroup+"/runtime", n.cgroup+"/kubelet"); err != nil {
 			return die("cgroup %s: %v", n.cgroup, err)
 		}
 	}
@@ -281,15 +284,15 @@ func cgroupMounts() (v1 []string, v2 string) {
 	return v1, v2
 }
 
-// makeCgroup creates the node's cgroup and its runtime/ child in every v1 hierarchy (cpuset's get their parent's
-// cpus and mems, as a new cpuset starts with none).
-func makeCgroup(path string) error {
+// makeCgroups creates cgroups (parents first) in every v1 hierarchy (cpuset's get their parent's cpus and mems,
+// as a new cpuset starts with none).
+func makeCgroups(paths ...string) error {
 	v1, _ := cgroupMounts()
 	if len(v1) == 0 {
 		return fmt.Errorf("no cgroup v1 hierarchy mounted (real nodes are set up for cgroup v1 only)")
 	}
 	for _, m := range v1 {
-		for _, d := range []string{path, path + "/runtime"} {
+		for _, d := range paths {
 			dir := filepath.Join(m, d)
 			if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
 				return err
@@ -306,14 +309,23 @@ func makeCgroup(path string) error {
 	return nil
 }
 
-// cgroupProcsFiles: runtime/cgroup.procs of the node's cgroup in every v1 hierarchy (containerd joins them).
+// cgroupProcsFiles: the cgroup's cgroup.procs in every v1 hierarchy (a process joins it by writing its pid).
 func cgroupProcsFiles(path string) []string {
 	v1, _ := cgroupMounts()
 	var out []string
 	for _, m := range v1 {
-		out = append(out, filepath.Join(m, path, "runtime", "cgroup.procs"))
+		out = append(out, filepath.Join(m, path, "cgroup.procs"))
 	}
 	return out
+}
+
+// joinCgroup: a command prefix that runs argv in the cgroup (every v1 hierarchy); with it, whatever the stack
+// leaves behind can be found and ended.
+const joinScript = `while [ "$1" != "--" ]; do echo $$ > "$1"; shift; done; shift; exec "$@"`
+
+func joinCgroup(path string, argv ...string) []string {
+	out := append([]string{"sh", "-c", joinScript, "join-cgroup"}, cgroupProcsFiles(path)...)
+	return append(append(out, "--"), argv...)
 }
 
 // removeCgroup kills every process left in the cgroup (containers, shims) and removes it with all below it,
@@ -390,14 +402,8 @@ func removeCgroup(path string) error {
 // with -9): its bridges, cgroups and kube-proxy's nftables tables. Called with the lock held, so none of it
 // belongs to a running stack.
 func removeLeftovers() {
-	if links, err := net.Interfaces(); err == nil {
-		for _, l := range links {
-			if strings.HasPrefix(l.Name, realBridgePrefix) {
-				say("removing the bridge %s left by an earlier stack", l.Name)
-				runQuiet("ip", "link", "del", l.Name)
-			}
-		}
-	}
+	// Its processes first (in its cgroup: kubelets, containerd, shims, containers, kube-proxy, CoreDNS, the
+	// registry), so that nothing recreates the rest.
 	v1, v2 := cgroupMounts()
 	seen := map[string]bool{}
 	for _, m := range append(v1, v2) {
@@ -408,20 +414,33 @@ func removeLeftovers() {
 		for _, e := range entries {
 			if e.IsDir() && strings.HasPrefix(e.Name(), realCgroupPrefix) && !seen[e.Name()] {
 				seen[e.Name()] = true
-				say("removing the cgroup /%s left by an earlier stack", e.Name())
+				say("removing the cgroup /%s left by an earlier stack, and the processes in it", e.Name())
 				if err := removeCgroup("/" + e.Name()); err != nil {
 					say("%v", err)
 				}
 			}
 		}
 	}
-	removeProxyTables()
+	if links, err := net.Interfaces(); err == nil {
+		for _, l := range links {
+			if strings.HasPrefix(l.Name, realBridgePrefix) {
+				say("removing the bridge %s left by an earlier stack", l.Name)
+				if err := runQuiet("ip", "link", "del", l.Name); err != nil {
+					say("%v", err)
+				}
+			}
+		}
+	}
+	removeProxyTables(true)
 }
 
 // removeProxyTables deletes kube-proxy's nftables tables (nftables mode keeps all its rules in them).
-func removeProxyTables() {
+func removeProxyTables(leftover bool) {
 	for _, fam := range []string{"ip", "ip6"} {
 		if exec.Command("nft", "list", "table", fam, "kube-proxy").Run() == nil {
+			if leftover {
+				say("removing the nftables table %s kube-proxy left by an earlier stack", fam)
+			}
 			if err := runQuiet("nft", "delete", "table", fam, "kube-proxy"); err != nil {
 				say("%v", err)
 			}
@@ -492,7 +511,7 @@ http:
 `, filepath.Join(rn.dir, "registry"), rn.registry)); err != nil {
 		return err
 	}
-	if err := s.startProc("registry", nil, "docker-registry", "serve", filepath.Join(rn.dir, "registry.yml")); err != nil {
+	if err := s.startProc("registry", nil, joinCgroup(rn.cgroup+"/services", "docker-registry", "serve", filepath.Join(rn.dir, "registry.yml"))...); err != nil {
 		return err
 	}
 	if err := s.waitFor("registry", registryReadyS, s.httpOK("http://"+rn.registry+"/v2/", nil)); err != nil {
@@ -556,7 +575,7 @@ http:
 `, strings.Join(binds, " "), rn.dnsHealth, rn.dnsReady, filepath.Join(rn.dir, "coredns.kubeconfig"))); err != nil {
 		return err
 	}
-	if err := s.startProc("coredns", nil, filepath.Join(bin, "coredns"), "-conf", filepath.Join(rn.dir, "Corefile")); err != nil {
+	if err := s.startProc("coredns", nil, joinCgroup(rn.cgroup+"/services", filepath.Join(bin, "coredns"), "-conf", filepath.Join(rn.dir, "Corefile"))...); err != nil {
 		return err
 	}
 
@@ -594,7 +613,7 @@ conntrack:
 `, filepath.Join(rn.dir, "kube-proxy.kubeconfig"), realClusterCIDR, rn.nodes[0].name, rn.proxyPort[0], rn.proxyPort[1])); err != nil {
 		return err
 	}
-	return s.startProc("kube-proxy", nil, filepath.Join(bin, "kube-proxy"), "--config="+filepath.Join(rn.dir, "kube-proxy.yaml"), "--v=1")
+	return s.startProc("kube-proxy", nil, joinCgroup(rn.cgroup+"/services", filepath.Join(bin, "kube-proxy"), "--config="+filepath.Join(rn.dir, "kube-proxy.yaml"), "--v=1")...)
 }
 
 func (rn *realNodes) startContainerd(n *realNode) error {
@@ -689,7 +708,7 @@ while [ "$1" != "--" ]; do echo $$ > "$1"; shift; done
 shift
 exec "$@"`
 	argv := []string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-c", setup, n.dir}
-	argv = append(argv, cgroupProcsFiles(n.cgroup)...)
+	argv = append(argv, cgroupProcsFiles(n.cgroup+"/runtime")...)
 	argv = append(argv, "--", "containerd", "--config", cfg)
 	name := "containerd-" + n.name
 	if err := s.startProc(name, nil, argv...); err != nil {
@@ -771,10 +790,10 @@ maxPods: 110
 	name := "kubelet-" + n.name
 	// No iptables on the kubelet's PATH: it would otherwise add its chains (KUBE-FIREWALL, KUBE-KUBELET-CANARY,
 	// KUBE-IPTABLES-HINT) to the host's iptables, for kube-proxy's iptables mode; ours runs in nftables mode.
-	if err := s.startProc(name, []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, "nsenter", "--target", strconv.Itoa(n.containerdPid), "--mount", "--",
-		filepath.Join(s.nodeBin, "kubelet"), "--config="+cfg, "--kubeconfig="+kc, "--root-dir="+filepath.Join(n.dir, "kubelet"),
+	if err := s.startProc(name, []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, joinCgroup(n.cgroup+"/kubelet",
+		"nsenter", "--target", strconv.Itoa(n.containerdPid), "--mount", "--", filepath.Join(s.nodeBin, "kubelet"), "--config="+cfg, "--kubeconfig="+kc, "--root-dir="+filepath.Join(n.dir, "kubelet"),
 		"--cert-dir="+filepath.Join(n.dir, "kubelet", "pki"), "--hostname-override="+n.name, "--node-ip="+n.gateway,
-		"--node-labels="+realLabel+"=true,trainyard.dev/pool=real", "--v=1"); err != nil {
+		"--node-labels="+realLabel+"=true,trainyard.dev/pool=real", "--v=1")...); err != nil {
 		return err
 	}
 	return nil
@@ -824,10 +843,8 @@ func (rn *realNodes) cleanup() {
 	if rn.router != nil {
 		rn.router.Close()
 	}
-	for _, n := range rn.nodes {
-		if err := removeCgroup(n.cgroup); err != nil {
-			say("%v", err)
-		}
+	if err := removeCgroup(rn.cgroup); err != nil {
+		say("%v", err)
 	}
 	for _, n := range rn.nodes {
 		if _, err := net.InterfaceByName(n.bridge); err == nil {
@@ -836,7 +853,7 @@ func (rn *realNodes) cleanup() {
 			}
 		}
 	}
-	removeProxyTables()
+	removeProxyTables(false)
 	if rn.lock != nil {
 		rn.lock.Truncate(0)
 		syscall.Flock(int(rn.lock.Fd()), syscall.LOCK_UN)
