@@ -7,7 +7,7 @@ package main
 //     (srv-b-vip); pod a on real-0 has an init container that writes a file its main container then reads, and
 //     reaches b by IP, by the Service's DNS names (srv-b.<ns>.svc.cluster.local, the short srv-b), by the pod's
 //     own name under the Service (b.srv-b...), and through the ClusterIP (kube-proxy); `kubectl logs a` shows
-//     what it printed;
+//     what it printed, `kubectl exec` runs a command in it;
 //   - a pod whose container exits 7 shows exit code 7 in its status;
 //   - deleting a pod with a preStop hook and a 4 s grace period: the hook runs before the TERM, a container that
 //     handles TERM ends on its own, one that ignores it is killed when the grace period ends (the events are
@@ -168,6 +168,13 @@ spec:
 		t.log("ok: init container Completed at %s, main started at %s", f[1], mainStart)
 	} else {
 		t.fail("init container %q, main started %q", initEnd, mainStart)
+	}
+	// exec: API server -> kubelet -> containerd's stream server
+	if out, errOut, err := kubectl("", "-n", ns, "exec", "a", "-c", "main", "--", "bash", "-c", "echo exec in $HOSTNAME: $(cat /work/init.txt)"); err == nil &&
+		strings.HasPrefix(out, "exec in a: init ran at ") {
+		t.log("ok: kubectl exec: %s", strings.TrimSpace(out))
+	} else {
+		t.fail("kubectl exec a: %v %q %q", err, out, errOut)
 	}
 	bLog, _, _ := kubectl("", "-n", ns, "logs", "b")
 	if l := lines(bLog, prefix("b serving on "+bIP)); l != "" {
