@@ -1,8 +1,8 @@
 // Command kube-stack builds, starts and checks the Kubernetes test stack (tools/kube-stack/README.md):
 //
-//	kube-stack [-root DIR] with-kube [--without-kueue] CMD...   build what is missing, start the stack, run CMD
-//	kube-stack [-root DIR] with-kube [--without-kueue] --build-only
-//	kube-stack [-root DIR] smoke          the stack's contract (run under with-kube)
+//	kube-stack [-root DIR] with-kube [--without-kueue] [--real-nodes N] CMD...   build what is missing, start the stack, run CMD
+//	kube-stack [-root DIR] with-kube [--without-kueue] [--real-nodes N] --build-only
+//	kube-stack [-root DIR] smoke [--real-only]   the stack's contract (run under with-kube)
 //	kube-stack [-root DIR] deploy-check   deploy/kubernetes/ against the stack's API server (run under with-kube)
 //	kube-stack [-root DIR] key            the build cache dir's name, and the dir
 //	kube-stack image push --ref HOST:PORT/NAME:TAG ...   build an image from this machine's files and push it

@@ -7,7 +7,9 @@ package main
 // dashboard stand-in (tools/kube-stack/ray-dashboard-sim), and Kueue unless --without-kueue, with their CRDs.
 // CMD sees KUBECONFIG (admin bearer token, group system:masters), TRAINYARD_KUBE_STACK (the stack's dir:
 // logs/, pki/, kubeconfig, env), TRAINYARD_KUBE_BIN (the binaries, also put first on PATH, kubectl included).
-// The stack creates no node. On CMD's failure the logs' tails are printed and the stack's dir is kept
+// The stack creates no kwok node. With --real-nodes N it also runs N real nodes (kubelets with containerd on
+// this machine, nodes.go) and CMD sees TRAINYARD_KUBE_REAL_NODES, TRAINYARD_KUBE_REGISTRY,
+// TRAINYARD_KUBE_BASE_IMAGE and TRAINYARD_KUBE_PAUSE_IMAGE too. On CMD's failure the logs' tails are printed and the stack's dir is kept
 // (TRAINYARD_KUBE_KEEP=1 keeps it always, TRAINYARD_KUBE_TAIL=N sets the tails' length). INT or TERM stops CMD,
 // then the stack, and removes the stack's dir.
 
