@@ -3,11 +3,11 @@ package main
 // The smoke test's part on real nodes (run when the stack has at least two: with-kube --real-nodes 2): real
 // containers from the local registry's base image, on real-0 and real-1.
 //
-//   - pod b on real-1 serves a line on TCP 8080 (nc) behind a headless Service (srv-b) and a ClusterIP one
+//   - pod b on real-1 serves a line over HTTP on 8080 (nc) behind a headless Service (srv-b) and a ClusterIP one
 //     (srv-b-vip); pod a on real-0 has an init container that writes a file its main container then reads, and
 //     reaches b by IP, by the Service's DNS names (srv-b.<ns>.svc.cluster.local, the short srv-b), by the pod's
 //     own name under the Service (b.srv-b...), and through the ClusterIP (kube-proxy); `kubectl logs a` shows
-//     what it printed, `kubectl exec` runs a command in it;
+//     what it printed, `kubectl exec` runs a command in it; the API server's pod proxy reaches b;
 //   - a pod whose container exits 7 shows exit code 7 in its status;
 //   - deleting a pod with a preStop hook and a 4 s grace period: the hook runs before the TERM, a container that
 //     handles TERM ends on its own, one that ignores it is killed when the grace period ends (the events are
@@ -49,6 +49,17 @@ func (t *smokeTest) realNodesPart(nodes []string) {
     effect: NoSchedule`
 
 	// ---- pod b on the second node, behind a headless Service and a ClusterIP one
+	// b answers every HTTP request on 8080 with the body "hello from b", after reading the request's head (an
+	// answer sent before it would reach the API server's proxy ahead of its request).
+	serveB := `echo "b serving on $(hostname -i):8080"
+body="hello from $(hostname)"
+rm -f /tmp/answer && mkfifo /tmp/answer
+while true; do
+  cat /tmp/answer | nc -l -N 8080 | {
+    while read -r line; do line=${line%$'\r'}; [ -z "$line" ] && break; done
+    printf 'HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s\n' $((${#body} + 1)) "$body" > /tmp/answer
+  }
+done`
 	t.must(fmt.Sprintf(`apiVersion: v1
 kind: Service
 metadata:
@@ -86,8 +97,8 @@ spec:
   containers:
   - name: serve
     image: %[3]s
-    command: ["bash", "-c", "echo \"b serving on $(hostname -i):8080\"; while true; do echo \"hello from $(hostname)\" | nc -l -N 8080; done"]
-`, ns, n1, base, toleration), "create", "-f", "-")
+    command: ["bash", "-c", %[5]s]
+`, ns, n1, base, toleration, strconv.Quote(serveB)), "create", "-f", "-")
 	t.log("created pod b on %s (nc on 8080) behind Services srv-b (headless) and srv-b-vip", n1)
 	t.waitUntil(120, "pod b Running on "+n1, func() string {
 		return lines(t.jget("pod", "b", "{.status.phase} {.spec.nodeName} {.status.podIP}"), prefix("Running "+n1+" 10.244."))
@@ -97,7 +108,7 @@ spec:
 
 	// ---- pod a on the first node: an init container, then the checks
 	script := `echo "main sees: $(cat /work/init.txt)"
-try() { for i in $(seq 1 20); do out=$(nc -w 2 "$1" "$2" </dev/null) && [ -n "$out" ] && { echo "$3 -> $out"; return 0; }; sleep 0.5; done; echo "$3 -> FAILED"; return 1; }
+try() { for i in $(seq 1 20); do out=$(printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 "$1" "$2" | tail -n 1) && [ -n "$out" ] && { echo "$3 -> $out"; return 0; }; sleep 0.5; done; echo "$3 -> FAILED"; return 1; }
 echo "resolv: $(grep -E '^(nameserver|search)' /etc/resolv.conf | tr '\n' ' ')"
 echo "getent srv-b.$NS.svc.cluster.local: $(getent hosts srv-b.$NS.svc.cluster.local)"
 echo "getent srv-b: $(getent hosts srv-b)"
@@ -168,6 +179,13 @@ spec:
 		t.log("ok: init container Completed at %s, main started at %s", f[1], mainStart)
 	} else {
 		t.fail("init container %q, main started %q", initEnd, mainStart)
+	}
+	// the API server's pod proxy: through its "cluster" egress (the stack's router) to the pod's address
+	if out, errOut, err := kubectl("", "get", "--raw", "/api/v1/namespaces/"+ns+"/pods/b:8080/proxy/"); err == nil &&
+		strings.TrimSpace(out) == "hello from b" {
+		t.log("ok: pod b's :8080 through the API server's pod proxy (%s)", strings.TrimSpace(out))
+	} else {
+		t.fail("pod proxy to b:8080: %v %q %q", err, out, errOut)
 	}
 	// exec: API server -> kubelet -> containerd's stream server
 	if out, errOut, err := kubectl("", "-n", ns, "exec", "a", "-c", "main", "--", "bash", "-c", "echo exec in $HOSTNAME: $(cat /work/init.txt)"); err == nil &&
