@@ -453,7 +453,7 @@ func removeProxyTables(leftover bool) {
 func (rn *realNodes) start() error {
 	s := rn.s
 	bin := s.nodeBin
-	say("starting %d real nodes (%s s)", len(rn.nodes), s.since())
+	say("starting the real nodes %s (%s s)", strings.Join(rn.names(), ", "), s.since())
 	// RBAC: kubelets as system:node (the API server has no Node authorizer here), CoreDNS's reads.
 	if err := s.kube(`apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
