@@ -844,6 +844,9 @@ func (rn *realNodes) cleanup() {
 	if rn.router != nil {
 		rn.router.Close()
 	}
+	if rn.lock == nil {
+		return // stopped while waiting for the lock: the machine's bridges and tables are another stack's
+	}
 	if err := removeCgroup(rn.cgroup); err != nil {
 		say("%v", err)
 	}
