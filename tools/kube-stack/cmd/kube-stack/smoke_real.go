@@ -8,6 +8,8 @@ package main
 //     reaches b by IP, by the Service's DNS names (srv-b.<ns>.svc.cluster.local, the short srv-b), by the pod's
 //     own name under the Service (b.srv-b...), and through the ClusterIP (kube-proxy); `kubectl logs a` shows
 //     what it printed, `kubectl exec` runs a command in it; the API server's pod proxy reaches b;
+//   - a PyTorchJob's master (the training operator's pod, the base image) on a real node sees MASTER_ADDR and
+//     resolves the operator's headless Service for it by DNS to its own IP;
 //   - a pod whose container exits 7 shows exit code 7 in its status;
 //   - deleting a pod with a preStop hook and a 4 s grace period: the hook runs before the TERM, a container that
 //     handles TERM ends on its own, one that ignores it is killed when the grace period ends (the events are
@@ -199,6 +201,49 @@ spec:
 		t.log("ok: b's log: %s", l)
 	} else {
 		t.fail("b's log: %q", bLog)
+	}
+
+	// ---- the training operator's headless Service for a replica (MASTER_ADDR) from inside a real container
+	ptScript := `echo "MASTER_ADDR=$MASTER_ADDR WORLD_SIZE=$WORLD_SIZE RANK=$RANK"
+fqdn=$MASTER_ADDR.$(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace).svc.cluster.local
+for i in $(seq 1 20); do out=$(getent hosts "$fqdn") && break; sleep 0.5; done
+echo "dns: $out"`
+	t.must(fmt.Sprintf(`apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata:
+  name: real-pt
+  namespace: %[1]s
+spec:
+  runPolicy:
+    backoffLimit: 0
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      restartPolicy: Never
+      template:
+        spec:
+          nodeSelector: {kubernetes.io/hostname: %[2]s}
+          tolerations:
+          - key: trainyard.dev/real
+            operator: Exists
+            effect: NoSchedule
+          containers:
+          - name: pytorch
+            image: %[3]s
+            command: ["bash", "-c", %[4]s]
+`, ns, n1, base, strconv.Quote(ptScript)), "create", "-f", "-")
+	t.log("created PyTorchJob real-pt (master on %s, base image: prints MASTER_ADDR and resolves its Service's name)", n1)
+	t.waitUntil(90, "PyTorchJob real-pt Succeeded", t.cond("pytorchjob", "real-pt", "Succeeded"))
+	ptLog, _, _ := kubectl("", "-n", ns, "logs", "real-pt-master-0")
+	for _, l := range strings.Split(strings.TrimRight(ptLog, "\n"), "\n") {
+		fmt.Println("    real-pt-master-0| " + l)
+	}
+	ptIP := t.jget("pod", "real-pt-master-0", "{.status.podIP}")
+	if lines(ptLog, prefix("MASTER_ADDR=real-pt-master-0 ")) != "" && ptIP != "" &&
+		lines(ptLog, prefix("dns: "+ptIP+" ")) != "" {
+		t.log("ok: MASTER_ADDR real-pt-master-0, its headless Service's name resolves (DNS) to the master's IP %s", ptIP)
+	} else {
+		t.fail("real-pt: master IP %q, log %q", ptIP, ptLog)
 	}
 
 	// ---- an exit code
