@@ -22,22 +22,40 @@ const k8sVersion = "v1.37.2"
 // of with-kube hashed it, so that an existing cache dir keeps its name; change it only with the flags.
 const keyBuildFlags = "-trimpath -ldflags=-s -w"
 
-// component: a binary, the wrapper module (tools/kube-stack/<dir>) that pins its version, and its main package.
-type component struct{ name, dir, pkg string }
-
-var components = []component{
-	{"etcd", "etcd", "go.etcd.io/etcd/server/v3"},
-	{"kube-apiserver", "kubernetes", "k8s.io/kubernetes/cmd/kube-apiserver"},
-	{"kube-controller-manager", "kubernetes", "k8s.io/kubernetes/cmd/kube-controller-manager"},
-	{"kube-scheduler", "kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler"},
-	{"kubectl", "kubernetes", "k8s.io/kubernetes/cmd/kubectl"},
-	{"kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok"},
-	{"training-operator", "training-operator", "github.com/kubeflow/training-operator/cmd/training-operator.v1"},
-	{"kuberay-operator", "kuberay", "github.com/ray-project/kuberay/ray-operator"},
-	{"ray-dashboard-sim", "ray-dashboard-sim", "trainyard.dev/kube-stack/ray-dashboard-sim"},
+// component: a binary, the wrapper module (tools/kube-stack/<dir>) that pins its version, and its main package;
+// static: built with CGO_ENABLED=0 (it runs in an image with nothing else in it).
+type component struct {
+	name, dir, pkg string
+	static         bool
 }
 
-var kueueComponent = component{"kueue", "kueue", "sigs.k8s.io/kueue/cmd/kueue"}
+var components = []component{
+	{"etcd", "etcd", "go.etcd.io/etcd/server/v3", false},
+	{"kube-apiserver", "kubernetes", "k8s.io/kubernetes/cmd/kube-apiserver", false},
+	{"kube-controller-manager", "kubernetes", "k8s.io/kubernetes/cmd/kube-controller-manager", false},
+	{"kube-scheduler", "kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler", false},
+	{"kubectl", "kubernetes", "k8s.io/kubernetes/cmd/kubectl", false},
+	{"kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok", false},
+	{"training-operator", "training-operator", "github.com/kubeflow/training-operator/cmd/training-operator.v1", false},
+	{"kuberay-operator", "kuberay", "github.com/ray-project/kuberay/ray-operator", false},
+	{"ray-dashboard-sim", "ray-dashboard-sim", "trainyard.dev/kube-stack/ray-dashboard-sim", false},
+}
+
+var kueueComponent = component{"kueue", "kueue", "sigs.k8s.io/kueue/cmd/kueue", false}
+
+// nodeComponents: what the real nodes (--real-nodes) need, in wrapper modules under tools/kube-stack/nodes/
+// (not direct subdirectories of tools/kube-stack, so the control plane's cache key does not see them); they are
+// built into their own cache dir (nodesKey). The CNI plugins go to bin/cni/.
+var nodeComponents = []component{
+	{"pause", "nodes/pause", "trainyard.dev/kube-stack/nodes/pause", true},
+	{"cni/loopback", "nodes/cni", "github.com/containernetworking/plugins/plugins/main/loopback", false},
+	{"cni/bridge", "nodes/cni", "github.com/containernetworking/plugins/plugins/main/bridge", false},
+	{"cni/host-local", "nodes/cni", "github.com/containernetworking/plugins/plugins/ipam/host-local", false},
+	{"cni/portmap", "nodes/cni", "github.com/containernetworking/plugins/plugins/meta/portmap", false},
+	{"coredns", "nodes/coredns", "github.com/coredns/coredns", false},
+	{"kube-proxy", "nodes/kubernetes", "k8s.io/kubernetes/cmd/kube-proxy", false},
+	{"kubelet", "nodes/kubernetes", "k8s.io/kubernetes/cmd/kubelet", false},
+}
 
 // cacheKey names the cache dir: k8s-<version>-<12 hex digits of a SHA-256>.
 func cacheKey(ks string) (string, error) {
@@ -51,6 +69,21 @@ func cacheKey(ks string) (string, error) {
 	}
 	sum := sha256.Sum256(src)
 	return "k8s-" + k8sVersion + "-" + hex.EncodeToString(sum[:])[:12], nil
+}
+
+// nodesKey names the real nodes' cache dir: nodes-<version>-<12 hex digits>, the same hash as cacheKey's but over
+// the wrapper modules in tools/kube-stack/nodes/ (its direct subdirectories with a go.mod).
+func nodesKey(ks string) (string, error) {
+	out, err := exec.Command("go", "version").Output()
+	if err != nil {
+		return "", fmt.Errorf("go version: %v", err)
+	}
+	src, err := keySource(filepath.Join(ks, "nodes"), out)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(src)
+	return "nodes-" + k8sVersion + "-" + hex.EncodeToString(sum[:])[:12], nil
 }
 
 // keySource is what the key hashes: `go version`'s output, the build flags, then for every wrapper module (a
@@ -113,7 +146,7 @@ func srcStamp(moduleDir string) (string, error) {
 
 // ldflagsFor: the Kubernetes binaries get their version stamped, as a release build would.
 func ldflagsFor(name string) string {
-	if !strings.HasPrefix(name, "kube-") && name != "kubectl" {
+	if !strings.HasPrefix(name, "kube-") && name != "kubectl" && name != "kubelet" {
 		return "-s -w"
 	}
 	minor := strings.SplitN(strings.TrimPrefix(k8sVersion, "v1."), ".", 2)[0]
@@ -180,6 +213,29 @@ func (b *builder) buildAll(withKueue bool) error {
 	return b.copyCRDs()
 }
 
+// buildNodes builds the real nodes' components into b's cache dir (a nodes-... dir), one build at a time.
+func (b *builder) buildNodes() error {
+	if err := os.MkdirAll(b.bin, 0o755); err != nil {
+		return err
+	}
+	lock, err := os.OpenFile(filepath.Join(b.cache, ".lock"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("locking %s: %v", lock.Name(), err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	for _, c := range nodeComponents {
+		if err := b.buildOne(c); err != nil {
+			return err
+		}
+	}
+	b.dropGocache()
+	return nil
+}
+
 func (b *builder) buildOne(c component) error {
 	stamp := ""
 	if strings.HasPrefix(c.pkg, "trainyard.dev/") {
@@ -189,7 +245,7 @@ func (b *builder) buildOne(c component) error {
 		}
 	}
 	out := filepath.Join(b.bin, c.name)
-	if syscall.Access(out, 1 /* X_OK */) == nil && readTrimmed(filepath.Join(b.bin, "."+c.name+".src")) == stamp {
+	if syscall.Access(out, 1 /* X_OK */) == nil && readTrimmed(filepath.Join(filepath.Dir(out), "."+filepath.Base(c.name)+".src")) == stamp {
 		return nil
 	}
 	if b.lastDir != "" && b.lastDir != c.dir {
@@ -198,12 +254,19 @@ func (b *builder) buildOne(c component) error {
 	b.lastDir = c.dir
 	say("building %s (%s in tools/kube-stack/%s)", c.name, c.pkg, c.dir)
 	start := time.Now()
-	tmp := filepath.Join(b.bin, "."+c.name+".tmp")
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	stampFile := filepath.Join(filepath.Dir(out), "."+filepath.Base(c.name)+".src")
+	tmp := filepath.Join(filepath.Dir(out), "."+filepath.Base(c.name)+".tmp")
 	cmd := exec.Command("nice", "-n", "10", "go", "build", "-ldflags="+ldflagsFor(c.name), "-o", tmp, c.pkg)
 	cmd.Dir = filepath.Join(b.ks, c.dir)
 	// -mod=readonly: the wrapper's go.mod and go.sum are complete (checked in); modules are downloaded as needed.
 	cmd.Env = append(os.Environ(), "GOCACHE="+b.gocache, "GOFLAGS=-trimpath -mod=readonly -buildvcs=false",
 		"GOMAXPROCS="+env("GOMAXPROCS", "2"))
+	if c.static {
+		cmd.Env = append(cmd.Env, "CGO_ENABLED=0")
+	}
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("building %s: %v", c.name, err)
@@ -211,7 +274,7 @@ func (b *builder) buildOne(c component) error {
 	if err := os.Rename(tmp, out); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(b.bin, "."+c.name+".src"), []byte(stamp+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(stampFile, []byte(stamp+"\n"), 0o644); err != nil {
 		return err
 	}
 	took := time.Since(start).Seconds()

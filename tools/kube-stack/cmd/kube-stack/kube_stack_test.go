@@ -94,6 +94,9 @@ func TestLdflags(t *testing.T) {
 	if got := ldflagsFor("kuberay-operator"); got != "-s -w" {
 		t.Errorf("kuberay-operator: %q", got)
 	}
+	if got := ldflagsFor("kubelet"); !strings.Contains(got, "-X k8s.io/component-base/version.gitVersion=v1.37.2") {
+		t.Errorf("kubelet: %q", got)
+	}
 	got := ldflagsFor("kube-apiserver")
 	for _, want := range []string{"-s -w ", "-X k8s.io/component-base/version.gitVersion=v1.37.2",
 		"-X k8s.io/client-go/pkg/version.gitMinor=37", "-X k8s.io/client-go/pkg/version.gitTreeState=clean"} {

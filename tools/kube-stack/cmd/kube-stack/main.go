@@ -1,10 +1,11 @@
 // Command kube-stack builds, starts and checks the Kubernetes test stack (tools/kube-stack/README.md):
 //
-//	kube-stack [-root DIR] with-kube [--without-kueue] CMD...   build what is missing, start the stack, run CMD
-//	kube-stack [-root DIR] with-kube [--without-kueue] --build-only
-//	kube-stack [-root DIR] smoke          the stack's contract (run under with-kube)
+//	kube-stack [-root DIR] with-kube [--without-kueue] [--real-nodes N] CMD...   build what is missing, start the stack, run CMD
+//	kube-stack [-root DIR] with-kube [--without-kueue] [--real-nodes N] --build-only
+//	kube-stack [-root DIR] smoke [--real-only]   the stack's contract (run under with-kube)
 //	kube-stack [-root DIR] deploy-check   deploy/kubernetes/ against the stack's API server (run under with-kube)
 //	kube-stack [-root DIR] key            the build cache dir's name, and the dir
+//	kube-stack image push --ref HOST:PORT/NAME:TAG ...   build an image from this machine's files and push it
 //
 // DIR is the repository's root (default: the nearest directory above the working directory that holds
 // tools/kube-stack/stages). scripts/with-kube, scripts/kube-smoke and scripts/kube-deploy-check run it through
@@ -18,8 +19,11 @@ import (
 	"strings"
 )
 
-const usage = `usage: kube-stack [-root DIR] with-kube [--without-kueue] CMD... | with-kube [--without-kueue] --build-only
-       kube-stack [-root DIR] smoke | deploy-check | key`
+const usage = `usage: kube-stack [-root DIR] with-kube [--without-kueue] [--real-nodes N] CMD...
+       kube-stack [-root DIR] with-kube [--without-kueue] [--real-nodes N] --build-only
+       kube-stack [-root DIR] smoke | deploy-check | key
+       kube-stack image push --ref HOST:PORT/NAME:TAG [--from-dir DIR]... [--path P]... [--file SRC=DEST]...
+                             [--debian-packages P1,P2] [--entrypoint CMD] [--cmd CMD] [--env K=V]... [--workdir DIR]`
 
 func main() {
 	os.Exit(run(os.Args[1:]))
@@ -42,6 +46,9 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, usage)
 		return 2
 	}
+	if args[0] == "image" { // needs no checkout
+		return imageCommand(args[1:])
+	}
 	if root == "" {
 		var err error
 		if root, err = findRoot(); err != nil {
@@ -54,7 +61,7 @@ func run(args []string) int {
 	case "with-kube":
 		return withKube(root, args[1:])
 	case "smoke":
-		return smoke()
+		return smoke(args[1:])
 	case "deploy-check":
 		return deployCheck(root)
 	case "key":

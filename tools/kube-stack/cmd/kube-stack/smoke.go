@@ -7,7 +7,9 @@ package main
 // then SUCCEEDED through the dashboard stand-in (HTTPMode); an object the CRD schema refuses is a 422; Kueue (when
 // the stack runs it) admits and un-suspends a queued PyTorchJob; the sim labels for OOM, image pull errors and
 // node NotReady behave; a container's log and the pod proxy to a pod's port answer through the API server;
-// deleting a job removes its pods (garbage collection) and deleting the namespace removes everything.
+// deleting a job removes its pods (garbage collection) and deleting the namespace removes everything. When the
+// stack has real nodes (with-kube --real-nodes 2), real containers on them too: see smoke_real.go
+// (`kube-smoke --real-only` runs only that part).
 //
 // A wait that times out ends the test there (exit 1): what follows depends on it. The other checks are counted,
 // and any failed one makes the exit code 1.
@@ -212,9 +214,25 @@ spec:
 `, name, t.ns, labels, t.ns), "create", "-f", "-")
 }
 
-func smoke() int {
+func smoke(args []string) int {
 	if os.Getenv("KUBECONFIG") == "" {
 		fmt.Fprintln(os.Stderr, "kube-smoke: KUBECONFIG: run under scripts/with-kube")
+		return 1
+	}
+	realOnly := false
+	for _, a := range args {
+		if a != "--real-only" {
+			fmt.Fprintln(os.Stderr, "usage: kube-smoke [--real-only]")
+			return 2
+		}
+		realOnly = true
+	}
+	var realNodes []string
+	if v := os.Getenv("TRAINYARD_KUBE_REAL_NODES"); v != "" {
+		realNodes = strings.Split(v, ",")
+	}
+	if realOnly && len(realNodes) < 2 {
+		fmt.Fprintln(os.Stderr, "kube-smoke --real-only: run under scripts/with-kube --real-nodes 2 (or more)")
 		return 1
 	}
 	t := &smokeTest{ns: fmt.Sprintf("smoke-%d-%d", time.Now().Unix(), os.Getpid()), t0: time.Now()}
@@ -233,6 +251,10 @@ func smoke() int {
 	fmt.Printf("server %s, kubectl %s\n", version.Server.GitVersion, version.Client.GitVersion)
 	t.must("", "create", "namespace", ns)
 	t.log("namespace %s", ns)
+	if realOnly {
+		t.realNodesPart(realNodes)
+		return t.end(ns, nil)
+	}
 
 	// ---- two kwok nodes: plain v1.Node objects, annotated so kwok manages them
 	for _, n := range []string{"a", "b"} {
@@ -485,6 +507,16 @@ spec:
 		return lines(get("node", nodeB, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`), exactly("True"))
 	})
 
+	// ---- real nodes, when the stack has them (with-kube --real-nodes 2)
+	switch len(realNodes) {
+	case 0:
+		t.log("no real nodes (with-kube --real-nodes 2 adds their part)")
+	case 1:
+		t.log("one real node only: its part needs two (with-kube --real-nodes 2)")
+	default:
+		t.realNodesPart(realNodes)
+	}
+
 	// ---- graceful deletion is observable; garbage collection of a job's pods; namespace deletion
 	t.must("", "-n", ns, "delete", "pod", "forever", "--wait=false")
 	t.waitUntil(5, "pod forever seen terminating", func() string { return t.jget("pod", "forever", "{.metadata.deletionTimestamp}") })
@@ -497,10 +529,16 @@ spec:
 		}
 		return ""
 	})
+	return t.end(ns, []string{ns + "-node-a", nodeB})
+}
+
+// end deletes the namespace (and the kwok nodes) and says how the test went.
+func (t *smokeTest) end(ns string, nodes []string) int {
 	t.must("", "delete", "namespace", ns, "--wait=false")
 	t.waitUntil(120, "namespace "+ns+" deleted with everything in it", gone("namespace", ns))
-	t.must("", "delete", "node", ns+"-node-a", nodeB)
-
+	if len(nodes) > 0 {
+		t.must("", append([]string{"delete", "node"}, nodes...)...)
+	}
 	if t.failures > 0 {
 		t.log("%d check(s) failed", t.failures)
 		return 1

@@ -7,7 +7,9 @@ package main
 // dashboard stand-in (tools/kube-stack/ray-dashboard-sim), and Kueue unless --without-kueue, with their CRDs.
 // CMD sees KUBECONFIG (admin bearer token, group system:masters), TRAINYARD_KUBE_STACK (the stack's dir:
 // logs/, pki/, kubeconfig, env), TRAINYARD_KUBE_BIN (the binaries, also put first on PATH, kubectl included).
-// The stack creates no node. On CMD's failure the logs' tails are printed and the stack's dir is kept
+// The stack creates no kwok node. With --real-nodes N it also runs N real nodes (kubelets with containerd on
+// this machine, nodes.go) and CMD sees TRAINYARD_KUBE_REAL_NODES, TRAINYARD_KUBE_REGISTRY,
+// TRAINYARD_KUBE_BASE_IMAGE and TRAINYARD_KUBE_PAUSE_IMAGE too. On CMD's failure the logs' tails are printed and the stack's dir is kept
 // (TRAINYARD_KUBE_KEEP=1 keeps it always, TRAINYARD_KUBE_TAIL=N sets the tails' length). INT or TERM stops CMD,
 // then the stack, and removes the stack's dir.
 
@@ -19,6 +21,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -31,8 +35,24 @@ func say(format string, args ...any) {
 func withKube(root string, args []string) int {
 	buildOnly := false
 	withKueue := env("TRAINYARD_KUBE_WITH_KUEUE", "1") == "1"
+	realNodes := 0
 loop:
 	for len(args) > 0 {
+		switch {
+		case args[0] == "--real-nodes" && len(args) > 1, strings.HasPrefix(args[0], "--real-nodes="):
+			v := strings.TrimPrefix(args[0], "--real-nodes=")
+			if args[0] == "--real-nodes" {
+				v, args = args[1], args[1:]
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > maxRealNodes {
+				say("--real-nodes: a number from 0 to %d, not %q", maxRealNodes, v)
+				return 2
+			}
+			realNodes = n
+			args = args[1:]
+			continue
+		}
 		switch args[0] {
 		case "--build-only":
 			buildOnly = true
@@ -50,7 +70,7 @@ loop:
 	}
 	if !buildOnly && len(args) == 0 {
 		fmt.Fprintln(os.Stderr,
-			"usage: scripts/with-kube [--without-kueue] CMD... | scripts/with-kube [--without-kueue] --build-only")
+			"usage: scripts/with-kube [--without-kueue] [--real-nodes N] CMD... | scripts/with-kube [--without-kueue] [--real-nodes N] --build-only")
 		return 2
 	}
 	if _, err := exec.LookPath("go"); err != nil {
@@ -68,17 +88,39 @@ loop:
 		say("%v", err)
 		return 1
 	}
+	var nb *builder
+	if realNodes > 0 {
+		nkey, err := nodesKey(ks)
+		if err != nil {
+			say("%v", err)
+			return 1
+		}
+		nb = newBuilder(ks, nkey)
+		if err := nb.buildNodes(); err != nil {
+			say("%v", err)
+			return 1
+		}
+	}
 	if buildOnly {
 		say("binaries in %s", b.bin)
+		if nb != nil {
+			say("real nodes' binaries in %s", nb.bin)
+		}
 		return 0
 	}
-	s := &stack{ks: ks, cache: b.cache, bin: b.bin, withKueue: withKueue}
+	s := &stack{ks: ks, cache: b.cache, bin: b.bin, withKueue: withKueue, realNodes: realNodes}
+	if nb != nil {
+		s.nodeBin = nb.bin
+	}
 	return s.run(args)
 }
 
 type stack struct {
 	ks, cache, bin string
 	withKueue      bool
+	realNodes      int    // --real-nodes N
+	nodeBin        string // the real nodes' binaries (kubelet, kube-proxy, coredns, pause, cni/)
+	nodes          *realNodes
 	dir, pki       string
 	t0             time.Time
 	procs          []*proc
@@ -210,6 +252,7 @@ func exitCode(st *os.ProcessState) int {
 // finish stops the stack, and keeps its dir after a failure that was not asked for (or with TRAINYARD_KUBE_KEEP=1).
 func (s *stack) finish(rc int, signalled bool) int {
 	s.stop()
+	s.nodes.cleanup()
 	os.RemoveAll(filepath.Join(s.dir, "etcd"))
 	// Stopped by INT or TERM: asked for, not a failure (nothing to show, nothing to keep).
 	if (rc != 0 && !signalled) || env("TRAINYARD_KUBE_KEEP", "0") == "1" {

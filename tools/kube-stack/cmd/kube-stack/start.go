@@ -88,11 +88,21 @@ func (s *stack) start() error {
 	if err := writePKI(pki); err != nil {
 		return die("writing the certificates: %v", err)
 	}
+	// Real nodes (--real-nodes): their bridges, cgroups and dirs, and the API server's route to them.
+	nodeTokens := ""
+	egressSock := s.path("egress.sock")
+	if s.realNodes > 0 {
+		if err := s.prepareRealNodes(); err != nil {
+			return err
+		}
+		nodeTokens = s.nodes.tokenLines()
+		egressSock = s.path("egress-router.sock")
+	}
 	s.adminToken = token()
 	kcmToken, schedToken := token(), token()
 	if err := writeFile(filepath.Join(pki, "tokens.csv"), fmt.Sprintf(
 		"%s,admin,uid-admin,\"system:masters\"\n%s,system:kube-controller-manager,uid-kcm\n"+
-			"%s,system:kube-scheduler,uid-scheduler\n", s.adminToken, kcmToken, schedToken)); err != nil {
+			"%s,system:kube-scheduler,uid-scheduler\n", s.adminToken, kcmToken, schedToken)+nodeTokens); err != nil {
 		return err
 	}
 	s.apiURL = "https://127.0.0.1:" + port(pAPI)
@@ -141,23 +151,27 @@ egressSelections:
     proxyProtocol: HTTPConnect
     transport:
       uds:
-        udsName: `+s.path("egress.sock")+"\n"); err != nil {
+        udsName: `+egressSock+"\n"); err != nil {
 		return err
 	}
-	if err := s.startProc("kube-apiserver", nil, filepath.Join(bin, "kube-apiserver"),
-		"--egress-selector-config-file="+s.path("egress.yaml"),
-		"--etcd-servers="+etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+port(pAPI),
-		"--tls-cert-file="+filepath.Join(pki, "server.crt"), "--tls-private-key-file="+filepath.Join(pki, "server.key"),
-		"--client-ca-file="+caFile, "--token-auth-file="+filepath.Join(pki, "tokens.csv"),
+	var apiServerExtra []string
+	if s.nodes != nil {
+		apiServerExtra = s.nodes.apiServerFlags()
+	}
+	if err := s.startProc("kube-apiserver", nil, append([]string{filepath.Join(bin, "kube-apiserver"),
+		"--egress-selector-config-file=" + s.path("egress.yaml"),
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + port(pAPI),
+		"--tls-cert-file=" + filepath.Join(pki, "server.crt"), "--tls-private-key-file=" + filepath.Join(pki, "server.key"),
+		"--client-ca-file=" + caFile, "--token-auth-file=" + filepath.Join(pki, "tokens.csv"),
 		"--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+filepath.Join(pki, "sa.pub"),
-		"--service-account-signing-key-file="+filepath.Join(pki, "sa.key"),
+		"--service-account-key-file=" + filepath.Join(pki, "sa.pub"),
+		"--service-account-signing-key-file=" + filepath.Join(pki, "sa.key"),
 		"--service-cluster-ip-range=10.96.0.0/16", "--endpoint-reconciler-type=none",
 		"--kubelet-preferred-address-types=InternalIP", "--allow-privileged=true",
 		"--max-requests-inflight=1000", "--max-mutating-requests-inflight=500",
-		"--profiling=false", "--v=1"); err != nil {
+		"--profiling=false", "--v=1"}, apiServerExtra...)...); err != nil {
 		return err
 	}
 	if err := s.waitFor("kube-apiserver", apiServerReadyS, s.httpOK(s.apiURL+"/readyz", caPool)); err != nil {
@@ -354,6 +368,13 @@ integrations:
 		}
 	}
 
+	// ---- real nodes (while the operators start): registry and images, CoreDNS, containerd and kubelet per node, kube-proxy
+	if s.nodes != nil {
+		if err := s.nodes.start(); err != nil {
+			return err
+		}
+	}
+
 	waits := []struct {
 		name   string
 		limitS int
@@ -385,10 +406,18 @@ integrations:
 	}); err != nil {
 		return err
 	}
+	envText := fmt.Sprintf("KUBECONFIG=%s\nTRAINYARD_KUBE_STACK=%s\nTRAINYARD_KUBE_BIN=%s\n", s.path("kubeconfig"), dir, bin)
+	if s.nodes != nil {
+		if err := s.nodes.ready(); err != nil {
+			return err
+		}
+		say("real nodes ready (%s s): %s", s.since(), strings.Join(s.nodes.names(), ", "))
+		envText += s.nodes.envLines()
+		s.nodes.setEnv()
+	}
 	say("stack ready in %s s: %s (KUBECONFIG=%s)", s.since(), dir, s.path("kubeconfig"))
 
-	if err := writeFile(s.path("env"), fmt.Sprintf("KUBECONFIG=%s\nTRAINYARD_KUBE_STACK=%s\nTRAINYARD_KUBE_BIN=%s\n",
-		s.path("kubeconfig"), dir, bin)); err != nil {
+	if err := writeFile(s.path("env"), envText); err != nil {
 		return err
 	}
 	os.Setenv("TRAINYARD_KUBE_STACK", dir)
