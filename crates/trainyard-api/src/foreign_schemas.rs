@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use trainyard_control::QuotaLine;
 use trainyard_core::catalog::{
     Catalog, Cluster, DataAsset, Image, InstanceKind, InstanceSpec, LabelPolicy, Node, Pool, ProjectGroup,
-    QuotaEntry, Region, Registry, Volume,
+    QuotaEntry, Region, Registry, Toleration, Volume,
 };
 use trainyard_core::decode::Decode;
 use trainyard_core::demand::{Demand, QuotaDemand, Resources, Role, RoleDemand};
@@ -145,7 +145,23 @@ object_schema!(
         "caBundle": Optional<String>,
     }
 );
-object_schema!(closed Pool as "Pool" { "cluster": String, "instanceSpecs": Vec<String> });
+object_schema!(
+    /// A pool of one cluster: its instance specs, and on Kubernetes the tolerations its pods get.
+    closed Pool as "Pool" {
+        "cluster": String,
+        "instanceSpecs": Vec<String>,
+        "tolerations": Optional<Vec<Toleration>>,
+    }
+);
+object_schema!(
+    /// A Kubernetes toleration (operator Equal or Exists; effect NoSchedule, PreferNoSchedule or NoExecute).
+    closed Toleration as "Toleration" {
+        "key": Optional<String>,
+        "operator": Optional<String>,
+        "value": Optional<String>,
+        "effect": Optional<String>,
+    }
+);
 object_schema!(closed ProjectGroup as "ProjectGroup" { "displayName": Optional<String> });
 
 object_schema!(

@@ -106,6 +106,54 @@ pub struct Registry {
 pub struct Pool {
     pub cluster: String,
     pub instance_specs: Vec<String>,
+    /// What the pool's nodes' taints ask of a pod on Kubernetes (a GPU pool's `nvidia.com/gpu`, a dedicated
+    /// pool's own): every pod of the pool tolerates these. The local backend has no taints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+}
+
+/// A Kubernetes toleration, as a pod spec writes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Toleration {
+    /// The taint's key; empty with `Exists` tolerates every taint.
+    #[serde(default)]
+    pub key: String,
+    /// `Equal` (the default: key and value match) or `Exists` (the key alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`; none: every effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<String>,
+}
+
+impl Toleration {
+    /// What is wrong with it, as Kubernetes would refuse it.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let exists = match self.operator.as_deref() {
+            None | Some("Equal") => false,
+            Some("Exists") => true,
+            Some(other) => {
+                out.push(format!("operator {other:?} is not Equal or Exists"));
+                false
+            }
+        };
+        if exists && self.value.as_deref().is_some_and(|v| !v.is_empty()) {
+            out.push("operator Exists takes no value".into());
+        }
+        if !exists && self.key.is_empty() {
+            out.push("an empty key needs operator Exists".into());
+        }
+        if let Some(e) =
+            self.effect.as_deref().filter(|e| !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(e))
+        {
+            out.push(format!("effect {e:?} is not NoSchedule, PreferNoSchedule or NoExecute"));
+        }
+        out
+    }
 }
 
 /// A slice shape: GPUs of one model, vCPUs, memory. A replica takes `spec × countPerNode` on one node.
@@ -298,6 +346,13 @@ impl Catalog {
     /// Every dangling reference and impossible shape in the catalog itself.
     pub fn check(&self) -> Vec<String> {
         let mut out = Vec::new();
+        for (name, p) in &self.pools {
+            for (i, t) in p.tolerations.iter().enumerate() {
+                out.extend(
+                    t.problems().into_iter().map(|why| format!("pool {name}: tolerations[{i}]: {why}")),
+                );
+            }
+        }
         for (name, c) in &self.clusters {
             if !self.regions.contains_key(&c.region) {
                 out.push(format!("cluster {name}: region {:?} does not exist", c.region));
@@ -472,6 +527,37 @@ mod tests {
         assert!(!empty.allow_external_images, "external images are allowed only when the catalog says so");
         assert_eq!(empty, Catalog::default());
         assert!(Catalog::from_yaml("allowExternalImages: true").unwrap().allow_external_images);
+    }
+
+    #[test]
+    fn a_pools_tolerations_are_checked_as_kubernetes_would() {
+        let text = r#"
+regions: {r: {}}
+clusters: {c: {region: r}}
+pools:
+  gpu:
+    cluster: c
+    instanceSpecs: []
+    tolerations:
+      - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
+      - {key: dedicated, value: ml}
+      - {key: a, operator: Exists, value: x}
+      - {operator: Equal}
+      - {key: b, operator: Near, effect: Sometimes}
+"#;
+        let Err(CatalogError::Inconsistent(problems)) = Catalog::from_yaml(text) else { panic!("accepted") };
+        assert_eq!(
+            problems,
+            [
+                "pool gpu: tolerations[2]: operator Exists takes no value",
+                "pool gpu: tolerations[3]: an empty key needs operator Exists",
+                "pool gpu: tolerations[4]: operator \"Near\" is not Equal or Exists",
+                "pool gpu: tolerations[4]: effect \"Sometimes\" is not NoSchedule, PreferNoSchedule or NoExecute",
+            ]
+        );
+        let fine = text.split("      - {key: a,").next().unwrap();
+        let c = Catalog::from_yaml(fine).unwrap();
+        assert_eq!(c.pools["gpu"].tolerations.len(), 2);
     }
 
     #[test]

@@ -294,6 +294,20 @@ pub fn files_layer(files: &[(&str, &[u8], u32)]) -> Vec<u8> {
 }
 
 /// A layer of files (`path`, contents, mode, owner's uid and gid).
+/// A layer of directories with their modes (`tmp` with 0o1777, say), owned by root.
+pub fn dirs_layer(dirs: &[(&str, u32)]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (p, mode) in dirs {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Directory);
+        h.set_mode(*mode);
+        h.set_size(0);
+        h.set_mtime(1_700_000_000);
+        b.append_data(&mut h, format!("{}/", p.trim_end_matches('/')), std::io::empty()).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
 pub fn owned_files_layer(files: &[(&str, &[u8], u32, u64)]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
     for (p, data, mode, uid) in files {

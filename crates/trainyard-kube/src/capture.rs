@@ -284,6 +284,10 @@ enum StreamEnd {
     GaveWay,
 }
 
+/// Shown each new line of a followed log (its text, without the timestamp): the `preStop` hook's lines become
+/// events.
+pub(super) type LineHook = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// Follows a pod's log into the store until its container has ended and the stream is drained, or the pod is
 /// gone. `now` says where the pod is.
 pub(super) async fn follow(
@@ -293,6 +297,7 @@ pub(super) async fn follow(
     telemetry: Arc<Telemetry>,
     streams: Arc<tokio::sync::Semaphore>,
     now: impl Fn() -> PodNow,
+    hook: LineHook,
 ) {
     let path = store.file(&t.key, &t.pod, "log");
     let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(&path) else {
@@ -326,7 +331,7 @@ pub(super) async fn follow(
                 let save = |c: &Cursor| {
                     let _ = store.save_cursor(&t.key, &t.pod, c);
                 };
-                let end = read_stream(stream, &mut dedup, &mut sink, &now, &save, &streams).await;
+                let end = read_stream(stream, &mut dedup, &mut sink, &now, &save, &streams, &hook).await;
                 drop(permit);
                 cursor = dedup.now;
                 save(&cursor);
@@ -393,6 +398,7 @@ async fn read_stream(
     now: &impl Fn() -> PodNow,
     save: &impl Fn(&Cursor),
     streams: &tokio::sync::Semaphore,
+    hook: &LineHook,
 ) -> StreamEnd {
     let opened = tokio::time::Instant::now();
     let mut saved = dedup.now.clone();
@@ -433,6 +439,9 @@ async fn read_stream(
                     ));
                     let _ = sink.flush();
                     return StreamEnd::Full;
+                }
+                if let Some((_, text)) = line.split_once(" O ") {
+                    hook(text.trim_end());
                 }
                 sink.buf.push_str(&line);
                 if sink.buf.len() > 64 << 10 && sink.flush().is_err() {

@@ -520,9 +520,11 @@ impl Ctx<'_> {
 /// The `preStop` hook: the local supervisor's stop protocol, run inside the container before the kubelet's
 /// SIGTERM. It writes `$RUNTIME_DIR/checkpoint-requested` (milliseconds since the epoch), sends the
 /// checkpoint signal to the processes that handle it (one that does not would just die of it), waits for
-/// `$RUNTIME_DIR/checkpoint-done` up to the timeout, then sends SIGTERM to every process of the container;
-/// the kubelet's SIGTERM and, after `terminationGracePeriodSeconds` (timeout + grace), SIGKILL follow. Each
-/// step is a `trainyard:` line in the container's log (the watcher turns them into events).
+/// `$RUNTIME_DIR/checkpoint-done` up to the timeout, then sends SIGTERM to every process of the container but
+/// its first (whose end would end the hook's own exec before it returns, a failed hook to the kubelet); the
+/// kubelet's SIGTERM to that one and, after `terminationGracePeriodSeconds` (timeout + grace), SIGKILL follow.
+/// Each step is a `trainyard:` line in the container's log, which the log's follower turns into events
+/// ([`hook_line`]).
 pub fn pre_stop_script(timeout_s: u64, signal: CheckpointSignal) -> String {
     let (num, name) = match signal {
         CheckpointSignal::Sigusr1 => (trainyard_runtime::replica::SIGUSR1, "USR1"),
@@ -554,11 +556,29 @@ while :; do
 done
 for p in /proc/[0-9]*; do
   pid=${{p#/proc/}}
-  [ "$pid" = "$$" ] || kill -s TERM "$pid" 2>/dev/null
+  [ "$pid" = "$$" ] || [ "$pid" = 1 ] || kill -s TERM "$pid" 2>/dev/null
 done
 exit 0
 "#
     )
+}
+
+/// What a line of the `preStop` hook ([`pre_stop_script`]'s `say`, written into the container's log) reports,
+/// as the event the local supervisor would record for the same step: (reason, "POD: what happened").
+pub fn hook_line(text: &str) -> Option<(trainyard_core::lifecycle::Reason, String)> {
+    use trainyard_core::lifecycle::Reason;
+    let said = text.strip_prefix("trainyard: ")?;
+    let (_, what) = said.split_once(": ")?;
+    let reason = if what.starts_with("sent SIG") && what.contains("checkpoint-requested") {
+        Reason::CheckpointRequested
+    } else if what.starts_with("checkpoint reported done after ") {
+        Reason::CheckpointDone
+    } else if what.starts_with("no checkpoint-done within ") {
+        Reason::CheckpointTimedOut
+    } else {
+        return None;
+    };
+    Some((reason, said.trim_end().to_owned()))
 }
 
 #[cfg(test)]

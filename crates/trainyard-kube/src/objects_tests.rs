@@ -742,3 +742,62 @@ fn the_generated_shell_scripts_parse() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "torchrun train.py --lr 'a b'");
 }
+
+/// The hook's `say` lines, as its script words them, are the local supervisor's checkpoint events; anything
+/// else a program prints is not.
+#[test]
+fn the_pre_stop_hooks_lines_are_the_checkpoint_events() {
+    use trainyard_core::lifecycle::Reason;
+    let script = pre_stop_script(30, CheckpointSignal::Sigusr1);
+    // What `say` prints for each step, with the script's own words (a change of wording must change both).
+    let said = |what: &str| format!("trainyard: pod-a: {what}");
+    let sent = "sent SIGUSR1 to 2 process(es) that handle it and wrote /run/trainyard/checkpoint-requested; waiting up to 30 s";
+    assert!(
+        script.contains(
+            "say \"sent SIGUSR1 to $told process(es) that handle it and wrote $rt/checkpoint-requested"
+        ),
+        "{script}"
+    );
+    assert!(
+        script.contains("say \"checkpoint reported done after ")
+            && script.contains("say \"no checkpoint-done within "),
+        "{script}"
+    );
+    assert_eq!(hook_line(&said(sent)).map(|(r, _)| r), Some(Reason::CheckpointRequested));
+    assert_eq!(
+        hook_line(&said("checkpoint reported done after 3 s")),
+        Some((Reason::CheckpointDone, "pod-a: checkpoint reported done after 3 s".to_owned()))
+    );
+    assert_eq!(
+        hook_line(&said("no checkpoint-done within 30 s; terminating")).map(|(r, _)| r),
+        Some(Reason::CheckpointTimedOut)
+    );
+    for other in ["sent SIGUSR1 to everyone", "trainyard: sshd did not start: x", "epoch 3 loss 0.2", ""] {
+        assert_eq!(hook_line(other), None, "{other}");
+    }
+}
+
+/// A pool's tolerations (its nodes' taints, as the catalog says) are on every pod of the pool, and a pool
+/// without any gives pods none.
+#[test]
+fn a_pools_tolerations_are_on_each_of_its_pods() {
+    let mut spec = spec("PyTorchJob", 1, json!({}));
+    let o = attempt_objects(&spec, &settings(), Some(&keys())).unwrap();
+    assert!(template(&o.job, "Master")["spec"].get("tolerations").is_none());
+    let mut catalog = (*spec.catalog).clone();
+    catalog.pools.get_mut("gpu").unwrap().tolerations = serde_json::from_value(json!([
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "dedicated", "value": "ml"},
+    ]))
+    .unwrap();
+    assert!(catalog.check().is_empty(), "{:?}", catalog.check());
+    spec.catalog = Arc::new(catalog);
+    let o = attempt_objects(&spec, &settings(), Some(&keys())).unwrap();
+    let want = json!([
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "dedicated", "value": "ml"},
+    ]);
+    for role in ["Master", "Worker"] {
+        assert_eq!(template(&o.job, role)["spec"]["tolerations"], want, "{role}");
+    }
+}

@@ -87,6 +87,11 @@ impl Ctx<'_> {
                 }]}],
             }}});
         }
+        // The pool's nodes' taints, tolerated as the catalog says.
+        let tolerations = self.spec.catalog.pools.get(&task.compute.pool).map(|p| p.tolerations.as_slice());
+        if let Some(t) = tolerations.filter(|t| !t.is_empty()) {
+            pod["tolerations"] = serde_json::to_value(t).unwrap_or_default();
+        }
         let checkpoint = self.checkpoint();
         pod["terminationGracePeriodSeconds"] = (checkpoint.map_or(0, |c| c.0) + self.s.grace_s).into();
         if !ray && let Some(init) = self.precheck_container(role, replicas) {
@@ -261,10 +266,10 @@ impl Ctx<'_> {
         ));
         if self.ssh {
             s.push_str(&format!(
-                "mkdir -p /root/.ssh /run/sshd && chmod 700 /root/.ssh\n\
+                "mkdir -p /root/.ssh && chmod 700 /root/.ssh && mkdir -p -m 0755 /run/sshd\n\
                  for f in id_ed25519 id_ed25519.pub authorized_keys config; do cp {SSH_DIR}/$f /root/.ssh/$f; done\n\
                  chmod 600 /root/.ssh/id_ed25519\n\
-                 if [ -x /usr/sbin/sshd ]; then /usr/sbin/sshd -f {SSH_DIR}/sshd_config -E {RUNTIME_DIR}/sshd.log || echo 'trainyard: sshd did not start' >&2; else echo 'trainyard: passwordless SSH is on but the image has no /usr/sbin/sshd' >&2; fi\n"
+                 if [ -x /usr/sbin/sshd ]; then /usr/sbin/sshd -f {SSH_DIR}/sshd_config -E {RUNTIME_DIR}/sshd.log || {{ echo \"trainyard: sshd did not start: $(tail -n 3 {RUNTIME_DIR}/sshd.log 2>/dev/null)\" >&2; }}; else echo 'trainyard: passwordless SSH is on but the image has no /usr/sbin/sshd' >&2; fi\n"
             ));
         }
         s.push_str("exec bash -c \"$1\"\n");

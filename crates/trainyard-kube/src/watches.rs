@@ -178,6 +178,19 @@ pub(super) fn capture_pod(
             eprintln!("trainyard: cannot keep the log of pod {ns}/{}: {e}", pod.name);
             return;
         }
+        // The exit checkpoint's steps, which the pod's preStop hook writes into the log, as events; only while a
+        // stop Trainyard asked for is under way, so that a program's own output cannot pass for them.
+        let hook: capture::LineHook = {
+            let (w, key) = (Arc::downgrade(inner), key.clone());
+            Arc::new(move |text: &str| {
+                let Some((reason, message)) = crate::objects::hook_line(text) else { return };
+                let Some(inner) = w.upgrade() else { return };
+                let mut s = inner.lock();
+                if s.attempts.get(&key).is_some_and(|a| a.stop.is_some()) {
+                    s.out.push(Observation::Note { key: key.clone(), reason, message });
+                }
+            })
+        };
         let task = capture::follow(
             inner.client.clone(),
             inner.store.clone(),
@@ -185,6 +198,7 @@ pub(super) fn capture_pod(
             inner.telemetry.clone(),
             inner.log_streams.clone(),
             now.clone(),
+            hook,
         );
         captures.insert((t.clone(), false), tokio::spawn(task));
     }

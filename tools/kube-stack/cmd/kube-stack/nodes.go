@@ -97,6 +97,7 @@ type realNodes struct {
 	lock      *os.File
 	nodes     []*realNode
 	registry  string // 127.0.0.1:PORT
+	initRef   string // the training operator's init container image for workers
 	pauseRef  string
 	baseRef   string
 	proxyTok  string
@@ -158,6 +159,7 @@ func (s *stack) prepareRealNodes() error {
 	rn.proxyTok, rn.dnsTok = token(), token()
 	rn.pauseRef = rn.registry + "/trainyard/pause:1"
 	rn.baseRef = rn.registry + "/trainyard/base:1"
+	rn.initRef = rn.registry + "/trainyard/init-pytorch:1"
 
 	if err := makeCgroups(rn.cgroup, rn.cgroup+"/services"); err != nil {
 		return die("cgroup %s: %v", rn.cgroup, err)
@@ -434,6 +436,18 @@ func removeLeftovers() {
 	removeProxyTables(true)
 }
 
+// dropImages removes what the real nodes pulled and the registry's storage (nil: none were started). Called
+// after cleanup, when the stack's dir is kept for its logs.
+func (rn *realNodes) dropImages() {
+	if rn == nil {
+		return
+	}
+	for _, n := range rn.nodes {
+		os.RemoveAll(filepath.Join(n.dir, "containerd"))
+	}
+	os.RemoveAll(filepath.Join(rn.dir, "registry"))
+}
+
 // removeProxyTables deletes kube-proxy's nftables tables (nftables mode keeps all its rules in them).
 func removeProxyTables(leftover bool) {
 	for _, fam := range []string{"ip", "ip6"} {
@@ -547,8 +561,32 @@ http:
 	if err != nil {
 		return die("the base image: %v", err)
 	}
-	say("images pushed to %s: trainyard/pause:1, trainyard/base:1 (%d files, %.1f MiB) in %.1f s", rn.registry,
-		base.Files, float64(base.LayerBytes)/(1<<20), time.Since(t).Seconds())
+	// The training operator's init container for PyTorchJob workers (it waits until the master's name resolves,
+	// with `sh`, `seq` and `nslookup`): dash as /bin/sh, coreutils, and an nslookup that asks the resolver the
+	// pods use (getent).
+	initExtras := filepath.Join(rn.dir, "init-extras")
+	if err := os.MkdirAll(filepath.Join(initExtras, "usr", "bin"), 0o755); err != nil {
+		return err
+	}
+	if err := os.Symlink("dash", filepath.Join(initExtras, "usr", "bin", "sh")); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(initExtras, "usr", "bin", "nslookup"),
+		[]byte("#!/bin/sh\n# The name's addresses as the pod's resolver gives them; exit 2 when it has none.\nexec getent hosts \"$1\"\n"), 0o755); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(initExtras, "etc"), 0o755); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(initExtras, "etc", "nsswitch.conf"), "hosts: files dns\n"); err != nil {
+		return err
+	}
+	if _, err := pushImage(imageSpec{Ref: rn.initRef, Dirs: []string{initExtras},
+		DebianPackages: []string{"dash", "coreutils", "libc-bin"}, Cmd: []string{"/bin/sh"}}); err != nil {
+		return die("the init-pytorch image: %v", err)
+	}
+	say("images pushed to %s: trainyard/pause:1, trainyard/base:1 (%d files, %.1f MiB), trainyard/init-pytorch:1 in %.1f s",
+		rn.registry, base.Files, float64(base.LayerBytes)/(1<<20), time.Since(t).Seconds())
 
 	// ---- CoreDNS on every gateway address
 	if err := writeFile(filepath.Join(rn.dir, "coredns.kubeconfig"),

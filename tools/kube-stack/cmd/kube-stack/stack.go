@@ -259,6 +259,8 @@ func (s *stack) finish(rc int, signalled bool) int {
 		if rc != 0 {
 			s.printTails()
 		}
+		// The real nodes' images and the registry's copies (gigabytes a run) go; the logs and configs stay.
+		s.nodes.dropImages()
 		say("stack dir kept: %s (logs in %s/logs)", s.dir, s.dir)
 	} else {
 		os.RemoveAll(s.dir)

@@ -300,12 +300,16 @@ webhooks: []
 		}
 	}
 	private := privateDir(s.path("webhook-certs"), "/tmp/k8s-webhook-server")
-	if err := s.startProc("training-operator", []string{"MY_POD_NAMESPACE=kubeflow"},
-		append(private, filepath.Join(bin, "training-operator"),
-			"--enable-scheme=pytorchjob",
-			"--metrics-bind-address=127.0.0.1:"+port(pTOMetrics), "--health-probe-bind-address=127.0.0.1:"+port(pTOProbe),
-			"--webhook-server-port="+port(pTOHook), "--kube-api-qps=200", "--kube-api-burst=400",
-			"--controller-threads=16")...); err != nil {
+	toArgs := append(private, filepath.Join(bin, "training-operator"),
+		"--enable-scheme=pytorchjob",
+		"--metrics-bind-address=127.0.0.1:"+port(pTOMetrics), "--health-probe-bind-address=127.0.0.1:"+port(pTOProbe),
+		"--webhook-server-port="+port(pTOHook), "--kube-api-qps=200", "--kube-api-burst=400",
+		"--controller-threads=16")
+	if s.realNodes > 0 {
+		// Workers' init container (by default alpine, which nothing here serves): ours, from the stack's registry.
+		toArgs = append(toArgs, "--pytorch-init-container-image="+s.nodes.initRef)
+	}
+	if err := s.startProc("training-operator", []string{"MY_POD_NAMESPACE=kubeflow"}, toArgs...); err != nil {
 		return err
 	}
 
