@@ -34,6 +34,9 @@ pub(super) struct Attempt {
     pub(super) sent: Sent,
     /// The attempt's SSH keys, when it has them (kept for a scale, which applies the objects again).
     pub(super) ssh: Option<super::objects::SshKeys>,
+    /// Pods whose `preStop` hook asked for the exit checkpoint, and whether its end (done, timed out, or the
+    /// container's own end) was reported.
+    pub(super) checkpoint: BTreeMap<String, bool>,
 }
 
 /// What has been reported of an attempt.
@@ -63,6 +66,7 @@ impl Attempt {
             stop: None,
             sent: Sent::default(),
             ssh: None,
+            checkpoint: BTreeMap::new(),
         }
     }
 
@@ -132,7 +136,38 @@ impl State {
     pub(super) fn pod(&mut self, key: &AttemptKey, namespace: &str, pod: PodView) {
         self.by_object.insert((namespace.to_owned(), pod.name.clone()), key.clone());
         let job_name = super::objects::job_name(key);
-        self.attempt(key, namespace, &job_name).pods.insert(pod.name.clone(), pod);
+        let a = self.attempt(key, namespace, &job_name);
+        // A container that ends while its exit checkpoint is awaited ends the wait, as the local supervisor
+        // says it (the hook, killed with the container, cannot).
+        let ended = |p: &PodView| {
+            p.containers.first().and_then(|(_, s)| match s {
+                crate::status::ContainerState::Terminated { exit_code, .. } => Some(*exit_code),
+                _ => None,
+            })
+        };
+        let note = match (a.checkpoint.get(&pod.name), ended(&pod)) {
+            (Some(false), Some(code)) if a.pods.get(&pod.name).and_then(ended).is_none() => {
+                a.checkpoint.insert(pod.name.clone(), true);
+                Some(format!("{}: exited (code {code}) after the checkpoint notice", pod.name))
+            }
+            _ => None,
+        };
+        a.pods.insert(pod.name.clone(), pod);
+        if let Some(message) = note {
+            self.out.push(Observation::Note { key: key.clone(), reason: Reason::CheckpointDone, message });
+        }
+    }
+
+    /// A line of a pod's `preStop` hook (see [`super::objects::hook_line`]), taken only while a stop Trainyard
+    /// asked for is under way (a program's own output cannot pass for it), and each end of a checkpoint once.
+    pub(super) fn hook_said(&mut self, key: &AttemptKey, pod: &str, reason: Reason, message: String) {
+        let Some(a) = self.attempts.get_mut(key).filter(|a| a.stop.is_some()) else { return };
+        if reason == Reason::CheckpointRequested {
+            a.checkpoint.entry(pod.to_owned()).or_insert(false);
+        } else if a.checkpoint.insert(pod.to_owned(), true) == Some(true) {
+            return;
+        }
+        self.out.push(Observation::Note { key: key.clone(), reason, message });
     }
 
     /// A pod of an attempt is gone.

@@ -189,3 +189,41 @@ fn cluster_events_about_a_job_or_its_pods_reach_their_attempt_and_no_other() {
     assert_eq!(reasons(&s.poll(NOW)), ["Stopped Some(UserStop)"]);
     assert!(s.by_object.is_empty(), "{:?}", s.by_object);
 }
+
+/// The exit checkpoint's steps come from the pod's preStop hook lines, and only during a stop Trainyard asked
+/// for; a container that ends while the checkpoint is awaited ends it (the hook dies with it), once.
+#[test]
+fn the_exit_checkpoint_is_reported_from_the_hook_and_the_containers_end_once() {
+    let mut s = running_on_n1();
+    let said = |s: &mut State, reason: Reason| s.hook_said(&key(), "p", reason, format!("p: {reason}"));
+    // A program printing the hook's words before any stop is not the hook.
+    said(&mut s, Reason::CheckpointRequested);
+    assert!(s.out.is_empty());
+    s.attempt(&key(), "ns", "job").stop = Some(StopCause::UserStop);
+    said(&mut s, Reason::CheckpointRequested);
+    let ended = ContainerState::Terminated {
+        exit_code: 0,
+        signal: None,
+        reason: String::new(),
+        message: String::new(),
+    };
+    s.pod(&key(), "ns", pod("p", "n1", ended.clone()));
+    s.pod(&key(), "ns", pod("p", "n1", ended));
+    // The hook's own "done" line, read after the container's end, says nothing new.
+    said(&mut s, Reason::CheckpointDone);
+    let notes: Vec<String> = s
+        .out
+        .iter()
+        .map(|o| match o {
+            Observation::Note { reason, message, .. } => format!("{reason}: {message}"),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            "CheckpointRequested: p: CheckpointRequested",
+            "CheckpointDone: p: exited (code 0) after the checkpoint notice"
+        ]
+    );
+}

@@ -181,14 +181,11 @@ pub(super) fn capture_pod(
         // The exit checkpoint's steps, which the pod's preStop hook writes into the log, as events; only while a
         // stop Trainyard asked for is under way, so that a program's own output cannot pass for them.
         let hook: capture::LineHook = {
-            let (w, key) = (Arc::downgrade(inner), key.clone());
+            let (w, key, name) = (Arc::downgrade(inner), key.clone(), pod.name.clone());
             Arc::new(move |text: &str| {
                 let Some((reason, message)) = crate::objects::hook_line(text) else { return };
                 let Some(inner) = w.upgrade() else { return };
-                let mut s = inner.lock();
-                if s.attempts.get(&key).is_some_and(|a| a.stop.is_some()) {
-                    s.out.push(Observation::Note { key: key.clone(), reason, message });
-                }
+                inner.lock().hook_said(&key, &name, reason, message);
             })
         };
         let task = capture::follow(
