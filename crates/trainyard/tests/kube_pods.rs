@@ -248,6 +248,9 @@ fn precheck(s: &Server) {
     ends(s, &id, "Succeeded", secs(600));
     let events = s.events_text(&id);
     assert!(events.contains("PrecheckPassed"), "{events}");
+    for l in events.lines().filter(|l| l.contains("PrecheckPassed")) {
+        eprintln!("precheck.yaml event: {}", l.trim());
+    }
     for r in replicas(s, &id) {
         let got = lines(s, &id, &r);
         assert!(
