@@ -4,7 +4,7 @@
 //! `examples/kubernetes/` that say they run there are submitted with the CLI as they are, and what their
 //! containers print is checked through Trainyard's own logs API: a 1 + 2 torchrun all-reduce across pods on
 //! both nodes, DDP training, the precheck's init container, SSH between pods, the exit checkpoint's `preStop`
-//! hook on a stop.
+//! hook on a stop, a metrics endpoint scraped.
 //!
 //! The task image is built here from this machine's Debian packages (`python3-torch`, OpenSSH, bash) and
 //! pushed to the stack's registry; the nodes' containerd pulls it from there.
@@ -209,6 +209,29 @@ fn the_examples_run_on_real_pods() {
     if wanted("checkpoint.yaml") {
         checkpoint(&s);
     }
+    if wanted("metrics.yaml") {
+        metrics(&s);
+    }
+}
+
+/// Custom metrics: the pod's endpoint is scraped through the API server's pod proxy while it runs, and the
+/// samples are served by Trainyard's metrics API after the pod is gone.
+fn metrics(s: &Server) {
+    let (id, _) = submit_example(s, "metrics.yaml");
+    ends(s, &id, "Succeeded", secs(600));
+    let (status, body) = s.call("GET", &format!("/api/v1/tasks/{id}/metrics"), None);
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let series = v["series"].as_array().unwrap();
+    let find = |name: &str| {
+        series.iter().find(|x| x["name"] == name).unwrap_or_else(|| panic!("no {name} in {body}"))
+    };
+    assert_eq!(find("train_loss")["labels"]["phase"], "train", "{body}");
+    let steps: Vec<f64> =
+        find("train_step")["points"].as_array().unwrap().iter().map(|p| p[1].as_f64().unwrap()).collect();
+    assert!(steps.len() >= 2, "scraped every 5 s for about 25 s: {steps:?}");
+    assert!(steps.windows(2).all(|w| w[0] <= w[1]) && steps.last() > steps.first(), "{steps:?}");
+    eprintln!("metrics.yaml: train_step scraped {} times: {steps:?}", steps.len());
 }
 
 /// A 1 + 2 torchrun all-reduce: three pods on the two nodes, each rank's line in its own log.
