@@ -1,5 +1,5 @@
-//! For the benchmark binaries: a `trainyard up --backend local` (the binary next to them) on a data dir, and
-//! its HTTP API as a client uses it.
+//! For the benchmark binaries: a `trainyard up` (the binary next to them; the local backend unless told) on a
+//! data dir, and its HTTP API as a client uses it.
 
 use serde_json::Value;
 use std::io::BufRead;
@@ -38,11 +38,19 @@ impl Api {
 }
 
 /// Starts `trainyard up --backend local` on `dir` (made if missing) with `catalog`; the process and its API.
+#[allow(dead_code)] // each benchmark binary uses one of the two
 pub fn start(dir: &Path, catalog: &str) -> (Child, Api) {
+    start_with(dir, catalog, &["--backend", "local"])
+}
+
+/// Starts `trainyard up ARGS` on `dir` (made if missing) with `catalog`; the process and its API.
+pub fn start_with(dir: &Path, catalog: &str, args: &[&str]) -> (Child, Api) {
     let exe = std::env::current_exe().unwrap().with_file_name("trainyard");
     std::fs::create_dir_all(dir).unwrap();
     let mut server = Command::new(&exe)
-        .args(["up", "--backend", "local", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg("up")
+        .args(args)
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
