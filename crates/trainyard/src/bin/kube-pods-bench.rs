@@ -204,7 +204,7 @@ fn main() {
     let client = rt.block_on(Client::try_default()).expect("a client from KUBECONFIG");
 
     let dir = std::env::temp_dir().join(format!("ty-kube-pods-bench-{}", std::process::id()));
-    let (mut server, api) = up::start_with(
+    let (server, api) = up::start_with(
         &dir,
         &catalog(&nodes),
         &[
@@ -216,6 +216,8 @@ fn main() {
             &format!("base={image}"),
         ],
     );
+    // The server and its data dir go however this ends (a failed run panics).
+    let _server = Stopped(server, dir);
 
     let pp = PatchParams::apply("kube-pods-bench").force();
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -283,7 +285,15 @@ fn main() {
         let (p50, lo, hi) = median(&times[mode as usize]);
         println!("{:<44}{p50:>9.0}{lo:>9.0}{hi:>9.0}", names[mode as usize]);
     }
-    let _ = server.kill();
-    let _ = server.wait();
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A server stopped, and its data dir removed, when dropped.
+struct Stopped(std::process::Child, std::path::PathBuf);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
 }
