@@ -99,22 +99,9 @@ fn catalog(nodes: &[String]) -> String {
     )
 }
 
-fn cli(s: &Server, args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_trainyard"))
-        .args(args)
-        .env("TRAINYARD_SERVER", &s.base)
-        .env("TRAINYARD_TOKEN", &s.token)
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .output()
-        .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "trainyard {args:?}: {text}");
-    text
-}
-
 /// Submits an example with the CLI; returns the task's id and name.
 fn submit_example(s: &Server, file: &str) -> (String, String) {
-    let printed = cli(s, &["submit", "-f", &format!("examples/kubernetes/{file}"), "-o", "json"]);
+    let printed = s.cli(&["submit", "-f", &format!("examples/kubernetes/{file}"), "-o", "json"]);
     let v: Value = serde_json::from_str(printed.trim()).unwrap_or_else(|e| panic!("{e}: {printed}"));
     (v["id"].as_str().unwrap().to_owned(), v["name"].as_str().unwrap().to_owned())
 }
@@ -309,7 +296,7 @@ fn checkpoint(s: &Server) {
         std::thread::sleep(Duration::from_millis(250));
     };
     s.wait_log(&id, &master, "training", secs(600));
-    cli(s, &["stop", &id]);
+    s.cli(&["stop", &id]);
     ends(s, &id, "Stopped", secs(120));
     let got = lines(s, &id, &master);
     let saved = got.iter().find(|l| l.contains("(the platform asked)")).unwrap_or_else(|| panic!("{got:?}"));

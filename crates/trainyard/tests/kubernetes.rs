@@ -58,19 +58,6 @@ fn catalog(nodes: &[String]) -> String {
     )
 }
 
-fn cli(s: &Server, args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_trainyard"))
-        .args(args)
-        .env("TRAINYARD_SERVER", &s.base)
-        .env("TRAINYARD_TOKEN", &s.token)
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .output()
-        .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "trainyard {args:?}: {text}");
-    text
-}
-
 /// The id a `trainyard submit` printed.
 fn submitted_id(s: &Server, printed: &str) -> String {
     let (_, body) = s.call("GET", "/api/v1/tasks?limit=50", None);
@@ -116,7 +103,7 @@ fn the_examples_run_through_the_real_operators_from_the_cli() {
     let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(&catalog(&nodes)));
     assert_eq!(status, 200, "{body}");
 
-    let printed = cli(&s, &["submit", "-f", "examples/kubernetes/pytorch-ddp.yaml"]);
+    let printed = s.cli(&["submit", "-f", "examples/kubernetes/pytorch-ddp.yaml"]);
     let id = submitted_id(&s, &printed);
     s.wait_status(&id, "Running", secs(120));
     // The attempt is one PyTorchJob in the group's namespace, labelled with its task and attempt, its pods
@@ -157,7 +144,7 @@ fn the_examples_run_through_the_real_operators_from_the_cli() {
         }
     }
 
-    let printed = cli(&s, &["submit", "-f", "examples/kubernetes/ray.yaml"]);
+    let printed = s.cli(&["submit", "-f", "examples/kubernetes/ray.yaml"]);
     let id = submitted_id(&s, &printed);
     s.wait_status(&id, "Running", secs(120));
     s.wait_status(&id, "Succeeded", secs(180));

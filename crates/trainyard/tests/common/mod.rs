@@ -206,6 +206,22 @@ impl Server {
             .collect()
     }
 
+    /// The `trainyard` CLI against this server as its admin, run from the repository's root (so example paths
+    /// work as written); what it printed, asserting that it succeeded.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_trainyard"))
+            .args(args)
+            .env("TRAINYARD_SERVER", &self.base)
+            .env("TRAINYARD_TOKEN", &self.token)
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+            .output()
+            .unwrap();
+        let text =
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "trainyard {args:?}: {text}");
+        text
+    }
+
     pub fn events_text(&self, id: &str) -> String {
         self.events(id).iter().map(|(r, m)| format!("  {r}: {m}\n")).collect()
     }

@@ -183,38 +183,24 @@ func (b *builder) dropGocache() {
 	}
 }
 
-// buildAll builds what is missing and copies the CRDs, one build at a time per cache dir (two stacks started
-// together wait for one build).
+// buildAll builds what is missing and copies the CRDs.
 func (b *builder) buildAll(withKueue bool) error {
-	for _, d := range []string{b.bin, filepath.Join(b.cache, "crds")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-	}
-	lock, err := os.OpenFile(filepath.Join(b.cache, ".lock"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
+	if err := os.MkdirAll(filepath.Join(b.cache, "crds"), 0o755); err != nil {
 		return err
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return fmt.Errorf("locking %s: %v", lock.Name(), err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
 	all := components
 	if withKueue {
 		all = append(append([]component{}, components...), kueueComponent)
 	}
-	for _, c := range all {
-		if err := b.buildOne(c); err != nil {
-			return err
-		}
-	}
-	b.dropGocache()
-	return b.copyCRDs()
+	return b.build(all, b.copyCRDs)
 }
 
-// buildNodes builds the real nodes' components into b's cache dir (a nodes-... dir), one build at a time.
-func (b *builder) buildNodes() error {
+// buildNodes builds the real nodes' components into b's cache dir (a nodes-... dir).
+func (b *builder) buildNodes() error { return b.build(nodeComponents, nil) }
+
+// build builds what is missing of cs, then runs then (if any), one stack at a time per cache dir (two stacks
+// started together wait for one build).
+func (b *builder) build(cs []component, then func() error) error {
 	if err := os.MkdirAll(b.bin, 0o755); err != nil {
 		return err
 	}
@@ -227,12 +213,15 @@ func (b *builder) buildNodes() error {
 		return fmt.Errorf("locking %s: %v", lock.Name(), err)
 	}
 	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-	for _, c := range nodeComponents {
+	for _, c := range cs {
 		if err := b.buildOne(c); err != nil {
 			return err
 		}
 	}
 	b.dropGocache()
+	if then != nil {
+		return then()
+	}
 	return nil
 }
 
