@@ -195,6 +195,7 @@ object_schema!(
         "clusters": Vec<String>,
         "ray": bool,
         "torch": bool,
+        "rayVersion": Optional<String>,
         "rootfs": Optional<String>,
         "reference": Optional<String>,
         "projectGroups": Optional<Vec<String>>,

@@ -226,6 +226,10 @@ pub struct Image {
     /// Whether the image carries PyTorch (required by the resource precheck).
     #[serde(default)]
     pub torch: bool,
+    /// The Ray version the image carries (`2.60.0`), where known: on Kubernetes KubeRay needs it to protect
+    /// the task's Ray cluster with a token (Ray 2.52 or later); without it the cluster has no token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ray_version: Option<String>,
     /// For the local backend: the directory holding the image's root file system. `host` needs none (it is
     /// this machine's root); any other image without one cannot be pulled here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -238,6 +242,24 @@ pub struct Image {
     /// admins may use it at all (the server enforces that; empty means admins only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub project_groups: Vec<String>,
+}
+
+/// A Ray version (`2.60.0`, `2.52`) as (major, minor, patch); None when it is not one.
+pub fn ray_version(v: &str) -> Option<(u32, u32, u32)> {
+    let mut parts = v.split('.').map(|p| p.parse::<u32>().ok());
+    let (major, minor) = (parts.next()??, parts.next()??);
+    let patch = match parts.next() {
+        Some(p) => p?,
+        None => 0,
+    };
+    parts.next().is_none().then_some((major, minor, patch))
+}
+
+impl Image {
+    /// Whether KubeRay can protect a Ray cluster of this image with a token (its Ray is 2.52 or later).
+    pub fn ray_token_auth(&self) -> bool {
+        self.ray && self.ray_version.as_deref().and_then(ray_version).is_some_and(|v| v >= (2, 52, 0))
+    }
 }
 
 /// The image that is this machine's own system directories (the local backend). Members may use it only when
@@ -371,6 +393,13 @@ impl Catalog {
             }
         }
         for (name, i) in &self.images {
+            if let Some(v) = &i.ray_version {
+                if !i.ray {
+                    out.push(format!("image {name}: rayVersion {v:?} on an image without Ray (ray: false)"));
+                } else if ray_version(v).is_none() {
+                    out.push(format!("image {name}: rayVersion {v:?} is not a version like 2.60.0"));
+                }
+            }
             let Some(r) = &i.reference else { continue };
             match crate::image_ref::ImageRef::parse(r) {
                 Err(why) => out.push(format!("image {name}: reference {r:?}: {why}")),
@@ -578,6 +607,30 @@ images:
         assert!(all.contains("image both: give rootfs or reference, not both"), "{all}");
         assert!(!all.contains("image ok"), "{all}");
         assert_eq!(problems.len(), 4, "{all}");
+    }
+
+    #[test]
+    fn an_images_ray_version_is_a_version_of_an_image_with_ray() {
+        let text = r#"
+images:
+  new: {ray: true, rayVersion: "2.60.0"}
+  old: {ray: true, rayVersion: "2.46"}
+  unsaid: {ray: true}
+  noray: {rayVersion: "2.60.0"}
+  bad: {ray: true, rayVersion: "latest"}
+"#;
+        let Err(CatalogError::Inconsistent(problems)) = Catalog::from_yaml(text) else { panic!("accepted") };
+        let all = problems.join("\n");
+        assert!(all.contains("image noray: rayVersion \"2.60.0\" on an image without Ray"), "{all}");
+        assert!(all.contains("image bad: rayVersion \"latest\" is not a version"), "{all}");
+        assert_eq!(problems.len(), 2, "{all}");
+        let ok = Catalog::from_yaml(
+            &text.replace("  noray: {rayVersion: \"2.60.0\"}\n", "").replace("latest", "2.52.1"),
+        )
+        .unwrap();
+        let token = |n: &str| ok.images[n].ray_token_auth();
+        assert!(token("new") && token("bad") && !token("old") && !token("unsaid"));
+        assert_eq!(ray_version("2.60.0.1"), None);
     }
 
     /// What a member of `groups` reads of a catalog with entries for groups a and b: (images, volumes,

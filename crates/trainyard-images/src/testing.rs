@@ -229,6 +229,21 @@ pub fn push_to(
     push_with(&client, &RegistryAuth::Anonymous, host, repo, tag, layers, config)
 }
 
+/// Pushes an image as [`push_to`] does, to a plain-HTTP registry that needs a login (`user`, `password`).
+pub fn push_to_with_login(
+    host: &str,
+    (user, password): (&str, &str),
+    repo: &str,
+    tag: &str,
+    layers: &[(&str, Vec<u8>)],
+    config: serde_json::Value,
+) -> String {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = Client::new(ClientConfig { protocol: ClientProtocol::Http, ..ClientConfig::default() });
+    let auth = RegistryAuth::Basic(user.to_owned(), password.to_owned());
+    push_with(&client, &auth, host, repo, tag, layers, config)
+}
+
 fn push_with(
     client: &Client,
     auth: &RegistryAuth,

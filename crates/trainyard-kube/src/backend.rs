@@ -494,12 +494,21 @@ impl Backend for KubeBackend {
         self.inner.lock().alive()
     }
 
+    /// The attempt's replicas, the one whose log says most first (`trainyard logs` shows the first): a RayJob's
+    /// driver (its entrypoint's output), then the master or head, then the workers, each by name.
     async fn replicas(&self, key: &AttemptKey) -> Vec<(String, String)> {
         let mut out: BTreeMap<String, String> = self.inner.store.replicas(key).into_iter().collect();
         if let Some(a) = self.inner.lock().attempts.get(key) {
             out.extend(a.pods.values().map(|p| (p.name.clone(), p.role.clone())));
         }
-        out.into_iter().collect()
+        let mut out: Vec<(String, String)> = out.into_iter().collect();
+        let rank = |role: &str| match role {
+            "driver" => 0,
+            "master" | "head" => 1,
+            _ => 2,
+        };
+        out.sort_by(|a, b| (rank(&a.1), &a.0).cmp(&(rank(&b.1), &b.0)));
+        out
     }
 
     async fn read_log(&self, key: &AttemptKey, replica: &str, offset: u64, max: usize) -> LogChunk {

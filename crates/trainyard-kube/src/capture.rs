@@ -478,6 +478,165 @@ fn finish(store: &Store, t: &Target) {
     let _ = std::fs::write(store.file(&t.key, &t.pod, "ended"), b"");
 }
 
+// ---- a RayJob's driver ----
+
+/// How often a driver's output is read from the head's dashboard.
+const DRIVER_POLL: Duration = Duration::from_secs(1);
+
+/// The Ray job API's statuses that end a job.
+fn ray_job_over(status: &str) -> bool {
+    matches!(status, "SUCCEEDED" | "FAILED" | "STOPPED")
+}
+
+/// The lines of `text` past byte `from` to keep now: whole lines, or (`all`, the job is over) everything.
+/// Returns the lines and where the next read starts; a text shorter than `from` (another driver's) is read
+/// from its start.
+pub(super) fn driver_lines(text: &str, from: usize, all: bool) -> (Vec<&str>, usize) {
+    let from = if text.is_char_boundary(from) && from <= text.len() { from } else { 0 };
+    let rest = &text[from..];
+    let upto = if all { rest.len() } else { rest.rfind('\n').map_or(0, |i| i + 1) };
+    let lines = rest[..upto].split_inclusive('\n').map(|l| l.trim_end_matches(['\n', '\r'])).collect();
+    (lines, from + upto)
+}
+
+/// Follows a RayJob's driver (its entrypoint's output), which HTTPMode leaves in the Ray cluster's job logs:
+/// every [`DRIVER_POLL`] the head's dashboard is asked, through the API server's pod proxy, for the job's
+/// status and its log, whose new whole lines are kept as the replica `t.pod` (the local backend's
+/// `TIMESTAMP O TEXT` lines, timed when read). Where it stands (bytes of the Ray log kept) is saved beside
+/// the log, so that a restarted server goes on from there. It ends once the job is over and its log read to
+/// the end, or when the head is gone; the Ray cluster outlives the job by `objects::DRIVER_DRAIN_S` for that.
+pub(super) async fn follow_driver(
+    client: kube::Client,
+    store: Store,
+    t: Target,
+    head: String,
+    job_id: String,
+    telemetry: Arc<Telemetry>,
+    head_now: impl Fn() -> PodNow,
+) {
+    let path = store.file(&t.key, &t.pod, "log");
+    let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(&path) else {
+        eprintln!(
+            "trainyard: cannot keep the driver's log of {}/{} in {}",
+            t.namespace,
+            head,
+            path.display()
+        );
+        return;
+    };
+    let kept = file.metadata().map_or(0, |m| m.len());
+    let mut sink = LogSink { file, kept, buf: String::new() };
+    let offset_file = store.file(&t.key, &t.pod, "cursor");
+    let mut from: usize =
+        std::fs::read_to_string(&offset_file).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+    let base = format!("/api/v1/namespaces/{}/pods/{head}:8265/proxy/api/jobs/{job_id}", t.namespace);
+    // Looked up once the head is found (KubeRay makes the Secret before the pods that read it); None inside:
+    // the cluster has no token.
+    let mut token: Option<Option<String>> = None;
+    let get = |uri: String, token: Option<String>| {
+        let client = client.clone();
+        telemetry.log_requests.fetch_add(1, Ordering::Relaxed);
+        async move {
+            let mut req = http::Request::get(uri);
+            if let Some(t) = token {
+                // The API server's proxy keeps `Authorization` for itself; Ray reads this one behind proxies.
+                req = req.header("X-Ray-Authorization", format!("Bearer {t}"));
+            }
+            let req = req.body(Vec::new()).expect("a valid request");
+            tokio::time::timeout(Duration::from_secs(10), client.request_text(req))
+                .await
+                .ok()
+                .and_then(Result::ok)
+        }
+    };
+    let mut misses = 0u32;
+    loop {
+        let head_was = head_now();
+        if head_was == PodNow::Gone {
+            break;
+        }
+        if token.is_none() {
+            token = ray_token(&client, &t.namespace, &head).await;
+        }
+        let token_now = token.clone().flatten();
+        // The status first: a job over by then has all its output in the log read after it.
+        let status = get(base.clone(), token_now.clone()).await.and_then(|t| {
+            let v: serde_json::Value = serde_json::from_str(&t).ok()?;
+            v["status"].as_str().map(str::to_owned)
+        });
+        let over = status.as_deref().is_some_and(ray_job_over);
+        let log = get(format!("{base}/logs"), token_now).await.and_then(|t| {
+            let v: serde_json::Value = serde_json::from_str(&t).ok()?;
+            v["logs"].as_str().map(str::to_owned)
+        });
+        if let Some(text) = &log {
+            let (lines, next) = driver_lines(text, from, over);
+            let at = trainyard_runtime::clock::rfc3339_ms(now_ms());
+            for line in lines {
+                let mut line = line.to_owned();
+                if line.len() > MAX_LINE_BYTES {
+                    let mut cut = MAX_LINE_BYTES;
+                    while !line.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    line.truncate(cut);
+                    line.push_str(&format!(" [trainyard: the line was cut at {} KiB]", MAX_LINE_BYTES >> 10));
+                }
+                let entry = format!("{at} O {line}\n");
+                if sink.kept + (sink.buf.len() + entry.len()) as u64 > MAX_LOG_BYTES {
+                    sink.buf.push_str(&format!(
+                        "{at} O trainyard: the log passed {} MiB; no more of it is kept\n",
+                        MAX_LOG_BYTES >> 20
+                    ));
+                    let _ = sink.flush();
+                    finish(&store, &t);
+                    return;
+                }
+                sink.buf.push_str(&entry);
+            }
+            if sink.flush().is_err() {
+                break;
+            }
+            if next != from {
+                from = next;
+                let tmp = offset_file.with_extension("cursor.tmp");
+                if std::fs::write(&tmp, format!("{from}\n")).is_ok() {
+                    let _ = std::fs::rename(tmp, &offset_file);
+                }
+            }
+            if over {
+                break;
+            }
+        }
+        // Not submitted yet, or the head not answering: asked less often (up to every 5 s) until it does; a
+        // head that has ended gets a few more tries.
+        if log.is_none() {
+            misses += 1;
+            if head_was == PodNow::Ended && misses >= 3 {
+                break;
+            }
+        } else {
+            misses = 0;
+        }
+        tokio::time::sleep(DRIVER_POLL * misses.clamp(1, 5)).await;
+    }
+    finish(&store, &t);
+}
+
+/// The Ray cluster's auth token (KubeRay keeps it in a Secret named as the RayCluster, which the head pod's
+/// `ray.io/cluster` label names): None when the head could not be read (ask again), Some(None) when the
+/// cluster has no token.
+async fn ray_token(client: &kube::Client, ns: &str, head: &str) -> Option<Option<String>> {
+    use k8s_openapi::api::core::v1::{Pod, Secret};
+    let pod = kube::Api::<Pod>::namespaced(client.clone(), ns).get_opt(head).await.ok()??;
+    let Some(cluster) = pod.metadata.labels.and_then(|l| l.get("ray.io/cluster").cloned()) else {
+        return Some(None);
+    };
+    let secret = kube::Api::<Secret>::namespaced(client.clone(), ns).get_opt(&cluster).await.ok()?;
+    let token = secret.and_then(|s| s.data).and_then(|d| d.get("auth_token").map(|t| t.0.clone()));
+    Some(token.and_then(|t| String::from_utf8(t).ok()).map(|t| t.trim().to_owned()))
+}
+
 // ---- the metrics scraper ----
 
 /// Scrapes a pod's endpoints through the API server's pod proxy every interval while `running` says so.

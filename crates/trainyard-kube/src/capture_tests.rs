@@ -85,3 +85,21 @@ fn the_store_reads_whole_lines_and_says_when_a_log_is_complete() {
     assert_eq!(store.replicas(&key), [("p".to_owned(), "worker".to_owned())]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A driver's log, read whole each time from the Ray job API: only the whole lines past what was kept, all of
+/// it once the job is over, and from the start again when the text is not the one read before.
+#[test]
+fn a_drivers_log_is_kept_line_by_line_from_where_it_stood() {
+    let text = "step 1\nstep 2\npartial";
+    let (lines, next) = driver_lines(text, 0, false);
+    assert_eq!((lines, next), (vec!["step 1", "step 2"], 14));
+    // Nothing new yet: the unfinished line waits.
+    assert_eq!(driver_lines(text, 14, false), (vec![], 14));
+    let grown = "step 1\nstep 2\npartial line\r\ndone\n";
+    assert_eq!(driver_lines(grown, 14, false), (vec!["partial line", "done"], grown.len()));
+    // The job is over: the last line is kept without its end.
+    assert_eq!(driver_lines(text, 14, true), (vec!["partial"], text.len()));
+    // Past the end, or inside a character: another text, read from its start.
+    assert_eq!(driver_lines("a\n", 99, false), (vec!["a"], 2));
+    assert_eq!(driver_lines("é\n", 1, false), (vec!["é"], 3));
+}

@@ -46,6 +46,15 @@ pub const MASTER_PORT: u16 = trainyard_runtime::replica::MASTER_PORT;
 /// Where the SSH Secret is mounted.
 pub const SSH_DIR: &str = "/etc/trainyard/ssh";
 
+/// How long a RayJob's Ray cluster stays after its entrypoint ended (when debug retention does not keep it
+/// longer), so that the driver's last output is read from the head's dashboard before the head goes.
+pub const DRIVER_DRAIN_S: u32 = 10;
+
+/// The kept log of a RayJob's driver (its entrypoint's output), a replica of the attempt beside its pods.
+pub fn driver_replica_name(job: &str) -> String {
+    format!("{job}-driver")
+}
+
 /// Cluster-side gang admission.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Gang {
@@ -111,6 +120,9 @@ pub struct AttemptObjects {
     pub secret: Option<Value>,
     /// Passwordless SSH keys and configuration, when the task asks for SSH.
     pub ssh_secret: Option<Value>,
+    /// A `kubernetes.io/dockerconfigjson` Secret with the registry logins the task may pull its image with
+    /// (the pods' `imagePullSecrets`); None when it has none.
+    pub pull_secret: Option<Value>,
     /// `scheduling.volcano.sh/v1beta1` PodGroup when gang = Volcano.
     pub pod_group: Option<Value>,
     /// A headless `v1` Service publishing the master before it is ready, for the precheck (see
@@ -121,10 +133,11 @@ pub struct AttemptObjects {
 impl AttemptObjects {
     /// Every object, the job last (what it references exists when its pods start).
     pub fn all(&self) -> Vec<&Value> {
-        let mut v: Vec<&Value> = [&self.secret, &self.ssh_secret, &self.pod_group, &self.precheck_service]
-            .into_iter()
-            .flatten()
-            .collect();
+        let mut v: Vec<&Value> =
+            [&self.pull_secret, &self.secret, &self.ssh_secret, &self.pod_group, &self.precheck_service]
+                .into_iter()
+                .flatten()
+                .collect();
         v.push(&self.job);
         v
     }
@@ -172,6 +185,11 @@ pub fn env_secret_name(job: &str) -> String {
 /// The Secret with the attempt's SSH keys.
 pub fn ssh_secret_name(job: &str) -> String {
     format!("{job}-ssh")
+}
+
+/// The Secret with the registry logins the attempt's pods pull their image with.
+pub fn pull_secret_name(job: &str) -> String {
+    format!("{job}-pull")
 }
 
 /// The precheck's rendezvous address. The operator's per-pod Services are headless without
@@ -235,12 +253,13 @@ pub fn attempt_objects(
     };
     let secret = ctx.env_secret();
     let ssh_secret = ssh_keys.map(|k| ctx.ssh_secret(k));
+    let pull_secret = ctx.pull_secret();
     let pod_group = match &s.gang {
         Gang::Volcano { queue } => Some(ctx.pod_group(queue.as_deref())),
         _ => None,
     };
     let precheck_service = ctx.precheck().map(|_| ctx.precheck_service());
-    Ok(AttemptObjects { job, secret, ssh_secret, pod_group, precheck_service })
+    Ok(AttemptObjects { job, secret, ssh_secret, pull_secret, pod_group, precheck_service })
 }
 
 /// The OCI reference of the task's image.
@@ -407,7 +426,10 @@ impl Ctx<'_> {
         let head = self.by_role.get("head").map(Vec::as_slice).unwrap_or_default();
         let workers = self.by_role.get("worker").map(Vec::as_slice).unwrap_or_default();
         let n = workers.len();
-        let keep_s = ray.debug.as_ref().filter(|d| d.enabled).map_or(0, |d| d.retention_seconds);
+        // The Ray cluster outlives its entrypoint by at least the driver's drain: the last of its output is
+        // read from the head's dashboard after the job has ended (see `capture::follow_driver`).
+        let keep_s =
+            ray.debug.as_ref().filter(|d| d.enabled).map_or(0, |d| d.retention_seconds).max(DRIVER_DRAIN_S);
         let mut spec = json!({
             "entrypoint": format!("bash -c {}", shell_quote(&task.environment.cmd)),
             // HTTPMode: the operator submits the entrypoint to the head's job API itself, so the attempt is
@@ -415,6 +437,9 @@ impl Ctx<'_> {
             // admission, 500m CPU and 256Mi placed by the cluster; SidecarMode grows the head pod by as
             // much). The driver's output stays in the Ray cluster's job logs (the dashboard's job API).
             "submissionMode": "HTTPMode",
+            // The driver's submission id is the job's name, so that its output can be read from the head's
+            // dashboard by a name known before the operator submits it.
+            "jobId": self.name,
             "shutdownAfterJobFinishes": true,
             // Debug mode keeps the Ray cluster for its retention after the entrypoint ended.
             "ttlSecondsAfterFinished": keep_s,
@@ -436,6 +461,15 @@ impl Ctx<'_> {
                 }],
             },
         });
+        // Token auth, where the catalog says the image's Ray has it (2.52 or later; KubeRay refuses it without
+        // the version): KubeRay makes the cluster's token (a Secret named as the RayCluster) and gives it to
+        // every Ray process and to its own dashboard client, so that no other pod that reaches the head can
+        // submit jobs to it or read its output.
+        let image = self.spec.catalog.images.get(&task.environment.image);
+        if let Some(version) = image.filter(|i| i.ray_token_auth()).and_then(|i| i.ray_version.clone()) {
+            spec["rayClusterSpec"]["rayVersion"] = version.into();
+            spec["rayClusterSpec"]["authOptions"] = json!({"mode": "token"});
+        }
         if let Some(text) = ray.runtime_env_yaml.as_ref().filter(|t| !t.trim().is_empty()) {
             spec["runtimeEnvYAML"] = text.clone().into();
         }
@@ -466,6 +500,34 @@ impl Ctx<'_> {
             "type": "Opaque",
             "metadata": self.metadata(&env_secret_name(self.name)),
             "data": data,
+        }))
+    }
+
+    /// The registry logins the launch carries (those the task's group may pull its image with, see the control
+    /// plane's `registry_logins::granted`: its registry's and that registry's mirrors'), as the kubelet reads
+    /// them from `imagePullSecrets`. The Secret lives in the attempt's namespace and goes with its job.
+    pub(super) fn pull_secret(&self) -> Option<Value> {
+        let logins = &self.spec.registry_logins;
+        if logins.is_empty() {
+            return None;
+        }
+        let auths: serde_json::Map<String, Value> = logins
+            .iter()
+            .map(|(host, l)| {
+                let pair = format!("{}:{}", l.username, l.password);
+                (
+                    host.clone(),
+                    json!({"username": l.username, "password": l.password, "auth": base64(pair.as_bytes())}),
+                )
+            })
+            .collect();
+        let config = json!({"auths": auths}).to_string();
+        Some(json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/dockerconfigjson",
+            "metadata": self.metadata(&pull_secret_name(self.name)),
+            "data": {".dockerconfigjson": base64(config.as_bytes())},
         }))
     }
 

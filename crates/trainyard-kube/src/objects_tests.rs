@@ -362,8 +362,27 @@ fn rayjob_with_workers_runtime_env_and_tmp_ray() {
     assert_eq!(s["shutdownAfterJobFinishes"], true);
     assert_eq!(s["ttlSecondsAfterFinished"], 900);
     assert_eq!(s["submissionMode"], "HTTPMode");
+    // The driver's submission id is the job's name: its output is read by that name.
+    assert_eq!(s["jobId"], job_name(&spec.key));
     assert!(s.get("submitterPodTemplate").is_none(), "no pod beyond the ones Trainyard placed");
     let cluster = &s["rayClusterSpec"];
+    // The catalog does not say which Ray the image has: no token (KubeRay would refuse it without the version).
+    assert!(cluster.get("authOptions").is_none() && cluster.get("rayVersion").is_none());
+    let mut with_version = spec.clone();
+    let mut catalog = (*with_version.catalog).clone();
+    catalog.images.get_mut("ray").unwrap().ray_version = Some("2.60.0".into());
+    with_version.catalog = Arc::new(catalog.clone());
+    let o2 = attempt_objects(&with_version, &settings(), None).unwrap();
+    let c2 = &o2.job["spec"]["rayClusterSpec"];
+    assert_eq!(c2["authOptions"], json!({"mode": "token"}), "no pod but the cluster's own reaches it");
+    assert_eq!(c2["rayVersion"], "2.60.0");
+    catalog.images.get_mut("ray").unwrap().ray_version = Some("2.46.0".into());
+    with_version.catalog = Arc::new(catalog);
+    let o3 = attempt_objects(&with_version, &settings(), None).unwrap();
+    assert!(
+        o3.job["spec"]["rayClusterSpec"].get("authOptions").is_none(),
+        "Ray before 2.52 has no token auth"
+    );
     assert_eq!(cluster["enableInTreeAutoscaling"], false);
     let wg = &cluster["workerGroupSpecs"][0];
     assert_eq!(
@@ -389,6 +408,10 @@ fn rayjob_with_workers_runtime_env_and_tmp_ray() {
         assert!(t["spec"].get("initContainers").is_none(), "a RayJob has no precheck");
         assert_eq!(t["metadata"]["labels"]["sim.trainyard.dev/run-ms"], "1500");
     }
+
+    // Without debug retention the Ray cluster stays just long enough for the driver's last output.
+    let plain = attempt_objects(&spec_with_shared_storage(), &settings(), None).unwrap();
+    assert_eq!(plain.job["spec"]["ttlSecondsAfterFinished"], DRIVER_DRAIN_S);
 
     // Shared storage: the volume's claim at /tmp/ray, in the task's own directory.
     let shared = spec_with_shared_storage();
@@ -800,4 +823,66 @@ fn a_pools_tolerations_are_on_each_of_its_pods() {
     for role in ["Master", "Worker"] {
         assert_eq!(template(&o.job, role)["spec"]["tolerations"], want, "{role}");
     }
+}
+
+/// The registry logins a launch carries become the attempt's `kubernetes.io/dockerconfigjson` Secret, named by
+/// every pod of both kinds as `imagePullSecrets`; no other object shows the password. Without logins there is
+/// no such Secret and no reference to one. No pod gets a service account token.
+#[test]
+fn registry_logins_are_the_pods_image_pull_secret() {
+    use trainyard_runtime::RegistryLogin;
+    let logins = std::collections::BTreeMap::from([
+        (
+            "reg.example:5000".to_owned(),
+            RegistryLogin { username: "ci".into(), password: "pw-s3cret".into() },
+        ),
+        ("mirror.example".to_owned(), RegistryLogin { username: "bot".into(), password: "mirror-pw".into() }),
+    ]);
+    for kind in ["PyTorchJob", "RayJob"] {
+        let mut spec = spec(kind, 2, json!({}));
+        let plain = attempt_objects(&spec, &settings(), None).unwrap();
+        assert!(plain.pull_secret.is_none());
+        assert!(!plain.job.to_string().contains("imagePullSecrets"), "{kind}");
+
+        spec.registry_logins = Arc::new(logins.clone());
+        let o = attempt_objects(&spec, &settings(), None).unwrap();
+        let name = job_name(&spec.key);
+        let secret = o.pull_secret.as_ref().unwrap();
+        assert_eq!(secret["type"], "kubernetes.io/dockerconfigjson");
+        assert_eq!(secret["metadata"]["name"], format!("{name}-pull"));
+        assert_eq!(secret["metadata"]["namespace"], "ty-vision");
+        let data = secret["data"][".dockerconfigjson"].as_str().unwrap();
+        let config: Value = serde_json::from_slice(&unbase64(data)).unwrap();
+        assert_eq!(config["auths"]["reg.example:5000"]["username"], "ci");
+        assert_eq!(config["auths"]["reg.example:5000"]["password"], "pw-s3cret");
+        assert_eq!(config["auths"]["reg.example:5000"]["auth"], base64(b"ci:pw-s3cret"));
+        assert_eq!(config["auths"]["mirror.example"]["auth"], base64(b"bot:mirror-pw"));
+        assert!(o.all().iter().any(|x| std::ptr::eq(*x, secret)), "applied with the rest");
+        let templates: Vec<&Value> = if kind == "RayJob" {
+            let rc = &o.job["spec"]["rayClusterSpec"];
+            vec![&rc["headGroupSpec"]["template"], &rc["workerGroupSpecs"][0]["template"]]
+        } else {
+            vec![template(&o.job, "Master"), template(&o.job, "Worker")]
+        };
+        for t in templates {
+            assert_eq!(t["spec"]["imagePullSecrets"], json!([{"name": format!("{name}-pull")}]), "{kind}");
+            assert_eq!(t["spec"]["automountServiceAccountToken"], false, "{kind}");
+        }
+        for obj in o.all().into_iter().filter(|x| !std::ptr::eq(*x, secret)) {
+            assert!(!obj.to_string().contains("pw-s3cret"), "{kind}: {obj}");
+        }
+    }
+}
+
+/// Standard base64 (padded) decoded, for reading back what [`base64`] wrote.
+fn unbase64(s: &str) -> Vec<u8> {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let vals: Vec<u32> =
+        s.bytes().filter(|&b| b != b'=').map(|b| A.iter().position(|&a| a == b).unwrap() as u32).collect();
+    let mut out = Vec::new();
+    for chunk in vals.chunks(4) {
+        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, v)| acc | (v << (18 - 6 * i)));
+        out.extend_from_slice(&n.to_be_bytes()[1..chunk.len()]);
+    }
+    out
 }

@@ -9,7 +9,7 @@ use super::names::{
 };
 use super::objects::{
     Ctx, Gang, MASTER_PORT, RUNTIME_DIR, SSH_DIR, env_key, env_secret_name, pre_stop_script, precheck_key,
-    precheck_service_name, ssh_secret_name,
+    precheck_service_name, pull_secret_name, ssh_secret_name,
 };
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -92,6 +92,11 @@ impl Ctx<'_> {
         if let Some(t) = tolerations.filter(|t| !t.is_empty()) {
             pod["tolerations"] = serde_json::to_value(t).unwrap_or_default();
         }
+        if !self.spec.registry_logins.is_empty() {
+            pod["imagePullSecrets"] = json!([{"name": pull_secret_name(self.name)}]);
+        }
+        // A task's code has no business with the cluster's API: no service account token in its pods.
+        pod["automountServiceAccountToken"] = false.into();
         let checkpoint = self.checkpoint();
         pod["terminationGracePeriodSeconds"] = (checkpoint.map_or(0, |c| c.0) + self.s.grace_s).into();
         if !ray && let Some(init) = self.precheck_container(role, replicas) {
@@ -260,7 +265,8 @@ impl Ctx<'_> {
         s.push_str("if [ -n \"${PET_NNODES:-}\" ]; then export WORLD_SIZE=\"$PET_NNODES\"; fi\n");
         let (hostfile, names) = self.hostfiles();
         s.push_str(&format!(
-            "printf '%s\\n' {} > /root/hostfile 2>/dev/null || true\nprintf '%s\\n' {} > /root/hostfile.hostname 2>/dev/null || true\n",
+            // Quietly: an image without a writable /root has no hostfiles (the redirection's own error, too).
+            "{{ printf '%s\\n' {} > /root/hostfile; }} 2>/dev/null || true\n{{ printf '%s\\n' {} > /root/hostfile.hostname; }} 2>/dev/null || true\n",
             hostfile.iter().map(|l| shell_quote(l)).collect::<Vec<_>>().join(" "),
             names.join(" "),
         ));

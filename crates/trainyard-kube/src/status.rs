@@ -209,6 +209,10 @@ fn ray_end(job: &JobView, pods: &[PodView], mount_paths: &[&str]) -> Option<(Rea
     let message = job.message.clone().unwrap_or_default();
     match (status, deployment) {
         ("SUCCEEDED", _) => Some((Reason::Completed, "the entrypoint ended well".to_owned())),
+        // KubeRay refused the spec (it never makes a Ray cluster of it): the task's to fix, not a wait.
+        (_, "ValidationFailed") => {
+            Some((Reason::UserError, format!("KubeRay refused the RayJob: {message}")))
+        }
         ("FAILED" | "STOPPED", _) | (_, "Failed") => {
             Some(failure_of(pods, mount_paths).unwrap_or_else(|| {
                 (Reason::UserError, format!("the RayJob failed: {message}").trim_end_matches(": ").to_owned())

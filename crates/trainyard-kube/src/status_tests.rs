@@ -115,6 +115,18 @@ fn rayjobs_end_by_their_job_status() {
     let (reason, message) = assess(JobKind::Ray, &j, &head, false, &[]).ended.unwrap();
     assert_eq!(reason, Reason::UserError);
     assert!(message.contains("entrypoint exited with 1"), "{message}");
+    // A spec KubeRay refuses never becomes a Ray cluster: the attempt ends with KubeRay's words, not a wait.
+    let j = JobView {
+        ray_deployment_status: Some("ValidationFailed".into()),
+        message: Some(
+            "The RayJob spec is invalid: authOptions.mode is 'token' but RayVersion was not specified".into(),
+        ),
+        ..JobView::default()
+    };
+    let (reason, message) = assess(JobKind::Ray, &j, &[], false, &[]).ended.unwrap();
+    assert_eq!(reason, Reason::UserError);
+    assert!(message.starts_with("KubeRay refused the RayJob: The RayJob spec is invalid"), "{message}");
+    assert!(!j.ended(), "KubeRay leaves it: Trainyard deletes it");
 }
 
 #[test]

@@ -159,6 +159,9 @@ pub(super) fn capture_pod(
         container: container.clone(),
     };
     let running = pod.phase == "Running" && !pod.deleting;
+    if pod.role == "head" {
+        follow_driver(inner, key, ns, pod);
+    }
     let follow = !inner.store.ended(key, &pod.name);
     let scrape = scrape.filter(|_| running);
     if !follow && scrape.is_none() {
@@ -214,6 +217,48 @@ pub(super) fn capture_pod(
         );
         captures.insert((t, true), tokio::spawn(task));
     }
+}
+
+/// Starts following a RayJob's driver output from its head's dashboard once the head has started (once: a
+/// follower at work, or a driver log kept to its end, is left alone).
+fn follow_driver(inner: &Arc<Inner>, key: &AttemptKey, ns: &str, head: &crate::status::PodView) {
+    let job = {
+        let s = inner.lock();
+        s.attempts.get(key).filter(|a| a.kind == Some(JobKind::Ray)).map(|a| a.job_name.clone())
+    };
+    let Some(job) = job else { return };
+    let driver = objects::driver_replica_name(&job);
+    if inner.store.ended(key, &driver) {
+        return;
+    }
+    let t = Target {
+        key: key.clone(),
+        namespace: ns.to_owned(),
+        pod: driver.clone(),
+        container: "driver".into(),
+    };
+    let mut captures = inner.captures.lock().unwrap_or_else(|e| e.into_inner());
+    if captures.contains_key(&(t.clone(), false)) {
+        return;
+    }
+    if let Err(e) = inner.store.add_replica(key, &driver, "driver") {
+        eprintln!("trainyard: cannot keep the driver's log of {ns}/{job}: {e}");
+        return;
+    }
+    let head_now = {
+        let (w, key, name) = (Arc::downgrade(inner), key.clone(), head.name.clone());
+        move || pod_now(&w, &key, &name)
+    };
+    let task = capture::follow_driver(
+        inner.client.clone(),
+        inner.store.clone(),
+        t.clone(),
+        head.name.clone(),
+        job,
+        inner.telemetry.clone(),
+        head_now,
+    );
+    captures.insert((t, false), tokio::spawn(task));
 }
 
 /// Where a pod is, as the watches last saw it.

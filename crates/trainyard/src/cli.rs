@@ -378,6 +378,11 @@ pub enum AdminCommand {
         #[arg(long, value_name = "ID")]
         revoke: Option<String>,
     },
+    /// Registry logins for private images: `login`, `logout`, `list`.
+    Registry {
+        #[command(subcommand)]
+        command: RegistryCommand,
+    },
     /// Stop (`--cordon`) or resume (`--uncordon`) placing new work on a node; `--fail` marks it failed
     /// (its replicas are killed and fault tolerance takes over), `--repair` clears that.
     Node {
@@ -395,6 +400,38 @@ pub enum AdminCommand {
         /// Clear the failed mark.
         #[arg(long, group = "node_action")]
         repair: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RegistryCommand {
+    /// Set the login Trainyard pulls a registry's images with (the password from standard input, so that it
+    /// stays out of the shell's history and `ps`). It serves the catalog's image presets of that registry for
+    /// the groups each is offered to, and any image of it for the groups named with `--group`; on Kubernetes
+    /// it reaches the task's pods as their `imagePullSecrets`.
+    Login {
+        /// The registry's host (and port), as image references name it: `registry.example.com:5000`.
+        host: String,
+        /// The user name.
+        #[arg(short = 'u', long)]
+        username: String,
+        /// Read the password from standard input (the only way it is given; the flag says so in scripts).
+        #[arg(long, required = true)]
+        password_stdin: bool,
+        /// A project group whose tasks may pull any image of this registry with it (repeatable).
+        #[arg(long = "group")]
+        groups: Vec<String>,
+    },
+    /// Remove a registry's login.
+    Logout {
+        /// The registry's host (and port).
+        host: String,
+    },
+    /// The registries with a login (never the passwords).
+    List {
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
+        output: Format,
     },
 }
 

@@ -329,6 +329,71 @@ pub fn admin_catalog_set(c: &Conn, file: &std::path::Path, force: bool) -> CallR
     Ok(ExitCode::SUCCESS)
 }
 
+/// `admin registry login HOST -u USER --password-stdin [--group G]...`: the password is standard input's first
+/// line (a trailing newline is not part of it, as `docker login --password-stdin` reads it).
+pub fn admin_registry_login(c: &Conn, host: &str, username: &str, groups: &[String]) -> CallResult<ExitCode> {
+    use std::io::Read;
+    let mut input = String::new();
+    std::io::stdin()
+        .take(64 << 10)
+        .read_to_string(&mut input)
+        .map_err(|e| usage(format!("cannot read the password from standard input: {e}")))?;
+    let password = input.strip_suffix('\n').map(|p| p.strip_suffix('\r').unwrap_or(p)).unwrap_or(&input);
+    if password.is_empty() {
+        return Err(usage(
+            "no password on standard input (echo \"$PASSWORD\" | trainyard admin registry login ...)",
+        ));
+    }
+    let body =
+        serde_json::json!({"username": username, "password": password, "projectGroups": groups}).to_string();
+    c.call("PUT", &format!("/api/v1/admin/registries/{}/login", encode(host)), Some(body.as_bytes()), None)?;
+    let serves = if groups.is_empty() {
+        "the catalog's image presets of this registry".to_owned()
+    } else {
+        format!(
+            "the catalog's image presets of this registry and any of its images for {}",
+            groups.join(", ")
+        )
+    };
+    outln!("login for {host} set (user {username}); it serves {serves}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `admin registry logout HOST`.
+pub fn admin_registry_logout(c: &Conn, host: &str) -> CallResult<ExitCode> {
+    c.call("DELETE", &format!("/api/v1/admin/registries/{}/login", encode(host)), None, None)?;
+    outln!("login for {host} removed");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `admin registry list`: the registries with a login, never a password.
+pub fn admin_registry_list(c: &Conn, format: Format) -> CallResult<ExitCode> {
+    let (_, v) = c.call("GET", "/api/v1/admin/registries", None, None)?;
+    if format != Format::Table {
+        print(&v, format);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let groups: Vec<&str> =
+                r["projectGroups"].as_array().into_iter().flatten().filter_map(|g| g.as_str()).collect();
+            vec![
+                r["host"].as_str().unwrap_or("").to_owned(),
+                r["username"].as_str().unwrap_or("").to_owned(),
+                if groups.is_empty() { "(presets only)".to_owned() } else { groups.join(",") },
+                r["updatedAtMs"].as_i64().map_or_else(String::new, crate::table::ago),
+            ]
+        })
+        .collect();
+    for l in crate::table::render(&["REGISTRY", "USER", "GROUPS", "UPDATED"], &rows, &[]) {
+        outln!("{l}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `admin catalog get`: the catalog in force.
 pub fn admin_catalog_get(c: &Conn, format: Format) -> CallResult<ExitCode> {
     let (_, v) = c.call("GET", "/api/v1/catalog", None, None)?;

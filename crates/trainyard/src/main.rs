@@ -14,7 +14,7 @@ mod wait;
 mod watch;
 
 use clap::{CommandFactory, FromArgMatches};
-use cli::{AdminCommand, CatalogCommand, Cli, Command};
+use cli::{AdminCommand, CatalogCommand, Cli, Command, RegistryCommand};
 use client::Conn;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -177,6 +177,15 @@ fn main() -> ExitCode {
                 client::admin_token_revoke(&conn, &user, &id)
             }
             AdminCommand::Token { user, label, .. } => client::admin_token(&conn, &user, &label),
+            AdminCommand::Registry { command: RegistryCommand::Login { host, username, groups, .. } } => {
+                client::admin_registry_login(&conn, &host, &username, &groups)
+            }
+            AdminCommand::Registry { command: RegistryCommand::Logout { host } } => {
+                client::admin_registry_logout(&conn, &host)
+            }
+            AdminCommand::Registry { command: RegistryCommand::List { output } } => {
+                client::admin_registry_list(&conn, output)
+            }
             AdminCommand::Node { name, cordon, uncordon, fail, repair } => {
                 let body = match (cordon, uncordon, fail, repair) {
                     (true, ..) => serde_json::json!({"schedulable": false}),

@@ -902,3 +902,65 @@ fn a_catalog_taking_away_what_tasks_use_is_refused_unless_forced() {
     let _ = server.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `admin registry`: a login set with the password on standard input (never on the command line), listed
+/// without it, removed; no password, or a host that is not one, is a clear error that stores nothing.
+#[test]
+fn registry_logins_through_the_cli() {
+    let (mut server, dir, api, _, token) = fake_up("trainyard-registry-cli", "300");
+    let cli = |args: &[&str], stdin: Option<&str>| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_trainyard"))
+            .args(args)
+            .env("TRAINYARD_SERVER", &api)
+            .env("TRAINYARD_TOKEN", &token)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        if let Some(input) = stdin {
+            child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        }
+        drop(child.stdin.take());
+        child.wait_with_output().unwrap()
+    };
+    let login = ["admin", "registry", "login", "reg.example:5000", "-u", "ci", "--password-stdin"];
+    let set = cli(&[&login[..], &["--group", "default"]].concat(), Some("pw-s3cret\n"));
+    assert_eq!(set.status.code(), Some(0), "{}", text(&set));
+    assert!(stdout(&set).contains("login for reg.example:5000 set (user ci)"), "{}", text(&set));
+
+    let list = cli(&["admin", "registry", "list"], None);
+    let shown = stdout(&list);
+    assert!(
+        shown.contains("REGISTRY") && shown.contains("reg.example:5000") && shown.contains("default"),
+        "{shown}"
+    );
+    let json = cli(&["admin", "registry", "list", "-o", "json"], None);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["items"][0]["username"], "ci");
+    for o in [&list, &json] {
+        assert!(!text(o).contains("pw-s3cret"), "never the password: {}", text(o));
+    }
+    // No password: refused before anything is sent; a bad host: the server's problem, nothing stored.
+    let empty = cli(&login, Some(""));
+    assert_eq!(empty.status.code(), Some(2), "{}", text(&empty));
+    assert!(text(&empty).contains("no password on standard input"), "{}", text(&empty));
+    let bad = cli(&["admin", "registry", "login", "not a host", "-u", "ci", "--password-stdin"], Some("x\n"));
+    assert_ne!(bad.status.code(), Some(0), "{}", text(&bad));
+    assert!(text(&bad).contains("registry host"), "{}", text(&bad));
+    let hosts = |o: &Output| -> Vec<String> {
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["items"].as_array().unwrap().iter().map(|r| r["host"].as_str().unwrap().to_owned()).collect()
+    };
+    assert_eq!(hosts(&cli(&["admin", "registry", "list", "-o", "json"], None)), ["reg.example:5000"]);
+
+    let out = cli(&["admin", "registry", "logout", "reg.example:5000"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(hosts(&cli(&["admin", "registry", "list", "-o", "json"], None)).is_empty());
+    let again = cli(&["admin", "registry", "logout", "reg.example:5000"], None);
+    assert_ne!(again.status.code(), Some(0));
+    assert!(text(&again).contains("has no login"), "{}", text(&again));
+    server.kill().unwrap();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -4,7 +4,9 @@
 //! `examples/kubernetes/` that say they run there are submitted with the CLI as they are, and what their
 //! containers print is checked through Trainyard's own logs API: a 1 + 2 torchrun all-reduce across pods on
 //! both nodes, DDP training, the precheck's init container, SSH between pods, the exit checkpoint's `preStop`
-//! hook on a stop, a metrics endpoint scraped.
+//! hook on a stop, a metrics endpoint scraped, a RayJob with a real Ray head and two workers whose driver's
+//! output is the task's log, an image from the stack's private registry pulled with the
+//! admin's registry login as the pods' `imagePullSecrets` (and refused to another group's task).
 //!
 //! The task image is built here from this machine's Debian packages (`python3-torch`, OpenSSH, bash) and
 //! pushed to the stack's registry; the nodes' containerd pulls it from there.
@@ -15,7 +17,7 @@ use common::{Options, Server, secs};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use trainyard_images::testing::{
-    TAR_LAYER, debian_closure, dirs_layer, host_layer, owned_files_layer, push_to,
+    TAR_LAYER, debian_closure, dirs_layer, host_layer, owned_files_layer, push_to, push_to_with_login,
 };
 
 /// The image's reference in the stack's registry.
@@ -91,10 +93,10 @@ fn catalog(nodes: &[String]) -> String {
          clusters: {{kubernetes: {{region: kubernetes}}}}\n\
          pools: {{real: {{cluster: kubernetes, instanceSpecs: [cpu.small], tolerations: \
            [{{key: trainyard.dev/real, operator: Equal, value: \"true\", effect: NoSchedule}}]}}}}\n\
-         instanceSpecs: {{cpu.small: {{kind: CPU, vcpus: 1, memoryMib: 1024}}}}\n\
+         instanceSpecs: {{cpu.small: {{kind: CPU, vcpus: 1, memoryMib: 2048}}}}\n\
          nodes:\n{nodes}\
          projectGroups: {{default: {{}}}}\n\
-         images: {{pytorch: {{torch: true}}}}\n\
+         images: {{pytorch: {{torch: true}}, ray: {{ray: true, rayVersion: \"2.60.0\"}}}}\n\
          quotas: [{{group: default, resourceType: Reserved, pool: real, spec: cpu.small, units: 8}}]\n"
     )
 }
@@ -153,14 +155,17 @@ fn lines(s: &Server, id: &str, replica: &str) -> Vec<String> {
 
 fn server(registry: &str, nodes: &[String]) -> Server {
     let image = push_image(registry);
+    let ray =
+        if wanted("ray-job.yaml") { push_ray_image(registry) } else { format!("{registry}/{RAY_IMAGE}") };
     let namespace = format!("pods-{}-{{group}}", std::process::id());
     let s = Server::start_with(
         "kube-pods",
         Options {
-            args: ["--backend", "kubernetes", "--kube-namespace", &namespace, "--kube-image"]
+            args: ["--backend", "kubernetes", "--kube-namespace", &namespace]
                 .map(str::to_owned)
                 .into_iter()
-                .chain([format!("pytorch={image}")])
+                .chain(["--kube-image".to_owned(), format!("pytorch={image}")])
+                .chain(["--kube-image".to_owned(), format!("ray={ray}")])
                 .collect(),
             own_catalog: true,
             ..Options::default()
@@ -199,6 +204,209 @@ fn the_examples_run_on_real_pods() {
     if wanted("metrics.yaml") {
         metrics(&s);
     }
+    if wanted("ray-job.yaml") {
+        ray_job(&s);
+    }
+    if wanted("private-image.yaml") {
+        private_image(&s, &nodes);
+    }
+}
+
+/// The Ray image's reference in the stack's registry.
+const RAY_IMAGE: &str = "trainyard/ray:e2e-1";
+
+/// Builds the Ray image (this machine's Ray venv, `TRAINYARD_RAY_VENV`, at the same path, with the Debian
+/// packages it runs on: Python, the system modules the venv takes from them, and what KubeRay's probes run)
+/// and pushes it, unless the registry has it already.
+fn push_ray_image(registry: &str) -> String {
+    let reference = format!("{registry}/{RAY_IMAGE}");
+    let (repo, tag) = RAY_IMAGE.split_once(':').unwrap();
+    let url = format!("http://{registry}/v2/{repo}/manifests/{tag}");
+    let have = common::agent()
+        .head(&url)
+        .header("Accept", "application/vnd.oci.image.manifest.v1+json")
+        .call()
+        .is_ok_and(|r| r.status() == 200);
+    if have {
+        return reference;
+    }
+    let t0 = Instant::now();
+    let venv = std::path::PathBuf::from(
+        std::env::var("TRAINYARD_RAY_VENV").unwrap_or_else(|_| "/opt/trainyard-ray".to_owned()),
+    );
+    assert!(
+        venv.join("bin/ray").exists(),
+        "no Ray venv at {} (scripts/install-deps makes it)",
+        venv.display()
+    );
+    let mut files = debian_closure(&[
+        "python3",
+        "libstdc++6",
+        "bash",
+        // Ray's job supervisor runs the entrypoint with /bin/sh.
+        "dash",
+        "coreutils",
+        "wget",
+        "grep",
+        "procps",
+        "hostname",
+        "libc-bin",
+        // What the venv (made with --system-site-packages) takes from the system.
+        "python3-attr",
+        "python3-chardet",
+        "python3-charset-normalizer",
+        "python3-click",
+        "python3-idna",
+        "python3-six",
+        "python3-urllib3",
+        "python3-yaml",
+    ]);
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if e.file_type().unwrap().is_dir() {
+                walk(&p, out);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    let mut venv_files = Vec::new();
+    walk(&venv, &mut venv_files);
+    venv_files.sort();
+    files.sort();
+    let etc = owned_files_layer(&[
+        (
+            "etc/passwd",
+            b"root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+            0o644,
+            0,
+        ),
+        ("etc/group", b"root:x:0:\nnogroup:x:65534:\n", 0o644, 0),
+        ("etc/nsswitch.conf", b"passwd: files\ngroup: files\nhosts: files dns\n", 0o644, 0),
+    ]);
+    let dirs = dirs_layer(&[("tmp", 0o1777), ("root", 0o700), ("run", 0o755), ("var/tmp", 0o1777)]);
+    let path =
+        format!("PATH={}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", venv.display());
+    push_to(
+        registry,
+        repo,
+        tag,
+        &[
+            (TAR_LAYER, host_layer(&files)),
+            (TAR_LAYER, host_layer(&venv_files)),
+            (TAR_LAYER, etc),
+            (TAR_LAYER, dirs),
+        ],
+        json!({"Env": [path, "HOME=/root", "PYTHONUNBUFFERED=1"]}),
+    );
+    eprintln!("pushed {reference} in {:.1} s", t0.elapsed().as_secs_f64());
+    reference
+}
+
+/// A RayJob on real pods: a real Ray head and two workers, the entrypoint submitted by KubeRay to the head's job
+/// API; the driver's output is the task's first log, through Trainyard's logs API and the CLI.
+fn ray_job(s: &Server) {
+    let (id, name) = submit_example(s, "ray-job.yaml");
+    ends(s, &id, "Succeeded", secs(600));
+    let names = replicas(s, &id);
+    assert_eq!(names.len(), 4, "the driver, the head and two workers: {names:?}");
+    assert!(names[0].ends_with("-driver"), "the driver's log first: {names:?}");
+    let driver = lines(s, &id, &names[0]);
+    for want in ["Ray nodes alive: 3", "sum of squares 0..29: 8555", "ran on 3 pods"] {
+        assert!(
+            driver.iter().any(|l| l == want),
+            "{want:?} not in the driver's output: {driver:?}\n{}",
+            s.all_logs(&id)
+        );
+    }
+    // `trainyard logs NAME` shows the driver's output.
+    let shown = s.cli(&["logs", &name]);
+    assert!(shown.contains("sum of squares 0..29: 8555"), "{shown}");
+    eprintln!(
+        "ray-job.yaml: {}",
+        driver.iter().filter(|l| !l.is_empty()).cloned().collect::<Vec<_>>().join(" | ")
+    );
+}
+
+/// The private image's repository in the stack's private registry.
+const PRIVATE_REPO: &str = "team/tools";
+
+/// A small image (bash, coreutils, a marker file) pushed to the stack's registry that needs a login.
+fn push_private_image() -> (String, (String, String)) {
+    let registry = std::env::var("TRAINYARD_KUBE_PRIVATE_REGISTRY").expect("the stack's private registry");
+    let login = std::env::var("TRAINYARD_KUBE_PRIVATE_LOGIN").expect("the private registry's login");
+    let (user, password) = login.split_once(':').expect("USER:PASSWORD");
+    let files = debian_closure(&["bash", "coreutils"]);
+    let marker = owned_files_layer(&[("etc/trainyard-private", b"only with a login\n", 0o644, 0)]);
+    push_to_with_login(
+        &registry,
+        (user, password),
+        PRIVATE_REPO,
+        "1",
+        &[(TAR_LAYER, host_layer(&files)), (TAR_LAYER, marker)],
+        json!({"Env": ["PATH=/usr/bin:/bin"]}),
+    );
+    (format!("{registry}/{PRIVATE_REPO}:1"), (user.to_owned(), password.to_owned()))
+}
+
+/// An image from a registry that needs a login: the admin's login (set with the CLI, the password on standard
+/// input) reaches the pods of the group the catalog preset is offered to as their `imagePullSecrets`, and the
+/// image runs. Another group's member who types the reference gets no login, and the registry refuses the
+/// node's pull: the task fails on the pull, saying so. Without the login the group's own task is refused too.
+fn private_image(s: &Server, nodes: &[String]) {
+    let (reference, (user, password)) = push_private_image();
+    let host = reference.split('/').next().unwrap().to_owned();
+    let catalog = catalog(nodes)
+        .replace(
+            "images: {pytorch: {torch: true}, ray: {ray: true, rayVersion: \"2.60.0\"}}",
+            &format!(
+                "images: {{pytorch: {{torch: true}}, ray: {{ray: true, rayVersion: \"2.60.0\"}}, private-tools: {{reference: \"{reference}\", projectGroups: [default]}}}}\n\
+                 allowExternalImages: true"
+            ),
+        )
+        .replace("projectGroups: {default: {}}", "projectGroups: {default: {}, other: {}}")
+        .replace("quotas: [", "quotas: [{group: other, resourceType: Reserved, pool: real, spec: cpu.small, units: 4}, ");
+    let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(&catalog));
+    assert_eq!(status, 200, "{body}");
+    let set = s.cli_with_stdin(
+        &["admin", "registry", "login", &host, "-u", &user, "--password-stdin"],
+        &format!("{password}\n"),
+    );
+    assert!(set.contains(&format!("login for {host} set")), "{set}");
+
+    // The legitimate path: the example, as it stands.
+    let (id, _) = submit_example(s, "private-image.yaml");
+    ends(s, &id, "Succeeded", secs(600));
+    let master = replica(s, &id, "-master-0");
+    let got = lines(s, &id, &master);
+    assert!(got.iter().any(|l| l == "from the private image: only with a login"), "{got:?}");
+    // An image without /root: the platform's wrapper says nothing of the hostfiles it cannot write.
+    assert_eq!(got.len(), 1, "{got:?}");
+    eprintln!("private-image.yaml: {}", got.join(" | "));
+
+    // The attack: group `other`'s task names the very reference; its pods get no pull secret.
+    let example = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/kubernetes/private-image.yaml"),
+    )
+    .unwrap();
+    let stolen = format!(
+        "{}  advanced: {{imagePullTolerance: 1}}\n",
+        example
+            .replace("projectGroup: default", "projectGroup: other")
+            .replace("image: private-tools", &format!("image: \"{reference}\""))
+    );
+    let (status, body) = s.call("POST", "/api/v1/tasks", Some(&stolen));
+    assert_eq!(status, 201, "{body}");
+    let id = serde_json::from_str::<Value>(&body).unwrap()["id"].as_str().unwrap().to_owned();
+    ends(s, &id, "Failed", secs(300));
+    let events = s.events_text(&id);
+    assert!(events.to_lowercase().contains("unauthorized") || events.contains("401"), "{events}");
+    assert!(!s.all_logs(&id).contains("only with a login"));
+    eprintln!(
+        "private-image.yaml, group other: {}",
+        events.lines().filter(|l| l.contains("nauthorized") || l.contains("401")).next().unwrap_or("").trim()
+    );
 }
 
 /// Custom metrics: the pod's endpoint is scraped through the API server's pod proxy while it runs, and the

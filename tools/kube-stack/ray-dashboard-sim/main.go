@@ -6,6 +6,10 @@
 // HTTP_PROXY pointing here, so those requests arrive at this server in proxy form and their Host names the
 // namespace. Nothing is resolved or dialled beyond loopback.
 //
+// A cluster whose head is a real pod (the stack's real nodes, --real-cidr) has a real dashboard: requests for its
+// head service are passed on to the head pod's address (the host routes the real nodes' pod network), so
+// KubeRay drives a real Ray job. Only the simulated heads are answered here.
+//
 // A job submitted here (HTTPMode) runs as the sim labels of its RayJob say (metadata labels, else the head pod
 // template's labels): sim.trainyard.dev/run-ms (no label: runs until stopped), then SUCCEEDED, or FAILED with
 // sim.trainyard.dev/exit-code != 0 or sim.trainyard.dev/oom = "true". The labels are read from the API server.
@@ -21,6 +25,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"strconv"
@@ -48,6 +53,15 @@ type server struct {
 	token  string
 	client *http.Client
 	net    *podNet
+	// The real nodes' pod network (nil: none) and, per <namespace>/<service>, the real pod behind it.
+	realCIDR *net.IPNet
+	realMu   sync.Mutex
+	real     map[string]realHead
+}
+
+type realHead struct {
+	ip   string // "" when the service has no real pod
+	seen time.Time
 }
 
 func main() {
@@ -57,6 +71,7 @@ func main() {
 	ca := flag.String("ca", "", "CA certificate file of the API server")
 	podCIDR := flag.String("pod-cidr", "", "the simulated pods' address range (CONNECT tunnels there reach them)")
 	egress := flag.String("egress-socket", "", "a unix socket to serve too (the API server's egress proxy)")
+	realCIDR := flag.String("real-cidr", "", "the real nodes' pod network: heads there are real and passed on to")
 	flag.Parse()
 
 	pool := x509.NewCertPool()
@@ -77,6 +92,14 @@ func main() {
 		},
 	}
 	s.net = &podNet{s: s, scrapes: map[string]int{}}
+	s.real = map[string]realHead{}
+	if *realCIDR != "" {
+		_, cidr, err := net.ParseCIDR(*realCIDR)
+		if err != nil {
+			log.Fatal(err)
+		}
+		s.realCIDR = cidr
+	}
 	if *podCIDR != "" {
 		_, cidr, err := net.ParseCIDR(*podCIDR)
 		if err != nil {
@@ -125,6 +148,14 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.URL.Path == "/healthz" {
 		reply(w, 200, map[string]string{"status": "ok"})
+		return
+	}
+	if ip, port := s.realHeadOf(r); ip != "" {
+		target := &url.URL{Scheme: "http", Host: net.JoinHostPort(ip, port)}
+		log.Printf("%s %s (host %s) passed on to the real head at %s", r.Method, r.URL.Path, r.Host, target.Host)
+		proxy := httputil.NewSingleHostReverseProxy(target)
+		proxy.Transport = &http.Transport{Proxy: nil}
+		proxy.ServeHTTP(w, r)
 		return
 	}
 	ns := namespaceOf(r)
@@ -344,4 +375,91 @@ func (s *server) labelsOf(j *job) map[string]string {
 		return found
 	}
 	return map[string]string{}
+}
+
+// realHeadOf finds the real pod behind the service a proxied request names (<service>.<namespace>.svc...:PORT):
+// its address and the port, or "" when the service's pods are simulated (or there are no real nodes). Looked
+// up through the API server (the service's selector, then its pods), remembered for 5 s.
+func (s *server) realHeadOf(r *http.Request) (string, string) {
+	if s.realCIDR == nil || s.api == "" {
+		return "", ""
+	}
+	host := r.URL.Host
+	if host == "" {
+		host = r.Host
+	}
+	h, port, err := net.SplitHostPort(host)
+	if err != nil {
+		return "", ""
+	}
+	parts := strings.Split(h, ".")
+	if len(parts) < 3 || parts[2] != "svc" {
+		return "", ""
+	}
+	svc, ns := parts[0], parts[1]
+	key := ns + "/" + svc
+	s.realMu.Lock()
+	if c, ok := s.real[key]; ok && time.Since(c.seen) < 5*time.Second {
+		s.realMu.Unlock()
+		return c.ip, port
+	}
+	s.realMu.Unlock()
+	ip := s.lookupRealPod(ns, svc)
+	s.realMu.Lock()
+	s.real[key] = realHead{ip: ip, seen: time.Now()}
+	s.realMu.Unlock()
+	return ip, port
+}
+
+func (s *server) getJSON(path string, v any) error {
+	req, _ := http.NewRequest(http.MethodGet, s.api+path, nil)
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// lookupRealPod: the address of a running pod the service selects that is on the real nodes' network, or "".
+func (s *server) lookupRealPod(ns, svc string) string {
+	var service struct {
+		Spec struct {
+			Selector map[string]string `json:"selector"`
+		} `json:"spec"`
+	}
+	if err := s.getJSON("/api/v1/namespaces/"+url.PathEscape(ns)+"/services/"+url.PathEscape(svc), &service); err != nil {
+		log.Printf("finding service %s/%s: %v", ns, svc, err)
+		return ""
+	}
+	if len(service.Spec.Selector) == 0 {
+		return ""
+	}
+	var sel []string
+	for k, v := range service.Spec.Selector {
+		sel = append(sel, k+"="+v)
+	}
+	var pods struct {
+		Items []struct {
+			Status struct {
+				Phase string `json:"phase"`
+				PodIP string `json:"podIP"`
+			} `json:"status"`
+		} `json:"items"`
+	}
+	q := url.Values{"labelSelector": {strings.Join(sel, ",")}}
+	if err := s.getJSON("/api/v1/namespaces/"+url.PathEscape(ns)+"/pods?"+q.Encode(), &pods); err != nil {
+		log.Printf("finding the pods of service %s/%s: %v", ns, svc, err)
+		return ""
+	}
+	for _, p := range pods.Items {
+		if ip := net.ParseIP(p.Status.PodIP); ip != nil && p.Status.Phase == "Running" && s.realCIDR.Contains(ip) {
+			return p.Status.PodIP
+		}
+	}
+	return ""
 }

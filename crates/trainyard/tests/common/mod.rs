@@ -222,6 +222,27 @@ impl Server {
         text
     }
 
+    /// The CLI as [`Server::cli`] runs it, with `stdin` on its standard input.
+    pub fn cli_with_stdin(&self, args: &[&str], stdin: &str) -> String {
+        use std::io::Write;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_trainyard"))
+            .args(args)
+            .env("TRAINYARD_SERVER", &self.base)
+            .env("TRAINYARD_TOKEN", &self.token)
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let text =
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "trainyard {args:?}: {text}");
+        text
+    }
+
     pub fn events_text(&self, id: &str) -> String {
         self.events(id).iter().map(|(r, m)| format!("  {r}: {m}\n")).collect()
     }

@@ -19,6 +19,8 @@ package main
 //     Stopping the stack kills whatever is left in it (the containers) and removes it.
 //   - one kube-proxy (nftables mode; its tables "kube-proxy" are removed when the stack stops) and one CoreDNS
 //     (a host process on every gateway address, port 53, with the kubernetes plugin against the API server).
+//   - a private registry beside it (a second docker-registry, its own storage) that answers only with a login
+//     (basic auth, user trainyard and a password made for the stack), for images pulled with imagePullSecrets;
 //   - a registry (Debian's docker-registry) on 127.0.0.1, plain http, that every containerd pulls from; the
 //     pause image (tools/kube-stack/nodes/pause, built static) and a base image (bash, coreutils, grep, sed,
 //     hostname, nc, getent:
@@ -97,6 +99,8 @@ type realNodes struct {
 	lock      *os.File
 	nodes     []*realNode
 	registry  string // 127.0.0.1:PORT
+	private   string // 127.0.0.1:PORT, the registry that needs a login
+	privPass  string // user trainyard's password there
 	initRef   string // the training operator's init container image for workers
 	pauseRef  string
 	baseRef   string
@@ -124,7 +128,7 @@ func (s *stack) prepareRealNodes() error {
 	if os.Geteuid() != 0 {
 		return die("--real-nodes needs root (bridges, cgroups, mount namespaces)")
 	}
-	for _, tool := range []string{"containerd", "containerd-shim-runc-v2", "runc", "docker-registry", "nft", "ip", "unshare", "nsenter", "mount"} {
+	for _, tool := range []string{"containerd", "containerd-shim-runc-v2", "runc", "docker-registry", "nft", "ip", "unshare", "nsenter", "mount", "python3"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return die("--real-nodes needs %s (scripts/install-deps test installs it): %v", tool, err)
 		}
@@ -135,7 +139,7 @@ func (s *stack) prepareRealNodes() error {
 		return err
 	}
 	removeLeftovers()
-	ports, err := freePorts(2*s.realNodes + 5)
+	ports, err := freePorts(2*s.realNodes + 6)
 	if err != nil {
 		return err
 	}
@@ -155,6 +159,7 @@ func (s *stack) prepareRealNodes() error {
 	}
 	p := ports[2*s.realNodes:]
 	rn.registry = "127.0.0.1:" + strconv.Itoa(p[0])
+	rn.private, rn.privPass = "127.0.0.1:"+strconv.Itoa(p[5]), token()
 	rn.dnsHealth, rn.dnsReady, rn.proxyPort = p[1], p[2], [2]int{p[3], p[4]}
 	rn.proxyTok, rn.dnsTok = token(), token()
 	rn.pauseRef = rn.registry + "/trainyard/pause:1"
@@ -446,6 +451,7 @@ func (rn *realNodes) dropImages() {
 		os.RemoveAll(filepath.Join(n.dir, "containerd"))
 	}
 	os.RemoveAll(filepath.Join(rn.dir, "registry"))
+	os.RemoveAll(filepath.Join(rn.dir, "private"))
 }
 
 // removeProxyTables deletes kube-proxy's nftables tables (nftables mode keeps all its rules in them).
@@ -530,6 +536,9 @@ http:
 		return err
 	}
 	if err := s.waitFor("registry", registryReadyS, s.httpOK("http://"+rn.registry+"/v2/", nil)); err != nil {
+		return err
+	}
+	if err := rn.startPrivateRegistry(); err != nil {
 		return err
 	}
 	t := time.Now()
@@ -658,16 +667,17 @@ conntrack:
 func (rn *realNodes) startContainerd(n *realNode) error {
 	s := rn.s
 	cfg := filepath.Join(n.dir, "containerd.toml")
-	host := rn.registry
-	if err := os.MkdirAll(filepath.Join(n.dir, "certs.d", host), 0o755); err != nil {
-		return err
-	}
-	if err := writeFile(filepath.Join(n.dir, "certs.d", host, "hosts.toml"), fmt.Sprintf(`server = "http://%[1]s"
+	for _, host := range []string{rn.registry, rn.private} {
+		if err := os.MkdirAll(filepath.Join(n.dir, "certs.d", host), 0o755); err != nil {
+			return err
+		}
+		if err := writeFile(filepath.Join(n.dir, "certs.d", host, "hosts.toml"), fmt.Sprintf(`server = "http://%[1]s"
 
 [host."http://%[1]s"]
   capabilities = ["pull", "resolve"]
 `, host)); err != nil {
-		return err
+			return err
+		}
 	}
 	if err := writeFile(filepath.Join(n.dir, "cni", "10-trainyard.conflist"), fmt.Sprintf(`{
   "cniVersion": "1.0.0",
@@ -861,8 +871,60 @@ func (rn *realNodes) ready() error {
 }
 
 func (rn *realNodes) envLines() string {
-	return fmt.Sprintf("TRAINYARD_KUBE_REAL_NODES=%s\nTRAINYARD_KUBE_REGISTRY=%s\nTRAINYARD_KUBE_BASE_IMAGE=%s\nTRAINYARD_KUBE_PAUSE_IMAGE=%s\n",
-		strings.Join(rn.names(), ","), rn.registry, rn.baseRef, rn.pauseRef)
+	return fmt.Sprintf("TRAINYARD_KUBE_REAL_NODES=%s\nTRAINYARD_KUBE_REGISTRY=%s\nTRAINYARD_KUBE_BASE_IMAGE=%s\nTRAINYARD_KUBE_PAUSE_IMAGE=%s\nTRAINYARD_KUBE_PRIVATE_REGISTRY=%s\nTRAINYARD_KUBE_PRIVATE_LOGIN=%s\n",
+		strings.Join(rn.names(), ","), rn.registry, rn.baseRef, rn.pauseRef, rn.private, rn.privateLogin())
+}
+
+// privateLogin is the private registry's login as USER:PASSWORD.
+func (rn *realNodes) privateLogin() string {
+	return "trainyard:" + rn.privPass
+}
+
+// startPrivateRegistry starts the registry that answers only with a login: docker-registry's htpasswd, whose
+// bcrypt hash glibc's crypt makes (through python3; Go's standard library has no bcrypt).
+func (rn *realNodes) startPrivateRegistry() error {
+	s := rn.s
+	out, err := exec.Command("python3", "-W", "ignore", "-c",
+		"import crypt,sys; print(crypt.crypt(sys.argv[1], crypt.mksalt(crypt.METHOD_BLOWFISH)))", rn.privPass).Output()
+	hash := strings.Replace(strings.TrimSpace(string(out)), "$2b$", "$2a$", 1)
+	if err != nil || !strings.HasPrefix(hash, "$2a$") {
+		return die("a bcrypt hash for the private registry's login (python3's crypt): %v %q", err, hash)
+	}
+	htpasswd := filepath.Join(rn.dir, "private.htpasswd")
+	if err := writeFile(htpasswd, "trainyard:"+hash+"\n"); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(rn.dir, "private.yml"), fmt.Sprintf(`version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: %s
+  delete:
+    enabled: true
+http:
+  addr: %s
+auth:
+  htpasswd:
+    realm: trainyard-kube-stack
+    path: %s
+`, filepath.Join(rn.dir, "private"), rn.private, htpasswd)); err != nil {
+		return err
+	}
+	if err := s.startProc("private-registry", nil, joinCgroup(rn.cgroup+"/services", "docker-registry", "serve", filepath.Join(rn.dir, "private.yml"))...); err != nil {
+		return err
+	}
+	// Without a login it answers 401; that it answers at all is what is waited for.
+	return s.waitFor("private-registry", registryReadyS, func() bool {
+		resp, err := http.Get("http://" + rn.private + "/v2/")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusUnauthorized
+	})
 }
 
 func (rn *realNodes) setEnv() {
@@ -870,6 +932,8 @@ func (rn *realNodes) setEnv() {
 	os.Setenv("TRAINYARD_KUBE_REGISTRY", rn.registry)
 	os.Setenv("TRAINYARD_KUBE_BASE_IMAGE", rn.baseRef)
 	os.Setenv("TRAINYARD_KUBE_PAUSE_IMAGE", rn.pauseRef)
+	os.Setenv("TRAINYARD_KUBE_PRIVATE_REGISTRY", rn.private)
+	os.Setenv("TRAINYARD_KUBE_PRIVATE_LOGIN", rn.privateLogin())
 }
 
 // ---- stopping: after every process of the stack got its TERM (and KILL)

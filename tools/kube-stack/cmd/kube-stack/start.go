@@ -317,10 +317,15 @@ webhooks: []
 	// jobs with a plain HTTP client; HTTP_PROXY sends those requests to our dashboard stand-in on loopback (no Ray
 	// head runs under kwok). Requests to the API server (loopback) never go through a proxy.
 	dash := "127.0.0.1:" + port(pDash)
-	if err := s.startProc("ray-dashboard-sim", nil, filepath.Join(bin, "ray-dashboard-sim"),
-		"--listen="+dash, "--api-server="+s.apiURL,
-		"--pod-cidr="+podCIDR, "--egress-socket="+s.path("egress.sock"),
-		"--token="+s.adminToken, "--ca="+caFile); err != nil {
+	simArgs := []string{filepath.Join(bin, "ray-dashboard-sim"),
+		"--listen=" + dash, "--api-server=" + s.apiURL,
+		"--pod-cidr=" + podCIDR, "--egress-socket=" + s.path("egress.sock"),
+		"--token=" + s.adminToken, "--ca=" + caFile}
+	if s.nodes != nil {
+		// Heads on the real nodes have a real dashboard: the stand-in passes their requests on.
+		simArgs = append(simArgs, "--real-cidr="+realClusterCIDR)
+	}
+	if err := s.startProc("ray-dashboard-sim", nil, simArgs...); err != nil {
 		return err
 	}
 	if err := s.startProc("kuberay-operator", []string{"HTTP_PROXY=http://" + dash, "http_proxy=http://" + dash,
