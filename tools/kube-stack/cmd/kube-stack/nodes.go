@@ -110,7 +110,8 @@ type realNodes struct {
 	dnsReady  int
 	proxyPort [2]int // healthz, metrics
 	router    net.Listener
-	cgroup    string // the stack's, e.g. /trainyard-kube-real.123
+	apiFwd    net.Listener // the API server for pods (startAPIForwarder)
+	cgroup    string       // the stack's, e.g. /trainyard-kube-real.123
 	cleaned   bool
 }
 
@@ -661,7 +662,67 @@ conntrack:
 `, filepath.Join(rn.dir, "kube-proxy.kubeconfig"), realClusterCIDR, rn.nodes[0].name, rn.proxyPort[0], rn.proxyPort[1])); err != nil {
 		return err
 	}
-	return s.startProc("kube-proxy", nil, joinCgroup(rn.cgroup+"/services", filepath.Join(bin, "kube-proxy"), "--config="+filepath.Join(rn.dir, "kube-proxy.yaml"), "--v=1")...)
+	if err := s.startProc("kube-proxy", nil, joinCgroup(rn.cgroup+"/services", filepath.Join(bin, "kube-proxy"), "--config="+filepath.Join(rn.dir, "kube-proxy.yaml"), "--v=1")...); err != nil {
+		return err
+	}
+	return rn.startAPIForwarder()
+}
+
+// apiPodPort: where pods reach the API server, on the first node's gateway address.
+const apiPodPort = 6443
+
+// startAPIForwarder lets pods reach the API server, as in-cluster clients do (the `kubernetes` Service,
+// 10.96.0.1:443): the API server listens on loopback only, so a forwarder on the first node's gateway address
+// (the host's side of its bridge, which every pod's traffic reaches through the host's routes) passes
+// connections on to it, and the Service's EndpointSlice names that address (the API server reconciles no
+// endpoints here). TLS is the API server's own, end to end; its certificate names 10.96.0.1.
+func (rn *realNodes) startAPIForwarder() error {
+	s := rn.s
+	listen := net.JoinHostPort(rn.nodes[0].gateway, strconv.Itoa(apiPodPort))
+	l, err := net.Listen("tcp", listen)
+	if err != nil {
+		return die("the API server's address for pods, %s: %v", listen, err)
+	}
+	rn.apiFwd = l
+	target := strings.TrimPrefix(s.apiURL, "https://")
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.DialTimeout("tcp", target, 10*time.Second)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { _, _ = io.Copy(up, c); up.Close() }()
+				_, _ = io.Copy(c, up)
+			}()
+		}
+	}()
+	if err := s.kube(fmt.Sprintf(`apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: kubernetes
+  namespace: default
+  labels:
+    kubernetes.io/service-name: kubernetes
+    endpointslice.kubernetes.io/managed-by: trainyard-kube-stack
+addressType: IPv4
+endpoints:
+- addresses: [%q]
+  conditions: {ready: true}
+ports:
+- name: https
+  port: %d
+  protocol: TCP
+`, rn.nodes[0].gateway, apiPodPort), "apply", "--server-side", "-f", "-"); err != nil {
+		return crdFailure(err, "the kubernetes Service's endpoints were refused: "+s.crdsLog())
+	}
+	return nil
 }
 
 func (rn *realNodes) startContainerd(n *realNode) error {
@@ -945,6 +1006,9 @@ func (rn *realNodes) cleanup() {
 	rn.cleaned = true
 	if rn.router != nil {
 		rn.router.Close()
+	}
+	if rn.apiFwd != nil {
+		rn.apiFwd.Close()
 	}
 	if rn.lock == nil {
 		return // stopped while waiting for the lock: the machine's bridges and tables are another stack's

@@ -54,7 +54,9 @@ func writePKI(dir string) error {
 		Subject:      pkix.Name{CommonName: "kube-apiserver"},
 		NotBefore:    now,
 		NotAfter:     now.Add(certValidity),
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		// Loopback (the host's clients), the `kubernetes` Service's cluster IP and the first real node's gateway
+		// (in-cluster clients on real nodes, see startAPIForwarder).
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1"), net.ParseIP("10.244.0.1")},
 		DNSNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 			"kubernetes.default.svc.cluster.local"},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
