@@ -1,12 +1,12 @@
 //! One behaviour suite for every backend: the same scenarios, through the `Backend` trait alone, against the
 //! fake backend (`trainyard-runtime`: scripted, on a virtual clock), the local one (`trainyard-local`: real
 //! sandboxed replicas, on the wall clock) and the Kubernetes one (`trainyard-kube`: the real API server and
-//! operators of the test stack, `scripts/with-kube`, with kwok's pods). A new backend implements [`Subject`]
-//! and runs the same scenarios.
+//! operators of the test stack, `scripts/with-kube`, with kwok's pods, and again with real pods on the stack's
+//! real nodes). A new backend implements [`Subject`] and runs the same scenarios.
 //!
 //! Each scenario says what the attempt should do ([`Behaviour`]); a subject makes its backend do that (the
-//! fake by a script, the local backend by the command it runs, the Kubernetes one by the labels kwok's stages
-//! follow), then the scenario checks the observations and what `alive` and the logs say.
+//! fake by a script, the local backend and real pods by the command they run, kwok's pods by the labels its
+//! stages follow), then the scenario checks the observations and what `alive` and the logs say.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -158,6 +158,8 @@ fn command(behaviour: Behaviour) -> String {
 struct Kube {
     backend: KubeBackend,
     cfg: KubeConfig,
+    /// The stack's real nodes (`--real-nodes 2`) instead of kwok's: the pods run their commands for real.
+    real: Option<Vec<String>>,
 }
 
 impl Subject for Kube {
@@ -176,6 +178,19 @@ impl Subject for Kube {
         command(behaviour)
     }
     fn adjust(&self, spec: &mut LaunchSpec, behaviour: Behaviour) {
+        if let Some(nodes) = &self.real {
+            // On the real nodes, whose taint the pool tolerates; the commands run as they are.
+            for r in spec.replicas.iter_mut() {
+                r.node = nodes[r.rank as usize % nodes.len()].clone();
+            }
+            let tolerated = CATALOG.replace(
+                "pools: {default: {cluster: local, instanceSpecs: [cpu.small]}}",
+                "pools: {default: {cluster: local, instanceSpecs: [cpu.small], tolerations: \
+                 [{key: trainyard.dev/real, operator: Equal, value: \"true\", effect: NoSchedule}]}}",
+            );
+            spec.catalog = Arc::new(Catalog::from_yaml(&tolerated).unwrap());
+            return;
+        }
         let labels = &mut spec.task.metadata.labels;
         match behaviour {
             Behaviour::Succeed => {
@@ -191,10 +206,11 @@ impl Subject for Kube {
     fn restarted(&self) -> Kube {
         let backend = block(KubeBackend::connect(self.cfg.clone())).unwrap();
         assert!(block(backend.synced(Duration::from_secs(30))), "the restarted backend's watches listed");
-        Kube { backend, cfg: self.cfg.clone() }
+        Kube { backend, cfg: self.cfg.clone(), real: self.real.clone() }
     }
     fn patience(&self) -> Duration {
-        Duration::from_secs(90)
+        // Real pods pull their image and start their containers on a loaded two-core machine.
+        Duration::from_secs(if self.real.is_some() { 180 } else { 90 })
     }
 }
 
@@ -247,7 +263,31 @@ fn kube(name: &str) -> Kube {
         kwok_node(&backend.client(), node, serde_json::json!({}));
     }
     assert!(block(backend.synced(Duration::from_secs(30))), "the watches listed");
-    Kube { backend, cfg }
+    Kube { backend, cfg, real: None }
+}
+
+/// A Kubernetes subject on the stack's real nodes (`scripts/with-kube --real-nodes 2`): kubelets with
+/// containerd, the `host` image mapped to the stack's base image (bash, coreutils), so each scenario's command
+/// runs for real.
+fn kube_real(name: &str) -> Kube {
+    let real: Vec<String> = std::env::var("TRAINYARD_KUBE_REAL_NODES")
+        .expect("the suite on real nodes needs scripts/with-kube --real-nodes 2 (scripts/test starts it)")
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    let base = std::env::var("TRAINYARD_KUBE_BASE_IMAGE").expect("the stack's base image");
+    let cfg = KubeConfig {
+        namespace: format!("conf-{}-{name}-{{group}}", std::process::id()),
+        instance: format!("conf-{}-{name}", std::process::id()),
+        images: [("host".to_owned(), base)].into(),
+        grace_s: 2,
+        node_grace_s: 2,
+        data_dir: std::env::temp_dir().join(format!("ty-conformance-kube-{name}-{}", std::process::id())),
+        ..KubeConfig::default()
+    };
+    let backend = block(KubeBackend::connect(cfg.clone())).unwrap();
+    assert!(block(backend.synced(Duration::from_secs(30))), "the watches listed");
+    Kube { backend, cfg, real: Some(real) }
 }
 
 fn local(name: &str) -> Local {
@@ -508,6 +548,36 @@ fn the_kubernetes_backend_conforms() {
     let _ = std::fs::remove_dir_all(&s.cfg.data_dir);
 }
 
+/// The same scenarios on real pods: the commands run in containers on the stack's two kubelets, the exit
+/// checkpoint's `preStop` hook signals a real process, a stop waits out a real grace period, and a restarted
+/// backend finds real pods. What the replicas printed is read back as on the local backend.
+#[test]
+fn the_kubernetes_backend_conforms_on_real_nodes() {
+    let s = kube_real("real");
+    suite(&s);
+    let k = key(10);
+    block(s.backend().launch(&s.spec_for(&k, 1, Behaviour::Succeed))).unwrap();
+    until(&s, &k, |o| finished(o).is_some());
+    let t0 = Instant::now();
+    for rank in 0..2 {
+        loop {
+            let replicas: BTreeMap<String, String> = block(s.backend().replicas(&k)).into_iter().collect();
+            let text: String = replicas
+                .keys()
+                .map(|n| {
+                    String::from_utf8_lossy(&block(s.backend().read_log(&k, n, 0, 1 << 20)).data).into_owned()
+                })
+                .collect();
+            if text.contains(&format!(" O hello from {rank}")) {
+                break;
+            }
+            assert!(t0.elapsed() < s.patience(), "no hello from rank {rank} in {replicas:?}: {text}");
+            s.pass(200);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&s.cfg.data_dir);
+}
+
 /// On Kubernetes a replica's log and metrics outlive its pod: the log is followed through the API server
 /// while the container runs (kwok's simulated kubelet serves the same fixed log for every container), and the
 /// metrics endpoint is scraped through the API server's pod proxy (the simulated pod answers with its own
@@ -552,7 +622,7 @@ fn on_kubernetes_logs_and_metrics_are_kept_after_the_pods_are_gone() {
     // A restart while the pods run: the new server follows them again (the old one is gone).
     let cfg = s.cfg.clone();
     drop(s);
-    let s = Kube { backend: block(KubeBackend::connect(cfg.clone())).unwrap(), cfg };
+    let s = Kube { backend: block(KubeBackend::connect(cfg.clone())).unwrap(), cfg, real: None };
     assert!(block(s.backend.synced(Duration::from_secs(30))));
     let t0 = Instant::now();
     while s.backend.telemetry().log_requests.load(Relaxed) < 2 {
