@@ -67,6 +67,9 @@ string_enum! {
         RetryBudgetSpent = "RetryBudgetSpent",
         /// A backend refused to start the attempt again and again (see the events before it).
         LaunchFailed = "LaunchFailed",
+        /// Not every replica was running within the cluster's start-up deadline (unschedulable, stuck
+        /// creating): the cluster's reason is in the message.
+        StartTimedOut = "StartTimedOut",
         // Events that change no status: what happened along the way.
         /// A backend refused a request (launch, stop, scale); it is asked again after a wait.
         BackendError = "BackendError",
@@ -160,7 +163,8 @@ pub fn failure_class(reason: Reason) -> FailureClass {
         | Reason::PrecheckFailed
         | Reason::NodeFailed
         | Reason::Preempted
-        | Reason::LaunchFailed => FailureClass::Infrastructure,
+        | Reason::LaunchFailed
+        | Reason::StartTimedOut => FailureClass::Infrastructure,
         _ => FailureClass::User,
     }
 }

@@ -56,6 +56,10 @@ pub struct KubeConfig {
     /// Seconds a node may stay NotReady before the attempts on it fail as `NodeFailed` (a deleted node fails
     /// them at once). The node was already silent for the cluster's own grace before it was called NotReady.
     pub node_grace_s: u64,
+    /// Seconds an attempt's pods may take, from its job's creation, to be all running (as Kueue's
+    /// `waitForPodsReady`); past it the attempt ends with the cluster's reason (unschedulable, a claim that does
+    /// not exist, Pod Security, a container that cannot be made), its quota freed. 0: no deadline.
+    pub start_deadline_s: u64,
     /// Where the attempts' logs and metrics are kept (they outlive the pods).
     pub data_dir: PathBuf,
 }
@@ -71,6 +75,7 @@ impl Default for KubeConfig {
             images: BTreeMap::new(),
             grace_s: 5,
             node_grace_s: 60,
+            start_deadline_s: 600,
             data_dir: std::env::temp_dir().join("trainyard-kube"),
         }
     }
@@ -185,12 +190,16 @@ impl KubeBackend {
                 Err(e) => return Err(BackendError(api_error("listing jobs", &e))),
             }
         }
-        let node_grace_s = cfg.node_grace_s;
+        let (node_grace_s, start_deadline_s) = (cfg.node_grace_s, cfg.start_deadline_s);
         let store = capture::Store::new(cfg.data_dir.join("attempts"));
         let inner = Arc::new(Inner {
             client,
             cfg,
-            state: Mutex::new(State { node_grace_ms: node_grace_s * 1000, ..State::default() }),
+            state: Mutex::new(State {
+                node_grace_ms: node_grace_s * 1000,
+                start_deadline_ms: start_deadline_s.saturating_mul(1000),
+                ..State::default()
+            }),
             kinds,
             namespaces: Mutex::new(HashSet::new()),
             writes: tokio::sync::Semaphore::new(MAX_WRITES),

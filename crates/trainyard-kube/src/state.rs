@@ -37,6 +37,11 @@ pub(super) struct Attempt {
     /// Pods whose `preStop` hook asked for the exit checkpoint, and whether its end (done, timed out, or the
     /// container's own end) was reported.
     pub(super) checkpoint: BTreeMap<String, bool>,
+    /// Every pod the job asks for has run: the start-up deadline is behind it.
+    pub(super) all_started: bool,
+    /// The last warning the cluster gave about the job or its pods (a `ClusterEvent`), for the reason of a
+    /// start that did not come.
+    pub(super) warning: Option<String>,
 }
 
 /// What has been reported of an attempt.
@@ -67,6 +72,8 @@ impl Attempt {
             sent: Sent::default(),
             ssh: None,
             checkpoint: BTreeMap::new(),
+            all_started: false,
+            warning: None,
         }
     }
 
@@ -108,6 +115,10 @@ pub(super) struct State {
     /// How long a node may be NotReady before its attempts fail (a deleted node fails them at once): a node
     /// that misses a few heartbeats and comes back takes nothing down.
     pub(super) node_grace_ms: u64,
+    /// How long an attempt's pods may take to be all running, from its job's creation (0: no deadline).
+    pub(super) start_deadline_ms: u64,
+    /// When the attempts were last looked over for a passed start-up deadline.
+    pub(super) deadlines_checked_ms: u64,
     /// Observations decided outside a poll (a stop of an attempt that has nothing left).
     pub(super) out: Vec<Observation>,
     pub(super) cleanups: Vec<Cleanup>,
@@ -189,12 +200,35 @@ impl State {
         }
     }
 
-    /// A Kubernetes event about `(namespace, name)`, reported with its attempt's observations.
+    /// A Kubernetes event about `(namespace, name)`, reported with its attempt's observations; a warning is
+    /// kept as the attempt's last, for the reason of a start that does not come.
     pub(super) fn cluster_event(&mut self, namespace: &str, name: &str, message: String) {
-        if let Some(key) = self.by_object.get(&(namespace.to_owned(), name.to_owned()))
-            && self.attempts.contains_key(key)
+        if let Some(key) = self.by_object.get(&(namespace.to_owned(), name.to_owned())).cloned()
+            && let Some(a) = self.attempts.get_mut(&key)
         {
-            self.out.push(Observation::Note { key: key.clone(), reason: Reason::ClusterEvent, message });
+            if message.starts_with("Warning ") {
+                a.warning = Some(message.clone());
+            }
+            self.out.push(Observation::Note { key, reason: Reason::ClusterEvent, message });
+        }
+    }
+
+    /// Attempts whose start-up deadline has passed with pods still not running are read again (at most once a
+    /// second: the deadline is in seconds, and there may be many attempts).
+    fn expire_starts(&mut self, now_ms: u64) {
+        if self.start_deadline_ms == 0 || now_ms < self.deadlines_checked_ms.saturating_add(1000) {
+            return;
+        }
+        self.deadlines_checked_ms = now_ms;
+        for (key, a) in &self.attempts {
+            let late = a
+                .job
+                .as_ref()
+                .and_then(|j| j.created_ms)
+                .is_some_and(|c| now_ms >= c + self.start_deadline_ms);
+            if late && !a.all_started && !a.sent.finished && a.stop.is_none() {
+                self.dirty.insert(key.clone());
+            }
         }
     }
 
@@ -251,6 +285,7 @@ impl State {
     /// Reports what changed in the dirty attempts.
     pub(super) fn poll(&mut self, now_ms: u64) -> Vec<Observation> {
         self.expire_nodes(now_ms);
+        self.expire_starts(now_ms);
         let mut out = std::mem::take(&mut self.out);
         let synced = self.synced_jobs && self.synced_pods;
         let dirty = std::mem::take(&mut self.dirty);
@@ -297,6 +332,22 @@ impl State {
             let mounts: Vec<&str> = a.mount_paths.iter().map(String::as_str).collect();
             let mut verdict = assess(kind, job, &pods, a.precheck, &mounts);
             let operator_ended = job.ended();
+            a.all_started |= crate::status::all_started(job, &pods);
+            let deadline = job.created_ms.map(|c| c.saturating_add(self.start_deadline_ms));
+            let mut late = false;
+            if verdict.ended.is_none()
+                && !a.all_started
+                && self.start_deadline_ms > 0
+                && deadline.is_some_and(|d| now_ms >= d)
+            {
+                late = true;
+                verdict.ended = Some(crate::status::not_started(
+                    job,
+                    &pods,
+                    a.warning.as_deref(),
+                    self.start_deadline_ms / 1000,
+                ));
+            }
             let down = pods
                 .iter()
                 .find_map(|p| self.nodes_down.get(&p.node).filter(|d| d.failed).map(|d| (p, &d.why)));
@@ -318,6 +369,8 @@ impl State {
             // the logs readable meanwhile); one that ended by Trainyard's verdict (a pull given up, a lost node)
             // still has pods waiting or running, and is deleted.
             report(&key, a, verdict, &mut out);
+            // A start that did not come: its pods (pending, or never made) go at once, their quota with them.
+            let now = now || late;
             if a.sent.finished && ((!a.retain && !operator_ended) || now) {
                 self.cleanups.push(Cleanup {
                     namespace: a.namespace.clone(),

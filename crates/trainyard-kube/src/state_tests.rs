@@ -23,6 +23,7 @@ fn pod(name: &str, node: &str, state: ContainerState) -> PodView {
         init: Vec::new(),
         containers: vec![("trainer".into(), state)],
         deleting: false,
+        unschedulable: None,
     }
 }
 
@@ -226,4 +227,51 @@ fn the_exit_checkpoint_is_reported_from_the_hook_and_the_containers_end_once() {
             "CheckpointDone: p: exited (code 0) after the checkpoint notice"
         ]
     );
+}
+
+/// The start-up deadline counts from the job's creation: an attempt whose pods are not all running by then ends
+/// with the cluster's reason (the last warning about it when its pods were never made), once, and its objects
+/// are deleted at once; one whose pods all ran once is past it for good.
+#[test]
+fn an_attempt_not_running_by_its_start_up_deadline_ends_with_the_clusters_reason() {
+    let mut s = State { start_deadline_ms: 30_000, ..synced() };
+    launched(&mut s);
+    let job = JobView { expected_pods: 2, created_ms: Some(NOW), ..JobView::default() };
+    s.attempt(&key(), "ns", "job").job = Some(job.clone());
+    s.by_object.insert(("ns".into(), "job".into()), key());
+    s.dirty.insert(key());
+    assert!(reasons(&s.poll(NOW + 1_000)).is_empty());
+    s.cluster_event(
+        "ns",
+        "job",
+        "Warning PyTorchJob/job: FailedCreatePod pods is forbidden: violates PodSecurity".into(),
+    );
+    // Nothing changed, but the deadline passed: read again, and ended.
+    let out = s.poll(NOW + 31_000);
+    assert_eq!(reasons(&out), ["Note ClusterEvent", "Finished UserError"], "{out:?}");
+    let Some(Observation::Finished { message, .. }) =
+        out.iter().find(|o| matches!(o, Observation::Finished { .. }))
+    else {
+        unreachable!()
+    };
+    assert!(message.contains("violates PodSecurity"), "{message}");
+    assert_eq!(s.cleanups.len(), 1);
+    assert!(s.cleanups[0].now, "pending pods go at once");
+    assert!(reasons(&s.poll(NOW + 40_000)).is_empty(), "once");
+
+    // All running once, then a pod goes pending again: no deadline any more.
+    let mut s = State { start_deadline_ms: 30_000, ..synced() };
+    launched(&mut s);
+    let a = s.attempt(&key(), "ns", "job");
+    a.job = Some(job);
+    a.pods.insert("m".into(), pod("m", "node-a", ContainerState::Running));
+    a.pods.insert("w".into(), pod("w", "node-b", ContainerState::Running));
+    s.dirty.insert(key());
+    assert_eq!(reasons(&s.poll(NOW + 1_000)), ["Started"]);
+    s.attempt(&key(), "ns", "job").pods.insert(
+        "w".into(),
+        pod("w", "", ContainerState::Waiting { reason: "ContainerCreating".into(), message: String::new() }),
+    );
+    s.dirty.insert(key());
+    assert!(reasons(&s.poll(NOW + 60_000)).is_empty());
 }

@@ -32,6 +32,11 @@ pub struct JobView {
     pub message: Option<String>,
     /// The object is being deleted.
     pub deleting: bool,
+    /// When the job was made (its `creationTimestamp`), in ms since the epoch: the start-up deadline counts
+    /// from there, whichever server watches.
+    pub created_ms: Option<u64>,
+    /// The pods its spec asks for (every replica of every role).
+    pub expected_pods: usize,
 }
 
 impl JobView {
@@ -71,6 +76,8 @@ pub struct PodView {
     /// The main containers by name.
     pub containers: Vec<(String, ContainerState)>,
     pub deleting: bool,
+    /// The scheduler's word when it cannot place the pod (`PodScheduled` False, `Unschedulable`).
+    pub unschedulable: Option<String>,
 }
 
 impl PodView {
@@ -107,6 +114,70 @@ impl PodView {
             _ => None,
         })
     }
+}
+
+/// Whether every pod the job asks for exists and has had its main container run.
+pub fn all_started(job: &JobView, pods: &[PodView]) -> bool {
+    job.expected_pods > 0 && pods.len() >= job.expected_pods && pods.iter().all(PodView::started)
+}
+
+/// Waiting reasons of a container that mean its pod spec cannot run as it is (a Secret or key it names is
+/// missing, a bad command): a spec error, not something a wait or another node fixes.
+fn spec_waiting_reason(reason: &str) -> bool {
+    matches!(reason, "CreateContainerConfigError" | "CreateContainerError" | "InvalidImageName")
+}
+
+/// Why an attempt's pods were not all running by its start-up deadline, in the cluster's words, and its class:
+/// a spec error Trainyard or the user must fix (a claim that does not exist, a pod the namespace's Pod Security
+/// refuses, a container config that cannot be made) is a `UserError`, resubmitting would meet it again;
+/// anything else (no node with room, an untolerated taint, a pull or a mount that does not end) is
+/// `StartTimedOut`, an infrastructure failure that is resubmitted elsewhere. `warning`: the last warning the
+/// cluster gave about the job or its pods (an operator that cannot create them says so only there).
+pub fn not_started(
+    job: &JobView,
+    pods: &[PodView],
+    warning: Option<&str>,
+    deadline_s: u64,
+) -> (Reason, String) {
+    let within = format!("not every replica was running within the start-up deadline ({deadline_s} s)");
+    let mut ordered: Vec<&PodView> = pods.iter().filter(|p| !p.started()).collect();
+    ordered.sort_by_key(|p| (!matches!(p.role.as_str(), "master" | "head"), p.name.clone()));
+    for p in &ordered {
+        if let Some(why) = &p.unschedulable {
+            let class = if why.contains("persistentvolumeclaim") && why.contains("not found") {
+                Reason::UserError
+            } else {
+                Reason::StartTimedOut
+            };
+            return (class, format!("{within}: {} is Unschedulable: {why}", p.name));
+        }
+    }
+    for p in &ordered {
+        let waiting = p.init.iter().chain(&p.containers).find_map(|(c, s)| match s {
+            ContainerState::Waiting { reason, message } if !reason.is_empty() => Some((c, reason, message)),
+            _ => None,
+        });
+        if let Some((c, reason, message)) = waiting {
+            let class = if spec_waiting_reason(reason) { Reason::UserError } else { Reason::StartTimedOut };
+            let message = if message.is_empty() { String::new() } else { format!(": {message}") };
+            return (class, format!("{within}: {} ({c}) is waiting on {reason}{message}", p.name));
+        }
+    }
+    let missing = job.expected_pods.saturating_sub(pods.len());
+    if missing > 0 {
+        let warning = warning.unwrap_or("the cluster said nothing about it");
+        let class = if warning.contains("PodSecurity") || warning.contains("forbidden") {
+            Reason::UserError
+        } else {
+            Reason::StartTimedOut
+        };
+        return (
+            class,
+            format!("{within}: {missing} of {} pods were never made: {warning}", job.expected_pods),
+        );
+    }
+    let pending = ordered.first().map_or_else(String::new, |p| format!(": {} is {}", p.name, p.phase));
+    (Reason::StartTimedOut, format!("{within}{pending}"))
 }
 
 /// Waiting reasons that mean the image could not be pulled.

@@ -9,6 +9,7 @@ fn pod(name: &str, role: &str, phase: &str, containers: Vec<ContainerState>) -> 
         init: Vec::new(),
         containers: containers.into_iter().map(|s| ("trainer".to_owned(), s)).collect(),
         deleting: false,
+        unschedulable: None,
     }
 }
 
@@ -135,4 +136,77 @@ fn pull_trouble_is_seen_on_init_and_main_containers() {
     assert_eq!(p.pull_trouble().map(|t| t.0), Some("ImagePullBackOff"));
     let p = pod("m-0", "master", "Pending", vec![waiting("ContainerCreating")]);
     assert_eq!(p.pull_trouble(), None);
+}
+
+/// A start that did not come by the deadline: the cluster's reason, as a spec error where resubmitting would
+/// meet it again, else as an infrastructure failure that is resubmitted elsewhere.
+#[test]
+fn a_start_past_its_deadline_says_why_in_the_clusters_words() {
+    let job = JobView { expected_pods: 2, created_ms: Some(1), ..JobView::default() };
+    let pending = |name: &str, role: &str, why: Option<&str>| PodView {
+        unschedulable: why.map(str::to_owned),
+        ..pod(name, role, "Pending", vec![])
+    };
+    let running = pod("w-0", "worker", "Running", vec![ContainerState::Running]);
+    assert!(!all_started(&job, &[running.clone()]), "one of two");
+    assert!(all_started(
+        &job,
+        &[running.clone(), pod("m-0", "master", "Running", vec![ContainerState::Running])]
+    ));
+
+    let pvc = pending(
+        "m-0",
+        "master",
+        Some("0/3 nodes are available: persistentvolumeclaim \"imagenet\" not found."),
+    );
+    let (reason, message) = not_started(&job, &[running.clone(), pvc], None, 30);
+    assert_eq!(reason, Reason::UserError);
+    assert!(
+        message.contains("start-up deadline (30 s)") && message.contains("m-0 is Unschedulable: 0/3 nodes"),
+        "{message}"
+    );
+    assert!(message.contains("persistentvolumeclaim \"imagenet\" not found"), "{message}");
+
+    let taint = pending(
+        "m-0",
+        "master",
+        Some("0/3 nodes are available: 3 node(s) had untolerated taint {gpu: true}."),
+    );
+    let (reason, message) = not_started(&job, &[running.clone(), taint], None, 30);
+    assert_eq!(reason, Reason::StartTimedOut);
+    assert!(message.contains("untolerated taint {gpu: true}"), "{message}");
+    assert_eq!(
+        trainyard_core::lifecycle::failure_class(reason),
+        trainyard_core::lifecycle::FailureClass::Infrastructure
+    );
+
+    let config = pod(
+        "m-0",
+        "master",
+        "Pending",
+        vec![ContainerState::Waiting {
+            reason: "CreateContainerConfigError".into(),
+            message: "secret \"x\" not found".into(),
+        }],
+    );
+    let (reason, message) = not_started(&job, &[running.clone(), config], None, 30);
+    assert_eq!(reason, Reason::UserError);
+    assert!(
+        message.contains("(trainer) is waiting on CreateContainerConfigError: secret \"x\" not found"),
+        "{message}"
+    );
+    let slow = pod("m-0", "master", "Pending", vec![waiting("ContainerCreating")]);
+    assert_eq!(not_started(&job, &[running.clone(), slow], None, 30).0, Reason::StartTimedOut);
+
+    // Pods never made: the operator's warning says why.
+    let forbidden = "Warning PyTorchJob/j: FailedCreatePod Error creating: pods \"j-master-0\" is forbidden: violates PodSecurity \"restricted:latest\": runAsNonRoot != true";
+    let (reason, message) = not_started(&job, &[], Some(forbidden), 30);
+    assert_eq!(reason, Reason::UserError);
+    assert!(
+        message.contains("2 of 2 pods were never made: Warning PyTorchJob/j: FailedCreatePod"),
+        "{message}"
+    );
+    let (reason, message) = not_started(&job, &[], None, 30);
+    assert_eq!(reason, Reason::StartTimedOut);
+    assert!(message.contains("the cluster said nothing about it"), "{message}");
 }

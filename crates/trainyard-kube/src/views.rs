@@ -101,7 +101,24 @@ pub fn job_view(obj: &DynamicObject) -> JobView {
         ray_deployment_status: text(status, "jobDeploymentStatus"),
         message: text(status, "message").or_else(|| text(status, "reason")),
         deleting: obj.metadata.deletion_timestamp.is_some(),
+        created_ms: obj.metadata.creation_timestamp.as_ref().map(|t| t.0.as_millisecond().max(0) as u64),
+        expected_pods: expected_pods(obj.data.get("spec").unwrap_or(&Value::Null)),
     }
+}
+
+/// The pods a job's spec asks for: a PyTorchJob's replicas of every type, a RayJob's head and workers.
+fn expected_pods(spec: &Value) -> usize {
+    let count = |v: &Value| v.get("replicas").and_then(Value::as_u64).unwrap_or(1) as usize;
+    if let Some(specs) = spec.get("pytorchReplicaSpecs").and_then(Value::as_object) {
+        return specs.values().map(count).sum();
+    }
+    if let Some(cluster) = spec.get("rayClusterSpec") {
+        let workers: usize = cluster.get("workerGroupSpecs").and_then(Value::as_array).map_or(0, |gs| {
+            gs.iter().map(|g| g.get("replicas").and_then(Value::as_u64).unwrap_or(0) as usize).sum()
+        });
+        return 1 + workers;
+    }
+    0
 }
 
 fn container_state(s: &ContainerStatus) -> ContainerState {
@@ -147,6 +164,15 @@ pub fn pod_view(p: &Pod) -> PodView {
         init: states(status.and_then(|s| s.init_container_statuses.as_ref())),
         containers: states(status.and_then(|s| s.container_statuses.as_ref())),
         deleting: p.metadata.deletion_timestamp.is_some(),
+        unschedulable: status.and_then(|s| s.conditions.as_ref()).and_then(|cs| {
+            cs.iter()
+                .find(|c| {
+                    c.type_ == "PodScheduled"
+                        && c.status == "False"
+                        && c.reason.as_deref() == Some("Unschedulable")
+                })
+                .map(|c| c.message.clone().unwrap_or_default())
+        }),
     }
 }
 

@@ -857,3 +857,113 @@ fn on_kubernetes_oom_pull_failures_and_reattaching_without_a_second_job() {
     block(again.backend().stop(&k, StopCause::UserStop)).unwrap();
     until(&again, &k, |o| matches!(o, Observation::Stopped { .. }));
 }
+
+/// Issue 32: a start that never comes ends by the start-up deadline (here 5 s) with the cluster's reason and
+/// class, instead of holding its quota in `Starting` for ever: a claim that does not exist and a pod the
+/// namespace's Pod Security refuses are spec errors (resubmitting meets them again); a node whose taint the
+/// pods do not tolerate is an infrastructure failure (resubmitted elsewhere). The objects go at once.
+#[test]
+fn on_kubernetes_a_start_that_does_not_come_ends_by_its_deadline_with_the_clusters_reason() {
+    use trainyard_kube::client::api::{Api, Patch, PatchParams};
+    use trainyard_kube::openapi::api::core::v1::{Namespace, Node, Pod};
+    let mut s = kube("deadline");
+    s.cfg.start_deadline_s = 5;
+    let s = s.restarted();
+    let ended = |k: &AttemptKey| -> (Reason, String) {
+        let seen = until(&s, k, |o| finished(o).is_some());
+        seen.iter()
+            .find_map(|o| match o {
+                Observation::Finished { reason, message, .. } => Some((*reason, message.clone())),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let no_pods_left = |k: &AttemptKey| {
+        let pods: Api<Pod> = Api::all(s.backend.client());
+        let selector = trainyard_kube::objects::attempt_selector(k);
+        let t0 = Instant::now();
+        while !block(pods.list(&trainyard_kube::client::api::ListParams::default().labels(&selector)))
+            .unwrap()
+            .items
+            .is_empty()
+        {
+            assert!(t0.elapsed() < Duration::from_secs(60), "the attempt's pods stay");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+
+    // A claim that does not exist.
+    let k = key(30);
+    let mut sp = s.spec_for(&k, 0, Behaviour::RunUntilStopped);
+    let catalog = CATALOG.replace("images: {host: {}}", "images: {host: {}}\nvolumes: {no-such-claim: {}}");
+    sp.catalog = Arc::new(Catalog::from_yaml(&catalog).unwrap());
+    sp.task.spec.environment.volumes.push(trainyard_core::spec::VolumeMount {
+        volume: "no-such-claim".into(),
+        mount_path: "/mnt/data".into(),
+        read_only: false,
+    });
+    let t0 = Instant::now();
+    block(s.backend().launch(&sp)).unwrap();
+    let (reason, message) = ended(&k);
+    assert_eq!(reason, Reason::UserError, "{message}");
+    assert!(
+        message.contains("start-up deadline (5 s)")
+            && message.contains("persistentvolumeclaim \"no-such-claim\" not found"),
+        "{message}"
+    );
+    eprintln!("missing claim, after {:.1} s: {reason}: {message}", t0.elapsed().as_secs_f64());
+    no_pods_left(&k);
+    assert!(!block(s.backend().alive()).contains(&k), "its quota is free: the attempt holds nothing");
+
+    // A node whose taint the pods do not tolerate.
+    let node = format!("node-tainted-{}", std::process::id());
+    kwok_node(&s.backend.client(), &node, serde_json::json!({}));
+    let nodes: Api<Node> = Api::all(s.backend.client());
+    let taint = serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}});
+    block(nodes.patch(&node, &PatchParams::apply("conformance-taint").force(), &Patch::Apply(&taint)))
+        .unwrap();
+    let k = key(31);
+    let mut sp = s.spec_for(&k, 0, Behaviour::RunUntilStopped);
+    sp.replicas[0].node = node.clone();
+    block(s.backend().launch(&sp)).unwrap();
+    let (reason, message) = ended(&k);
+    assert_eq!(reason, Reason::StartTimedOut, "{message}");
+    assert!(message.contains("Unschedulable") && message.contains("untolerated taint"), "{message}");
+    eprintln!("untolerated taint: {reason}: {message}");
+    no_pods_left(&k);
+    block(nodes.delete(&node, &Default::default())).unwrap();
+
+    // Pod Security `restricted` on the group's namespace: the operator cannot make the pods.
+    let restricted = KubeConfig {
+        namespace: format!("conf-{}-restricted-{{group}}", std::process::id()),
+        ..s.cfg.clone()
+    };
+    let ns = restricted.namespace.replace("{group}", "default");
+    let namespaces: Api<Namespace> = Api::all(s.backend.client());
+    let labelled = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": ns, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}});
+    block(namespaces.patch(&ns, &PatchParams::apply("conformance-psa").force(), &Patch::Apply(&labelled)))
+        .unwrap();
+    let r = Kube {
+        backend: block(KubeBackend::connect(restricted.clone())).unwrap(),
+        cfg: restricted,
+        real: None,
+    };
+    assert!(block(r.backend.synced(Duration::from_secs(30))));
+    let k = key(32);
+    block(r.backend().launch(&r.spec_for(&k, 1, Behaviour::RunUntilStopped))).unwrap();
+    let seen = until(&r, &k, |o| finished(o).is_some());
+    let (reason, message) = seen
+        .iter()
+        .find_map(|o| match o {
+            Observation::Finished { reason, message, .. } => Some((*reason, message.clone())),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(reason, Reason::UserError, "{message}");
+    assert!(message.contains("never made") && message.contains("PodSecurity"), "{message}");
+    eprintln!("Pod Security restricted: {reason}: {message}");
+    let _ = block(namespaces.delete(&ns, &Default::default()));
+    let _ = std::fs::remove_dir_all(&s.cfg.data_dir);
+}

@@ -51,6 +51,11 @@ pub struct KubeFlags {
     /// deleted node fails them at once).
     #[arg(long, default_value_t = 60)]
     pub kube_node_grace_s: u64,
+    /// Seconds a task's pods may take to be all running (scheduled, pulled, started) before the attempt ends
+    /// with the cluster's reason and frees its quota: resubmitted where the cluster had no room, failed where
+    /// its pods cannot be made as they are (a missing claim, Pod Security). 0: wait for ever.
+    #[arg(long, default_value_t = 600)]
+    pub kube_start_deadline_s: u64,
 }
 
 impl KubeFlags {
@@ -84,6 +89,7 @@ impl KubeFlags {
             gang,
             images,
             node_grace_s: self.kube_node_grace_s,
+            start_deadline_s: self.kube_start_deadline_s,
             ..Default::default()
         })
     }
