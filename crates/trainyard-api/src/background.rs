@@ -107,21 +107,37 @@ pub fn spawn_alarm_delivery(
     })
 }
 
-/// How often the cluster's nodes are compared with the catalog (Kubernetes backend).
+/// How often the cluster's nodes are compared with the catalog at the latest (Kubernetes backend).
 pub const INVENTORY_INTERVAL: Duration = Duration::from_secs(2);
+/// After a node watch's change, how long the sync waits for more (a burst of node changes is one catalog
+/// write).
+const INVENTORY_SETTLE: Duration = Duration::from_millis(100);
 
-/// Keeps the catalog's nodes as the clusters have them (Kubernetes backend; nothing for the others): every
-/// [`INVENTORY_INTERVAL`], for each cluster whose node watch saw a change, its nodes are merged into the
-/// catalog's pools of that cluster ([`trainyard_kube::inventory::merge`]) and the result is stored and
-/// used, as an admin's edit is.
+/// Keeps the catalog's nodes as the clusters have them (Kubernetes backend; nothing for the others): soon
+/// after a node watch's change ([`INVENTORY_SETTLE`]), and every [`INVENTORY_INTERVAL`] at the latest, for
+/// each cluster whose node watch saw a change, its nodes are merged into the catalog's pools of that cluster
+/// ([`trainyard_kube::inventory::merge`]) and the result is stored and used, as an admin's edit is.
 pub fn spawn_inventory_sync(state: crate::AppState) -> Option<tokio::task::JoinHandle<()>> {
     let AnyBackend::Kube(fleet) = state.backend.clone() else { return None };
     Some(tokio::spawn(async move {
         let n = fleet.members().len();
         let mut seen_version = vec![None; n];
         let mut before = vec![None; n];
+        let changed = Arc::new(tokio::sync::Notify::new());
+        for member in fleet.members() {
+            let (from, to) = (member.inventory_changed(), changed.clone());
+            tokio::spawn(async move {
+                loop {
+                    from.notified().await;
+                    to.notify_one();
+                }
+            });
+        }
         loop {
-            tokio::time::sleep(INVENTORY_INTERVAL).await;
+            tokio::select! {
+                _ = tokio::time::sleep(INVENTORY_INTERVAL) => {}
+                _ = changed.notified() => tokio::time::sleep(INVENTORY_SETTLE).await,
+            }
             for (i, member) in fleet.members().iter().enumerate() {
                 let Some((version, now)) = member.inventory_since(seen_version[i]) else { continue };
                 let catalog = state.catalog.get();

@@ -70,6 +70,9 @@ string_enum! {
         /// Not every replica was running within the cluster's start-up deadline (unschedulable, stuck
         /// creating): the cluster's reason is in the message.
         StartTimedOut = "StartTimedOut",
+        /// The cluster took a replica away (a drain's eviction, a node under pressure, another scheduler's
+        /// preemption, a node's taint): not the task's doing.
+        Disrupted = "Disrupted",
         // Events that change no status: what happened along the way.
         /// A backend refused a request (launch, stop, scale); it is asked again after a wait.
         BackendError = "BackendError",
@@ -131,6 +134,8 @@ pub fn transition(from: Status, to: Status, reason: Reason) -> Result<(), Illega
                     | R::OutOfMemory
                     | R::NodeFailed
                     | R::LaunchFailed
+                    | R::StartTimedOut
+                    | R::Disrupted
             )
         }
         (Failed, Queued) => matches!(reason, R::Requeued | R::Resubmitted),
@@ -164,7 +169,8 @@ pub fn failure_class(reason: Reason) -> FailureClass {
         | Reason::NodeFailed
         | Reason::Preempted
         | Reason::LaunchFailed
-        | Reason::StartTimedOut => FailureClass::Infrastructure,
+        | Reason::StartTimedOut
+        | Reason::Disrupted => FailureClass::Infrastructure,
         _ => FailureClass::User,
     }
 }
@@ -224,10 +230,10 @@ mod tests {
             .flat_map(|(f, t)| Reason::ALL.iter().map(move |&r| (f, t, r)))
             .filter(|&(f, t, r)| transition(f, t, r).is_ok())
             .count();
-        // The table above, counted by hand (1+1+1+1+1+1 along the happy path, 4×6 failures, 2 requeues of a
+        // The table above, counted by hand (1+1+1+1+1+1 along the happy path, 4×8 failures, 2 requeues of a
         // failure, 4×4 stops, 3+1 ends of a stop, 2 stops before start, 2 resubmissions): a change here must be
         // deliberate.
-        assert_eq!(legal, 56);
+        assert_eq!(legal, 64);
         for (from, to, reason) in [
             (Queued, Running, R::Started),
             (Succeeded, Running, R::Started),
@@ -241,6 +247,13 @@ mod tests {
         assert!(Succeeded.is_terminal() && !Running.is_terminal());
         assert!(Stopping.holds_resources() && !Queued.holds_resources());
         assert_eq!(failure_class(R::NodeFailed), FailureClass::Infrastructure);
+        // A cluster's own doing (issue 32): a start that never came, a pod taken away by a drain.
+        for r in [R::StartTimedOut, R::Disrupted] {
+            assert_eq!(failure_class(r), FailureClass::Infrastructure);
+            for from in [Starting, Prechecking, Running] {
+                assert!(transition(from, Failed, r).is_ok(), "{from} -> Failed ({r})");
+            }
+        }
         assert_eq!(failure_class(R::UserError), FailureClass::User);
     }
 }

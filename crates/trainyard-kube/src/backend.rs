@@ -123,6 +123,8 @@ struct Inner {
     telemetry: Arc<Telemetry>,
     log_streams: Arc<tokio::sync::Semaphore>,
     capture_calls: std::sync::atomic::AtomicU64,
+    /// Told each time the node watch changes the inventory (see [`KubeBackend::inventory_changed`]).
+    inventory_changed: Arc<tokio::sync::Notify>,
 }
 
 impl Drop for Inner {
@@ -210,6 +212,7 @@ impl KubeBackend {
             telemetry: Arc::new(Telemetry::default()),
             log_streams: Arc::new(tokio::sync::Semaphore::new(capture::MAX_LOG_STREAMS)),
             capture_calls: std::sync::atomic::AtomicU64::new(0),
+            inventory_changed: Arc::new(tokio::sync::Notify::new()),
         });
         let mut watches = Vec::new();
         for &kind in &inner.kinds {
@@ -269,6 +272,13 @@ impl KubeBackend {
             return None;
         }
         s.inventory.clone().map(|inv| (s.inventory_version, inv))
+    }
+
+    /// Notified when the cluster's nodes change (a cordon, a node that comes or goes), so that the catalog
+    /// follows at once rather than at the next periodic look: a drain cordons its node seconds before the
+    /// evicted attempt ends, and its resubmission must already see the node out.
+    pub fn inventory_changed(&self) -> Arc<tokio::sync::Notify> {
+        self.inner.inventory_changed.clone()
     }
 
     /// Requests this backend sent to the API server outside its watches (each apply, deletion and read).
@@ -461,6 +471,7 @@ impl Backend for KubeBackend {
             let Some(a) = s.attempts.get_mut(key) else { return Ok(()) };
             a.stop = Some(cause);
             let cleanup = a.kind.map(|kind| Cleanup {
+                key: key.clone(),
                 namespace: a.namespace.clone(),
                 job_name: a.job_name.clone(),
                 kind,
@@ -470,10 +481,7 @@ impl Backend for KubeBackend {
             cleanup
         };
         if let Some(c) = cleanup {
-            self.inner
-                .delete(&c, Some(&objects::attempt_selector(key)))
-                .await
-                .map_err(|e| BackendError(api_error("deleting the job", &e)))?;
+            self.inner.delete(&c).await.map_err(|e| BackendError(api_error("deleting the job", &e)))?;
         }
         Ok(())
     }
@@ -487,7 +495,7 @@ impl Backend for KubeBackend {
         for c in cleanups {
             let inner = self.inner.clone();
             tokio::spawn(async move {
-                if let Err(e) = inner.delete(&c, None).await {
+                if let Err(e) = inner.delete(&c).await {
                     eprintln!(
                         "trainyard: {}",
                         api_error(&format!("deleting job {}/{}", c.namespace, c.job_name), &e)

@@ -42,6 +42,8 @@ pub(super) struct Attempt {
     /// The last warning the cluster gave about the job or its pods (a `ClusterEvent`), for the reason of a
     /// start that did not come.
     pub(super) warning: Option<String>,
+    /// The first of its pods the cluster took away (a drain, an eviction), as last seen with that mark.
+    pub(super) disrupted: Option<PodView>,
 }
 
 /// What has been reported of an attempt.
@@ -74,6 +76,7 @@ impl Attempt {
             checkpoint: BTreeMap::new(),
             all_started: false,
             warning: None,
+            disrupted: None,
         }
     }
 
@@ -86,6 +89,8 @@ impl Attempt {
 /// A deletion the backend owes the cluster: an ended attempt's job (its pods and secrets go with it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Cleanup {
+    /// The attempt: its pods are selected by it when they go at once.
+    pub(super) key: AttemptKey,
     pub(super) namespace: String,
     pub(super) job_name: String,
     pub(super) kind: JobKind,
@@ -148,6 +153,10 @@ impl State {
         self.by_object.insert((namespace.to_owned(), pod.name.clone()), key.clone());
         let job_name = super::objects::job_name(key);
         let a = self.attempt(key, namespace, &job_name);
+        // Kept when the pod is gone: the job's failure may be read after the evicted pod was deleted.
+        if a.disrupted.is_none() && pod.disrupted.is_some() {
+            a.disrupted = Some(pod.clone());
+        }
         // A container that ends while its exit checkpoint is awaited ends the wait, as the local supervisor
         // says it (the hook, killed with the container, cannot).
         let ended = |p: &PodView| {
@@ -328,7 +337,11 @@ impl State {
                 }
                 continue;
             };
-            let pods: Vec<PodView> = a.pods.values().cloned().collect();
+            let mut pods: Vec<PodView> = a.pods.values().cloned().collect();
+            // A pod the cluster took away and that is gone by now still names the failure it caused.
+            if let Some(d) = a.disrupted.as_ref().filter(|d| !a.pods.contains_key(&d.name)) {
+                pods.push(d.clone());
+            }
             let mounts: Vec<&str> = a.mount_paths.iter().map(String::as_str).collect();
             let mut verdict = assess(kind, job, &pods, a.precheck, &mounts);
             let operator_ended = job.ended();
@@ -373,6 +386,7 @@ impl State {
             let now = now || late;
             if a.sent.finished && ((!a.retain && !operator_ended) || now) {
                 self.cleanups.push(Cleanup {
+                    key: key.clone(),
                     namespace: a.namespace.clone(),
                     job_name: a.job_name.clone(),
                     kind,

@@ -24,6 +24,7 @@ fn pod(name: &str, node: &str, state: ContainerState) -> PodView {
         containers: vec![("trainer".into(), state)],
         deleting: false,
         unschedulable: None,
+        disrupted: None,
     }
 }
 

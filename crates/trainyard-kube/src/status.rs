@@ -78,6 +78,9 @@ pub struct PodView {
     pub deleting: bool,
     /// The scheduler's word when it cannot place the pod (`PodScheduled` False, `Unschedulable`).
     pub unschedulable: Option<String>,
+    /// The cluster is taking the pod away, or took it (`DisruptionTarget` True: an eviction, a preemption, a
+    /// taint's; or the kubelet's eviction under node pressure, status reason `Evicted`): its reason and message.
+    pub disrupted: Option<String>,
 }
 
 impl PodView {
@@ -250,10 +253,16 @@ pub fn assess(
     a
 }
 
-/// The master first, then the workers in order: the first failed pod names the failure.
+/// The master first, then the workers in order: the first failed pod names the failure. A pod the cluster took
+/// away (a drain, an eviction) names it first, whatever its exit code: the task did not fail, its node was taken.
 fn failure_of(pods: &[PodView], mount_paths: &[&str]) -> Option<(Reason, String)> {
     let mut ordered: Vec<&PodView> = pods.iter().collect();
     ordered.sort_by_key(|p| (!matches!(p.role.as_str(), "master" | "head"), p.name.clone()));
+    if let Some(p) = ordered.iter().find(|p| p.disrupted.is_some()) {
+        let why = p.disrupted.as_deref().unwrap_or_default();
+        let node = if p.node.is_empty() { String::new() } else { format!(" on {}", p.node) };
+        return Some((Reason::Disrupted, format!("{}{node} was taken away by the cluster: {why}", p.name)));
+    }
     ordered.iter().find_map(|p| {
         let (exit, message) = p.failed_exit()?;
         Some(classify(&p.name, &exit, &message, mount_paths))

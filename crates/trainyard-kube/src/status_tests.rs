@@ -10,6 +10,7 @@ fn pod(name: &str, role: &str, phase: &str, containers: Vec<ContainerState>) -> 
         containers: containers.into_iter().map(|s| ("trainer".to_owned(), s)).collect(),
         deleting: false,
         unschedulable: None,
+        disrupted: None,
     }
 }
 
@@ -209,4 +210,32 @@ fn a_start_past_its_deadline_says_why_in_the_clusters_words() {
     let (reason, message) = not_started(&job, &[], None, 30);
     assert_eq!(reason, Reason::StartTimedOut);
     assert!(message.contains("the cluster said nothing about it"), "{message}");
+}
+
+/// A pod the cluster took away (a drain's eviction) fails its job with the exit code of a kill; the attempt
+/// ends as `Disrupted`, an infrastructure failure, not as the task's own error.
+#[test]
+fn a_pod_the_cluster_took_away_is_a_disruption_not_the_tasks_failure() {
+    let job =
+        JobView { conditions: vec![("Failed".into(), "PyTorchJob failed".into())], ..JobView::default() };
+    let master = pod("m-0", "master", "Failed", vec![ended(137, "Error")]);
+    let evicted = PodView {
+        disrupted: Some("EvictionByEvictionAPI: Eviction API: evicting".into()),
+        ..pod("w-0", "worker", "Failed", vec![ended(143, "Error")])
+    };
+    let (reason, message) =
+        assess(JobKind::PyTorch, &job, &[master.clone(), evicted], false, &[]).ended.unwrap();
+    assert_eq!(reason, Reason::Disrupted);
+    assert_eq!(
+        message,
+        "w-0 on node-w-0 was taken away by the cluster: EvictionByEvictionAPI: Eviction API: evicting"
+    );
+    assert_eq!(
+        trainyard_core::lifecycle::failure_class(reason),
+        trainyard_core::lifecycle::FailureClass::Infrastructure
+    );
+    // Without it, the same exit is the task's.
+    let plain = pod("w-0", "worker", "Failed", vec![ended(143, "Error")]);
+    let (reason, _) = assess(JobKind::PyTorch, &job, &[master, plain], false, &[]).ended.unwrap();
+    assert_ne!(reason, Reason::Disrupted);
 }

@@ -173,7 +173,26 @@ pub fn pod_view(p: &Pod) -> PodView {
                 })
                 .map(|c| c.message.clone().unwrap_or_default())
         }),
+        disrupted: disrupted(p),
     }
+}
+
+/// Why the cluster is taking a pod away, if it is: its `DisruptionTarget` condition, or the kubelet's eviction.
+fn disrupted(p: &Pod) -> Option<String> {
+    let status = p.status.as_ref()?;
+    let target = status
+        .conditions
+        .as_ref()
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionTarget" && c.status == "True"));
+    if let Some(c) = target {
+        let reason = c.reason.as_deref().unwrap_or("DisruptionTarget");
+        return Some(match c.message.as_deref().filter(|m| !m.is_empty()) {
+            Some(m) => format!("{reason}: {m}"),
+            None => reason.to_owned(),
+        });
+    }
+    (status.reason.as_deref() == Some("Evicted"))
+        .then(|| format!("Evicted: {}", status.message.as_deref().unwrap_or("by the kubelet")))
 }
 
 /// Why a node cannot run its replicas, if it cannot: its Ready condition is not True.

@@ -353,6 +353,7 @@ pub(super) async fn watch_nodes(inner: std::sync::Weak<Inner>) {
                 }
                 s.inventory = Some(std::mem::take(&mut listed_nodes));
                 s.inventory_version += 1;
+                inner.inventory_changed.notify_one();
             }
             Ok(Event::Apply(n)) => {
                 let mut s = inner.lock();
@@ -368,6 +369,7 @@ pub(super) async fn watch_nodes(inner: std::sync::Weak<Inner>) {
                 {
                     inv.insert(name, node);
                     s.inventory_version += 1;
+                    inner.inventory_changed.notify_one();
                 }
             }
             Ok(Event::Delete(n)) => {
@@ -376,6 +378,7 @@ pub(super) async fn watch_nodes(inner: std::sync::Weak<Inner>) {
                 s.node(&name, Some("was deleted".to_owned()), true, wall_ms());
                 if s.inventory.as_mut().is_some_and(|inv| inv.remove(&name).is_some()) {
                     s.inventory_version += 1;
+                    inner.inventory_changed.notify_one();
                 }
             }
             Err(e) => eprintln!("trainyard: watching nodes: {e}"),

@@ -128,9 +128,9 @@ impl Inner {
         Ok(Api::namespaced_with(self.client.clone(), ns, &ar))
     }
 
-    /// Deletes an attempt's job (its pods and Secrets go with it, by owner); `now`: its pods too, without
-    /// grace (their node is gone).
-    pub(super) async fn delete(&self, c: &Cleanup, selector: Option<&str>) -> Result<(), kube::Error> {
+    /// Deletes an attempt's job (its pods and Secrets go with it, by owner); `now`: its pods too, selected by
+    /// the attempt, without grace (their node is gone, or they never started: nothing would run their hook).
+    pub(super) async fn delete(&self, c: &Cleanup) -> Result<(), kube::Error> {
         let _permit = self.writes.acquire().await.expect("the semaphore is never closed");
         self.sent();
         match self.jobs(&c.namespace, c.kind).delete(&c.job_name, &DeleteParams::background()).await {
@@ -138,13 +138,12 @@ impl Inner {
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => return Err(e),
         }
-        if c.now
-            && let Some(selector) = selector
-        {
+        if c.now {
             let pods: Api<Pod> = Api::namespaced(self.client.clone(), &c.namespace);
             let dp = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::background() };
             self.sent();
-            pods.delete_collection(&dp, &ListParams::default().labels(selector)).await?;
+            let selector = objects::attempt_selector(&c.key);
+            pods.delete_collection(&dp, &ListParams::default().labels(&selector)).await?;
         }
         Ok(())
     }
@@ -183,8 +182,14 @@ pub(super) async fn launch_in_background(
                         .and_then(|a| Some((a.stop?, a.kind?, a.namespace.clone(), a.job_name.clone())))
                 };
                 if let Some((cause, kind, namespace, job_name)) = stopped {
-                    let c = Cleanup { namespace, job_name, kind, now: cause == StopCause::NodeFailed };
-                    if let Err(e) = inner.delete(&c, Some(&objects::attempt_selector(&key))).await {
+                    let c = Cleanup {
+                        key: key.clone(),
+                        namespace,
+                        job_name,
+                        kind,
+                        now: cause == StopCause::NodeFailed,
+                    };
+                    if let Err(e) = inner.delete(&c).await {
                         eprintln!(
                             "trainyard: {}",
                             api_error("deleting a job stopped while it was created", &e)
@@ -232,6 +237,7 @@ pub(super) fn end_launch(inner: &Inner, key: &AttemptKey, reason: Reason, messag
     a.sent.finished = true;
     a.launched = false;
     let cleanup = a.kind.map(|kind| Cleanup {
+        key: key.clone(),
         namespace: a.namespace.clone(),
         job_name: a.job_name.clone(),
         kind,

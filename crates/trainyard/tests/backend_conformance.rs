@@ -699,6 +699,25 @@ fn on_kubernetes_a_node_going_not_ready_fails_its_attempt_as_node_failed() {
         "{seen:?}"
     );
     assert!(!block(s.backend().alive()).contains(&k));
+    // Its pods are deleted at once, without grace (a lost node's kubelet would never confirm a graceful end,
+    // and they would stay Terminating for ever), by the attempt's selector.
+    use trainyard_kube::client::api::{Api, ListParams};
+    use trainyard_kube::openapi::api::core::v1::Pod;
+    let pods: Api<Pod> = Api::all(s.backend.client());
+    let selector = trainyard_kube::objects::attempt_selector(&k);
+    let t0 = Instant::now();
+    loop {
+        let left = block(pods.list(&ListParams::default().labels(&selector))).unwrap().items;
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "pods left on the lost node: {:?}",
+            left.iter().map(|p| &p.metadata.name).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// An object the API server refuses (here: a Kueue queue name that is no valid label value, an admin's

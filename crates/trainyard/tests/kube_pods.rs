@@ -207,9 +207,72 @@ fn the_examples_run_on_real_pods() {
     if wanted("ray-job.yaml") {
         ray_job(&s);
     }
+    if wanted("drain") {
+        drain(&s, &nodes);
+    }
     if wanted("private-image.yaml") {
         private_image(&s, &nodes);
     }
+}
+
+/// Uncordons a node however the test ends.
+struct Uncordon(String);
+
+impl Drop for Uncordon {
+    fn drop(&mut self) {
+        let _ = kubectl(&["uncordon", &self.0]);
+    }
+}
+
+fn kubectl(args: &[&str]) -> String {
+    let bin = std::path::PathBuf::from(std::env::var("TRAINYARD_KUBE_BIN").unwrap()).join("kubectl");
+    let out = std::process::Command::new(bin).args(args).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "kubectl {args:?}: {text}");
+    text
+}
+
+/// Issue 32: `kubectl drain` of a node under a running task (its pods evicted) is the cluster's doing, not the
+/// task's: the attempt ends as `Disrupted`, the task is resubmitted within its budget, and the next attempt
+/// runs on the node left (the drained one is cordoned, so Trainyard's catalog leaves it out).
+fn drain(s: &Server, nodes: &[String]) {
+    let task = json!({
+        "apiVersion": "trainyard.dev/v1", "kind": "TrainingTask",
+        "metadata": {"namePrefix": "drained", "projectGroup": "default"},
+        "spec": {
+            "type": "PyTorchJob",
+            "placement": {"region": "kubernetes", "cluster": "kubernetes"},
+            "environment": {"image": "pytorch", "cmd": "for i in $(seq 1 20); do echo \"tick $i on $(hostname)\"; sleep 1; done"},
+            "compute": {"resourceType": "Reserved", "pool": "real", "workers": 1, "instanceSpecs": [{"spec": "cpu.small"}]},
+            "advanced": {"faultTolerance": {"enabled": true, "maxResubmissions": 2}},
+        }
+    });
+    let id = s.submit(&task);
+    let t = s.wait_status(&id, "Running", secs(300));
+    let placed = t["placement"].to_string();
+    let victim = nodes.iter().find(|n| placed.contains(n.as_str())).unwrap().clone();
+    let _guard = Uncordon(victim.clone());
+    let out = kubectl(&[
+        "drain",
+        &victim,
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--force",
+        "--grace-period=5",
+        "--timeout=120s",
+    ]);
+    eprintln!("drain: {}", out.lines().last().unwrap_or(""));
+    // Failed for a moment, then requeued: the requeue first, then the end.
+    s.wait_event(&id, "Requeued", secs(300));
+    let t = ends(s, &id, "Succeeded", secs(600));
+    assert_eq!(t["attempt"], 1, "resubmitted once: {}", s.events_text(&id));
+    let events = s.events_text(&id);
+    let disrupted = events.lines().find(|l| l.contains("Disrupted")).unwrap_or_else(|| panic!("{events}"));
+    assert!(disrupted.contains("taken away by the cluster") && disrupted.contains(&victim), "{events}");
+    assert!(events.contains("automatic resubmission 1 of 2 after Disrupted"), "{events}");
+    let again = t["placement"].to_string();
+    assert!(!again.contains(victim.as_str()), "the next attempt left the drained {victim} out: {again}");
+    eprintln!("drain: {} | then attempt 1 on {again}", disrupted.trim());
 }
 
 /// The Ray image's reference in the stack's registry.
