@@ -343,3 +343,92 @@ fn a_full_disk_is_said_as_such() {
     assert!(e.message.contains("its layers weigh"), "{e}");
     assert_eq!(reg.blob_gets(&layer_digest), 0, "the layer was fetched anyway");
 }
+
+/// The listing of a tree that a sandbox's view depends on: each entry's type, mode, owner, group,
+/// modification time, link count and link target, and each regular file's hash; with `erofs`, of that image
+/// mounted at `dir` (in a mount namespace of its own).
+fn listing(dir: &std::path::Path, erofs: Option<&std::path::Path>) -> String {
+    let list = "cd \"$1\" && find . -printf '%p %y %m %U %G %T@ %n %l\\n' | sort && \
+                find . -type f -exec sha256sum {} + | sort";
+    let mut c = std::process::Command::new("unshare");
+    match erofs {
+        None => c.args(["sh", "-c", list, "sh"]).arg(dir),
+        Some(image) => c
+            .args(["--mount", "sh", "-c", &format!("mount -t erofs -o ro \"$2\" \"$1\" && {list}"), "sh"])
+            .arg(dir)
+            .arg(image),
+    };
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Each image's root is also an erofs image (what a sandbox mounts, so that its mounts name no path of the
+/// cache): the same tree with its owners, modes, times and links; made at the next pull for an image cached
+/// without one; counted in the cache's bytes and removed with its image.
+#[test]
+fn an_images_root_is_also_an_erofs_image_of_the_same_tree() {
+    use trainyard_images::testing::{Raw, owned_files_layer, raw_layer};
+    let reg = TestRegistry::start("erofs", false, false);
+    let files = owned_files_layer(&[
+        ("usr/bin/bash", BASH, 0o755, 0),
+        ("app/alice", b"alice's\n", 0o640, 1001),
+        ("app/mode", b"x\n", 0o604, 0),
+    ]);
+    let links = raw_layer(&[
+        Raw::Dir("app/sub"),
+        Raw::Sym("bin", "usr/bin"),
+        Raw::Sym("app/abs", "/usr/bin/bash"),
+        Raw::Hard("app/again", "app/mode"),
+        Raw::Fifo("app/pipe"),
+    ]);
+    let digest = reg.push("erofs", "1", &[(TAR_LAYER, files), (TAR_LAYER, links)], serde_json::json!({}));
+    let c = Cache::new("erofs");
+    let Look::Ready(img) = pull(&c, &reg, &format!("{}/erofs:1", reg.host)) else { panic!() };
+    let erofs = img.root_image.clone().expect("an erofs image beside the root");
+    assert_eq!(erofs, c.images.store().image_dir(&digest).join("rootfs.erofs"));
+    {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&erofs).unwrap();
+        assert_eq!((m.mode() & 0o777, m.uid()), (0o600, 0), "the server's own");
+    }
+    // Mounted, the same tree.
+    let at = c.dir.join("mnt");
+    std::fs::create_dir(&at).unwrap();
+    let (on_disk, mounted) = (listing(&img.rootfs, None), listing(&at, Some(&erofs)));
+    let entry = |path: &str| on_disk.lines().find(|l| l.starts_with(&format!("{path} "))).unwrap_or("");
+    assert!(entry("./app/alice").starts_with("./app/alice f 644 "), "{on_disk}");
+    assert!(entry("./app/mode").starts_with("./app/mode f 604 ") && entry("./app/mode").ends_with(" 2 "));
+    assert!(
+        entry("./app/abs").ends_with(" /usr/bin/bash") && entry("./app/pipe").contains(" p "),
+        "{on_disk}"
+    );
+    assert!(entry("./usr/bin/bash").contains(" 1700000000.0000000000 "), "{on_disk}");
+    assert_eq!(mounted, on_disk);
+    // Counted with the image.
+    let meta = c.images.store().meta(&digest).unwrap();
+    let erofs_bytes = std::fs::metadata(&erofs).unwrap().len();
+    assert!(erofs_bytes > 0);
+    assert_eq!(c.images.store().image_bytes(&meta), meta.rootfs_bytes + erofs_bytes);
+    let layers: u64 = meta.layers.iter().map(|l| c.images.store().blob_bytes(l)).sum();
+    assert_eq!(c.images.bytes(), meta.rootfs_bytes + erofs_bytes + layers);
+    // An image cached without one (pulled before they were made) gets it at its next pull.
+    std::fs::remove_file(&erofs).unwrap();
+    let Look::Ready(again) = pull(&c, &reg, &format!("{}/erofs@{digest}", reg.host)) else { panic!() };
+    assert_eq!(again.root_image.as_ref(), Some(&erofs));
+    assert_eq!(listing(&at, Some(&erofs)), on_disk);
+    assert_eq!(std::fs::read_dir(c.images.store().tmp_dir()).unwrap().count(), 0, "nothing left in tmp/");
+    // Removed with its image.
+    let got = c.images.gc(0, &BTreeSet::new());
+    assert_eq!(got.removed, [digest.clone()]);
+    assert_eq!(got.freed_bytes, meta.rootfs_bytes + erofs_bytes + layers, "{got:?}");
+    assert!(!erofs.exists());
+    // Where the sandboxes cannot mount one, none is made.
+    let unpack = trainyard_images::Unpack { root_images: false, ..Default::default() };
+    let images = Images::open_with(&c.dir.join("without"), None, unpack).unwrap();
+    let r = format!("{}/erofs:1", reg.host);
+    images.start(&r, &reg.access());
+    let Look::Ready(img) = wait(&images, &r, &reg.access()) else { panic!() };
+    assert_eq!(img.root_image, None);
+    assert!(!images.store().root_image(&digest).exists());
+}

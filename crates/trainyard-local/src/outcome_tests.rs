@@ -368,6 +368,7 @@ fn pull_progress_is_said_now_and_then_and_the_ready_image_names_its_digest() {
         digest: "sha256:ab".into(),
         reference: "reg/x:1".into(),
         rootfs: "/c".into(),
+        root_image: None,
         config: Default::default(),
         accounts: Default::default(),
     };

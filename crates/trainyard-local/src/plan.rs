@@ -454,6 +454,11 @@ impl Plan<'_> {
                     .root
                     .clone()
                     .unwrap_or_else(|| PathBuf::from(format!("/nonexistent/trainyard-image/{image}"))),
+                // Mounted by the supervisor where this machine mounts erofs images.
+                root_image: self
+                    .pulled
+                    .and_then(|p| p.image.root_image.clone())
+                    .filter(|_| self.cfg.image_roots.is_ok()),
                 host_view: image == "host",
                 hostname: r.name.clone(),
                 tmp: rl.tmp(),
