@@ -66,7 +66,11 @@ const PROC_MASKED_FILES: &[&str] = &[
     "/proc/latency_stats",
     "/proc/kallsyms",
 ];
-const PROC_MASKED_DIRS: &[&str] = &["/proc/acpi", "/proc/scsi", "/proc/asound", "/sys/firmware"];
+/// Dirs a container runtime masks, and the virtual block devices: a loop device's `loop/backing_file` names
+/// the file behind it, and every replica's scratch (and an image's root where it is mounted through a loop
+/// device) is one, under the data dir and named by its task and replica.
+const PROC_MASKED_DIRS: &[&str] =
+    &["/proc/acpi", "/proc/scsi", "/proc/asound", "/sys/firmware", "/sys/devices/virtual/block"];
 
 /// What the sandbox of one replica holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

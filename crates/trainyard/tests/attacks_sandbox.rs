@@ -941,8 +941,10 @@ echo checked; sleep 30"#;
 /// image cache, so every line of the sandbox's `/proc/self/mountinfo` for `/usr`, `/etc` and the rest named
 /// that dir's path under the data dir (a bind mount's root field is its path inside its file system). The
 /// root is now a file system of its own (the image's erofs image, mounted by the supervisor where only its
-/// sandbox sees it): `/usr` is `/usr` of an erofs mount, and no line names the data dir or the cache. The
-/// image still runs: a program from it, a file read from it, and nothing written into it.
+/// sandbox sees it): `/usr` is `/usr` of an erofs mount, and no line names the data dir or the cache. Nor
+/// does `/sys`, where each loop device's `backing_file` named its file (every replica's scratch image, under
+/// the data dir, by task and replica). The image still runs: a program from it, a file read from it, and
+/// nothing written into it.
 #[test]
 fn a_registry_images_root_is_a_file_system_of_its_own_whose_mounts_name_no_host_path() {
     use trainyard_images::testing::{
@@ -959,6 +961,9 @@ fn a_registry_images_root_is_a_file_system_of_its_own_whose_mounts_name_no_host_
     let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(&catalog.to_string()));
     assert_eq!(status, 200, "{body}");
     let cmd = r#"while IFS= read -r l; do echo "MOUNT $l"; done < /proc/self/mountinfo
+for f in /sys/block/*/loop/backing_file /sys/dev/block/*/loop/backing_file; do
+  [ -e "$f" ] && echo "BACKING $f $(cat "$f")"
+done
 echo "READ $(cat /app/version)"
 echo "RAN $(/usr/bin/ls /app)"
 touch /usr/planted 2>/dev/null && echo WROTE || echo REFUSED
@@ -998,6 +1003,9 @@ echo checked"#;
         );
         assert!(f[5].starts_with("ro,nosuid,nodev"), "{}", lines[0]);
     }
+    // Nor does /sys: loop devices (every replica's scratch is one) name their files under the data dir.
+    let backing: Vec<&&str> = out.iter().filter(|l| l.starts_with("BACKING")).collect();
+    assert!(backing.is_empty(), "{backing:#?}");
     assert!(!s.events_text(&id).contains("LimitsNotEnforced"), "{}", s.events_text(&id));
 }
 
