@@ -170,11 +170,9 @@ pub fn describe_isolation(cfg: &LocalConfig) -> Vec<String> {
     ));
     if cfg.images.is_some() {
         out.push(match &cfg.image_roots {
-            Ok(()) => {
-                "registry images' roots are file systems of their own (erofs, read-only), so a sandbox's \
-                       mounts name no path of the image cache"
-                    .to_owned()
-            }
+            Ok(()) => "registry images' roots are file systems of their own (erofs, read-only), so a \
+                       sandbox's mounts name no path of the image cache"
+                .to_owned(),
             Err(why) => format!(
                 "registry images' roots are bound from the image cache, so a sandbox's /proc/self/mountinfo \
                  names the cache's path: {why}"
