@@ -130,11 +130,17 @@ pub(crate) fn make_for_pull(store: &Store, work: &Path, rootfs_bytes: u64, shown
     }
 }
 
+/// Whether an image in the cache still needs its erofs image: it has none, and this process did not fail to
+/// make it before.
+pub(crate) fn wanted(store: &Store, digest: &str) -> bool {
+    store.unpack.root_images && !store.root_image(digest).exists() && !failed().contains(digest)
+}
+
 /// For an image already in the cache without an erofs image (pulled before they were made, or where one
-/// could not be made then): makes it under `tmp/` and renames it into place, unless this process failed to
-/// before.
+/// could not be made then): makes it under `tmp/` and renames it into place, unless it is not
+/// [`wanted`].
 pub(crate) fn make_for_cached(store: &Store, digest: &str, rootfs_bytes: u64, shown: &str) {
-    if !store.unpack.root_images || store.root_image(digest).exists() || failed().contains(digest) {
+    if !wanted(store, digest) {
         return;
     }
     if let Err(why) = mkfs() {

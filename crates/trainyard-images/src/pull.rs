@@ -188,12 +188,14 @@ async fn pull_from(
             meta.accounts = Some(accounts);
         }
         // Pulled before roots were made erofs images too (or one could not be made then): made now, once.
-        let (store2, shown2, digest2, bytes) =
-            (store.clone(), shown.clone(), digest.clone(), meta.rootfs_bytes);
-        let _ = tokio::task::spawn_blocking(move || {
-            crate::erofs::make_for_cached(&store2, &digest2, bytes, &shown2)
-        })
-        .await;
+        if crate::erofs::wanted(store, &digest) {
+            let (store2, shown2, digest2, bytes) =
+                (store.clone(), shown.clone(), digest.clone(), meta.rootfs_bytes);
+            let _ = tokio::task::spawn_blocking(move || {
+                crate::erofs::make_for_cached(&store2, &digest2, bytes, &shown2)
+            })
+            .await;
+        }
         return Ok(Image::of(store, meta, shown));
     }
     for l in &manifest.layers {

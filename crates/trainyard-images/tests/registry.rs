@@ -420,7 +420,7 @@ fn an_images_root_is_also_an_erofs_image_of_the_same_tree() {
     assert_eq!(std::fs::read_dir(c.images.store().tmp_dir()).unwrap().count(), 0, "nothing left in tmp/");
     // Removed with its image.
     let got = c.images.gc(0, &BTreeSet::new());
-    assert_eq!(got.removed, [digest.clone()]);
+    assert_eq!(got.removed, std::slice::from_ref(&digest));
     assert_eq!(got.freed_bytes, meta.rootfs_bytes + erofs_bytes + layers, "{got:?}");
     assert!(!erofs.exists());
     // Where the sandboxes cannot mount one, none is made.

@@ -104,7 +104,7 @@ mod tests {
         )
         .unwrap();
         std::os::unix::fs::symlink("usr/bin", root.join("bin")).unwrap();
-        rustix::fs::chown(&root.join("usr/bin/tool"), Some(rustix::fs::Uid::from_raw(4242)), None).unwrap();
+        rustix::fs::chown(root.join("usr/bin/tool"), Some(rustix::fs::Uid::from_raw(4242)), None).unwrap();
         trainyard_images::make_root_image(&root, &image).unwrap();
         let (image2, at2) = (image.clone(), at.clone());
         let seen = std::thread::spawn(move || {
