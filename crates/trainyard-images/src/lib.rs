@@ -3,8 +3,7 @@
 //! [`Images`] pulls images by reference from the registries an admin allows (mirrors first, TLS with the
 //! system's authorities plus the admin's bundle, plain HTTP only where marked insecure, basic credentials),
 //! keeps their layers content-addressed and verified, and unpacks each image once into a read-only root file
-//! system shared by every task that runs it ([`store`], [`unpack`]), made an erofs image too for the
-//! sandboxes to mount ([`make_root_image`]). Pulls of one reference with the same
+//! system shared by every task that runs it ([`store`], [`unpack`]). Pulls of one reference with the same
 //! credentials at once share one download; progress and failures (in [`FailureClass`]es) are read with
 //! [`Images::look`]. [`Images::gc`]
 //! keeps the cache under a size limit, least recently used first, never removing an image in use.
@@ -12,7 +11,6 @@
 //! Pulls run on a thread of their own with a small async runtime (the registry client is async); unpacking
 //! runs on its blocking pool. Callers never block on a pull.
 
-mod erofs;
 pub mod error;
 mod guard;
 mod pull;
@@ -21,7 +19,6 @@ pub mod store;
 pub mod testing;
 pub mod unpack;
 
-pub use erofs::make_root_image;
 pub use error::{FailureClass, PullError};
 pub use store::{Accounts, Cached, ImageConfig, Meta, Store, Unpack};
 
@@ -78,8 +75,6 @@ pub struct Image {
     pub reference: String,
     /// Its root file system (read-only to replicas).
     pub rootfs: PathBuf,
-    /// The same as an erofs image, when it has one ([`store::ROOT_IMAGE`]): what sandboxes mount.
-    pub root_image: Option<PathBuf>,
     pub config: ImageConfig,
     /// Its `/etc/passwd` and `/etc/group`, as read when it was unpacked.
     pub accounts: Accounts,
@@ -87,10 +82,8 @@ pub struct Image {
 
 impl Image {
     fn of(store: &Store, meta: Meta, reference: String) -> Image {
-        let root_image = store.root_image(&meta.digest);
         Image {
             rootfs: store.rootfs(&meta.digest),
-            root_image: root_image.is_file().then_some(root_image),
             digest: meta.digest,
             reference,
             config: meta.config,
@@ -317,7 +310,7 @@ impl Images {
             .map(|m| Cached {
                 digest: m.digest.clone(),
                 references: m.references.clone(),
-                bytes: self.store.image_bytes(m)
+                bytes: m.rootfs_bytes
                     + m.layers
                         .iter()
                         .filter(|l| users.get(l.as_str()) == Some(&1))
@@ -331,9 +324,9 @@ impl Images {
         out
     }
 
-    /// Bytes the cache holds: root file systems (with their erofs images) and blobs.
+    /// Bytes the cache holds: root file systems and blobs.
     pub fn bytes(&self) -> u64 {
-        let roots: u64 = self.store.all().iter().map(|m| self.store.image_bytes(m)).sum();
+        let roots: u64 = self.store.all().iter().map(|m| m.rootfs_bytes).sum();
         roots + self.store.blobs().iter().map(|b| self.store.blob_bytes(b)).sum::<u64>()
     }
 
@@ -368,12 +361,11 @@ impl Images {
             if bytes <= max_bytes {
                 break;
             }
-            let image_bytes = self.store.image_bytes(m);
             if in_use.contains(&m.digest) || self.store.remove_image(&m.digest).is_err() {
                 continue;
             }
             out.removed.push(m.digest.clone());
-            let mut freed = image_bytes;
+            let mut freed = m.rootfs_bytes;
             for l in m.layers.iter().collect::<BTreeSet<_>>() {
                 let n = users.get_mut(l.as_str()).map(|n| {
                     *n -= 1;

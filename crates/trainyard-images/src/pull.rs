@@ -1,6 +1,6 @@
 //! One pull: the reference resolved to a manifest (through the registry's mirrors first), the missing layers
-//! fetched and verified into the blob store, then unpacked in order into a new root file system, that made an
-//! erofs image too ([`crate::erofs`]), and both moved into the cache whole.
+//! fetched and verified into the blob store, then unpacked in order into a new root file system and moved
+//! into the cache whole.
 
 use crate::error::{FailureClass, PullError, classify};
 use crate::store::{Accounts, ImageConfig, Meta, Store, has_bash, no_bash, now_ms};
@@ -186,15 +186,6 @@ async fn pull_from(
                 PullError::new(FailureClass::Invalid, format!("image {shown} cannot run here: {e}"))
             })?;
             meta.accounts = Some(accounts);
-        }
-        // Pulled before roots were made erofs images too (or one could not be made then): made now, once.
-        if crate::erofs::wanted(store, &digest) {
-            let (store2, shown2, digest2, bytes) =
-                (store.clone(), shown.clone(), digest.clone(), meta.rootfs_bytes);
-            let _ = tokio::task::spawn_blocking(move || {
-                crate::erofs::make_for_cached(&store2, &digest2, bytes, &shown2)
-            })
-            .await;
         }
         return Ok(Image::of(store, meta, shown));
     }
@@ -431,9 +422,6 @@ fn unpack(
         let accounts = Accounts::read(&rootfs).map_err(|e| {
             PullError::new(FailureClass::Invalid, format!("image {shown} cannot run here: {e}"))
         })?;
-        // The root as a file system of its own for the sandboxes, in the work dir: ready with the image, never
-        // seen half-made.
-        crate::erofs::make_for_pull(store, &work, applied.bytes, shown, digest);
         let meta = Meta {
             digest: digest.to_owned(),
             references: vec![shown.to_owned()],

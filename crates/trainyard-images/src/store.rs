@@ -3,12 +3,9 @@
 //! - `blobs/sha256/HEX`: layers as the registry sent them, each written under `tmp/` first and renamed into
 //!   place only once its bytes hash to its digest;
 //! - `images/HEX/` (HEX of the image manifest's digest): `rootfs/` (the layers applied, read-only to every
-//!   replica), `rootfs.erofs` (the same tree as an erofs image, [`ROOT_IMAGE`]: what a sandbox mounts, so that
-//!   its mounts name no path of this cache; absent where it could not be made), `image.json` ([`Meta`]) and
-//!   `used` (its modification time is when a task last used it);
+//!   replica), `image.json` ([`Meta`]) and `used` (its modification time is when a task last used it);
 //! - `tmp/`: work in progress. An image is unpacked under `tmp/` and renamed into `images/` whole, so a pull
-//!   that a crash interrupts leaves nothing half-visible; an erofs image made later for an image already here
-//!   is written under `tmp/` and renamed into place; `tmp/` is emptied when the cache is opened.
+//!   that a crash interrupts leaves nothing half-visible; `tmp/` is emptied when the cache is opened.
 
 use crate::error::{FailureClass, PullError};
 use serde::{Deserialize, Serialize};
@@ -95,7 +92,7 @@ impl Accounts {
 pub struct Cached {
     pub digest: String,
     pub references: Vec<String>,
-    /// Its root file system (with its erofs image) plus the layers only it uses.
+    /// Its root file system plus the layers only it uses.
     pub bytes: u64,
     pub last_used_ms: u64,
     pub pulled_ms: u64,
@@ -112,7 +109,7 @@ pub struct Store {
 }
 
 /// How images are unpacked: as whom, and within what bounds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Unpack {
     /// The uid (and gid) the unpacking thread switches to, which owns every file of the root file systems
     /// (None: as this process runs). The server, as root, unpacks as a uid of its own that no replica runs
@@ -121,24 +118,7 @@ pub struct Unpack {
     pub limits: crate::unpack::Limits,
     /// The size the whole cache is kept under: a pull whose layers alone are larger fails at once.
     pub cache_max_bytes: Option<u64>,
-    /// Whether each image's root is also made an erofs image ([`ROOT_IMAGE`]) for the sandboxes to mount (off
-    /// where this machine cannot mount one: the copy would serve nothing).
-    pub root_images: bool,
 }
-
-impl Default for Unpack {
-    fn default() -> Unpack {
-        Unpack {
-            as_id: None,
-            limits: crate::unpack::Limits::default(),
-            cache_max_bytes: None,
-            root_images: true,
-        }
-    }
-}
-
-/// The name of an image's root as an erofs image, beside `rootfs/` (see [`make_root_image`]).
-pub const ROOT_IMAGE: &str = "rootfs.erofs";
 
 fn hex(digest: &str) -> &str {
     digest.strip_prefix("sha256:").unwrap_or(digest)
@@ -193,16 +173,6 @@ impl Store {
     }
     pub fn rootfs(&self, digest: &str) -> PathBuf {
         self.image_dir(digest).join("rootfs")
-    }
-    /// The image's root as an erofs image (there only where it could be made).
-    pub fn root_image(&self, digest: &str) -> PathBuf {
-        self.image_dir(digest).join(ROOT_IMAGE)
-    }
-    /// Bytes the image holds on disk beside its layers: its root file system, and that again as an erofs
-    /// image when it has one.
-    pub fn image_bytes(&self, meta: &Meta) -> u64 {
-        let erofs = std::fs::symlink_metadata(self.root_image(&meta.digest)).map_or(0, |m| m.len());
-        meta.rootfs_bytes.saturating_add(erofs)
     }
 
     /// A fresh dir under `tmp/`.

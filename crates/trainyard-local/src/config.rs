@@ -57,9 +57,9 @@ pub struct LocalConfig {
     pub images: Option<trainyard_images::Images>,
     /// The size the image cache is kept under (least recently used images not in use go first).
     pub image_cache_max_bytes: u64,
-    /// Whether supervisors mount registry images' roots as file systems of their own (their erofs images,
-    /// see [`crate::root_image`]); Err: why not here (see [`crate::root_image::probe`]), and the sandboxes
-    /// bind the roots from the image cache.
+    /// Whether supervisors mount registry images' roots as file systems of their own (see
+    /// [`crate::root_image`]); Err: why not here (see [`crate::root_image::probe`]), and the sandboxes bind
+    /// the roots from the image cache.
     pub image_roots: Result<(), String>,
 }
 
@@ -170,7 +170,7 @@ pub fn describe_isolation(cfg: &LocalConfig) -> Vec<String> {
     ));
     if cfg.images.is_some() {
         out.push(match &cfg.image_roots {
-            Ok(()) => "registry images' roots are file systems of their own (erofs, read-only), so a \
+            Ok(()) => "registry images' roots are file systems of their own (read-only overlays), so a \
                        sandbox's mounts name no path of the image cache"
                 .to_owned(),
             Err(why) => format!(

@@ -12,7 +12,7 @@
 //! runs/TASK_ID/aN/REPLICA/         state.json, events.jsonl, log, stop.json, ray-state.json (the head's)
 //! runs/TASK_ID/aN/REPLICA/scratch/ tmp/, root/, run/ (the runtime dir): the replica's scratch file system
 //!                                  (scratch.img beside it), mounted where only its sandbox sees it
-//! runs/TASK_ID/aN/REPLICA/rootfs/  where a registry image's root is mounted (its erofs image), seen by the
+//! runs/TASK_ID/aN/REPLICA/rootfs/  where a registry image's root is mounted (an overlay of it), seen by the
 //!                                  sandbox only; an empty dir on the host
 //! ```
 //!

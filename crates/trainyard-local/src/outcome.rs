@@ -307,8 +307,8 @@ pub(super) enum Fetched {
     Wait,
     /// Pull again (the backoff is over, or nobody is pulling it).
     Retry,
-    /// The image is ready: prepare the attempt (boxed: an image is far larger than the other answers).
-    Ready(Box<trainyard_images::Image>),
+    /// The image is ready: prepare the attempt.
+    Ready(trainyard_images::Image),
     /// The attempt ended (the observation was pushed).
     GaveUp,
 }
@@ -385,7 +385,7 @@ pub(super) fn fetch(
                     image.digest
                 ),
             });
-            Fetched::Ready(Box::new(image))
+            Fetched::Ready(image)
         }
         Look::Failed(e) => {
             if f.backing_off {

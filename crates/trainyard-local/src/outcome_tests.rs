@@ -368,15 +368,11 @@ fn pull_progress_is_said_now_and_then_and_the_ready_image_names_its_digest() {
         digest: "sha256:ab".into(),
         reference: "reg/x:1".into(),
         rootfs: "/c".into(),
-        root_image: None,
         config: Default::default(),
         accounts: Default::default(),
     };
     out.clear();
-    assert_eq!(
-        fetch(&mut f, &l, Look::Ready(image.clone()), 9_000, &mut out),
-        Fetched::Ready(Box::new(image))
-    );
+    assert_eq!(fetch(&mut f, &l, Look::Ready(image.clone()), 9_000, &mut out), Fetched::Ready(image));
     let Observation::Note { reason, message, .. } = &out[0] else { panic!() };
     assert_eq!(*reason, Reason::ImagePulled);
     assert!(message.contains("sha256:ab") && message.contains("ready in 8.0 s"), "{message}");

@@ -454,11 +454,8 @@ impl Plan<'_> {
                     .root
                     .clone()
                     .unwrap_or_else(|| PathBuf::from(format!("/nonexistent/trainyard-image/{image}"))),
-                // Mounted by the supervisor where this machine mounts erofs images.
-                root_image: self
-                    .pulled
-                    .and_then(|p| p.image.root_image.clone())
-                    .filter(|_| self.cfg.image_roots.is_ok()),
+                // A registry image's root, mounted by the supervisor where this machine can.
+                mount_root: self.pulled.is_some() && self.cfg.image_roots.is_ok(),
                 host_view: image == "host",
                 hostname: r.name.clone(),
                 tmp: rl.tmp(),

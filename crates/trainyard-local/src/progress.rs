@@ -199,7 +199,7 @@ impl LocalBackend {
                 images.start(&fx.f.reference, &fx.access);
                 return false;
             }
-            Fetched::Ready(image) => *image,
+            Fetched::Ready(image) => image,
         };
         // The image's users as read when it was unpacked: nothing here reads the image's files (this runs
         // under the backend's lock).

@@ -1,5 +1,5 @@
 //! The bubblewrap command line of one replica: the image root read-only (a registry image's entries bound
-//! from its own erofs file system where the supervisor mounted one, see [`super::root_image`]), the
+//! from a file system of its own where the supervisor mounted one, see [`super::root_image`]), the
 //! replica's scratch as `/tmp` and `/root`, its runtime dir at `/run/trainyard`, volumes read-write and
 //! datasets and models read-only at their mount paths, and every namespace of its own.
 //!
@@ -76,13 +76,13 @@ const PROC_MASKED_DIRS: &[&str] =
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxPlan {
     /// The image's root file system (`/` for `host`): read on the host for its entries and mount points, and
-    /// bound from unless the supervisor mounted [`SandboxPlan::root_image`] ([`Start::root_from`]).
+    /// bound from unless the supervisor mounted it as a file system of its own ([`Start::root_from`]).
     pub root: PathBuf,
-    /// A registry image's root as an erofs image, when it has one: the supervisor mounts it in its own mount
-    /// namespace and the sandbox binds the root's entries from there, so its mounts name no path of the
-    /// image cache (see [`super::root_image`]).
+    /// A registry image's root (in the image cache): the supervisor mounts it as a file system of its own in
+    /// its own mount namespace and the sandbox binds the root's entries from there, so its mounts name no
+    /// path of the image cache (see [`super::root_image`]).
     #[serde(default)]
-    pub root_image: Option<PathBuf>,
+    pub mount_root: bool,
     /// The root is this machine's: show [`HOST_VIEW`] only.
     #[serde(default)]
     pub host_view: bool,
@@ -196,8 +196,8 @@ pub struct Start {
     /// Whether the process already is in the replica's network namespace; if not, bubblewrap makes an
     /// empty one (loopback only), never the host's.
     pub in_netns: bool,
-    /// Where the image's root is mounted as a file system of its own (its [`SandboxPlan::root_image`], in
-    /// the mount namespace bubblewrap starts in): its entries are bound from there. None: from
+    /// Where the image's root is mounted as a file system of its own ([`SandboxPlan::mount_root`], in the
+    /// mount namespace bubblewrap starts in): its entries are bound from there. None: from
     /// [`SandboxPlan::root`].
     pub root_from: Option<PathBuf>,
 }
@@ -428,7 +428,7 @@ mod tests {
     fn plan(root: &Path, mounts: Vec<Mount>) -> SandboxPlan {
         SandboxPlan {
             root: root.to_owned(),
-            root_image: None,
+            mount_root: false,
             hostname: "t-master-0".into(),
             tmp: "/x/tmp".into(),
             home: "/x/home".into(),

@@ -247,7 +247,7 @@ fn copy_into(src: &Path, dst: &std::os::fd::OwnedFd) -> Result<(), String> {
 }
 
 /// Runs a host tool with the supervisor's fixed environment; Err holds what it said.
-pub(super) fn run(c: &mut std::process::Command) -> Result<(), String> {
+fn run(c: &mut std::process::Command) -> Result<(), String> {
     use std::process::Stdio;
     c.env_clear().env("PATH", super::spawn::HOST_PATH).stdin(Stdio::null()).stdout(Stdio::null());
     let out = super::spawn::spawn_helper(c.stderr(Stdio::piped()))

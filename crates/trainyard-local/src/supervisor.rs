@@ -199,10 +199,10 @@ fn run(dir: &Path, job: ReplicaJob, ready: Option<Cgroup>, premade: Option<Prema
                 .map_or_else(|| mount_scratch(&scratch, &scratch, &image, mib, inodes), Ok)
         })
     };
-    // And the image's root, as a file system of its own (reading its first blocks waits on the disk).
-    let root_fs = job.sandbox.root_image.clone().map(|image| {
-        let at = dir.join(super::root_image::ROOT_MOUNT);
-        std::thread::spawn(move || super::root_image::mount_root(&image, &at).map(|()| at))
+    // And the image's root, as a file system of its own.
+    let root_fs = job.sandbox.mount_root.then(|| {
+        let (root, at) = (job.sandbox.root.clone(), dir.join(super::root_image::ROOT_MOUNT));
+        std::thread::spawn(move || super::root_image::mount_root(&root, &at).map(|()| at))
     });
     let made = match ready {
         Some(cg) => Ok(cg),

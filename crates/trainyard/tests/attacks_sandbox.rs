@@ -940,8 +940,9 @@ echo checked; sleep 30"#;
 /// Issue 29, item 11 (its last part): a registry image's root was bound entry by entry from its dir in the
 /// image cache, so every line of the sandbox's `/proc/self/mountinfo` for `/usr`, `/etc` and the rest named
 /// that dir's path under the data dir (a bind mount's root field is its path inside its file system). The
-/// root is now a file system of its own (the image's erofs image, mounted by the supervisor where only its
-/// sandbox sees it): `/usr` is `/usr` of an erofs mount, and no line names the data dir or the cache. Nor
+/// root is now a file system of its own (an overlay of it whose layers are named by descriptor, mounted by
+/// the supervisor where only its sandbox sees it): `/usr` is `/usr` of that mount, and no line names the data
+/// dir or the cache. Nor
 /// does `/sys`, where each loop device's `backing_file` named its file (every replica's scratch image, under
 /// the data dir, by task and replica). The image still runs: a program from it, a file read from it, and
 /// nothing written into it.
@@ -950,11 +951,11 @@ fn a_registry_images_root_is_a_file_system_of_its_own_whose_mounts_name_no_host_
     use trainyard_images::testing::{
         GZIP_LAYER, TAR_LAYER, TestRegistry, debian_closure, files_layer, gzip, host_layer,
     };
-    let reg = TestRegistry::start("attack-erofs", false, false);
+    let reg = TestRegistry::start("attack-own-root", false, false);
     let base = gzip(&host_layer(&debian_closure(&["bash", "coreutils"])));
     let app = files_layer(&[("app/version", b"v1\n", 0o644)]);
     let digest = reg.push("team/app", "1", &[(GZIP_LAYER, base), (TAR_LAYER, app)], json!({}));
-    let s = Server::start("attack-erofs", None);
+    let s = Server::start("attack-own-root", None);
     let mut catalog: Value = serde_saphyr::from_str(common::CATALOG).unwrap();
     catalog["allowExternalImages"] = json!(true);
     catalog["registries"] = json!({ reg.host.clone(): {"insecure": true} });
@@ -968,7 +969,7 @@ echo "READ $(cat /app/version)"
 echo "RAN $(/usr/bin/ls /app)"
 touch /usr/planted 2>/dev/null && echo WROTE || echo REFUSED
 echo checked"#;
-    let mut task = pytorch("erofs", 0, cmd);
+    let mut task = pytorch("ownroot", 0, cmd);
     task["spec"]["environment"]["image"] = json!(format!("{}/team/app:1", reg.host));
     let id = s.submit(&task);
     let t = s.wait_status(&id, "Succeeded", secs(180));
@@ -997,8 +998,8 @@ echo checked"#;
         assert_eq!(f[3], inside, "its root in its file system: {}", lines[0]);
         let (_, fs) = lines[0].split_once(" - ").unwrap();
         assert!(
-            fs.starts_with("erofs /proc/self/fd/") || fs.starts_with("erofs /dev/loop"),
-            "an erofs mount of its own: {}",
+            fs.starts_with("overlay trainyard-image ro,lowerdir=/proc/self/fd/"),
+            "a file system of its own, its layers named by descriptor: {}",
             lines[0]
         );
         assert!(f[5].starts_with("ro,nosuid,nodev"), "{}", lines[0]);
