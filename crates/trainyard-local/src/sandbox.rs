@@ -67,8 +67,8 @@ const PROC_MASKED_FILES: &[&str] = &[
     "/proc/kallsyms",
 ];
 /// Dirs a container runtime masks, and the virtual block devices: a loop device's `loop/backing_file` names
-/// the file behind it, and every replica's scratch (and an image's root where it is mounted through a loop
-/// device) is one, under the data dir and named by its task and replica.
+/// the file behind it, and every replica's scratch is one, under the data dir and named by its task and
+/// replica.
 const PROC_MASKED_DIRS: &[&str] =
     &["/proc/acpi", "/proc/scsi", "/proc/asound", "/sys/firmware", "/sys/devices/virtual/block"];
 
