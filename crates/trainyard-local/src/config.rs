@@ -57,6 +57,10 @@ pub struct LocalConfig {
     pub images: Option<trainyard_images::Images>,
     /// The size the image cache is kept under (least recently used images not in use go first).
     pub image_cache_max_bytes: u64,
+    /// Whether supervisors mount registry images' roots as file systems of their own (see
+    /// [`crate::root_image`]); Err: why not here (see [`crate::root_image::probe`]), and the sandboxes bind
+    /// the roots from the image cache.
+    pub image_roots: Result<(), String>,
 }
 
 /// The image cache's default size limit.
@@ -80,6 +84,7 @@ impl LocalConfig {
             egress: None,
             images: None,
             image_cache_max_bytes: IMAGE_CACHE_MAX_BYTES,
+            image_roots: Ok(()),
         }
     }
 }
@@ -163,6 +168,17 @@ pub fn describe_isolation(cfg: &LocalConfig) -> Vec<String> {
         "the `host` image shows /{} of this machine, without its shadow files, SSH host keys or the data dir",
         sandbox::HOST_VIEW.join(", /")
     ));
+    if cfg.images.is_some() {
+        out.push(match &cfg.image_roots {
+            Ok(()) => "registry images' roots are file systems of their own (read-only overlays), so a \
+                       sandbox's mounts name no path of the image cache"
+                .to_owned(),
+            Err(why) => format!(
+                "registry images' roots are bound from the image cache, so a sandbox's /proc/self/mountinfo \
+                 names the cache's path: {why}"
+            ),
+        });
+    }
     out
 }
 

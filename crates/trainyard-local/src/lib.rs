@@ -12,6 +12,8 @@
 //! runs/TASK_ID/aN/REPLICA/         state.json, events.jsonl, log, stop.json, ray-state.json (the head's)
 //! runs/TASK_ID/aN/REPLICA/scratch/ tmp/, root/, run/ (the runtime dir): the replica's scratch file system
 //!                                  (scratch.img beside it), mounted where only its sandbox sees it
+//! runs/TASK_ID/aN/REPLICA/rootfs/  where a registry image's root is mounted (an overlay of it), seen by the
+//!                                  sandbox only; an empty dir on the host
 //! ```
 //!
 //! The server only reads what supervisors write, so a restarted server rebuilds its view from these files
@@ -30,7 +32,8 @@
 //! passages, uid slots), `ray` and `ssh` (their commands and material), `outcome` (pure: progress and the
 //! verdict from what supervisors wrote), `progress` (reads those files and carries out the decisions), and,
 //! run by each replica's supervisor, `supervisor`, `sandbox` (bubblewrap's command line), `seccomp`, `netns`
-//! and `netlink` (its network), `procs`, `metrics`, `spawn`, `logfile`, `runtime_dir`, `scratch` and `clock`.
+//! and `netlink` (its network), `procs`, `metrics`, `spawn`, `logfile`, `runtime_dir`, `scratch`,
+//! `root_image` (the image's root as a file system of its own) and `clock`.
 //! This file holds the backend's state and the `Backend` implementation.
 
 pub(crate) use trainyard_runtime::clock;
@@ -49,6 +52,7 @@ pub mod procs;
 mod progress;
 mod ray;
 mod records;
+pub mod root_image;
 mod runtime_dir;
 pub mod sandbox;
 mod scratch;

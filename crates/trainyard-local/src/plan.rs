@@ -454,6 +454,8 @@ impl Plan<'_> {
                     .root
                     .clone()
                     .unwrap_or_else(|| PathBuf::from(format!("/nonexistent/trainyard-image/{image}"))),
+                // A registry image's root, mounted by the supervisor where this machine can.
+                mount_root: self.pulled.is_some() && self.cfg.image_roots.is_ok(),
                 host_view: image == "host",
                 hostname: r.name.clone(),
                 tmp: rl.tmp(),

@@ -139,6 +139,8 @@ pub(super) fn delete_scratch_left_in(attempt_dir: &Path) {
         if std::fs::symlink_metadata(&image).is_ok_and(|m| m.is_file()) {
             let _ = std::fs::remove_file(image);
         }
+        // The image root's mount point (empty on the host).
+        let _ = std::fs::remove_dir(r.path().join(super::root_image::ROOT_MOUNT));
     }
 }
 
@@ -327,12 +329,16 @@ impl LocalBackend {
         // attempt gets its uplink while the old one is there.
         let mut gone = Vec::new();
         let mut images = Vec::new();
+        // Where each replica's image root was mounted (in its supervisor's mount namespace, gone with it): an
+        // empty dir here.
+        let mut mount_points = Vec::new();
         for r in &run.l.replicas {
             let rl = layout.replica(&r.name);
             // The scratch's own file system went with the supervisor (it was mounted in the supervisor's own
             // mount namespace), the runtime dir in it with it: the replica wrote both, and its uid goes to a
             // later attempt. Its image, and what the server put in the scratch dir, go here.
             images.push(rl.scratch_image());
+            mount_points.push(rl.dir.join(super::root_image::ROOT_MOUNT));
             let aside = rl.dir.join(SCRATCH_GONE);
             match std::fs::rename(rl.scratch(), &aside) {
                 Ok(()) => gone.push(aside),
@@ -353,6 +359,9 @@ impl LocalBackend {
             }
             for image in &images {
                 let _ = std::fs::remove_file(image);
+            }
+            for at in &mount_points {
+                let _ = std::fs::remove_dir(at);
             }
             for r in &replicas {
                 supervisor::remove_cgroups(r);
@@ -388,12 +397,16 @@ mod tests {
         std::fs::write(kept.join("f"), b"keep").unwrap();
         std::os::unix::fs::symlink(&kept, attempt.join("r1").join(SCRATCH_GONE)).unwrap();
         std::fs::write(attempt.join("r0/log"), b"kept too").unwrap();
+        std::fs::create_dir(attempt.join("r0/rootfs")).unwrap();
+        std::os::unix::fs::symlink(&kept, attempt.join("r1/rootfs")).unwrap();
 
         delete_scratch_left_in(&attempt);
 
         assert!(!attempt.join("r0").join(SCRATCH_GONE).exists(), "the scratch left aside is deleted");
         assert!(attempt.join("r0/log").exists(), "the rest of the replica's dir stays");
         assert!(kept.join("f").exists(), "a link in its place is not followed");
+        assert!(!attempt.join("r0/rootfs").exists(), "the image root's mount point is removed");
+        assert!(attempt.join("r1/rootfs").is_symlink() && kept.is_dir(), "a link there is not followed");
         let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -1,6 +1,7 @@
-//! The bubblewrap command line of one replica: the image root read-only, the replica's scratch as `/tmp`
-//! and `/root`, its runtime dir at `/run/trainyard`, volumes read-write and datasets and models read-only at
-//! their mount paths, and every namespace of its own.
+//! The bubblewrap command line of one replica: the image root read-only (a registry image's entries bound
+//! from a file system of its own where the supervisor mounted one, see [`super::root_image`]), the
+//! replica's scratch as `/tmp` and `/root`, its runtime dir at `/run/trainyard`, volumes read-write and
+//! datasets and models read-only at their mount paths, and every namespace of its own.
 //!
 //! The sandbox is what a container runtime gives an unprivileged container: bubblewrap itself runs as the
 //! attempt's unprivileged host uid (the supervisor drops to it), makes a user namespace in which that uid is
@@ -65,13 +66,23 @@ const PROC_MASKED_FILES: &[&str] = &[
     "/proc/latency_stats",
     "/proc/kallsyms",
 ];
-const PROC_MASKED_DIRS: &[&str] = &["/proc/acpi", "/proc/scsi", "/proc/asound", "/sys/firmware"];
+/// Dirs a container runtime masks, and the virtual block devices: a loop device's `loop/backing_file` names
+/// the file behind it, and every replica's scratch is one, under the data dir and named by its task and
+/// replica.
+const PROC_MASKED_DIRS: &[&str] =
+    &["/proc/acpi", "/proc/scsi", "/proc/asound", "/sys/firmware", "/sys/devices/virtual/block"];
 
 /// What the sandbox of one replica holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxPlan {
-    /// The image's root file system (`/` for `host`).
+    /// The image's root file system (`/` for `host`): read on the host for its entries and mount points, and
+    /// bound from unless the supervisor mounted it as a file system of its own ([`Start::root_from`]).
     pub root: PathBuf,
+    /// A registry image's root (in the image cache): the supervisor mounts it as a file system of its own in
+    /// its own mount namespace and the sandbox binds the root's entries from there, so its mounts name no
+    /// path of the image cache (see [`super::root_image`]).
+    #[serde(default)]
+    pub mount_root: bool,
     /// The root is this machine's: show [`HOST_VIEW`] only.
     #[serde(default)]
     pub host_view: bool,
@@ -185,6 +196,10 @@ pub struct Start {
     /// Whether the process already is in the replica's network namespace; if not, bubblewrap makes an
     /// empty one (loopback only), never the host's.
     pub in_netns: bool,
+    /// Where the image's root is mounted as a file system of its own ([`SandboxPlan::mount_root`], in the
+    /// mount namespace bubblewrap starts in): its entries are bound from there. None: from
+    /// [`SandboxPlan::root`].
+    pub root_from: Option<PathBuf>,
 }
 
 fn arg(v: &mut Vec<OsString>, parts: &[&dyn AsRef<std::ffi::OsStr>]) {
@@ -234,7 +249,8 @@ impl SandboxPlan {
             {
                 continue;
             }
-            carve(&self.root, &Path::new("/").join(&name), &missing, &mut a, &mut carved);
+            let image = Image { root: &self.root, from: start.root_from.as_deref().unwrap_or(&self.root) };
+            carve(&image, &Path::new("/").join(&name), &missing, &mut a, &mut carved);
         }
         let mut masked_dirs: Vec<PathBuf> = Vec::new();
         if self.host_view {
@@ -363,10 +379,23 @@ fn read_dir_sorted(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// An image's root: where it is read (on the host) and where its entries are bound from (the same tree,
+/// mounted as a file system of its own where it could be).
+struct Image<'a> {
+    root: &'a Path,
+    from: &'a Path,
+}
+
 /// Binds `inside` (a path in the sandbox) from the image read-only, or, when a missing mount point lies
 /// below it, makes it a tmpfs and binds its entries one by one.
-fn carve(root: &Path, inside: &Path, missing: &[PathBuf], a: &mut Vec<OsString>, carved: &mut Vec<PathBuf>) {
-    let src = root.join(strip_root(inside));
+fn carve(
+    image: &Image,
+    inside: &Path,
+    missing: &[PathBuf],
+    a: &mut Vec<OsString>,
+    carved: &mut Vec<PathBuf>,
+) {
+    let src = image.root.join(strip_root(inside));
     let Ok(meta) = std::fs::symlink_metadata(&src) else { return };
     if meta.file_type().is_symlink() && missing.iter().any(|m| m == inside) {
         // A mount point whose link leads nowhere in the image: the mount's own file takes its place.
@@ -380,14 +409,14 @@ fn carve(root: &Path, inside: &Path, missing: &[PathBuf], a: &mut Vec<OsString>,
     }
     let below = meta.is_dir() && missing.iter().any(|m| m.starts_with(inside) && m != inside);
     if !below {
-        arg(a, &[&"--ro-bind", &src, &inside]);
+        arg(a, &[&"--ro-bind", &image.from.join(strip_root(inside)), &inside]);
         return;
     }
     arg(a, &[&"--tmpfs", &inside]);
     carved.push(inside.to_owned());
     for entry in read_dir_sorted(&src) {
         if let Some(name) = entry.file_name() {
-            carve(root, &inside.join(name), missing, a, carved);
+            carve(image, &inside.join(name), missing, a, carved);
         }
     }
 }
@@ -399,6 +428,7 @@ mod tests {
     fn plan(root: &Path, mounts: Vec<Mount>) -> SandboxPlan {
         SandboxPlan {
             root: root.to_owned(),
+            mount_root: false,
             hostname: "t-master-0".into(),
             tmp: "/x/tmp".into(),
             home: "/x/home".into(),
@@ -481,6 +511,17 @@ mod tests {
         assert!(a.find("--bind /data/vol").unwrap() < a.find("--remount-ro /mnt").unwrap(), "{a}");
         assert!(a.ends_with("--remount-ro / --chdir /root"), "{a}");
         assert!(a.contains("--hostname t-master-0"));
+        // The root mounted as a file system of its own: the same entries and carving (read from the root),
+        // each bound from the mount, and the root's own path named nowhere.
+        let start = Start { root_from: Some("/x/rootfs".into()), ..Start::default() };
+        let mounts = vec![Mount { src: "/data/ds".into(), dst: "/mnt/data".into(), read_only: true }];
+        let a = joined(&plan(&root, mounts).args(&start));
+        assert!(a.contains("--symlink usr/bin /bin"), "{a}");
+        assert!(a.contains("--ro-bind /x/rootfs/usr /usr"), "{a}");
+        assert!(a.contains("--ro-bind /x/rootfs/etc /etc"), "{a}");
+        assert!(a.contains("--tmpfs /mnt"), "{a}");
+        assert!(a.contains("--ro-bind /x/rootfs/mnt/existing /mnt/existing"), "{a}");
+        assert!(!a.contains(&r.to_string()), "{a}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

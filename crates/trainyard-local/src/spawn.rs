@@ -77,7 +77,7 @@ pub(super) fn on_spawner<T: Send + 'static>(f: impl FnOnce(&mut Spawner) -> T + 
 }
 
 /// Gives this thread a mount namespace of its own whose mounts never reach the host's.
-fn own_mount_namespace() -> Result<(), String> {
+pub(super) fn own_mount_namespace() -> Result<(), String> {
     use rustix::mount::{MountPropagationFlags as P, mount_change};
     // A thread's own mount namespace is sound: nothing of this thread's is shared with the others but the
     // file table, which NEWNS leaves alone.

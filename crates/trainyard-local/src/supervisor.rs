@@ -64,6 +64,8 @@ struct Sup {
     stepped_out: bool,
     /// The replica's scratch file system, when it has one of its own.
     scratch: Option<Arc<ScratchFs>>,
+    /// Where the image's root is mounted as a file system of its own, when it is.
+    root_from: Option<PathBuf>,
 }
 
 impl Sup {
@@ -180,6 +182,7 @@ fn run(dir: &Path, job: ReplicaJob, ready: Option<Cgroup>, premade: Option<Prema
         evict: Arc::default(),
         stepped_out: false,
         scratch: None,
+        root_from: None,
     };
     sup.save();
     // The replica's network namespace is made while its cgroups are: both wait mostly on the kernel (moving
@@ -196,6 +199,11 @@ fn run(dir: &Path, job: ReplicaJob, ready: Option<Cgroup>, premade: Option<Prema
                 .map_or_else(|| mount_scratch(&scratch, &scratch, &image, mib, inodes), Ok)
         })
     };
+    // And the image's root, as a file system of its own.
+    let root_fs = job.sandbox.mount_root.then(|| {
+        let (root, at) = (job.sandbox.root.clone(), dir.join(super::root_image::ROOT_MOUNT));
+        std::thread::spawn(move || super::root_image::mount_root(&root, &at).map(|()| at))
+    });
     let made = match ready {
         Some(cg) => Ok(cg),
         None => Cgroup::create(&cgroup_name(dir), job.millicpu, job.memory_mib, job.limits.pids_max),
@@ -244,6 +252,19 @@ fn run(dir: &Path, job: ReplicaJob, ready: Option<Cgroup>, premade: Option<Prema
                 super::scratch::SCRATCH_CHECK_EVERY.as_secs()
             ),
         ),
+    }
+    if let Some(root_fs) = root_fs {
+        match root_fs.join().unwrap_or_else(|_| Err("the image root's mount thread panicked".into())) {
+            Ok(at) => sup.root_from = Some(at),
+            Err(why) => sup.event(
+                Reason::LimitsNotEnforced,
+                format!(
+                    "{}: its image's root is bound from the image cache, not mounted as a file system of its \
+                     own, so its /proc/self/mountinfo names the cache's path: {why}",
+                    job.name
+                ),
+            ),
+        }
     }
     let stop_monitor = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let monitor = {
@@ -378,6 +399,7 @@ fn run_phase(
         seccomp_fd: Some(seccomp.as_raw_fd()),
         cgroups: sup.cgroups.clone(),
         in_netns: sup.netns.is_some(),
+        root_from: sup.root_from.clone(),
     };
     // bubblewrap reads its options from a sealed memory file, not its command line: the sandbox's pid 1 is a
     // fork of it, and its command line (readable by every process inside) would name the host's paths.

@@ -937,6 +937,79 @@ echo checked; sleep 30"#;
     assert!(!events.contains("LimitsNotEnforced"), "{events}");
 }
 
+/// Issue 29, item 11 (its last part): a registry image's root was bound entry by entry from its dir in the
+/// image cache, so every line of the sandbox's `/proc/self/mountinfo` for `/usr`, `/etc` and the rest named
+/// that dir's path under the data dir (a bind mount's root field is its path inside its file system). The
+/// root is now a file system of its own (an overlay of it whose layers are named by descriptor, mounted by
+/// the supervisor where only its sandbox sees it): `/usr` is `/usr` of that mount, and no line names the data
+/// dir or the cache. Nor
+/// does `/sys`, where each loop device's `backing_file` named its file (every replica's scratch image, under
+/// the data dir, by task and replica). The image still runs: a program from it, a file read from it, and
+/// nothing written into it.
+#[test]
+fn a_registry_images_root_is_a_file_system_of_its_own_whose_mounts_name_no_host_path() {
+    use trainyard_images::testing::{
+        GZIP_LAYER, TAR_LAYER, TestRegistry, debian_closure, files_layer, gzip, host_layer,
+    };
+    let reg = TestRegistry::start("attack-own-root", false, false);
+    let base = gzip(&host_layer(&debian_closure(&["bash", "coreutils"])));
+    let app = files_layer(&[("app/version", b"v1\n", 0o644)]);
+    let digest = reg.push("team/app", "1", &[(GZIP_LAYER, base), (TAR_LAYER, app)], json!({}));
+    let s = Server::start("attack-own-root", None);
+    let mut catalog: Value = serde_saphyr::from_str(common::CATALOG).unwrap();
+    catalog["allowExternalImages"] = json!(true);
+    catalog["registries"] = json!({ reg.host.clone(): {"insecure": true} });
+    let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(&catalog.to_string()));
+    assert_eq!(status, 200, "{body}");
+    let cmd = r#"while IFS= read -r l; do echo "MOUNT $l"; done < /proc/self/mountinfo
+for f in /sys/block/*/loop/backing_file /sys/dev/block/*/loop/backing_file; do
+  [ -e "$f" ] && echo "BACKING $f $(cat "$f")"
+done
+echo "READ $(cat /app/version)"
+echo "RAN $(/usr/bin/ls /app)"
+touch /usr/planted 2>/dev/null && echo WROTE || echo REFUSED
+echo checked"#;
+    let mut task = pytorch("ownroot", 0, cmd);
+    task["spec"]["environment"]["image"] = json!(format!("{}/team/app:1", reg.host));
+    let id = s.submit(&task);
+    let t = s.wait_status(&id, "Succeeded", secs(180));
+    let log = s.log(&id, &format!("{}-master-0", t["name"].as_str().unwrap()), None);
+    let out: Vec<&str> = log.lines().filter_map(|l| l.split_once(" O ").map(|(_, text)| text)).collect();
+    assert!(out.contains(&"checked"), "{log}");
+    // The image runs: its own program, its own file, and a root nobody writes.
+    assert!(out.contains(&"READ v1") && out.contains(&"RAN version"), "{log}");
+    assert!(out.contains(&"REFUSED") && !out.contains(&"WROTE"), "{log}");
+    // Its mounts name neither the data dir nor the image cache (its dir is named by the digest).
+    let mounts: Vec<&str> = out.iter().filter_map(|l| l.strip_prefix("MOUNT ")).collect();
+    let hex = digest.trim_start_matches("sha256:");
+    for m in &mounts {
+        assert!(!m.contains(&*s.dir.to_string_lossy()), "names the data dir: {m}");
+        assert!(!m.contains(hex) && !m.contains("/images/") && !m.contains("rootfs"), "names the cache: {m}");
+    }
+    // Each of the image's entries is bound from a file system of the image's own, at its own path there.
+    let at = |inside: &str| -> Vec<&str> {
+        // ID PARENT MAJ:MIN ROOT MOUNT-POINT OPTIONS ... - FSTYPE SOURCE SUPER-OPTIONS
+        mounts.iter().copied().filter(|m| m.split(' ').nth(4) == Some(inside)).collect()
+    };
+    for inside in ["/usr", "/app"] {
+        let lines = at(inside);
+        assert_eq!(lines.len(), 1, "{inside}: {mounts:#?}");
+        let f: Vec<&str> = lines[0].split(' ').collect();
+        assert_eq!(f[3], inside, "its root in its file system: {}", lines[0]);
+        let (_, fs) = lines[0].split_once(" - ").unwrap();
+        assert!(
+            fs.starts_with("overlay trainyard-image ro,lowerdir=/proc/self/fd/"),
+            "a file system of its own, its layers named by descriptor: {}",
+            lines[0]
+        );
+        assert!(f[5].starts_with("ro,nosuid,nodev"), "{}", lines[0]);
+    }
+    // Nor does /sys: loop devices (every replica's scratch is one) name their files under the data dir.
+    let backing: Vec<&&str> = out.iter().filter(|l| l.starts_with("BACKING")).collect();
+    assert!(backing.is_empty(), "{backing:#?}");
+    assert!(!s.events_text(&id).contains("LimitsNotEnforced"), "{}", s.events_text(&id));
+}
+
 /// Free bytes on the file system holding `dir`.
 fn free_bytes(dir: &std::path::Path) -> u64 {
     let out = std::process::Command::new("df").args(["-B1", "--output=avail"]).arg(dir).output().unwrap();

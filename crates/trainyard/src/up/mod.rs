@@ -191,6 +191,8 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
             let gib = |n: u64| n.saturating_mul(1 << 30);
             // A cache size of 0 keeps nothing that no task runs; it bounds no single image.
             let cache_max = Some(cfg.image_cache_max_bytes).filter(|&b| b > 0);
+            // Each image's root is mounted as a file system of its own in its sandboxes, where it can be.
+            cfg.image_roots = local::root_image::probe(data_dir);
             let unpack = trainyard_images::Unpack {
                 as_id: Some(local::IMAGE_UNPACK_ID),
                 limits: trainyard_images::unpack::Limits {
