@@ -886,3 +886,23 @@ fn unbase64(s: &str) -> Vec<u8> {
     }
     out
 }
+
+/// Every pod gets a memory-backed `/dev/shm` as large as its replica's memory (the runtime's 64 MiB default is
+/// too small for NCCL and Ray), in its command's container and its precheck's.
+#[test]
+fn pods_get_a_dev_shm_as_large_as_their_memory() {
+    let o = attempt_objects(&pytorch_spec(), &settings(), Some(&keys())).unwrap();
+    let ray = attempt_objects(&spec("RayJob", 1, json!({})), &settings(), None).unwrap();
+    let rc = &ray.job["spec"]["rayClusterSpec"];
+    for t in [template(&o.job, "Master"), template(&o.job, "Worker"), &rc["headGroupSpec"]["template"]] {
+        let vol =
+            t["spec"]["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "trainyard-shm").unwrap();
+        assert_eq!(vol["emptyDir"], json!({"medium": "Memory", "sizeLimit": "131072Mi"}));
+        let mut containers = t["spec"]["containers"].as_array().unwrap().clone();
+        containers.extend(t["spec"]["initContainers"].as_array().cloned().unwrap_or_default());
+        for c in containers {
+            let m = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == "/dev/shm");
+            assert_eq!(m.unwrap()["name"], "trainyard-shm", "{}", c["name"]);
+        }
+    }
+}

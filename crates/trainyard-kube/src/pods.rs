@@ -12,6 +12,9 @@ use super::objects::{
     precheck_service_name, pull_secret_name, ssh_secret_name,
 };
 use serde_json::{Value, json};
+
+/// The pod's `/dev/shm` volume.
+const SHM_VOLUME: &str = "trainyard-shm";
 use std::collections::BTreeSet;
 use trainyard_core::platform_env as pe;
 use trainyard_core::spec::{CheckpointSignal, TaskType};
@@ -101,6 +104,21 @@ impl Ctx<'_> {
         pod["terminationGracePeriodSeconds"] = (checkpoint.map_or(0, |c| c.0) + self.s.grace_s).into();
         if !ray && let Some(init) = self.precheck_container(role, replicas) {
             pod["initContainers"] = json!([init]);
+        }
+        // /dev/shm: a container runtime's default is 64 MiB, too small for NCCL, DataLoader workers or Ray's
+        // object store. A memory-backed emptyDir up to the replica's memory (what it writes there counts against
+        // its memory limit, as on the local backend's tmpfs).
+        let memory_mib = replicas.first().map_or(0, |r| r.resources.memory_mib);
+        if memory_mib > 0 {
+            let mut shm = json!({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}});
+            shm["emptyDir"]["sizeLimit"] = format!("{memory_mib}Mi").into();
+            pod["volumes"].as_array_mut().expect("volumes is a list").push(shm);
+            let mount = json!({"name": SHM_VOLUME, "mountPath": "/dev/shm"});
+            for list in ["containers", "initContainers"] {
+                for c in pod.get_mut(list).and_then(Value::as_array_mut).into_iter().flatten() {
+                    c["volumeMounts"].as_array_mut().expect("volumeMounts is a list").push(mount.clone());
+                }
+            }
         }
         if let Gang::Volcano { .. } = self.s.gang {
             pod["schedulerName"] = "volcano".into();
