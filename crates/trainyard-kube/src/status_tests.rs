@@ -149,7 +149,7 @@ fn a_start_past_its_deadline_says_why_in_the_clusters_words() {
         ..pod(name, role, "Pending", vec![])
     };
     let running = pod("w-0", "worker", "Running", vec![ContainerState::Running]);
-    assert!(!all_started(&job, &[running.clone()]), "one of two");
+    assert!(!all_started(&job, std::slice::from_ref(&running)), "one of two");
     assert!(all_started(
         &job,
         &[running.clone(), pod("m-0", "master", "Running", vec![ContainerState::Running])]

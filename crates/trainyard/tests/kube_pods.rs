@@ -466,7 +466,7 @@ fn private_image(s: &Server, nodes: &[String]) {
     assert!(!s.all_logs(&id).contains("only with a login"));
     eprintln!(
         "private-image.yaml, group other: {}",
-        events.lines().filter(|l| l.contains("nauthorized") || l.contains("401")).next().unwrap_or("").trim()
+        events.lines().find(|l| l.contains("nauthorized") || l.contains("401")).unwrap_or("").trim()
     );
 }
 
