@@ -556,7 +556,11 @@ fn the_kubernetes_backend_conforms_on_real_nodes() {
     let s = kube_real("real");
     suite(&s);
     let k = key(10);
-    block(s.backend().launch(&s.spec_for(&k, 1, Behaviour::Succeed))).unwrap();
+    let mut sp = s.spec_for(&k, 1, Behaviour::Succeed);
+    // The master stays a while: the training operator ends the job when the master ends, and a worker still
+    // waiting in its init container for the master's name would never run.
+    sp.task.spec.environment.cmd = "echo hello from $RANK; if [ \"$RANK\" = 0 ]; then sleep 20; fi".into();
+    block(s.backend().launch(&sp)).unwrap();
     until(&s, &k, |o| finished(o).is_some());
     let t0 = Instant::now();
     for rank in 0..2 {
