@@ -318,6 +318,7 @@ fn trainyard_runs_in_the_cluster_from_its_deploy_manifests() {
         + &volume("trainyard-pg", "data-trainyard-postgres-0", "20Gi", &pv.join("pg"), 999, &nodes[0]);
     kubectl_ok(&["apply", "-f", "-"], Some(&volumes));
     let overlay_dir = overlay.display().to_string();
+    let _gone = Undeploy(overlay_dir.clone());
     kubectl_ok(&["apply", "-k", &overlay_dir], None);
     let password = format!("pg{}", std::process::id());
     let key = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"; // 32 bytes in hex
@@ -387,7 +388,9 @@ fn trainyard_runs_in_the_cluster_from_its_deploy_manifests() {
         "spec": {
             "type": "PyTorchJob",
             "placement": {"region": "kubernetes", "cluster": "kubernetes"},
-            "environment": {"image": "base", "cmd": "for i in $(seq 1 45); do echo \"step $i of $RANK\"; sleep 1; done"},
+            // The master ends last: the operator ends the job (and deletes what still runs) when the master ends,
+            // and a worker may have started seconds after it.
+            "environment": {"image": "base", "cmd": "for i in $(seq 1 45); do echo \"step $i of $RANK\"; sleep 1; done; if [ \"$RANK\" = 0 ]; then sleep 30; fi"},
             "compute": {"resourceType": "Reserved", "pool": "real", "workers": 1,
                         "instanceSpecs": [{"spec": "cpu.small"}]},
         }
@@ -428,8 +431,19 @@ fn trainyard_runs_in_the_cluster_from_its_deploy_manifests() {
         assert_eq!(steps, 45, "{r}: every line kept across the server's restart:\n{log}");
     }
     eprintln!("task {id}: Succeeded on {replicas:?}, 45 of 45 lines of each kept");
+}
 
-    // Nothing left: the namespace (and so the server, PostgreSQL, their claims) and the volumes.
-    kubectl_ok(&["delete", "-k", &overlay_dir, "--wait=true", "--timeout=120s"], None);
-    kubectl(&["delete", "pv", "trainyard-data", "trainyard-pg"], None);
+/// However the test ends, nothing of the deployment is left on the shared stack (its server and PostgreSQL
+/// would hold the first node's CPU for the tests after it): the namespace (and so the server, PostgreSQL and
+/// their claims), then the volumes.
+struct Undeploy(String);
+
+impl Drop for Undeploy {
+    fn drop(&mut self) {
+        let (ok, out) = kubectl(&["delete", "-k", &self.0, "--wait=true", "--timeout=120s"], None);
+        if !ok {
+            eprintln!("undeploying {}: {out}", self.0);
+        }
+        kubectl(&["delete", "pv", "trainyard-data", "trainyard-pg", "--ignore-not-found"], None);
+    }
 }
