@@ -223,6 +223,7 @@ impl KubeBackend {
         }
         watches.push(tokio::spawn(watches::watch_pods(Arc::downgrade(&inner))));
         watches.push(tokio::spawn(watches::watch_nodes(Arc::downgrade(&inner))));
+        watches.push(tokio::spawn(watches::watch_foreign_pods(Arc::downgrade(&inner))));
         watches.push(tokio::spawn(watches::watch_events(Arc::downgrade(&inner))));
         *inner.watches.lock().unwrap_or_else(|e| e.into_inner()) = watches;
         Ok(KubeBackend { inner })

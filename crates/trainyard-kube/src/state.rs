@@ -137,6 +137,13 @@ pub(super) struct State {
     /// The cluster's nodes as catalog nodes (None until the node watch listed them), and a count of changes.
     pub(super) inventory: Option<BTreeMap<String, trainyard_core::catalog::Node>>,
     pub(super) inventory_version: u64,
+    /// The nodes as the node watch has them (allocatable as capacity), and their allocatable CPU and memory
+    /// exactly; `inventory` is these less what pods Trainyard did not make hold ([`State::effective`]).
+    pub(super) raw_nodes: BTreeMap<String, (trainyard_core::catalog::Node, (u64, u64))>,
+    /// Pods Trainyard did not make (DaemonSets, other workloads), by uid: (node, CPU millicores, memory bytes).
+    pub(super) foreign: HashMap<String, (String, u64, u64)>,
+    /// Their sum per node.
+    pub(super) foreign_used: HashMap<String, (u64, u64)>,
 }
 
 impl State {
@@ -207,6 +214,76 @@ impl State {
                 self.by_object.remove(&(a.namespace.clone(), name));
             }
         }
+    }
+
+    /// A node's catalog entry: its allocatable less what the pods Trainyard did not make request there, so
+    /// that Trainyard never places a replica where the cluster has no room for it.
+    pub(super) fn effective(&self, name: &str) -> Option<trainyard_core::catalog::Node> {
+        let (node, (cpu, mem)) = self.raw_nodes.get(name)?;
+        let (used_cpu, used_mem) = self.foreign_used.get(name).copied().unwrap_or((0, 0));
+        let mut n = node.clone();
+        n.vcpus = (cpu.saturating_sub(used_cpu) / 1000) as u32;
+        n.memory_mib = mem.saturating_sub(used_mem) / (1024 * 1024);
+        Some(n)
+    }
+
+    /// The inventory's entries of `names` as [`State::effective`] has them now; true when one changed (the
+    /// version is then bumped).
+    pub(super) fn refresh_nodes<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) -> bool {
+        let mut changed = false;
+        for name in names {
+            let now = self.effective(name);
+            let Some(inv) = self.inventory.as_mut() else { return false };
+            match now {
+                Some(n) if inv.get(name) != Some(&n) => {
+                    inv.insert(name.to_owned(), n);
+                    changed = true;
+                }
+                None if inv.remove(name).is_some() => changed = true,
+                _ => {}
+            }
+        }
+        if changed {
+            self.inventory_version += 1;
+        }
+        changed
+    }
+
+    /// A pod Trainyard did not make, as it holds its node now (None: it holds nothing any more); true when
+    /// the inventory changed.
+    pub(super) fn foreign_pod(&mut self, uid: &str, claim: Option<(String, u64, u64)>) -> bool {
+        let old = match &claim {
+            Some(c) => self.foreign.insert(uid.to_owned(), c.clone()),
+            None => self.foreign.remove(uid),
+        };
+        if old == claim {
+            return false;
+        }
+        let mut nodes = Vec::new();
+        if let Some((node, cpu, mem)) = old {
+            let u = self.foreign_used.entry(node.clone()).or_default();
+            *u = (u.0.saturating_sub(cpu), u.1.saturating_sub(mem));
+            nodes.push(node);
+        }
+        if let Some((node, cpu, mem)) = claim {
+            let u = self.foreign_used.entry(node.clone()).or_default();
+            *u = (u.0 + cpu, u.1 + mem);
+            nodes.push(node);
+        }
+        let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
+        self.refresh_nodes(names)
+    }
+
+    /// Every pod Trainyard did not make, as a (re)listing has them; true when the inventory changed.
+    pub(super) fn foreign_pods(&mut self, all: HashMap<String, (String, u64, u64)>) -> bool {
+        self.foreign_used.clear();
+        for (node, cpu, mem) in all.values() {
+            let u = self.foreign_used.entry(node.clone()).or_default();
+            *u = (u.0 + cpu, u.1 + mem);
+        }
+        self.foreign = all;
+        let names: Vec<String> = self.raw_nodes.keys().cloned().collect();
+        self.refresh_nodes(names.iter().map(String::as_str))
     }
 
     /// A Kubernetes event about `(namespace, name)`, reported with its attempt's observations; a warning is

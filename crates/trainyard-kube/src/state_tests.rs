@@ -276,3 +276,38 @@ fn an_attempt_not_running_by_its_start_up_deadline_ends_with_the_clusters_reason
     s.dirty.insert(key());
     assert!(reasons(&s.poll(NOW + 60_000)).is_empty());
 }
+
+/// A node's catalog entry is its allocatable less what pods Trainyard did not make request there (rounded down
+/// to whole CPUs and MiB); their coming, moving and going is followed.
+#[test]
+fn other_pods_requests_shrink_a_nodes_room() {
+    let mut s = synced();
+    let node = trainyard_core::catalog::Node {
+        pool: "default".into(),
+        vcpus: 4,
+        memory_mib: 4096,
+        ..Default::default()
+    };
+    s.raw_nodes.insert("n1".into(), (node.clone(), (4000, 4096 << 20)));
+    s.raw_nodes.insert("n2".into(), (node.clone(), (4000, 4096 << 20)));
+    s.inventory = Some([("n1".to_owned(), node.clone()), ("n2".to_owned(), node.clone())].into());
+    // A DaemonSet's 500m / 256 MiB on each node, listed.
+    let ds = |n: &str| (n.to_owned(), 500, 256 << 20);
+    assert!(s.foreign_pods([("a".to_owned(), ds("n1")), ("b".to_owned(), ds("n2"))].into()));
+    let inv = |s: &State, n: &str| {
+        let x = &s.inventory.as_ref().unwrap()[n];
+        (x.vcpus, x.memory_mib)
+    };
+    assert_eq!(inv(&s, "n1"), (3, 3840));
+    // Another workload's 1 CPU and 1 GiB on n1, then gone; an update that changes nothing changes nothing.
+    let v = s.inventory_version;
+    assert!(s.foreign_pod("c", Some(("n1".into(), 1000, 1 << 30))));
+    assert_eq!((inv(&s, "n1"), inv(&s, "n2")), ((2, 2816), (3, 3840)));
+    assert!(s.inventory_version > v);
+    assert!(!s.foreign_pod("c", Some(("n1".into(), 1000, 1 << 30))));
+    assert!(s.foreign_pod("c", None));
+    assert_eq!(inv(&s, "n1"), (3, 3840));
+    // More than the node has: nothing left, not an underflow.
+    assert!(s.foreign_pod("d", Some(("n2".into(), 9000, 9 << 30))));
+    assert_eq!(inv(&s, "n2"), (0, 0));
+}

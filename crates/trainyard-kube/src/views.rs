@@ -248,6 +248,49 @@ pub fn catalog_node(n: &Node) -> Option<(String, trainyard_core::catalog::Node)>
     ))
 }
 
+/// A node's allocatable CPU (millicores) and memory (bytes), as the scheduler counts its room.
+pub fn node_room(n: &Node) -> (u64, u64) {
+    let alloc = n.status.as_ref().and_then(|s| s.allocatable.clone().or_else(|| s.capacity.clone()));
+    let alloc = alloc.unwrap_or_default();
+    (
+        alloc.get("cpu").and_then(|q| cpu_millis(&q.0)).unwrap_or(0),
+        alloc.get("memory").and_then(|q| bytes(&q.0)).unwrap_or(0),
+    )
+}
+
+/// What a pod holds of its node as the scheduler counts it: (node, CPU millicores, memory bytes) of its
+/// requests (a container's limit where it requests nothing: Kubernetes defaults the request to it), the larger
+/// of its containers' sum and its largest init container, plus its overhead. None for a pod on no node yet, or
+/// one that has ended.
+pub fn pod_claim(p: &Pod) -> Option<(String, u64, u64)> {
+    let spec = p.spec.as_ref()?;
+    let node = spec.node_name.clone().filter(|n| !n.is_empty())?;
+    if matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")) {
+        return None;
+    }
+    let of = |c: &k8s_openapi::api::core::v1::Container| {
+        let r = c.resources.as_ref();
+        let get = |k: &str| {
+            r.and_then(|r| r.requests.as_ref().and_then(|m| m.get(k)).or_else(|| r.limits.as_ref()?.get(k)))
+                .map(|q| q.0.clone())
+        };
+        (
+            get("cpu").and_then(|q| cpu_millis(&q)).unwrap_or(0),
+            get("memory").and_then(|q| bytes(&q)).unwrap_or(0),
+        )
+    };
+    let (mut cpu, mut mem) = spec.containers.iter().map(of).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    for (c, m) in spec.init_containers.iter().flatten().map(of) {
+        cpu = cpu.max(c);
+        mem = mem.max(m);
+    }
+    if let Some(o) = &spec.overhead {
+        cpu += o.get("cpu").and_then(|q| cpu_millis(&q.0)).unwrap_or(0);
+        mem += o.get("memory").and_then(|q| bytes(&q.0)).unwrap_or(0);
+    }
+    Some((node, cpu, mem))
+}
+
 /// A CPU quantity in millicores: `4`, `3500m`, `0.5`.
 pub fn cpu_millis(q: &str) -> Option<u64> {
     if let Some(m) = q.strip_suffix('m') {
@@ -279,6 +322,32 @@ pub fn bytes(q: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    /// What a pod holds of its node: requests (a limit where nothing is requested), the larger of the
+    /// containers' sum and the largest init container, and nothing once it ended or while it is unbound.
+    #[test]
+    fn a_pods_claim_on_its_node() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "agent"},
+            "spec": {
+                "nodeName": "n1",
+                "containers": [
+                    {"name": "a", "resources": {"requests": {"cpu": "250m", "memory": "128Mi"}}},
+                    {"name": "b", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}},
+                ],
+                "initContainers": [{"name": "i", "resources": {"requests": {"cpu": "2", "memory": "64Mi"}}}],
+            },
+            "status": {"phase": "Running"},
+        }))
+        .unwrap();
+        assert_eq!(pod_claim(&pod), Some(("n1".into(), 2000, (128 + 1024) << 20)));
+        let mut ended = pod.clone();
+        ended.status.as_mut().unwrap().phase = Some("Succeeded".into());
+        assert_eq!(pod_claim(&ended), None);
+        let mut unbound = pod;
+        unbound.spec.as_mut().unwrap().node_name = None;
+        assert_eq!(pod_claim(&unbound), None);
+    }
+
     use super::*;
 
     #[test]

@@ -324,21 +324,68 @@ pub(super) async fn watch_events(inner: std::sync::Weak<Inner>) {
     }
 }
 
+/// Pods Trainyard did not make (DaemonSets, monitoring agents, other workloads): what each holds of its node,
+/// so that the catalog offers only the room left ([`State::effective`]). Selected by the managed-by label
+/// (so another Trainyard server's pods on a shared cluster are not counted either).
+pub(super) async fn watch_foreign_pods(inner: std::sync::Weak<Inner>) {
+    let Some(api) = inner.upgrade().map(|i| Api::<Pod>::all(i.client.clone())) else { return };
+    let selector = format!("{}!={}", objects::MANAGED_BY_LABEL, objects::MANAGED_BY);
+    let cfg = watcher::Config::default().labels(&selector);
+    let mut stream = watch(api, cfg).default_backoff().boxed();
+    let mut listed: HashMap<String, (String, u64, u64)> = HashMap::new();
+    while let Some(ev) = stream.next().await {
+        let Some(inner) = inner.upgrade() else { return };
+        let changed = match ev {
+            Ok(Event::Init) => {
+                listed.clear();
+                false
+            }
+            Ok(Event::InitApply(p)) => {
+                if let (Some(uid), Some(claim)) = (p.metadata.uid.clone(), views::pod_claim(&p)) {
+                    listed.insert(uid, claim);
+                }
+                false
+            }
+            Ok(Event::InitDone) => inner.lock().foreign_pods(std::mem::take(&mut listed)),
+            Ok(Event::Apply(p)) => match p.metadata.uid.as_deref() {
+                Some(uid) => inner.lock().foreign_pod(uid, views::pod_claim(&p)),
+                None => false,
+            },
+            Ok(Event::Delete(p)) => match p.metadata.uid.as_deref() {
+                Some(uid) => inner.lock().foreign_pod(uid, None),
+                None => false,
+            },
+            Err(e) => {
+                eprintln!("trainyard: watching other pods: {e}");
+                false
+            }
+        };
+        if changed {
+            inner.inventory_changed.notify_one();
+        }
+    }
+}
+
 pub(super) async fn watch_nodes(inner: std::sync::Weak<Inner>) {
     let Some(api) = inner.upgrade().map(|i| Api::<Node>::all(i.client.clone())) else { return };
     let mut stream = watch(api, watcher::Config::default()).default_backoff().boxed();
     let mut listed: BTreeMap<String, Option<String>> = BTreeMap::new();
     let mut listed_nodes = BTreeMap::new();
+    let mut listed_raw = BTreeMap::new();
     while let Some(ev) = stream.next().await {
         let Some(inner) = inner.upgrade() else { return };
         match ev {
             Ok(Event::Init) => {
                 listed.clear();
                 listed_nodes.clear();
+                listed_raw.clear();
             }
             Ok(Event::InitApply(n)) => {
                 listed.insert(n.metadata.name.clone().unwrap_or_default(), views::node_down(&n));
-                listed_nodes.extend(views::catalog_node(&n));
+                if let Some((name, node)) = views::catalog_node(&n) {
+                    listed_raw.insert(name.clone(), (node.clone(), views::node_room(&n)));
+                    listed_nodes.insert(name, node);
+                }
             }
             Ok(Event::InitDone) => {
                 let mut s = inner.lock();
@@ -351,7 +398,10 @@ pub(super) async fn watch_nodes(inner: std::sync::Weak<Inner>) {
                 for (name, down) in std::mem::take(&mut listed) {
                     s.node(&name, down, false, wall_ms());
                 }
+                s.raw_nodes = std::mem::take(&mut listed_raw);
+                let names: Vec<String> = listed_nodes.keys().cloned().collect();
                 s.inventory = Some(std::mem::take(&mut listed_nodes));
+                s.refresh_nodes(names.iter().map(String::as_str));
                 s.inventory_version += 1;
                 inner.inventory_changed.notify_one();
             }
@@ -363,19 +413,18 @@ pub(super) async fn watch_nodes(inner: std::sync::Weak<Inner>) {
                     false,
                     wall_ms(),
                 );
-                if let Some((name, node)) = views::catalog_node(&n)
-                    && let Some(inv) = s.inventory.as_mut()
-                    && inv.get(&name) != Some(&node)
-                {
-                    inv.insert(name, node);
-                    s.inventory_version += 1;
-                    inner.inventory_changed.notify_one();
+                if let Some((name, node)) = views::catalog_node(&n) {
+                    s.raw_nodes.insert(name.clone(), (node, views::node_room(&n)));
+                    if s.refresh_nodes([name.as_str()]) {
+                        inner.inventory_changed.notify_one();
+                    }
                 }
             }
             Ok(Event::Delete(n)) => {
                 let name = n.metadata.name.clone().unwrap_or_default();
                 let mut s = inner.lock();
                 s.node(&name, Some("was deleted".to_owned()), true, wall_ms());
+                s.raw_nodes.remove(&name);
                 if s.inventory.as_mut().is_some_and(|inv| inv.remove(&name).is_some()) {
                     s.inventory_version += 1;
                     inner.inventory_changed.notify_one();

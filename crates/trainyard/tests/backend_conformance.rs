@@ -990,3 +990,45 @@ fn on_kubernetes_a_start_that_does_not_come_ends_by_its_deadline_with_the_cluste
     let _ = block(namespaces.delete(&ns, &Default::default()));
     let _ = std::fs::remove_dir_all(&s.cfg.data_dir);
 }
+
+/// Issue 32: what a node offers Trainyard is its allocatable less what pods Trainyard did not make request
+/// there (a DaemonSet's agent, another workload), followed as they come and go: a full-node replica is never
+/// placed beside them where the cluster has no room.
+#[test]
+fn on_kubernetes_other_pods_requests_shrink_a_nodes_room_in_the_catalog() {
+    use trainyard_kube::client::api::{Api, PostParams};
+    use trainyard_kube::openapi::api::core::v1::Pod;
+    let s = kube("room");
+    let node = format!("node-room-{}", std::process::id());
+    kwok_node(&s.backend.client(), &node, serde_json::json!({}));
+    let room = |want: (u32, u64)| {
+        let t0 = Instant::now();
+        loop {
+            let now = s.backend.inventory_since(None).and_then(|(_, inv)| inv.get(&node).cloned());
+            if now.as_ref().is_some_and(|n| (n.vcpus, n.memory_mib) == want) {
+                return;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "{node}: {now:?}, not {want:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    room((4, 4096));
+    // An agent bound to the node, as a DaemonSet's pod is: 1500m and 1 GiB.
+    let ns = format!("room-{}", std::process::id());
+    let namespaces: Api<trainyard_kube::openapi::api::core::v1::Namespace> = Api::all(s.backend.client());
+    let nsobj = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
+    block(namespaces.create(&PostParams::default(), &nsobj)).unwrap();
+    let pods: Api<Pod> = Api::namespaced(s.backend.client(), &ns);
+    let agent: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "agent"},
+        "spec": {"nodeName": node, "containers": [{"name": "agent", "image": "registry.invalid/agent:1",
+            "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}}}]},
+    }))
+    .unwrap();
+    block(pods.create(&PostParams::default(), &agent)).unwrap();
+    room((2, 3072));
+    block(pods.delete("agent", &Default::default())).unwrap();
+    room((4, 4096));
+    let _ = block(namespaces.delete(&ns, &Default::default()));
+    let _ = std::fs::remove_dir_all(&s.cfg.data_dir);
+}
