@@ -146,11 +146,13 @@ object_schema!(
     }
 );
 object_schema!(
-    /// A pool of one cluster: its instance specs, and on Kubernetes the tolerations its pods get.
+    /// A pool of one cluster: its instance specs, and on Kubernetes the tolerations and node selector its pods
+    /// get.
     closed Pool as "Pool" {
         "cluster": String,
         "instanceSpecs": Vec<String>,
         "tolerations": Optional<Vec<Toleration>>,
+        "nodeSelector": Optional<BTreeMap<String, String>>,
     }
 );
 object_schema!(
@@ -165,13 +167,18 @@ object_schema!(
 object_schema!(closed ProjectGroup as "ProjectGroup" { "displayName": Optional<String> });
 
 object_schema!(
-    /// A slice shape: GPUs of one model, vCPUs, memory.
+    /// A slice shape: GPUs of one model, vCPUs, memory; on Kubernetes, the GPUs' resource name, other
+    /// extended resources per unit, and the node selector and tolerations its pods add to their pool's.
     closed InstanceSpec as "InstanceSpec" {
         "kind": InstanceKind,
         "gpuModel": Optional<String>,
         "gpus": u32,
         "vcpus": u32,
         "memoryMib": u64,
+        "gpuResource": Optional<String>,
+        "extraResources": Optional<BTreeMap<String, u64>>,
+        "nodeSelector": Optional<BTreeMap<String, String>>,
+        "tolerations": Optional<Vec<Toleration>>,
     }
 );
 
@@ -198,6 +205,8 @@ object_schema!(
         "rayVersion": Optional<String>,
         "rootfs": Optional<String>,
         "reference": Optional<String>,
+        "runAsUser": Optional<u32>,
+        "runAsGroup": Optional<u32>,
         "projectGroups": Optional<Vec<String>>,
     }
 );

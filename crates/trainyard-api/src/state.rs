@@ -28,6 +28,8 @@ pub struct Shared {
     pub secrets: Arc<SecretBox>,
     /// Queue positions and wait reasons, readable without waiting for the control loop.
     pub queue: QueueBoard,
+    /// What starting tasks wait for, as their backends say it.
+    pub starts: trainyard_control::StartBoard,
     /// Disabled and deleted users as the control loop last read them (a task view shows a deleted owner).
     pub accounts: trainyard_control::AccountsHandle,
     pub tokens: TokenCache,
@@ -76,6 +78,7 @@ impl AppState {
             catalog: handle,
             secrets: Arc::new(secrets),
             queue: control.queue_board(),
+            starts: control.start_board(),
             accounts: control.accounts(),
             submitter: control.submitter(),
             views: control.views(),

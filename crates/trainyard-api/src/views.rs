@@ -63,6 +63,9 @@ view! {
         pub deleted: bool,
         pub placement: PlacementView,
         pub queue: Option<QueueView>,
+        /// While its attempt is admitted and starting: what it waits for, in its backend's words (a cluster's
+        /// scheduler finding no room, an image being pulled). Null otherwise, and until the backend says.
+        pub starting: Option<StartingView>,
         /// Null for a task stored before demands were kept.
         pub demand: Option<DemandView>,
         "statusSinceMs" pub status_since_ms: i64 => Millis,
@@ -153,6 +156,14 @@ view! {
     }
 }
 
+view! {
+    /// What a starting task's attempt waits for, as its backend said it last, and since when.
+    pub struct StartingView as "StartingWait" {
+        pub reason: String,
+        "sinceMs" pub since_ms: i64 => Millis,
+    }
+}
+
 /// The placement the control loop stored with the task (null when there is none), passed on as
 /// stored; its schema is written here, so a change of the stored form fails the OpenAPI test until the
 /// document says so too.
@@ -227,6 +238,11 @@ pub(crate) fn task_view(state: &AppState, t: &TaskRecord, spec: Spec) -> TaskVie
     } else {
         None
     };
+    let starting = if matches!(t.status, Status::Admitted | Status::Starting | Status::Prechecking) {
+        state.starts.get(&t.id, t.attempt).map(|w| StartingView { reason: w.reason, since_ms: w.since_ms })
+    } else {
+        None
+    };
     TaskView {
         id: t.id.clone(),
         name: t.name.clone(),
@@ -244,6 +260,7 @@ pub(crate) fn task_view(state: &AppState, t: &TaskRecord, spec: Spec) -> TaskVie
         deleted: t.deleted,
         placement: PlacementView(serde_json::from_str(&t.placement).unwrap_or(Value::Null)),
         queue,
+        starting,
         demand: t.demand.as_ref().map(DemandView::of),
         status_since_ms: t.status_since_ms,
         run_started_at_ms: t.run_started_at_ms,

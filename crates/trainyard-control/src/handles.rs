@@ -87,6 +87,47 @@ impl IdHasher {
     }
 }
 
+/// What each starting task waits for, in its backend's words (a cluster's scheduler with no room, a pull):
+/// the backend's [`trainyard_runtime::Observation::Waiting`], kept while the attempt it was said of starts.
+#[derive(Debug, Clone, Default)]
+pub struct StartBoard(Arc<std::sync::RwLock<HashMap<String, StartWait>>>);
+
+/// One starting attempt's wait.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartWait {
+    pub attempt: i64,
+    pub reason: String,
+    /// When the backend first said this reason (the control loop's clock, ms).
+    pub since_ms: i64,
+}
+
+impl StartBoard {
+    /// The wait of `task_id`'s attempt `attempt`, if it has one.
+    pub fn get(&self, task_id: &str, attempt: i64) -> Option<StartWait> {
+        let board = self.0.read().unwrap_or_else(|e| e.into_inner());
+        board.get(task_id).filter(|w| w.attempt == attempt).cloned()
+    }
+
+    pub(crate) fn set(&self, task_id: &str, attempt: i64, reason: &str, now_ms: i64) {
+        let mut board = self.0.write().unwrap_or_else(|e| e.into_inner());
+        match board.get_mut(task_id) {
+            Some(w) if w.attempt == attempt && w.reason == reason => {}
+            _ => {
+                board.insert(
+                    task_id.to_owned(),
+                    StartWait { attempt, reason: reason.to_owned(), since_ms: now_ms },
+                );
+            }
+        }
+    }
+
+    /// The attempt started or ended: it waits no more.
+    pub(crate) fn clear(&self, task_id: &str) {
+        let mut board = self.0.write().unwrap_or_else(|e| e.into_inner());
+        board.remove(task_id);
+    }
+}
+
 impl QueueBoard {
     pub fn get(&self, task_id: &str) -> Option<QueueInfo> {
         self.0.read().unwrap_or_else(|e| e.into_inner()).get(task_id).cloned()

@@ -111,6 +111,7 @@ impl<B: Backend> Control<B> {
             owner: t.owner.clone(),
             task,
             replicas: placement.replicas.clone(),
+            option: placement.option,
             registry_logins: std::sync::Arc::new(registry_logins),
             catalog,
         }))

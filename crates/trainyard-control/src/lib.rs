@@ -56,7 +56,7 @@ mod writer;
 pub use accounts::{AccountChange, AccountsHandle, QueuedWork, RunningWork, WorkChoice};
 pub use clock::{Clock, ManualClock, Sources, SystemClock};
 pub use error::{CommandError, SubmitError};
-pub use handles::{Arrivals, CatalogHandle, QueueBoard, QueueInfo, SnapshotBoard};
+pub use handles::{Arrivals, CatalogHandle, QueueBoard, QueueInfo, SnapshotBoard, StartBoard, StartWait};
 pub use ids::Ids;
 pub use report::{Phases, TickReport};
 pub use submit::{Submitter, validate};
@@ -88,6 +88,8 @@ pub struct Control<B> {
     secrets: SecretBox,
     /// The last wait of every queued task, shared with readers (the API) so they never wait for a tick.
     waits: QueueBoard,
+    /// Starting tasks' waits, as their backends say them.
+    starts: StartBoard,
     /// Tasks created by this process since the last tick.
     arrivals: Arrivals,
     /// The buffer [`Arrivals`] fills while the other is drained (see [`Arrivals::swap`]); empty between ticks.
@@ -162,6 +164,7 @@ impl<B: Backend> Control<B> {
             config,
             secrets,
             waits: QueueBoard::default(),
+            starts: StartBoard::default(),
             arrivals: Arrivals::default(),
             arrived: Vec::new(),
             specs: SpecInterner::default(),
@@ -223,6 +226,11 @@ impl<B: Backend> Control<B> {
     /// A handle on the queue positions and wait reasons, for readers that must not wait for the loop.
     pub fn queue_board(&self) -> QueueBoard {
         self.waits.clone()
+    }
+
+    /// A handle on what starting tasks wait for, as their backends say it.
+    pub fn start_board(&self) -> StartBoard {
+        self.starts.clone()
     }
 
     pub fn store(&self) -> &Store {

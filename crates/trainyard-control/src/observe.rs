@@ -18,6 +18,18 @@ impl<B: Backend> Control<B> {
             return Ok(true);
         }
         let status = t.status;
+        match obs {
+            Observation::Waiting { message, .. } => {
+                if matches!(status, Status::Admitted | Status::Starting | Status::Prechecking) {
+                    self.starts.set(&t.id, t.attempt, message, now_ms);
+                }
+                return Ok(true);
+            }
+            Observation::Started { .. } | Observation::Finished { .. } | Observation::Stopped { .. } => {
+                self.starts.clear(&t.id);
+            }
+            _ => {}
+        }
         let cause = if policy::needs_stop_cause(status, obs) {
             Some(self.recorded_stop_cause(&t).await?)
         } else {

@@ -33,54 +33,7 @@ pub enum TrustError {
     BadCertificate { path: PathBuf, n: usize, why: String },
 }
 
-/// A network in CIDR notation (`10.1.0.0/16`, `fd00::/8`, or one address).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Net {
-    addr: IpAddr,
-    prefix_len: u8,
-}
-
-impl Net {
-    /// Parses `ADDR/LEN` or a single address.
-    pub fn parse(s: &str) -> Result<Net, String> {
-        let (addr, len) = s.trim().split_once('/').map_or((s.trim(), None), |(a, l)| (a, Some(l)));
-        let addr: IpAddr =
-            addr.parse().map_err(|_| format!("{s:?} is not an address or ADDR/LEN network"))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix_len = match len {
-            None => max,
-            Some(l) => l
-                .parse::<u8>()
-                .ok()
-                .filter(|l| *l <= max)
-                .ok_or_else(|| format!("{s:?}: the prefix length must be a number from 0 to {max}"))?,
-        };
-        Ok(Net { addr, prefix_len })
-    }
-
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = canonical(ip);
-        match (self.addr, ip) {
-            (IpAddr::V4(n), IpAddr::V4(a)) => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix_len)).unwrap_or(0);
-                u32::from(n) & mask == u32::from(a) & mask
-            }
-            (IpAddr::V6(n), IpAddr::V6(a)) => {
-                let mask = u128::MAX.checked_shl(128 - u32::from(self.prefix_len)).unwrap_or(0);
-                u128::from(n) & mask == u128::from(a) & mask
-            }
-            _ => false,
-        }
-    }
-}
-
-impl std::fmt::Display for Net {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix_len)
-    }
-}
-
-pub use trainyard_core::netaddr::{canonical, restricted};
+pub use trainyard_core::netaddr::{Net, canonical, restricted};
 
 /// This machine's own addresses (a webhook there is the server's own machine, whatever range it is in).
 #[allow(clippy::disallowed_methods)] // Webhook delivery is the shell: it reads the machine's addresses.

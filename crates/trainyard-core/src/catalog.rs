@@ -2,6 +2,7 @@
 //! storage, labels). Validation and demand read it; they never change it. Until the server exists the CLI
 //! loads it from a YAML file.
 
+use crate::kube_names;
 use crate::string_enum;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -110,6 +111,10 @@ pub struct Pool {
     /// pool's own): every pod of the pool tolerates these. The local backend has no taints.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
+    /// On Kubernetes, the node labels every pod of the pool asks for (`nodeSelector`), so its pods land only on
+    /// the pool's nodes whatever else the cluster runs. The local backend has no node labels.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
 }
 
 /// A Kubernetes toleration, as a pod spec writes it.
@@ -168,6 +173,33 @@ pub struct InstanceSpec {
     pub gpus: u32,
     pub vcpus: u32,
     pub memory_mib: u64,
+    /// On Kubernetes, the extended resource a pod requests its GPUs as: `nvidia.com/gpu` when not given;
+    /// `amd.com/gpu`, a MIG slice (`nvidia.com/mig-1g.10gb`) or another device plugin's name otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_resource: Option<String>,
+    /// On Kubernetes, other extended resources each unit of the spec takes (`rdma/hca_shared_devices_a: 1`,
+    /// `vpc.amazonaws.com/efa: 4`), requested with the GPUs: a replica of `countPerNode` units asks for as
+    /// many times these.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra_resources: BTreeMap<String, u64>,
+    /// On Kubernetes, node labels the spec's pods ask for beside their pool's (`nvidia.com/gpu.product`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// On Kubernetes, taints the spec's pods tolerate beside their pool's. A GPU spec's pods always tolerate
+    /// its GPU resource's own taint (`nvidia.com/gpu` with any value, `NoSchedule`), as GPU node pools are
+    /// tainted so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+}
+
+/// The GPU resource name a spec does not name.
+pub const DEFAULT_GPU_RESOURCE: &str = "nvidia.com/gpu";
+
+impl InstanceSpec {
+    /// The extended resource its GPUs are requested as.
+    pub fn gpu_resource(&self) -> &str {
+        self.gpu_resource.as_deref().unwrap_or(DEFAULT_GPU_RESOURCE)
+    }
 }
 
 /// A node's raw capacity.
@@ -238,6 +270,14 @@ pub struct Image {
     /// local backend pulls and a cluster's pods run. Without it, a cluster runs the image by its name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference: Option<String>,
+    /// On Kubernetes, the user id the image's programs run as (not root): its pods then run as that user with
+    /// every capability dropped, which Pod Security's `restricted` level admits. Without it they run as the
+    /// image says, as `baseline` admits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as_user: Option<u32>,
+    /// The group id with `runAsUser` (its files on volumes are the group's); the image's own when not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as_group: Option<u32>,
     /// Project groups that may use it; empty means every group. For [`HOST_IMAGE`] it is also who besides
     /// admins may use it at all (the server enforces that; empty means admins only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -368,11 +408,31 @@ impl Catalog {
     /// Every dangling reference and impossible shape in the catalog itself.
     pub fn check(&self) -> Vec<String> {
         let mut out = Vec::new();
-        for (name, p) in &self.pools {
-            for (i, t) in p.tolerations.iter().enumerate() {
-                out.extend(
-                    t.problems().into_iter().map(|why| format!("pool {name}: tolerations[{i}]: {why}")),
-                );
+        let placement =
+            self.pools.iter().map(|(n, p)| (format!("pool {n}"), &p.tolerations, &p.node_selector));
+        let placement = placement.chain(
+            self.instance_specs
+                .iter()
+                .map(|(n, s)| (format!("instance spec {n}"), &s.tolerations, &s.node_selector)),
+        );
+        for (what, tolerations, selector) in placement {
+            for (i, t) in tolerations.iter().enumerate() {
+                out.extend(t.problems().into_iter().map(|why| format!("{what}: tolerations[{i}]: {why}")));
+            }
+            for (k, v) in selector {
+                if !kube_names::is_label_key(k) || !kube_names::is_label_value(v) {
+                    out.push(format!("{what}: nodeSelector {k}={v:?} is not a valid Kubernetes label"));
+                }
+            }
+        }
+        for (name, i) in &self.images {
+            if i.run_as_user == Some(0) {
+                out.push(format!(
+                    "image {name}: runAsUser 0 is root; leave it out for an image that runs as root"
+                ));
+            }
+            if i.run_as_group.is_some() && i.run_as_user.is_none() {
+                out.push(format!("image {name}: runAsGroup goes with runAsUser"));
             }
         }
         for (name, c) in &self.clusters {
@@ -437,6 +497,26 @@ impl Catalog {
             }
             if s.vcpus == 0 || s.memory_mib == 0 {
                 out.push(format!("instance spec {name}: vcpus and memoryMib must be positive"));
+            }
+            if let Some(r) = &s.gpu_resource {
+                if s.gpus == 0 {
+                    out.push(format!("instance spec {name}: gpuResource {r:?} on a spec without GPUs"));
+                }
+                if let Some(why) = kube_names::extended_resource_problem(r) {
+                    out.push(format!("instance spec {name}: gpuResource: {why}"));
+                }
+            }
+            for (r, n) in &s.extra_resources {
+                if let Some(why) = kube_names::extended_resource_problem(r) {
+                    out.push(format!("instance spec {name}: extraResources: {why}"));
+                } else if r == s.gpu_resource() && s.gpus > 0 {
+                    out.push(format!(
+                        "instance spec {name}: extraResources: {r:?} is the spec's GPUs (gpus)"
+                    ));
+                }
+                if *n == 0 {
+                    out.push(format!("instance spec {name}: extraResources: {r:?} must be at least 1"));
+                }
             }
         }
         for (name, n) in &self.nodes {

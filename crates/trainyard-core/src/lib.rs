@@ -12,6 +12,7 @@ pub mod demand;
 pub mod failure;
 mod grammar;
 pub mod image_ref;
+pub mod kube_names;
 pub mod lifecycle;
 pub mod netaddr;
 pub mod parse;

@@ -5,13 +5,21 @@ use trainyard_core::demand::{DemandError, Resources, Role, demand, demand_option
 use trainyard_core::spec::{InstanceSpecChoice, RayHead, RaySettings, TaskSpec, TaskType};
 
 fn specs(name: &str) -> Option<&'static InstanceSpec> {
-    static A100: InstanceSpec =
-        InstanceSpec { kind: InstanceKind::Gpu, gpu_model: None, gpus: 1, vcpus: 12, memory_mib: 100 * 1024 };
-    static CPU: InstanceSpec =
-        InstanceSpec { kind: InstanceKind::Cpu, gpu_model: None, gpus: 0, vcpus: 16, memory_mib: 64 * 1024 };
+    static SPECS: std::sync::LazyLock<[InstanceSpec; 2]> = std::sync::LazyLock::new(|| {
+        [
+            InstanceSpec {
+                kind: InstanceKind::Gpu,
+                gpus: 1,
+                vcpus: 12,
+                memory_mib: 100 * 1024,
+                ..Default::default()
+            },
+            InstanceSpec { kind: InstanceKind::Cpu, vcpus: 16, memory_mib: 64 * 1024, ..Default::default() },
+        ]
+    });
     match name {
-        "a100" => Some(&A100),
-        "cpu" => Some(&CPU),
+        "a100" => Some(&SPECS[0]),
+        "cpu" => Some(&SPECS[1]),
         _ => None,
     }
 }

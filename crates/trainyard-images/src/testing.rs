@@ -224,15 +224,13 @@ pub fn push_to(
     layers: &[(&str, Vec<u8>)],
     config: serde_json::Value,
 ) -> String {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = Client::new(ClientConfig { protocol: ClientProtocol::Http, ..ClientConfig::default() });
-    push_with(&client, &RegistryAuth::Anonymous, host, repo, tag, layers, config)
+    push_to_as(host, None, repo, tag, layers, config)
 }
 
-/// Pushes an image as [`push_to`] does, to a plain-HTTP registry that needs a login (`user`, `password`).
-pub fn push_to_with_login(
+/// Pushes an image as [`push_to`] does, with a login (`user`, `password`) where the registry needs one.
+pub fn push_to_as(
     host: &str,
-    (user, password): (&str, &str),
+    login: Option<(&str, &str)>,
     repo: &str,
     tag: &str,
     layers: &[(&str, Vec<u8>)],
@@ -240,7 +238,8 @@ pub fn push_to_with_login(
 ) -> String {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client = Client::new(ClientConfig { protocol: ClientProtocol::Http, ..ClientConfig::default() });
-    let auth = RegistryAuth::Basic(user.to_owned(), password.to_owned());
+    let auth =
+        login.map_or(RegistryAuth::Anonymous, |(u, p)| RegistryAuth::Basic(u.to_owned(), p.to_owned()));
     push_with(&client, &auth, host, repo, tag, layers, config)
 }
 
@@ -308,7 +307,6 @@ pub fn files_layer(files: &[(&str, &[u8], u32)]) -> Vec<u8> {
     owned_files_layer(&owned)
 }
 
-/// A layer of files (`path`, contents, mode, owner's uid and gid).
 /// A layer of directories with their modes (`tmp` with 0o1777, say), owned by root.
 pub fn dirs_layer(dirs: &[(&str, u32)]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
@@ -323,6 +321,7 @@ pub fn dirs_layer(dirs: &[(&str, u32)]) -> Vec<u8> {
     b.into_inner().unwrap()
 }
 
+/// A layer of files (`path`, contents, mode, owner's uid and gid).
 pub fn owned_files_layer(files: &[(&str, &[u8], u32, u64)]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
     for (p, data, mode, uid) in files {

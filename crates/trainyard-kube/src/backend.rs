@@ -60,6 +60,11 @@ pub struct KubeConfig {
     /// `waitForPodsReady`); past it the attempt ends with the cluster's reason (unschedulable, a claim that does
     /// not exist, Pod Security, a container that cannot be made), its quota freed. 0: no deadline.
     pub start_deadline_s: u64,
+    /// Pods get the PriorityClass of their resource type (`objects::priority_class`); the classes are made at
+    /// the first launch.
+    pub priority_classes: bool,
+    /// Each attempt's NetworkPolicy lets in only its own pods and these peers; None: no policy.
+    pub network_policy: Option<Vec<objects::Peer>>,
     /// Where the attempts' logs and metrics are kept (they outlive the pods).
     pub data_dir: PathBuf,
 }
@@ -76,6 +81,8 @@ impl Default for KubeConfig {
             grace_s: 5,
             node_grace_s: 60,
             start_deadline_s: 600,
+            priority_classes: true,
+            network_policy: Some(Vec::new()),
             data_dir: std::env::temp_dir().join("trainyard-kube"),
         }
     }
@@ -90,6 +97,8 @@ impl KubeConfig {
             gang: self.gang.clone(),
             images: self.images.clone(),
             grace_s: self.grace_s,
+            priority_classes: self.priority_classes,
+            network_policy: self.network_policy.clone(),
             ..KubeSettings::default()
         }
     }
@@ -113,6 +122,8 @@ struct Inner {
     kinds: Vec<JobKind>,
     /// Namespaces known to exist.
     namespaces: Mutex<HashSet<String>>,
+    /// The PriorityClasses exist (made at the first launch that needs them).
+    priority_classes_made: std::sync::atomic::AtomicBool,
     writes: tokio::sync::Semaphore,
     watches: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Requests sent to the API server outside the watches (applies, deletions, reads).
@@ -193,6 +204,7 @@ impl KubeBackend {
             }
         }
         let (node_grace_s, start_deadline_s) = (cfg.node_grace_s, cfg.start_deadline_s);
+        let kueue = matches!(cfg.gang, objects::Gang::Kueue { .. });
         let store = capture::Store::new(cfg.data_dir.join("attempts"));
         let inner = Arc::new(Inner {
             client,
@@ -200,10 +212,12 @@ impl KubeBackend {
             state: Mutex::new(State {
                 node_grace_ms: node_grace_s * 1000,
                 start_deadline_ms: start_deadline_s.saturating_mul(1000),
+                kueue,
                 ..State::default()
             }),
             kinds,
             namespaces: Mutex::new(HashSet::new()),
+            priority_classes_made: std::sync::atomic::AtomicBool::new(false),
             writes: tokio::sync::Semaphore::new(MAX_WRITES),
             watches: Mutex::new(Vec::new()),
             requests: std::sync::atomic::AtomicU64::new(0),

@@ -79,40 +79,7 @@ pub fn label_value(s: &str) -> String {
     if head.is_empty() { hash } else { format!("{head}-{hash}") }
 }
 
-/// A valid label value: at most 63 characters, alphanumerics with `-_.` inside, or empty.
-pub fn is_label_value(v: &str) -> bool {
-    v.is_empty() || is_label_name(v)
-}
-
-fn is_label_name(n: &str) -> bool {
-    let b = n.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(c))
-}
-
-/// A valid label key: `[prefix/]name`, the prefix a DNS subdomain.
-pub fn is_label_key(k: &str) -> bool {
-    match k.split_once('/') {
-        Some((prefix, name)) => is_dns_subdomain(prefix) && is_label_name(name),
-        None => is_label_name(k),
-    }
-}
-
-/// A DNS-1123 subdomain (object names such as a PVC's): lowercase alphanumerics, `-` and `.`, at most 253.
-pub fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253
-        && s.split('.').all(|part| {
-            let b = part.as_bytes();
-            !b.is_empty()
-                && b.len() <= 63
-                && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-                && (b[b.len() - 1].is_ascii_lowercase() || b[b.len() - 1].is_ascii_digit())
-                && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        })
-}
+pub use trainyard_core::kube_names::{is_dns_subdomain, is_label_key, is_label_value};
 
 pub(super) fn collapse_dashes(s: &str) -> String {
     let mut out = String::with_capacity(s.len());

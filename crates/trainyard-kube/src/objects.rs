@@ -29,7 +29,7 @@ pub use super::names::{
 use super::names::{collapse_dashes, fnv1a};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use trainyard_core::spec::{CheckpointSignal, TaskSpec, TaskType};
+use trainyard_core::spec::{CheckpointSignal, ResourceType, TaskSpec, TaskType};
 use trainyard_runtime::{AttemptKey, LaunchSpec, ReplicaPlan};
 
 /// The longest job name: KubeRay refuses RayJob names over 47 characters (`MaxRayJobNameLength`, its
@@ -45,6 +45,11 @@ pub const RUNTIME_DIR: &str = trainyard_runtime::replica::RUNTIME_DIR;
 pub const MASTER_PORT: u16 = trainyard_runtime::replica::MASTER_PORT;
 /// Where the SSH Secret is mounted.
 pub const SSH_DIR: &str = "/etc/trainyard/ssh";
+/// Where sshd's host key and the authorized key are copied for an image that runs as a user of its own (the
+/// Secret's files are root's), in the replica's runtime dir.
+pub const SSH_USER_DIR: &str = "/run/trainyard/sshd";
+/// sshd's port in pods of an image that runs as a user of its own: without capabilities, not below 1024.
+pub const SSH_USER_PORT: u16 = 2222;
 
 /// How long a RayJob's Ray cluster stays after its entrypoint ended (when debug retention does not keep it
 /// longer), so that the driver's last output is read from the head's dashboard before the head goes.
@@ -86,6 +91,74 @@ pub struct KubeSettings {
     /// logs and for debugging (running ones are deleted when the job ends: `cleanPodPolicy: Running`); 0
     /// deletes every pod when the job ends (`cleanPodPolicy: All`).
     pub keep_finished_s: u32,
+    /// Pods get the PriorityClass of their task's resource type ([`priority_class`]).
+    pub priority_classes: bool,
+    /// Each attempt gets a NetworkPolicy letting into its pods only its own pods and these ([`network_policy`]);
+    /// None: no policy.
+    pub network_policy: Option<Vec<Peer>>,
+}
+
+/// Who besides an attempt's own pods may open connections to them, where its NetworkPolicy is enforced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Peer {
+    /// Every pod of a namespace (KubeRay's operator, which submits a RayJob's entrypoint to its head; a
+    /// monitoring stack).
+    Namespace(String),
+    /// Addresses in a range (the API server's, whose pod proxy the log and metrics followers use).
+    Cidr(String),
+}
+
+impl std::str::FromStr for Peer {
+    type Err = String;
+    /// `namespace:NAME` or a CIDR (`10.0.0.0/24`, `fd00::/64`).
+    fn from_str(s: &str) -> Result<Peer, String> {
+        if let Some(ns) = s.strip_prefix("namespace:") {
+            return if is_dns_subdomain(ns) && !ns.contains('.') && ns.len() <= 63 {
+                Ok(Peer::Namespace(ns.to_owned()))
+            } else {
+                Err(format!("{ns:?} is not a namespace name"))
+            };
+        }
+        match trainyard_core::netaddr::Net::parse(s) {
+            Ok(_) => Ok(Peer::Cidr(s.to_owned())),
+            Err(_) => Err(format!("{s:?} is neither namespace:NAME nor a CIDR (10.0.0.0/24)")),
+        }
+    }
+}
+
+/// The PriorityClass of a task's pods, by its resource type: the order in which the cluster takes them when it
+/// must (the kubelet's evictions under node pressure, the cluster scheduler's preemptions for other workloads):
+/// capacity lent to the task (Idle, Spot) before capacity it pays for (Ondemand) before its reserved quota.
+/// Every class has `preemptionPolicy: Never`: Trainyard's scheduler preempts, never the cluster's on its behalf.
+pub fn priority_class(task: &TaskSpec) -> &'static str {
+    PRIORITY_CLASSES.iter().find(|(t, ..)| *t == task.compute.resource_type).map_or("trainyard-spot", |c| c.1)
+}
+
+/// (resource type, PriorityClass name, value). Below Kubernetes' own system classes (2 000 000 000) and the
+/// values clusters commonly give their critical add-ons, above the default 0 of pods without a class.
+pub const PRIORITY_CLASSES: [(ResourceType, &str, i32); 4] = [
+    (ResourceType::Reserved, "trainyard-reserved", 100_000),
+    (ResourceType::Ondemand, "trainyard-ondemand", 80_000),
+    (ResourceType::Spot, "trainyard-spot", 40_000),
+    (ResourceType::Idle, "trainyard-idle", 10_000),
+];
+
+/// The cluster-scoped PriorityClass objects the pods name (made once per server start).
+pub fn priority_class_objects() -> Vec<Value> {
+    PRIORITY_CLASSES
+        .iter()
+        .map(|(t, name, value)| {
+            json!({
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+                "value": value,
+                "globalDefault": false,
+                "preemptionPolicy": "Never",
+                "description": format!("Trainyard tasks on {} capacity", t.as_str()),
+            })
+        })
+        .collect()
 }
 
 impl Default for KubeSettings {
@@ -97,6 +170,8 @@ impl Default for KubeSettings {
             images: BTreeMap::new(),
             grace_s: 5,
             keep_finished_s: 600,
+            priority_classes: true,
+            network_policy: Some(Vec::new()),
         }
     }
 }
@@ -128,16 +203,25 @@ pub struct AttemptObjects {
     /// A headless `v1` Service publishing the master before it is ready, for the precheck (see
     /// [`precheck_service_name`]); None without a precheck.
     pub precheck_service: Option<Value>,
+    /// `networking.k8s.io/v1` NetworkPolicy: only the attempt's own pods (and the configured peers) reach its
+    /// pods ([`Ctx::network_policy`]); None when the settings ask for none.
+    pub network_policy: Option<Value>,
 }
 
 impl AttemptObjects {
     /// Every object, the job last (what it references exists when its pods start).
     pub fn all(&self) -> Vec<&Value> {
-        let mut v: Vec<&Value> =
-            [&self.pull_secret, &self.secret, &self.ssh_secret, &self.pod_group, &self.precheck_service]
-                .into_iter()
-                .flatten()
-                .collect();
+        let mut v: Vec<&Value> = [
+            &self.network_policy,
+            &self.pull_secret,
+            &self.secret,
+            &self.ssh_secret,
+            &self.pod_group,
+            &self.precheck_service,
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         v.push(&self.job);
         v
     }
@@ -259,7 +343,8 @@ pub fn attempt_objects(
         _ => None,
     };
     let precheck_service = ctx.precheck().map(|_| ctx.precheck_service());
-    Ok(AttemptObjects { job, secret, ssh_secret, pull_secret, pod_group, precheck_service })
+    let network_policy = s.network_policy.as_ref().map(|peers| ctx.network_policy(peers));
+    Ok(AttemptObjects { job, secret, ssh_secret, pull_secret, pod_group, precheck_service, network_policy })
 }
 
 /// The OCI reference of the task's image.
@@ -533,15 +618,27 @@ impl Ctx<'_> {
 
     fn ssh_secret(&self, k: &SshKeys) -> Value {
         let (_, names) = self.hostfiles();
+        // As root: port 22 and root's keys, as on the local backend. As the image's own user (an image the
+        // catalog gives a `runAsUser`, its pods without capabilities): sshd runs as that user on a port it may
+        // bind, with its host key and the authorized key copied where the user owns them
+        // ([`SSH_USER_DIR`]), and logins are as that user (the same on every replica).
+        let user = self.run_as_user().is_some();
+        let port = if user { SSH_USER_PORT } else { 22 };
+        let login = if user { String::new() } else { "  User root\n".to_owned() };
         let mut config = String::new();
         for n in &names {
             config.push_str(&format!(
-                "Host {n}\n  HostName {n}\n  Port 22\n  User root\n  IdentityFile ~/.ssh/id_ed25519\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+                "Host {n}\n  HostName {n}\n  Port {port}\n{login}  IdentityFile ~/.ssh/id_ed25519\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
             ));
         }
+        let (host_key, authorized) = if user {
+            (format!("{SSH_USER_DIR}/host_ed25519"), format!("{SSH_USER_DIR}/authorized_keys"))
+        } else {
+            (format!("{SSH_DIR}/host_ed25519"), "/root/.ssh/authorized_keys".to_owned())
+        };
         // The local backend's sshd settings, with the host key where the Secret is mounted.
         let sshd = format!(
-            "Port 22\nListenAddress 0.0.0.0\nHostKey {SSH_DIR}/host_ed25519\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\nAuthorizedKeysFile /root/.ssh/authorized_keys\nStrictModes no\nUsePAM no\nPidFile none\nSetEnv TRAINYARD_SSH=1\n"
+            "Port {port}\nListenAddress 0.0.0.0\nHostKey {host_key}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\nAuthorizedKeysFile {authorized}\nStrictModes no\nUsePAM no\nPidFile none\nSetEnv TRAINYARD_SSH=1\n"
         );
         let public = format!("{}\n", k.public_key.trim_end());
         let files: BTreeMap<&str, &str> = [
@@ -562,6 +659,35 @@ impl Ctx<'_> {
             "type": "Opaque",
             "metadata": self.metadata(&ssh_secret_name(self.name)),
             "data": data,
+        })
+    }
+
+    /// The attempt's NetworkPolicy: its pods take connections from each other (torchrun's rendezvous, NCCL,
+    /// SSH, Ray's GCS and object transfers) and from `peers`, and from nothing else: no pod of another task or
+    /// group reaches its Ray dashboard, GCS or sshd. What they open themselves is left alone (datasets,
+    /// registries, the internet, as the cluster allows). A CNI that enforces NetworkPolicy is the cluster's.
+    fn network_policy(&self, peers: &[Peer]) -> Value {
+        let key = &self.spec.key;
+        let own = json!({"matchLabels": {
+            MANAGED_BY_LABEL: MANAGED_BY,
+            INSTANCE_LABEL: label_value(&self.s.instance),
+            TASK_LABEL: label_value(&key.task_id),
+            ATTEMPT_LABEL: label_value(&key.attempt.to_string()),
+        }});
+        let mut from = vec![json!({"podSelector": own})];
+        for p in peers {
+            from.push(match p {
+                Peer::Namespace(ns) => {
+                    json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}})
+                }
+                Peer::Cidr(c) => json!({"ipBlock": {"cidr": c}}),
+            });
+        }
+        json!({
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": self.metadata(self.name),
+            "spec": {"podSelector": own, "policyTypes": ["Ingress"], "ingress": [{"from": from}]},
         })
     }
 

@@ -72,6 +72,7 @@ fn spec(kind: &str, workers: u32, extra: serde_json::Value) -> LaunchSpec {
         owner: "alice".into(),
         task,
         replicas,
+        option: 0,
         catalog: Arc::new(catalog),
         registry_logins: Default::default(),
     }
@@ -121,6 +122,43 @@ fn env_of(c: &Value) -> BTreeMap<String, Value> {
 
 fn template<'a>(job: &'a Value, kind: &str) -> &'a Value {
     &job["spec"]["pytorchReplicaSpecs"][kind]["template"]
+}
+
+/// The first pod template of a PyTorchJob or a RayJob.
+fn template_any(job: &Value) -> &Value {
+    if job["kind"] == "RayJob" {
+        &job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]
+    } else {
+        template(job, "Master")
+    }
+}
+
+/// `spec("PyTorchJob", 1, {})` against another catalog.
+fn spec_with_catalog(catalog: Catalog) -> LaunchSpec {
+    LaunchSpec { catalog: Arc::new(catalog), ..spec("PyTorchJob", 1, json!({})) }
+}
+
+/// Asserts that a job passes its operator's CRD schema (`pytorchjob` or `rayjob`).
+fn validate(kind: &str, job: &Value) {
+    let file = if kind == "rayjob" { "ray.io_rayjobs.yaml" } else { "kubeflow.org_pytorchjobs.yaml" };
+    let problems = crd(file).problems(job);
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+/// Standard base64, back to bytes.
+fn decode64(text: &str) -> Vec<u8> {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in text.bytes().filter(|c| *c != b'=') {
+        acc = acc << 6 | ALPHABET.iter().position(|a| *a == c).expect("a base64 character") as u32;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    out
 }
 
 fn affinity_nodes(t: &Value) -> Vec<&str> {
@@ -318,11 +356,13 @@ fn pytorchjob_of_a_master_and_two_workers_on_two_nodes() {
     assert_eq!(ssh["data"]["host_ed25519"], base64(keys().host_key.as_bytes()));
     let wrapper = template(job, "Worker")["spec"]["containers"][0]["command"][2].as_str().unwrap();
     assert!(wrapper.contains(&format!(
-        "printf '%s\\n' '{name}-master-0 slots=2' '{name}-worker-0 slots=2' '{name}-worker-1 slots=2' > /root/hostfile"
+        "printf '%s\\n' '{name}-master-0 slots=2' '{name}-worker-0 slots=2' '{name}-worker-1 slots=2' > \"$home/hostfile\""
     )), "{wrapper}");
+    assert!(wrapper.contains("home=/root\n"), "{wrapper}");
     assert!(
-        wrapper
-            .contains(&format!("{name}-master-0 {name}-worker-0 {name}-worker-1 > /root/hostfile.hostname"))
+        wrapper.contains(&format!(
+            "{name}-master-0 {name}-worker-0 {name}-worker-1 > \"$home/hostfile.hostname\""
+        ))
     );
     assert!(wrapper.contains("/usr/sbin/sshd -f /etc/trainyard/ssh/sshd_config"));
     assert!(o.pod_group.is_none());
@@ -342,7 +382,9 @@ fn a_plain_pytorchjob_has_no_extras() {
     assert!(!pod["containers"][0]["command"][2].as_str().unwrap().contains("sshd"));
     // One process per replica of 2 GPUs unless the task says otherwise: the GPU count.
     assert_eq!(o.job["spec"]["nprocPerNode"], "2");
-    assert_eq!(o.all().len(), 1);
+    // The job and its NetworkPolicy, nothing else.
+    assert_eq!(o.all().len(), 2);
+    assert!(o.network_policy.is_some());
 }
 
 #[test]
@@ -745,10 +787,17 @@ fn the_schema_check_catches_broken_objects() {
 fn the_generated_shell_scripts_parse() {
     let o = attempt_objects(&pytorch_spec(), &settings(), Some(&keys())).unwrap();
     let pod = &template(&o.job, "Worker")["spec"];
+    // And the wrapper of an image that runs as a user of its own.
+    let mut user = pytorch_spec();
+    let mut catalog = (*user.catalog).clone();
+    catalog.images.get_mut("cuda").unwrap().run_as_user = Some(1000);
+    user.catalog = Arc::new(catalog);
+    let u = attempt_objects(&user, &settings(), Some(&keys())).unwrap();
     let scripts = [
         &pod["containers"][0]["command"][2],
         &pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][2],
         &pod["initContainers"][0]["command"][2],
+        &template(&u.job, "Worker")["spec"]["containers"][0]["command"][2],
     ];
     for script in scripts {
         let script = script.as_str().unwrap();
@@ -800,13 +849,15 @@ fn the_pre_stop_hooks_lines_are_the_checkpoint_events() {
     }
 }
 
-/// A pool's tolerations (its nodes' taints, as the catalog says) are on every pod of the pool, and a pool
-/// without any gives pods none.
+/// A pool's tolerations (its nodes' taints, as the catalog says) are on every pod of the pool; a GPU pod
+/// tolerates its GPU resource's taint whatever the catalog says (GPU node pools are tainted so), once.
 #[test]
 fn a_pools_tolerations_are_on_each_of_its_pods() {
     let mut spec = spec("PyTorchJob", 1, json!({}));
+    let gpu_taint = json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"});
     let o = attempt_objects(&spec, &settings(), Some(&keys())).unwrap();
-    assert!(template(&o.job, "Master")["spec"].get("tolerations").is_none());
+    assert_eq!(template(&o.job, "Master")["spec"]["tolerations"], json!([gpu_taint]));
+    assert!(template(&o.job, "Master")["spec"].get("nodeSelector").is_none());
     let mut catalog = (*spec.catalog).clone();
     catalog.pools.get_mut("gpu").unwrap().tolerations = serde_json::from_value(json!([
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
@@ -816,13 +867,308 @@ fn a_pools_tolerations_are_on_each_of_its_pods() {
     assert!(catalog.check().is_empty(), "{:?}", catalog.check());
     spec.catalog = Arc::new(catalog);
     let o = attempt_objects(&spec, &settings(), Some(&keys())).unwrap();
-    let want = json!([
-        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-        {"key": "dedicated", "value": "ml"},
-    ]);
+    let want = json!([gpu_taint, {"key": "dedicated", "value": "ml"}]);
     for role in ["Master", "Worker"] {
         assert_eq!(template(&o.job, role)["spec"]["tolerations"], want, "{role}");
     }
+}
+
+/// Issue 32: a spec's GPU resource name (AMD, a MIG slice), its extra resources per unit (RDMA, EFA), and the
+/// node selectors and tolerations of its pool and of itself, on every pod; a CPU pod tolerates no GPU taint.
+#[test]
+fn a_specs_gpu_resource_extra_resources_and_node_terms_are_on_its_pods() {
+    let mut spec = pytorch_spec();
+    let mut catalog = (*spec.catalog).clone();
+    let pool = catalog.pools.get_mut("gpu").unwrap();
+    pool.node_selector = [("trainyard.dev/pool".to_owned(), "gpu".to_owned())].into();
+    pool.tolerations = serde_json::from_value(json!([{"key": "dedicated", "value": "ml"}])).unwrap();
+    let a100 = catalog.instance_specs.get_mut("a100.1").unwrap();
+    a100.gpu_resource = Some("amd.com/gpu".into());
+    a100.extra_resources =
+        [("rdma/hca_shared_devices_a".to_owned(), 1), ("vpc.amazonaws.com/efa".to_owned(), 2)].into();
+    a100.node_selector = [("amd.com/gpu.product".to_owned(), "MI300X".to_owned())].into();
+    a100.tolerations = serde_json::from_value(json!([{"key": "amd.com/gpu", "operator": "Exists"}])).unwrap();
+    assert!(catalog.check().is_empty(), "{:?}", catalog.check());
+    spec.catalog = Arc::new(catalog);
+    let o = attempt_objects(&spec, &settings(), Some(&keys())).unwrap();
+    for role in ["Master", "Worker"] {
+        let pod = &template(&o.job, role)["spec"];
+        let main = &pod["containers"][0];
+        // countPerNode 2: two units, so twice the extra resources; the GPUs are the plan's.
+        let want = json!({"cpu": "16", "memory": "131072Mi", "amd.com/gpu": "2",
+                          "rdma/hca_shared_devices_a": "2", "vpc.amazonaws.com/efa": "4"});
+        assert_eq!(main["resources"]["requests"], want, "{role}");
+        assert_eq!(main["resources"]["limits"], want, "{role}");
+        assert!(main["resources"]["requests"].get("nvidia.com/gpu").is_none());
+        assert_eq!(
+            pod["nodeSelector"],
+            json!({"trainyard.dev/pool": "gpu", "amd.com/gpu.product": "MI300X"})
+        );
+        assert_eq!(
+            pod["tolerations"],
+            json!([
+                {"key": "dedicated", "value": "ml"},
+                {"key": "amd.com/gpu", "operator": "Exists"},
+                {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            ]),
+            "{role}"
+        );
+        // The precheck's init container asks for the same devices (it runs on them).
+        assert_eq!(pod["initContainers"][0]["resources"]["requests"], want, "{role}");
+    }
+    validate("pytorchjob", &o.job);
+
+    // A CPU spec: no GPU resource, no GPU toleration.
+    let cpu = Catalog::from_yaml(&CATALOG.replace(
+        "a100.1: {kind: GPU, gpuModel: A100, gpus: 1, vcpus: 8, memoryMib: 65536}",
+        "a100.1: {kind: CPU, vcpus: 8, memoryMib: 65536}",
+    ))
+    .unwrap();
+    let mut spec = spec_with_catalog(cpu);
+    for r in &mut spec.replicas {
+        r.resources.gpus = 0;
+    }
+    let o = attempt_objects(&spec, &settings(), Some(&keys())).unwrap();
+    let pod = &template(&o.job, "Master")["spec"];
+    assert!(pod.get("tolerations").is_none(), "{pod}");
+    assert_eq!(pod["containers"][0]["resources"]["requests"], json!({"cpu": "16", "memory": "131072Mi"}));
+}
+
+/// What the catalog refuses of the Kubernetes fields: a GPU resource on a CPU spec or in Kubernetes' own
+/// domain, an unqualified extra resource, a zero count, a selector that is not a label, a root runAsUser.
+#[test]
+fn the_catalog_refuses_what_a_cluster_would() {
+    let bad = CATALOG
+        .replace(
+            "a100.1: {kind: GPU, gpuModel: A100, gpus: 1, vcpus: 8, memoryMib: 65536}",
+            "a100.1: {kind: GPU, gpuModel: A100, gpus: 1, vcpus: 8, memoryMib: 65536, gpuResource: kubernetes.io/gpu, \
+             extraResources: {efa: 1, rdma/hca: 0, nvidia.com/gpu: 1}, nodeSelector: {\"bad key!\": x}}, \
+             cpu.1: {kind: CPU, vcpus: 1, memoryMib: 1024, gpuResource: amd.com/gpu}",
+        )
+        .replace("images: {cuda: {torch: true}", "images: {cuda: {torch: true, runAsUser: 0}, plain: {runAsGroup: 5}");
+    let Err(trainyard_core::catalog::CatalogError::Inconsistent(problems)) = Catalog::from_yaml(&bad) else {
+        panic!("accepted: {bad}")
+    };
+    let text = problems.join("\n");
+    for want in [
+        "instance spec a100.1: gpuResource: \"kubernetes.io/gpu\" is in a domain Kubernetes keeps",
+        "instance spec a100.1: extraResources: \"efa\" is not an extended resource",
+        "instance spec a100.1: extraResources: \"rdma/hca\" must be at least 1",
+        "instance spec a100.1: nodeSelector bad key!=\"x\" is not a valid Kubernetes label",
+        "instance spec cpu.1: gpuResource \"amd.com/gpu\" on a spec without GPUs",
+        "image cuda: runAsUser 0 is root",
+        "image plain: runAsGroup goes with runAsUser",
+    ] {
+        assert!(text.contains(want), "{want}\nin:\n{text}");
+    }
+    // nvidia.com/gpu is not the spec's GPU resource here (kubernetes.io/gpu is), so it may be an extra one.
+    assert!(!text.contains("is the spec's GPUs"), "{text}");
+}
+
+/// Issue 32: every pod passes Pod Security `baseline` (no privilege, no host namespaces or paths, the runtime's
+/// seccomp profile); an image the catalog gives a user of its own passes `restricted` too: non-root, every
+/// capability dropped, no privilege escalation, and SSH as that user on a port it may bind.
+#[test]
+fn pods_pass_pod_security_baseline_and_restricted_where_the_image_has_a_user() {
+    /// What Pod Security's levels check of a pod spec, as far as Trainyard's pods could break them.
+    fn violations(pod: &Value, restricted: bool) -> Vec<String> {
+        let mut out = Vec::new();
+        for k in ["hostNetwork", "hostPID", "hostIPC"] {
+            if pod[k] == true {
+                out.push(k.to_owned());
+            }
+        }
+        for v in pod["volumes"].as_array().unwrap() {
+            let kind = v.as_object().unwrap().keys().find(|k| *k != "name").unwrap().clone();
+            if kind == "hostPath"
+                || (restricted
+                    && ![
+                        "emptyDir",
+                        "persistentVolumeClaim",
+                        "secret",
+                        "configMap",
+                        "projected",
+                        "downwardAPI",
+                        "csi",
+                        "ephemeral",
+                    ]
+                    .contains(&kind.as_str()))
+            {
+                out.push(format!("volume {kind}"));
+            }
+        }
+        let pod_sc = &pod["securityContext"];
+        if pod_sc["seccompProfile"]["type"] != "RuntimeDefault" {
+            out.push("seccompProfile".into());
+        }
+        let containers = pod["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain(pod["initContainers"].as_array().into_iter().flatten());
+        for c in containers {
+            let sc = &c["securityContext"];
+            if sc["privileged"] == true {
+                out.push("privileged".into());
+            }
+            if c.get("ports")
+                .into_iter()
+                .flat_map(|p| p.as_array().unwrap())
+                .any(|p| p.get("hostPort").is_some())
+            {
+                out.push("hostPort".into());
+            }
+            if let Some(add) = sc["capabilities"]["add"].as_array() {
+                out.push(format!("capabilities add {add:?}"));
+            }
+            if restricted {
+                if sc["allowPrivilegeEscalation"] != false {
+                    out.push(format!("{}: allowPrivilegeEscalation", c["name"]));
+                }
+                if sc["capabilities"]["drop"] != json!(["ALL"]) {
+                    out.push(format!("{}: capabilities drop ALL", c["name"]));
+                }
+                if pod_sc["runAsNonRoot"] != true && sc["runAsNonRoot"] != true {
+                    out.push(format!("{}: runAsNonRoot", c["name"]));
+                }
+                if pod_sc["runAsUser"] == 0 || sc["runAsUser"] == 0 {
+                    out.push(format!("{}: runAsUser 0", c["name"]));
+                }
+            }
+        }
+        out
+    }
+    let root = pytorch_spec();
+    let o = attempt_objects(&root, &settings(), Some(&keys())).unwrap();
+    for role in ["Master", "Worker"] {
+        let pod = &template(&o.job, role)["spec"];
+        assert_eq!(violations(pod, false), Vec::<String>::new(), "baseline {role}: {pod}");
+        assert!(!violations(pod, true).is_empty(), "a root image is not restricted");
+        assert_eq!(pod["containers"][0]["securityContext"], json!({"allowPrivilegeEscalation": false}));
+    }
+
+    let mut user = pytorch_spec();
+    let mut catalog = (*user.catalog).clone();
+    let cuda = catalog.images.get_mut("cuda").unwrap();
+    cuda.run_as_user = Some(1000);
+    cuda.run_as_group = Some(1000);
+    user.catalog = Arc::new(catalog);
+    let o = attempt_objects(&user, &settings(), Some(&keys())).unwrap();
+    for role in ["Master", "Worker"] {
+        let pod = &template(&o.job, role)["spec"];
+        assert_eq!(violations(pod, true), Vec::<String>::new(), "restricted {role}: {pod}");
+        assert_eq!(pod["securityContext"]["runAsUser"], 1000);
+        assert_eq!(pod["securityContext"]["fsGroup"], 1000);
+        let wrapper = pod["containers"][0]["command"][2].as_str().unwrap();
+        assert!(!wrapper.contains("/root/.ssh") && wrapper.contains("\"$home/.ssh\""), "{wrapper}");
+        assert!(wrapper.contains(SSH_USER_DIR) && !wrapper.contains("/run/sshd"), "{wrapper}");
+        let ssh = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "trainyard-ssh").unwrap();
+        assert_eq!(ssh["secret"]["defaultMode"], 0o444, "readable by the image's user");
+    }
+    validate("pytorchjob", &o.job);
+    let secret = o.ssh_secret.unwrap();
+    let text = |k: &str| String::from_utf8(decode64(secret["data"][k].as_str().unwrap())).unwrap();
+    assert!(text("sshd_config").contains(&format!("Port {SSH_USER_PORT}\n")), "{}", text("sshd_config"));
+    assert!(text("sshd_config").contains(&format!("HostKey {SSH_USER_DIR}/host_ed25519")));
+    assert!(
+        text("config").contains(&format!("Port {SSH_USER_PORT}")) && !text("config").contains("User root")
+    );
+    // As root: port 22, root's keys.
+    let root_secret = attempt_objects(&root, &settings(), Some(&keys())).unwrap().ssh_secret.unwrap();
+    let sshd = String::from_utf8(decode64(root_secret["data"]["sshd_config"].as_str().unwrap())).unwrap();
+    assert!(sshd.contains("Port 22\n") && sshd.contains("/root/.ssh/authorized_keys"), "{sshd}");
+
+    // A RayJob of a user image: KubeRay's containers get the same contexts.
+    let mut ray = spec("RayJob", 1, json!({}));
+    let mut catalog = (*ray.catalog).clone();
+    catalog.images.get_mut("ray").unwrap().run_as_user = Some(1000);
+    ray.catalog = Arc::new(catalog);
+    let o = attempt_objects(&ray, &settings(), None).unwrap();
+    let head = &o.job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"];
+    assert_eq!(violations(head, true), Vec::<String>::new(), "{head}");
+}
+
+/// Issue 32: pods name the PriorityClass of their resource type, which never preempts; the classes' order is
+/// what the cluster should take first.
+#[test]
+fn pods_get_the_priority_class_of_their_resource_type() {
+    let classes = priority_class_objects();
+    assert_eq!(classes.len(), 4);
+    for c in &classes {
+        assert_eq!(c["preemptionPolicy"], "Never", "{c}");
+        assert_eq!(c["globalDefault"], false, "{c}");
+    }
+    let value = |name: &str| {
+        classes.iter().find(|c| c["metadata"]["name"] == name).unwrap()["value"].as_i64().unwrap()
+    };
+    assert!(value("trainyard-reserved") > value("trainyard-ondemand"));
+    assert!(value("trainyard-ondemand") > value("trainyard-spot"));
+    assert!(value("trainyard-spot") > value("trainyard-idle") && value("trainyard-idle") > 0);
+    assert!(value("trainyard-reserved") < 1_000_000_000, "below the system classes");
+
+    let o = attempt_objects(&spec("PyTorchJob", 1, json!({})), &settings(), Some(&keys())).unwrap();
+    assert_eq!(template(&o.job, "Worker")["spec"]["priorityClassName"], "trainyard-reserved");
+    let mut spot = spec("RayJob", 1, json!({}));
+    spot.task.spec.compute.resource_type = ResourceType::Spot;
+    let o = attempt_objects(&spot, &settings(), None).unwrap();
+    assert_eq!(
+        o.job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["priorityClassName"],
+        "trainyard-spot"
+    );
+    let off = KubeSettings { priority_classes: false, ..settings() };
+    let o = attempt_objects(&spec("PyTorchJob", 1, json!({})), &off, Some(&keys())).unwrap();
+    assert!(template(&o.job, "Master")["spec"].get("priorityClassName").is_none());
+}
+
+/// Issue 32: each attempt's NetworkPolicy selects exactly its own pods (the selector matches the labels of
+/// every pod template, and not another attempt's) and lets in only those and the configured peers.
+#[test]
+fn an_attempts_network_policy_lets_in_its_own_pods_and_the_named_peers_only() {
+    fn matches(selector: &Value, labels: &Value) -> bool {
+        selector["matchLabels"].as_object().unwrap().iter().all(|(k, v)| labels.get(k) == Some(v))
+    }
+    let peers = vec!["namespace:ray-system".parse().unwrap(), "10.0.0.0/24".parse::<Peer>().unwrap()];
+    let s = KubeSettings { network_policy: Some(peers), ..settings() };
+    for (kind, spec) in [("pytorchjob", pytorch_spec()), ("rayjob", spec("RayJob", 2, json!({})))] {
+        let o = attempt_objects(&spec, &s, Some(&keys())).unwrap();
+        let np = o.network_policy.clone().unwrap();
+        assert_eq!(np["kind"], "NetworkPolicy");
+        assert_eq!(np["metadata"]["namespace"], "ty-vision");
+        assert_eq!(np["spec"]["policyTypes"], json!(["Ingress"]), "egress is left to the cluster");
+        let own = &np["spec"]["podSelector"];
+        let templates: Vec<&Value> = if kind == "rayjob" {
+            let rc = &o.job["spec"]["rayClusterSpec"];
+            vec![&rc["headGroupSpec"]["template"], &rc["workerGroupSpecs"][0]["template"]]
+        } else {
+            vec![template(&o.job, "Master"), template(&o.job, "Worker")]
+        };
+        for t in templates {
+            assert!(
+                matches(own, &t["metadata"]["labels"]),
+                "{kind}: {own} does not select {}",
+                t["metadata"]
+            );
+        }
+        let from = np["spec"]["ingress"][0]["from"].as_array().unwrap();
+        assert_eq!(from[0], json!({"podSelector": own}));
+        assert_eq!(
+            from[1],
+            json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ray-system"}}})
+        );
+        assert_eq!(from[2], json!({"ipBlock": {"cidr": "10.0.0.0/24"}}));
+        assert_eq!(np["spec"]["ingress"].as_array().unwrap().len(), 1);
+        // Another attempt of the same task, or another task of the group, is not selected.
+        let mut next = spec.clone();
+        next.key.attempt += 1;
+        let other = attempt_objects(&next, &s, Some(&keys())).unwrap();
+        let other_labels = &template_any(&other.job)["metadata"]["labels"];
+        assert!(!matches(own, other_labels), "{kind}: the next attempt's pods are not this one's");
+        assert_eq!(o.all().first().copied(), Some(&np), "the policy is applied before the pods exist");
+    }
+    let off = KubeSettings { network_policy: None, ..settings() };
+    assert!(attempt_objects(&pytorch_spec(), &off, Some(&keys())).unwrap().network_policy.is_none());
+    assert!("namespace:Bad_NS".parse::<Peer>().is_err() && "10.0.0.0/33".parse::<Peer>().is_err());
+    assert!("fd00::/8".parse::<Peer>().is_ok() && "everyone".parse::<Peer>().is_err());
 }
 
 /// The registry logins a launch carries become the attempt's `kubernetes.io/dockerconfigjson` Secret, named by

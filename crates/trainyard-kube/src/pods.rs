@@ -8,14 +8,15 @@ use super::names::{
     reserved_label, shell_quote,
 };
 use super::objects::{
-    Ctx, Gang, MASTER_PORT, RUNTIME_DIR, SSH_DIR, env_key, env_secret_name, pre_stop_script, precheck_key,
-    precheck_service_name, pull_secret_name, ssh_secret_name,
+    Ctx, Gang, MASTER_PORT, RUNTIME_DIR, SSH_DIR, SSH_USER_DIR, env_key, env_secret_name, pre_stop_script,
+    precheck_key, precheck_service_name, pull_secret_name, ssh_secret_name,
 };
 use serde_json::{Value, json};
 
 /// The pod's `/dev/shm` volume.
 const SHM_VOLUME: &str = "trainyard-shm";
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use trainyard_core::catalog::{DEFAULT_GPU_RESOURCE, Toleration};
 use trainyard_core::platform_env as pe;
 use trainyard_core::spec::{CheckpointSignal, TaskType};
 use trainyard_runtime::ReplicaPlan;
@@ -90,10 +91,19 @@ impl Ctx<'_> {
                 }]}],
             }}});
         }
-        // The pool's nodes' taints, tolerated as the catalog says.
-        let tolerations = self.spec.catalog.pools.get(&task.compute.pool).map(|p| p.tolerations.as_slice());
-        if let Some(t) = tolerations.filter(|t| !t.is_empty()) {
-            pod["tolerations"] = serde_json::to_value(t).unwrap_or_default();
+        // The pool's and the instance spec's node labels and taints, as the catalog says.
+        let (selector, tolerations) = self.placement_terms(replicas);
+        if !selector.is_empty() {
+            pod["nodeSelector"] = json!(selector);
+        }
+        if !tolerations.is_empty() {
+            pod["tolerations"] = serde_json::to_value(tolerations).unwrap_or_default();
+        }
+        if self.s.priority_classes {
+            pod["priorityClassName"] = super::objects::priority_class(self.task()).into();
+        }
+        if let Some(sc) = self.pod_security_context() {
+            pod["securityContext"] = sc;
         }
         if !self.spec.registry_logins.is_empty() {
             pod["imagePullSecrets"] = json!([{"name": pull_secret_name(self.name)}]);
@@ -146,15 +156,94 @@ impl Ctx<'_> {
         task.advanced.precheck.as_ref().filter(|p| p.enabled && task.task_type != TaskType::RayJob)
     }
 
-    fn resources(replicas: &[&ReplicaPlan]) -> Value {
+    /// The node selector and tolerations of the task's pods: its pool's and its instance spec's (the spec's
+    /// win on a shared key), and for GPU replicas a toleration of their GPU resource's taint, as GPU node pools
+    /// are tainted (what Kubernetes' `ExtendedResourceToleration` admission adds where it is on).
+    fn placement_terms(&self, replicas: &[&ReplicaPlan]) -> (BTreeMap<String, String>, Vec<Toleration>) {
+        let pool = self.spec.catalog.pools.get(&self.task().compute.pool);
+        let spec = self.spec.instance_spec().map(|(s, _)| s);
+        let mut selector = BTreeMap::new();
+        let mut tolerations: Vec<Toleration> = Vec::new();
+        for (sel, tol) in pool
+            .map(|p| (&p.node_selector, &p.tolerations))
+            .into_iter()
+            .chain(spec.map(|s| (&s.node_selector, &s.tolerations)))
+        {
+            selector.extend(sel.iter().map(|(k, v)| (k.clone(), v.clone())));
+            for t in tol {
+                if !tolerations.contains(t) {
+                    tolerations.push(t.clone());
+                }
+            }
+        }
+        if replicas.first().is_some_and(|r| r.resources.gpus > 0) {
+            let gpu = Toleration {
+                key: spec.map_or(DEFAULT_GPU_RESOURCE, |s| s.gpu_resource()).to_owned(),
+                operator: Some("Exists".into()),
+                value: None,
+                effect: Some("NoSchedule".into()),
+            };
+            if !tolerations.contains(&gpu) {
+                tolerations.push(gpu);
+            }
+        }
+        (selector, tolerations)
+    }
+
+    /// The pod's requests and limits: its CPUs and memory, its GPUs as the instance spec's GPU resource, and
+    /// the spec's extra resources for each unit the replica takes.
+    fn resources(&self, replicas: &[&ReplicaPlan]) -> Value {
         let r = replicas.first().map(|r| r.resources).unwrap_or_default();
         // The same floors as the local backend's cgroups (one CPU, 64 MiB).
         let mut list =
             json!({"cpu": r.vcpus.max(1).to_string(), "memory": format!("{}Mi", r.memory_mib.max(64))});
+        let spec = self.spec.instance_spec();
         if r.gpus > 0 {
-            list["nvidia.com/gpu"] = r.gpus.to_string().into();
+            let name = spec.map_or(DEFAULT_GPU_RESOURCE, |(s, _)| s.gpu_resource());
+            list[name] = r.gpus.to_string().into();
+        }
+        if let Some((s, units)) = spec {
+            for (name, n) in &s.extra_resources {
+                list[name.as_str()] = (n * u64::from(units)).to_string().into();
+            }
         }
         json!({"requests": list.clone(), "limits": list})
+    }
+
+    /// The pod's securityContext: the `RuntimeDefault` seccomp profile always (Pod Security `baseline` admits
+    /// it and `restricted` asks for it), and, for an image the catalog says runs as a user of its own, that user
+    /// as a non-root user (with its group as the volumes' group), which `restricted` asks for. An image without
+    /// one runs as it was built, which `baseline` admits: every pod Trainyard makes is `baseline` at least.
+    fn pod_security_context(&self) -> Option<Value> {
+        let mut sc = json!({"seccompProfile": {"type": "RuntimeDefault"}});
+        if let Some(uid) = self.run_as_user() {
+            sc["runAsNonRoot"] = true.into();
+            sc["runAsUser"] = uid.into();
+            if let Some(gid) = self.image_entry().and_then(|i| i.run_as_group) {
+                sc["runAsGroup"] = gid.into();
+                sc["fsGroup"] = gid.into();
+            }
+        }
+        Some(sc)
+    }
+
+    /// A container's securityContext: no privilege escalation (no setuid program gains anything); for an image
+    /// with a user of its own, every capability dropped as `restricted` asks.
+    fn container_security_context(&self) -> Value {
+        let mut sc = json!({"allowPrivilegeEscalation": false});
+        if self.run_as_user().is_some() {
+            sc["capabilities"] = json!({"drop": ["ALL"]});
+        }
+        sc
+    }
+
+    fn image_entry(&self) -> Option<&trainyard_core::catalog::Image> {
+        self.spec.catalog.images.get(&self.task().environment.image)
+    }
+
+    /// The non-root user the catalog says the task's image runs as.
+    pub(super) fn run_as_user(&self) -> Option<u32> {
+        self.image_entry().and_then(|i| i.run_as_user).filter(|u| *u != 0)
     }
 
     /// Defaults, the task's env (hidden values from the Secret), then the platform's.
@@ -237,8 +326,10 @@ impl Ctx<'_> {
             }
         }
         if self.ssh {
+            // Root's alone, or readable by the image's own user (the only one in the pod) when it runs as one.
+            let mode = if self.run_as_user().is_some() { 0o444 } else { 0o400 };
             v.push(json!({"name": "trainyard-ssh", "secret": {
-                "secretName": ssh_secret_name(self.name), "defaultMode": 0o400,
+                "secretName": ssh_secret_name(self.name), "defaultMode": mode,
             }}));
         }
         v
@@ -253,8 +344,9 @@ impl Ctx<'_> {
             "image": self.image,
             "imagePullPolicy": "IfNotPresent",
             "env": self.env(role).render(&secret),
-            "resources": Self::resources(replicas),
+            "resources": self.resources(replicas),
             "volumeMounts": self.mounts(),
+            "securityContext": self.container_security_context(),
         });
         if ray {
             // KubeRay writes the container's command itself (`ray start` with the group's parameters).
@@ -281,19 +373,41 @@ impl Ctx<'_> {
         // The operator's WORLD_SIZE is replicas x nprocPerNode; Trainyard's (the local backend's, the product's)
         // is the number of replicas, which the operator also sets as PET_NNODES.
         s.push_str("if [ -n \"${PET_NNODES:-}\" ]; then export WORLD_SIZE=\"$PET_NNODES\"; fi\n");
+        // The replicas' home: root's, or for an image that runs as a user of its own, that user's (`HOME`, or
+        // one in the runtime dir when the image gives it none it may write).
+        if self.run_as_user().is_some() {
+            s.push_str(&format!(
+                "home=${{HOME:-/}}\n\
+                 if ! {{ mkdir -p \"$home/.ssh\" && [ -w \"$home/.ssh\" ]; }} 2>/dev/null; then home={RUNTIME_DIR}/home; export HOME=$home; fi\n"
+            ));
+        } else {
+            s.push_str("home=/root\n");
+        }
         let (hostfile, names) = self.hostfiles();
         s.push_str(&format!(
-            // Quietly: an image without a writable /root has no hostfiles (the redirection's own error, too).
-            "{{ printf '%s\\n' {} > /root/hostfile; }} 2>/dev/null || true\n{{ printf '%s\\n' {} > /root/hostfile.hostname; }} 2>/dev/null || true\n",
+            // Quietly: an image without a writable home has no hostfiles (the redirection's own error, too).
+            "{{ printf '%s\\n' {} > \"$home/hostfile\"; }} 2>/dev/null || true\n{{ printf '%s\\n' {} > \"$home/hostfile.hostname\"; }} 2>/dev/null || true\n",
             hostfile.iter().map(|l| shell_quote(l)).collect::<Vec<_>>().join(" "),
             names.join(" "),
         ));
         if self.ssh {
+            s.push_str(
+                "mkdir -p \"$home/.ssh\" && chmod 700 \"$home/.ssh\"\n\
+                 for f in id_ed25519 id_ed25519.pub authorized_keys config; do cp SSH_DIR/$f \"$home/.ssh/$f\"; done\n\
+                 chmod 600 \"$home/.ssh/id_ed25519\"\n"
+                    .replace("SSH_DIR", SSH_DIR)
+                    .as_str(),
+            );
+            if self.run_as_user().is_some() {
+                // sshd as the user: its host key must be the user's own and not readable by others.
+                s.push_str(&format!(
+                    "mkdir -p -m 0700 {SSH_USER_DIR} && cp {SSH_DIR}/host_ed25519 {SSH_DIR}/authorized_keys {SSH_USER_DIR}/ && chmod 600 {SSH_USER_DIR}/host_ed25519\n"
+                ));
+            } else {
+                s.push_str("mkdir -p -m 0755 /run/sshd\n");
+            }
             s.push_str(&format!(
-                "mkdir -p /root/.ssh && chmod 700 /root/.ssh && mkdir -p -m 0755 /run/sshd\n\
-                 for f in id_ed25519 id_ed25519.pub authorized_keys config; do cp {SSH_DIR}/$f /root/.ssh/$f; done\n\
-                 chmod 600 /root/.ssh/id_ed25519\n\
-                 if [ -x /usr/sbin/sshd ]; then /usr/sbin/sshd -f {SSH_DIR}/sshd_config -E {RUNTIME_DIR}/sshd.log || {{ echo \"trainyard: sshd did not start: $(tail -n 3 {RUNTIME_DIR}/sshd.log 2>/dev/null)\" >&2; }}; else echo 'trainyard: passwordless SSH is on but the image has no /usr/sbin/sshd' >&2; fi\n"
+                "if [ -x /usr/sbin/sshd ]; then /usr/sbin/sshd -f {SSH_DIR}/sshd_config -E {RUNTIME_DIR}/sshd.log || {{ echo \"trainyard: sshd did not start: $(tail -n 3 {RUNTIME_DIR}/sshd.log 2>/dev/null)\" >&2; }}; else echo 'trainyard: passwordless SSH is on but the image has no /usr/sbin/sshd' >&2; fi\n"
             ));
         }
         s.push_str("exec bash -c \"$1\"\n");
@@ -351,8 +465,9 @@ impl Ctx<'_> {
             "command": ["bash", "-c", script, "precheck", trainyard_runtime::replica::PRECHECK_PY],
             "env": env.render(&env_secret_name(self.name)),
             // Init containers' requests do not add to the pod's: the same GPUs serve the command after.
-            "resources": Self::resources(replicas),
+            "resources": self.resources(replicas),
             "volumeMounts": self.mounts(),
+            "securityContext": self.container_security_context(),
         }))
     }
 

@@ -44,6 +44,11 @@ pub(super) struct Attempt {
     pub(super) warning: Option<String>,
     /// The first of its pods the cluster took away (a drain, an eviction), as last seen with that mark.
     pub(super) disrupted: Option<PodView>,
+    /// The cluster refused to make its pods as they are (the namespace's Pod Security): its words. Nothing but
+    /// a change of the task, its image's catalog entry or the namespace makes them, so the attempt ends at once.
+    pub(super) refused: Option<String>,
+    /// The wait last reported while it starts.
+    pub(super) waiting: Option<String>,
 }
 
 /// What has been reported of an attempt.
@@ -77,6 +82,8 @@ impl Attempt {
             all_started: false,
             warning: None,
             disrupted: None,
+            refused: None,
+            waiting: None,
         }
     }
 
@@ -122,6 +129,8 @@ pub(super) struct State {
     pub(super) node_grace_ms: u64,
     /// How long an attempt's pods may take to be all running, from its job's creation (0: no deadline).
     pub(super) start_deadline_ms: u64,
+    /// Kueue admits the jobs (they are made suspended): a suspended job waits for it until it has run.
+    pub(super) kueue: bool,
     /// When the attempts were last looked over for a passed start-up deadline.
     pub(super) deadlines_checked_ms: u64,
     /// Observations decided outside a poll (a stop of an attempt that has nothing left).
@@ -294,6 +303,11 @@ impl State {
         {
             if message.starts_with("Warning ") {
                 a.warning = Some(message.clone());
+                if message.contains("violates PodSecurity") && a.refused.is_none() {
+                    a.refused = Some(message.clone());
+                }
+                // Read again: the warning may be the wait's reason, or end it.
+                self.dirty.insert(key.clone());
             }
             self.out.push(Observation::Note { key, reason: Reason::ClusterEvent, message });
         }
@@ -420,7 +434,7 @@ impl State {
                 pods.push(d.clone());
             }
             let mounts: Vec<&str> = a.mount_paths.iter().map(String::as_str).collect();
-            let mut verdict = assess(kind, job, &pods, a.precheck, &mounts);
+            let mut verdict = assess(kind, job, &pods, a.precheck, &mounts, self.kueue);
             let operator_ended = job.ended();
             a.all_started |= crate::status::all_started(job, &pods);
             let deadline = job.created_ms.map(|c| c.saturating_add(self.start_deadline_ms));
@@ -438,6 +452,19 @@ impl State {
                     self.start_deadline_ms / 1000,
                 ));
             }
+            if verdict.ended.is_none()
+                && !a.all_started
+                && let Some(why) = &a.refused
+            {
+                late = true;
+                verdict.ended = Some((
+                    Reason::UserError,
+                    format!(
+                        "the cluster refuses to make its pods as they are: {why} (an image that runs as a user of \
+                         its own, the catalog's runAsUser, passes Pod Security `restricted`)"
+                    ),
+                ));
+            }
             let down = pods
                 .iter()
                 .find_map(|p| self.nodes_down.get(&p.node).filter(|d| d.failed).map(|d| (p, &d.why)));
@@ -452,8 +479,22 @@ impl State {
                     format!("{} lost its node {}: the node {why}", p.name, p.node),
                 ));
             }
+            // The task's wait while it starts, said again when it changes.
+            let wait = match crate::status::suspended(job).filter(|_| self.kueue) {
+                Some(_) => Some(match a.warning.as_deref() {
+                    Some(w) => format!("Kueue has not admitted the job yet: {w}"),
+                    None => "Kueue has not admitted the job yet".to_owned(),
+                }),
+                None => crate::status::waiting(job, &pods, a.warning.as_deref()),
+            };
             if verdict.ended.is_none() {
                 pull_failures(&key, a, &pods, &mut verdict, &mut out);
+            }
+            if verdict.ended.is_none() && !verdict.started && !a.sent.started {
+                if let Some(message) = wait.filter(|w| a.waiting.as_ref() != Some(w)) {
+                    a.waiting = Some(message.clone());
+                    out.push(Observation::Waiting { key: key.clone(), message });
+                }
             }
             // A job its operator ended cleans up after itself (running pods at once, the rest after its TTL,
             // the logs readable meanwhile); one that ended by Trainyard's verdict (a pull given up, a lost node)

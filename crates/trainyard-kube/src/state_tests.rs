@@ -42,6 +42,7 @@ fn reasons(out: &[Observation]) -> Vec<String> {
             Observation::Stopped { cause, .. } => format!("Stopped {cause:?}"),
             Observation::Note { reason, .. } => format!("Note {reason}"),
             Observation::NodeSuspect { node, .. } => format!("Suspect {node}"),
+            Observation::Waiting { message, .. } => format!("Waiting: {message}"),
             other => format!("{other:?}"),
         })
         .collect()
@@ -143,8 +144,13 @@ fn failed_pulls_are_counted_per_new_pull_and_fail_past_the_tolerance() {
         s.attempt(&key(), "ns", "job").pods.insert("p".into(), pod("p", "n1", waiting(r)));
         steps.push(reasons(&s.poll(NOW)));
     }
-    assert_eq!(steps[0], ["Note ImagePullBackOff"]);
-    assert!(steps[1].is_empty() && steps[2].is_empty());
+    // The task's wait follows the pod's: said again when it changes, not when it stays.
+    assert_eq!(
+        steps[0],
+        ["Note ImagePullBackOff", "Waiting: p (trainer) is waiting on ErrImagePull: nope:1 not found"]
+    );
+    assert_eq!(steps[1], ["Waiting: p (trainer) is waiting on ImagePullBackOff: nope:1 not found"]);
+    assert!(steps[2].is_empty());
     assert_eq!(steps[3], ["Note ImagePullBackOff", "Finished ImagePullFailed"]);
     assert_eq!(
         s.cleanups.len(),
@@ -160,7 +166,7 @@ fn a_job_that_disappears_without_a_stop_ended_unseen() {
     let a = s.attempt(&key(), "ns", "job");
     a.launched = false;
     a.job = Some(JobView::default());
-    assert!(s.poll(NOW).is_empty());
+    assert_eq!(reasons(&s.poll(NOW)), ["Waiting: its pods are starting"]);
     s.attempt(&key(), "ns", "job").job = None;
     assert_eq!(reasons(&s.poll(NOW)), ["Finished NodeFailed"]);
 }
@@ -241,21 +247,30 @@ fn an_attempt_not_running_by_its_start_up_deadline_ends_with_the_clusters_reason
     s.attempt(&key(), "ns", "job").job = Some(job.clone());
     s.by_object.insert(("ns".into(), "job".into()), key());
     s.dirty.insert(key());
-    assert!(reasons(&s.poll(NOW + 1_000)).is_empty());
+    assert_eq!(reasons(&s.poll(NOW + 1_000)), ["Waiting: 2 of 2 pods are not made yet"]);
     s.cluster_event(
         "ns",
         "job",
-        "Warning PyTorchJob/job: FailedCreatePod pods is forbidden: violates PodSecurity".into(),
+        "Warning PyTorchJob/job: FailedCreatePod pods is forbidden: exceeded quota: compute-resources".into(),
+    );
+    assert_eq!(
+        reasons(&s.poll(NOW + 2_000)),
+        [
+            "Note ClusterEvent",
+            "Waiting: 2 of 2 pods are not made yet: Warning PyTorchJob/job: FailedCreatePod pods is forbidden: \
+             exceeded quota: compute-resources"
+        ],
+        "a quota may free: it waits, saying why"
     );
     // Nothing changed, but the deadline passed: read again, and ended.
     let out = s.poll(NOW + 31_000);
-    assert_eq!(reasons(&out), ["Note ClusterEvent", "Finished UserError"], "{out:?}");
+    assert_eq!(reasons(&out), ["Finished UserError"], "{out:?}");
     let Some(Observation::Finished { message, .. }) =
         out.iter().find(|o| matches!(o, Observation::Finished { .. }))
     else {
         unreachable!()
     };
-    assert!(message.contains("violates PodSecurity"), "{message}");
+    assert!(message.contains("exceeded quota"), "{message}");
     assert_eq!(s.cleanups.len(), 1);
     assert!(s.cleanups[0].now, "pending pods go at once");
     assert!(reasons(&s.poll(NOW + 40_000)).is_empty(), "once");
@@ -310,4 +325,35 @@ fn other_pods_requests_shrink_a_nodes_room() {
     // More than the node has: nothing left, not an underflow.
     assert!(s.foreign_pod("d", Some(("n2".into(), 9000, 9 << 30))));
     assert_eq!(inv(&s, "n2"), (0, 0));
+}
+
+/// Issue 32: pods the namespace's Pod Security refuses are never made, whatever the wait: the attempt ends at
+/// once as the task's to fix (its image's catalog entry, or the namespace), with the cluster's words and how a
+/// `restricted` namespace is passed, and its objects go.
+#[test]
+fn pods_refused_by_pod_security_end_the_attempt_at_once() {
+    let mut s = State { start_deadline_ms: 600_000, ..synced() };
+    launched(&mut s);
+    let job = JobView { expected_pods: 2, created_ms: Some(NOW), ..JobView::default() };
+    s.attempt(&key(), "ns", "job").job = Some(job);
+    s.by_object.insert(("ns".into(), "job".into()), key());
+    s.dirty.insert(key());
+    assert_eq!(reasons(&s.poll(NOW + 1_000)), ["Waiting: 2 of 2 pods are not made yet"]);
+    s.cluster_event(
+        "ns",
+        "job",
+        "Warning PyTorchJob/job: FailedCreatePod Error creating: pods \"job-master-0\" is forbidden: violates \
+         PodSecurity \"restricted:latest\": runAsNonRoot != true"
+            .into(),
+    );
+    let out = s.poll(NOW + 2_000);
+    assert_eq!(reasons(&out), ["Note ClusterEvent", "Finished UserError"], "{out:?}");
+    let Some(Observation::Finished { message, .. }) =
+        out.iter().find(|o| matches!(o, Observation::Finished { .. }))
+    else {
+        unreachable!()
+    };
+    assert!(message.contains("runAsNonRoot != true") && message.contains("runAsUser"), "{message}");
+    assert!(s.cleanups.len() == 1 && s.cleanups[0].now);
+    assert!(reasons(&s.poll(NOW + 3_000)).is_empty(), "once");
 }

@@ -143,6 +143,31 @@ pub fn not_started(
     deadline_s: u64,
 ) -> (Reason, String) {
     let within = format!("not every replica was running within the start-up deadline ({deadline_s} s)");
+    match why_not_started(job, pods, warning, true) {
+        (class, Some(why)) => (class, format!("{within}: {why}")),
+        (class, None) => (class, within),
+    }
+}
+
+/// What an attempt whose pods are not all running waits for now, in the cluster's words (the task's wait
+/// while it starts); None when every pod it asks for runs or ran.
+pub fn waiting(job: &JobView, pods: &[PodView], warning: Option<&str>) -> Option<String> {
+    if all_started(job, pods) {
+        return None;
+    }
+    let why = why_not_started(job, pods, warning, false).1;
+    Some(why.unwrap_or_else(|| "its pods are starting".to_owned()))
+}
+
+/// The first reason found, master (or head) first: a pod the scheduler cannot place, then a container
+/// waiting, then pods never made (`over`: the wait is over; else they are not made yet); with its class should
+/// the wait end here.
+fn why_not_started(
+    job: &JobView,
+    pods: &[PodView],
+    warning: Option<&str>,
+    over: bool,
+) -> (Reason, Option<String>) {
     let mut ordered: Vec<&PodView> = pods.iter().filter(|p| !p.started()).collect();
     ordered.sort_by_key(|p| (!matches!(p.role.as_str(), "master" | "head"), p.name.clone()));
     for p in &ordered {
@@ -152,7 +177,7 @@ pub fn not_started(
             } else {
                 Reason::StartTimedOut
             };
-            return (class, format!("{within}: {} is Unschedulable: {why}", p.name));
+            return (class, Some(format!("{} is Unschedulable: {why}", p.name)));
         }
     }
     for p in &ordered {
@@ -163,24 +188,30 @@ pub fn not_started(
         if let Some((c, reason, message)) = waiting {
             let class = if spec_waiting_reason(reason) { Reason::UserError } else { Reason::StartTimedOut };
             let message = if message.is_empty() { String::new() } else { format!(": {message}") };
-            return (class, format!("{within}: {} ({c}) is waiting on {reason}{message}", p.name));
+            return (class, Some(format!("{} ({c}) is waiting on {reason}{message}", p.name)));
         }
     }
     let missing = job.expected_pods.saturating_sub(pods.len());
     if missing > 0 {
-        let warning = warning.unwrap_or("the cluster said nothing about it");
-        let class = if warning.contains("PodSecurity") || warning.contains("forbidden") {
+        let class = if warning.is_some_and(|w| w.contains("PodSecurity") || w.contains("forbidden")) {
             Reason::UserError
         } else {
             Reason::StartTimedOut
         };
-        return (
-            class,
-            format!("{within}: {missing} of {} pods were never made: {warning}", job.expected_pods),
-        );
+        let expected = job.expected_pods;
+        let why = match (over, warning) {
+            (true, w) => {
+                format!(
+                    "{missing} of {expected} pods were never made: {}",
+                    w.unwrap_or("the cluster said nothing about it")
+                )
+            }
+            (false, Some(w)) => format!("{missing} of {expected} pods are not made yet: {w}"),
+            (false, None) => format!("{missing} of {expected} pods are not made yet"),
+        };
+        return (class, Some(why));
     }
-    let pending = ordered.first().map_or_else(String::new, |p| format!(": {} is {}", p.name, p.phase));
-    (Reason::StartTimedOut, format!("{within}{pending}"))
+    (Reason::StartTimedOut, ordered.first().map(|p| format!("{} is {}", p.name, p.phase)))
 }
 
 /// Waiting reasons that mean the image could not be pulled.
@@ -201,14 +232,27 @@ pub struct Assessment {
     pub suspects: Vec<(String, String)>,
 }
 
+/// Whether a job is suspended (its pods deleted, or never made), in its operator's words: a PyTorchJob's
+/// `Suspended` condition, a RayJob's deployment status.
+pub fn suspended(job: &JobView) -> Option<String> {
+    if let Some(m) = job.condition("Suspended") {
+        return Some(if m.is_empty() { "the PyTorchJob is suspended".to_owned() } else { m.to_owned() });
+    }
+    matches!(job.ray_deployment_status.as_deref(), Some("Suspending" | "Suspended")).then(|| {
+        job.message.clone().filter(|m| !m.is_empty()).unwrap_or_else(|| "the RayJob is suspended".to_owned())
+    })
+}
+
 /// Reads a job and its pods. `precheck`: the attempt has a precheck init container. `mount_paths`: the task's
-/// mounts, so a missing file under one is named as a data problem.
+/// mounts, so a missing file under one is named as a data problem. `kueue`: Kueue admits the job (it is made
+/// suspended and Kueue lifts that), so a suspended job is one that waits for Kueue until it has run.
 pub fn assess(
     kind: JobKind,
     job: &JobView,
     pods: &[PodView],
     precheck: bool,
     mount_paths: &[&str],
+    kueue: bool,
 ) -> Assessment {
     let mut a = Assessment {
         started: pods.iter().any(|p| {
@@ -247,6 +291,19 @@ pub fn assess(
         JobKind::PyTorch => pytorch_end(job, pods, mount_paths),
         JobKind::Ray => ray_end(job, pods, mount_paths),
     };
+    // Trainyard never suspends a job itself: one that is suspended was suspended by someone else (a person,
+    // another controller) or, once it had run, evicted by Kueue. Its pods are gone or going: the attempt is
+    // over, by the cluster's doing.
+    if a.ended.is_none()
+        && let Some(why) = suspended(job).filter(|_| !kueue || a.started)
+    {
+        let who = if kueue {
+            "Kueue evicted the job"
+        } else {
+            "the job was suspended by someone other than Trainyard"
+        };
+        a.ended = Some((Reason::Disrupted, format!("{who}: {why}")));
+    }
     if a.ended.is_some() {
         a.started = true;
     }

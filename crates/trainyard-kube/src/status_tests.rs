@@ -37,17 +37,17 @@ fn job(conditions: &[&str]) -> JobView {
 #[test]
 fn pending_pods_have_not_started_and_running_ones_have() {
     let pending = [pod("m-0", "master", "Pending", vec![waiting("ContainerCreating")])];
-    let a = assess(JobKind::PyTorch, &job(&["Created"]), &pending, false, &[]);
+    let a = assess(JobKind::PyTorch, &job(&["Created"]), &pending, false, &[], false);
     assert_eq!(a, Assessment::default());
     let running = [pod("m-0", "master", "Running", vec![ContainerState::Running])];
-    let a = assess(JobKind::PyTorch, &job(&["Created", "Running"]), &running, false, &[]);
+    let a = assess(JobKind::PyTorch, &job(&["Created", "Running"]), &running, false, &[], false);
     assert!(a.started && a.ended.is_none(), "{a:?}");
 }
 
 #[test]
 fn a_succeeded_pytorchjob_completes() {
     let pods = [pod("m-0", "master", "Succeeded", vec![ended(0, "Completed")])];
-    let a = assess(JobKind::PyTorch, &job(&["Created", "Succeeded"]), &pods, false, &[]);
+    let a = assess(JobKind::PyTorch, &job(&["Created", "Succeeded"]), &pods, false, &[], false);
     assert_eq!(a.ended.map(|e| e.0), Some(Reason::Completed));
     assert!(a.started);
 }
@@ -58,16 +58,19 @@ fn a_failed_pytorchjob_is_classified_by_its_first_failed_pod_master_first() {
         pod("j-worker-0", "worker", "Failed", vec![ended(2, "Error")]),
         pod("j-master-0", "master", "Failed", vec![ended(3, "Error")]),
     ];
-    let (reason, message) = assess(JobKind::PyTorch, &job(&["Failed"]), &pods, false, &[]).ended.unwrap();
+    let (reason, message) =
+        assess(JobKind::PyTorch, &job(&["Failed"]), &pods, false, &[], false).ended.unwrap();
     assert_eq!(reason, Reason::UserError);
     assert!(message.contains("j-master-0") && message.contains("code 3"), "{message}");
 
     let oom = [pod("j-worker-0", "worker", "Failed", vec![ended(137, "OOMKilled")])];
-    let (reason, message) = assess(JobKind::PyTorch, &job(&["Failed"]), &oom, false, &[]).ended.unwrap();
+    let (reason, message) =
+        assess(JobKind::PyTorch, &job(&["Failed"]), &oom, false, &[], false).ended.unwrap();
     assert_eq!(reason, Reason::OutOfMemory, "{message}");
 
     // The operator failed the job but no pod says why (deleted pods, a backoff limit): its message.
-    let (reason, message) = assess(JobKind::PyTorch, &job(&["Failed"]), &[], false, &[]).ended.unwrap();
+    let (reason, message) =
+        assess(JobKind::PyTorch, &job(&["Failed"]), &[], false, &[], false).ended.unwrap();
     assert_eq!(reason, Reason::UserError);
     assert!(message.contains("Failed says so"), "{message}");
 }
@@ -76,11 +79,11 @@ fn a_failed_pytorchjob_is_classified_by_its_first_failed_pod_master_first() {
 fn the_precheck_passes_or_fails_with_a_suspect_node() {
     let mut p = pod("m-0", "master", "Pending", vec![waiting("PodInitializing")]);
     p.init = vec![(PRECHECK_CONTAINER.to_owned(), ContainerState::Running)];
-    let a = assess(JobKind::PyTorch, &job(&["Created"]), std::slice::from_ref(&p), true, &[]);
+    let a = assess(JobKind::PyTorch, &job(&["Created"]), std::slice::from_ref(&p), true, &[], false);
     assert!(a.started && !a.precheck_passed && a.ended.is_none(), "{a:?}");
 
     p.init[0].1 = ended(0, "Completed");
-    let a = assess(JobKind::PyTorch, &job(&["Created"]), std::slice::from_ref(&p), true, &[]);
+    let a = assess(JobKind::PyTorch, &job(&["Created"]), std::slice::from_ref(&p), true, &[], false);
     assert!(a.precheck_passed, "{a:?}");
 
     p.init[0].1 = ContainerState::Terminated {
@@ -89,7 +92,7 @@ fn the_precheck_passes_or_fails_with_a_suspect_node() {
         reason: "Error".into(),
         message: "GPU 0 failed its check".into(),
     };
-    let a = assess(JobKind::PyTorch, &job(&["Created"]), std::slice::from_ref(&p), true, &[]);
+    let a = assess(JobKind::PyTorch, &job(&["Created"]), std::slice::from_ref(&p), true, &[], false);
     let (reason, message) = a.ended.unwrap();
     assert_eq!(reason, Reason::PrecheckFailed);
     assert!(message.contains("GPU 0 failed its check"), "{message}");
@@ -100,7 +103,7 @@ fn the_precheck_passes_or_fails_with_a_suspect_node() {
 
     // No torch in the image: the precheck fails, but the node is not to blame.
     p.init[0].1 = ended(PRECHECK_NO_TORCH, "Error");
-    let a = assess(JobKind::PyTorch, &job(&["Created"]), std::slice::from_ref(&p), true, &[]);
+    let a = assess(JobKind::PyTorch, &job(&["Created"]), std::slice::from_ref(&p), true, &[], false);
     assert_eq!(a.ended.map(|e| e.0), Some(Reason::PrecheckFailed));
     assert!(a.suspects.is_empty());
 }
@@ -109,12 +112,15 @@ fn the_precheck_passes_or_fails_with_a_suspect_node() {
 fn rayjobs_end_by_their_job_status() {
     let head = [pod("r-head", "head", "Running", vec![ContainerState::Running])];
     let mut j = JobView { ray_job_status: Some("RUNNING".into()), ..JobView::default() };
-    assert_eq!(assess(JobKind::Ray, &j, &head, false, &[]).ended, None);
+    assert_eq!(assess(JobKind::Ray, &j, &head, false, &[], false).ended, None);
     j.ray_job_status = Some("SUCCEEDED".into());
-    assert_eq!(assess(JobKind::Ray, &j, &head, false, &[]).ended.map(|e| e.0), Some(Reason::Completed));
+    assert_eq!(
+        assess(JobKind::Ray, &j, &head, false, &[], false).ended.map(|e| e.0),
+        Some(Reason::Completed)
+    );
     j.ray_job_status = Some("FAILED".into());
     j.message = Some("entrypoint exited with 1".into());
-    let (reason, message) = assess(JobKind::Ray, &j, &head, false, &[]).ended.unwrap();
+    let (reason, message) = assess(JobKind::Ray, &j, &head, false, &[], false).ended.unwrap();
     assert_eq!(reason, Reason::UserError);
     assert!(message.contains("entrypoint exited with 1"), "{message}");
     // A spec KubeRay refuses never becomes a Ray cluster: the attempt ends with KubeRay's words, not a wait.
@@ -125,7 +131,7 @@ fn rayjobs_end_by_their_job_status() {
         ),
         ..JobView::default()
     };
-    let (reason, message) = assess(JobKind::Ray, &j, &[], false, &[]).ended.unwrap();
+    let (reason, message) = assess(JobKind::Ray, &j, &[], false, &[], false).ended.unwrap();
     assert_eq!(reason, Reason::UserError);
     assert!(message.starts_with("KubeRay refused the RayJob: The RayJob spec is invalid"), "{message}");
     assert!(!j.ended(), "KubeRay leaves it: Trainyard deletes it");
@@ -224,7 +230,7 @@ fn a_pod_the_cluster_took_away_is_a_disruption_not_the_tasks_failure() {
         ..pod("w-0", "worker", "Failed", vec![ended(143, "Error")])
     };
     let (reason, message) =
-        assess(JobKind::PyTorch, &job, &[master.clone(), evicted], false, &[]).ended.unwrap();
+        assess(JobKind::PyTorch, &job, &[master.clone(), evicted], false, &[], false).ended.unwrap();
     assert_eq!(reason, Reason::Disrupted);
     assert_eq!(
         message,
@@ -236,6 +242,37 @@ fn a_pod_the_cluster_took_away_is_a_disruption_not_the_tasks_failure() {
     );
     // Without it, the same exit is the task's.
     let plain = pod("w-0", "worker", "Failed", vec![ended(143, "Error")]);
-    let (reason, _) = assess(JobKind::PyTorch, &job, &[master, plain], false, &[]).ended.unwrap();
+    let (reason, _) = assess(JobKind::PyTorch, &job, &[master, plain], false, &[], false).ended.unwrap();
     assert_ne!(reason, Reason::Disrupted);
+}
+
+/// Issue 32: Trainyard never suspends a job, so a suspended one was suspended by someone else, or (with Kueue
+/// admitting) evicted by Kueue once it had run: an infrastructure failure, resubmitted, never the task's own.
+/// A job Kueue has not admitted yet is suspended as it should be: it waits.
+#[test]
+fn a_job_suspended_by_someone_else_or_evicted_by_kueue_is_a_disruption() {
+    let running = [pod("m-0", "master", "Running", vec![ContainerState::Running])];
+    let pending: [PodView; 0] = [];
+    let a = assess(JobKind::PyTorch, &job(&["Created", "Suspended"]), &running, false, &[], false);
+    let (reason, message) = a.ended.unwrap();
+    assert_eq!(reason, Reason::Disrupted);
+    assert!(message.contains("suspended by someone other than Trainyard: Suspended says so"), "{message}");
+    // Suspended before it ever ran, without Kueue: still someone else's doing.
+    let a = assess(JobKind::PyTorch, &job(&["Created", "Suspended"]), &pending, false, &[], false);
+    assert_eq!(a.ended.map(|e| e.0), Some(Reason::Disrupted));
+    // With Kueue: waiting for admission, then an eviction once it ran.
+    let a = assess(JobKind::PyTorch, &job(&["Created", "Suspended"]), &pending, false, &[], true);
+    assert_eq!(a.ended, None, "waits for Kueue");
+    let a = assess(JobKind::PyTorch, &job(&["Created", "Suspended"]), &running, false, &[], true);
+    let (reason, message) = a.ended.unwrap();
+    assert_eq!(reason, Reason::Disrupted);
+    assert!(message.starts_with("Kueue evicted the job"), "{message}");
+    // A RayJob's deployment status says it.
+    let ray = JobView { ray_deployment_status: Some("Suspended".into()), ..JobView::default() };
+    let head = [pod("h-0", "head", "Running", vec![ContainerState::Running])];
+    let a = assess(JobKind::Ray, &ray, &head, false, &[], false);
+    assert_eq!(a.ended.map(|e| e.0), Some(Reason::Disrupted));
+    // A job that ended well is not a disruption, whatever else it says.
+    let a = assess(JobKind::PyTorch, &job(&["Succeeded", "Suspended"]), &running, false, &[], false);
+    assert_eq!(a.ended.map(|e| e.0), Some(Reason::Completed));
 }

@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use trainyard_runtime::AttemptKey;
 
 use super::objects::{ATTEMPT_LABEL, PULL_TOLERANCE_ANNOTATION, TASK_ID_ANNOTATION, TASK_LABEL};
@@ -218,6 +219,32 @@ pub fn node_down(n: &Node) -> Option<String> {
 pub const POOL_LABEL: &str = "trainyard.dev/pool";
 /// The label naming a node's GPU model (NVIDIA's GPU feature discovery sets it).
 pub const GPU_MODEL_LABEL: &str = "nvidia.com/gpu.product";
+/// The label AMD's node labeller gives a node's GPU model.
+pub const AMD_GPU_MODEL_LABEL: &str = "amd.com/gpu.product-name";
+
+/// The extended resources a node's GPUs are counted from, in order: whole GPUs of the common device plugins,
+/// then MIG slices (`nvidia.com/mig-1g.10gb`, of a node under the `mixed` strategy: its largest count). A spec's
+/// `gpuResource` names which one its pods request.
+const GPU_RESOURCES: [&str; 4] = ["nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915", "habana.ai/gaudi"];
+
+/// A node's GPUs, as (count, model) from its allocatable resources and labels.
+fn node_gpus(
+    alloc: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    labels: &BTreeMap<String, String>,
+) -> (u32, Option<String>) {
+    let count = |k: &str| alloc.get(k).and_then(|q| q.0.parse::<u32>().ok()).unwrap_or(0);
+    let gpus = GPU_RESOURCES.iter().map(|r| count(r)).find(|n| *n > 0).unwrap_or_else(|| {
+        alloc.keys().filter(|k| k.starts_with("nvidia.com/mig-")).map(|k| count(k)).max().unwrap_or(0)
+    });
+    let model = (gpus > 0).then(|| {
+        labels
+            .get(GPU_MODEL_LABEL)
+            .or_else(|| labels.get(AMD_GPU_MODEL_LABEL))
+            .cloned()
+            .unwrap_or_else(|| "GPU".to_owned())
+    });
+    (gpus, model)
+}
 
 /// A Node object as a catalog node: its pool and GPU model from its labels, its allocatable resources as
 /// its capacity, cordoned as not schedulable.
@@ -228,9 +255,7 @@ pub fn catalog_node(n: &Node) -> Option<(String, trainyard_core::catalog::Node)>
     let alloc = alloc.unwrap_or_default();
     let vcpus = alloc.get("cpu").and_then(|q| cpu_millis(&q.0)).map_or(0, |m| (m / 1000) as u32);
     let memory_mib = alloc.get("memory").and_then(|q| bytes(&q.0)).map_or(0, |b| b / (1024 * 1024));
-    let gpus = alloc.get("nvidia.com/gpu").and_then(|q| q.0.parse::<u32>().ok()).unwrap_or(0);
-    let gpu_model =
-        (gpus > 0).then(|| labels.get(GPU_MODEL_LABEL).cloned().unwrap_or_else(|| "GPU".to_owned()));
+    let (gpus, gpu_model) = node_gpus(&alloc, &labels);
     let schedulable =
         !n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false) && node_down(n).is_none();
     Some((
@@ -379,5 +404,27 @@ mod tests {
         assert_eq!((c.pool.as_str(), c.gpu_model.as_deref(), c.gpus), ("a100", Some("A100"), 8));
         assert_eq!((c.vcpus, c.memory_mib), (31, 125 * 1024));
         assert!(!c.schedulable, "cordoned");
+
+        // AMD GPUs and their model label; MIG slices of a node under the mixed strategy; no GPU at all.
+        let node = |alloc: serde_json::Value, labels: serde_json::Value| -> (u32, Option<String>) {
+            let n: Node = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n", "labels": labels},
+                "status": {"allocatable": alloc},
+            }))
+            .unwrap();
+            let (_, c) = catalog_node(&n).unwrap();
+            (c.gpus, c.gpu_model)
+        };
+        let amd = node(
+            serde_json::json!({"cpu": "96", "memory": "1Ti", "amd.com/gpu": "8"}),
+            serde_json::json!({AMD_GPU_MODEL_LABEL: "MI300X"}),
+        );
+        assert_eq!(amd, (8, Some("MI300X".to_owned())));
+        let mig = node(
+            serde_json::json!({"cpu": "96", "nvidia.com/mig-1g.10gb": "14", "nvidia.com/mig-3g.40gb": "2"}),
+            serde_json::json!({}),
+        );
+        assert_eq!(mig, (14, Some("GPU".to_owned())));
+        assert_eq!(node(serde_json::json!({"cpu": "4", "rdma/hca": "1"}), serde_json::json!({})), (0, None));
     }
 }

@@ -29,6 +29,22 @@ impl Inner {
         Ok(())
     }
 
+    /// Makes the PriorityClasses pods name (once per server start; a server-side apply, so that several
+    /// servers on one cluster agree on them).
+    pub(super) async fn ensure_priority_classes(&self) -> Result<(), kube::Error> {
+        use std::sync::atomic::Ordering;
+        if self.priority_classes_made.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let api: Api<k8s_openapi::api::scheduling::v1::PriorityClass> = Api::all(self.client.clone());
+        for o in objects::priority_class_objects() {
+            self.sent();
+            api.patch(&name_of(&o), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&o)).await?;
+        }
+        self.priority_classes_made.store(true, Ordering::Release);
+        Ok(())
+    }
+
     /// Writes an attempt's objects: its namespace, the job, then the rest (Secrets, the precheck's Service,
     /// a PodGroup) owned by the job, so that they go with it. The job comes first for its uid; its pods are
     /// made by the operator after it, and a pod that finds its Secret missing for a moment waits for it.
@@ -45,6 +61,20 @@ impl Inner {
     ) -> Result<(), kube::Error> {
         let _permit = self.writes.acquire().await.expect("the semaphore is never closed");
         self.ensure_namespace(ns).await?;
+        if self.cfg.priority_classes {
+            self.ensure_priority_classes().await?;
+        }
+        let result = self.apply_objects(ns, objs, update).await;
+        if let Err(kube::Error::Api(s)) = &result
+            && s.code == 404
+        {
+            // The namespace was deleted under us (with everything in it): made again on the next try.
+            self.namespaces.lock().unwrap_or_else(|e| e.into_inner()).remove(ns);
+        }
+        result
+    }
+
+    async fn apply_objects(&self, ns: &str, objs: &AttemptObjects, update: bool) -> Result<(), kube::Error> {
         let job = self.write(ns, &objs.job, update).await?;
         let uid = job.metadata.uid.unwrap_or_default();
         let owner = json!([{
@@ -110,6 +140,7 @@ impl Inner {
             "Secret" => "secrets",
             "Service" => "services",
             "PodGroup" => "podgroups",
+            "NetworkPolicy" => "networkpolicies",
             "ConfigMap" => "configmaps",
             other => {
                 return Err(kube::Error::Api(Box::new(kube::core::Status {

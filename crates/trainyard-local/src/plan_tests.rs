@@ -58,6 +58,7 @@ fn spec(kind: &str, workers: u32, gpus: u64, extra: serde_json::Value) -> Launch
         owner: "alice".into(),
         task,
         replicas,
+        option: 0,
         catalog: Arc::new(catalog),
         registry_logins: Default::default(),
     }

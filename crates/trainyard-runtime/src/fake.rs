@@ -328,6 +328,7 @@ mod tests {
             owner: "alice".into(),
             task: TrainingTask::default(),
             replicas: Vec::new(),
+            option: 0,
             catalog: Default::default(),
             registry_logins: Default::default(),
         }

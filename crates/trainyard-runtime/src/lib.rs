@@ -51,6 +51,8 @@ pub struct LaunchSpec {
     pub owner: String,
     pub task: TrainingTask,
     pub replicas: Vec<ReplicaPlan>,
+    /// Which of the task's instance-spec choices (`compute.instanceSpecs`) the placement took.
+    pub option: usize,
     /// The catalog at launch: images, volume, dataset and model homes, node devices.
     #[serde(skip)]
     pub catalog: std::sync::Arc<trainyard_core::Catalog>,
@@ -58,6 +60,15 @@ pub struct LaunchSpec {
     /// launch; never written anywhere by a backend).
     #[serde(skip)]
     pub registry_logins: std::sync::Arc<std::collections::BTreeMap<String, RegistryLogin>>,
+}
+
+impl LaunchSpec {
+    /// The catalog entry of the instance spec the placement took, and how many units of it each replica has;
+    /// None when the catalog no longer has it.
+    pub fn instance_spec(&self) -> Option<(&trainyard_core::catalog::InstanceSpec, u32)> {
+        let choice = self.task.spec.compute.instance_specs.get(self.option)?;
+        Some((self.catalog.instance_specs.get(&choice.spec)?, choice.count_per_node.max(1)))
+    }
 }
 
 /// A registry's basic credentials.
@@ -96,6 +107,10 @@ pub enum Observation {
     Stopped { key: AttemptKey, cause: Option<StopCause>, message: String },
     /// An informative event (a figure, a step of a stop), with no change of status.
     Note { key: AttemptKey, reason: Reason, message: String },
+    /// The attempt's replicas are not all running yet, and why, in the backend's words (a cluster's scheduler
+    /// finding no room, a pull, a volume being attached): the task's wait while it starts. Each replaces the
+    /// last; a backend says it again when the reason changes, never once the attempt has started.
+    Waiting { key: AttemptKey, message: String },
     /// A node looks broken for this task (a failed precheck, a hardware error in a replica's log): with node
     /// replacement on, the next attempt avoids it.
     NodeSuspect { key: AttemptKey, node: String, message: String },
@@ -113,6 +128,7 @@ impl Observation {
             | Observation::Finished { key, .. }
             | Observation::Stopped { key, .. }
             | Observation::Note { key, .. }
+            | Observation::Waiting { key, .. }
             | Observation::NodeSuspect { key, .. }
             | Observation::ScaleUp { key, .. }
             | Observation::ScaleDown { key, .. } => key,

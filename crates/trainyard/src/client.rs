@@ -167,6 +167,9 @@ pub fn describe(c: &Conn, id: &str, format: Format) -> CallResult<ExitCode> {
     if let Some(r) = t["queue"]["reason"].as_str() {
         outln!("Queue:    #{} ({} in its group): {r}", t["queue"]["position"], t["queue"]["positionInGroup"]);
     }
+    if let Some(r) = t["starting"]["reason"].as_str() {
+        outln!("Waiting:  {r}");
+    }
     for r in t["placement"]["replicas"].as_array().into_iter().flatten() {
         outln!(
             "Replica:  {}-{} rank {} on {}",

@@ -81,11 +81,14 @@ impl StatusLine {
 /// What the status line says of task `t`.
 fn status_line(name: &str, t: &Value) -> String {
     let status = t["status"].as_str().unwrap_or("?").to_lowercase();
-    match t["queue"]["reason"].as_str() {
-        Some(reason) => format!(
+    if let Some(reason) = t["queue"]["reason"].as_str() {
+        return format!(
             "  {name}: queued #{} ({} in its group): {reason}",
             t["queue"]["position"], t["queue"]["positionInGroup"]
-        ),
+        );
+    }
+    match t["starting"]["reason"].as_str() {
+        Some(reason) => format!("  {name}: {status}: {reason}"),
         None => format!("  {name}: {status}"),
     }
 }
@@ -146,5 +149,8 @@ mod tests {
             json!({"status": "Queued", "queue": {"position": 3, "positionInGroup": 1, "reason": "no room"}});
         assert_eq!(status_line("a", &t), "  a: queued #3 (1 in its group): no room");
         assert_eq!(status_line("a", &json!({"status": "Stopping", "queue": null})), "  a: stopping");
+        let starting = json!({"status": "Starting", "queue": null,
+                              "starting": {"reason": "a-master-0 is Unschedulable: 0/2 nodes", "sinceMs": 1}});
+        assert_eq!(status_line("a", &starting), "  a: starting: a-master-0 is Unschedulable: 0/2 nodes");
     }
 }

@@ -239,6 +239,21 @@ fn kwok_node(client: &trainyard_kube::client::Client, name: &str, labels: serde_
     block(nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))).unwrap();
 }
 
+/// The settings of a Kubernetes subject named `name`, its `host` image pulled as `host_image`.
+fn kube_config(name: &str, host_image: &str) -> KubeConfig {
+    KubeConfig {
+        namespace: format!("conf-{}-{name}-{{group}}", std::process::id()),
+        // Each test is a server of its own on the shared cluster: it manages only its own objects.
+        instance: format!("conf-{}-{name}", std::process::id()),
+        images: [("host".to_owned(), host_image.to_owned())].into(),
+        grace_s: 2,
+        // A NotReady node fails its attempts after 2 s here (60 s by default).
+        node_grace_s: 2,
+        data_dir: std::env::temp_dir().join(format!("ty-conformance-kube-{name}-{}", std::process::id())),
+        ..KubeConfig::default()
+    }
+}
+
 /// A Kubernetes subject of its own: `name` keeps its namespace and objects apart from the other tests' (they run
 /// side by side, as threads of one process or as processes, on one cluster).
 fn kube(name: &str) -> Kube {
@@ -247,17 +262,7 @@ fn kube(name: &str) -> Kube {
         "the Kubernetes backend's suite needs the test cluster: run the tests with scripts/test, which starts it \
          through scripts/with-kube (or run `scripts/with-kube cargo test ...`)"
     );
-    let cfg = KubeConfig {
-        namespace: format!("conf-{}-{name}-{{group}}", std::process::id()),
-        // Each test is a server of its own on the shared cluster: it manages only its own objects.
-        instance: format!("conf-{}-{name}", std::process::id()),
-        images: [("host".to_owned(), "registry.invalid/trainyard/host:1".to_owned())].into(),
-        grace_s: 2,
-        // A NotReady node fails its attempts after 2 s here (60 s by default).
-        node_grace_s: 2,
-        data_dir: std::env::temp_dir().join(format!("ty-conformance-kube-{name}-{}", std::process::id())),
-        ..KubeConfig::default()
-    };
+    let cfg = kube_config(name, "registry.invalid/trainyard/host:1");
     let backend = block(KubeBackend::connect(cfg.clone())).unwrap();
     for node in ["node-a", "node-b"] {
         kwok_node(&backend.client(), node, serde_json::json!({}));
@@ -276,15 +281,7 @@ fn kube_real(name: &str) -> Kube {
         .map(str::to_owned)
         .collect();
     let base = std::env::var("TRAINYARD_KUBE_BASE_IMAGE").expect("the stack's base image");
-    let cfg = KubeConfig {
-        namespace: format!("conf-{}-{name}-{{group}}", std::process::id()),
-        instance: format!("conf-{}-{name}", std::process::id()),
-        images: [("host".to_owned(), base)].into(),
-        grace_s: 2,
-        node_grace_s: 2,
-        data_dir: std::env::temp_dir().join(format!("ty-conformance-kube-{name}-{}", std::process::id())),
-        ..KubeConfig::default()
-    };
+    let cfg = kube_config(name, &base);
     let backend = block(KubeBackend::connect(cfg.clone())).unwrap();
     assert!(block(backend.synced(Duration::from_secs(30))), "the watches listed");
     Kube { backend, cfg, real: Some(real) }
@@ -351,6 +348,7 @@ fn spec(key: &AttemptKey, workers: u32, cmd: &str) -> LaunchSpec {
         owner: "alice".into(),
         task,
         replicas,
+        option: 0,
         catalog: Arc::new(catalog),
         registry_logins: Default::default(),
     }

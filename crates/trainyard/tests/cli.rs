@@ -11,12 +11,21 @@ fn repo() -> PathBuf {
 }
 
 fn trainyard(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_trainyard"))
+    // No server: the example catalog built into the binary, whatever runs on this machine.
+    trainyard_at("http://127.0.0.1:9", "", args, stdin)
+}
+
+/// The CLI against the server at `api` with `token` ("" for none), `stdin` on its standard input.
+fn trainyard_at(api: &str, token: &str, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_trainyard"));
+    if !token.is_empty() {
+        command.env("TRAINYARD_TOKEN", token);
+    }
+    let mut child = command
         .args(args)
         .current_dir(repo())
         .env_remove("TRAINYARD_CATALOG")
-        // No server: the example catalog built into the binary, whatever runs on this machine.
-        .env("TRAINYARD_SERVER", "http://127.0.0.1:9")
+        .env("TRAINYARD_SERVER", api)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -908,22 +917,7 @@ fn a_catalog_taking_away_what_tasks_use_is_refused_unless_forced() {
 #[test]
 fn registry_logins_through_the_cli() {
     let (mut server, dir, api, _, token) = fake_up("trainyard-registry-cli", "300");
-    let cli = |args: &[&str], stdin: Option<&str>| {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_trainyard"))
-            .args(args)
-            .env("TRAINYARD_SERVER", &api)
-            .env("TRAINYARD_TOKEN", &token)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        if let Some(input) = stdin {
-            child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        }
-        drop(child.stdin.take());
-        child.wait_with_output().unwrap()
-    };
+    let cli = |args: &[&str], stdin: Option<&str>| trainyard_at(&api, &token, args, stdin);
     let login = ["admin", "registry", "login", "reg.example:5000", "-u", "ci", "--password-stdin"];
     let set = cli(&[&login[..], &["--group", "default"]].concat(), Some("pw-s3cret\n"));
     assert_eq!(set.status.code(), Some(0), "{}", text(&set));

@@ -17,7 +17,7 @@ use common::{Options, Server, secs};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use trainyard_images::testing::{
-    TAR_LAYER, debian_closure, dirs_layer, host_layer, owned_files_layer, push_to, push_to_with_login,
+    TAR_LAYER, debian_closure, dirs_layer, host_layer, owned_files_layer, push_to, push_to_as,
 };
 
 /// The image's reference in the stack's registry.
@@ -37,19 +37,30 @@ fn real_stack() -> (String, Vec<String>) {
     (need("TRAINYARD_KUBE_REGISTRY"), nodes)
 }
 
-/// Builds the task image and pushes it, unless the registry has it already (the stack's registry lives as
-/// long as the stack: once per test run).
-fn push_image(registry: &str) -> String {
-    let reference = format!("{registry}/{IMAGE}");
-    let (repo, tag) = IMAGE.split_once(':').unwrap();
-    let url = format!("http://{registry}/v2/{repo}/manifests/{tag}");
-    let have = common::agent()
-        .head(&url)
+/// Whether the registry has `repo:tag` (the stack's registry lives as long as the stack: an image is built
+/// once per test run).
+fn in_registry(registry: &str, repo: &str, tag: &str) -> bool {
+    common::agent()
+        .head(&format!("http://{registry}/v2/{repo}/manifests/{tag}"))
         .header("Accept", "application/vnd.oci.image.manifest.v1+json")
         .call()
-        .is_ok_and(|r| r.status() == 200);
-    if have {
-        return reference;
+        .is_ok_and(|r| r.status() == 200)
+}
+
+/// The torch image with a user of its own (`trainer`, uid 1000) on top: its catalog entry says `runAsUser`.
+const USER_IMAGE: &str = "trainyard/torch-user:e2e-1";
+const USER_UID: u32 = 1000;
+
+/// Builds the task image and the same with a user of its own, and pushes them, unless the registry has them
+/// already (the stack's registry lives as long as the stack: once per test run). Returns their references.
+fn push_image(registry: &str) -> (String, String) {
+    let reference = format!("{registry}/{IMAGE}");
+    let user_reference = format!("{registry}/{USER_IMAGE}");
+    let (repo, tag) = IMAGE.split_once(':').unwrap();
+    let (user_repo, user_tag) = USER_IMAGE.split_once(':').unwrap();
+    let have = (in_registry(registry, repo, tag), in_registry(registry, user_repo, user_tag));
+    if have == (true, true) {
+        return (reference, user_reference);
     }
     let t0 = Instant::now();
     let files = debian_closure(&[
@@ -72,15 +83,32 @@ fn push_image(registry: &str) -> String {
         ("etc/nsswitch.conf", b"passwd: files\ngroup: files\nhosts: files dns\n", 0o644, 0),
     ]);
     let dirs = dirs_layer(&[("tmp", 0o1777), ("root", 0o700), ("run", 0o755), ("var/tmp", 0o1777)]);
-    push_to(
-        registry,
-        repo,
-        tag,
-        &[(TAR_LAYER, host_layer(&files)), (TAR_LAYER, etc), (TAR_LAYER, dirs)],
-        json!({"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONUNBUFFERED=1"]}),
+    let mut layers = vec![(TAR_LAYER, host_layer(&files)), (TAR_LAYER, etc), (TAR_LAYER, dirs)];
+    let config = json!({"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONUNBUFFERED=1"]});
+    if !have.0 {
+        push_to(registry, repo, tag, &layers, config.clone());
+    }
+    // The user's entry (sshd looks the login up there) and a home it may write, on top.
+    let passwd = format!(
+        "root:x:0:0:root:/root:/bin/bash\nsshd:x:100:65534::/run/sshd:/usr/sbin/nologin\n\
+         trainer:x:{USER_UID}:{USER_UID}:trainer:/home/trainer:/bin/bash\n\
+         nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
     );
-    eprintln!("pushed {reference} in {:.1} s", t0.elapsed().as_secs_f64());
-    reference
+    let group = format!("root:x:0:\ntrainer:x:{USER_UID}:\nnogroup:x:65534:\n");
+    layers.push((
+        TAR_LAYER,
+        owned_files_layer(&[
+            ("etc/passwd", passwd.as_bytes(), 0o644, 0),
+            ("etc/group", group.as_bytes(), 0o644, 0),
+            ("home/trainer/.profile", b"", 0o644, u64::from(USER_UID)),
+        ]),
+    ));
+    layers.push((TAR_LAYER, dirs_layer(&[("home/trainer", 0o777)])));
+    if !have.1 {
+        push_to(registry, user_repo, user_tag, &layers, config);
+    }
+    eprintln!("pushed {reference} and {user_reference} in {:.1} s", t0.elapsed().as_secs_f64());
+    (reference, user_reference)
 }
 
 /// The catalog: the stack's real nodes (pool `real`, as the stack labels them; their taint tolerated) and the
@@ -95,9 +123,11 @@ fn catalog(nodes: &[String]) -> String {
            [{{key: trainyard.dev/real, operator: Equal, value: \"true\", effect: NoSchedule}}]}}}}\n\
          instanceSpecs: {{cpu.small: {{kind: CPU, vcpus: 1, memoryMib: 2048}}}}\n\
          nodes:\n{nodes}\
-         projectGroups: {{default: {{}}}}\n\
-         images: {{pytorch: {{torch: true}}, ray: {{ray: true, rayVersion: \"2.60.0\"}}}}\n\
-         quotas: [{{group: default, resourceType: Reserved, pool: real, spec: cpu.small, units: 8}}]\n"
+         projectGroups: {{default: {{}}, strict: {{}}}}\n\
+         images: {{pytorch: {{torch: true}}, ray: {{ray: true, rayVersion: \"2.60.0\"}}, \
+           pytorch-user: {{torch: true, runAsUser: {USER_UID}, runAsGroup: {USER_UID}}}}}\n\
+         quotas: [{{group: default, resourceType: Reserved, pool: real, spec: cpu.small, units: 8}}, \
+           {{group: strict, resourceType: Reserved, pool: real, spec: cpu.small, units: 4}}]\n"
     )
 }
 
@@ -154,7 +184,7 @@ fn lines(s: &Server, id: &str, replica: &str) -> Vec<String> {
 }
 
 fn server(registry: &str, nodes: &[String]) -> Server {
-    let image = push_image(registry);
+    let (image, user_image) = push_image(registry);
     let ray =
         if wanted("ray-job.yaml") { push_ray_image(registry) } else { format!("{registry}/{RAY_IMAGE}") };
     let namespace = format!("pods-{}-{{group}}", std::process::id());
@@ -166,6 +196,7 @@ fn server(registry: &str, nodes: &[String]) -> Server {
                 .into_iter()
                 .chain(["--kube-image".to_owned(), format!("pytorch={image}")])
                 .chain(["--kube-image".to_owned(), format!("ray={ray}")])
+                .chain(["--kube-image".to_owned(), format!("pytorch-user={user_image}")])
                 .collect(),
             own_catalog: true,
             ..Options::default()
@@ -213,6 +244,63 @@ fn the_examples_run_on_real_pods() {
     if wanted("private-image.yaml") {
         private_image(&s, &nodes);
     }
+    if wanted("restricted.yaml") {
+        restricted(&s);
+    }
+}
+
+/// Issue 32: Pod Security `restricted` on a group's namespace. A task of an image that runs as a user of its
+/// own (the catalog's `runAsUser`) runs there, as that user, SSH included; the same task of a root image is
+/// refused by the namespace and ends at once as the task's to fix, in the cluster's words, not resubmitted.
+fn restricted(s: &Server) {
+    let ns = format!("pods-{}-strict", std::process::id());
+    kubectl(&["create", "namespace", &ns]);
+    kubectl(&["label", "namespace", &ns, "pod-security.kubernetes.io/enforce=restricted"]);
+
+    // A root image: refused, at once (well within the 600 s start-up deadline).
+    let example = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/kubernetes/restricted.yaml"),
+    )
+    .unwrap();
+    let root = example
+        .replace("image: pytorch-user", "image: pytorch")
+        .replace("  advanced:\n", "  advanced:\n    faultTolerance: {enabled: true, maxResubmissions: 2}\n");
+    let file = std::env::temp_dir().join(format!("restricted-root-{}.yaml", std::process::id()));
+    std::fs::write(&file, root).unwrap();
+    let printed = s.cli(&["submit", "-f", file.to_str().unwrap(), "-o", "json"]);
+    let _ = std::fs::remove_file(&file);
+    let v: Value = serde_json::from_str(printed.trim()).unwrap_or_else(|e| panic!("{e}: {printed}"));
+    let id = v["id"].as_str().unwrap().to_owned();
+    let t0 = Instant::now();
+    let t = ends(s, &id, "Failed", secs(300));
+    let took = t0.elapsed();
+    let events = s.events_text(&id);
+    let failed = events.lines().find(|l| l.contains("UserError")).unwrap_or_else(|| panic!("{events}"));
+    assert!(failed.contains("violates PodSecurity") && failed.contains("runAsUser"), "{events}");
+    assert_eq!(t["attempt"], 0, "a user error is not resubmitted: {events}");
+    eprintln!("restricted.yaml, root image: Failed after {:.1} s: {}", took.as_secs_f64(), failed.trim());
+
+    // The image with a user of its own: admitted, run as that user, SSH as that user.
+    let (id, _) = submit_example(s, "restricted.yaml");
+    ends(s, &id, "Succeeded", secs(600));
+    let master = replica(s, &id, "-master-0");
+    let worker = replica(s, &id, "-worker-0");
+    let got = lines(s, &id, &master);
+    let all = s.all_logs(&id);
+    assert!(got.iter().any(|l| l.starts_with(&format!("rank 0 runs as trainer (uid {USER_UID})"))), "{all}");
+    let ssh = got.iter().find(|l| l.starts_with("ssh ")).unwrap_or_else(|| panic!("{all}"));
+    assert!(ssh.ends_with(&format!(": trainer on {worker}")), "{all}");
+    assert!(
+        got.iter().any(|l| l.starts_with("torch ") && l.ends_with(&format!("as uid {USER_UID}"))),
+        "{all}"
+    );
+    // What the namespace admitted: the pods as the objects say, checked by the API server's Pod Security.
+    let pod = kubectl(&["get", "pod", "-n", &ns, &master, "-o", "jsonpath={.spec.securityContext}"]);
+    assert!(
+        pod.contains("\"runAsNonRoot\":true") && pod.contains(&format!("\"runAsUser\":{USER_UID}")),
+        "{pod}"
+    );
+    eprintln!("restricted.yaml: {ssh} | {}", got.iter().find(|l| l.starts_with("torch ")).unwrap());
 }
 
 /// Uncordons a node however the test ends.
@@ -284,13 +372,7 @@ const RAY_IMAGE: &str = "trainyard/ray:e2e-1";
 fn push_ray_image(registry: &str) -> String {
     let reference = format!("{registry}/{RAY_IMAGE}");
     let (repo, tag) = RAY_IMAGE.split_once(':').unwrap();
-    let url = format!("http://{registry}/v2/{repo}/manifests/{tag}");
-    let have = common::agent()
-        .head(&url)
-        .header("Accept", "application/vnd.oci.image.manifest.v1+json")
-        .call()
-        .is_ok_and(|r| r.status() == 200);
-    if have {
+    if in_registry(registry, repo, tag) {
         return reference;
     }
     let t0 = Instant::now();
@@ -400,9 +482,9 @@ fn push_private_image() -> (String, (String, String)) {
     let (user, password) = login.split_once(':').expect("USER:PASSWORD");
     let files = debian_closure(&["bash", "coreutils"]);
     let marker = owned_files_layer(&[("etc/trainyard-private", b"only with a login\n", 0o644, 0)]);
-    push_to_with_login(
+    push_to_as(
         &registry,
-        (user, password),
+        Some((user, password)),
         PRIVATE_REPO,
         "1",
         &[(TAR_LAYER, host_layer(&files)), (TAR_LAYER, marker)],

@@ -389,3 +389,173 @@ fn each_catalog_cluster_runs_its_tasks_where_its_context_points() {
     let _ = block(nodes_api.delete(&stray, &Default::default()));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 32: what a real GPU pool asks of a pod, on the test cluster's kwok nodes. The pool's nodes are tainted
+/// (the GPU vendor's taint, a dedicated pool's own) and labelled, and offer AMD GPUs and RDMA devices as
+/// extended resources: a task's pods tolerate both taints (the GPU one by default, the pool's from the
+/// catalog), select the pool's and the spec's labels, request the spec's GPU resource and its extra resources
+/// per unit, carry their resource type's PriorityClass and the `baseline` securityContext, and each attempt
+/// has its NetworkPolicy; the scheduler binds them (a pod that asked for less or tolerated less would stay
+/// Pending) and the task runs.
+#[test]
+fn a_tainted_gpu_pool_of_another_vendor_runs_its_tasks() {
+    let c = client();
+    let pid = std::process::id();
+    let name = format!("e2e-{pid}-mi300x");
+    let nodes: Api<Node> = Api::all(c.clone());
+    let body = serde_json::json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {"kubernetes.io/hostname": name, "type": "kwok", "trainyard.dev/pool": "mi300x",
+                       "amd.com/gpu.product-name": "MI300X"},
+        },
+        "spec": {"taints": [
+            {"key": "amd.com/gpu", "value": "present", "effect": "NoSchedule"},
+            {"key": "dedicated", "value": "ml", "effect": "NoSchedule"},
+        ]},
+    });
+    block(nodes.patch(&name, &PatchParams::apply("e2e").force(), &Patch::Apply(&body))).unwrap();
+    let r = serde_json::json!({"cpu": "32", "memory": "128Gi", "pods": "110", "amd.com/gpu": "8", "rdma/hca": "8"});
+    let status = serde_json::json!({"status": {"capacity": r, "allocatable": r}});
+    block(nodes.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))).unwrap();
+
+    let namespace = format!("e2e-gpu-{pid}-{{group}}");
+    let s = Server::start_with(
+        "kube-gpu",
+        Options {
+            args: [
+                "--backend",
+                "kubernetes",
+                "--kube-namespace",
+                &namespace,
+                "--kube-image",
+                "pytorch=docker.io/pytorch/pytorch:2.5.1",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            own_catalog: true,
+            ..Options::default()
+        },
+    );
+    let catalog = format!(
+        "regions: {{kubernetes: {{}}}}\n\
+         clusters: {{kubernetes: {{region: kubernetes}}}}\n\
+         pools: {{mi300x: {{cluster: kubernetes, instanceSpecs: [mi300x.1], nodeSelector: {{trainyard.dev/pool: mi300x}}, \
+           tolerations: [{{key: dedicated, value: ml, effect: NoSchedule}}]}}}}\n\
+         instanceSpecs: {{mi300x.1: {{kind: GPU, gpuModel: MI300X, gpus: 1, vcpus: 4, memoryMib: 16384, \
+           gpuResource: amd.com/gpu, extraResources: {{rdma/hca: 1}}, nodeSelector: {{amd.com/gpu.product-name: MI300X}}}}}}\n\
+         nodes:\n  {name}: {{pool: mi300x, vcpus: 32, memoryMib: 131072, gpus: 8, gpuModel: MI300X}}\n\
+         projectGroups: {{default: {{}}}}\n\
+         images: {{pytorch: {{torch: true}}}}\n\
+         quotas: [{{group: default, resourceType: Reserved, pool: mi300x, spec: mi300x.1, units: 8}}]\n"
+    );
+    // First the spec asks for a label the node does not have: the cluster's scheduler cannot place the pods,
+    // and the task's wait while it starts says so, in the API, the CLI and the console's data.
+    let wrong = catalog.replace(
+        "nodeSelector: {amd.com/gpu.product-name: MI300X}",
+        "nodeSelector: {amd.com/gpu.product-name: MI250X}",
+    );
+    let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(&wrong));
+    assert_eq!(status, 200, "{body}");
+    let task = serde_json::json!({
+        "apiVersion": "trainyard.dev/v1", "kind": "TrainingTask",
+        "metadata": {"namePrefix": "mi300x", "projectGroup": "default"},
+        "spec": {
+            "type": "PyTorchJob",
+            "placement": {"region": "kubernetes", "cluster": "kubernetes"},
+            "environment": {"image": "pytorch", "cmd": "python3 train.py"},
+            "compute": {"resourceType": "Reserved", "pool": "mi300x", "workers": 1,
+                        "instanceSpecs": [{"spec": "mi300x.1", "countPerNode": 2}]},
+        }
+    });
+    let stuck = s.submit(&task);
+    s.wait_status(&stuck, "Starting", secs(60));
+    let t0 = std::time::Instant::now();
+    let wait = loop {
+        let t = s.task(&stuck);
+        if let Some(r) = t["starting"]["reason"].as_str().filter(|r| r.contains("Unschedulable")) {
+            assert_eq!(t["status"], "Starting", "{t}");
+            assert!(t["starting"]["sinceMs"].as_i64().unwrap() > 0, "{t}");
+            break r.to_owned();
+        }
+        assert!(t0.elapsed() < secs(60), "no wait reason: {t}\n{}", s.events_text(&stuck));
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    };
+    assert!(wait.contains("-master-0 is Unschedulable") && wait.contains("node affinity/selector"), "{wait}");
+    let described = s.cli(&["describe", &stuck]);
+    assert!(described.contains("Waiting:  ") && described.contains("Unschedulable"), "{described}");
+    eprintln!("the wait while it starts: {wait}");
+    s.cli(&["stop", &stuck]);
+    s.wait_status(&stuck, "Stopped", secs(120));
+    assert!(s.task(&stuck)["starting"].is_null(), "no wait once it stopped");
+
+    let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(&catalog));
+    assert_eq!(status, 200, "{body}");
+    let id = s.submit(&task);
+    s.wait_status(&id, "Running", secs(120));
+    assert!(s.task(&id)["starting"].is_null(), "no wait once it runs");
+
+    let ns = format!("e2e-gpu-{pid}-default");
+    let pods: Api<trainyard_kube::openapi::api::core::v1::Pod> = Api::namespaced(c.clone(), &ns);
+    let listed =
+        block(pods.list(&ListParams::default().labels(&format!("trainyard.dev/task={id}")))).unwrap();
+    assert_eq!(listed.items.len(), 2, "master and worker");
+    for p in &listed.items {
+        let pod = serde_json::to_value(p).unwrap();
+        let spec = &pod["spec"];
+        assert_eq!(spec["nodeName"], name.as_str(), "{pod}");
+        let requests = &spec["containers"][0]["resources"]["requests"];
+        assert_eq!(requests["amd.com/gpu"], "2", "{requests}");
+        assert_eq!(requests["rdma/hca"], "2", "{requests}");
+        assert!(requests.get("nvidia.com/gpu").is_none(), "{requests}");
+        assert_eq!(
+            spec["nodeSelector"],
+            serde_json::json!({"trainyard.dev/pool": "mi300x", "amd.com/gpu.product-name": "MI300X"})
+        );
+        let tolerations = spec["tolerations"].to_string();
+        assert!(
+            tolerations.contains("\"key\":\"dedicated\"") && tolerations.contains("\"key\":\"amd.com/gpu\""),
+            "{tolerations}"
+        );
+        assert_eq!(spec["priorityClassName"], "trainyard-reserved");
+        // Admission resolved the class to its value.
+        assert_eq!(spec["priority"], 100_000);
+        assert_eq!(spec["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+        assert_eq!(spec["containers"][0]["securityContext"]["allowPrivilegeEscalation"], false);
+    }
+    // The attempt's NetworkPolicy selects its pods and lets in only them.
+    let policies: Api<DynamicObject> = Api::namespaced_with(
+        c.clone(),
+        &ns,
+        &trainyard_kube::client::api::ApiResource::from_gvk_with_plural(
+            &trainyard_kube::client::api::GroupVersionKind::gvk("networking.k8s.io", "v1", "NetworkPolicy"),
+            "networkpolicies",
+        ),
+    );
+    let listed_np =
+        block(policies.list(&ListParams::default().labels(&format!("trainyard.dev/task={id}")))).unwrap();
+    assert_eq!(listed_np.items.len(), 1, "one policy per attempt");
+    let np = serde_json::to_value(&listed_np.items[0]).unwrap();
+    let selector = np["spec"]["podSelector"]["matchLabels"].as_object().unwrap().clone();
+    for p in &listed.items {
+        let labels = p.metadata.labels.clone().unwrap_or_default();
+        for (k, v) in &selector {
+            assert_eq!(labels.get(k).map(String::as_str), v.as_str(), "{k} on {:?}", p.metadata.name);
+        }
+    }
+    assert_eq!(
+        np["spec"]["ingress"][0]["from"],
+        serde_json::json!([{"podSelector": np["spec"]["podSelector"]}])
+    );
+    // The PriorityClasses exist, none of them preempts.
+    let classes: Api<trainyard_kube::openapi::api::scheduling::v1::PriorityClass> = Api::all(c.clone());
+    for (class, value) in [("trainyard-reserved", 100_000), ("trainyard-idle", 10_000)] {
+        let got = block(classes.get(class)).unwrap();
+        assert_eq!((got.value, got.preemption_policy.as_deref()), (Some(value), Some("Never")), "{class}");
+    }
+    s.cli(&["stop", &id]);
+    s.wait_status(&id, "Stopped", secs(120));
+    block(nodes.delete(&name, &Default::default())).unwrap();
+}

@@ -101,6 +101,19 @@ class QueuePosition:
 
 
 @dataclass(frozen=True, slots=True)
+class StartingWait:
+    """What a starting task's attempt waits for, in its backend's words (a cluster's scheduler with no room, a
+    pull), and since when (ms since the epoch)."""
+
+    reason: str
+    since_ms: int
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> StartingWait:
+        return cls(reason=str(d["reason"]), since_ms=int(d["sinceMs"]))
+
+
+@dataclass(frozen=True, slots=True)
 class PlacementReplica:
     """One replica of a placed attempt: its role, index and rank, the node it runs on and its share."""
 
@@ -197,6 +210,8 @@ class Task:
     """Deleted: out of lists and not run again; still read by id, with its history."""
     placement: Placement | None
     queue: QueuePosition | None
+    starting: StartingWait | None
+    """While its attempt is admitted and starting: what it waits for; ``None`` otherwise."""
     demand: TaskDemand | None
     """``None`` for a task the server stored before it kept demands."""
     status_since_ms: int
@@ -210,6 +225,7 @@ class Task:
     def from_json(cls, d: dict[str, Any]) -> Task:
         placement = d.get("placement")
         queue = d.get("queue")
+        starting = d.get("starting")
         demand = d.get("demand")
         run_started = d.get("runStartedAtMs")
         spec = d.get("spec")
@@ -230,6 +246,7 @@ class Task:
             deleted=bool(d.get("deleted", False)),
             placement=Placement.from_json(placement) if isinstance(placement, dict) else None,
             queue=QueuePosition.from_json(queue) if isinstance(queue, dict) else None,
+            starting=StartingWait.from_json(starting) if isinstance(starting, dict) else None,
             demand=TaskDemand.from_json(demand) if isinstance(demand, dict) else None,
             status_since_ms=int(d.get("statusSinceMs") or d["updatedAtMs"]),
             run_started_at_ms=int(run_started) if run_started is not None else None,

@@ -252,6 +252,7 @@ export async function taskPage(id) {
         ...dd("Created", moment(t.createdAtMs), "created"), ...dd("Updated", moment(t.updatedAtMs), "updated"),
         ...times,
         ...dd("Queue", t.queue ? `#${t.queue.position} (${t.queue.positionInGroup} in its group): ${t.queue.reason}` : "—"),
+        ...(t.starting ? dd("Waiting", `${t.starting.reason} (since ${moment(t.starting.sinceMs)})`, "starting") : []),
         ...dd("Resources", t.placement?.units ? t.placement.units.map(([s, c, u]) => `${u} ${c} units of ${s}`).join(", ") : "—"),
       );
       replicas.replaceChildren(...(t.placement?.replicas || []).map((r) => h("tr", {}, h("td", {}, `${r.role}-${r.index}`), h("td", {}, r.rank), h("td", {}, r.node), h("td", {}, `${r.resources.vcpus} vCPU, ${r.resources.memoryMib} MiB, ${r.resources.gpus} GPU`))));

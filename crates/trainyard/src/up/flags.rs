@@ -56,6 +56,20 @@ pub struct KubeFlags {
     /// its pods cannot be made as they are (a missing claim, Pod Security). 0: wait for ever.
     #[arg(long, default_value_t = 600)]
     pub kube_start_deadline_s: u64,
+    /// Give pods the PriorityClass of their task's resource type (trainyard-reserved, -ondemand, -spot, -idle,
+    /// made at the first launch; none preempts): the order in which the cluster takes them under pressure.
+    /// `off`: pods without a class.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub kube_priority_classes: String,
+    /// Give each attempt a NetworkPolicy that lets into its pods only its own pods and the peers
+    /// `--kube-network-allow` names. `off`: no policy. Enforced by the cluster's CNI where it enforces them.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub kube_network_policy: String,
+    /// Who else may connect to a task's pods under its NetworkPolicy: `namespace:NAME` (KubeRay's operator,
+    /// which submits a RayJob's entrypoint to its head) or a CIDR (the API server's addresses, whose pod proxy
+    /// the log and metrics followers use). Repeatable.
+    #[arg(long, value_name = "namespace:NAME|CIDR")]
+    pub kube_network_allow: Vec<String>,
 }
 
 impl KubeFlags {
@@ -90,6 +104,16 @@ impl KubeFlags {
             images,
             node_grace_s: self.kube_node_grace_s,
             start_deadline_s: self.kube_start_deadline_s,
+            priority_classes: self.kube_priority_classes == "on",
+            network_policy: match self.kube_network_policy.as_str() {
+                "off" => None,
+                _ => Some(
+                    self.kube_network_allow
+                        .iter()
+                        .map(|p| p.parse().map_err(|e| anyhow::anyhow!("--kube-network-allow: {e}")))
+                        .collect::<Result<_>>()?,
+                ),
+            },
             ..Default::default()
         })
     }

@@ -55,6 +55,10 @@ var deployAllowed = []string{
 	"get events", "list events", "watch events",
 	"get podgroups.scheduling.volcano.sh", "create podgroups.scheduling.volcano.sh",
 	"patch podgroups.scheduling.volcano.sh", "delete podgroups.scheduling.volcano.sh",
+	"get networkpolicies.networking.k8s.io", "create networkpolicies.networking.k8s.io",
+	"patch networkpolicies.networking.k8s.io", "delete networkpolicies.networking.k8s.io",
+	"get priorityclasses.scheduling.k8s.io", "create priorityclasses.scheduling.k8s.io",
+	"patch priorityclasses.scheduling.k8s.io",
 }
 
 // What must stay refused: anything like cluster-admin, running code other than through a job's operator,
@@ -67,7 +71,7 @@ var deployRefused = []string{
 	"update pytorchjobs.kubeflow.org", "update rayjobs.ray.io", "create rayclusters.ray.io",
 	"create deployments.apps", "create daemonsets.apps", "create jobs.batch", "create statefulsets.apps",
 	"patch nodes", "update nodes", "delete nodes", "get nodes proxy", "create nodes proxy",
-	"delete namespaces", "update namespaces",
+	"delete namespaces", "update namespaces", "delete priorityclasses.scheduling.k8s.io",
 	"create serviceaccounts", "create serviceaccounts token",
 	"create roles.rbac.authorization.k8s.io", "create rolebindings.rbac.authorization.k8s.io",
 	"create clusterroles.rbac.authorization.k8s.io", "create clusterrolebindings.rbac.authorization.k8s.io",

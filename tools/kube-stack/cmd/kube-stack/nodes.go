@@ -518,19 +518,7 @@ subjects:
 	}
 
 	// ---- the registry, and the images the nodes need
-	if err := writeFile(filepath.Join(rn.dir, "registry.yml"), fmt.Sprintf(`version: 0.1
-log:
-  level: warn
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: %s
-  delete:
-    enabled: true
-http:
-  addr: %s
-`, filepath.Join(rn.dir, "registry"), rn.registry)); err != nil {
+	if err := writeFile(filepath.Join(rn.dir, "registry.yml"), registryConfig(filepath.Join(rn.dir, "registry"), rn.registry, "")); err != nil {
 		return err
 	}
 	if err := s.startProc("registry", nil, joinCgroup(rn.cgroup+"/services", "docker-registry", "serve", filepath.Join(rn.dir, "registry.yml"))...); err != nil {
@@ -936,6 +924,28 @@ func (rn *realNodes) envLines() string {
 		strings.Join(rn.names(), ","), rn.registry, rn.baseRef, rn.pauseRef, rn.private, rn.privateLogin())
 }
 
+// registryConfig: a docker-registry's configuration, storing in dir and serving plain http on addr; with a
+// login from the htpasswd file when one is given.
+func registryConfig(dir, addr, htpasswd string) string {
+	conf := fmt.Sprintf(`version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: %s
+  delete:
+    enabled: true
+http:
+  addr: %s
+`, dir, addr)
+	if htpasswd != "" {
+		conf += fmt.Sprintf("auth:\n  htpasswd:\n    realm: trainyard-kube-stack\n    path: %s\n", htpasswd)
+	}
+	return conf
+}
+
 // privateLogin is the private registry's login as USER:PASSWORD.
 func (rn *realNodes) privateLogin() string {
 	return "trainyard:" + rn.privPass
@@ -955,23 +965,7 @@ func (rn *realNodes) startPrivateRegistry() error {
 	if err := writeFile(htpasswd, "trainyard:"+hash+"\n"); err != nil {
 		return err
 	}
-	if err := writeFile(filepath.Join(rn.dir, "private.yml"), fmt.Sprintf(`version: 0.1
-log:
-  level: warn
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: %s
-  delete:
-    enabled: true
-http:
-  addr: %s
-auth:
-  htpasswd:
-    realm: trainyard-kube-stack
-    path: %s
-`, filepath.Join(rn.dir, "private"), rn.private, htpasswd)); err != nil {
+	if err := writeFile(filepath.Join(rn.dir, "private.yml"), registryConfig(filepath.Join(rn.dir, "private"), rn.private, htpasswd)); err != nil {
 		return err
 	}
 	if err := s.startProc("private-registry", nil, joinCgroup(rn.cgroup+"/services", "docker-registry", "serve", filepath.Join(rn.dir, "private.yml"))...); err != nil {
