@@ -309,10 +309,18 @@ pub fn files_layer(files: &[(&str, &[u8], u32)]) -> Vec<u8> {
 
 /// A layer of directories with their modes (`tmp` with 0o1777, say), owned by root.
 pub fn dirs_layer(dirs: &[(&str, u32)]) -> Vec<u8> {
+    let owned: Vec<(&str, u32, u64)> = dirs.iter().map(|(p, m)| (*p, *m, 0)).collect();
+    owned_dirs_layer(&owned)
+}
+
+/// A layer of directories with their modes and owners' uid and gid (a user's home, say).
+pub fn owned_dirs_layer(dirs: &[(&str, u32, u64)]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
-    for (p, mode) in dirs {
+    for (p, mode, uid) in dirs {
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(tar::EntryType::Directory);
+        h.set_uid(*uid);
+        h.set_gid(*uid);
         h.set_mode(*mode);
         h.set_size(0);
         h.set_mtime(1_700_000_000);

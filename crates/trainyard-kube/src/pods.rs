@@ -250,7 +250,10 @@ impl Ctx<'_> {
     fn env(&self, role: &str) -> Env {
         let (spec, task) = (self.spec, self.task());
         let mut env = Env::default();
-        for (k, v) in pe::DEFAULTS {
+        // An image that runs as a user of its own keeps that user's HOME (its passwd entry's, which ssh reads
+        // too), not root's.
+        let user = self.run_as_user().is_some();
+        for (k, v) in pe::DEFAULTS.iter().filter(|(k, _)| !(user && *k == "HOME")) {
             env.value(k, *v);
         }
         for e in &task.environment.env {
@@ -377,8 +380,8 @@ impl Ctx<'_> {
         // one in the runtime dir when the image gives it none it may write).
         if self.run_as_user().is_some() {
             s.push_str(&format!(
-                "home=${{HOME:-/}}\n\
-                 if ! {{ mkdir -p \"$home/.ssh\" && [ -w \"$home/.ssh\" ]; }} 2>/dev/null; then home={RUNTIME_DIR}/home; export HOME=$home; fi\n"
+                "home=$(getent passwd \"$(id -u)\" 2>/dev/null | cut -d: -f6); home=${{home:-${{HOME:-/}}}}; export HOME=$home\n\
+                 if ! {{ mkdir -p \"$home/.ssh\" && [ -w \"$home/.ssh\" ]; }} 2>/dev/null; then echo \"trainyard: the home $home is not the user's to write ($(ls -ld \"$home\" 2>&1)); using {RUNTIME_DIR}/home, where ssh finds no client config\" >&2; home={RUNTIME_DIR}/home; mkdir -p \"$home\"; export HOME=$home; fi\n"
             ));
         } else {
             s.push_str("home=/root\n");

@@ -17,7 +17,8 @@ use common::{Options, Server, secs};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use trainyard_images::testing::{
-    TAR_LAYER, debian_closure, dirs_layer, host_layer, owned_files_layer, push_to, push_to_as,
+    TAR_LAYER, debian_closure, dirs_layer, host_layer, owned_dirs_layer, owned_files_layer, push_to,
+    push_to_as,
 };
 
 /// The image's reference in the stack's registry.
@@ -48,7 +49,7 @@ fn in_registry(registry: &str, repo: &str, tag: &str) -> bool {
 }
 
 /// The torch image with a user of its own (`trainer`, uid 1000) on top: its catalog entry says `runAsUser`.
-const USER_IMAGE: &str = "trainyard/torch-user:e2e-1";
+const USER_IMAGE: &str = "trainyard/torch-user:e2e-4";
 const USER_UID: u32 = 1000;
 
 /// Builds the task image and the same with a user of its own, and pushes them, unless the registry has them
@@ -86,7 +87,7 @@ fn push_image(registry: &str) -> (String, String) {
     let mut layers = vec![(TAR_LAYER, host_layer(&files)), (TAR_LAYER, etc), (TAR_LAYER, dirs)];
     let config = json!({"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONUNBUFFERED=1"]});
     if !have.0 {
-        push_to(registry, repo, tag, &layers, config.clone());
+        push_to(registry, repo, tag, &layers, config);
     }
     // The user's entry (sshd looks the login up there) and a home it may write, on top.
     let passwd = format!(
@@ -100,12 +101,22 @@ fn push_image(registry: &str) -> (String, String) {
         owned_files_layer(&[
             ("etc/passwd", passwd.as_bytes(), 0o644, 0),
             ("etc/group", group.as_bytes(), 0o644, 0),
-            ("home/trainer/.profile", b"", 0o644, u64::from(USER_UID)),
         ]),
     ));
-    layers.push((TAR_LAYER, dirs_layer(&[("home/trainer", 0o777)])));
+    // Its home as `useradd -m` makes it: the user's own (the last layer with anything under it, as a layer's
+    // implicit parent dirs would be root's).
+    layers.push((
+        TAR_LAYER,
+        owned_dirs_layer(&[("home", 0o755, 0), ("home/trainer", 0o750, u64::from(USER_UID))]),
+    ));
     if !have.1 {
-        push_to(registry, user_repo, user_tag, &layers, config);
+        // As an image built `USER trainer` with its HOME set.
+        let user_config = json!({
+            "User": USER_UID.to_string(),
+            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONUNBUFFERED=1",
+                    "HOME=/home/trainer"],
+        });
+        push_to(registry, user_repo, user_tag, &layers, user_config);
     }
     eprintln!("pushed {reference} and {user_reference} in {:.1} s", t0.elapsed().as_secs_f64());
     (reference, user_reference)
@@ -287,7 +298,10 @@ fn restricted(s: &Server) {
     let worker = replica(s, &id, "-worker-0");
     let got = lines(s, &id, &master);
     let all = s.all_logs(&id);
-    assert!(got.iter().any(|l| l.starts_with(&format!("rank 0 runs as trainer (uid {USER_UID})"))), "{all}");
+    assert!(
+        got.iter().any(|l| l == &format!("rank 0 runs as trainer (uid {USER_UID}), HOME=/home/trainer")),
+        "{all}"
+    );
     let ssh = got.iter().find(|l| l.starts_with("ssh ")).unwrap_or_else(|| panic!("{all}"));
     assert!(ssh.ends_with(&format!(": trainer on {worker}")), "{all}");
     assert!(
@@ -502,14 +516,17 @@ fn private_image(s: &Server, nodes: &[String]) {
     let host = reference.split('/').next().unwrap().to_owned();
     let catalog = catalog(nodes)
         .replace(
-            "images: {pytorch: {torch: true}, ray: {ray: true, rayVersion: \"2.60.0\"}}",
+            "images: {pytorch: {torch: true},",
             &format!(
-                "images: {{pytorch: {{torch: true}}, ray: {{ray: true, rayVersion: \"2.60.0\"}}, private-tools: {{reference: \"{reference}\", projectGroups: [default]}}}}\n\
-                 allowExternalImages: true"
+                "images: {{private-tools: {{reference: \"{reference}\", projectGroups: [default]}}, pytorch: {{torch: true}},"
             ),
         )
-        .replace("projectGroups: {default: {}}", "projectGroups: {default: {}, other: {}}")
-        .replace("quotas: [", "quotas: [{group: other, resourceType: Reserved, pool: real, spec: cpu.small, units: 4}, ");
+        .replace("projectGroups: {default: {},", "projectGroups: {default: {}, other: {},")
+        + "allowExternalImages: true\n";
+    let catalog = catalog.replace(
+        "quotas: [",
+        "quotas: [{group: other, resourceType: Reserved, pool: real, spec: cpu.small, units: 4}, ",
+    );
     let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(&catalog));
     assert_eq!(status, 200, "{body}");
     let set = s.cli_with_stdin(

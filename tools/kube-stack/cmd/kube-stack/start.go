@@ -309,6 +309,14 @@ webhooks: []
 		// Workers' init container (by default alpine, which nothing here serves): ours, from the stack's registry.
 		toArgs = append(toArgs, "--pytorch-init-container-image="+s.nodes.initRef)
 	}
+	// The operator adds that init container to every worker with no securityContext, which a namespace that
+	// enforces Pod Security `restricted` refuses: configured as such a cluster's admin would, with the
+	// operator's own template plus what `restricted` asks (the pod's user and seccomp profile apply to it).
+	initTemplate := s.path("pytorch-init-container.yaml")
+	if err := writeFile(initTemplate, pytorchInitTemplate); err != nil {
+		return err
+	}
+	toArgs = append(toArgs, "--pytorch-init-container-template-file="+initTemplate)
 	if err := s.startProc("training-operator", []string{"MY_POD_NAMESPACE=kubeflow"}, toArgs...); err != nil {
 		return err
 	}
@@ -445,3 +453,23 @@ func crdFailure(err error, msg string) error {
 	}
 	return die("%s", strings.TrimRight(msg, "\n"))
 }
+
+// The training operator's default init container for workers (v1.9, pkg/controller.v1/pytorch/initcontainer.go),
+// with a securityContext that Pod Security `restricted` admits.
+const pytorchInitTemplate = `
+- name: init-pytorch
+  image: {{.InitContainerImage}}
+  imagePullPolicy: IfNotPresent
+  securityContext:
+    allowPrivilegeEscalation: false
+    capabilities:
+      drop: ["ALL"]
+  resources:
+    limits:
+      cpu: 100m
+      memory: 20Mi
+    requests:
+      cpu: 50m
+      memory: 10Mi
+  command: ['sh', '-c', 'err=1;for i in $(seq {{.MaxTries}}); do if nslookup {{.MasterAddr}}; then err=0 && break; fi;echo waiting for master; sleep 2; done; exit $err']
+`
