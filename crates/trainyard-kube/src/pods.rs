@@ -102,9 +102,7 @@ impl Ctx<'_> {
         if self.s.priority_classes {
             pod["priorityClassName"] = super::objects::priority_class(self.task()).into();
         }
-        if let Some(sc) = self.pod_security_context() {
-            pod["securityContext"] = sc;
-        }
+        pod["securityContext"] = self.pod_security_context();
         if !self.spec.registry_logins.is_empty() {
             pod["imagePullSecrets"] = json!([{"name": pull_secret_name(self.name)}]);
         }
@@ -214,7 +212,7 @@ impl Ctx<'_> {
     /// it and `restricted` asks for it), and, for an image the catalog says runs as a user of its own, that user
     /// as a non-root user (with its group as the volumes' group), which `restricted` asks for. An image without
     /// one runs as it was built, which `baseline` admits: every pod Trainyard makes is `baseline` at least.
-    fn pod_security_context(&self) -> Option<Value> {
+    fn pod_security_context(&self) -> Value {
         let mut sc = json!({"seccompProfile": {"type": "RuntimeDefault"}});
         if let Some(uid) = self.run_as_user() {
             sc["runAsNonRoot"] = true.into();
@@ -224,7 +222,7 @@ impl Ctx<'_> {
                 sc["fsGroup"] = gid.into();
             }
         }
-        Some(sc)
+        sc
     }
 
     /// A container's securityContext: no privilege escalation (no setuid program gains anything); for an image
