@@ -236,18 +236,25 @@ fn the_exit_checkpoint_is_reported_from_the_hook_and_the_containers_end_once() {
     );
 }
 
-/// The start-up deadline counts from the job's creation: an attempt whose pods are not all running by then ends
-/// with the cluster's reason (the last warning about it when its pods were never made), once, and its objects
-/// are deleted at once; one whose pods all ran once is past it for good.
-#[test]
-fn an_attempt_not_running_by_its_start_up_deadline_ends_with_the_clusters_reason() {
-    let mut s = State { start_deadline_ms: 30_000, ..synced() };
+/// A launched attempt whose job (two pods, made at `NOW`) has no pod yet, under a start-up deadline, polled once
+/// at `NOW + 1 s`: it waits for its pods, saying so.
+fn job_without_pods(deadline_ms: u64) -> (State, JobView) {
+    let mut s = State { start_deadline_ms: deadline_ms, ..synced() };
     launched(&mut s);
     let job = JobView { expected_pods: 2, created_ms: Some(NOW), ..JobView::default() };
     s.attempt(&key(), "ns", "job").job = Some(job.clone());
     s.by_object.insert(("ns".into(), "job".into()), key());
     s.dirty.insert(key());
     assert_eq!(reasons(&s.poll(NOW + 1_000)), ["Waiting: 2 of 2 pods are not made yet"]);
+    (s, job)
+}
+
+/// The start-up deadline counts from the job's creation: an attempt whose pods are not all running by then ends
+/// with the cluster's reason (the last warning about it when its pods were never made), once, and its objects
+/// are deleted at once; one whose pods all ran once is past it for good.
+#[test]
+fn an_attempt_not_running_by_its_start_up_deadline_ends_with_the_clusters_reason() {
+    let (mut s, job) = job_without_pods(30_000);
     s.cluster_event(
         "ns",
         "job",
@@ -332,13 +339,7 @@ fn other_pods_requests_shrink_a_nodes_room() {
 /// `restricted` namespace is passed, and its objects go.
 #[test]
 fn pods_refused_by_pod_security_end_the_attempt_at_once() {
-    let mut s = State { start_deadline_ms: 600_000, ..synced() };
-    launched(&mut s);
-    let job = JobView { expected_pods: 2, created_ms: Some(NOW), ..JobView::default() };
-    s.attempt(&key(), "ns", "job").job = Some(job);
-    s.by_object.insert(("ns".into(), "job".into()), key());
-    s.dirty.insert(key());
-    assert_eq!(reasons(&s.poll(NOW + 1_000)), ["Waiting: 2 of 2 pods are not made yet"]);
+    let (mut s, _) = job_without_pods(600_000);
     s.cluster_event(
         "ns",
         "job",

@@ -59,6 +59,14 @@ fn catalog(nodes: &[String]) -> String {
 }
 
 /// The id a `trainyard submit` printed.
+/// `trainyard up --backend kubernetes` named `name`, its groups' namespaces `namespace` (with `{group}`), the
+/// catalog the test's own, and `args` after those.
+fn kube_server(name: &str, namespace: &str, args: &[&str]) -> Server {
+    let first = ["--backend", "kubernetes", "--kube-namespace", namespace];
+    let args = first.iter().chain(args).map(|a| (*a).to_owned()).collect();
+    Server::start_with(name, Options { args, own_catalog: true, ..Options::default() })
+}
+
 fn submitted_id(s: &Server, printed: &str) -> String {
     let (_, body) = s.call("GET", "/api/v1/tasks?limit=50", None);
     let v: Value = serde_json::from_str(&body).unwrap();
@@ -81,24 +89,15 @@ fn the_examples_run_through_the_real_operators_from_the_cli() {
         node(&c, n, "default");
     }
     let namespace = format!("e2e-{pid}-{{group}}");
-    let s = Server::start_with(
+    let s = kube_server(
         "kube-e2e",
-        Options {
-            args: [
-                "--backend",
-                "kubernetes",
-                "--kube-namespace",
-                &namespace,
-                "--kube-image",
-                "pytorch=docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
-                "--kube-image",
-                "ray=docker.io/rayproject/ray:2.60.0",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
-            own_catalog: true,
-            ..Options::default()
-        },
+        &namespace,
+        &[
+            "--kube-image",
+            "pytorch=docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+            "--kube-image",
+            "ray=docker.io/rayproject/ray:2.60.0",
+        ],
     );
     let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(&catalog(&nodes)));
     assert_eq!(status, 200, "{body}");
@@ -285,26 +284,17 @@ fn each_catalog_cluster_runs_its_tasks_where_its_context_points() {
     let east_file = std::path::PathBuf::from(std::env::var("KUBECONFIG").unwrap());
     merged_kubeconfig(&[("east", &east_file), ("west", &west_stack.kubeconfig)], &kubeconfig);
     let namespace = format!("mc-{pid}-{{group}}");
-    let mut s = Server::start_with(
+    let mut s = kube_server(
         "kube-multi",
-        Options {
-            args: [
-                "--backend",
-                "kubernetes",
-                "--kubeconfig",
-                kubeconfig.to_str().unwrap(),
-                "--kube-context",
-                "east",
-                "--kube-namespace",
-                &namespace,
-                "--kube-image",
-                "pytorch=docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
-            own_catalog: true,
-            ..Options::default()
-        },
+        &namespace,
+        &[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--kube-context",
+            "east",
+            "--kube-image",
+            "pytorch=docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+        ],
     );
     let catalog = format!(
         "regions: {{r: {{}}}}\n\
@@ -422,23 +412,7 @@ fn a_tainted_gpu_pool_of_another_vendor_runs_its_tasks() {
     block(nodes.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))).unwrap();
 
     let namespace = format!("e2e-gpu-{pid}-{{group}}");
-    let s = Server::start_with(
-        "kube-gpu",
-        Options {
-            args: [
-                "--backend",
-                "kubernetes",
-                "--kube-namespace",
-                &namespace,
-                "--kube-image",
-                "pytorch=docker.io/pytorch/pytorch:2.5.1",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
-            own_catalog: true,
-            ..Options::default()
-        },
-    );
+    let s = kube_server("kube-gpu", &namespace, &["--kube-image", "pytorch=docker.io/pytorch/pytorch:2.5.1"]);
     let catalog = format!(
         "regions: {{kubernetes: {{}}}}\n\
          clusters: {{kubernetes: {{region: kubernetes}}}}\n\
