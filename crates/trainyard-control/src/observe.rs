@@ -35,14 +35,20 @@ impl<B: Backend> Control<B> {
         } else {
             None
         };
-        if let Change::Step { step, failed } =
-            policy::on_observation(status, t.attempt, obs, cause, t.deleted)
-        {
-            let Some(changed) = self.apply(&t, step, now_ms).await? else { return Ok(false) };
-            if let Some(reason) = failed {
-                self.maybe_retry(&changed, reason, now_ms).await?;
+        match policy::on_observation(status, t.attempt, obs, cause, t.deleted) {
+            Change::Step { step, failed } => {
+                let Some(changed) = self.apply(&t, step, now_ms).await? else { return Ok(false) };
+                if let Some(reason) = failed {
+                    self.maybe_retry(&changed, reason, now_ms).await?;
+                }
+                return Ok(true);
             }
-            return Ok(true);
+            Change::Stop { step, cause } => {
+                let Some(changed) = self.apply(&t, step, now_ms).await? else { return Ok(false) };
+                self.send_stop(&changed, cause, now_ms).await?;
+                return Ok(true);
+            }
+            Change::None => {}
         }
         let done = match (obs, status) {
             (Observation::Note { reason, message, .. }, _) => {

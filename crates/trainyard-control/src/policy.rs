@@ -46,6 +46,9 @@ impl Step {
 pub(crate) enum Change {
     /// A transition; `failed` when it ends the attempt in failure (the retry policy runs after it commits).
     Step { step: Step, failed: Option<Reason> },
+    /// A transition to `Stopping`, then a stop of the attempt for `cause`: the backend's cluster preempted it
+    /// (Kueue evicted its job), and it goes the way of Trainyard's own preemptions.
+    Stop { step: Step, cause: StopCause },
     /// Nothing: the observation is informative, or stale (the task moved on).
     None,
 }
@@ -77,6 +80,16 @@ pub(crate) fn on_observation(
         }
         (Observation::Finished { reason: Reason::Completed, message, .. }, Status::Running) => {
             step(Step::new(Status::Succeeded, Reason::Completed, message.clone(), attempt))
+        }
+        // Preempted by the cluster (Kueue's eviction): through Stopping, back to the queue, as a preemption
+        // Trainyard decided, at no cost to the retry budget.
+        (Observation::Finished { reason: Reason::Preempted, message, .. }, s)
+            if s.holds_resources() && s != Status::Stopping =>
+        {
+            Change::Stop {
+                step: Step::new(Status::Stopping, Reason::Preempted, message.clone(), attempt),
+                cause: StopCause::Preempted,
+            }
         }
         (Observation::Finished { reason, message, .. }, s)
             if s.holds_resources() && s != Status::Stopping =>
@@ -261,6 +274,7 @@ mod tests {
     fn to(change: Change) -> Option<(Status, Reason, i64, Option<Reason>)> {
         match change {
             Change::Step { step, failed } => Some((step.to, step.reason, step.attempt, failed)),
+            Change::Stop { step, .. } => Some((step.to, step.reason, step.attempt, None)),
             Change::None => None,
         }
     }
@@ -375,7 +389,9 @@ mod tests {
         });
         for obs in observations.into_iter().chain(finished) {
             for &s in Status::ALL {
-                if let Change::Step { step, .. } = on_observation(s, 3, &obs, None, false) {
+                if let Change::Step { step, .. } | Change::Stop { step, .. } =
+                    on_observation(s, 3, &obs, None, false)
+                {
                     let legal = trainyard_core::lifecycle::transition(s, step.to, step.reason);
                     // A backend reporting a reason no failure may carry is the one way to ask for an illegal
                     // change; `apply` refuses it and records an InternalError.
@@ -384,6 +400,41 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Issue 32: the cluster's preemption (Kueue evicting a job it admitted) goes Trainyard's own preemption's
+    /// way: Stopping, a stop for `Preempted`, and its end requeues the task without spending its budget.
+    #[test]
+    fn a_preemption_by_the_cluster_is_stopped_and_requeued_as_trainyard_s_own() {
+        let evicted = Observation::Finished {
+            key: key(),
+            reason: Reason::Preempted,
+            message: "Kueue evicted the job: Preempted".into(),
+        };
+        for s in [Status::Admitted, Status::Starting, Status::Prechecking, Status::Running] {
+            match on_observation(s, 3, &evicted, None, false) {
+                Change::Stop { step, cause } => {
+                    assert_eq!(
+                        (step.to, step.reason, step.attempt),
+                        (Status::Stopping, Reason::Preempted, 3)
+                    );
+                    assert_eq!(cause, StopCause::Preempted);
+                }
+                other => panic!("{s}: {other:?}"),
+            }
+        }
+        assert_eq!(on_observation(Status::Stopping, 3, &evicted, Some(StopCause::UserStop), false), {
+            Change::Step {
+                step: stop_ended(Some(StopCause::UserStop), "Kueue evicted the job: Preempted", 3),
+                failed: None,
+            }
+        });
+        let gone =
+            Observation::Stopped { key: key(), cause: Some(StopCause::Preempted), message: "gone".into() };
+        assert_eq!(
+            to(on_observation(Status::Stopping, 3, &gone, None, false)),
+            Some((Status::Queued, Reason::Requeued, 4, None))
+        );
     }
 
     #[test]

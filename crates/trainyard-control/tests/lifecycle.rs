@@ -249,6 +249,32 @@ async fn infrastructure_failures_are_retried_within_the_budget_and_user_errors_a
     assert_eq!(reasons(&c, &broken).await.last().unwrap(), "UserError");
 }
 
+/// Issue 32: an attempt the backend's cluster preempted (Kueue evicting its job) goes the way of Trainyard's own
+/// preemptions: Stopping, a stop, back in the queue, without spending the retry budget (here none at all).
+#[tokio::test]
+async fn a_preemption_by_the_cluster_requeues_the_task_without_spending_its_budget() {
+    let backend = FakeBackend::new(Script { run_ms: 1_000, ..Script::default() });
+    let (mut c, _) = control(backend.clone()).await;
+    let id = submit(
+        &c,
+        &task("evicted", "nlp", "Reserved", 0, "  advanced: {faultTolerance: {maxResubmissions: 0}}\n"),
+        0,
+    )
+    .await;
+    let preempted =
+        Script { run_ms: 1_000, outcome: trainyard_core::lifecycle::Reason::Preempted, ..Script::default() };
+    backend.script(&id, vec![preempted]);
+    for now in (0..12).map(|i| i * 500) {
+        c.tick(now).await.unwrap();
+    }
+    assert_eq!(status(&c, &id).await, ("Succeeded".into(), 1), "{:?}", reasons(&c, &id).await);
+    let seen = reasons(&c, &id).await;
+    let at = seen.iter().position(|r| r == "Preempted").unwrap_or_else(|| panic!("{seen:?}"));
+    assert_eq!(seen[at + 1], "Requeued", "{seen:?}");
+    assert!(!seen.iter().any(|r| r == "RetryBudgetSpent"), "{seen:?}");
+    assert_eq!(backend.launches(), 2);
+}
+
 #[tokio::test]
 async fn a_refused_launch_is_asked_again_with_events_and_fails_the_attempt_after_five() {
     let backend = FakeBackend::new(Script { run_ms: 1_000, ..Script::default() });

@@ -10,7 +10,7 @@
 
 use super::capture::{self, PodNow, Target, Telemetry};
 use super::objects::{self, AttemptObjects, KubeSettings};
-use super::state::{Attempt, Cleanup, State};
+use super::state::{self, Attempt, Cleanup, State};
 use super::status::JobKind;
 use super::views::{self, JobSettings};
 use futures_util::StreamExt;
@@ -477,6 +477,30 @@ impl Backend for KubeBackend {
         let mut objs =
             objects::attempt_objects(spec, &ks, ssh.as_ref()).map_err(|p| BackendError(p.join("; ")))?;
         annotate(&mut objs.job, &spec.key, &settings_of(spec));
+        if spec.task.spec.task_type == trainyard_core::spec::TaskType::PyTorchJob {
+            let workers = spec.replicas.iter().filter(|r| r.role == "worker").count() as u32;
+            let mut s = self.inner.lock();
+            if let Some(a) = s.attempts.get_mut(&spec.key) {
+                // A later scale replaces a shrink still held.
+                a.held_shrink = None;
+                let waiting = state::held_until(a, workers);
+                if state::removes_a_worker(a, workers) && !waiting.is_empty() {
+                    a.held_shrink = Some(state::HeldShrink { objs, workers });
+                    let message = format!(
+                        "the shrink to {workers} worker(s) waits until {} run(s): the training operator \
+                         fails the job when a worker it removes ends while one that stays is not running",
+                        waiting.join(", ")
+                    );
+                    s.dirty.insert(spec.key.clone());
+                    s.out.push(Observation::Note {
+                        key: spec.key.clone(),
+                        reason: Reason::ScaledDown,
+                        message,
+                    });
+                    return Ok(());
+                }
+            }
+        }
         self.inner.apply(&ns, &objs, true).await.map_err(|e| BackendError(api_error("scaling", &e)))
     }
 
@@ -502,11 +526,23 @@ impl Backend for KubeBackend {
     }
 
     async fn poll(&self, now_ms: u64) -> Vec<Observation> {
-        let (out, cleanups) = {
+        let (out, cleanups, shrinks) = {
             let mut s = self.inner.lock();
             let out = s.poll(now_ms);
-            (out, std::mem::take(&mut s.cleanups))
+            (out, std::mem::take(&mut s.cleanups), std::mem::take(&mut s.shrinks))
         };
+        for (key, ns, shrink) in shrinks {
+            let inner = self.inner.clone();
+            tokio::spawn(async move {
+                if let Err(e) = inner.apply(&ns, &shrink.objs, true).await {
+                    eprintln!("trainyard: {}", api_error(&format!("shrinking {}", key.task_id), &e));
+                    // Tried again at the attempt's next change.
+                    if let Some(a) = inner.lock().attempts.get_mut(&key) {
+                        a.held_shrink.get_or_insert(shrink);
+                    }
+                }
+            });
+        }
         for c in cleanups {
             let inner = self.inner.clone();
             tokio::spawn(async move {

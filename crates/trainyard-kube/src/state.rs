@@ -49,6 +49,39 @@ pub(super) struct Attempt {
     pub(super) refused: Option<String>,
     /// The wait last reported while it starts.
     pub(super) waiting: Option<String>,
+    /// A shrink applied only once the pods that stay all run ([`held_until`]).
+    pub(super) held_shrink: Option<HeldShrink>,
+    /// It ended preempted by the cluster (Kueue's eviction): Trainyard stops it, as it stops an attempt it
+    /// preempts itself, and it is kept until then.
+    pub(super) preempted: bool,
+}
+
+/// A PyTorchJob's shrink, held back: the training operator counts a worker it removes (deleted, so it ends
+/// Failed, or terminating) as a failed replica, and fails the job when fewer of the replicas that stay are
+/// running than it expects. Applied while a worker that stays still starts, it would end the attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct HeldShrink {
+    /// The objects to apply, with the replicas after the shrink.
+    pub(super) objs: super::objects::AttemptObjects,
+    /// Workers after the shrink.
+    pub(super) workers: u32,
+}
+
+/// The pods that stay after a shrink to `workers` workers (the master and workers 0 to `workers` - 1) and do
+/// not run yet: the shrink waits for them.
+pub(super) fn held_until(a: &Attempt, workers: u32) -> Vec<String> {
+    std::iter::once(format!("{}-master-0", a.job_name))
+        .chain((0..workers).map(|i| format!("{}-worker-{i}", a.job_name)))
+        .filter(|name| !a.pods.get(name).is_some_and(|p| p.phase == "Running" && !p.deleting))
+        .collect()
+}
+
+/// Whether the attempt has a worker a shrink to `workers` removes.
+pub(super) fn removes_a_worker(a: &Attempt, workers: u32) -> bool {
+    let prefix = format!("{}-worker-", a.job_name);
+    a.pods
+        .keys()
+        .any(|n| n.strip_prefix(&prefix).and_then(|i| i.parse::<u32>().ok()).is_some_and(|i| i >= workers))
 }
 
 /// What has been reported of an attempt.
@@ -84,6 +117,8 @@ impl Attempt {
             disrupted: None,
             refused: None,
             waiting: None,
+            held_shrink: None,
+            preempted: false,
         }
     }
 
@@ -136,6 +171,8 @@ pub(super) struct State {
     /// Observations decided outside a poll (a stop of an attempt that has nothing left).
     pub(super) out: Vec<Observation>,
     pub(super) cleanups: Vec<Cleanup>,
+    /// Held shrinks whose pods now all run, to apply: (attempt, namespace, shrink).
+    pub(super) shrinks: Vec<(AttemptKey, String, HeldShrink)>,
     /// The watches have listed everything once (jobs, pods): before that `alive` is not to be trusted.
     pub(super) synced_jobs: bool,
     pub(super) synced_pods: bool,
@@ -391,6 +428,14 @@ impl State {
         let dirty = std::mem::take(&mut self.dirty);
         for key in dirty {
             let Some(a) = self.attempts.get_mut(&key) else { continue };
+            if let Some(h) = &a.held_shrink {
+                if a.stop.is_some() || a.sent.finished {
+                    a.held_shrink = None;
+                } else if held_until(a, h.workers).is_empty() {
+                    let h = a.held_shrink.take().expect("checked above");
+                    self.shrinks.push((key.clone(), a.namespace.clone(), h));
+                }
+            }
             let gone = synced && a.job.is_none() && a.pods.is_empty() && !a.launched;
             if let Some(cause) = a.stop {
                 if gone {
@@ -404,7 +449,8 @@ impl State {
                 continue;
             }
             if a.sent.finished {
-                if gone {
+                // A preempted attempt is kept until Trainyard stops it (its stop ends in `Stopped`).
+                if gone && !a.preempted {
                     self.forget(&key);
                 }
                 continue;
@@ -502,7 +548,8 @@ impl State {
             report(&key, a, verdict, &mut out);
             // A start that did not come: its pods (pending, or never made) go at once, their quota with them.
             let now = now || late;
-            if a.sent.finished && ((!a.retain && !operator_ended) || now) {
+            // A preempted attempt's job goes with Trainyard's stop, which follows.
+            if a.sent.finished && !a.preempted && ((!a.retain && !operator_ended) || now) {
                 self.cleanups.push(Cleanup {
                     key: key.clone(),
                     namespace: a.namespace.clone(),
@@ -569,6 +616,7 @@ fn report(key: &AttemptKey, a: &mut Attempt, v: Assessment, out: &mut Vec<Observ
             out.push(Observation::NodeSuspect { key: key.clone(), node, message });
         }
         a.sent.finished = true;
+        a.preempted = reason == Reason::Preempted;
         out.push(Observation::Finished { key: key.clone(), reason, message });
     }
 }

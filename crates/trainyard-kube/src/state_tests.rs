@@ -358,3 +358,84 @@ fn pods_refused_by_pod_security_end_the_attempt_at_once() {
     assert!(s.cleanups.len() == 1 && s.cleanups[0].now);
     assert!(reasons(&s.poll(NOW + 3_000)).is_empty(), "once");
 }
+
+/// A PyTorchJob's shrink waits while a worker that stays is not running (the training operator would count the
+/// removed worker's end as a failed replica and fail the job), goes once they all run, and is dropped by a stop.
+#[test]
+fn a_shrink_waits_until_the_pods_that_stay_run() {
+    let mut s = synced();
+    launched(&mut s);
+    let a = s.attempt(&key(), "ns", "job");
+    a.job = Some(JobView::default());
+    let worker =
+        |name: &str, state: ContainerState| PodView { role: "worker".into(), ..pod(name, "n1", state) };
+    a.pods.insert("job-master-0".into(), pod("job-master-0", "n1", ContainerState::Running));
+    a.pods.insert(
+        "job-worker-0".into(),
+        worker(
+            "job-worker-0",
+            ContainerState::Waiting { reason: "PodInitializing".into(), message: String::new() },
+        ),
+    );
+    a.pods.insert("job-worker-1".into(), worker("job-worker-1", ContainerState::Running));
+    assert!(removes_a_worker(a, 1) && !removes_a_worker(a, 2));
+    assert_eq!(held_until(a, 1), ["job-worker-0"]);
+    assert_eq!(held_until(a, 3), ["job-worker-0", "job-worker-2"], "a worker not made yet is waited for too");
+    let objs = crate::objects::AttemptObjects {
+        job: serde_json::json!({"kind": "PyTorchJob"}),
+        secret: None,
+        ssh_secret: None,
+        pull_secret: None,
+        pod_group: None,
+        precheck_service: None,
+        network_policy: None,
+    };
+    a.held_shrink = Some(HeldShrink { objs, workers: 1 });
+    s.poll(NOW);
+    assert!(s.shrinks.is_empty(), "held while worker-0 starts");
+    s.pod(&key(), "ns", worker("job-worker-0", ContainerState::Running));
+    s.poll(NOW + 1);
+    assert_eq!(s.shrinks.len(), 1, "applied once every pod that stays runs");
+    assert_eq!(s.shrinks[0].2.workers, 1);
+    assert!(s.attempts[&key()].held_shrink.is_none());
+
+    // A stop drops a shrink still held.
+    let shrink = s.shrinks.remove(0).2;
+    let a = s.attempts.get_mut(&key()).unwrap();
+    a.pods.get_mut("job-worker-0").unwrap().phase = "Pending".into();
+    a.held_shrink = Some(shrink);
+    a.stop = Some(StopCause::UserStop);
+    s.dirty.insert(key());
+    s.poll(NOW + 2);
+    assert!(s.shrinks.is_empty() && s.attempts.get(&key()).is_none_or(|a| a.held_shrink.is_none()));
+}
+
+/// Issue 32: a job Kueue evicts once it ran ends its attempt as preempted. The attempt is kept, its job not
+/// deleted, until Trainyard stops it (as it stops an attempt it preempts itself): the stop ends in `Stopped`
+/// with its cause, even after the job and its pods are gone.
+#[test]
+fn kueue_s_eviction_is_a_preemption_that_waits_for_trainyard_s_stop() {
+    let mut s = running_on_n1();
+    s.kueue = true;
+    let suspended = JobView {
+        conditions: vec![("Suspended".into(), "Preempted to make room".into())],
+        ..JobView::default()
+    };
+    s.attempt(&key(), "ns", "job").job = Some(suspended);
+    let out = s.poll(NOW + 1);
+    assert_eq!(reasons(&out), ["Finished Preempted"]);
+    assert!(s.cleanups.is_empty(), "the job goes with Trainyard's stop");
+    // Its job and pods go (the operator deletes the pods of a suspended job): kept all the same.
+    let a = s.attempts.get_mut(&key()).unwrap();
+    a.job = None;
+    a.pods.clear();
+    a.launched = false;
+    s.dirty.insert(key());
+    assert!(s.poll(NOW + 2).is_empty());
+    assert!(s.attempts.contains_key(&key()), "kept until it is stopped");
+    // Trainyard's stop (what `KubeBackend::stop` records) then ends it.
+    s.attempts.get_mut(&key()).unwrap().stop = Some(StopCause::Preempted);
+    s.dirty.insert(key());
+    assert_eq!(reasons(&s.poll(NOW + 3)), ["Stopped Some(Preempted)"]);
+    assert!(!s.attempts.contains_key(&key()));
+}

@@ -293,16 +293,17 @@ pub fn assess(
     };
     // Trainyard never suspends a job itself: one that is suspended was suspended by someone else (a person,
     // another controller) or, once it had run, evicted by Kueue. Its pods are gone or going: the attempt is
-    // over, by the cluster's doing.
+    // over, by the cluster's doing. Kueue's eviction is its preemption (for a job of higher priority, or its
+    // quota reclaimed): the attempt is preempted, back in the queue at no cost to its retry budget; any other
+    // suspension is a disruption.
     if a.ended.is_none()
         && let Some(why) = suspended(job).filter(|_| !kueue || a.started)
     {
-        let who = if kueue {
-            "Kueue evicted the job"
+        a.ended = Some(if kueue {
+            (Reason::Preempted, format!("Kueue evicted the job: {why}"))
         } else {
-            "the job was suspended by someone other than Trainyard"
-        };
-        a.ended = Some((Reason::Disrupted, format!("{who}: {why}")));
+            (Reason::Disrupted, format!("the job was suspended by someone other than Trainyard: {why}"))
+        });
     }
     if a.ended.is_some() {
         a.started = true;

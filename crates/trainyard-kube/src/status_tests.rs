@@ -247,8 +247,9 @@ fn a_pod_the_cluster_took_away_is_a_disruption_not_the_tasks_failure() {
 }
 
 /// Issue 32: Trainyard never suspends a job, so a suspended one was suspended by someone else, or (with Kueue
-/// admitting) evicted by Kueue once it had run: an infrastructure failure, resubmitted, never the task's own.
-/// A job Kueue has not admitted yet is suspended as it should be: it waits.
+/// admitting) evicted by Kueue once it had run. The first is an infrastructure failure, resubmitted; the second
+/// Kueue's preemption; never the task's own. A job Kueue has not admitted yet is suspended as it should be: it
+/// waits.
 #[test]
 fn a_job_suspended_by_someone_else_or_evicted_by_kueue_is_a_disruption() {
     let running = [pod("m-0", "master", "Running", vec![ContainerState::Running])];
@@ -265,7 +266,7 @@ fn a_job_suspended_by_someone_else_or_evicted_by_kueue_is_a_disruption() {
     assert_eq!(a.ended, None, "waits for Kueue");
     let a = assess(JobKind::PyTorch, &job(&["Created", "Suspended"]), &running, false, &[], true);
     let (reason, message) = a.ended.unwrap();
-    assert_eq!(reason, Reason::Disrupted);
+    assert_eq!(reason, Reason::Preempted, "Kueue's eviction is its preemption");
     assert!(message.starts_with("Kueue evicted the job"), "{message}");
     // A RayJob's deployment status says it.
     let ray = JobView { ray_deployment_status: Some("Suspended".into()), ..JobView::default() };

@@ -745,7 +745,7 @@ fn on_kubernetes_an_object_the_api_server_refuses_fails_with_its_reason() {
 /// Cluster-side gang admission with Kueue (`--kube-gang kueue:QUEUE`): the job is created suspended under the
 /// queue, and Kueue lets it go only when its ClusterQueue can take every replica at once. With room for one of
 /// the two replicas nothing starts (no pod at all); once the quota has room for both, both start together and
-/// the attempt runs to success.
+/// the attempt runs to success. A running job Kueue evicts is preempted.
 #[test]
 fn on_kubernetes_kueue_admits_the_whole_gang_or_nothing() {
     use trainyard_kube::client::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -825,6 +825,43 @@ fn on_kubernetes_kueue_admits_the_whole_gang_or_nothing() {
         "both replica sets admitted in one admission: {:?}",
         admitted.data["status"]
     );
+
+    // Kueue evicts a running job (here its Workload deactivated, Kueue's own eviction): the attempt ends as
+    // preempted, and is kept until its stop, which ends in Stopped (the control loop then requeues it).
+    let k = key(27);
+    block(s.backend().launch(&s.spec_for(&k, 1, Behaviour::RunUntilStopped))).unwrap();
+    until(&s, &k, |o| matches!(o, Observation::Started { .. }));
+    let job = trainyard_kube::objects::job_name(&k);
+    let mine = block(workloads.list(&ListParams::default()))
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|w| w.metadata.owner_references.iter().flatten().any(|o| o.name == job))
+        .unwrap_or_else(|| panic!("no Workload owned by {job}"));
+    let off = serde_json::json!({"spec": {"active": false}});
+    block(workloads.patch(
+        &mine.metadata.name.clone().unwrap(),
+        &PatchParams::default(),
+        &Patch::Merge(&off),
+    ))
+    .unwrap();
+    let seen = until(&s, &k, |o| finished(o).is_some());
+    let message = seen
+        .iter()
+        .find_map(|o| match o {
+            Observation::Finished { reason: Reason::Preempted, message, .. } => Some(message.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("not preempted: {seen:?}"));
+    assert!(message.starts_with("Kueue evicted the job"), "{message}");
+    assert!(block(s.backend().alive()).contains(&k), "kept until Trainyard stops it");
+    block(s.backend().stop(&k, StopCause::Preempted)).unwrap();
+    let seen = until(&s, &k, |o| matches!(o, Observation::Stopped { .. }));
+    assert!(
+        seen.iter().any(|o| matches!(o, Observation::Stopped { cause: Some(StopCause::Preempted), .. })),
+        "{seen:?}"
+    );
+    eprintln!("Kueue's eviction: {message}");
     let _ = block(lqs.delete(&queue, &Default::default()));
     let _ = block(cqs.delete(&queue, &Default::default()));
     let _ = block(flavors.delete(&queue, &Default::default()));
