@@ -252,6 +252,9 @@ fn the_examples_run_on_real_pods() {
     if wanted("drain") {
         drain(&s, &nodes);
     }
+    if wanted("network-policy") {
+        network_policy(&s, &nodes);
+    }
     if wanted("private-image.yaml") {
         private_image(&s, &nodes);
     }
@@ -315,6 +318,117 @@ fn restricted(s: &Server) {
         "{pod}"
     );
     eprintln!("restricted.yaml: {ssh} | {}", got.iter().find(|l| l.starts_with("torch ")).unwrap());
+}
+
+/// Issue 32: every attempt's NetworkPolicy, enforced. The stack's kube-router polices the pods of the first real
+/// node: task A (group `default`) runs there, its master listening on a port, and its own worker reaches it;
+/// task B, of another group, on the other node, is refused by the policy (its DNS works), and the same probe
+/// gets in once A's NetworkPolicy is deleted (so the refusal was the policy's). A's two replicas are put on the policed node by taking the others out of Trainyard's catalog
+/// meanwhile; B is placed once they are back.
+fn network_policy(s: &Server, nodes: &[String]) {
+    let policed = &nodes[0];
+    let others = &nodes[1..];
+    assert!(!others.is_empty(), "the check needs two real nodes: {nodes:?}");
+    let schedulable = |node: &str, yes: bool| -> (u16, String) {
+        s.call("PUT", &format!("/api/v1/admin/nodes/{node}"), Some(&format!("{{\"schedulable\": {yes}}}")))
+    };
+    // The nodes are given back however the step ends (without asserting: a panic in a drop aborts).
+    struct Back<'a>(Vec<&'a str>, &'a dyn Fn(&str, bool) -> (u16, String));
+    impl Drop for Back<'_> {
+        fn drop(&mut self) {
+            for n in &self.0 {
+                let _ = (self.1)(n, true);
+            }
+        }
+    }
+    let back = Back(others.iter().map(String::as_str).collect(), &schedulable);
+    for n in others {
+        let (status, body) = schedulable(n, false);
+        assert!((200..300).contains(&status), "{status} {body}");
+    }
+    let serve = "python3 - <<'EOF'\n\
+        import os, socket, time\n\
+        if os.environ['RANK'] == '0':\n\
+        \x20   srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+        \x20   srv.bind(('', 9000)); srv.listen(16); print('listening on 9000', flush=True)\n\
+        \x20   while True:\n\
+        \x20       c, addr = srv.accept(); print('accepted', addr[0], flush=True); c.close()\n\
+        else:\n\
+        \x20   for i in range(60):\n\
+        \x20       try:\n\
+        \x20           socket.create_connection((os.environ['MASTER_ADDR'], 9000), timeout=2).close()\n\
+        \x20           print('own worker reached the master', flush=True); break\n\
+        \x20       except OSError as e:\n\
+        \x20           print('not yet:', e, flush=True); time.sleep(1)\n\
+        \x20   else:\n\
+        \x20       raise SystemExit('never reached the master')\n\
+        EOF\n";
+    let task = |prefix: &str, group: &str, image: &str, workers: u32, cmd: &str| {
+        json!({
+            "apiVersion": "trainyard.dev/v1", "kind": "TrainingTask",
+            "metadata": {"namePrefix": prefix, "projectGroup": group},
+            "spec": {
+                "type": "PyTorchJob",
+                "placement": {"region": "kubernetes", "cluster": "kubernetes"},
+                "environment": {"image": image, "cmd": cmd},
+                "compute": {"resourceType": "Reserved", "pool": "real", "workers": workers,
+                            "instanceSpecs": [{"spec": "cpu.small"}]},
+            }
+        })
+    };
+    let a = s.submit(&task("policed", "default", "pytorch", 1, serve));
+    let t = s.wait_status(&a, "Running", secs(300));
+    let placed = t["placement"].to_string();
+    assert!(
+        placed.contains(policed.as_str()) && others.iter().all(|n| !placed.contains(n.as_str())),
+        "{placed}"
+    );
+    let master = replica(s, &a, "-master-0");
+    let worker = replica(s, &a, "-worker-0");
+    s.wait_log(&a, &worker, "own worker reached the master", secs(120));
+    drop(back);
+
+    // B, in group `strict`'s namespace, tries A's master by its Service's name.
+    let target = format!("{master}.pods-{}-default.svc.cluster.local", std::process::id());
+    let probe = format!(
+        "python3 - <<'EOF'\n\
+         import socket\n\
+         ip = socket.gethostbyname('{target}'); print('resolved', ip, flush=True)\n\
+         for i in range(5):\n\
+         \x20   try:\n\
+         \x20       socket.create_connection((ip, 9000), timeout=3).close(); print('REACHED', flush=True)\n\
+         \x20   except OSError as e:\n\
+         \x20       print('blocked:', e, flush=True)\n\
+         EOF\n"
+    );
+    let b = s.submit(&task("intruder", "strict", "pytorch-user", 0, &probe));
+    let t = ends(s, &b, "Succeeded", secs(300));
+    let placed_b = t["placement"].to_string();
+    let got = lines(s, &b, &replica(s, &b, "-master-0"));
+    let all = s.all_logs(&b);
+    assert!(got.iter().any(|l| l.starts_with("resolved 10.244.")), "{all}");
+    assert_eq!(got.iter().filter(|l| l.starts_with("blocked:")).count(), 5, "{all}");
+    assert!(!got.iter().any(|l| l == "REACHED"), "{all}");
+    let served = lines(s, &a, &master);
+    assert!(served.iter().any(|l| l.starts_with("accepted ")), "A's worker was let in: {served:?}");
+
+    // The control: without A's NetworkPolicy, the same probe from the same group gets in.
+    let ns = format!("pods-{}-default", std::process::id());
+    let job = master.strip_suffix("-master-0").unwrap();
+    kubectl(&["delete", "networkpolicy", "-n", &ns, job]);
+    std::thread::sleep(Duration::from_secs(2));
+    let b2 = s.submit(&task("intruder", "strict", "pytorch-user", 0, &probe));
+    ends(s, &b2, "Succeeded", secs(300));
+    let got2 = lines(s, &b2, &replica(s, &b2, "-master-0"));
+    assert!(got2.iter().any(|l| l == "REACHED"), "without the policy: {}", s.all_logs(&b2));
+    s.cli(&["stop", &a]);
+    s.wait_status(&a, "Stopped", secs(120));
+    eprintln!(
+        "network-policy: A on {placed}: {:?}; B on {placed_b}: {:?}; without A's policy: {:?}",
+        served.iter().filter(|l| l.starts_with("accepted")).collect::<Vec<_>>(),
+        got,
+        got2
+    );
 }
 
 /// Uncordons a node however the test ends.

@@ -57,6 +57,13 @@ var nodeComponents = []component{
 	{"kubelet", "nodes/kubernetes", "k8s.io/kubernetes/cmd/kubelet", false},
 }
 
+// netpolComponents: the real nodes' NetworkPolicy enforcement, kube-router's policy controller alone, in a
+// wrapper module under tools/kube-stack/netpol/ with a cache dir of its own (netpolKey), so that the nodes' and
+// the control plane's keys do not move with it.
+var netpolComponents = []component{
+	{"kube-router", "netpol/kube-router", "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router", false},
+}
+
 // cacheKey names the cache dir: k8s-<version>-<12 hex digits of a SHA-256>.
 func cacheKey(ks string) (string, error) {
 	out, err := exec.Command("go", "version").Output()
@@ -73,17 +80,24 @@ func cacheKey(ks string) (string, error) {
 
 // nodesKey names the real nodes' cache dir: nodes-<version>-<12 hex digits>, the same hash as cacheKey's but over
 // the wrapper modules in tools/kube-stack/nodes/ (its direct subdirectories with a go.mod).
-func nodesKey(ks string) (string, error) {
+func nodesKey(ks string) (string, error) { return subKey(ks, "nodes") }
+
+// netpolKey names the NetworkPolicy enforcement's cache dir: netpol-<version>-<12 hex digits>, over the
+// wrapper modules in tools/kube-stack/netpol/.
+func netpolKey(ks string) (string, error) { return subKey(ks, "netpol") }
+
+// subKey: the cache key of the wrapper modules in tools/kube-stack/<sub>/, named <sub>-<version>-<hash>.
+func subKey(ks, sub string) (string, error) {
 	out, err := exec.Command("go", "version").Output()
 	if err != nil {
 		return "", fmt.Errorf("go version: %v", err)
 	}
-	src, err := keySource(filepath.Join(ks, "nodes"), out)
+	src, err := keySource(filepath.Join(ks, sub), out)
 	if err != nil {
 		return "", err
 	}
 	sum := sha256.Sum256(src)
-	return "nodes-" + k8sVersion + "-" + hex.EncodeToString(sum[:])[:12], nil
+	return sub + "-" + k8sVersion + "-" + hex.EncodeToString(sum[:])[:12], nil
 }
 
 // keySource is what the key hashes: `go version`'s output, the build flags, then for every wrapper module (a
@@ -197,6 +211,9 @@ func (b *builder) buildAll(withKueue bool) error {
 
 // buildNodes builds the real nodes' components into b's cache dir (a nodes-... dir).
 func (b *builder) buildNodes() error { return b.build(nodeComponents, nil) }
+
+// buildNetpol builds the NetworkPolicy enforcement into b's cache dir (a netpol-... dir).
+func (b *builder) buildNetpol() error { return b.build(netpolComponents, nil) }
 
 // build builds what is missing of cs, then runs then (if any), one stack at a time per cache dir (two stacks
 // started together wait for one build).

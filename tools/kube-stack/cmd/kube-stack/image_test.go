@@ -228,6 +228,8 @@ func TestNodesKeySource(t *testing.T) {
 	write(t, ks+"/nodes/pause/go.mod", "module p\n")
 	write(t, ks+"/nodes/pause/go.sum", "")
 	write(t, ks+"/nodes/pause/main.go", "package main\n")
+	write(t, ks+"/netpol/kube-router/go.mod", "module r\n")
+	write(t, ks+"/netpol/kube-router/go.sum", "r sum\n")
 	gv := []byte("go version go1.26.8 linux/amd64\n")
 	cp, err := keySource(ks, gv)
 	if err != nil {
@@ -242,5 +244,12 @@ func TestNodesKeySource(t *testing.T) {
 	}
 	if want := "go version go1.26.8 linux/amd64\n-trimpath -ldflags=-s -w\n== cni\nmodule c\nc sum\n== pause\nmodule p\n"; string(nodes) != want {
 		t.Errorf("nodes' key source %q, want %q", nodes, want)
+	}
+	netpol, err := keySource(filepath.Join(ks, "netpol"), gv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "go version go1.26.8 linux/amd64\n-trimpath -ldflags=-s -w\n== kube-router\nmodule r\nr sum\n"; string(netpol) != want {
+		t.Errorf("the NetworkPolicy enforcement's key source %q, want %q", netpol, want)
 	}
 }

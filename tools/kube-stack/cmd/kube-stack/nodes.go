@@ -19,6 +19,8 @@ package main
 //     Stopping the stack kills whatever is left in it (the containers) and removes it.
 //   - one kube-proxy (nftables mode; its tables "kube-proxy" are removed when the stack stops) and one CoreDNS
 //     (a host process on every gateway address, port 53, with the kubernetes plugin against the API server).
+//   - one kube-router with its NetworkPolicy controller alone, enforcing NetworkPolicies for the pods of real-0
+//     (see startNetpol; its iptables rules and ipsets are removed when the stack stops).
 //   - a private registry beside it (a second docker-registry, its own storage) that answers only with a login
 //     (basic auth, user trainyard and a password made for the stack), for images pulled with imagePullSecrets;
 //   - a registry (Debian's docker-registry) on 127.0.0.1, plain http, that every containerd pulls from; the
@@ -440,6 +442,7 @@ func removeLeftovers() {
 		}
 	}
 	removeProxyTables(true)
+	removeNetpolRules(true)
 }
 
 // dropImages removes what the real nodes pulled and the registry's storage (nil: none were started). Called
@@ -654,6 +657,89 @@ conntrack:
 		return err
 	}
 	return rn.startAPIForwarder()
+}
+
+// The real nodes' NetworkPolicy enforcement: kube-router's policy controller, which keeps its rules in the host's
+// iptables filter table (chains with these prefixes, jumped to from INPUT, FORWARD and OUTPUT) and its ipsets.
+var (
+	netpolChainPrefixes = []string{"KUBE-ROUTER-", "KUBE-POD-FW-", "KUBE-NWPLCY-"}
+	netpolSetPrefixes   = []string{"KUBE-SRC-", "KUBE-DST-", "inet6:KUBE-SRC-", "inet6:KUBE-DST-"}
+)
+
+// startNetpol starts the NetworkPolicy enforcement: kube-router with its policy controller alone
+// (--run-firewall; neither its router nor its service proxy), in the host's iptables (Debian's iptables-nft)
+// and ipsets. One per machine, policing the pods of the first node only: its rules are the host's, and a
+// second controller, for another node, would remove the first one's chains at each of its syncs (each keeps
+// those of its own node's pods). Pods on the other nodes are not policed: tests of NetworkPolicy attack pods
+// on the first node. As every kube-router does, it lets in traffic from the pod's own node (here the host: the
+// kubelet's probes, the API server's pod proxy). It reads the cluster with the admin's kubeconfig.
+func (rn *realNodes) startNetpol() error {
+	s := rn.s
+	for _, tool := range []string{"iptables", "iptables-save", "iptables-restore", "ipset"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return die("the real nodes' NetworkPolicy enforcement needs %s (Debian's iptables and ipset; scripts/install-deps test installs them)", tool)
+		}
+	}
+	return s.startProc("kube-router", nil, joinCgroup(rn.cgroup+"/services", filepath.Join(s.netpolBin, "kube-router"),
+		"--kubeconfig="+s.path("kubeconfig"), "--run-firewall=true", "--run-router=false", "--run-service-proxy=false",
+		"--enable-cni=false", "--hostname-override="+rn.nodes[0].name, "--health-port=0", "--metrics-port=0",
+		"--service-cluster-ip-range=10.96.0.0/12", "--v=1")...)
+}
+
+// netpolSynced: kube-router has made its chains (at its first sync).
+func netpolSynced() bool {
+	return exec.Command("iptables", "-w", "-n", "-L", "KUBE-ROUTER-FORWARD").Run() == nil
+}
+
+// removeNetpolRules removes kube-router's rules, chains and ipsets (it leaves them when it stops). The filter
+// table is written back without them; the rest of it is kept as it was.
+func removeNetpolRules(leftover bool) {
+	if _, err := exec.LookPath("iptables-save"); err != nil {
+		return
+	}
+	ours := func(line string) bool {
+		for _, p := range netpolChainPrefixes {
+			if strings.HasPrefix(line, ":"+p) || strings.HasPrefix(line, "-A "+p) || strings.Contains(line, " -j "+p) {
+				return true
+			}
+		}
+		return false
+	}
+	if out, err := exec.Command("iptables-save", "-t", "filter").Output(); err == nil {
+		var keep []string
+		found := false
+		for _, line := range strings.Split(string(out), "\n") {
+			if ours(line) {
+				found = true
+				continue
+			}
+			keep = append(keep, line)
+		}
+		if found {
+			if leftover {
+				say("removing the iptables rules kube-router left by an earlier stack")
+			}
+			cmd := exec.Command("iptables-restore", "-w")
+			cmd.Stdin = strings.NewReader(strings.Join(keep, "\n"))
+			if out, err := cmd.CombinedOutput(); err != nil {
+				say("iptables-restore: %v: %s", err, strings.TrimSpace(string(out)))
+			}
+		}
+	}
+	out, err := exec.Command("ipset", "list", "-n").Output()
+	if err != nil {
+		return
+	}
+	for _, name := range strings.Fields(string(out)) {
+		for _, p := range netpolSetPrefixes {
+			if strings.HasPrefix(name, p) {
+				if err := runQuiet("ipset", "destroy", name); err != nil {
+					say("%v", err)
+				}
+				break
+			}
+		}
+	}
 }
 
 // apiPodPort: where pods reach the API server, on the first node's gateway address.
@@ -897,7 +983,8 @@ maxPods: 110
 	return nil
 }
 
-// ready waits for CoreDNS, kube-proxy and every node's Ready condition.
+// ready waits for CoreDNS, kube-proxy and every node's Ready condition, then starts the NetworkPolicy
+// enforcement and waits for its first sync.
 func (rn *realNodes) ready() error {
 	s := rn.s
 	if err := s.waitFor("coredns", corednsReadyS, s.httpOK(fmt.Sprintf("http://127.0.0.1:%d/ready", rn.dnsReady), nil)); err != nil {
@@ -916,7 +1003,11 @@ func (rn *realNodes) ready() error {
 			return err
 		}
 	}
-	return nil
+	// The NetworkPolicy enforcement once its node is registered (kube-router finds its node by name at start).
+	if err := rn.startNetpol(); err != nil {
+		return err
+	}
+	return s.waitFor("kube-router", controllersReadyS, netpolSynced)
 }
 
 func (rn *realNodes) envLines() string {
@@ -1018,6 +1109,7 @@ func (rn *realNodes) cleanup() {
 		}
 	}
 	removeProxyTables(false)
+	removeNetpolRules(false)
 	if rn.lock != nil {
 		rn.lock.Truncate(0)
 		syscall.Flock(int(rn.lock.Fd()), syscall.LOCK_UN)

@@ -88,7 +88,7 @@ loop:
 		say("%v", err)
 		return 1
 	}
-	var nb *builder
+	var nb, pb *builder
 	if realNodes > 0 {
 		nkey, err := nodesKey(ks)
 		if err != nil {
@@ -100,17 +100,27 @@ loop:
 			say("%v", err)
 			return 1
 		}
+		pkey, err := netpolKey(ks)
+		if err != nil {
+			say("%v", err)
+			return 1
+		}
+		pb = newBuilder(ks, pkey)
+		if err := pb.buildNetpol(); err != nil {
+			say("%v", err)
+			return 1
+		}
 	}
 	if buildOnly {
 		say("binaries in %s", b.bin)
 		if nb != nil {
-			say("real nodes' binaries in %s", nb.bin)
+			say("real nodes' binaries in %s and %s", nb.bin, pb.bin)
 		}
 		return 0
 	}
 	s := &stack{ks: ks, cache: b.cache, bin: b.bin, withKueue: withKueue, realNodes: realNodes}
 	if nb != nil {
-		s.nodeBin = nb.bin
+		s.nodeBin, s.netpolBin = nb.bin, pb.bin
 	}
 	return s.run(args)
 }
@@ -120,6 +130,7 @@ type stack struct {
 	withKueue      bool
 	realNodes      int    // --real-nodes N
 	nodeBin        string // the real nodes' binaries (kubelet, kube-proxy, coredns, pause, cni/)
+	netpolBin      string // their NetworkPolicy enforcement (kube-router)
 	nodes          *realNodes
 	dir, pki       string
 	t0             time.Time
