@@ -412,7 +412,8 @@ impl State {
         let mut out: Vec<AttemptKey> = self
             .attempts
             .iter()
-            .filter(|(_, a)| a.exists() && (!a.sent.finished || a.stop.is_some()))
+            // A preempted attempt is alive until its stop: its job and pods are still there.
+            .filter(|(_, a)| a.exists() && (!a.sent.finished || a.stop.is_some() || a.preempted))
             .map(|(k, _)| k.clone())
             .collect();
         out.sort();

@@ -425,6 +425,7 @@ fn kueue_s_eviction_is_a_preemption_that_waits_for_trainyard_s_stop() {
     let out = s.poll(NOW + 1);
     assert_eq!(reasons(&out), ["Finished Preempted"]);
     assert!(s.cleanups.is_empty(), "the job goes with Trainyard's stop");
+    assert_eq!(s.alive(), [key()], "alive while its job is there");
     // Its job and pods go (the operator deletes the pods of a suspended job): kept all the same.
     let a = s.attempts.get_mut(&key()).unwrap();
     a.job = None;
