@@ -364,11 +364,11 @@ pub(super) fn fetch(
                     Phase::Downloading => format!("{} of layers", mib(done)),
                     Phase::Unpacking => format!("{} of layers fetched; unpacking", mib(done)),
                 };
-                out.push(Observation::Note {
-                    key,
-                    reason: Reason::ImagePulling,
-                    message: format!("pulling image {}: {what}", f.reference),
-                });
+                let message = format!("pulling image {}: {what}", f.reference);
+                // The task's wait while it starts, too (`starting` in its view), as the Kubernetes backend says
+                // a pod's waiting reason.
+                out.push(Observation::Waiting { key: key.clone(), message: message.clone() });
+                out.push(Observation::Note { key, reason: Reason::ImagePulling, message });
             }
             Fetched::Wait
         }
@@ -411,11 +411,9 @@ pub(super) fn fetch(
             };
             f.backing_off = true;
             f.next_at_ms = now + backoff;
-            out.push(Observation::Note {
-                key,
-                reason: Reason::ImagePullBackOff,
-                message: format!("{e}; pull {tries} failed, next try in {} s", backoff / 1000),
-            });
+            let message = format!("{e}; pull {tries} failed, next try in {} s", backoff / 1000);
+            out.push(Observation::Waiting { key: key.clone(), message: message.clone() });
+            out.push(Observation::Note { key, reason: Reason::ImagePullBackOff, message });
             Fetched::Wait
         }
     }

@@ -311,8 +311,13 @@ fn fetches(tolerance: i64, looks: Vec<trainyard_images::Look>) -> (Vec<Fetched>,
     }
     let reasons = out
         .iter()
-        .map(|o| match o {
-            Observation::Note { reason, .. } | Observation::Finished { reason, .. } => *reason,
+        .filter_map(|o| match o {
+            Observation::Note { reason, .. } | Observation::Finished { reason, .. } => Some(*reason),
+            // Each back-off is also the task's wait while it starts.
+            Observation::Waiting { message, .. } => {
+                assert!(message.contains("failed, next try in"), "{message}");
+                None
+            }
             other => panic!("{other:?}"),
         })
         .collect();
@@ -355,15 +360,18 @@ fn pull_progress_is_said_now_and_then_and_the_ready_image_names_its_digest() {
     for (t, done) in [(1_000, 0), (2_000, 1 << 20), (6_500, 2 << 20), (7_000, 3 << 20)] {
         assert_eq!(fetch(&mut f, &l, pulling(done), t, &mut out), Fetched::Wait);
     }
-    let said: Vec<String> = out
-        .iter()
-        .map(|o| match o {
-            Observation::Note { message, .. } => message.clone(),
-            _ => String::new(),
-        })
-        .collect();
-    // Not at the first look, then at most every 5 s.
-    assert_eq!(said, ["pulling image reg/x:1: 2.0 MiB of 4.0 MiB of layers (50%)"]);
+    let said = |kind: &str| -> Vec<String> {
+        out.iter()
+            .filter_map(|o| match (o, kind) {
+                (Observation::Note { message, .. }, "note")
+                | (Observation::Waiting { message, .. }, "wait") => Some(message.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    // Not at the first look, then at most every 5 s; the task's wait while it starts says the same.
+    assert_eq!(said("note"), ["pulling image reg/x:1: 2.0 MiB of 4.0 MiB of layers (50%)"]);
+    assert_eq!(said("wait"), said("note"));
     let image = Image {
         digest: "sha256:ab".into(),
         reference: "reg/x:1".into(),

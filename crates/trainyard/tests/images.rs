@@ -128,22 +128,45 @@ fn image_pull_tolerance_against_a_registry_that_fails_its_first_pulls() {
         s.submit(&t)
     };
     let (none, two, forever) = (submit(&p0, 0), submit(&pn, 2), submit(&pinf, -1));
-    let t = s.wait_status(&none, "Failed", secs(60));
-    assert!(
-        t["statusReason"].as_str().unwrap_or("").contains("ImagePullFailed")
-            || s.events_text(&none).contains("ImagePullFailed"),
-        "{t}"
-    );
-    let ev = s.events_text(&none);
-    assert!(ev.contains("registry-unreachable") && ev.contains("allows no retries"), "{ev}");
-    assert!(!ev.contains("ImagePullBackOff"), "tolerance 0: one pull, no retry:\n{ev}");
+    std::thread::scope(|scope| {
+        // While `forever` waits for its image, its view says so (`starting`), as a cluster's backend says a
+        // pod's wait; watched from its submission.
+        let watcher = scope.spawn(|| {
+            let t0 = std::time::Instant::now();
+            let mut waits: Vec<String> = Vec::new();
+            loop {
+                let t = s.task(&forever);
+                if let Some(r) = t["starting"]["reason"].as_str()
+                    && waits.last().is_none_or(|w| w != r)
+                {
+                    waits.push(r.to_owned());
+                }
+                if t["status"] == "Succeeded" {
+                    assert!(t["starting"].is_null(), "{t}");
+                    return waits;
+                }
+                assert!(t0.elapsed() < secs(120), "{t}\n{}", s.events_text(&forever));
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        });
+        let t = s.wait_status(&none, "Failed", secs(60));
+        assert!(
+            t["statusReason"].as_str().unwrap_or("").contains("ImagePullFailed")
+                || s.events_text(&none).contains("ImagePullFailed"),
+            "{t}"
+        );
+        let ev = s.events_text(&none);
+        assert!(ev.contains("registry-unreachable") && ev.contains("allows no retries"), "{ev}");
+        assert!(!ev.contains("ImagePullBackOff"), "tolerance 0: one pull, no retry:\n{ev}");
 
-    s.wait_status(&two, "Failed", secs(60));
-    let ev = s.events_text(&two);
-    assert_eq!(ev.matches("ImagePullBackOff").count(), 2, "{ev}");
-    assert!(ev.contains("gave up after 3 pulls (2 retries allowed)"), "{ev}");
+        s.wait_status(&two, "Failed", secs(60));
+        let ev = s.events_text(&two);
+        assert_eq!(ev.matches("ImagePullBackOff").count(), 2, "{ev}");
+        assert!(ev.contains("gave up after 3 pulls (2 retries allowed)"), "{ev}");
 
-    s.wait_status(&forever, "Succeeded", secs(120));
+        let waits = watcher.join().unwrap();
+        assert!(waits.iter().any(|w| w.contains("pull 1 failed, next try in")), "{waits:?}");
+    });
     let ev = s.events_text(&forever);
     assert!(ev.contains("ImagePullBackOff") && ev.contains("ImagePulled"), "{ev}");
     assert!(
