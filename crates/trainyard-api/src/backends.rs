@@ -75,6 +75,13 @@ impl Backend for AnyBackend {
             AnyBackend::Kube(b) => b.poll(now_ms).await,
         }
     }
+    fn admits(&self, catalog: &trainyard_core::Catalog, cluster: &str) -> bool {
+        match self {
+            AnyBackend::Fake(b) => b.admits(catalog, cluster),
+            AnyBackend::Local(b) => b.admits(catalog, cluster),
+            AnyBackend::Kube(b) => b.admits(catalog, cluster),
+        }
+    }
     async fn alive(&self) -> Vec<AttemptKey> {
         match self {
             AnyBackend::Fake(b) => b.alive().await,

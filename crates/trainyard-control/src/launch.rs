@@ -29,7 +29,15 @@ impl<B: Backend> Control<B> {
                 let t = &*tasks[*i].record;
                 let json = serde_json::to_string(placement).expect("a placement always serialises");
                 let nodes: Vec<&str> = placement.replicas.iter().map(|r| r.node.as_str()).collect();
-                let message = format!("on {} with {}", nodes.join(", "), placement.spec_summary());
+                let message = if placement.unplaced_replicas() {
+                    let cluster = &tasks[*i].spec().spec.placement.cluster;
+                    format!(
+                        "handed to cluster {cluster}, which admits and places it itself, with {}",
+                        placement.spec_summary()
+                    )
+                } else {
+                    format!("on {} with {}", nodes.join(", "), placement.spec_summary())
+                };
                 let steps = vec![
                     Step::new(Status::Admitted, Reason::Admitted, message, t.attempt).placement(json),
                     Step::new(Status::Starting, Reason::Admitted, "starting replicas", t.attempt),

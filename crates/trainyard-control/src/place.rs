@@ -54,6 +54,35 @@ impl Placement {
         Placement { option: a.option, replicas, units }
     }
 
+    /// The placement of a task whose cluster admits it itself ([`trainyard_runtime::Backend::admits`]): the
+    /// replicas of its first instance-spec option on no node (the cluster's scheduler places them), and their
+    /// units as its resource type's, for the views; they count against no quota of Trainyard's. None when the
+    /// catalog lacks its spec (validation refused such a task at submission).
+    pub fn unplaced(task: &TrainingTask, catalog: &Catalog) -> Option<Placement> {
+        let d = trainyard_core::demand::demand(&task.spec, 0, &|n| catalog.instance_specs.get(n)).ok()?;
+        let mut replicas = Vec::with_capacity(d.replicas as usize);
+        for r in &d.roles {
+            for index in 0..r.replicas {
+                let rank = replicas.len() as u32;
+                replicas.push(ReplicaPlan {
+                    role: r.role.as_str().to_owned(),
+                    index,
+                    rank,
+                    node: String::new(),
+                    resources: r.per_replica,
+                });
+            }
+        }
+        let class = format!("{:?}", task.spec.compute.resource_type);
+        let units = d.quota.iter().map(|q| (q.spec.clone(), class.clone(), q.units)).collect();
+        Some(Placement { option: 0, replicas, units })
+    }
+
+    /// Whether the replicas are on no node: the cluster places them.
+    pub fn unplaced_replicas(&self) -> bool {
+        self.replicas.iter().all(|r| r.node.is_empty())
+    }
+
     pub fn spec_summary(&self) -> String {
         let parts: Vec<String> = self.units.iter().map(|(s, c, u)| format!("{u} {c} units of {s}")).collect();
         parts.join(", ")

@@ -165,7 +165,9 @@ impl<B: Backend> Control<B> {
     fn same_as_whole(&self, catalog: &Arc<Catalog>, all: &[&Entry], part: &[&Entry], now_ms: i64) {
         let book = self.accounts.get();
         let (all, part) = (unheld(&book, all).0, unheld(&book, part).0);
-        let (all, part) = (&*all, &*part);
+        let ((all, n_all), (part, n_part)) =
+            (self.admitted_elsewhere(catalog, all), self.admitted_elsewhere(catalog, part));
+        let (all, part) = (&all[..n_all], &part[..n_part]);
         type Outcome = (BTreeMap<String, String>, Vec<String>, Vec<String>);
         let outcome = |entries: &[&Entry]| -> Outcome {
             let mut cache = crate::place::OptionsCache::default();
@@ -235,6 +237,9 @@ impl<B: Backend> Control<B> {
         // account's reason, in no place in line (see `accounts`).
         let book = self.accounts.get();
         let (kept, held) = unheld(&book, entries);
+        // Tasks on a cluster that admits them itself (Kueue, Volcano) are not in the cycle: the queued ones
+        // are handed over at once, unplaced, after the cycle's own (`entries[scheduled..]`).
+        let (kept, scheduled) = self.admitted_elsewhere(catalog, kept);
         let entries = &*kept;
         for e in &held {
             if self.nominated.remove(&e.record.id).is_some() {
@@ -251,7 +256,7 @@ impl<B: Backend> Control<B> {
             .collect();
         let (snap, index) = snapshot_for(
             catalog,
-            entries,
+            &entries[..scheduled],
             &mut self.options,
             &self.nominated,
             &self.scale_wants,
@@ -353,6 +358,11 @@ impl<B: Backend> Control<B> {
                 }
             }
         }
+        for (i, e) in entries.iter().enumerate().skip(scheduled) {
+            if let Some(p) = Placement::unplaced(e.spec(), catalog) {
+                admits.push((i, p));
+            }
+        }
         // Queued tasks this cycle admitted leave the queue and its board.
         let mut left: Vec<Arc<str>> = std::mem::take(&mut self.gone);
         if !full {
@@ -407,6 +417,30 @@ impl<B: Backend> Control<B> {
         }
         report.phases.commit_us = self.sources.us_since(t0);
         Ok(())
+    }
+}
+
+impl<B: Backend> Control<B> {
+    /// `entries` without the tasks on a cluster that admits them itself ([`Backend::admits`]), then those of
+    /// them still queued, and how many come first; with no such cluster (the usual case), `entries` as they
+    /// are, not copied.
+    fn admitted_elsewhere<'b, 'a>(
+        &self,
+        catalog: &Catalog,
+        entries: std::borrow::Cow<'b, [&'a Entry]>,
+    ) -> (std::borrow::Cow<'b, [&'a Entry]>, usize) {
+        let theirs: Vec<&str> =
+            catalog.clusters.keys().map(String::as_str).filter(|c| self.backend.admits(catalog, c)).collect();
+        if theirs.is_empty() {
+            let n = entries.len();
+            return (entries, n);
+        }
+        let elsewhere =
+            |e: &Entry| e.spec.as_ref().is_some_and(|s| theirs.contains(&s.spec.placement.cluster.as_str()));
+        let (mut mine, handed): (Vec<&Entry>, Vec<&Entry>) = entries.iter().partition(|e| !elsewhere(e));
+        let n = mine.len();
+        mine.extend(handed.into_iter().filter(|e| e.record.status == Status::Queued));
+        (std::borrow::Cow::Owned(mine), n)
     }
 }
 

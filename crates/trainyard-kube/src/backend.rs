@@ -558,6 +558,11 @@ impl Backend for KubeBackend {
         out
     }
 
+    /// With cluster-side gang admission (Kueue, Volcano) the cluster admits: Trainyard does not a second time.
+    fn admits(&self, _catalog: &trainyard_core::Catalog, _cluster: &str) -> bool {
+        !matches!(self.inner.cfg.gang, objects::Gang::Off)
+    }
+
     async fn alive(&self) -> Vec<AttemptKey> {
         self.inner.lock().alive()
     }

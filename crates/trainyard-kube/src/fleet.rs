@@ -97,6 +97,12 @@ impl Backend for KubeFleet {
         out
     }
 
+    fn admits(&self, catalog: &Catalog, cluster: &str) -> bool {
+        self.member_of(catalog, cluster)
+            .and_then(|i| self.members.get(i))
+            .is_some_and(|m| m.admits(catalog, cluster))
+    }
+
     async fn alive(&self) -> Vec<AttemptKey> {
         let mut out = Vec::new();
         for m in &self.members {

@@ -82,8 +82,10 @@ impl Ctx<'_> {
             "containers": [self.main_container(role, replicas)],
             "volumes": self.volumes(),
         });
-        // Trainyard's scheduler chose the nodes: the pods of this role go to those and no others.
-        let nodes: BTreeSet<&str> = replicas.iter().map(|r| r.node.as_str()).collect();
+        // Trainyard's scheduler chose the nodes: the pods of this role go to those and no others. Unplaced
+        // replicas (the cluster admits: Kueue, Volcano) go where the cluster's scheduler puts them.
+        let nodes: BTreeSet<&str> =
+            replicas.iter().map(|r| r.node.as_str()).filter(|n| !n.is_empty()).collect();
         if !nodes.is_empty() {
             pod["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": [{"matchExpressions": [{

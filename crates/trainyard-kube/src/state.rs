@@ -54,6 +54,8 @@ pub(super) struct Attempt {
     /// It ended preempted by the cluster (Kueue's eviction): Trainyard stops it, as it stops an attempt it
     /// preempts itself, and it is kept until then.
     pub(super) preempted: bool,
+    /// With Kueue: when its job was first seen let go (admitted), the start-up deadline's origin.
+    pub(super) released_ms: Option<u64>,
 }
 
 /// A PyTorchJob's shrink, held back: the training operator counts a worker it removes (deleted, so it ends
@@ -74,6 +76,13 @@ pub(super) fn held_until(a: &Attempt, workers: u32) -> Vec<String> {
         .chain((0..workers).map(|i| format!("{}-worker-{i}", a.job_name)))
         .filter(|name| !a.pods.get(name).is_some_and(|p| p.phase == "Running" && !p.deleting))
         .collect()
+}
+
+/// When the attempt's pods must all run by: `deadline_ms` after its job's creation, or with Kueue after Kueue
+/// let the job go (first seen unsuspended); None before that.
+fn start_deadline(a: &Attempt, kueue: bool, deadline_ms: u64) -> Option<u64> {
+    let from = if kueue { a.released_ms } else { a.job.as_ref().and_then(|j| j.created_ms) };
+    from.map(|c| c.saturating_add(deadline_ms))
 }
 
 /// Whether the attempt has a worker a shrink to `workers` removes.
@@ -119,6 +128,7 @@ impl Attempt {
             waiting: None,
             held_shrink: None,
             preempted: false,
+            released_ms: None,
         }
     }
 
@@ -358,11 +368,7 @@ impl State {
         }
         self.deadlines_checked_ms = now_ms;
         for (key, a) in &self.attempts {
-            let late = a
-                .job
-                .as_ref()
-                .and_then(|j| j.created_ms)
-                .is_some_and(|c| now_ms >= c + self.start_deadline_ms);
+            let late = start_deadline(a, self.kueue, self.start_deadline_ms).is_some_and(|d| now_ms >= d);
             if late && !a.all_started && !a.sent.finished && a.stop.is_none() {
                 self.dirty.insert(key.clone());
             }
@@ -484,7 +490,12 @@ impl State {
             let mut verdict = assess(kind, job, &pods, a.precheck, &mounts, self.kueue);
             let operator_ended = job.ended();
             a.all_started |= crate::status::all_started(job, &pods);
-            let deadline = job.created_ms.map(|c| c.saturating_add(self.start_deadline_ms));
+            // With Kueue the start is counted from its admission (the job let go), not from the job's creation:
+            // the wait in Kueue's queue is the task's queue wait.
+            if self.kueue && a.released_ms.is_none() && crate::status::suspended(job).is_none() {
+                a.released_ms = Some(now_ms);
+            }
+            let deadline = start_deadline(a, self.kueue, self.start_deadline_ms);
             let mut late = false;
             if verdict.ended.is_none()
                 && !a.all_started

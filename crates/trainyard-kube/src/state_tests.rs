@@ -440,3 +440,29 @@ fn kueue_s_eviction_is_a_preemption_that_waits_for_trainyard_s_stop() {
     assert_eq!(reasons(&s.poll(NOW + 3)), ["Stopped Some(Preempted)"]);
     assert!(!s.attempts.contains_key(&key()));
 }
+
+/// With Kueue admitting, the wait in Kueue's queue is the task's queue wait: the start-up deadline counts from
+/// when Kueue let the job go, not from its creation.
+#[test]
+fn with_kueue_the_start_up_deadline_counts_from_its_admission() {
+    let mut s = State { start_deadline_ms: 30_000, kueue: true, ..synced() };
+    launched(&mut s);
+    let held = JobView {
+        expected_pods: 1,
+        created_ms: Some(NOW),
+        conditions: vec![("Suspended".into(), "waiting for Kueue".into())],
+        ..JobView::default()
+    };
+    s.attempt(&key(), "ns", "job").job = Some(held.clone());
+    let out = s.poll(NOW + 1_000);
+    assert!(reasons(&out)[0].starts_with("Waiting: Kueue has not admitted the job yet"), "{out:?}");
+    s.dirty.insert(key());
+    assert!(s.poll(NOW + 600_000).is_empty(), "ten minutes in Kueue's queue: still waiting");
+    // Let go at NOW + 600 s: its pods have 30 s from there.
+    s.attempt(&key(), "ns", "job").job = Some(JobView { conditions: Vec::new(), ..held });
+    s.poll(NOW + 600_500);
+    s.dirty.insert(key());
+    assert!(!reasons(&s.poll(NOW + 620_000)).iter().any(|r| r.starts_with("Finished")));
+    let out = s.poll(NOW + 631_000);
+    assert!(reasons(&out).iter().any(|r| r.starts_with("Finished")), "{out:?}");
+}

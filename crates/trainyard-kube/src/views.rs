@@ -345,8 +345,25 @@ pub fn bytes(q: &str) -> Option<u64> {
     (v >= 0.0).then_some((v * factor) as u64)
 }
 
+/// The job a Kueue Workload was made for, by Kueue's naming of it (`<kind>-<job>-<5 hex digits>`, the kind in
+/// lower case): what Kueue says on the Workload (why it holds the job) is said of the job.
+pub fn workload_job(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix("pytorchjob-").or_else(|| name.strip_prefix("rayjob-"))?;
+    let (job, hash) = rest.rsplit_once('-')?;
+    (hash.len() == 5 && hash.bytes().all(|b| b.is_ascii_hexdigit())).then_some(job)
+}
+
 #[cfg(test)]
 mod tests {
+    /// Kueue names a job's Workload `<kind>-<job>-<hash>`: its events reach the job's attempt.
+    #[test]
+    fn a_workload_names_its_job() {
+        assert_eq!(super::workload_job("pytorchjob-ty-1a2b-a0-3f9c1"), Some("ty-1a2b-a0"));
+        assert_eq!(super::workload_job("rayjob-ty-1a2b-a3-00aa9"), Some("ty-1a2b-a3"));
+        assert_eq!(super::workload_job("pytorchjob-ty-1a2b-a0"), None, "no hash");
+        assert_eq!(super::workload_job("jobset-x-3f9c1"), None);
+    }
+
     /// What a pod holds of its node: requests (a limit where nothing is requested), the larger of the
     /// containers' sum and the largest init container, and nothing once it ended or while it is unbound.
     #[test]

@@ -316,7 +316,12 @@ pub(super) async fn watch_events(inner: std::sync::Weak<Inner>) {
                     e.reason.as_deref().unwrap_or(""),
                     e.message.as_deref().unwrap_or("").trim()
                 );
-                inner.lock().cluster_event(ns, name, message);
+                // Kueue says why it holds a job on the job's Workload: that is the job's wait.
+                let about = match o.kind.as_deref() {
+                    Some("Workload") => crate::views::workload_job(name).unwrap_or(name),
+                    _ => name,
+                };
+                inner.lock().cluster_event(ns, about, message);
             }
             Ok(_) => {}
             Err(e) => eprintln!("trainyard: watching events: {e}"),

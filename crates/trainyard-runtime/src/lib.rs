@@ -168,6 +168,12 @@ pub trait Backend {
     async fn read_log(&self, key: &AttemptKey, replica: &str, offset: u64, max: usize) -> LogChunk;
     /// The metrics samples of an attempt's replicas taken after `since_ms`, oldest first per replica.
     async fn read_metrics(&self, key: &AttemptKey, since_ms: u64) -> Vec<MetricPoint>;
+    /// Whether the backend's cluster admits the tasks placed on catalog cluster `cluster` itself (Kueue, or
+    /// Volcano's gang admission): Trainyard then admits them once, without its quota or placement, launches
+    /// them unplaced and shows the cluster's wait as theirs. None do by default.
+    fn admits(&self, _catalog: &trainyard_core::Catalog, _cluster: &str) -> bool {
+        false
+    }
 }
 
 /// One metrics sample of one replica: a preset resource metric (`trainyard_*`) or a scraped one.

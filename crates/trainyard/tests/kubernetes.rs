@@ -539,3 +539,125 @@ fn a_tainted_gpu_pool_of_another_vendor_runs_its_tasks() {
     s.wait_status(&id, "Stopped", secs(120));
     block(nodes.delete(&name, &Default::default())).unwrap();
 }
+
+/// Issue 32: with Kueue admitting (`--kube-gang kueue:QUEUE`), Trainyard does not admit a second time. Two
+/// tasks of two replicas each, against a Trainyard quota of two units (which would admit one and queue the
+/// other), are both handed to the cluster at once, unplaced (no node affinity: kube-scheduler places the pods
+/// Kueue lets go); while Kueue's ClusterQueue has no room, they are `Starting` with Kueue's wait as their
+/// reason; once it has room for both, both run.
+#[test]
+fn with_kueue_trainyard_hands_admission_over_and_shows_its_wait() {
+    use trainyard_kube::client::api::{ApiResource, GroupVersionKind};
+    let c = client();
+    let pid = std::process::id();
+    let pool = format!("kq-{pid}");
+    let name = format!("e2e-{pid}-kq");
+    node(&c, &name, &pool);
+    let ns_template = format!("e2e-kq-{pid}-{{group}}");
+    let ns = format!("e2e-kq-{pid}-default");
+    let pp = PatchParams::apply("e2e").force();
+    let namespaces: Api<trainyard_kube::openapi::api::core::v1::Namespace> = Api::all(c.clone());
+    let body = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+    block(namespaces.patch(&ns, &pp, &Patch::Apply(&body))).unwrap();
+    let kueue = |kind: &str, plural: &str| {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta1", kind), plural)
+    };
+    let flavors: Api<DynamicObject> = Api::all_with(c.clone(), &kueue("ResourceFlavor", "resourceflavors"));
+    let flavor = serde_json::json!({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
+                                    "metadata": {"name": pool}});
+    block(flavors.patch(&pool, &pp, &Patch::Apply(&flavor)))
+        .unwrap_or_else(|e| panic!("{e} (is Kueue in the stack? scripts/with-kube starts it)"));
+    let cqs: Api<DynamicObject> = Api::all_with(c.clone(), &kueue("ClusterQueue", "clusterqueues"));
+    let cluster_queue = |cpu: &str| {
+        serde_json::json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": pool},
+            "spec": {"namespaceSelector": {}, "resourceGroups": [{
+                "coveredResources": ["cpu", "memory"],
+                "flavors": [{"name": pool, "resources": [
+                    {"name": "cpu", "nominalQuota": cpu}, {"name": "memory", "nominalQuota": "64Gi"}]}],
+            }]},
+        })
+    };
+    block(cqs.patch(&pool, &pp, &Patch::Apply(&cluster_queue("1")))).unwrap();
+    let lqs: Api<DynamicObject> = Api::namespaced_with(c.clone(), &ns, &kueue("LocalQueue", "localqueues"));
+    let local_queue = serde_json::json!({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+                                         "metadata": {"name": "trainyard", "namespace": ns},
+                                         "spec": {"clusterQueue": pool}});
+    block(lqs.patch("trainyard", &pp, &Patch::Apply(&local_queue))).unwrap();
+
+    let s = kube_server(
+        "kube-kueue",
+        &ns_template,
+        &["--kube-gang", "kueue:trainyard", "--kube-image", "pytorch=docker.io/pytorch/pytorch:2.5.1"],
+    );
+    let catalog = format!(
+        "regions: {{kubernetes: {{}}}}\n\
+         clusters: {{kubernetes: {{region: kubernetes}}}}\n\
+         pools: {{{pool}: {{cluster: kubernetes, instanceSpecs: [cpu.small], nodeSelector: {{trainyard.dev/pool: {pool}}}}}}}\n\
+         instanceSpecs: {{cpu.small: {{kind: CPU, vcpus: 1, memoryMib: 2048}}}}\n\
+         nodes:\n  {name}: {{pool: {pool}, vcpus: 8, memoryMib: 16384}}\n\
+         projectGroups: {{default: {{}}}}\n\
+         images: {{pytorch: {{torch: true}}}}\n\
+         quotas: [{{group: default, resourceType: Reserved, pool: {pool}, spec: cpu.small, units: 2}}]\n"
+    );
+    let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(&catalog));
+    assert_eq!(status, 200, "{body}");
+    let task = serde_json::json!({
+        "apiVersion": "trainyard.dev/v1", "kind": "TrainingTask",
+        "metadata": {"namePrefix": "kueued", "projectGroup": "default"},
+        "spec": {
+            "type": "PyTorchJob",
+            "placement": {"region": "kubernetes", "cluster": "kubernetes"},
+            "environment": {"image": "pytorch", "cmd": "python3 train.py"},
+            "compute": {"resourceType": "Reserved", "pool": pool, "workers": 1,
+                        "instanceSpecs": [{"spec": "cpu.small"}]},
+        }
+    });
+    let (id, other) = (s.submit(&task), s.submit(&task));
+    // Both handed over at once, though Trainyard's own quota (2 units) would take one of them only.
+    for t in [&id, &other] {
+        s.wait_status(t, "Starting", secs(60));
+        let events = s.events_text(t);
+        assert!(
+            events.contains("handed to cluster kubernetes, which admits and places it itself"),
+            "{events}"
+        );
+    }
+    // The wait is Kueue's, in its words (from the job's Workload).
+    let t0 = std::time::Instant::now();
+    let wait = loop {
+        let t = s.task(&id);
+        if let Some(r) = t["starting"]["reason"].as_str().filter(|r| r.contains("Workload/")) {
+            assert_eq!(t["status"], "Starting", "{t}");
+            break r.to_owned();
+        }
+        assert!(t0.elapsed() < secs(60), "Kueue's reason never came: {t}\n{}", s.events_text(&id));
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    };
+    assert!(wait.starts_with("Kueue has not admitted the job yet: Warning Workload/pytorchjob-"), "{wait}");
+    assert!(wait.contains("insufficient") || wait.contains("couldn't assign"), "{wait}");
+    eprintln!("waiting in Kueue: {wait}");
+
+    // Room in the ClusterQueue: Kueue lets the job go, kube-scheduler places its pods (on the pool's node, by
+    // its selector; Trainyard pinned none), and it runs.
+    block(cqs.patch(&pool, &pp, &Patch::Apply(&cluster_queue("4")))).unwrap();
+    let pods: Api<trainyard_kube::openapi::api::core::v1::Pod> = Api::namespaced(c.clone(), &ns);
+    for t in [&id, &other] {
+        s.wait_status(t, "Running", secs(120));
+        let listed =
+            block(pods.list(&ListParams::default().labels(&format!("trainyard.dev/task={t}")))).unwrap();
+        assert_eq!(listed.items.len(), 2, "master and worker");
+        for p in &listed.items {
+            let spec = serde_json::to_value(p).unwrap()["spec"].clone();
+            assert!(spec["affinity"]["nodeAffinity"].is_null(), "unpinned: {spec}");
+            assert_eq!(spec["nodeName"], name.as_str());
+        }
+    }
+    for t in [&id, &other] {
+        s.cli(&["stop", t]);
+        s.wait_status(t, "Stopped", secs(120));
+    }
+    let _ = block(lqs.delete("trainyard", &Default::default()));
+    let _ = block(cqs.delete(&pool, &Default::default()));
+    let _ = block(flavors.delete(&pool, &Default::default()));
+}

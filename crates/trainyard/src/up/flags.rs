@@ -44,7 +44,8 @@ pub struct KubeFlags {
     /// those, so several Trainyard servers can share a cluster.
     #[arg(long, default_value = "trainyard")]
     pub kube_instance: String,
-    /// Cluster-side gang admission: `off` (Trainyard admits), `volcano[:QUEUE]` or `kueue:LOCALQUEUE`.
+    /// Cluster-side gang admission: `off` (Trainyard admits and places), `volcano[:QUEUE]` or `kueue:LOCALQUEUE`
+    /// (the cluster admits and places; Trainyard hands its tasks over at once and shows the cluster's wait).
     #[arg(long, default_value = "off")]
     pub kube_gang: String,
     /// Seconds a node may stay NotReady before the tasks on it fail as NodeFailed and are resubmitted (a
