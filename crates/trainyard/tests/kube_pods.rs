@@ -199,10 +199,12 @@ fn server(registry: &str, nodes: &[String]) -> Server {
     let ray =
         if wanted("ray-job.yaml") { push_ray_image(registry) } else { format!("{registry}/{RAY_IMAGE}") };
     let namespace = format!("pods-{}-{{group}}", std::process::id());
+    let instance = format!("pods-{}", std::process::id());
     let s = Server::start_with(
         "kube-pods",
         Options {
-            args: ["--backend", "kubernetes", "--kube-namespace", &namespace]
+            // An instance of its own, apart from other tests' servers on the same stack.
+            args: ["--backend", "kubernetes", "--kube-namespace", &namespace, "--kube-instance", &instance]
                 .map(str::to_owned)
                 .into_iter()
                 .chain(["--kube-image".to_owned(), format!("pytorch={image}")])
@@ -268,7 +270,18 @@ fn the_examples_run_on_real_pods() {
 /// refused by the namespace and ends at once as the task's to fix, in the cluster's words, not resubmitted.
 fn restricted(s: &Server) {
     let ns = format!("pods-{}-strict", std::process::id());
-    kubectl(&["create", "namespace", &ns]);
+    // Made here unless an earlier step's task made it (Trainyard makes a group's namespace at its first launch).
+    let made = std::process::Command::new(
+        std::path::PathBuf::from(std::env::var("TRAINYARD_KUBE_BIN").unwrap()).join("kubectl"),
+    )
+    .args(["get", "namespace", &ns])
+    .output()
+    .unwrap()
+    .status
+    .success();
+    if !made {
+        kubectl(&["create", "namespace", &ns]);
+    }
     kubectl(&["label", "namespace", &ns, "pod-security.kubernetes.io/enforce=restricted"]);
 
     // A root image: refused, at once (well within the 600 s start-up deadline).

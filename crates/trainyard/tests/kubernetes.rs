@@ -62,7 +62,10 @@ fn catalog(nodes: &[String]) -> String {
 /// `trainyard up --backend kubernetes` named `name`, its groups' namespaces `namespace` (with `{group}`), the
 /// catalog the test's own, and `args` after those.
 fn kube_server(name: &str, namespace: &str, args: &[&str]) -> Server {
-    let first = ["--backend", "kubernetes", "--kube-namespace", namespace];
+    // An instance of its own: servers sharing one watch everyone's jobs, and act on what they see (a job another
+    // server's Kueue holds suspended looks suspended by someone else to one without Kueue, which ends it).
+    let instance = format!("{name}-{}", std::process::id());
+    let first = ["--backend", "kubernetes", "--kube-namespace", namespace, "--kube-instance", &instance];
     let args = first.iter().chain(args).map(|a| (*a).to_owned()).collect();
     Server::start_with(name, Options { args, own_catalog: true, ..Options::default() })
 }

@@ -735,8 +735,18 @@ fn replicas_run_on_pooled_supervisors_in_cgroups_of_their_own() {
     // Where each replica's cgroups are, relative to their hierarchy, and whether that is cgroup v2.
     let mut parents = Vec::new();
     for replica in &replicas {
-        let state = std::fs::read(attempt.join(replica).join("state.json")).unwrap();
-        let state: serde_json::Value = serde_json::from_slice(&state).unwrap();
+        // The supervisor writes the sandbox's pid once bubblewrap reported it, which on a loaded machine may come
+        // a moment after the task is Running.
+        let t0 = std::time::Instant::now();
+        let state = loop {
+            let state = std::fs::read(attempt.join(replica).join("state.json")).unwrap();
+            let state: serde_json::Value = serde_json::from_slice(&state).unwrap();
+            if state["sandbox_pid"].as_u64().is_some() {
+                break state;
+            }
+            assert!(t0.elapsed() < secs(30), "no sandbox pid: {state}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        };
         let pid = state["supervisor_pid"].as_u64().unwrap() as u32;
         assert!(idle.contains(&pid), "{replica}'s supervisor {pid} is not one of the pool's {idle:?}");
         // The sandbox holds the replica's cgroups (the supervisor leaves them once it runs).
