@@ -158,6 +158,22 @@ egressSelections:
 	if s.nodes != nil {
 		apiServerExtra = s.nodes.apiServerFlags()
 	}
+	// TRAINYARD_KUBE_AUDIT=1: an audit log of every request once it completed (metadata only: user, user agent,
+	// verb, resource), for benchmarks that count each client's requests (kube-bench counts Kueue's by its user
+	// agent). Off by default: it costs the API server a line per request.
+	if os.Getenv("TRAINYARD_KUBE_AUDIT") == "1" {
+		if err := writeFile(s.path("audit-policy.yaml"), `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+- level: Metadata
+`); err != nil {
+			return err
+		}
+		apiServerExtra = append(apiServerExtra, "--audit-policy-file="+s.path("audit-policy.yaml"),
+			"--audit-log-path="+s.path("audit.log"), "--audit-log-format=json", "--audit-log-maxsize=0",
+			"--audit-log-mode=batch", "--audit-log-batch-max-wait=1s")
+	}
 	if err := s.startProc("kube-apiserver", nil, append([]string{filepath.Join(bin, "kube-apiserver"),
 		"--egress-selector-config-file=" + s.path("egress.yaml"),
 		"--etcd-servers=" + etcdURL,
@@ -424,6 +440,10 @@ integrations:
 		return err
 	}
 	envText := fmt.Sprintf("KUBECONFIG=%s\nTRAINYARD_KUBE_STACK=%s\nTRAINYARD_KUBE_BIN=%s\n", s.path("kubeconfig"), dir, bin)
+	if os.Getenv("TRAINYARD_KUBE_AUDIT") == "1" {
+		envText += "TRAINYARD_KUBE_AUDIT_LOG=" + s.path("audit.log") + "\n"
+		os.Setenv("TRAINYARD_KUBE_AUDIT_LOG", s.path("audit.log"))
+	}
 	if s.nodes != nil {
 		if err := s.nodes.ready(); err != nil {
 			return err
