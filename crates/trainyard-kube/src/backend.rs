@@ -192,6 +192,12 @@ impl KubeBackend {
                 .map_err(|e| kube::config::KubeconfigError::LoadContext(e.to_string())),
         }
         .map_err(|e| BackendError(format!("the Kubernetes client configuration: {e}")))?;
+        let mut config = config;
+        // Named in the API server's audit log and metrics as Trainyard (kube's client sends no user agent).
+        config.headers.push((
+            http::header::USER_AGENT,
+            http::HeaderValue::from_static(concat!("trainyard/", env!("CARGO_PKG_VERSION"))),
+        ));
         let client =
             kube::Client::try_from(config).map_err(|e| BackendError(format!("a Kubernetes client: {e}")))?;
         let mut kinds = Vec::new();

@@ -396,16 +396,34 @@ impl Cgroup {
 
     /// Removes the cgroups named `name` wherever [`Cgroup::create`] makes them, when they are empty (a
     /// supervisor that was killed leaves its own behind).
+    /// Whatever is still in them is killed first (the attempt is over: nothing of it may outlive it), and the
+    /// removal is tried again while the killed processes are reaped, for up to 10 s. Only the unified and the
+    /// v1 memory and pids hierarchies are read for processes: on v1 a supervisor stays in its replica's CPU
+    /// cgroup (see [`Cgroup::step_out`]), and a pooled one lives on after its replica.
     pub fn remove_named(name: &str) {
         let cg = Path::new(CG);
-        let mut dirs = vec![current("").join("trainyard").join(name)];
+        let mut dirs = vec![(current("").join("trainyard").join(name), true)];
         for ctl in ["memory", "cpu", "pids"] {
-            dirs.push(current(ctl).join("trainyard").join(name));
+            dirs.push((current(ctl).join("trainyard").join(name), ctl != "cpu"));
         }
-        for d in dirs {
-            if d.starts_with(cg) && d.is_dir() {
-                let _ = std::fs::remove_dir(&d);
+        dirs.retain(|(d, _)| d.starts_with(cg) && d.is_dir());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            for (d, kill) in &dirs {
+                if let Some(procs) =
+                    kill.then(|| std::fs::read_to_string(d.join("cgroup.procs")).ok()).flatten()
+                {
+                    for pid in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+                        signal(pid, SIGKILL);
+                    }
+                }
+                let _ = std::fs::remove_dir(d);
             }
+            dirs.retain(|(d, _)| d.is_dir());
+            if dirs.is_empty() || std::time::Instant::now() >= deadline {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }
 
