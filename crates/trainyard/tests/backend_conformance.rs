@@ -8,6 +8,8 @@
 //! fake by a script, the local backend and real pods by the command they run, kwok's pods by the labels its
 //! stages follow), then the scenario checks the observations and what `alive` and the logs say.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -748,7 +750,7 @@ fn on_kubernetes_an_object_the_api_server_refuses_fails_with_its_reason() {
 /// the attempt runs to success. A running job Kueue evicts is preempted.
 #[test]
 fn on_kubernetes_kueue_admits_the_whole_gang_or_nothing() {
-    use trainyard_kube::client::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+    use trainyard_kube::client::api::{Api, DynamicObject, ListParams};
     use trainyard_kube::client::api::{Patch, PatchParams};
     use trainyard_kube::openapi::api::core::v1::{Namespace, Pod};
     let mut s = kube("kueue");
@@ -756,9 +758,7 @@ fn on_kubernetes_kueue_admits_the_whole_gang_or_nothing() {
     s.cfg.gang = trainyard_kube::objects::Gang::Kueue { local_queue: queue.clone() };
     let s = s.restarted();
     let client = s.backend.client();
-    let kueue = |kind: &str, plural: &str| {
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta1", kind), plural)
-    };
+    use common::kueue;
     let pp = PatchParams::apply("conformance").force();
     let ns = s.cfg.namespace_of("default");
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -766,34 +766,21 @@ fn on_kubernetes_kueue_admits_the_whole_gang_or_nothing() {
     block(namespaces.patch(&ns, &pp, &Patch::Apply(&body)))
         .unwrap_or_else(|e| panic!("{e} (is Kueue in the stack? scripts/with-kube starts it)"));
     let flavors: Api<DynamicObject> =
-        Api::all_with(client.clone(), &kueue("ResourceFlavor", "resourceflavors"));
-    let flavor = serde_json::json!({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
-                                    "metadata": {"name": queue}});
-    block(flavors.patch(&queue, &pp, &Patch::Apply(&flavor))).unwrap();
-    let cqs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue", "clusterqueues"));
-    let cluster_queue = |cpu: &str| {
-        serde_json::json!({
-            "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": queue},
-            "spec": {"namespaceSelector": {}, "resourceGroups": [{
-                "coveredResources": ["cpu", "memory"],
-                "flavors": [{"name": queue, "resources": [
-                    {"name": "cpu", "nominalQuota": cpu}, {"name": "memory", "nominalQuota": "64Gi"}]}],
-            }]},
-        })
-    };
+        Api::all_with(client.clone(), &kueue::resource("ResourceFlavor", "resourceflavors"));
+    block(flavors.patch(&queue, &pp, &Patch::Apply(&kueue::flavor(&queue)))).unwrap();
+    let cqs: Api<DynamicObject> =
+        Api::all_with(client.clone(), &kueue::resource("ClusterQueue", "clusterqueues"));
+    let cluster_queue = |cpu: &str| kueue::cluster_queue(&queue, &queue, cpu);
     block(cqs.patch(&queue, &pp, &Patch::Apply(&cluster_queue("1")))).unwrap();
     let lqs: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &ns, &kueue("LocalQueue", "localqueues"));
-    let local_queue = serde_json::json!({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
-                                         "metadata": {"name": queue, "namespace": ns},
-                                         "spec": {"clusterQueue": queue}});
-    block(lqs.patch(&queue, &pp, &Patch::Apply(&local_queue))).unwrap();
+        Api::namespaced_with(client.clone(), &ns, &kueue::resource("LocalQueue", "localqueues"));
+    block(lqs.patch(&queue, &pp, &Patch::Apply(&kueue::local_queue(&queue, &ns, &queue)))).unwrap();
 
     // Two replicas of one CPU each against a quota of one CPU: Kueue holds the whole gang.
     let k = key(26);
     block(s.backend().launch(&s.spec_for(&k, 1, Behaviour::Succeed))).unwrap();
     let workloads: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &ns, &kueue("Workload", "workloads"));
+        Api::namespaced_with(client.clone(), &ns, &kueue::resource("Workload", "workloads"));
     let t0 = Instant::now();
     let workload = loop {
         if let Some(w) = block(workloads.list(&ListParams::default())).unwrap().items.into_iter().next() {

@@ -271,15 +271,7 @@ fn the_examples_run_on_real_pods() {
 fn restricted(s: &Server) {
     let ns = format!("pods-{}-strict", std::process::id());
     // Made here unless an earlier step's task made it (Trainyard makes a group's namespace at its first launch).
-    let made = std::process::Command::new(
-        std::path::PathBuf::from(std::env::var("TRAINYARD_KUBE_BIN").unwrap()).join("kubectl"),
-    )
-    .args(["get", "namespace", &ns])
-    .output()
-    .unwrap()
-    .status
-    .success();
-    if !made {
+    if !kubectl_run(&["get", "namespace", &ns]).0 {
         kubectl(&["create", "namespace", &ns]);
     }
     kubectl(&["label", "namespace", &ns, "pod-security.kubernetes.io/enforce=restricted"]);
@@ -453,11 +445,17 @@ impl Drop for Uncordon {
     }
 }
 
-fn kubectl(args: &[&str]) -> String {
+/// Runs the stack's kubectl: whether it succeeded, and what it printed.
+fn kubectl_run(args: &[&str]) -> (bool, String) {
     let bin = std::path::PathBuf::from(std::env::var("TRAINYARD_KUBE_BIN").unwrap()).join("kubectl");
     let out = std::process::Command::new(bin).args(args).output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "kubectl {args:?}: {text}");
+    (out.status.success(), text)
+}
+
+fn kubectl(args: &[&str]) -> String {
+    let (ok, text) = kubectl_run(args);
+    assert!(ok, "kubectl {args:?}: {text}");
     text
 }
 

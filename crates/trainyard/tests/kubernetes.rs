@@ -550,7 +550,6 @@ fn a_tainted_gpu_pool_of_another_vendor_runs_its_tasks() {
 /// reason; once it has room for both, both run.
 #[test]
 fn with_kueue_trainyard_hands_admission_over_and_shows_its_wait() {
-    use trainyard_kube::client::api::{ApiResource, GroupVersionKind};
     let c = client();
     let pid = std::process::id();
     let pool = format!("kq-{pid}");
@@ -562,31 +561,17 @@ fn with_kueue_trainyard_hands_admission_over_and_shows_its_wait() {
     let namespaces: Api<trainyard_kube::openapi::api::core::v1::Namespace> = Api::all(c.clone());
     let body = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
     block(namespaces.patch(&ns, &pp, &Patch::Apply(&body))).unwrap();
-    let kueue = |kind: &str, plural: &str| {
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta1", kind), plural)
-    };
-    let flavors: Api<DynamicObject> = Api::all_with(c.clone(), &kueue("ResourceFlavor", "resourceflavors"));
-    let flavor = serde_json::json!({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
-                                    "metadata": {"name": pool}});
-    block(flavors.patch(&pool, &pp, &Patch::Apply(&flavor)))
+    use common::kueue;
+    let flavors: Api<DynamicObject> =
+        Api::all_with(c.clone(), &kueue::resource("ResourceFlavor", "resourceflavors"));
+    block(flavors.patch(&pool, &pp, &Patch::Apply(&kueue::flavor(&pool))))
         .unwrap_or_else(|e| panic!("{e} (is Kueue in the stack? scripts/with-kube starts it)"));
-    let cqs: Api<DynamicObject> = Api::all_with(c.clone(), &kueue("ClusterQueue", "clusterqueues"));
-    let cluster_queue = |cpu: &str| {
-        serde_json::json!({
-            "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": pool},
-            "spec": {"namespaceSelector": {}, "resourceGroups": [{
-                "coveredResources": ["cpu", "memory"],
-                "flavors": [{"name": pool, "resources": [
-                    {"name": "cpu", "nominalQuota": cpu}, {"name": "memory", "nominalQuota": "64Gi"}]}],
-            }]},
-        })
-    };
+    let cqs: Api<DynamicObject> = Api::all_with(c.clone(), &kueue::resource("ClusterQueue", "clusterqueues"));
+    let cluster_queue = |cpu: &str| kueue::cluster_queue(&pool, &pool, cpu);
     block(cqs.patch(&pool, &pp, &Patch::Apply(&cluster_queue("1")))).unwrap();
-    let lqs: Api<DynamicObject> = Api::namespaced_with(c.clone(), &ns, &kueue("LocalQueue", "localqueues"));
-    let local_queue = serde_json::json!({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
-                                         "metadata": {"name": "trainyard", "namespace": ns},
-                                         "spec": {"clusterQueue": pool}});
-    block(lqs.patch("trainyard", &pp, &Patch::Apply(&local_queue))).unwrap();
+    let lqs: Api<DynamicObject> =
+        Api::namespaced_with(c.clone(), &ns, &kueue::resource("LocalQueue", "localqueues"));
+    block(lqs.patch("trainyard", &pp, &Patch::Apply(&kueue::local_queue("trainyard", &ns, &pool)))).unwrap();
 
     let s = kube_server(
         "kube-kueue",

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod console;
+pub mod kueue;
 pub mod webdriver;
 
 use serde_json::{Value, json};

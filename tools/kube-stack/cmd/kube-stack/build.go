@@ -45,7 +45,7 @@ var kueueComponent = component{"kueue", "kueue", "sigs.k8s.io/kueue/cmd/kueue", 
 
 // nodeComponents: what the real nodes (--real-nodes) need, in wrapper modules under tools/kube-stack/nodes/
 // (not direct subdirectories of tools/kube-stack, so the control plane's cache key does not see them); they are
-// built into their own cache dir (nodesKey). The CNI plugins go to bin/cni/.
+// built into their own cache dir (subKey "nodes"). The CNI plugins go to bin/cni/.
 var nodeComponents = []component{
 	{"pause", "nodes/pause", "trainyard.dev/kube-stack/nodes/pause", true},
 	{"cni/loopback", "nodes/cni", "github.com/containernetworking/plugins/plugins/main/loopback", false},
@@ -58,7 +58,7 @@ var nodeComponents = []component{
 }
 
 // netpolComponents: the real nodes' NetworkPolicy enforcement, kube-router's policy controller alone, in a
-// wrapper module under tools/kube-stack/netpol/ with a cache dir of its own (netpolKey), so that the nodes' and
+// wrapper module under tools/kube-stack/netpol/ with a cache dir of its own (subKey "netpol"), so that the nodes' and
 // the control plane's keys do not move with it.
 var netpolComponents = []component{
 	{"kube-router", "netpol/kube-router", "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router", false},
@@ -78,15 +78,9 @@ func cacheKey(ks string) (string, error) {
 	return "k8s-" + k8sVersion + "-" + hex.EncodeToString(sum[:])[:12], nil
 }
 
-// nodesKey names the real nodes' cache dir: nodes-<version>-<12 hex digits>, the same hash as cacheKey's but over
-// the wrapper modules in tools/kube-stack/nodes/ (its direct subdirectories with a go.mod).
-func nodesKey(ks string) (string, error) { return subKey(ks, "nodes") }
-
-// netpolKey names the NetworkPolicy enforcement's cache dir: netpol-<version>-<12 hex digits>, over the
-// wrapper modules in tools/kube-stack/netpol/.
-func netpolKey(ks string) (string, error) { return subKey(ks, "netpol") }
-
-// subKey: the cache key of the wrapper modules in tools/kube-stack/<sub>/, named <sub>-<version>-<hash>.
+// subKey names the cache dir of the wrapper modules in tools/kube-stack/<sub>/ (the real nodes' "nodes", their
+// NetworkPolicy enforcement's "netpol"): <sub>-<version>-<12 hex digits>, the same hash as cacheKey's over those
+// modules.
 func subKey(ks, sub string) (string, error) {
 	out, err := exec.Command("go", "version").Output()
 	if err != nil {
@@ -209,11 +203,16 @@ func (b *builder) buildAll(withKueue bool) error {
 	return b.build(all, b.copyCRDs)
 }
 
-// buildNodes builds the real nodes' components into b's cache dir (a nodes-... dir).
-func (b *builder) buildNodes() error { return b.build(nodeComponents, nil) }
-
-// buildNetpol builds the NetworkPolicy enforcement into b's cache dir (a netpol-... dir).
-func (b *builder) buildNetpol() error { return b.build(netpolComponents, nil) }
+// buildSub builds cs, the components of the wrapper modules under tools/kube-stack/<sub>/, into their own cache
+// dir (see subKey).
+func buildSub(ks, sub string, cs []component) (*builder, error) {
+	key, err := subKey(ks, sub)
+	if err != nil {
+		return nil, err
+	}
+	b := newBuilder(ks, key)
+	return b, b.build(cs, nil)
+}
 
 // build builds what is missing of cs, then runs then (if any), one stack at a time per cache dir (two stacks
 // started together wait for one build).

@@ -90,23 +90,11 @@ loop:
 	}
 	var nb, pb *builder
 	if realNodes > 0 {
-		nkey, err := nodesKey(ks)
+		var err error
+		if nb, err = buildSub(ks, "nodes", nodeComponents); err == nil {
+			pb, err = buildSub(ks, "netpol", netpolComponents)
+		}
 		if err != nil {
-			say("%v", err)
-			return 1
-		}
-		nb = newBuilder(ks, nkey)
-		if err := nb.buildNodes(); err != nil {
-			say("%v", err)
-			return 1
-		}
-		pkey, err := netpolKey(ks)
-		if err != nil {
-			say("%v", err)
-			return 1
-		}
-		pb = newBuilder(ks, pkey)
-		if err := pb.buildNetpol(); err != nil {
 			say("%v", err)
 			return 1
 		}
