@@ -4,6 +4,7 @@
 
 mod cluster;
 mod flags;
+mod lock;
 
 use cluster::{cluster_catalog, connect_kube};
 pub use flags::{BackendChoice, KubeFlags, Options, SandboxFlags, ServerFlags};
@@ -50,6 +51,25 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
     // Supervisors and sandboxes get absolute paths: they outlive this process and its working dir.
     let data_dir =
         &data_dir.canonicalize().with_context(|| format!("cannot resolve {}", data_dir.display()))?;
+    // One server per data dir (its runs, sandboxes' network and image cache are that server's), and one per
+    // SQLite database: a second is refused here, before it writes anything, instead of running every task
+    // again. Several servers share a PostgreSQL database, each with a data dir of its own.
+    let _data_dir_lock = lock::take(
+        &data_dir.join("server.lock"),
+        &format!("the data dir {}", data_dir.display()),
+        "stop it first, or give this one another --data-dir",
+    )?;
+    let db_path = data_dir.join("trainyard.db");
+    let url = database_url.map_or_else(|| format!("sqlite://{}", db_path.display()), str::to_owned);
+    let _sqlite_lock = match lock::sqlite_lock_path(&url) {
+        Some(path) => Some(lock::take(
+            &path,
+            &format!("the SQLite store {}", path.display().to_string().trim_end_matches(".server-lock")),
+            "a SQLite store serves one server; to run several servers on one store, give them a PostgreSQL \
+             database (--database-url postgres://...)",
+        )?),
+        None => None,
+    };
     let catalog_path = data_dir.join("catalog.yaml");
     let kube_cfg = if opts.backend == BackendChoice::Kubernetes {
         Some(KubeConfig { data_dir: data_dir.join("kube"), ..opts.kube.config()? })
@@ -77,8 +97,6 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
             machine.gpus.as_ref().map_or(String::new(), |(m, n)| format!(", {n} × {m}"))
         );
     }
-    let db_path = data_dir.join("trainyard.db");
-    let url = database_url.map_or_else(|| format!("sqlite://{}", db_path.display()), str::to_owned);
     let open = trainyard_store::Open { accept_damage: opts.server.accept_store_damage };
     let store =
         Store::connect_with(&url, open).await.with_context(|| format!("cannot open the store at {url}"))?;
