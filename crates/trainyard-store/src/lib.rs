@@ -28,6 +28,7 @@ mod env;
 mod group_commit;
 mod health;
 mod keys;
+mod lease;
 mod list;
 mod model;
 mod rows;
@@ -41,6 +42,7 @@ mod transitions;
 mod wal_check;
 
 pub use health::{PROBE_EVERY, PROBE_TIMEOUT};
+pub use lease::{Fence, Lease, ServerRecord};
 pub use model::{
     Accelerator, AccountState, AlarmDelivery, Created, Event, MAX_PAGE, NewTask, Page, ReplicaShape,
     SortOrder, TOKEN_ID_LEN, TOKEN_USE_RESOLUTION_MS, TaskDemand, TaskEnvVar, TaskFilter, TaskRecord,
@@ -69,6 +71,11 @@ pub enum StoreError {
     IdempotencyConflict,
     #[error("the task changed since it was read (version {expected} expected)")]
     VersionConflict { expected: i64 },
+    /// A fenced store's write after this server's term as leader ended (`lease`): nothing was written.
+    #[error(
+        "this server no longer leads (its fencing token {held}, the store's {current}): nothing was written"
+    )]
+    Fenced { held: i64, current: i64 },
     #[error("task {0} does not exist")]
     NotFound(String),
     #[error("a task named {0} already exists")]
@@ -155,6 +162,7 @@ impl StoreError {
             | StoreError::VersionConflict { .. }
             | StoreError::NotFound(_)
             | StoreError::NameTaken(_)
+            | StoreError::Fenced { .. }
             | StoreError::BadUrl(_)
             | StoreError::Corrupt(_) => false,
         }
@@ -206,6 +214,8 @@ pub struct Store {
     health: Arc<health::WriteHealth>,
     /// What the check of the database's files found, when it was opened anyway.
     damage: Option<Arc<str>>,
+    /// The leader's token its status changes carry (`lease`); `None`: unfenced (the API's writes).
+    fence: Option<lease::Fence>,
 }
 
 /// Choices for opening a database ([`Store::connect_with`]).
@@ -378,7 +388,7 @@ impl Store {
                 (None, None, None)
             }
         };
-        Ok(Store { pool, dialect, writer: writer_tx, turns, reader, keys, health, damage })
+        Ok(Store { pool, dialect, writer: writer_tx, turns, reader, keys, health, damage, fence: None })
     }
 
     /// What the check of a SQLite database's files found when [`Open::accept_damage`] opened it anyway.

@@ -275,6 +275,33 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
             "UPDATE users SET hold_work = 1 WHERE disabled <> 0",
         ],
     ),
+    (
+        18,
+        &[
+            // Who leads the servers on this store (runs the control loop), and the fencing token of that term:
+            // one row, taken when free or expired (the database's clock), renewed by its holder (`lease`).
+            "CREATE TABLE leader_lease (
+            id BIGINT PRIMARY KEY,
+            holder TEXT NOT NULL,
+            token BIGINT NOT NULL,
+            acquired_at_ms BIGINT NOT NULL,
+            renewed_at_ms BIGINT NOT NULL,
+            expires_at_ms BIGINT NOT NULL
+        )",
+            "INSERT INTO leader_lease (id, holder, token, acquired_at_ms, renewed_at_ms, expires_at_ms) \
+             VALUES (1, '', 0, 0, 0, 0)",
+            // Every server on this store, as it last said (`GET /api/v1/server`).
+            "CREATE TABLE servers (
+            id TEXT PRIMARY KEY,
+            address TEXT NOT NULL,
+            host TEXT NOT NULL,
+            backend TEXT NOT NULL,
+            version TEXT NOT NULL,
+            started_at_ms BIGINT NOT NULL,
+            seen_at_ms BIGINT NOT NULL
+        )",
+        ],
+    ),
 ];
 
 /// What starts a migration's statement that runs on SQLite alone.

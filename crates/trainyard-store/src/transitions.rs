@@ -25,6 +25,10 @@ impl Store {
         self.write(async |conn| {
             let mut answers = Vec::with_capacity(changes.len());
             let mut tx = conn.begin().await?;
+            if let Err(e) = self.check_fence(&mut tx).await {
+                tx.rollback().await?;
+                return Err(e);
+            }
             for t in changes {
                 // `status` on the right is the row's old one: a change to the same status keeps its time, and an
                 // attempt's run starts when it first enters Running (queued again, it has not run).
@@ -93,6 +97,11 @@ impl Store {
         message: &str,
     ) -> Result<()> {
         self.write(async |conn| {
+            let mut tx = conn.begin().await?;
+            if let Err(e) = self.check_fence(&mut tx).await {
+                tx.rollback().await?;
+                return Err(e);
+            }
             sqlx::query(
                 "INSERT INTO task_events (task_id, attempt, at_ms, reason, message) VALUES ($1, $2, $3, $4, $5)",
             )
@@ -101,8 +110,9 @@ impl Store {
             .bind(at_ms)
             .bind(reason.as_str())
             .bind(message)
-            .execute(&mut *conn)
+            .execute(&mut *tx)
             .await?;
+            tx.commit().await?;
             Ok(())
         })
         .await

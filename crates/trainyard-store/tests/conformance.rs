@@ -87,6 +87,8 @@ conformance!(
     groups_filter_takes_any_of_several,
     status_times_follow_transitions,
     other_writes_take_turns_with_a_stream_of_creates,
+    the_lease_has_one_holder_and_fences_the_writes_of_an_ended_term,
+    servers_and_shared_settings,
 );
 
 /// A demand of `shapes` (`(replicas, gpus, vcpus, memory MiB)`, in role order).
@@ -1051,4 +1053,100 @@ async fn an_in_memory_sqlite_database_is_refused() {
     for url in ["sqlite::memory:", "sqlite://file:x?mode=memory&cache=shared"] {
         assert!(matches!(Store::connect(url).await, Err(StoreError::BadUrl(_))), "{url}");
     }
+}
+
+/// Issue 33: one holder at a time, a new token for each term, and a fenced store's status changes and events
+/// refused once its term ended, with nothing written; a handle on the same database (another server) sees it.
+async fn the_lease_has_one_holder_and_fences_the_writes_of_an_ended_term(store: Store, url: String) {
+    let other = Store::connect(&url).await.unwrap();
+    let before = store.lease().await.unwrap();
+    assert_eq!((before.holder.as_str(), before.token), ("", 0));
+    let a = store.claim_lease("a", 60_000).await.unwrap().expect("a free lease is taken");
+    assert_eq!((a.holder.as_str(), a.token), ("a", 1));
+    assert!(a.held_by("a") && a.expires_at_ms >= a.now_ms + 59_000);
+    // Another server cannot take a lease that runs; its holder renews it in the same term.
+    assert_eq!(other.claim_lease("b", 60_000).await.unwrap(), None);
+    let renewed = store.claim_lease("a", 60_000).await.unwrap().unwrap();
+    assert_eq!((renewed.token, renewed.acquired_at_ms), (1, a.acquired_at_ms));
+
+    store.create_task(&new_task("x", "alice", "nlp", 10)).await.unwrap();
+    let step = |v: i64, status: Status| Transition {
+        task_id: "x".into(),
+        expected_version: v,
+        status,
+        attempt: 1,
+        at_ms: 20 + v,
+        reason: Reason::Admitted,
+        message: "admitted".into(),
+        placement: None,
+        retries: None,
+    };
+    let fence_a = Fence::default();
+    let leader_a = store.fenced(fence_a.clone());
+    // No token yet: nothing commits.
+    assert!(matches!(
+        leader_a.transition(&step(1, Status::Admitted)).await,
+        Err(StoreError::Fenced { held: 0, .. })
+    ));
+    fence_a.set(a.token);
+    leader_a.transition(&step(1, Status::Admitted)).await.unwrap();
+    leader_a.append_event("x", 1, 25, Reason::PrecheckPassed, "of term 1").await.unwrap();
+
+    // a stops renewing: its lease expires (a short one here), and b takes the next term.
+    store.claim_lease("a", 1).await.unwrap().unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let b = other.claim_lease("b", 60_000).await.unwrap().expect("an expired lease is taken");
+    assert_eq!((b.holder.as_str(), b.token), ("b", 2));
+    let fence_b = Fence::default();
+    fence_b.set(b.token);
+    let leader_b = other.fenced(fence_b);
+
+    // a, resumed, still believes it leads: its writes are refused and nothing of them is stored.
+    let refused = leader_a.transition(&step(2, Status::Running)).await;
+    assert!(matches!(refused, Err(StoreError::Fenced { held: 1, current: 2 })), "{refused:?}");
+    assert!(matches!(
+        leader_a.append_event("x", 1, 26, Reason::PrecheckPassed, "of term 1, late").await,
+        Err(StoreError::Fenced { held: 1, current: 2 })
+    ));
+    assert_eq!(store.get_task("x").await.unwrap().unwrap().version, 2);
+    // b's go through; and a cannot take the lease back while b's term runs.
+    leader_b.transition(&step(2, Status::Running)).await.unwrap();
+    assert_eq!(store.claim_lease("a", 60_000).await.unwrap(), None);
+    let messages: Vec<String> =
+        store.list_events("x", 0, 100).await.unwrap().into_iter().map(|e| e.message).collect();
+    assert!(messages.contains(&"of term 1".to_owned()) && !messages.contains(&"of term 1, late".to_owned()));
+    // Unfenced writes (the API's: a user's stop) go through whoever leads.
+    store.transition(&step(3, Status::Stopping)).await.unwrap();
+
+    // Released, the lease is taken at once by the next server, in a new term.
+    assert!(other.release_lease("b", 2).await.unwrap());
+    assert!(!other.release_lease("b", 1).await.unwrap(), "only the term's own token releases it");
+    let c = store.claim_lease("c", 60_000).await.unwrap().expect("a released lease is free");
+    assert_eq!(c.token, 3);
+}
+
+async fn servers_and_shared_settings(store: Store, url: String) {
+    let other = Store::connect(&url).await.unwrap();
+    let record = |id: &str, started: i64| ServerRecord {
+        id: id.into(),
+        address: format!("http://{id}:8080"),
+        host: "h".into(),
+        backend: "fake".into(),
+        version: "0.1.0".into(),
+        started_at_ms: started,
+        seen_at_ms: 0,
+    };
+    store.server_seen(&record("s1", 1)).await.unwrap();
+    other.server_seen(&record("s2", 2)).await.unwrap();
+    store.server_seen(&record("s1", 1)).await.unwrap();
+    let seen = other.servers(60_000).await.unwrap();
+    assert_eq!(seen.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["s1", "s2"]);
+    assert!(seen.iter().all(|s| s.seen_at_ms > 0));
+    // Not seen within the window: forgotten.
+    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    assert!(store.servers(1).await.unwrap().is_empty());
+
+    // The first value set wins, on every handle.
+    assert_eq!(store.setting_once("k", "first", 1).await.unwrap(), "first");
+    assert_eq!(other.setting_once("k", "second", 2).await.unwrap(), "first");
 }

@@ -39,7 +39,9 @@ fn a_sqlite_store_serves_one_server_and_a_second_is_refused_with_the_first_ones_
     let _ = std::fs::remove_dir_all(&other);
     let url = format!("sqlite://{dir}/trainyard.db");
     let said = refused(&["--data-dir", other.to_str().unwrap(), "--database-url", &url]);
-    assert!(said.contains("SQLite store") && said.contains("PostgreSQL") && said.contains(&format!("pid {pid}")));
+    assert!(
+        said.contains("SQLite store") && said.contains("PostgreSQL") && said.contains(&format!("pid {pid}"))
+    );
 
     // The first still serves, alone.
     let (status, body) = first.call("GET", "/api/v1/tasks", None);
