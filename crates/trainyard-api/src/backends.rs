@@ -19,6 +19,15 @@ pub enum AnyBackend {
 }
 
 impl AnyBackend {
+    /// This server stopped leading: what its backend holds in memory for the runs is let go. The fake
+    /// backend's runs live in this process and are dropped (the next leader runs them again); the local
+    /// backend's supervisors and the cluster's jobs run on, for the next leader to reattach to.
+    pub fn stand_by(&self) {
+        if let AnyBackend::Fake(f) = self {
+            f.abandon();
+        }
+    }
+
     /// The name shown to users (`trainyard up` prints it).
     pub fn name(&self) -> &'static str {
         match self {

@@ -31,13 +31,37 @@ pub const SETTLING_INTERVAL: Duration = Duration::from_millis(5);
 /// [`TICK_REST`] times the last tick's length after it ([`DEEP_QUEUE`] tasks or more waiting; else times its
 /// scheduling cycle's), so that under a stream of submissions into a deep queue the loop takes at most about a
 /// fifth of a core from the API and batches what arrived meanwhile into its next tick.
+///
+/// With several servers on the store the loop acts only while this server leads (`leader`): each new term
+/// starts from the store, as a restarted loop does; a lost term stops it before its next tick.
 pub fn spawn_control_loop(
     control: Arc<Mutex<Control<AnyBackend>>>,
     metrics: Arc<Metrics>,
     wake: Arc<tokio::sync::Notify>,
+    election: crate::leader::Election,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let mut term = None;
         loop {
+            if election.elected() {
+                let now = election.leading();
+                if now != term {
+                    let mut c = control.lock().await;
+                    match now {
+                        Some(_) => c.lead(),
+                        None => {
+                            c.stand_by();
+                            c.backend().stand_by();
+                        }
+                    }
+                    term = now;
+                }
+                if term.is_none() {
+                    control.lock().await.drop_arrivals();
+                    election.changed(STAND_BY_LOOK).await;
+                    continue;
+                }
+            }
             let started = std::time::Instant::now();
             let result = {
                 let mut control = control.lock().await;
@@ -80,6 +104,9 @@ pub fn rest_after(report: &trainyard_control::TickReport, took: Duration) -> Dur
     }
 }
 
+/// How often a server that does not lead looks at its role, at the latest.
+const STAND_BY_LOOK: Duration = Duration::from_millis(100);
+
 /// How often queued alarm deliveries are looked at.
 pub const ALARM_INTERVAL: Duration = Duration::from_millis(500);
 
@@ -88,17 +115,19 @@ pub fn webhook_key(secrets: &SecretBox) -> Vec<u8> {
     secrets.digest(b"trainyard webhook signing key").into_bytes()
 }
 
-/// Delivers queued alarms until the process ends.
+/// Delivers queued alarms until the process ends; with several servers on the store, only the leader does.
 pub fn spawn_alarm_delivery(
     store: Store,
     webhooks: trainyard_control::alarms::Webhooks,
     key: Vec<u8>,
     clock: Arc<dyn trainyard_control::Clock>,
+    election: crate::leader::Election,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
-            if let Err(e) =
-                trainyard_control::alarms::deliver_due_with(&store, &webhooks, &key, clock.now_ms()).await
+            if election.leading().is_some()
+                && let Err(e) =
+                    trainyard_control::alarms::deliver_due_with(&store, &webhooks, &key, clock.now_ms()).await
             {
                 eprintln!("trainyard: alarm delivery: {e}");
             }
@@ -138,6 +167,10 @@ pub fn spawn_inventory_sync(state: crate::AppState) -> Option<tokio::task::JoinH
                 _ = tokio::time::sleep(INVENTORY_INTERVAL) => {}
                 _ = changed.notified() => tokio::time::sleep(INVENTORY_SETTLE).await,
             }
+            // The catalog is written by the leader alone (each server's watches see the same nodes).
+            if state.election.leading().is_none() {
+                continue;
+            }
             for (i, member) in fleet.members().iter().enumerate() {
                 let Some((version, now)) = member.inventory_since(seen_version[i]) else { continue };
                 let catalog = state.catalog.get();
@@ -157,6 +190,44 @@ pub fn spawn_inventory_sync(state: crate::AppState) -> Option<tokio::task::JoinH
                 }
                 seen_version[i] = Some(version);
                 before[i] = Some(now);
+            }
+        }
+    }))
+}
+
+/// How often a server that shares its store with others reads the catalog again.
+pub const CATALOG_FOLLOW: Duration = Duration::from_secs(1);
+
+/// With several servers on the store, an admin's catalog change through one reaches the others: each reads
+/// the stored catalog every [`CATALOG_FOLLOW`] and puts a changed one in force (the leader's loop plans with
+/// it from its next tick). Nothing for a server alone on its store.
+pub fn spawn_catalog_follow(state: crate::AppState) -> Option<tokio::task::JoinHandle<()>> {
+    if !state.election.elected() {
+        return None;
+    }
+    Some(tokio::spawn(async move {
+        let mut last: Option<String> = None;
+        loop {
+            tokio::time::sleep(CATALOG_FOLLOW).await;
+            let text = match state.store.get_setting(trainyard_control::CATALOG_SETTING).await {
+                Ok(Some(text)) => text,
+                Ok(None) => continue,
+                Err(e) => {
+                    eprintln!("trainyard: reading the catalog from the store: {e}");
+                    continue;
+                }
+            };
+            if last.as_deref() == Some(text.as_str()) {
+                continue;
+            }
+            match trainyard_core::Catalog::from_yaml(&text) {
+                Ok(catalog) => {
+                    if last.is_some() || *state.catalog.get() != catalog {
+                        state.catalog.set(catalog);
+                    }
+                    last = Some(text);
+                }
+                Err(e) => eprintln!("trainyard: the stored catalog cannot be read: {e}"),
             }
         }
     }))

@@ -70,6 +70,9 @@ impl From<StoreError> for ApiError {
                 ApiError::Conflict("the task changed meanwhile; try again".into())
             }
             full @ StoreError::DiskFull(_) => ApiError::InsufficientStorage(full.to_string()),
+            fenced @ StoreError::Fenced { .. } => ApiError::Conflict(format!(
+                "this server's term as leader ended while it carried the request out ({fenced}); try again"
+            )),
             other => ApiError::Internal(other.to_string()),
         }
     }

@@ -34,6 +34,7 @@ pub mod catalog_guard;
 pub mod console;
 mod error;
 mod foreign_schemas;
+pub mod leader;
 mod metrics;
 pub mod openapi;
 mod operations;

@@ -63,10 +63,28 @@ impl Metrics {
         m.queued = u64::from(report.waiting);
     }
 
-    pub(crate) fn render(&self, by_status: &BTreeMap<String, i64>) -> String {
+    pub(crate) fn render(
+        &self,
+        by_status: &BTreeMap<String, i64>,
+        election: &crate::leader::Election,
+    ) -> String {
         use std::fmt::Write as _;
         let m = self.lock();
         let mut out = String::new();
+        let (won, lost) = election.terms();
+        let _ = writeln!(
+            out,
+            "# HELP trainyard_leader Whether this server leads (runs the control loop, the scheduler and the backend).\n# TYPE trainyard_leader gauge\ntrainyard_leader {}",
+            u8::from(election.leading().is_some())
+        );
+        let _ = writeln!(
+            out,
+            "# HELP trainyard_leader_terms_won_total Terms as leader this server began (a failover to it, or its first).\n# TYPE trainyard_leader_terms_won_total counter\ntrainyard_leader_terms_won_total {won}"
+        );
+        let _ = writeln!(
+            out,
+            "# HELP trainyard_leader_terms_lost_total Terms as leader this server lost (the lease not renewed in time, or taken by another).\n# TYPE trainyard_leader_terms_lost_total counter\ntrainyard_leader_terms_lost_total {lost}"
+        );
         let _ = writeln!(
             out,
             "# HELP trainyard_tasks Tasks by status (deleted ones excluded).\n# TYPE trainyard_tasks gauge"

@@ -4,6 +4,7 @@
 
 use crate::error::ProblemBody;
 use crate::routes::admin::{NodeStateBody, RegistryLoginBody, RegistryLoginEntry};
+use crate::routes::server::ServerStatus;
 use crate::routes::shares::{ShareBody, ShareEntry};
 use crate::routes::tasks::CloneBody;
 use crate::routes::users::{TaskEnvBody, TokenBody, UserBody, WorkBody};
@@ -481,6 +482,19 @@ pub const OPERATIONS: &[Operation] = &[
         answer: Answer::Json(schema_of::<Catalog>),
         also_ok: &[],
         errors: &[409],
+    },
+    Operation {
+        id: "getServerStatus",
+        method: "get",
+        path: "/api/v1/server",
+        summary: "The servers on this store (admin): which one leads (runs the control loop, the scheduler and the backend), since when and with which fencing token, and every server seen within 30 s",
+        query: &[],
+        headers: &[],
+        body: Body::None,
+        ok: 200,
+        answer: Answer::Json(schema_of::<ServerStatus>),
+        also_ok: &[],
+        errors: &[],
     },
     Operation {
         id: "getSettings",

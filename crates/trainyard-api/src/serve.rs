@@ -79,19 +79,40 @@ pub async fn serve_with(
     let metrics_server = options
         .metrics_listener
         .map(|l| tokio::spawn(serve_connections(l, metrics_router(state.clone()), limits)));
-    let ticker = spawn_control_loop(state.control.clone(), state.metrics.clone(), state.wake.clone());
+    let me = trainyard_store::ServerRecord {
+        id: state.election.id().to_owned(),
+        address: format!("http://{}", listener.local_addr()?),
+        host: crate::leader::host_name(),
+        backend: state.backend.name().to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        started_at_ms: state.now_ms(),
+        seen_at_ms: 0,
+    };
+    let election = state.election.spawn(state.store.clone(), me);
+    let ticker = spawn_control_loop(
+        state.control.clone(),
+        state.metrics.clone(),
+        state.wake.clone(),
+        state.election.clone(),
+    );
     let alarms = spawn_alarm_delivery(
         state.store.clone(),
         state.webhooks.clone(),
         webhook_key(&state.secrets),
         state.clock.clone(),
+        state.election.clone(),
     );
     let inventory = crate::background::spawn_inventory_sync(state.clone());
+    let catalog_follow = crate::background::spawn_catalog_follow(state.clone());
     let result = serve_connections(listener, router(state), limits).await;
     ticker.abort();
+    election.abort();
     alarms.abort();
     if let Some(i) = inventory {
         i.abort();
+    }
+    if let Some(c) = catalog_follow {
+        c.abort();
     }
     if let Some(m) = metrics_server {
         m.abort();

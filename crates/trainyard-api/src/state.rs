@@ -52,6 +52,8 @@ pub struct Shared {
     pub writer: trainyard_control::Writer,
     /// The control plane's clock (the system's, unless the loop was given another): what handlers call now.
     pub clock: Arc<dyn trainyard_control::Clock>,
+    /// This server's part among the servers on its store: the control loop runs while it leads.
+    pub election: crate::leader::Election,
 }
 
 impl Shared {
@@ -91,6 +93,7 @@ impl AppState {
             control: Arc::new(Mutex::new(control)),
             backend,
             wake: Arc::default(),
+            election: crate::leader::Election::alone(),
         }))
     }
 }

@@ -332,6 +332,12 @@ fn every_answer_matches_its_documented_schema() {
     assert!(queued["queue"]["reason"].as_str().unwrap().contains("no schedulable"), "{queued}");
 
     // The API's settings: alice, with her two queued tasks, is at a cap of 2 (a 429 that says so).
+    // The servers on the store: alone on SQLite, this one leads without a lease; admins only.
+    let get_server = "get /api/v1/server";
+    let servers = c.call(get_server, "/api/v1/server", "root", None).json();
+    assert_eq!(servers["elected"], false, "{servers}");
+    assert_eq!(servers["leader"]["server"], servers["thisServer"], "{servers}");
+    assert_eq!(c.call(get_server, "/api/v1/server", "alice", None).status, 403);
     let get_settings = "get /api/v1/admin/settings";
     let put_settings = "put /api/v1/admin/settings";
     let settings = c.call(get_settings, "/api/v1/admin/settings", "root", None).json();

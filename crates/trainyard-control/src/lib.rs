@@ -36,6 +36,7 @@ mod handles;
 mod ids;
 mod intern;
 mod launch;
+mod leadership;
 mod observe;
 mod place;
 mod policy;
@@ -81,7 +82,14 @@ type FullRead =
 /// The control loop over a store and a backend.
 #[derive(Debug)]
 pub struct Control<B> {
+    /// The store the loop writes through: fenced by the term's token while it leads several servers.
     store: Store,
+    /// The same store, unfenced.
+    open_store: Store,
+    /// The token of this server's term as leader, with several servers on the store (`leadership`).
+    fence: Option<trainyard_store::Fence>,
+    /// Whether the loop acts: always for a server alone on its store; while it leads, with several.
+    leading: bool,
     backend: B,
     catalog: CatalogHandle,
     config: Config,
@@ -158,7 +166,10 @@ impl<B: Backend> Control<B> {
             catalog: catalog.clone(),
         };
         Control {
+            open_store: store.clone(),
             store,
+            fence: None,
+            leading: true,
             backend,
             catalog,
             config,
@@ -247,6 +258,7 @@ impl<B: Backend> Control<B> {
         Submitter {
             store: self.store.clone(),
             secrets: self.secrets.clone(),
+            digests: self.secrets.clone(),
             catalog: self.catalog.clone(),
             arrivals: self.arrivals.clone(),
             ids: self.sources.ids.clone(),

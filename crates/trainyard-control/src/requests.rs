@@ -35,6 +35,11 @@ impl<B: Backend> Control<B> {
         cause: StopCause,
         now_ms: i64,
     ) -> Result<(), CommandError> {
+        if !self.leading {
+            // A command on a server that does not lead: the stop is stored; the leader's reconciliation
+            // asks its backend.
+            return Ok(());
+        }
         let key = attempt_key(t);
         self.requests.stopping(&key, cause);
         let result = self.backend.stop(&key, cause).await;

@@ -39,6 +39,7 @@ pub(crate) async fn store_task(
     store: &Store,
     ids: &Ids,
     secrets: &SecretBox,
+    digests: &SecretBox,
     catalog: &Catalog,
     owner: &str,
     task: &TrainingTask,
@@ -71,7 +72,7 @@ pub(crate) async fn store_task(
             labels: task.metadata.labels.clone(),
             spec_json: spec_json.clone(),
             created_at_ms: now_ms,
-            idempotency: idempotency_key.map(|k| (k.to_owned(), secrets.digest(body))),
+            idempotency: idempotency_key.map(|k| (k.to_owned(), digests.digest(body))),
             first_event: Some((Reason::Submitted, format!("submitted by {owner}"))),
             demand: demand.clone(),
         };
@@ -93,12 +94,22 @@ pub(crate) async fn store_task(
 pub struct Submitter {
     pub(crate) store: Store,
     pub(crate) secrets: SecretBox,
+    /// The key idempotency keys' request digests are made with: with several servers on a store, the
+    /// store's own (so a retry through another server is the same request); else the server key.
+    pub(crate) digests: SecretBox,
     pub(crate) catalog: CatalogHandle,
     pub(crate) arrivals: Arrivals,
     pub(crate) ids: std::sync::Arc<Ids>,
 }
 
 impl Submitter {
+    /// This submitter, its idempotency digests made with `key` (key material every server on the store
+    /// shares).
+    pub fn digesting_with(mut self, key: SecretBox) -> Self {
+        self.digests = key;
+        self
+    }
+
     /// The task a body describes, checked against the catalog in force.
     pub fn validate(&self, body: &[u8]) -> Result<TrainingTask, SubmitError> {
         validate(&self.catalog.get(), body)
@@ -126,6 +137,7 @@ impl Submitter {
             &self.store,
             &self.ids,
             &self.secrets,
+            &self.digests,
             &self.catalog.get(),
             owner,
             task,

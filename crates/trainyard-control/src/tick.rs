@@ -25,6 +25,10 @@ impl<B: Backend> Control<B> {
     /// One round: what the backend reports, then scheduling, then the plan, then reconciling.
     pub async fn tick(&mut self, now_ms: i64) -> Result<TickReport, CommandError> {
         let mut report = TickReport::default();
+        if !self.leading {
+            // Another server leads (`leadership`): this one acts on nothing.
+            return Ok(report);
+        }
         let t0 = self.sources.clock.monotonic_us();
         for obs in self.backend.poll(now_ms.max(0) as u64).await {
             report.observations += 1;

@@ -136,6 +136,12 @@ impl FakeBackend {
         }
     }
 
+    /// Forgets every run: they were this process's simulation, and a server that stops leading hands them to
+    /// the next leader, which launches them again (as reattaching, for a backend whose runs live elsewhere).
+    pub fn abandon(&self) {
+        self.lock().runs.clear();
+    }
+
     /// Launches asked for an attempt while it was running (the control loop should only relaunch what it
     /// knows is gone).
     pub fn launches_while_alive(&self) -> Vec<AttemptKey> {

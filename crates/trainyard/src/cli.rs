@@ -378,6 +378,13 @@ pub enum AdminCommand {
         #[arg(long, value_name = "ID")]
         revoke: Option<String>,
     },
+    /// The servers on this store: which one leads (runs the control loop, the scheduler and the backend),
+    /// since when, with which fencing token, and every server seen lately.
+    Server {
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
+        output: Format,
+    },
     /// Registry logins for private images: `login`, `logout`, `list`.
     Registry {
         #[command(subcommand)]

@@ -397,6 +397,56 @@ pub fn admin_registry_list(c: &Conn, format: Format) -> CallResult<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `admin server`: who leads the servers on this store, and every server seen lately.
+pub fn admin_server(c: &Conn, format: Format) -> CallResult<ExitCode> {
+    let (_, v) = c.call("GET", "/api/v1/server", None, None)?;
+    if format != Format::Table {
+        print(&v, format);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let leader = &v["leader"];
+    match (v["elected"].as_bool(), leader["server"].as_str()) {
+        (Some(false), _) => outln!("alone on its store (SQLite): this server leads, without a lease"),
+        (_, Some(server)) if leader["live"] == true => outln!(
+            "leader: {server}, fencing token {}, since {}",
+            leader["fencingToken"],
+            leader["sinceMs"].as_i64().map_or_else(String::new, crate::table::ago)
+        ),
+        (_, Some(server)) => outln!(
+            "leader: none now ({server}'s lease, token {}, ran out {}; the next server to try takes it)",
+            leader["fencingToken"],
+            leader["expiresAtMs"].as_i64().map_or_else(String::new, crate::table::ago)
+        ),
+        _ => outln!("leader: none yet"),
+    }
+    let this = v["thisServer"].as_str().unwrap_or("");
+    let rows: Vec<Vec<String>> = v["servers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            let id = s["id"].as_str().unwrap_or("");
+            vec![
+                if id == this { format!("{id} (answered)") } else { id.to_owned() },
+                if s["leading"] == true { "leader".to_owned() } else { "follower".to_owned() },
+                s["address"].as_str().unwrap_or("").to_owned(),
+                s["backend"].as_str().unwrap_or("").to_owned(),
+                s["version"].as_str().unwrap_or("").to_owned(),
+                s["startedAtMs"].as_i64().map_or_else(String::new, crate::table::ago),
+                s["seenAtMs"].as_i64().map_or_else(String::new, crate::table::ago),
+            ]
+        })
+        .collect();
+    for l in crate::table::render(
+        &["SERVER", "ROLE", "ADDRESS", "BACKEND", "VERSION", "STARTED", "SEEN"],
+        &rows,
+        &[],
+    ) {
+        outln!("{l}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `admin catalog get`: the catalog in force.
 pub fn admin_catalog_get(c: &Conn, format: Format) -> CallResult<ExitCode> {
     let (_, v) = c.call("GET", "/api/v1/catalog", None, None)?;

@@ -183,6 +183,7 @@ fn main() -> ExitCode {
             AdminCommand::Registry { command: RegistryCommand::Logout { host } } => {
                 client::admin_registry_logout(&conn, &host)
             }
+            AdminCommand::Server { output } => client::admin_server(&conn, output),
             AdminCommand::Registry { command: RegistryCommand::List { output } } => {
                 client::admin_registry_list(&conn, output)
             }

@@ -1,11 +1,19 @@
 //! Several servers on one store. A SQLite store serves one server: a second `trainyard up` on the same data
 //! dir, or on the same database from another data dir, is refused with the first one's pid, and a server
-//! killed with `kill -9` leaves nothing that refuses the next.
+//! killed with `kill -9` leaves nothing that refuses the next. On PostgreSQL (`scripts/with-postgres`, as
+//! `scripts/test` runs them) any number serve the API and one leads: its `kill -9` under a stream of creates
+//! loses no acknowledged create and admits nothing twice; a leader paused past its lease acts on nothing
+//! when it resumes, and follows.
 
 mod common;
 
-use common::{Options, Server};
+use common::{Options, Server, pytorch, secs};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// `trainyard up` with `args`, expected to refuse to start: what it printed.
 fn refused(args: &[&str]) -> String {
@@ -52,4 +60,314 @@ fn a_sqlite_store_serves_one_server_and_a_second_is_refused_with_the_first_ones_
     let (status, body) = first.call("GET", "/api/v1/tasks", None);
     assert_eq!(status, 200, "{body}");
     std::fs::remove_dir_all(&other).unwrap();
+}
+
+/// A fresh database on the test PostgreSQL server.
+fn fresh_database(name: &str) -> String {
+    let base = std::env::var("TRAINYARD_TEST_DATABASE_URL").expect(
+        "the tests of several servers need PostgreSQL: run them with scripts/test, which starts one through \
+         scripts/with-postgres (or `scripts/with-postgres cargo test --test ha`)",
+    );
+    let db = format!("ha_{}_{}", name.replace('-', "_"), std::process::id());
+    let ok = Command::new("psql")
+        .arg(&base)
+        .args(["-q", "-c", &format!("DROP DATABASE IF EXISTS {db}"), "-c", &format!("CREATE DATABASE {db}")])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "psql could not create database {db}");
+    let (prefix, _) = base.rsplit_once('/').unwrap();
+    format!("{prefix}/{db}")
+}
+
+/// How long a lease runs in these tests.
+const LEASE_MS: u64 = 1000;
+
+/// `n` servers on one fresh PostgreSQL database, the fake backend running each attempt for `run_ms`.
+fn servers(name: &str, n: usize, run_ms: u64) -> Vec<Server> {
+    let url = fresh_database(name);
+    let opts = |seed: Option<std::path::PathBuf>| Options {
+        args: ["--backend", "fake", "--database-url", &url, "--leader-lease-ms", &LEASE_MS.to_string()]
+            .map(str::to_owned)
+            .to_vec(),
+        env: vec![("TRAINYARD_FAKE_RUN_MS".into(), run_ms.to_string())],
+        own_catalog: seed.is_some(),
+        seed,
+        ..Options::default()
+    };
+    let first = Server::start_with(&format!("{name}-0"), opts(None));
+    let mut all = vec![];
+    let seed = first.dir.clone();
+    all.push(first);
+    for i in 1..n {
+        all.push(Server::start_with(&format!("{name}-{i}"), opts(Some(seed.clone()))));
+    }
+    all
+}
+
+/// `GET /api/v1/server` from `s`, if it answers.
+fn status(s: &Server) -> Option<Value> {
+    let resp = common::agent()
+        .get(format!("{}/api/v1/server", s.base))
+        .header("Authorization", &format!("Bearer {}", s.token))
+        .call()
+        .ok()?;
+    let mut resp = resp;
+    if resp.status() != 200 {
+        return None;
+    }
+    serde_json::from_str(&resp.body_mut().read_to_string().ok()?).ok()
+}
+
+/// The index of the server that leads now, as any live server sees it.
+fn leader(all: &[Server]) -> Option<usize> {
+    for s in all.iter().filter(|s| s.pid().is_some()) {
+        let Some(v) = status(s) else { continue };
+        if v["leader"]["live"] != true {
+            return None;
+        }
+        let id = v["leader"]["server"].as_str()?;
+        let address =
+            v["servers"].as_array()?.iter().find(|x| x["id"] == id)?["address"].as_str()?.to_owned();
+        return all.iter().position(|s| s.base == address && s.pid().is_some());
+    }
+    None
+}
+
+/// Waits until a live server leads: its index.
+fn wait_leader(all: &[Server], within: Duration) -> usize {
+    let t0 = Instant::now();
+    loop {
+        if let Some(i) = leader(all) {
+            return i;
+        }
+        assert!(t0.elapsed() < within, "no server leads after {within:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One create through `base`: `Ok(id)` when answered 200/201, `Err` when the server could not be reached
+/// or answered otherwise (a 5xx, a refusal).
+fn create(base: &str, token: &str, key: &str, body: &str) -> Result<String, String> {
+    let mut resp = common::agent()
+        .post(format!("{base}/api/v1/tasks"))
+        .header("Authorization", &format!("Bearer {token}"))
+        .header("Idempotency-Key", key)
+        .header("Content-Type", "application/json")
+        .send(body.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    if status != 200 && status != 201 {
+        return Err(format!("{status}: {text}"));
+    }
+    let v: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    Ok(v["id"].as_str().unwrap().to_owned())
+}
+
+/// Clients creating tasks through every server in turn, each create with an Idempotency-Key and, when its
+/// server cannot be reached, retried with the same key through the next one, as a client with a list of
+/// servers does. Acknowledged creates are recorded by key.
+struct Load {
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<BTreeMap<String, String>>>,
+    /// Creates retried through another server after their first server failed them.
+    retried: Arc<Mutex<u64>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(bases: Vec<String>, token: String, clients: usize) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(Mutex::new(BTreeMap::new()));
+        let retried = Arc::new(Mutex::new(0));
+        let threads = (0..clients)
+            .map(|c| {
+                let (stop, acked, retried, bases, token) =
+                    (stop.clone(), acked.clone(), retried.clone(), bases.clone(), token.clone());
+                std::thread::spawn(move || {
+                    let body = pytorch("ha", 0, "true").to_string();
+                    let mut n = 0usize;
+                    while !stop.load(Ordering::Relaxed) {
+                        let key = format!("c{c}-{n}");
+                        let mut tries = 0usize;
+                        loop {
+                            let base = &bases[(c + n + tries) % bases.len()];
+                            match create(base, &token, &key, &body) {
+                                Ok(id) => {
+                                    acked.lock().unwrap().insert(key.clone(), id);
+                                    break;
+                                }
+                                Err(_) if tries < 600 => {
+                                    tries += 1;
+                                    *retried.lock().unwrap() += 1;
+                                    std::thread::sleep(Duration::from_millis(25));
+                                }
+                                Err(e) => panic!("create {key} failed through every server for long: {e}"),
+                            }
+                        }
+                        n += 1;
+                        // About 10 creates a second from two clients: what the fake backend's runs on the
+                        // test catalog drain, so the queue stays short and every task ends within the test.
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                })
+            })
+            .collect();
+        Load { stop, acked, retried, threads }
+    }
+
+    fn finish(self) -> (BTreeMap<String, String>, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        let acked = self.acked.lock().unwrap().clone();
+        let retried = *self.retried.lock().unwrap();
+        (acked, retried)
+    }
+}
+
+/// Every acknowledged task is stored, ends Succeeded, and was admitted once per attempt.
+fn check_every_task(s: &Server, acked: &BTreeMap<String, String>) {
+    let ids: BTreeSet<&String> = acked.values().collect();
+    assert_eq!(ids.len(), acked.len(), "two keys answered with one task");
+    let t0 = Instant::now();
+    for id in &ids {
+        let left = secs(180).saturating_sub(t0.elapsed()).max(secs(5));
+        s.wait_status(id, "Succeeded", left);
+        let (_, body) = s.call("GET", &format!("/api/v1/tasks/{id}/events"), None);
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let mut admitted: BTreeMap<i64, u32> = BTreeMap::new();
+        for e in v["items"].as_array().unwrap() {
+            // An admission is Queued -> Admitted; Admitted -> Starting carries the same reason ("starting
+            // replicas") and happens once per admission as well.
+            if e["reason"] == "Admitted" && e["message"] != "starting replicas" {
+                *admitted.entry(e["attempt"].as_i64().unwrap()).or_default() += 1;
+            }
+        }
+        assert!(
+            !admitted.is_empty() && admitted.values().all(|&n| n == 1),
+            "{id} admitted {admitted:?}:\n{body}"
+        );
+    }
+}
+
+/// The leader killed with `kill -9` `kills` times in a row under a stream of creates; each time the killed
+/// server is started again (a follower now). Returns the failover times: from the kill to a live server
+/// leading.
+fn kill_the_leader_again_and_again(name: &str, n: usize, kills: usize) {
+    let mut all = servers(name, n, 300);
+    let token = all[0].token.clone();
+    let bases: Vec<String> = all.iter().map(|s| s.base.clone()).collect();
+    wait_leader(&all, secs(10));
+    let load = Load::start(bases, token, 2);
+    let mut failovers = Vec::new();
+    for _ in 0..kills {
+        std::thread::sleep(Duration::from_millis(400));
+        let l = wait_leader(&all, secs(15));
+        all[l].kill();
+        let t0 = Instant::now();
+        let next = wait_leader(&all, secs(15));
+        failovers.push(t0.elapsed());
+        assert_ne!(next, l);
+        all[l].restart();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (acked, retried) = load.finish();
+    failovers.sort();
+    eprintln!(
+        "{n} servers, {kills} kills: {} creates acknowledged ({retried} retries through another server); failover \
+         p50 {:?}, max {:?}",
+        acked.len(),
+        failovers[failovers.len() / 2],
+        failovers.last().unwrap()
+    );
+    assert!(acked.len() > 50, "the load made too few creates to show anything: {}", acked.len());
+    let l = wait_leader(&all, secs(15));
+    check_every_task(&all[l], &acked);
+    // And the servers that were killed and started again serve: each sees every task.
+    for s in &all {
+        let (status, body) = s.call("GET", "/api/v1/tasks?limit=1", None);
+        assert_eq!(status, 200, "{body}");
+    }
+}
+
+#[test]
+fn two_servers_the_leader_killed_20_times_under_creates_lose_nothing_and_admit_nothing_twice() {
+    kill_the_leader_again_and_again("ha-two", 2, 20);
+}
+
+#[test]
+fn three_servers_the_leader_killed_20_times_under_creates_lose_nothing_and_admit_nothing_twice() {
+    kill_the_leader_again_and_again("ha-three", 3, 20);
+}
+
+/// A leader stopped (SIGSTOP) past its lease: another takes over and runs what is created meanwhile; resumed,
+/// the old leader acts on nothing (its term is over by its own clock, and the store refuses its token) and
+/// follows; nothing is admitted twice.
+#[test]
+fn a_leader_paused_past_its_lease_follows_when_it_resumes() {
+    let all = servers("ha-pause", 2, 300);
+    let l = wait_leader(&all, secs(10));
+    let paused = &all[l];
+    let other = &all[1 - l];
+    let before = paused.submit(&pytorch("before", 0, "true"));
+    paused.wait_status(&before, "Succeeded", secs(30));
+    let pid = paused.pid().unwrap().to_string();
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    let t0 = Instant::now();
+    let took_over = loop {
+        if let Some(v) = status(other)
+            && v["leader"]["live"] == true
+            && v["leader"]["server"] == v["thisServer"]
+        {
+            break v;
+        }
+        assert!(t0.elapsed() < secs(15), "the other server did not take over");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let token = took_over["leader"]["fencingToken"].as_i64().unwrap();
+    let during: Vec<String> =
+        (0..5).map(|i| other.submit(&pytorch(&format!("during{i}"), 0, "true"))).collect();
+    for id in &during {
+        other.wait_status(id, "Succeeded", secs(30));
+    }
+    assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    // Resumed, it follows: its metrics say so, and the lease stays with the term that took over.
+    let t0 = Instant::now();
+    loop {
+        let (_, metrics) = paused.call("GET", "/metrics", None);
+        if metrics.contains("trainyard_leader 0") && metrics.contains("trainyard_leader_terms_lost_total 1") {
+            break;
+        }
+        assert!(t0.elapsed() < secs(10), "the resumed server still leads:\n{metrics}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let v = status(paused).unwrap();
+    assert_eq!(v["leader"]["fencingToken"].as_i64(), Some(token), "{v}");
+    assert_ne!(v["leader"]["server"], v["thisServer"], "{v}");
+    // Work created on the resumed server runs, through the leader.
+    let after = paused.submit(&pytorch("after", 0, "true"));
+    paused.wait_status(&after, "Succeeded", secs(30));
+    let acked: BTreeMap<String, String> = std::iter::once(before)
+        .chain(during)
+        .chain(std::iter::once(after))
+        .enumerate()
+        .map(|(i, id)| (i.to_string(), id))
+        .collect();
+    check_every_task(other, &acked);
+}
+
+/// A create retried with its Idempotency-Key through another server is the same request: the same task.
+#[test]
+fn an_idempotent_create_retried_through_another_server_returns_the_same_task() {
+    let all = servers("ha-idem", 2, 300);
+    let body = pytorch("idem", 0, "true").to_string();
+    let first = create(&all[0].base, &all[0].token, "retry-me", &body).unwrap();
+    let again = create(&all[1].base, &all[1].token, "retry-me", &body).unwrap();
+    assert_eq!(first, again);
+    let other = pytorch("idem-other", 0, "true").to_string();
+    let e = create(&all[1].base, &all[1].token, "retry-me", &other).unwrap_err();
+    assert!(e.starts_with("409"), "{e}");
 }

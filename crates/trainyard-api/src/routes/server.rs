@@ -1,9 +1,10 @@
 //! The server's own routes: liveness, its metrics, and the OpenAPI document with a page that renders it.
 
-use crate::auth::Caller;
+use crate::auth::{Admin, Caller};
 use crate::error::{ApiError, ApiResult, ProblemBody};
 use crate::openapi;
 use crate::routes::NoParams;
+use crate::schema::view;
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::{Query, State};
@@ -51,7 +52,7 @@ pub async fn metrics(
 /// The metrics text, for the separate metrics address (no token: that address is for the scraper).
 pub async fn open_metrics(State(state): State<AppState>) -> ApiResult<Response> {
     let by_status = state.store.count_by_status().await?;
-    let mut resp = state.metrics.render(&by_status).into_response();
+    let mut resp = state.metrics.render(&by_status, &state.election).into_response();
     resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
     Ok(resp)
 }
@@ -62,4 +63,102 @@ pub async fn openapi_document() -> Json<serde_json::Value> {
 
 pub async fn docs_page() -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], openapi::DOCS_PAGE)
+}
+
+view! {
+    /// The servers on this store: which one leads (runs the control loop, the scheduler and the backend),
+    /// since when, with which fencing token, and every server seen lately. A server alone on a SQLite store
+    /// leads without a lease (`elected` false).
+    pub struct ServerStatus as "ServerStatus" {
+        /// The server that answered.
+        "thisServer" pub this_server: String,
+        /// Whether servers on this store elect a leader (PostgreSQL) or one serves alone (SQLite).
+        pub elected: bool,
+        /// The lease's holder, or null before any server took it.
+        pub leader: Option<LeaderView>,
+        pub servers: Vec<ServerView>,
+    }
+}
+
+view! {
+    /// The leader's term.
+    pub struct LeaderView as "Leader" {
+        pub server: String,
+        /// Each term has the next token; the leader's writes carry it and the store refuses an older one.
+        "fencingToken" pub fencing_token: i64,
+        /// When the term began, and when the lease runs out unless renewed (Unix ms, the database's clock).
+        "sinceMs" pub since_ms: i64,
+        "expiresAtMs" pub expires_at_ms: i64,
+        /// Whether the lease runs now (false: it expired, and the next server to try takes it).
+        pub live: bool,
+    }
+}
+
+view! {
+    /// A server seen lately.
+    pub struct ServerView as "Server" {
+        pub id: String,
+        /// Where its API answers.
+        pub address: String,
+        pub host: String,
+        pub backend: String,
+        pub version: String,
+        pub leading: bool,
+        "startedAtMs" pub started_at_ms: i64,
+        /// Its last sign of life (Unix ms, the database's clock).
+        "seenAtMs" pub seen_at_ms: i64,
+    }
+}
+
+/// `GET /api/v1/server` (admin): who leads, and every server seen within the last 30 s.
+pub async fn server_status(
+    State(state): State<AppState>,
+    _: Query<NoParams>,
+    _: Admin,
+) -> ApiResult<Json<ServerStatus>> {
+    let election = &state.election;
+    let gone_after = crate::leader::SERVER_GONE_AFTER.as_millis() as i64;
+    let servers = state.store.servers(gone_after).await?;
+    let lease = state.store.lease().await?;
+    let leader_id = if election.elected() {
+        lease.held_by(&lease.holder).then(|| lease.holder.clone())
+    } else {
+        Some(election.id().to_owned())
+    };
+    let leader = if election.elected() {
+        (!lease.holder.is_empty()).then(|| LeaderView {
+            server: lease.holder.clone(),
+            fencing_token: lease.token,
+            since_ms: lease.acquired_at_ms,
+            expires_at_ms: lease.expires_at_ms,
+            live: lease.expires_at_ms >= lease.now_ms,
+        })
+    } else {
+        let started = servers.iter().find(|s| s.id == election.id()).map_or(0, |s| s.started_at_ms);
+        Some(LeaderView {
+            server: election.id().to_owned(),
+            fencing_token: 0,
+            since_ms: started,
+            expires_at_ms: 0,
+            live: true,
+        })
+    };
+    Ok(Json(ServerStatus {
+        this_server: election.id().to_owned(),
+        elected: election.elected(),
+        leader,
+        servers: servers
+            .into_iter()
+            .map(|s| ServerView {
+                leading: leader_id.as_deref() == Some(s.id.as_str()),
+                id: s.id,
+                address: s.address,
+                host: s.host,
+                backend: s.backend,
+                version: s.version,
+                started_at_ms: s.started_at_ms,
+                seen_at_ms: s.seen_at_ms,
+            })
+            .collect(),
+    }))
 }

@@ -246,7 +246,38 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
     // Receivers of alarm webhooks check X-Trainyard-Signature (HMAC-SHA256 of the body) with this key.
     let webhook_key_file = data_dir.join("webhook.key");
     write_private(&webhook_key_file, &String::from_utf8_lossy(&trainyard_api::webhook_key(&secrets)))?;
-    let mut state = AppState::new(store, catalog, backend.clone(), secrets, Config::default());
+    let several = store.dialect() == trainyard_store::Dialect::Postgres;
+    if several && matches!(backend, AnyBackend::Local(_)) {
+        refuse_a_second_local_server(&store).await?;
+    }
+    let mut state =
+        AppState::new(store.clone(), catalog, backend.clone(), secrets.clone(), Config::default());
+    if several {
+        // Several servers may share a PostgreSQL store: this one leads (runs the control loop, the scheduler
+        // and the backend) only while it holds the store's lease, and its loop's writes are fenced.
+        let election = trainyard_api::leader::Election::on_lease(std::time::Duration::from_millis(
+            opts.server.leader_lease_ms,
+        ));
+        state.control.try_lock().expect("nothing runs the loop yet").elected_by(election.fence());
+        // A retry of an idempotent create through another server is the same request: the digests are made
+        // with key material the store holds (derived once from the first server's key, never that key).
+        let material = store
+            .setting_once(
+                IDEMPOTENCY_KEY_SETTING,
+                &secrets.digest(b"trainyard idempotency digests"),
+                now_ms(),
+            )
+            .await?;
+        let digests = SecretBox::from_hex(&material)
+            .with_context(|| format!("the store's setting {IDEMPOTENCY_KEY_SETTING} is damaged"))?;
+        state.submitter = state.submitter.clone().digesting_with(digests);
+        println!(
+            "  servers: this one ({}) serves the API; it runs tasks while it leads (lease {} ms)",
+            election.id(),
+            opts.server.leader_lease_ms
+        );
+        state.election = election;
+    }
     // What the alarm delivery started by `serve` sends with.
     let allowed_nets = opts
         .server
@@ -341,6 +372,7 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
         "  CLI:     export TRAINYARD_TOKEN=$(cat {}) ; trainyard{server_flag} submit -f examples/local/hello.yaml --wait",
         data_dir.join("admin.token").display()
     );
+    let election = (state.election.clone(), state.store.clone());
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot watch for SIGTERM")?;
     tokio::select! {
@@ -348,6 +380,8 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
         _ = tokio::signal::ctrl_c() => println!("stopping"),
         _ = term.recv() => println!("stopping (SIGTERM)"),
     }
+    // The next leader takes over at once rather than when the lease runs out.
+    election.0.resign(&election.1).await;
     if let Some((egress, was_off)) = host_rules {
         if local_handle.as_ref().is_some_and(LocalBackend::attempts_live) {
             println!(
@@ -360,6 +394,29 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
         } else {
             println!("egress: table inet {} removed", egress.table);
         }
+    }
+    Ok(())
+}
+
+/// The store's setting holding the key material of idempotency digests, shared by its servers.
+const IDEMPOTENCY_KEY_SETTING: &str = "server.idempotency_digest_key";
+
+/// The local backend runs replicas on its server's machine, under that server's data dir: another server
+/// could not take them over, so a second server on the local backend is refused while one is alive.
+async fn refuse_a_second_local_server(store: &Store) -> Result<()> {
+    let recent = 2 * trainyard_api::leader::LEASE.as_millis() as i64;
+    let others = store.servers(recent).await?;
+    if let Some(other) = others.iter().find(|s| s.backend == "local") {
+        anyhow::bail!(
+            "another server ({} on {}, {}) runs tasks on the local backend on this store: the local backend \
+             runs replicas on its own server's machine and another server cannot take them over; run one server \
+             on the local backend, or several on the kubernetes backend (a server that just stopped is forgotten \
+             {} s after its last sign of life)",
+            other.id,
+            other.host,
+            other.address,
+            recent / 1000 + 1
+        );
     }
     Ok(())
 }

@@ -47,6 +47,7 @@ pub struct Server {
     agent: ureq::Agent,
     path: Option<String>,
     args: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 /// How a test's server starts, beyond the defaults.
@@ -60,6 +61,11 @@ pub struct Options {
     pub parent: Option<PathBuf>,
     /// Keep the catalog `up` writes for this machine instead of [`CATALOG`].
     pub own_catalog: bool,
+    /// Environment variables for `trainyard up`.
+    pub env: Vec<(String, String)>,
+    /// Another server's data dir whose admin token and server key this one starts with (a second server
+    /// on a shared PostgreSQL store: the store has the admin, and hidden values are sealed under one key).
+    pub seed: Option<PathBuf>,
 }
 
 /// An HTTP client that answers every status (errors are data) and gives up after 30 s.
@@ -71,8 +77,15 @@ pub fn agent() -> ureq::Agent {
         .into()
 }
 
-fn spawn(dir: &Path, listen: &str, path: Option<&str>, args: &[String]) -> (Child, String) {
+fn spawn(
+    dir: &Path,
+    listen: &str,
+    path: Option<&str>,
+    args: &[String],
+    env: &[(String, String)],
+) -> (Child, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_trainyard"));
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     cmd.arg("up");
     if !args.iter().any(|a| a == "--backend") {
         cmd.args(["--backend", "local"]);
@@ -123,10 +136,23 @@ impl Server {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let dir = dir.canonicalize().unwrap();
-        let (child, base) = spawn(&dir, "127.0.0.1:0", opts.path.as_deref(), &opts.args);
+        if let Some(seed) = &opts.seed {
+            for file in ["admin.token", "server.key"] {
+                std::fs::copy(seed.join(file), dir.join(file)).unwrap();
+            }
+        }
+        let (child, base) = spawn(&dir, "127.0.0.1:0", opts.path.as_deref(), &opts.args, &opts.env);
         let token = std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_owned();
-        let s =
-            Server { dir, base, token, child: Some(child), agent: agent(), path: opts.path, args: opts.args };
+        let s = Server {
+            dir,
+            base,
+            token,
+            child: Some(child),
+            agent: agent(),
+            path: opts.path,
+            args: opts.args,
+            env: opts.env,
+        };
         if !opts.own_catalog {
             let (status, body) = s.call("PUT", "/api/v1/admin/catalog", Some(CATALOG));
             assert_eq!(status, 200, "{body}");
@@ -164,7 +190,7 @@ impl Server {
     pub fn restart(&mut self) {
         self.kill();
         let listen = self.base.trim_start_matches("http://").to_owned();
-        let (child, _) = spawn(&self.dir, &listen, self.path.as_deref(), &self.args);
+        let (child, _) = spawn(&self.dir, &listen, self.path.as_deref(), &self.args, &self.env);
         self.child = Some(child);
     }
 

@@ -1,0 +1,79 @@
+//! Several servers on one store: the loop acts only while this server leads (see `trainyard-store`'s
+//! `lease`). While it leads, the loop's writes carry the term's fencing token; while it stands by, the store
+//! is unfenced for the API's commands (a user's stop is a version-checked write, whoever leads) and nothing
+//! is asked of the backend: the leader's reconciliation carries the stop out.
+
+use crate::Control;
+use crate::active::WorkingSet;
+use trainyard_runtime::Backend;
+use trainyard_store::Fence;
+
+impl<B: Backend> Control<B> {
+    /// This loop as one of several servers on the store: it stands by until [`Control::lead`].
+    pub fn elected_by(&mut self, fence: Fence) {
+        self.fence = Some(fence);
+        self.stand_by();
+    }
+
+    /// The backend this loop drives.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Whether this loop may act (always, for a server alone on its store).
+    pub fn leads(&self) -> bool {
+        self.leading
+    }
+
+    /// A new term as leader (the fence holds its token): everything in memory is read again from the store,
+    /// as after a restart, and the loop's writes carry the token.
+    pub fn lead(&mut self) {
+        if let Some(fence) = &self.fence {
+            self.store = self.open_store.fenced(fence.clone());
+        }
+        self.forget_all();
+        self.leading = true;
+    }
+
+    /// No longer leading: the loop stops acting and its writes are unfenced (the API's commands).
+    pub fn stand_by(&mut self) {
+        self.store = self.open_store.clone();
+        self.forget_all();
+        self.leading = false;
+    }
+
+    /// Tasks this process created while it stands by: the leader reads them from the store.
+    pub fn drop_arrivals(&mut self) {
+        let mut arrived = std::mem::take(&mut self.arrived);
+        self.arrivals.swap(&mut arrived);
+        arrived.clear();
+        self.arrived = arrived;
+    }
+
+    /// The loop's memory, as a fresh loop has it (the boards readers share are kept, and overwritten by the
+    /// next tick).
+    fn forget_all(&mut self) {
+        self.drop_arrivals();
+        self.dirty = true;
+        self.full = true;
+        self.fresh.clear();
+        self.gone.clear();
+        self.unparked.clear();
+        self.queue = crate::queue::Queue::default();
+        self.planned_for = None;
+        self.quiet_until_ms = 0;
+        self.queue_alarms_at_ms = 0;
+        self.nominated.clear();
+        self.excluded.clear();
+        self.scale_wants.clear();
+        self.unreadable.clear();
+        self.active = WorkingSet::default();
+        self.synced_to_ms = None;
+        self.wide_synced_ms = 0;
+        self.full_synced_ms = 0;
+        if let Some((_, read)) = self.full_read.take() {
+            read.abort();
+        }
+        self.requests = crate::policy::Requests::default();
+    }
+}
