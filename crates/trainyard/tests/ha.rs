@@ -371,3 +371,121 @@ fn an_idempotent_create_retried_through_another_server_returns_the_same_task() {
     let e = create(&all[1].base, &all[1].token, "retry-me", &other).unwrap_err();
     assert!(e.starts_with("409"), "{e}");
 }
+
+/// A stop asked of a follower is stored at once; the leader's reconciliation carries it out.
+#[test]
+fn a_stop_through_a_follower_stops_the_task_the_leader_runs() {
+    let all = servers("ha-stop", 2, 30_000);
+    let l = wait_leader(&all, secs(10));
+    let follower = &all[1 - l];
+    let id = all[l].submit(&pytorch("long", 0, "sleep 600"));
+    all[l].wait_status(&id, "Running", secs(30));
+    let (status, body) = follower.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
+    assert_eq!(status, 200, "{body}");
+    let t = all[l].wait_status(&id, "Stopped", secs(30));
+    assert_eq!(t["status"], "Stopped");
+}
+
+/// A PostgreSQL server of this test's own (it is restarted), as `scripts/with-postgres` starts one.
+struct OwnPostgres {
+    dir: std::path::PathBuf,
+    bin: std::path::PathBuf,
+    port: u16,
+}
+
+impl OwnPostgres {
+    fn start() -> OwnPostgres {
+        let mut bins: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("PostgreSQL's server (apt-get install postgresql)")
+            .flatten()
+            .map(|e| e.path().join("bin"))
+            .filter(|b| b.join("initdb").exists())
+            .collect();
+        bins.sort();
+        let bin = bins.pop().expect("an initdb");
+        let dir = std::env::temp_dir().join(format!("ty-ha-pg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(Command::new("chown").arg("postgres").arg(&dir).status().unwrap().success());
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let pg = OwnPostgres { dir, bin, port };
+        pg.as_postgres("initdb", &["-D", "data", "-U", "trainyard", "--auth=trust", "--no-sync"]);
+        pg.pg_ctl("start");
+        pg
+    }
+
+    fn as_postgres(&self, tool: &str, args: &[&str]) {
+        let out = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join(tool))
+            .args(args)
+            .current_dir(&self.dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{tool}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    fn pg_ctl(&self, what: &str) {
+        let opts = format!("-p {} -k {} -c listen_addresses=127.0.0.1", self.port, self.dir.display());
+        let log = self.dir.join("log").display().to_string();
+        self.as_postgres("pg_ctl", &["-D", "data", "-l", &log, "-w", "-m", "fast", "-o", &opts, what]);
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://trainyard@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        let _ = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join("pg_ctl"))
+            .args(["-D", "data", "-m", "immediate", "stop"])
+            .current_dir(&self.dir)
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// PostgreSQL restarted under a stream of creates through two servers: they reconnect, one takes the lease
+/// again, every acknowledged create is there and was admitted once.
+#[test]
+fn postgres_restarted_under_creates_the_servers_reconnect_and_one_leads_again() {
+    let pg = OwnPostgres::start();
+    let url = pg.url();
+    let opts = |seed: Option<std::path::PathBuf>| Options {
+        args: ["--backend", "fake", "--database-url", &url, "--leader-lease-ms", &LEASE_MS.to_string()]
+            .map(str::to_owned)
+            .to_vec(),
+        env: vec![("TRAINYARD_FAKE_RUN_MS".into(), "300".into())],
+        own_catalog: seed.is_some(),
+        seed,
+        ..Options::default()
+    };
+    let a = Server::start_with("ha-pg-restart-0", opts(None));
+    let b = Server::start_with("ha-pg-restart-1", opts(Some(a.dir.clone())));
+    let all = vec![a, b];
+    wait_leader(&all, secs(10));
+    let load = Load::start(all.iter().map(|s| s.base.clone()).collect(), all[0].token.clone(), 2);
+    std::thread::sleep(Duration::from_secs(2));
+    pg.pg_ctl("restart");
+    std::thread::sleep(Duration::from_secs(4));
+    let (acked, retried) = load.finish();
+    eprintln!("PostgreSQL restarted: {} creates acknowledged, {retried} retried", acked.len());
+    let l = wait_leader(&all, secs(20));
+    // Both agree on who leads.
+    let seen: BTreeSet<String> = all
+        .iter()
+        .filter_map(status)
+        .map(|v| v["leader"]["server"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(seen.len(), 1, "the servers disagree on the leader: {seen:?}");
+    check_every_task(&all[l], &acked);
+    // And after it, the stream goes on through both.
+    let body = pytorch("after-restart", 0, "true").to_string();
+    for (i, s) in all.iter().enumerate() {
+        let id = create(&s.base, &s.token, &format!("after-{i}"), &body).unwrap();
+        all[l].wait_status(&id, "Succeeded", secs(30));
+    }
+}

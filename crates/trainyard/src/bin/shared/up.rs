@@ -45,9 +45,15 @@ pub fn start(dir: &Path, catalog: &str) -> (Child, Api) {
 
 /// Starts `trainyard up ARGS` on `dir` (made if missing) with `catalog`; the process and its API.
 pub fn start_with(dir: &Path, catalog: &str, args: &[&str]) -> (Child, Api) {
+    start_env(dir, catalog, args, &[])
+}
+
+/// [`start_with`], with environment variables for the server.
+pub fn start_env(dir: &Path, catalog: &str, args: &[&str], env: &[(&str, &str)]) -> (Child, Api) {
     let exe = std::env::current_exe().unwrap().with_file_name("trainyard");
     std::fs::create_dir_all(dir).unwrap();
     let mut server = Command::new(&exe)
+        .envs(env.iter().copied())
         .arg("up")
         .args(args)
         .args(["--listen", "127.0.0.1:0", "--data-dir"])
