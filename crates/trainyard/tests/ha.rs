@@ -370,6 +370,16 @@ fn an_idempotent_create_retried_through_another_server_returns_the_same_task() {
     let other = pytorch("idem-other", 0, "true").to_string();
     let e = create(&all[1].base, &all[1].token, "retry-me", &other).unwrap_err();
     assert!(e.starts_with("409"), "{e}");
+
+    // `trainyard admin server` through either: the leader with its token, and both servers.
+    let l = wait_leader(&all, secs(10));
+    let said = all[1 - l].cli(&["admin", "server"]);
+    assert!(said.contains("leader: ") && said.contains("fencing token"), "{said}");
+    assert_eq!(said.matches(" leader ").count() + said.matches("follower").count(), 2, "{said}");
+    assert!(
+        said.contains(&all[0].base) && said.contains(&all[1].base) && said.contains("(answered)"),
+        "{said}"
+    );
 }
 
 /// A stop asked of a follower is stored at once; the leader's reconciliation carries it out.
