@@ -149,14 +149,15 @@ impl Election {
         let started = Instant::now();
         let claimed = store.claim_lease(&self.0.id, lease.as_millis() as i64).await;
         // The token of the term this server last held (0: none, or it stepped down since).
-        let held = self.0.fence.token();
+        let held = self.0.fence.last_token();
         match claimed {
             Ok(Some(l)) => {
                 let mut term = self.term();
                 term.token = l.token;
                 term.since_ms = l.acquired_at_ms;
-                term.until = Some(started + lease.saturating_sub(MARGIN));
-                self.0.fence.set(l.token);
+                let until = started + lease.saturating_sub(MARGIN);
+                term.until = Some(until);
+                self.0.fence.set(l.token, until);
                 drop(term);
                 if held != l.token {
                     self.0.won.fetch_add(1, Ordering::Relaxed);

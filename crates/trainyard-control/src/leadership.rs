@@ -25,6 +25,13 @@ impl<B: Backend> Control<B> {
         self.leading
     }
 
+    /// Whether the backend may be asked anything now: this loop leads and its term has not ended by this
+    /// process's clock (a tick that outlives its term, or a process paused and resumed mid-tick, asks
+    /// nothing more; the next leader's reconciliation does).
+    pub(crate) fn may_act(&self) -> bool {
+        self.leading && self.fence.as_ref().is_none_or(|f| f.token() != 0)
+    }
+
     /// A new term as leader (the fence holds its token): everything in memory is read again from the store,
     /// as after a restart, and the loop's writes carry the token.
     pub fn lead(&mut self) {

@@ -23,6 +23,9 @@ impl<B: Backend> Control<B> {
         spec: &LaunchSpec,
         now_ms: i64,
     ) -> Result<(), CommandError> {
+        if !self.may_act() {
+            return Ok(());
+        }
         let result = self.backend.launch(spec).await;
         self.answered(t, Call::Launch, result, now_ms).await
     }
@@ -35,9 +38,9 @@ impl<B: Backend> Control<B> {
         cause: StopCause,
         now_ms: i64,
     ) -> Result<(), CommandError> {
-        if !self.leading {
-            // A command on a server that does not lead: the stop is stored; the leader's reconciliation
-            // asks its backend.
+        if !self.may_act() {
+            // A command on a server that does not lead (or whose term just ended): the stop is stored; the
+            // leader's reconciliation asks its backend.
             return Ok(());
         }
         let key = attempt_key(t);
@@ -53,6 +56,9 @@ impl<B: Backend> Control<B> {
         spec: &LaunchSpec,
         now_ms: i64,
     ) -> Result<(), CommandError> {
+        if !self.may_act() {
+            return Ok(());
+        }
         let result = self.backend.scale(spec).await;
         self.answered(t, Call::Scale, result, now_ms).await
     }
@@ -103,7 +109,9 @@ impl<B: Backend> Control<B> {
     ) -> Result<(), CommandError> {
         let step = Step::new(Status::Failed, reason, why, t.attempt).clear_placement();
         if let Some(failed) = self.apply(t, step, now_ms).await? {
-            if let Err(e) = self.backend.stop(&attempt_key(t), StopCause::NodeFailed).await {
+            if self.may_act()
+                && let Err(e) = self.backend.stop(&attempt_key(t), StopCause::NodeFailed).await
+            {
                 let why = format!("could not clear what the backend set up for attempt {}: {e}", t.attempt);
                 self.store.append_event(&t.id, t.attempt, now_ms, Reason::BackendError, &why).await?;
             }

@@ -9,8 +9,8 @@
 
 use crate::{Dialect, Result, Store, StoreError};
 use sqlx::Row;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 /// The lease as the store has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,21 +48,37 @@ pub struct ServerRecord {
     pub seen_at_ms: i64,
 }
 
-/// The token a fenced store's writes carry: the term this server leads, or none (0).
+/// The token a fenced store's writes carry: the term this server leads, until when by this process's
+/// monotonic clock (a term's end is known here without asking the store: a process paused past it and resumed
+/// finds its token gone before it writes), or none.
 #[derive(Debug, Clone, Default)]
-pub struct Fence(Arc<AtomicI64>);
+pub struct Fence(Arc<Mutex<(i64, Option<Instant>)>>);
 
 impl Fence {
-    pub fn set(&self, token: i64) {
-        self.0.store(token, Ordering::SeqCst);
+    fn lock(&self) -> std::sync::MutexGuard<'_, (i64, Option<Instant>)> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The term `token`, held until `until`.
+    pub fn set(&self, token: i64, until: Instant) {
+        *self.lock() = (token, Some(until));
     }
 
     pub fn clear(&self) {
-        self.0.store(0, Ordering::SeqCst);
+        *self.lock() = (0, None);
     }
 
+    /// The token of the term held now; 0 when none is (never held, given up, or past its end).
     pub fn token(&self) -> i64 {
-        self.0.load(Ordering::SeqCst)
+        match *self.lock() {
+            (token, Some(until)) if Instant::now() < until => token,
+            _ => 0,
+        }
+    }
+
+    /// The token last set, whether or not its term has ended (0 once cleared).
+    pub fn last_token(&self) -> i64 {
+        self.lock().0
     }
 }
 

@@ -1088,7 +1088,7 @@ async fn the_lease_has_one_holder_and_fences_the_writes_of_an_ended_term(store: 
         leader_a.transition(&step(1, Status::Admitted)).await,
         Err(StoreError::Fenced { held: 0, .. })
     ));
-    fence_a.set(a.token);
+    fence_a.set(a.token, far());
     leader_a.transition(&step(1, Status::Admitted)).await.unwrap();
     leader_a.append_event("x", 1, 25, Reason::PrecheckPassed, "of term 1").await.unwrap();
 
@@ -1098,8 +1098,8 @@ async fn the_lease_has_one_holder_and_fences_the_writes_of_an_ended_term(store: 
     let b = other.claim_lease("b", 60_000).await.unwrap().expect("an expired lease is taken");
     assert_eq!((b.holder.as_str(), b.token), ("b", 2));
     let fence_b = Fence::default();
-    fence_b.set(b.token);
-    let leader_b = other.fenced(fence_b);
+    fence_b.set(b.token, far());
+    let leader_b = other.fenced(fence_b.clone());
 
     // a, resumed, still believes it leads: its writes are refused and nothing of them is stored.
     let refused = leader_a.transition(&step(2, Status::Running)).await;
@@ -1115,6 +1115,12 @@ async fn the_lease_has_one_holder_and_fences_the_writes_of_an_ended_term(store: 
     let messages: Vec<String> =
         store.list_events("x", 0, 100).await.unwrap().into_iter().map(|e| e.message).collect();
     assert!(messages.contains(&"of term 1".to_owned()) && !messages.contains(&"of term 1, late".to_owned()));
+    // A term past its end by this process's clock writes nothing, whatever the store says.
+    fence_b.set(b.token, std::time::Instant::now());
+    assert!(matches!(
+        leader_b.transition(&step(3, Status::Stopping)).await,
+        Err(StoreError::Fenced { held: 0, .. })
+    ));
     // Unfenced writes (the API's: a user's stop) go through whoever leads.
     store.transition(&step(3, Status::Stopping)).await.unwrap();
 
@@ -1149,4 +1155,9 @@ async fn servers_and_shared_settings(store: Store, url: String) {
     // The first value set wins, on every handle.
     assert_eq!(store.setting_once("k", "first", 1).await.unwrap(), "first");
     assert_eq!(other.setting_once("k", "second", 2).await.unwrap(), "first");
+}
+
+/// A term's end, far away.
+fn far() -> std::time::Instant {
+    std::time::Instant::now() + std::time::Duration::from_secs(3600)
 }

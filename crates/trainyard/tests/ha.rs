@@ -70,6 +70,7 @@ fn fresh_database(name: &str) -> String {
     );
     let db = format!("ha_{}_{}", name.replace('-', "_"), std::process::id());
     let ok = Command::new("psql")
+        .env("PGOPTIONS", "--client-min-messages=warning")
         .arg(&base)
         .args(["-q", "-c", &format!("DROP DATABASE IF EXISTS {db}"), "-c", &format!("CREATE DATABASE {db}")])
         .status()
