@@ -259,6 +259,17 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
             opts.server.leader_lease_ms,
         ));
         state.control.try_lock().expect("nothing runs the loop yet").elected_by(election.fence());
+        // Every server on the store seals and opens hidden values with one key: a server started with another
+        // is refused here, before it stores values the others cannot open (the store keeps a digest of the
+        // first server's key, which tells nothing of the key).
+        let check = secrets.digest(b"trainyard server key check");
+        if store.setting_once(KEY_CHECK_SETTING, &check, now_ms()).await? != check {
+            anyhow::bail!(
+                "this server's key differs from the key of the servers already on this store: start it with the \
+                 same key as theirs (copy their data dir's server.key into {}, or set TRAINYARD_SERVER_KEY)",
+                data_dir.display()
+            );
+        }
         // A retry of an idempotent create through another server is the same request: the digests are made
         // with key material the store holds (derived once from the first server's key, never that key).
         let material = store
@@ -397,6 +408,9 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
     }
     Ok(())
 }
+
+/// The store's setting holding a digest of its servers' key (see `run`).
+const KEY_CHECK_SETTING: &str = "server.key_check";
 
 /// The store's setting holding the key material of idempotency digests, shared by its servers.
 const IDEMPOTENCY_KEY_SETTING: &str = "server.idempotency_digest_key";

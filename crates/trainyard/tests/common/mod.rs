@@ -160,6 +160,16 @@ impl Server {
         s
     }
 
+    /// The value given to `trainyard up` after `flag`.
+    pub fn args_value(&self, flag: &str) -> String {
+        let i = self
+            .args
+            .iter()
+            .position(|a| a == flag)
+            .unwrap_or_else(|| panic!("no {flag} in {:?}", self.args));
+        self.args[i + 1].clone()
+    }
+
     /// The server process's id, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())
