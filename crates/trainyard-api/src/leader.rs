@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use trainyard_store::{Fence, ServerRecord, Store};
 
 /// How long a lease runs without renewal: a dead leader's successor starts acting within about this long.
-pub const LEASE: Duration = Duration::from_millis(2_000);
+pub const LEASE: Duration = Duration::from_millis(1_500);
 /// How much earlier than the lease's end a leader stops counting on its term.
 const MARGIN: Duration = Duration::from_millis(250);
 /// A server not seen for this long leaves `GET /api/v1/server`.
@@ -134,18 +134,19 @@ impl Election {
         let election = self.clone();
         tokio::spawn(async move {
             loop {
-                election.round(&store).await;
+                let next = election.round(&store).await;
                 if let Err(e) = store.server_seen(&me).await {
                     eprintln!("trainyard: recording this server in the store: {e}");
                 }
-                tokio::time::sleep(election.renew_every()).await;
+                tokio::time::sleep(next.unwrap_or_else(|| election.renew_every())).await;
             }
         })
     }
 
-    /// One try at the lease, and what it changes.
-    async fn round(&self, store: &Store) {
-        let Some(lease) = self.0.lease else { return };
+    /// One try at the lease, and what it changes; when another server holds it, how long until it runs out
+    /// (the next try is then made as it does, not up to a renewal period later).
+    async fn round(&self, store: &Store) -> Option<Duration> {
+        let lease = self.0.lease?;
         let started = Instant::now();
         let claimed = store.claim_lease(&self.0.id, lease.as_millis() as i64).await;
         // The token of the term this server last held (0: none, or it stepped down since).
@@ -165,8 +166,15 @@ impl Election {
                     self.0.changed.notify_waiters();
                 }
             }
-            Ok(None) if held != 0 => self.step_down("another server holds the lease"),
-            Ok(None) => {}
+            Ok(None) => {
+                if held != 0 {
+                    self.step_down("another server holds the lease");
+                }
+                if let Ok(l) = store.lease().await {
+                    let left = u64::try_from(l.expires_at_ms - l.now_ms + 1).unwrap_or(0);
+                    return Some(Duration::from_millis(left.max(1)).min(self.renew_every()));
+                }
+            }
             Err(e) => {
                 eprintln!("trainyard: the leader lease: {e}");
                 // The term runs out by the clock ([`Election::leading`]); the loop sees that by itself.
@@ -175,6 +183,7 @@ impl Election {
                 }
             }
         }
+        None
     }
 
     fn step_down(&self, why: &str) {

@@ -5,7 +5,7 @@
 //! (b) failover: the leader `kill -9`'d `--kills` times (default 20); each time a task is created through the
 //!     surviving server at once, and the figure is the time from the kill to that task's admission (its
 //!     status leaves Queued), asked every 5 ms; the killed server is started again (a follower) before the
-//!     next kill. p50, p99 and max, with the lease the servers ship with (`--lease-ms`, default 2000).
+//!     next kill. p50, p99 and max, with the lease the servers ship with (`--lease-ms`, default 1500).
 //!
 //!   scripts/with-postgres cargo run --release -p trainyard --bin ha-bench [-- --kills N --seconds S --clients N]
 //!
@@ -61,7 +61,7 @@ struct Opts {
 }
 
 fn opts() -> Opts {
-    let mut o = Opts { kills: 20, seconds: 10, clients: 8, lease_ms: 2000 };
+    let mut o = Opts { kills: 20, seconds: 10, clients: 8, lease_ms: 1500 };
     let args: Vec<String> = std::env::args().skip(1).collect();
     for pair in args.chunks(2) {
         let value = || pair.get(1).and_then(|v| v.parse::<u64>().ok()).expect("a number after each flag");

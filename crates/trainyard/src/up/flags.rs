@@ -127,7 +127,7 @@ pub struct ServerFlags {
     /// With several servers on one PostgreSQL store: how long the leader's lease runs without renewal
     /// (milliseconds). A killed leader's successor takes over within about this long; it is renewed five
     /// times in that time.
-    #[arg(long, env = "TRAINYARD_LEADER_LEASE_MS", value_name = "MS", default_value_t = 2000)]
+    #[arg(long, env = "TRAINYARD_LEADER_LEASE_MS", value_name = "MS", default_value_t = 1500)]
     pub leader_lease_ms: u64,
     /// Serve `/metrics` without a token on this address too (for a Prometheus scraper, on a management
     /// interface). On the API's address `/metrics` always takes an admin token.
