@@ -129,11 +129,18 @@ impl Election {
     }
 
     /// Takes part until the process ends: the lease taken or renewed, this server's row in the registry
-    /// kept fresh. A server alone on its store only keeps its row.
+    /// kept fresh. A server alone on its store writes its row once.
     pub fn spawn(&self, store: Store, me: ServerRecord) -> tokio::task::JoinHandle<()> {
         let election = self.clone();
         tokio::spawn(async move {
             loop {
+                if !election.elected() {
+                    // Alone on its store: said once (no write a second on an idle embedded store).
+                    if let Err(e) = store.server_seen(&me).await {
+                        eprintln!("trainyard: recording this server in the store: {e}");
+                    }
+                    return;
+                }
                 let next = election.round(&store).await;
                 if let Err(e) = store.server_seen(&me).await {
                     eprintln!("trainyard: recording this server in the store: {e}");

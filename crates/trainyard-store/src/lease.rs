@@ -82,6 +82,9 @@ impl Fence {
     }
 }
 
+/// How long a silent server stays in the registry.
+const SERVER_FORGOTTEN_MS: i64 = 24 * 3600 * 1000;
+
 /// The database's clock, in Unix milliseconds.
 fn db_now(dialect: Dialect) -> &'static str {
     match dialect {
@@ -193,26 +196,23 @@ impl Store {
             .bind(s.started_at_ms)
             .execute(&mut *conn)
             .await?;
+            // Servers silent for a day are forgotten (each start is a new server).
+            sqlx::query(&format!("DELETE FROM servers WHERE seen_at_ms < {now} - {SERVER_FORGOTTEN_MS}"))
+                .execute(&mut *conn)
+                .await?;
             Ok(())
         })
         .await
     }
 
-    /// Every server seen within `within_ms` (the database's clock), oldest first; older ones are forgotten.
+    /// Every server seen within `within_ms` (the database's clock), oldest first.
     pub async fn servers(&self, within_ms: i64) -> Result<Vec<ServerRecord>> {
-        let now = db_now(self.dialect);
-        self.write(async |conn| {
-            sqlx::query(&format!("DELETE FROM servers WHERE seen_at_ms < {now} - $1"))
-                .bind(within_ms)
-                .execute(&mut *conn)
-                .await?;
-            Ok(())
-        })
-        .await?;
-        let rows = sqlx::query(
+        let rows = sqlx::query(&format!(
             "SELECT id, address, host, backend, version, started_at_ms, seen_at_ms FROM servers \
-             ORDER BY started_at_ms, id",
-        )
+             WHERE seen_at_ms >= {} - $1 ORDER BY started_at_ms, id",
+            db_now(self.dialect)
+        ))
+        .bind(within_ms)
         .fetch_all(&self.pool)
         .await?;
         rows.iter()

@@ -96,22 +96,26 @@ impl Store {
         reason: Reason,
         message: &str,
     ) -> Result<()> {
+        let insert = sqlx::query(
+            "INSERT INTO task_events (task_id, attempt, at_ms, reason, message) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(task_id)
+        .bind(attempt)
+        .bind(at_ms)
+        .bind(reason.as_str())
+        .bind(message);
         self.write(async |conn| {
+            if self.fence.is_none() {
+                insert.execute(&mut *conn).await?;
+                return Ok(());
+            }
+            // Fenced: the check and the insert in one transaction (see `lease`).
             let mut tx = conn.begin().await?;
             if let Err(e) = self.check_fence(&mut tx).await {
                 tx.rollback().await?;
                 return Err(e);
             }
-            sqlx::query(
-                "INSERT INTO task_events (task_id, attempt, at_ms, reason, message) VALUES ($1, $2, $3, $4, $5)",
-            )
-            .bind(task_id)
-            .bind(attempt)
-            .bind(at_ms)
-            .bind(reason.as_str())
-            .bind(message)
-            .execute(&mut *tx)
-            .await?;
+            insert.execute(&mut *tx).await?;
             tx.commit().await?;
             Ok(())
         })

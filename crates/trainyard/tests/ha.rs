@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Options, Server, pytorch, secs};
+use common::{Options, Server, pg, pytorch, secs};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Command, Stdio};
@@ -51,9 +51,14 @@ fn a_sqlite_store_serves_one_server_and_a_second_is_refused_with_the_first_ones_
         said.contains("SQLite store") && said.contains("PostgreSQL") && said.contains(&format!("pid {pid}"))
     );
 
-    // The first still serves, alone.
+    // The first still serves, alone, and says so.
     let (status, body) = first.call("GET", "/api/v1/tasks", None);
     assert_eq!(status, 200, "{body}");
+    let said = first.cli(&["admin", "server"]);
+    assert!(
+        said.contains("alone on its store") && said.contains("(answered)") && said.contains("leader"),
+        "{said}"
+    );
 
     // Killed, it holds nothing: the next start on the same data dir is taken.
     first.restart();
@@ -64,21 +69,7 @@ fn a_sqlite_store_serves_one_server_and_a_second_is_refused_with_the_first_ones_
 
 /// A fresh database on the test PostgreSQL server.
 fn fresh_database(name: &str) -> String {
-    let base = std::env::var("TRAINYARD_TEST_DATABASE_URL").expect(
-        "the tests of several servers need PostgreSQL: run them with scripts/test, which starts one through \
-         scripts/with-postgres (or `scripts/with-postgres cargo test --test ha`)",
-    );
-    let db = format!("ha_{}_{}", name.replace('-', "_"), std::process::id());
-    let ok = Command::new("psql")
-        .env("PGOPTIONS", "--client-min-messages=warning")
-        .arg(&base)
-        .args(["-q", "-c", &format!("DROP DATABASE IF EXISTS {db}"), "-c", &format!("CREATE DATABASE {db}")])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "psql could not create database {db}");
-    let (prefix, _) = base.rsplit_once('/').unwrap();
-    format!("{prefix}/{db}")
+    pg::fresh_database("ha", name)
 }
 
 /// How long a lease runs in these tests.

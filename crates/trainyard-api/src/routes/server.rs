@@ -117,8 +117,14 @@ pub async fn server_status(
     _: Admin,
 ) -> ApiResult<Json<ServerStatus>> {
     let election = &state.election;
-    let gone_after = crate::leader::SERVER_GONE_AFTER.as_millis() as i64;
-    let servers = state.store.servers(gone_after).await?;
+    let servers = if election.elected() {
+        state.store.servers(crate::leader::SERVER_GONE_AFTER.as_millis() as i64).await?
+    } else {
+        // Alone on its store, this server wrote its row once, at its start.
+        let mut all = state.store.servers(i64::MAX / 2).await?;
+        all.retain(|s| s.id == election.id());
+        all
+    };
     let lease = state.store.lease().await?;
     let leader_id = if election.elected() {
         lease.held_by(&lease.holder).then(|| lease.holder.clone())

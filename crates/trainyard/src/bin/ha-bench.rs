@@ -13,13 +13,15 @@
 //! trainyard` first), each with a data dir of its own, the first one's admin token and server key copied to
 //! the second. Figures are this machine's: servers, clients and PostgreSQL share its cores.
 
+#[path = "../../tests/common/pg.rs"]
+mod pg;
 #[path = "shared/stats.rs"]
 mod stats;
 #[path = "shared/up.rs"]
 mod up;
 
 use serde_json::{Value, json};
-use std::process::{Child, Command};
+use std::process::Child;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -76,28 +78,15 @@ fn opts() -> Opts {
     o
 }
 
-/// A fresh database on the server `TRAINYARD_TEST_DATABASE_URL` names.
+/// A fresh database on the test PostgreSQL server.
 fn fresh_database(name: &str) -> String {
-    let base = std::env::var("TRAINYARD_TEST_DATABASE_URL").expect(
-        "run under scripts/with-postgres (or set TRAINYARD_TEST_DATABASE_URL to a PostgreSQL server)",
-    );
-    let db = format!("ha_bench_{name}_{}", std::process::id());
-    let ok = Command::new("psql")
-        .env("PGOPTIONS", "--client-min-messages=warning")
-        .arg(&base)
-        .args(["-q", "-c", &format!("DROP DATABASE IF EXISTS {db}"), "-c", &format!("CREATE DATABASE {db}")])
-        .status()
-        .expect("psql runs")
-        .success();
-    assert!(ok, "psql could not create {db}");
-    format!("{}/{db}", base.rsplit_once('/').unwrap().0)
+    pg::fresh_database("ha_bench", name)
 }
 
-/// A server of the group: its process, API and data dir.
+/// A server of the group: its process and API.
 struct Member {
     child: Child,
     api: Api,
-    dir: std::path::PathBuf,
 }
 
 struct Group {
@@ -138,7 +127,7 @@ impl Group {
         let run = run_ms.to_string();
         let args = ["--backend", "fake", "--database-url", &self.url, "--leader-lease-ms", &self.lease];
         let (child, api) = up::start_env(&dir, CATALOG, &args, &[("TRAINYARD_FAKE_RUN_MS", &run)]);
-        Member { child, api, dir }
+        Member { child, api }
     }
 
     /// The index of the member that leads, as the live ones see it.
@@ -261,7 +250,6 @@ fn failovers(o: &Opts) -> Vec<f64> {
         // The killed server again, as a follower; the next kill waits until it sees the leader.
         let restarted = g.spawn(l, 200);
         g.members[l] = restarted;
-        let _ = &g.members[l].dir;
         g.wait_leader(None);
     }
     times

@@ -5,6 +5,7 @@
 
 pub mod console;
 pub mod kueue;
+pub mod pg;
 pub mod webdriver;
 
 use serde_json::{Value, json};
