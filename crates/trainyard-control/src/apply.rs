@@ -130,14 +130,19 @@ impl<B: Backend> Control<B> {
         message: &str,
         now_ms: i64,
     ) -> Result<(), StoreError> {
-        let task = match self.active.get(&active_key(t)).and_then(|e| e.spec.clone()) {
-            Some(task) => task,
-            None => match self.store.get_task(&t.id).await?.map(|full| Self::parse(&full)) {
-                Some(Ok(task)) => Arc::new(task),
-                _ => return Ok(()),
-            },
-        };
+        let Some(task) = self.spec_of(t).await? else { return Ok(()) };
         alarms::raise(&self.store, &task, t, event, message, now_ms).await
+    }
+
+    /// The task's spec: the working set's, else read from the store. `None` when it cannot be read.
+    pub(crate) async fn spec_of(&self, t: &TaskRecord) -> Result<Option<Arc<TrainingTask>>, StoreError> {
+        if let Some(task) = self.active.get(&active_key(t)).and_then(|e| e.spec.clone()) {
+            return Ok(Some(task));
+        }
+        if !t.spec_json.is_empty() {
+            return Ok(Self::parse(t).ok().map(Arc::new));
+        }
+        Ok(self.store.get_task(&t.id).await?.and_then(|full| Self::parse(&full).ok()).map(Arc::new))
     }
 
     pub(crate) fn parse(t: &TaskRecord) -> Result<TrainingTask, CommandError> {

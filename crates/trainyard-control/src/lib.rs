@@ -145,6 +145,9 @@ pub struct Control<B> {
     views: SchedViews,
     /// Refused backend requests and stop causes (see `requests`).
     requests: policy::Requests,
+    /// What the backend reported that a tick could not write (the store was away): handled first, in order,
+    /// by the next tick. A backend says each thing once, so nothing it said is dropped.
+    unobserved: std::collections::VecDeque<trainyard_runtime::Observation>,
     /// Disabled and deleted users: whose queued work the plans leave out (see `accounts`).
     accounts: AccountsHandle,
     /// Where the time (for measuring) and new ids come from.
@@ -201,6 +204,7 @@ impl<B: Backend> Control<B> {
             full_synced_ms: 0,
             full_read: None,
             requests: policy::Requests::default(),
+            unobserved: Default::default(),
             accounts: AccountsHandle::default(),
             sources: Sources::default(),
         }

@@ -3,7 +3,7 @@
 
 use crate::Control;
 use crate::error::CommandError;
-use crate::policy::{self, AfterFailure, Change};
+use crate::policy::{self, AfterFailure, Change, Step};
 use trainyard_core::lifecycle::{Reason, Status};
 use trainyard_runtime::{Backend, Observation};
 use trainyard_store::TaskRecord;
@@ -36,10 +36,17 @@ impl<B: Backend> Control<B> {
             None
         };
         match policy::on_observation(status, t.attempt, obs, cause, t.deleted) {
-            Change::Step { step, failed } => {
+            Change::Step { step, failed: Some(reason) } => {
+                return Ok(self.fail(&t, step, reason, now_ms).await?.is_some());
+            }
+            Change::Step { step, failed: None } => {
                 let Some(changed) = self.apply(&t, step, now_ms).await? else { return Ok(false) };
-                if let Some(reason) = failed {
-                    self.maybe_retry(&changed, reason, now_ms).await?;
+                // A completed attempt whose start is recorded only now: its end follows at once.
+                if let (Observation::Finished { .. }, Status::Running) = (obs, changed.status)
+                    && let Change::Step { step, failed: None } =
+                        policy::on_observation(changed.status, changed.attempt, obs, None, changed.deleted)
+                {
+                    return Ok(self.apply(&changed, step, now_ms).await?.is_some());
                 }
                 return Ok(true);
             }
@@ -102,48 +109,61 @@ impl<B: Backend> Control<B> {
         Ok(done.is_some())
     }
 
-    /// After a failure: requeue infrastructure failures within the task's budget, and raise the alarms.
-    pub(crate) async fn maybe_retry(
+    /// Ends the attempt with `failed` (a step to Failed for `reason`), then the retry policy: an
+    /// infrastructure failure within the task's budget is queued again as the next attempt in the same
+    /// transaction (a crash or a lost store between the two cannot leave it Failed with a resubmission owed),
+    /// and the alarms are raised. `Ok(None)` when a concurrent change won.
+    pub(crate) async fn fail(
         &self,
         t: &TaskRecord,
+        failed: Step,
         reason: Reason,
         now_ms: i64,
-    ) -> Result<(), CommandError> {
+    ) -> Result<Option<TaskRecord>, CommandError> {
         use trainyard_core::spec::AlarmEvent;
-        let task = Self::parse(t)?;
-        let budget = task
-            .spec
-            .advanced
-            .fault_tolerance
-            .as_ref()
-            .filter(|f| f.enabled)
-            .map_or(0, |f| f.max_resubmissions);
+        // A stored spec that cannot be read has no budget to spend: the attempt still ends.
+        let budget = self.spec_of(t).await?.map_or(0, |task| {
+            task.spec
+                .advanced
+                .fault_tolerance
+                .as_ref()
+                .filter(|f| f.enabled)
+                .map_or(0, |f| f.max_resubmissions)
+        });
+        let after = policy::after_failure(reason, t.attempt, t.retries, budget);
+        let ended = match &after {
+            AfterFailure::Requeue(requeue) => {
+                let chain = [(t, vec![failed, requeue.clone()])];
+                self.apply_chains(&chain, now_ms).await?.pop().flatten()
+            }
+            _ => self.apply(t, failed, now_ms).await?,
+        };
+        let Some(ended) = ended else { return Ok(None) };
         if reason == Reason::PrecheckFailed {
-            self.raise(t, AlarmEvent::PrecheckFailed, "the resource precheck failed", now_ms).await?;
+            self.raise(&ended, AlarmEvent::PrecheckFailed, "the resource precheck failed", now_ms).await?;
         }
-        match policy::after_failure(reason, t.attempt, t.retries, budget) {
-            AfterFailure::Requeue(step) => {
-                let message = step.message.clone();
-                if let Some(requeued) = self.apply(t, step, now_ms).await? {
-                    self.raise(&requeued, AlarmEvent::Resubmitted, &message, now_ms).await?;
-                    if reason == Reason::NodeFailed {
-                        self.raise(
-                            &requeued,
-                            AlarmEvent::NodeReplaced,
-                            "the failed node is left out of the next attempt",
-                            now_ms,
-                        )
-                        .await?;
-                    }
+        match after {
+            AfterFailure::Requeue(requeue) => {
+                self.raise(&ended, AlarmEvent::Resubmitted, &requeue.message, now_ms).await?;
+                if reason == Reason::NodeFailed {
+                    self.raise(
+                        &ended,
+                        AlarmEvent::NodeReplaced,
+                        "the failed node is left out of the next attempt",
+                        now_ms,
+                    )
+                    .await?;
                 }
             }
             end => {
                 if let AfterFailure::BudgetSpent(why) = end {
-                    self.store.append_event(&t.id, t.attempt, now_ms, Reason::RetryBudgetSpent, &why).await?;
+                    let event =
+                        self.store.append_event(&t.id, t.attempt, now_ms, Reason::RetryBudgetSpent, &why);
+                    event.await?;
                 }
-                self.raise(t, AlarmEvent::Failed, &format!("failed: {reason}"), now_ms).await?;
+                self.raise(&ended, AlarmEvent::Failed, &format!("failed: {reason}"), now_ms).await?;
             }
         }
-        Ok(())
+        Ok(Some(ended))
     }
 }

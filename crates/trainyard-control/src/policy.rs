@@ -81,6 +81,20 @@ pub(crate) fn on_observation(
         (Observation::Finished { reason: Reason::Completed, message, .. }, Status::Running) => {
             step(Step::new(Status::Succeeded, Reason::Completed, message.clone(), attempt))
         }
+        // An attempt that completed was running: a start not seen before its end (a report the store could
+        // not take, replicas quicker than a look) is recorded first, and the end follows (see `observe`).
+        (Observation::Finished { reason: Reason::Completed, .. }, Status::Starting) => step(Step::new(
+            Status::Running,
+            Reason::Started,
+            "every replica started (seen as the attempt ended)",
+            attempt,
+        )),
+        (Observation::Finished { reason: Reason::Completed, .. }, Status::Prechecking) => step(Step::new(
+            Status::Running,
+            Reason::PrecheckPassed,
+            "the resource precheck passed (seen as the attempt ended)",
+            attempt,
+        )),
         // Preempted by the cluster (Kueue's eviction): through Stopping, back to the queue, as a preemption
         // Trainyard decided, at no cost to the retry budget.
         (Observation::Finished { reason: Reason::Preempted, message, .. }, s)
@@ -266,6 +280,7 @@ impl Requests {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use trainyard_core::lifecycle::transition;
 
     fn key() -> AttemptKey {
         AttemptKey { task_id: "t".into(), attempt: 3 }
@@ -300,6 +315,28 @@ mod tests {
             to(on_observation(Status::Running, 3, &done, None, false)),
             Some((Status::Succeeded, Reason::Completed, 3, None))
         );
+    }
+
+    #[test]
+    fn a_completion_seen_before_the_start_records_the_start_first() {
+        // The start's report was lost with the store, or the replicas ended between two looks: the attempt
+        // ran, so it goes through Running (the end is observed again from there), never Starting -> Failed.
+        let done = Observation::Finished { key: key(), reason: Reason::Completed, message: "exit 0".into() };
+        assert_eq!(
+            to(on_observation(Status::Starting, 3, &done, None, false)),
+            Some((Status::Running, Reason::Started, 3, None))
+        );
+        assert_eq!(
+            to(on_observation(Status::Prechecking, 3, &done, None, false)),
+            Some((Status::Running, Reason::PrecheckPassed, 3, None))
+        );
+        for from in [Status::Starting, Status::Prechecking] {
+            let Change::Step { step, .. } = on_observation(from, 3, &done, None, false) else {
+                panic!("{from}")
+            };
+            assert!(transition(from, step.to, step.reason).is_ok());
+            assert!(transition(step.to, Status::Succeeded, Reason::Completed).is_ok());
+        }
     }
 
     #[test]

@@ -108,14 +108,12 @@ impl<B: Backend> Control<B> {
         now_ms: i64,
     ) -> Result<(), CommandError> {
         let step = Step::new(Status::Failed, reason, why, t.attempt).clear_placement();
-        if let Some(failed) = self.apply(t, step, now_ms).await? {
-            if self.may_act()
-                && let Err(e) = self.backend.stop(&attempt_key(t), StopCause::NodeFailed).await
-            {
-                let why = format!("could not clear what the backend set up for attempt {}: {e}", t.attempt);
-                self.store.append_event(&t.id, t.attempt, now_ms, Reason::BackendError, &why).await?;
-            }
-            self.maybe_retry(&failed, reason, now_ms).await?;
+        if self.fail(t, step, reason, now_ms).await?.is_some()
+            && self.may_act()
+            && let Err(e) = self.backend.stop(&attempt_key(t), StopCause::NodeFailed).await
+        {
+            let why = format!("could not clear what the backend set up for attempt {}: {e}", t.attempt);
+            self.store.append_event(&t.id, t.attempt, now_ms, Reason::BackendError, &why).await?;
         }
         Ok(())
     }

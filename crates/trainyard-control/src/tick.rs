@@ -16,7 +16,7 @@ use trainyard_core::Catalog;
 use trainyard_core::lifecycle::{Reason, Status};
 use trainyard_runtime::{Backend, StopCause};
 use trainyard_sched::{Decision, WaitReason, schedule};
-use trainyard_store::TaskRecord;
+use trainyard_store::{StoreError, TaskRecord};
 
 /// How often queued tasks are checked against queued-too-long alarms (their thresholds are in seconds).
 const QUEUE_ALARM_EVERY_MS: i64 = 1_000;
@@ -30,10 +30,32 @@ impl<B: Backend> Control<B> {
             return Ok(report);
         }
         let t0 = self.sources.clock.monotonic_us();
-        for obs in self.backend.poll(now_ms.max(0) as u64).await {
+        // What an earlier tick could not write goes first, so each attempt's reports keep their order.
+        let polled = self.backend.poll(now_ms.max(0) as u64).await;
+        self.unobserved.extend(polled);
+        while let Some(obs) = self.unobserved.pop_front() {
             report.observations += 1;
-            if !self.observe(&obs, now_ms).await? {
-                report.conflicts += 1;
+            match self.observe(&obs, now_ms).await {
+                Ok(true) => {}
+                Ok(false) => report.conflicts += 1,
+                Err(e) => {
+                    // The store is away (or this term ended): the report is kept for the next tick, which
+                    // reads the task again (a report about a task that moved on since is stale, and ignored).
+                    // A stored task that cannot be read is not retried forever: reported, and dropped.
+                    if matches!(
+                        e,
+                        CommandError::Store(
+                            StoreError::Db(_)
+                                | StoreError::Sqlite(_)
+                                | StoreError::DiskFull(_)
+                                | StoreError::WriteFailed(_)
+                                | StoreError::Fenced { .. }
+                        )
+                    ) {
+                        self.unobserved.push_front(obs);
+                    }
+                    return Err(e);
+                }
             }
         }
 

@@ -984,3 +984,36 @@ async fn a_disabled_owners_queued_work_is_held_and_running_work_stopped() {
     let ghost = c.change_account("ghost", AccountChange::Enable, now + 2).await;
     assert!(matches!(ghost, Err(trainyard_control::CommandError::NoSuchUser(_))), "{ghost:?}");
 }
+
+#[tokio::test]
+async fn reports_the_store_could_not_take_are_written_by_the_next_tick_in_order() {
+    // The backend says each thing once. A tick whose writes the store refuses (here: the term ended, so the
+    // fenced store writes nothing; a database restart does the same) keeps what it was told, and the next
+    // tick writes it: the start, then the end, never the end alone.
+    let backend = FakeBackend::new(Script { start_ms: 1_000, run_ms: 1_000, ..Script::default() });
+    let (mut c, _) = control(backend.clone()).await;
+    let lease = c.store().claim_lease("one", 60_000).await.unwrap().expect("a free lease");
+    let fence = trainyard_store::Fence::default();
+    let far = std::time::Instant::now() + std::time::Duration::from_secs(3600);
+    fence.set(lease.token, far);
+    c.elected_by(fence.clone());
+    c.lead();
+    let id = submit(&c, &task("kept", "nlp", "Reserved", 0, ""), 0).await;
+    for now in [1, 100, 200] {
+        c.tick(now).await.unwrap();
+    }
+    assert_eq!(status(&c, &id).await, ("Starting".into(), 0));
+    // The term ends by this process's clock: the start and, a second later, the end are polled, and refused.
+    fence.clear();
+    for now in [2_500, 4_000] {
+        let refused = c.tick(now).await.expect_err("a fenced store writes nothing once the term ended");
+        assert!(refused.to_string().contains("no longer leads"), "{refused}");
+        assert_eq!(status(&c, &id).await, ("Starting".into(), 0));
+    }
+    // The term is held again: the next tick writes both, in order.
+    fence.set(lease.token, far);
+    c.tick(4_100).await.unwrap();
+    assert_eq!(status(&c, &id).await, ("Succeeded".into(), 0), "{:?}", reasons(&c, &id).await);
+    let seen = reasons(&c, &id).await;
+    assert_eq!(seen, ["Submitted", "Admitted", "Admitted", "Started", "Completed"]);
+}
