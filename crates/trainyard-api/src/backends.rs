@@ -21,10 +21,21 @@ pub enum AnyBackend {
 impl AnyBackend {
     /// This server stopped leading: what its backend holds in memory for the runs is let go. The fake
     /// backend's runs live in this process and are dropped (the next leader runs them again); the local
-    /// backend's supervisors and the cluster's jobs run on, for the next leader to reattach to.
+    /// backend's supervisors and the cluster's jobs run on, for the next leader to reattach to, and this
+    /// server stops following their logs (the leader keeps them, in the store).
     pub fn stand_by(&self) {
-        if let AnyBackend::Fake(f) = self {
-            f.abandon();
+        match self {
+            AnyBackend::Fake(f) => f.abandon(),
+            AnyBackend::Kube(k) => k.capture(false),
+            AnyBackend::Local(_) => {}
+        }
+    }
+
+    /// This server leads: the cluster's pods' logs and metrics are followed from where the last leader left
+    /// them.
+    pub fn lead(&self) {
+        if let AnyBackend::Kube(k) = self {
+            k.capture(true);
         }
     }
 

@@ -48,7 +48,10 @@ pub fn spawn_control_loop(
                 if now != term {
                     let mut c = control.lock().await;
                     match now {
-                        Some(_) => c.lead(),
+                        Some(_) => {
+                            c.lead();
+                            c.backend().lead();
+                        }
                         None => {
                             c.stand_by();
                             c.backend().stand_by();

@@ -27,6 +27,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod archive;
 mod auth;
 pub mod backends;
 mod background;

@@ -24,6 +24,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use trainyard_core::lifecycle::Reason;
+use trainyard_runtime::archive::Archive;
 use trainyard_runtime::{
     AttemptKey, Backend, BackendError, LaunchSpec, LogChunk, MetricPoint, Observation, StopCause,
 };
@@ -65,8 +66,11 @@ pub struct KubeConfig {
     pub priority_classes: bool,
     /// Each attempt's NetworkPolicy lets in only its own pods and these peers; None: no policy.
     pub network_policy: Option<Vec<objects::Peer>>,
-    /// Where the attempts' logs and metrics are kept (they outlive the pods).
+    /// Where the attempts' logs and metrics are kept (they outlive the pods): files under `DATA_DIR/attempts`
+    /// unless `archive` says otherwise.
     pub data_dir: PathBuf,
+    /// Another place for the attempts' logs and metrics: the store, where several servers share them.
+    pub archive: Option<Arc<dyn Archive>>,
 }
 
 impl Default for KubeConfig {
@@ -84,6 +88,7 @@ impl Default for KubeConfig {
             priority_classes: true,
             network_policy: Some(Vec::new()),
             data_dir: std::env::temp_dir().join("trainyard-kube"),
+            archive: None,
         }
     }
 }
@@ -129,7 +134,9 @@ struct Inner {
     /// Requests sent to the API server outside the watches (applies, deletions, reads).
     requests: std::sync::atomic::AtomicU64,
     /// The kept logs and metrics, and the followers and scrapers at work (by pod, and whether it scrapes).
-    store: capture::Store,
+    archive: Arc<dyn Archive>,
+    /// Whether this server follows and scrapes (it leads; see [`KubeBackend::capture`]).
+    capturing: std::sync::atomic::AtomicBool,
     captures: Mutex<HashMap<(Target, bool), tokio::task::JoinHandle<()>>>,
     telemetry: Arc<Telemetry>,
     log_streams: Arc<tokio::sync::Semaphore>,
@@ -177,6 +184,37 @@ fn is_permanent(e: &kube::Error) -> bool {
 }
 
 impl KubeBackend {
+    /// Whether this server follows the pods' logs and scrapes their metrics into the archive. With several
+    /// servers on one store only the leader does (a follower reads what the leader keeps there): off, every
+    /// follower and scraper stops; on again, every started pod the watches know gets its follower, which goes
+    /// on from where the archive says its log stands.
+    pub fn capture(&self, on: bool) {
+        use std::sync::atomic::Ordering;
+        let was = self.inner.capturing.swap(on, Ordering::SeqCst);
+        if !on {
+            let mut captures = self.inner.captures.lock().unwrap_or_else(|e| e.into_inner());
+            for (_, c) in captures.drain() {
+                c.abort();
+            }
+            return;
+        }
+        if was {
+            return;
+        }
+        let pods: Vec<_> = {
+            let s = self.inner.lock();
+            s.attempts
+                .iter()
+                .flat_map(|(k, a)| {
+                    a.pods.values().map(|p| (k.clone(), a.namespace.clone(), p.clone(), a.scrape.clone()))
+                })
+                .collect()
+        };
+        for (key, ns, pod, scrape) in pods {
+            watches::capture_pod(&self.inner, &key, &ns, &pod, scrape);
+        }
+    }
+
     /// Connects, checks which job CRDs the cluster serves, and starts the watches on the current Tokio
     /// runtime.
     pub async fn connect(cfg: KubeConfig) -> Result<KubeBackend, BackendError> {
@@ -211,7 +249,10 @@ impl KubeBackend {
         }
         let (node_grace_s, start_deadline_s) = (cfg.node_grace_s, cfg.start_deadline_s);
         let kueue = matches!(cfg.gang, objects::Gang::Kueue { .. });
-        let store = capture::Store::new(cfg.data_dir.join("attempts"));
+        let archive: Arc<dyn Archive> = match &cfg.archive {
+            Some(a) => a.clone(),
+            None => Arc::new(capture::FileArchive::new(cfg.data_dir.join("attempts"))),
+        };
         let inner = Arc::new(Inner {
             client,
             cfg,
@@ -227,7 +268,8 @@ impl KubeBackend {
             writes: tokio::sync::Semaphore::new(MAX_WRITES),
             watches: Mutex::new(Vec::new()),
             requests: std::sync::atomic::AtomicU64::new(0),
-            store,
+            archive,
+            capturing: std::sync::atomic::AtomicBool::new(true),
             captures: Mutex::new(HashMap::new()),
             telemetry: Arc::new(Telemetry::default()),
             log_streams: Arc::new(tokio::sync::Semaphore::new(capture::MAX_LOG_STREAMS)),
@@ -576,7 +618,7 @@ impl Backend for KubeBackend {
     /// The attempt's replicas, the one whose log says most first (`trainyard logs` shows the first): a RayJob's
     /// driver (its entrypoint's output), then the master or head, then the workers, each by name.
     async fn replicas(&self, key: &AttemptKey) -> Vec<(String, String)> {
-        let mut out: BTreeMap<String, String> = self.inner.store.replicas(key).into_iter().collect();
+        let mut out: BTreeMap<String, String> = self.inner.archive.replicas(key).await.into_iter().collect();
         if let Some(a) = self.inner.lock().attempts.get(key) {
             out.extend(a.pods.values().map(|p| (p.name.clone(), p.role.clone())));
         }
@@ -591,7 +633,7 @@ impl Backend for KubeBackend {
     }
 
     async fn read_log(&self, key: &AttemptKey, replica: &str, offset: u64, max: usize) -> LogChunk {
-        let chunk = self.inner.store.read_log(key, replica, offset, max);
+        let chunk = self.inner.archive.read_log(key, replica, offset, max).await;
         if chunk.missing && self.inner.lock().attempts.get(key).is_some_and(|a| a.pods.contains_key(replica))
         {
             // A pod whose container has not started yet: its log is empty so far.
@@ -601,7 +643,7 @@ impl Backend for KubeBackend {
     }
 
     async fn read_metrics(&self, key: &AttemptKey, since_ms: u64) -> Vec<MetricPoint> {
-        self.inner.store.read_metrics(key, since_ms)
+        self.inner.archive.read_metrics(key, since_ms).await
     }
 }
 

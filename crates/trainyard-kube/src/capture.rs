@@ -1,15 +1,19 @@
-//! The attempts' logs and metrics, kept on the server's disk so that they outlive the pods (a pod's log goes
-//! with the pod, and an ended attempt's job is deleted with its pods).
+//! The attempts' logs and metrics, kept in an [`Archive`] so that they outlive the pods (a pod's log goes with
+//! the pod, and an ended attempt's job is deleted with its pods): the server's disk ([`FileArchive`], a server
+//! alone on its store) or the store that several servers share. Only the server that leads follows and
+//! scrapes (see `KubeBackend::capture`).
 //!
 //! - **Logs.** A follower per pod whose main container has started streams its log through the API server
-//!   (`follow`, `timestamps`) into `DIR/TASK/ATTEMPT/POD.log`, as the local backend's `TIMESTAMP O TEXT` lines
-//!   (the log API merges stdout and stderr). When the stream ends while the container still runs (a dropped
-//!   connection, an API server restart), it reconnects from the last second it kept (`sinceTime`) and skips
-//!   the lines it has, by the cursor it keeps beside the log (`POD.cursor`: the last timestamp kept, to the
-//!   nanosecond, and how many lines had it), which also lets a restarted server go on where the last one
-//!   stopped. Once the container has ended and its stream is drained, `POD.ended` marks the log complete.
+//!   (`follow`, `timestamps`) into the archive, as the local backend's `TIMESTAMP O TEXT` lines (the log API
+//!   merges stdout and stderr). Every second (or 64 KiB) what came is appended with the follower's cursor (the
+//!   last timestamp kept, to the nanosecond, and how many lines had it), together. When the stream ends while
+//!   the container still runs (a dropped connection, an API server restart), it reconnects from the last
+//!   second it kept (`sinceTime`) and skips the lines it has, by that cursor, which also lets a restarted
+//!   server, or the next leader, go on where the last one stopped. An append the archive refuses is dropped
+//!   with the stream, and read again from the cursor. Once the container has ended and its stream is drained,
+//!   the log is marked complete.
 //! - **Metrics.** A scraper per running pod of an attempt with metrics endpoints reads each endpoint through
-//!   the API server's pod proxy every interval into `POD.metrics.jsonl` (the local backend's sample format).
+//!   the API server's pod proxy every interval into the archive (the local backend's sample format).
 //!
 //! What the followers and scrapers send is counted apart from the backend's writes ([`Telemetry`]).
 
@@ -19,6 +23,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use trainyard_runtime::archive::{Archive, Fut, Kept};
 use trainyard_runtime::clock::now_ms;
 use trainyard_runtime::metrics::{self, Point};
 use trainyard_runtime::{AttemptKey, LogChunk, MetricPoint};
@@ -67,11 +72,14 @@ pub(super) struct Target {
     pub(super) namespace: String,
     pub(super) pod: String,
     pub(super) container: String,
+    /// The replica's role (`driver` for a RayJob's driver).
+    pub(super) role: String,
 }
 
-/// The files of the kept logs and metrics.
+/// The kept logs and metrics as files on the server's disk: `DIR/TASK/ATTEMPT/POD.{role,log,cursor,ended,
+/// metrics.jsonl}`.
 #[derive(Debug, Clone)]
-pub(super) struct Store {
+pub struct FileArchive {
     dir: PathBuf,
 }
 
@@ -82,9 +90,9 @@ fn component(s: &str) -> String {
         .collect()
 }
 
-impl Store {
-    pub(super) fn new(dir: PathBuf) -> Store {
-        Store { dir }
+impl FileArchive {
+    pub fn new(dir: PathBuf) -> FileArchive {
+        FileArchive { dir }
     }
 
     fn attempt_dir(&self, key: &AttemptKey) -> PathBuf {
@@ -95,8 +103,7 @@ impl Store {
         self.attempt_dir(key).join(format!("{}.{ext}", component(pod)))
     }
 
-    /// Records a replica (its role) once its log or metrics are kept.
-    pub(super) fn add_replica(&self, key: &AttemptKey, pod: &str, role: &str) -> std::io::Result<()> {
+    fn add(&self, key: &AttemptKey, pod: &str, role: &str) -> std::io::Result<()> {
         std::fs::create_dir_all(self.attempt_dir(key))?;
         let path = self.file(key, pod, "role");
         if !path.exists() {
@@ -105,8 +112,7 @@ impl Store {
         Ok(())
     }
 
-    /// The replicas with something kept, as (name, role).
-    pub(super) fn replicas(&self, key: &AttemptKey) -> Vec<(String, String)> {
+    fn listed(&self, key: &AttemptKey) -> Vec<(String, String)> {
         let Ok(dir) = std::fs::read_dir(self.attempt_dir(key)) else { return Vec::new() };
         let mut out: Vec<(String, String)> = dir
             .flatten()
@@ -120,30 +126,33 @@ impl Store {
         out
     }
 
-    pub(super) fn ended(&self, key: &AttemptKey, pod: &str) -> bool {
-        self.file(key, pod, "ended").exists()
+    fn record(&self, key: &AttemptKey, pod: &str) -> Option<Kept> {
+        let role = std::fs::read_to_string(self.file(key, pod, "role")).ok()?;
+        Some(Kept {
+            role,
+            ended: self.file(key, pod, "ended").exists(),
+            cursor: std::fs::read_to_string(self.file(key, pod, "cursor"))
+                .unwrap_or_default()
+                .trim()
+                .to_owned(),
+            log_bytes: std::fs::metadata(self.file(key, pod, "log")).map_or(0, |m| m.len()),
+        })
     }
 
-    fn load_cursor(&self, key: &AttemptKey, pod: &str) -> Cursor {
-        std::fs::read_to_string(self.file(key, pod, "cursor"))
-            .ok()
-            .and_then(|s| {
-                let (ts, n) = s.trim().split_once(' ')?;
-                Some(Cursor { ts: ts.to_owned(), same: n.parse().ok()? })
-            })
-            .unwrap_or_default()
-    }
-
-    fn save_cursor(&self, key: &AttemptKey, pod: &str, c: &Cursor) -> std::io::Result<()> {
+    fn append(&self, key: &AttemptKey, pod: &str, lines: &str, cursor: &str) -> std::io::Result<()> {
+        if !lines.is_empty() {
+            let mut f =
+                std::fs::OpenOptions::new().create(true).append(true).open(self.file(key, pod, "log"))?;
+            f.write_all(lines.as_bytes())?;
+        }
         let path = self.file(key, pod, "cursor");
         let tmp = path.with_extension("cursor.tmp");
-        std::fs::write(&tmp, format!("{} {}\n", c.ts, c.same))?;
+        std::fs::write(&tmp, format!("{cursor}\n"))?;
         std::fs::rename(tmp, path)
     }
 
-    /// A replica's kept log from byte `offset`, whole lines, at most `max` bytes (one longer line is cut).
-    pub(super) fn read_log(&self, key: &AttemptKey, pod: &str, offset: u64, max: usize) -> LogChunk {
-        let ended = self.ended(key, pod);
+    fn log(&self, key: &AttemptKey, pod: &str, offset: u64, max: usize) -> LogChunk {
+        let ended = self.file(key, pod, "ended").exists();
         let Ok(mut f) = std::fs::File::open(self.file(key, pod, "log")) else {
             return LogChunk { next: offset, ended, missing: !ended, ..LogChunk::default() };
         };
@@ -153,18 +162,13 @@ impl Store {
         if f.seek(std::io::SeekFrom::Start(offset)).is_ok() {
             let _ = f.take(max as u64).read_to_end(&mut data);
         }
-        let whole = data.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        if whole > 0 {
-            data.truncate(whole);
-        }
-        let next = offset + data.len() as u64;
+        let (data, next) = trainyard_runtime::archive::cut_log(data, offset, offset, max);
         LogChunk { data, next, ended: ended && next >= len, missing: false }
     }
 
-    /// The samples of an attempt's replicas taken after `since_ms`.
-    pub(super) fn read_metrics(&self, key: &AttemptKey, since_ms: u64) -> Vec<MetricPoint> {
+    fn samples(&self, key: &AttemptKey, since_ms: u64) -> Vec<MetricPoint> {
         let mut out = Vec::new();
-        for (pod, _) in self.replicas(key) {
+        for (pod, _) in self.listed(key) {
             let Ok(text) = std::fs::read_to_string(self.file(key, &pod, "metrics.jsonl")) else { continue };
             for line in text.lines() {
                 if let Ok(p) = serde_json::from_str::<Point>(line)
@@ -184,6 +188,73 @@ impl Store {
     }
 }
 
+impl Archive for FileArchive {
+    fn add_replica<'a>(
+        &'a self,
+        key: &'a AttemptKey,
+        replica: &'a str,
+        role: &'a str,
+    ) -> Fut<'a, Result<(), String>> {
+        Box::pin(async move { self.add(key, replica, role).map_err(|e| e.to_string()) })
+    }
+
+    fn replicas<'a>(&'a self, key: &'a AttemptKey) -> Fut<'a, Vec<(String, String)>> {
+        Box::pin(async move { self.listed(key) })
+    }
+
+    fn replica<'a>(&'a self, key: &'a AttemptKey, replica: &'a str) -> Fut<'a, Result<Option<Kept>, String>> {
+        Box::pin(async move { Ok(self.record(key, replica)) })
+    }
+
+    fn append_log<'a>(
+        &'a self,
+        key: &'a AttemptKey,
+        replica: &'a str,
+        lines: &'a str,
+        cursor: &'a str,
+    ) -> Fut<'a, Result<(), String>> {
+        Box::pin(async move { self.append(key, replica, lines, cursor).map_err(|e| e.to_string()) })
+    }
+
+    fn end<'a>(&'a self, key: &'a AttemptKey, replica: &'a str) -> Fut<'a, Result<(), String>> {
+        Box::pin(
+            async move { std::fs::write(self.file(key, replica, "ended"), b"").map_err(|e| e.to_string()) },
+        )
+    }
+
+    fn read_log<'a>(
+        &'a self,
+        key: &'a AttemptKey,
+        replica: &'a str,
+        offset: u64,
+        max: usize,
+    ) -> Fut<'a, LogChunk> {
+        Box::pin(async move { self.log(key, replica, offset, max) })
+    }
+
+    fn append_metrics<'a>(
+        &'a self,
+        key: &'a AttemptKey,
+        replica: &'a str,
+        points: &'a [Point],
+    ) -> Fut<'a, Result<(), String>> {
+        Box::pin(async move {
+            let path = self.file(key, replica, "metrics.jsonl");
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| e.to_string())?;
+            metrics::append(&mut f, points);
+            Ok(())
+        })
+    }
+
+    fn read_metrics<'a>(&'a self, key: &'a AttemptKey, since_ms: u64) -> Fut<'a, Vec<MetricPoint>> {
+        Box::pin(async move { self.samples(key, since_ms) })
+    }
+}
+
 // ---- the log follower ----
 
 /// Where a kept log stands: the last timestamp kept (normalised, see [`ts_key`]) and how many kept lines had it.
@@ -191,6 +262,20 @@ impl Store {
 pub(super) struct Cursor {
     pub(super) ts: String,
     pub(super) same: u32,
+}
+
+impl Cursor {
+    /// As the archive keeps it: `TS N` ("" for where a log starts).
+    pub(super) fn text(&self) -> String {
+        if self.ts.is_empty() { String::new() } else { format!("{} {}", self.ts, self.same) }
+    }
+
+    pub(super) fn parse(s: &str) -> Cursor {
+        s.trim()
+            .split_once(' ')
+            .and_then(|(ts, n)| Some(Cursor { ts: ts.to_owned(), same: n.parse().ok()? }))
+            .unwrap_or_default()
+    }
 }
 
 /// Which lines of a stream are new, given the cursor it was opened at: a stream opened with `sinceTime` starts
@@ -256,21 +341,60 @@ pub(super) fn log_line(raw: &str) -> Option<(String, String)> {
 /// (a kubelet ends the stream itself once the log is drained).
 const DRAIN: Duration = Duration::from_secs(3);
 
-/// The open log file of a pod, with what is waiting to be written.
+/// A replica's log in the archive, with what is waiting to be appended.
 struct LogSink {
-    file: std::fs::File,
+    archive: Arc<dyn Archive>,
+    key: AttemptKey,
+    pod: String,
+    /// The bytes of log the archive holds.
     kept: u64,
     buf: String,
+    /// The cursor the archive holds, as it keeps it.
+    saved: String,
 }
 
 impl LogSink {
-    fn flush(&mut self) -> std::io::Result<()> {
-        if !self.buf.is_empty() {
-            self.file.write_all(self.buf.as_bytes())?;
-            self.kept += self.buf.len() as u64;
-            self.buf.clear();
+    /// The replica's record (made if missing), or why not; `None` when its log is complete.
+    async fn open(
+        archive: Arc<dyn Archive>,
+        key: &AttemptKey,
+        pod: &str,
+        role: &str,
+    ) -> Result<Option<LogSink>, String> {
+        let kept = match archive.replica(key, pod).await? {
+            Some(k) => k,
+            None => {
+                archive.add_replica(key, pod, role).await?;
+                Kept::default()
+            }
+        };
+        if kept.ended {
+            return Ok(None);
         }
-        Ok(())
+        let sink = LogSink {
+            archive,
+            key: key.clone(),
+            pod: pod.to_owned(),
+            kept: kept.log_bytes,
+            buf: String::new(),
+            saved: kept.cursor,
+        };
+        Ok(Some(sink))
+    }
+
+    /// Appends what waits with `cursor`, together. On a refusal what waited is dropped: the follower reads it
+    /// again from the saved cursor.
+    async fn flush(&mut self, cursor: &str) -> Result<(), String> {
+        if self.buf.is_empty() && cursor == self.saved {
+            return Ok(());
+        }
+        let r = self.archive.append_log(&self.key, &self.pod, &self.buf, cursor).await;
+        if r.is_ok() {
+            self.kept += self.buf.len() as u64;
+            self.saved = cursor.to_owned();
+        }
+        self.buf.clear();
+        r
     }
 }
 
@@ -278,8 +402,10 @@ impl LogSink {
 enum StreamEnd {
     /// The stream ended, or the container had ended and nothing more came for [`DRAIN`].
     Drained,
-    /// The log passed [`MAX_LOG_BYTES`], or it could not be written: nothing more is kept.
+    /// The log passed [`MAX_LOG_BYTES`]: nothing more is kept.
     Full,
+    /// The archive refused an append: what came since the saved cursor is read again.
+    Refused(String),
     /// Open for [`HOLD`] while other pods wait for a stream: it reconnects after them.
     GaveWay,
 }
@@ -288,25 +414,25 @@ enum StreamEnd {
 /// events.
 pub(super) type LineHook = Arc<dyn Fn(&str) + Send + Sync>;
 
-/// Follows a pod's log into the store until its container has ended and the stream is drained, or the pod is
+/// Follows a pod's log into the archive until its container has ended and the stream is drained, or the pod is
 /// gone. `now` says where the pod is.
 pub(super) async fn follow(
     client: kube::Client,
-    store: Store,
+    archive: Arc<dyn Archive>,
     t: Target,
     telemetry: Arc<Telemetry>,
     streams: Arc<tokio::sync::Semaphore>,
     now: impl Fn() -> PodNow,
     hook: LineHook,
 ) {
-    let path = store.file(&t.key, &t.pod, "log");
-    let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(&path) else {
-        eprintln!("trainyard: cannot keep the log of pod {}/{} in {}", t.namespace, t.pod, path.display());
-        return;
+    let mut sink = match LogSink::open(archive.clone(), &t.key, &t.pod, &t.role).await {
+        Ok(Some(sink)) => sink,
+        Ok(None) => return,
+        Err(e) => {
+            eprintln!("trainyard: cannot keep the log of pod {}/{}: {e}", t.namespace, t.pod);
+            return;
+        }
     };
-    let kept = file.metadata().map_or(0, |m| m.len());
-    let mut sink = LogSink { file, kept, buf: String::new() };
-    let mut cursor = store.load_cursor(&t.key, &t.pod);
     let mut backoff = Duration::from_millis(500);
     let mut errors = 0u32;
     loop {
@@ -316,6 +442,7 @@ pub(super) async fn follow(
         if before == PodNow::Gone {
             break;
         }
+        let cursor = Cursor::parse(&sink.saved);
         let mut uri = format!(
             "/api/v1/namespaces/{}/pods/{}/log?container={}&follow=true&timestamps=true",
             t.namespace, t.pod, t.container
@@ -327,20 +454,29 @@ pub(super) async fn follow(
         let req = http::Request::get(uri).body(Vec::new()).expect("a valid request");
         match client.request_stream(req).await {
             Ok(stream) => {
-                let mut dedup = Dedup::new(cursor.clone());
-                let save = |c: &Cursor| {
-                    let _ = store.save_cursor(&t.key, &t.pod, c);
-                };
-                let end = read_stream(stream, &mut dedup, &mut sink, &now, &save, &streams, &hook).await;
+                let mut dedup = Dedup::new(cursor);
+                let end = read_stream(stream, &mut dedup, &mut sink, &now, &streams, &hook).await;
                 drop(permit);
-                cursor = dedup.now;
-                save(&cursor);
-                if matches!(end, StreamEnd::Full) || before == PodNow::Ended || now() != PodNow::Runs {
-                    break;
-                }
-                errors = 0;
-                if matches!(end, StreamEnd::GaveWay) {
-                    continue;
+                match end {
+                    StreamEnd::Full => break,
+                    StreamEnd::Refused(e) => {
+                        // Not kept (the archive is away, or this server no longer leads): read again later.
+                        errors += 1;
+                        if errors >= 3 && now() == PodNow::Gone {
+                            eprintln!("trainyard: keeping the log of pod {}/{}: {e}", t.namespace, t.pod);
+                            return;
+                        }
+                    }
+                    StreamEnd::GaveWay => {
+                        errors = 0;
+                        continue;
+                    }
+                    StreamEnd::Drained => {
+                        if before == PodNow::Ended || now() != PodNow::Runs {
+                            break;
+                        }
+                        errors = 0;
+                    }
                 }
             }
             Err(kube::Error::Api(s)) if s.code == 404 => break,
@@ -357,7 +493,7 @@ pub(super) async fn follow(
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
-    finish(&store, &t);
+    finish(&archive, &t).await;
 }
 
 /// Reads up to the next newline into `buf` (without it), keeping at most [`MAX_LINE_BYTES`] and skipping the rest
@@ -390,18 +526,16 @@ async fn read_line(
     }
 }
 
-/// Reads one follow stream into the sink, writing what came and saving the cursor every second.
+/// Reads one follow stream into the sink, appending what came with the cursor every second (or 64 KiB).
 async fn read_stream(
     stream: impl futures_util::AsyncBufRead + Unpin,
     dedup: &mut Dedup,
     sink: &mut LogSink,
     now: &impl Fn() -> PodNow,
-    save: &impl Fn(&Cursor),
     streams: &tokio::sync::Semaphore,
     hook: &LineHook,
 ) -> StreamEnd {
     let opened = tokio::time::Instant::now();
-    let mut saved = dedup.now.clone();
     let mut stream = stream;
     let (mut raw, mut cut) = (Vec::new(), false);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -437,27 +571,26 @@ async fn read_stream(
                         &key[..23],
                         MAX_LOG_BYTES >> 20
                     ));
-                    let _ = sink.flush();
-                    return StreamEnd::Full;
+                    return match sink.flush(&dedup.now.text()).await {
+                        Ok(()) => StreamEnd::Full,
+                        Err(e) => StreamEnd::Refused(e),
+                    };
                 }
                 if let Some((_, text)) = line.split_once(" O ") {
                     hook(text.trim_end());
                 }
                 sink.buf.push_str(&line);
-                if sink.buf.len() > 64 << 10 && sink.flush().is_err() {
-                    return StreamEnd::Full;
+                if sink.buf.len() > 64 << 10
+                    && let Err(e) = sink.flush(&dedup.now.text()).await
+                {
+                    return StreamEnd::Refused(e);
                 }
             }
             _ = tick.tick() => {
-                if sink.flush().is_err() {
-                    return StreamEnd::Full;
-                }
-                if saved != dedup.now {
-                    save(&dedup.now);
-                    saved = dedup.now.clone();
+                if let Err(e) = sink.flush(&dedup.now.text()).await {
+                    return StreamEnd::Refused(e);
                 }
                 if opened.elapsed() >= HOLD && streams.available_permits() == 0 {
-                    let _ = sink.flush();
                     return StreamEnd::GaveWay;
                 }
                 if now() == PodNow::Runs {
@@ -468,14 +601,16 @@ async fn read_stream(
             }
         }
     }
-    if sink.flush().is_err() {
-        return StreamEnd::Full;
+    match sink.flush(&dedup.now.text()).await {
+        Ok(()) => StreamEnd::Drained,
+        Err(e) => StreamEnd::Refused(e),
     }
-    StreamEnd::Drained
 }
 
-fn finish(store: &Store, t: &Target) {
-    let _ = std::fs::write(store.file(&t.key, &t.pod, "ended"), b"");
+async fn finish(archive: &Arc<dyn Archive>, t: &Target) {
+    if let Err(e) = archive.end(&t.key, &t.pod).await {
+        eprintln!("trainyard: cannot mark the log of pod {}/{} complete: {e}", t.namespace, t.pod);
+    }
 }
 
 // ---- a RayJob's driver ----
@@ -507,28 +642,23 @@ pub(super) fn driver_lines(text: &str, from: usize, all: bool) -> (Vec<&str>, us
 /// the end, or when the head is gone; the Ray cluster outlives the job by `objects::DRIVER_DRAIN_S` for that.
 pub(super) async fn follow_driver(
     client: kube::Client,
-    store: Store,
+    archive: Arc<dyn Archive>,
     t: Target,
     head: String,
     job_id: String,
     telemetry: Arc<Telemetry>,
     head_now: impl Fn() -> PodNow,
 ) {
-    let path = store.file(&t.key, &t.pod, "log");
-    let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(&path) else {
-        eprintln!(
-            "trainyard: cannot keep the driver's log of {}/{} in {}",
-            t.namespace,
-            head,
-            path.display()
-        );
-        return;
+    let mut sink = match LogSink::open(archive.clone(), &t.key, &t.pod, &t.role).await {
+        Ok(Some(sink)) => sink,
+        Ok(None) => return,
+        Err(e) => {
+            eprintln!("trainyard: cannot keep the driver's log of {}/{}: {e}", t.namespace, head);
+            return;
+        }
     };
-    let kept = file.metadata().map_or(0, |m| m.len());
-    let mut sink = LogSink { file, kept, buf: String::new() };
-    let offset_file = store.file(&t.key, &t.pod, "cursor");
-    let mut from: usize =
-        std::fs::read_to_string(&offset_file).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+    // Where it stands: the bytes of the Ray log kept.
+    let mut from: usize = sink.saved.trim().parse().unwrap_or(0);
     let base = format!("/api/v1/namespaces/{}/pods/{head}:8265/proxy/api/jobs/{job_id}", t.namespace);
     // Looked up once the head is found (KubeRay makes the Secret before the pods that read it); None inside:
     // the cluster has no token.
@@ -588,20 +718,24 @@ pub(super) async fn follow_driver(
                         "{at} O trainyard: the log passed {} MiB; no more of it is kept\n",
                         MAX_LOG_BYTES >> 20
                     ));
-                    let _ = sink.flush();
-                    finish(&store, &t);
+                    if sink.flush(&next.to_string()).await.is_ok() {
+                        finish(&archive, &t).await;
+                    }
                     return;
                 }
                 sink.buf.push_str(&entry);
             }
-            if sink.flush().is_err() {
-                break;
-            }
-            if next != from {
-                from = next;
-                let tmp = offset_file.with_extension("cursor.tmp");
-                if std::fs::write(&tmp, format!("{from}\n")).is_ok() {
-                    let _ = std::fs::rename(tmp, &offset_file);
+            // The lines and where they end, together; refused, they are read again from where it stood.
+            match sink.flush(&next.to_string()).await {
+                Ok(()) => from = next,
+                Err(e) => {
+                    misses += 1;
+                    if misses >= 3 && head_now() == PodNow::Gone {
+                        eprintln!("trainyard: keeping the driver's log of {}/{head}: {e}", t.namespace);
+                        return;
+                    }
+                    tokio::time::sleep(DRIVER_POLL * misses.clamp(1, 5)).await;
+                    continue;
                 }
             }
             if over {
@@ -620,7 +754,7 @@ pub(super) async fn follow_driver(
         }
         tokio::time::sleep(DRIVER_POLL * misses.clamp(1, 5)).await;
     }
-    finish(&store, &t);
+    finish(&archive, &t).await;
 }
 
 /// The Ray cluster's auth token (KubeRay keeps it in a Secret named as the RayCluster, which the head pod's
@@ -642,14 +776,16 @@ async fn ray_token(client: &kube::Client, ns: &str, head: &str) -> Option<Option
 /// Scrapes a pod's endpoints through the API server's pod proxy every interval while `running` says so.
 pub(super) async fn scrape(
     client: kube::Client,
-    store: Store,
+    archive: Arc<dyn Archive>,
     t: Target,
     s: Scrape,
     telemetry: Arc<Telemetry>,
     running: impl Fn() -> bool,
 ) {
-    let path = store.file(&t.key, &t.pod, "metrics.jsonl");
-    let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(&path) else { return };
+    if let Err(e) = archive.add_replica(&t.key, &t.pod, &t.role).await {
+        eprintln!("trainyard: cannot keep the metrics of pod {}/{}: {e}", t.namespace, t.pod);
+        return;
+    }
     let interval = Duration::from_secs(s.interval_s.max(1));
     while running() {
         let at = now_ms();
@@ -661,7 +797,8 @@ pub(super) async fn scrape(
             let page = tokio::time::timeout(Duration::from_secs(5), client.request_text(req)).await;
             metrics::scraped(at, *port, ep, page.ok().and_then(Result::ok).as_deref(), &mut points);
         }
-        metrics::append(&mut file, &points);
+        // A sample the archive refuses is lost (each is one look at a moving value); the next look is kept.
+        let _ = archive.append_metrics(&t.key, &t.pod, &points).await;
         tokio::time::sleep(interval).await;
     }
 }

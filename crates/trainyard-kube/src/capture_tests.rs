@@ -1,6 +1,7 @@
 //! Tests of the pure parts of `capture`: timestamps, lines, the cursor, the store's reads.
 
 use super::*;
+use futures_util::FutureExt;
 
 #[test]
 fn timestamps_become_keys_that_sort_in_time_order() {
@@ -27,7 +28,6 @@ fn a_line_of_the_log_api_becomes_a_kept_line() {
 
 #[test]
 fn a_line_without_an_end_is_cut_not_kept_whole() {
-    use futures_util::FutureExt;
     let long = "x".repeat(MAX_LINE_BYTES * 3);
     let text = format!("2026-01-01T00:00:01Z {long}\n2026-01-01T00:00:02Z short\nno end");
     let mut r = futures_util::io::Cursor::new(text.into_bytes());
@@ -64,25 +64,37 @@ fn a_resumed_stream_keeps_only_what_is_new() {
 }
 
 #[test]
-fn the_store_reads_whole_lines_and_says_when_a_log_is_complete() {
+fn the_files_keep_whole_lines_with_the_cursor_and_say_when_a_log_is_complete() {
     let dir = std::env::temp_dir().join(format!("ty-kube-store-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let store = Store::new(dir.clone());
+    let files = FileArchive::new(dir.clone());
     let key = AttemptKey { task_id: "t/../x".into(), attempt: 2 };
-    assert!(store.read_log(&key, "p", 0, 100).missing);
-    store.add_replica(&key, "p", "worker").unwrap();
-    assert!(store.attempt_dir(&key).starts_with(&dir), "a task id names no path outside the store");
-    std::fs::write(store.file(&key, "p", "log"), "a\nbb\nccc").unwrap();
-    let c = store.read_log(&key, "p", 0, 4);
+    let now = |f: Fut<'_, LogChunk>| f.now_or_never().unwrap();
+    assert!(now(files.read_log(&key, "p", 0, 100)).missing);
+    assert_eq!(files.replica(&key, "p").now_or_never().unwrap(), Ok(None));
+    files.add_replica(&key, "p", "worker").now_or_never().unwrap().unwrap();
+    assert!(files.attempt_dir(&key).starts_with(&dir), "a task id names no path outside the archive");
+    let cursor = Cursor { ts: ts_key("2026-01-01T00:00:01Z").unwrap(), same: 2 };
+    files.append_log(&key, "p", "a\nbb\n", &cursor.text()).now_or_never().unwrap().unwrap();
+    std::fs::write(files.file(&key, "p", "log"), "a\nbb\nccc").unwrap();
+    let kept = files.replica(&key, "p").now_or_never().unwrap().unwrap().unwrap();
+    assert_eq!((kept.role.as_str(), kept.log_bytes, kept.ended), ("worker", 8, false));
+    assert_eq!(Cursor::parse(&kept.cursor), cursor, "the cursor comes back as it was saved");
+    let c = now(files.read_log(&key, "p", 0, 4));
     assert_eq!((c.data.as_slice(), c.next, c.ended, c.missing), (&b"a\n"[..], 2, false, false));
-    let c = store.read_log(&key, "p", 2, 100);
+    let c = now(files.read_log(&key, "p", 2, 100));
     assert_eq!(c.data, b"bb\n", "the unfinished last line waits");
-    finish(
-        &store,
-        &Target { key: key.clone(), namespace: "n".into(), pod: "p".into(), container: "c".into() },
-    );
-    assert!(store.read_log(&key, "p", 5, 100).ended);
-    assert_eq!(store.replicas(&key), [("p".to_owned(), "worker".to_owned())]);
+    let t = Target {
+        key: key.clone(),
+        namespace: "n".into(),
+        pod: "p".into(),
+        container: "c".into(),
+        role: "worker".into(),
+    };
+    let archive: Arc<dyn Archive> = Arc::new(files.clone());
+    finish(&archive, &t).now_or_never().unwrap();
+    assert!(now(files.read_log(&key, "p", 5, 100)).ended);
+    assert_eq!(files.replicas(&key).now_or_never().unwrap(), [("p".to_owned(), "worker".to_owned())]);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

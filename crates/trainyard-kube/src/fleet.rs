@@ -33,6 +33,13 @@ impl KubeFleet {
         &self.members
     }
 
+    /// Whether this server follows and scrapes the pods of every cluster ([`KubeBackend::capture`]).
+    pub fn capture(&self, on: bool) {
+        for m in &self.members {
+            m.capture(on);
+        }
+    }
+
     /// The contexts the catalog's clusters name beyond the default one (what [`KubeFleet::new`] needs).
     pub fn other_contexts(catalog: &Catalog, default: Option<&str>) -> Vec<String> {
         let mut out: Vec<String> = catalog

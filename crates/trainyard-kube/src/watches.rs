@@ -140,7 +140,8 @@ pub(super) fn pod_seen(inner: &Arc<Inner>, p: &Pod) -> Option<(AttemptKey, Strin
 }
 
 /// Starts following a pod's log once its main container has started, and scraping its metrics endpoints while
-/// it runs (once each: a follower or scraper at work is left alone).
+/// it runs (once each: a follower or scraper at work is left alone; a follower finds a log kept to its end in
+/// the archive and stops there). Only while this server captures (it leads).
 pub(super) fn capture_pod(
     inner: &Arc<Inner>,
     key: &AttemptKey,
@@ -149,7 +150,7 @@ pub(super) fn capture_pod(
     scrape: Option<capture::Scrape>,
 ) {
     let Some((container, _)) = pod.containers.first() else { return };
-    if !pod.started() {
+    if !pod.started() || !inner.capturing.load(std::sync::atomic::Ordering::Relaxed) {
         return;
     }
     let t = Target {
@@ -157,16 +158,13 @@ pub(super) fn capture_pod(
         namespace: ns.to_owned(),
         pod: pod.name.clone(),
         container: container.clone(),
+        role: pod.role.clone(),
     };
     let running = pod.phase == "Running" && !pod.deleting;
     if pod.role == "head" {
         follow_driver(inner, key, ns, pod);
     }
-    let follow = !inner.store.ended(key, &pod.name);
     let scrape = scrape.filter(|_| running);
-    if !follow && scrape.is_none() {
-        return;
-    }
     let mut captures = inner.captures.lock().unwrap_or_else(|e| e.into_inner());
     if inner.capture_calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 1024 == 0 {
         // Now and then, not at every pod event: the handles of the finished ones go.
@@ -176,11 +174,7 @@ pub(super) fn capture_pod(
         let (w, key, name) = (Arc::downgrade(inner), key.clone(), pod.name.clone());
         move || pod_now(&w, &key, &name)
     };
-    if follow && !captures.contains_key(&(t.clone(), false)) {
-        if let Err(e) = inner.store.add_replica(key, &pod.name, &pod.role) {
-            eprintln!("trainyard: cannot keep the log of pod {ns}/{}: {e}", pod.name);
-            return;
-        }
+    if let std::collections::hash_map::Entry::Vacant(slot) = captures.entry((t.clone(), false)) {
         // The exit checkpoint's steps, which the pod's preStop hook writes into the log, as events; only while a
         // stop Trainyard asked for is under way, so that a program's own output cannot pass for them.
         let hook: capture::LineHook = {
@@ -193,23 +187,22 @@ pub(super) fn capture_pod(
         };
         let task = capture::follow(
             inner.client.clone(),
-            inner.store.clone(),
+            inner.archive.clone(),
             t.clone(),
             inner.telemetry.clone(),
             inner.log_streams.clone(),
             now.clone(),
             hook,
         );
-        captures.insert((t.clone(), false), tokio::spawn(task));
+        slot.insert(tokio::spawn(task));
     }
     if let Some(scrape) = scrape
         && !captures.contains_key(&(t.clone(), true))
     {
-        let _ = inner.store.add_replica(key, &pod.name, &pod.role);
         let running = move || now() == PodNow::Runs;
         let task = capture::scrape(
             inner.client.clone(),
-            inner.store.clone(),
+            inner.archive.clone(),
             t.clone(),
             scrape,
             inner.telemetry.clone(),
@@ -220,7 +213,7 @@ pub(super) fn capture_pod(
 }
 
 /// Starts following a RayJob's driver output from its head's dashboard once the head has started (once: a
-/// follower at work, or a driver log kept to its end, is left alone).
+/// follower at work is left alone, and one finds a driver log kept to its end in the archive and stops).
 fn follow_driver(inner: &Arc<Inner>, key: &AttemptKey, ns: &str, head: &crate::status::PodView) {
     let job = {
         let s = inner.lock();
@@ -228,21 +221,15 @@ fn follow_driver(inner: &Arc<Inner>, key: &AttemptKey, ns: &str, head: &crate::s
     };
     let Some(job) = job else { return };
     let driver = objects::driver_replica_name(&job);
-    if inner.store.ended(key, &driver) {
-        return;
-    }
     let t = Target {
         key: key.clone(),
         namespace: ns.to_owned(),
         pod: driver.clone(),
         container: "driver".into(),
+        role: "driver".into(),
     };
     let mut captures = inner.captures.lock().unwrap_or_else(|e| e.into_inner());
     if captures.contains_key(&(t.clone(), false)) {
-        return;
-    }
-    if let Err(e) = inner.store.add_replica(key, &driver, "driver") {
-        eprintln!("trainyard: cannot keep the driver's log of {ns}/{job}: {e}");
         return;
     }
     let head_now = {
@@ -251,7 +238,7 @@ fn follow_driver(inner: &Arc<Inner>, key: &AttemptKey, ns: &str, head: &crate::s
     };
     let task = capture::follow_driver(
         inner.client.clone(),
-        inner.store.clone(),
+        inner.archive.clone(),
         t.clone(),
         head.name.clone(),
         job,

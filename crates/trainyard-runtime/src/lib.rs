@@ -12,6 +12,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod archive;
 pub mod clock;
 pub mod fake;
 pub mod metrics;

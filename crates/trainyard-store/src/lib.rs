@@ -27,6 +27,7 @@ mod create;
 mod env;
 mod group_commit;
 mod health;
+mod kept;
 mod keys;
 mod lease;
 mod list;
@@ -42,6 +43,7 @@ mod transitions;
 mod wal_check;
 
 pub use health::{PROBE_EVERY, PROBE_TIMEOUT};
+pub use kept::{KeptLog, KeptReplica};
 pub use lease::{Fence, Lease, ServerRecord};
 pub use model::{
     Accelerator, AccountState, AlarmDelivery, Created, Event, MAX_PAGE, NewTask, Page, ReplicaShape,

@@ -302,6 +302,43 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
         )",
         ],
     ),
+    (
+        19,
+        &[
+            // What a backend keeps of an attempt's replicas where every server on the store reads it (`kept`):
+            // each replica with its role, whether its log is complete, its follower's cursor and the bytes kept;
+            // its log in chunks of whole lines by byte range; its metrics samples.
+            "CREATE TABLE kept_replicas (
+            task_id TEXT NOT NULL,
+            attempt BIGINT NOT NULL,
+            replica TEXT NOT NULL,
+            role TEXT NOT NULL,
+            ended BIGINT NOT NULL,
+            cursor TEXT NOT NULL,
+            log_bytes BIGINT NOT NULL,
+            metrics_bytes BIGINT NOT NULL,
+            PRIMARY KEY (task_id, attempt, replica)
+        )",
+            "CREATE TABLE kept_log (
+            task_id TEXT NOT NULL,
+            attempt BIGINT NOT NULL,
+            replica TEXT NOT NULL,
+            start_byte BIGINT NOT NULL,
+            end_byte BIGINT NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (task_id, attempt, replica, start_byte)
+        )",
+            "CREATE TABLE kept_metrics (
+            id {ID},
+            task_id TEXT NOT NULL,
+            attempt BIGINT NOT NULL,
+            replica TEXT NOT NULL,
+            at_ms BIGINT NOT NULL,
+            sample TEXT NOT NULL
+        )",
+            "CREATE INDEX kept_metrics_by_attempt ON kept_metrics (task_id, attempt, at_ms)",
+        ],
+    ),
 ];
 
 /// What starts a migration's statement that runs on SQLite alone.

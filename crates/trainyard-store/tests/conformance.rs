@@ -88,6 +88,9 @@ conformance!(
     status_times_follow_transitions,
     other_writes_take_turns_with_a_stream_of_creates,
     the_lease_has_one_holder_and_fences_the_writes_of_an_ended_term,
+    a_kept_log_is_read_from_any_offset_with_its_cursor,
+    kept_metrics_are_read_by_replica_after_a_time,
+    a_server_that_does_not_lead_keeps_nothing_of_replicas,
     servers_and_shared_settings,
 );
 
@@ -1160,4 +1163,63 @@ async fn servers_and_shared_settings(store: Store, url: String) {
 /// A term's end, far away.
 fn far() -> std::time::Instant {
     std::time::Instant::now() + std::time::Duration::from_secs(3600)
+}
+
+/// A replica's log is kept in chunks with its follower's cursor, one commit each, and read from any offset.
+async fn a_kept_log_is_read_from_any_offset_with_its_cursor(s: Store, _url: String) {
+    assert!(s.kept_read_log("t", 0, "m", 0, 100).await.unwrap().missing);
+    s.kept_add_replica("t", 0, "m", "master").await.unwrap();
+    s.kept_add_replica("t", 0, "m", "worker").await.unwrap();
+    s.kept_append_log("t", 0, "m", "a\nbb\n", "c1").await.unwrap();
+    s.kept_append_log("t", 0, "m", "", "c2").await.unwrap();
+    s.kept_append_log("t", 0, "m", "ccc\n", "c3").await.unwrap();
+    let r = s.kept_replica("t", 0, "m").await.unwrap().unwrap();
+    assert_eq!((r.role.as_str(), r.cursor.as_str(), r.log_bytes, r.ended), ("master", "c3", 9, false));
+    let all = s.kept_read_log("t", 0, "m", 0, 100).await.unwrap();
+    assert_eq!((all.data.as_slice(), all.from, all.log_bytes), (&b"a\nbb\nccc\n"[..], 0, 9));
+    // From the middle of the second chunk: that chunk, from its start.
+    let part = s.kept_read_log("t", 0, "m", 6, 100).await.unwrap();
+    assert_eq!((part.data.as_slice(), part.from), (&b"ccc\n"[..], 5));
+    s.kept_end("t", 0, "m").await.unwrap();
+    let end = s.kept_read_log("t", 0, "m", 9, 100).await.unwrap();
+    assert!(end.ended && end.data.is_empty() && !end.missing, "{end:?}");
+    assert_eq!(s.kept_replicas("t", 0).await.unwrap().len(), 1);
+    // Appends to a replica never recorded are refused.
+    assert!(matches!(s.kept_append_log("t", 0, "x", "a\n", "").await, Err(StoreError::NotFound(_))));
+}
+
+async fn kept_metrics_are_read_by_replica_after_a_time(s: Store, _url: String) {
+    s.kept_add_replica("t", 1, "w", "worker").await.unwrap();
+    s.kept_add_replica("t", 1, "m", "master").await.unwrap();
+    assert!(
+        s.kept_append_metrics("t", 1, "w", &[(10, "w10".into()), (20, "w20".into())], 100).await.unwrap()
+    );
+    assert!(s.kept_append_metrics("t", 1, "m", &[(15, "m15".into())], 100).await.unwrap());
+    let got = s.kept_read_metrics("t", 1, 10).await.unwrap();
+    assert_eq!(got, [("m".to_owned(), "m15".to_owned()), ("w".to_owned(), "w20".to_owned())]);
+    assert!(s.kept_read_metrics("t", 0, 0).await.unwrap().is_empty());
+    // Past the cap: nothing of the batch is kept.
+    assert!(!s.kept_append_metrics("t", 1, "m", &[(30, "m30".into()), (40, "m40".into())], 8).await.unwrap());
+    assert!(s.kept_append_metrics("t", 1, "m", &[(30, "m30".into())], 8).await.unwrap());
+    let m: Vec<String> = s.kept_read_metrics("t", 1, 0).await.unwrap().into_iter().map(|(_, v)| v).collect();
+    assert_eq!(m, ["m15", "m30", "w10", "w20"]);
+}
+
+/// What a server keeps of replicas is fenced like its status changes: one that does not lead keeps nothing.
+async fn a_server_that_does_not_lead_keeps_nothing_of_replicas(s: Store, _url: String) {
+    let lease = s.claim_lease("one", 60_000).await.unwrap().unwrap();
+    let fence = Fence::default();
+    let fenced = s.fenced(fence.clone());
+    // No term held: refused, nothing written.
+    assert!(matches!(fenced.kept_add_replica("t", 0, "m", "master").await, Err(StoreError::Fenced { .. })));
+    assert!(s.kept_replicas("t", 0).await.unwrap().is_empty());
+    fence.set(lease.token, std::time::Instant::now() + std::time::Duration::from_secs(60));
+    fenced.kept_add_replica("t", 0, "m", "master").await.unwrap();
+    fenced.kept_append_log("t", 0, "m", "a\n", "c").await.unwrap();
+    // A stale term (another took the lease since): refused, nothing written.
+    fence.set(lease.token - 1, std::time::Instant::now() + std::time::Duration::from_secs(60));
+    assert!(matches!(fenced.kept_append_log("t", 0, "m", "b\n", "d").await, Err(StoreError::Fenced { .. })));
+    assert!(matches!(fenced.kept_end("t", 0, "m").await, Err(StoreError::Fenced { .. })));
+    let r = s.kept_replica("t", 0, "m").await.unwrap().unwrap();
+    assert_eq!((r.log_bytes, r.cursor.as_str(), r.ended), (2, "c", false));
 }

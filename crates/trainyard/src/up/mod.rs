@@ -71,8 +71,32 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
         None => None,
     };
     let catalog_path = data_dir.join("catalog.yaml");
+    let open = trainyard_store::Open { accept_damage: opts.server.accept_store_damage };
+    let store =
+        Store::connect_with(&url, open).await.with_context(|| format!("cannot open the store at {url}"))?;
+    if let Some(damage) = store.opened_despite() {
+        eprintln!("trainyard: WARNING: {damage}");
+    }
+    // Several servers may share a PostgreSQL store: this one leads (runs the control loop, the scheduler and
+    // the backend) only while it holds the store's lease, and its loop's writes are fenced.
+    let several = store.dialect() == trainyard_store::Dialect::Postgres;
+    let election = several.then(|| {
+        trainyard_api::leader::Election::on_lease(std::time::Duration::from_millis(
+            opts.server.leader_lease_ms,
+        ))
+    });
     let kube_cfg = if opts.backend == BackendChoice::Kubernetes {
-        Some(KubeConfig { data_dir: data_dir.join("kube"), ..opts.kube.config()? })
+        let kube_dir = data_dir.join("kube");
+        // The pods' logs and metrics: on this server's disk when it is alone on its store; in the store,
+        // through the leader's fence, where every server reads them, when several may share it (what this
+        // server kept on its disk before is still read).
+        let archive = election.as_ref().map(|e| {
+            let files: std::sync::Arc<dyn trainyard_runtime::archive::Archive> =
+                std::sync::Arc::new(trainyard_kube::capture::FileArchive::new(kube_dir.join("attempts")));
+            let archive = trainyard_api::archive::StoreArchive::new(store.fenced(e.fence()), Some(files));
+            std::sync::Arc::new(archive) as std::sync::Arc<dyn trainyard_runtime::archive::Archive>
+        });
+        Some(KubeConfig { data_dir: kube_dir, archive, ..opts.kube.config()? })
     } else {
         None
     };
@@ -96,12 +120,6 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
             machine.memory_mib,
             machine.gpus.as_ref().map_or(String::new(), |(m, n)| format!(", {n} × {m}"))
         );
-    }
-    let open = trainyard_store::Open { accept_damage: opts.server.accept_store_damage };
-    let store =
-        Store::connect_with(&url, open).await.with_context(|| format!("cannot open the store at {url}"))?;
-    if let Some(damage) = store.opened_despite() {
-        eprintln!("trainyard: WARNING: {damage}");
     }
     // The catalog lives in the store once an admin may have edited it; the file seeds it on first start.
     let catalog_text = match store.get_setting(trainyard_api::CATALOG_SETTING).await? {
@@ -246,18 +264,12 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
     // Receivers of alarm webhooks check X-Trainyard-Signature (HMAC-SHA256 of the body) with this key.
     let webhook_key_file = data_dir.join("webhook.key");
     write_private(&webhook_key_file, &String::from_utf8_lossy(&trainyard_api::webhook_key(&secrets)))?;
-    let several = store.dialect() == trainyard_store::Dialect::Postgres;
     if several && matches!(backend, AnyBackend::Local(_)) {
         refuse_a_second_local_server(&store).await?;
     }
     let mut state =
         AppState::new(store.clone(), catalog, backend.clone(), secrets.clone(), Config::default());
-    if several {
-        // Several servers may share a PostgreSQL store: this one leads (runs the control loop, the scheduler
-        // and the backend) only while it holds the store's lease, and its loop's writes are fenced.
-        let election = trainyard_api::leader::Election::on_lease(std::time::Duration::from_millis(
-            opts.server.leader_lease_ms,
-        ));
+    if let Some(election) = election {
         state.control.try_lock().expect("nothing runs the loop yet").elected_by(election.fence());
         // Every server on the store seals and opens hidden values with one key: a server started with another
         // is refused here, before it stores values the others cannot open (the store keeps a digest of the
