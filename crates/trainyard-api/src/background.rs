@@ -41,11 +41,13 @@ pub fn spawn_control_loop(
     election: crate::leader::Election,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut term = None;
+        // The term acted on (`None` before the first look: a server that starts as a follower stands by at
+        // once, its backend included).
+        let mut term: Option<Option<i64>> = None;
         loop {
             if election.elected() {
                 let now = election.leading();
-                if now != term {
+                if term != Some(now) {
                     let mut c = control.lock().await;
                     match now {
                         Some(_) => {
@@ -57,9 +59,9 @@ pub fn spawn_control_loop(
                             c.backend().stand_by();
                         }
                     }
-                    term = now;
+                    term = Some(now);
                 }
-                if term.is_none() {
+                if now.is_none() {
                     control.lock().await.drop_arrivals();
                     election.changed(STAND_BY_LOOK).await;
                     continue;

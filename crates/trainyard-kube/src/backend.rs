@@ -190,17 +190,17 @@ impl KubeBackend {
     /// on from where the archive says its log stands.
     pub fn capture(&self, on: bool) {
         use std::sync::atomic::Ordering;
-        let was = self.inner.capturing.swap(on, Ordering::SeqCst);
+        self.inner.capturing.store(on, Ordering::SeqCst);
+        let mut captures = self.inner.captures.lock().unwrap_or_else(|e| e.into_inner());
         if !on {
-            let mut captures = self.inner.captures.lock().unwrap_or_else(|e| e.into_inner());
             for (_, c) in captures.drain() {
                 c.abort();
             }
             return;
         }
-        if was {
-            return;
-        }
+        // Those that ended for good (a log kept to its end) or gave up are looked at again.
+        captures.retain(|_, h| !h.is_finished());
+        drop(captures);
         let pods: Vec<_> = {
             let s = self.inner.lock();
             s.attempts

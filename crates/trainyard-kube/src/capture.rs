@@ -425,15 +425,23 @@ pub(super) async fn follow(
     now: impl Fn() -> PodNow,
     hook: LineHook,
 ) {
-    let mut sink = match LogSink::open(archive.clone(), &t.key, &t.pod, &t.role).await {
-        Ok(Some(sink)) => sink,
-        Ok(None) => return,
-        Err(e) => {
-            eprintln!("trainyard: cannot keep the log of pod {}/{}: {e}", t.namespace, t.pod);
-            return;
+    let mut backoff = Duration::from_millis(500);
+    // The archive may be away for a while (the store restarting): asked again while the pod is there.
+    let mut sink = loop {
+        match LogSink::open(archive.clone(), &t.key, &t.pod, &t.role).await {
+            Ok(Some(sink)) => break sink,
+            Ok(None) => return,
+            Err(e) if now() == PodNow::Gone => {
+                eprintln!("trainyard: cannot keep the log of pod {}/{}: {e}", t.namespace, t.pod);
+                return;
+            }
+            Err(_) => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
         }
     };
-    let mut backoff = Duration::from_millis(500);
+    backoff = Duration::from_millis(500);
     let mut errors = 0u32;
     loop {
         let Ok(permit) = streams.clone().acquire_owned().await else { return };
@@ -649,12 +657,19 @@ pub(super) async fn follow_driver(
     telemetry: Arc<Telemetry>,
     head_now: impl Fn() -> PodNow,
 ) {
-    let mut sink = match LogSink::open(archive.clone(), &t.key, &t.pod, &t.role).await {
-        Ok(Some(sink)) => sink,
-        Ok(None) => return,
-        Err(e) => {
-            eprintln!("trainyard: cannot keep the driver's log of {}/{}: {e}", t.namespace, head);
-            return;
+    let mut wait = DRIVER_POLL;
+    let mut sink = loop {
+        match LogSink::open(archive.clone(), &t.key, &t.pod, &t.role).await {
+            Ok(Some(sink)) => break sink,
+            Ok(None) => return,
+            Err(e) if head_now() == PodNow::Gone => {
+                eprintln!("trainyard: cannot keep the driver's log of {}/{}: {e}", t.namespace, head);
+                return;
+            }
+            Err(_) => {
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(MAX_BACKOFF);
+            }
         }
     };
     // Where it stands: the bytes of the Ray log kept.

@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::leaders::{status, wait_leader};
 use common::{Options, Server, pg, pytorch, secs};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -95,47 +96,6 @@ fn servers(name: &str, n: usize, run_ms: u64) -> Vec<Server> {
         all.push(Server::start_with(&format!("{name}-{i}"), opts(Some(seed.clone()))));
     }
     all
-}
-
-/// `GET /api/v1/server` from `s`, if it answers.
-fn status(s: &Server) -> Option<Value> {
-    let resp = common::agent()
-        .get(format!("{}/api/v1/server", s.base))
-        .header("Authorization", &format!("Bearer {}", s.token))
-        .call()
-        .ok()?;
-    let mut resp = resp;
-    if resp.status() != 200 {
-        return None;
-    }
-    serde_json::from_str(&resp.body_mut().read_to_string().ok()?).ok()
-}
-
-/// The index of the server that leads now, as any live server sees it.
-fn leader(all: &[Server]) -> Option<usize> {
-    for s in all.iter().filter(|s| s.pid().is_some()) {
-        let Some(v) = status(s) else { continue };
-        if v["leader"]["live"] != true {
-            return None;
-        }
-        let id = v["leader"]["server"].as_str()?;
-        let address =
-            v["servers"].as_array()?.iter().find(|x| x["id"] == id)?["address"].as_str()?.to_owned();
-        return all.iter().position(|s| s.base == address && s.pid().is_some());
-    }
-    None
-}
-
-/// Waits until a live server leads: its index.
-fn wait_leader(all: &[Server], within: Duration) -> usize {
-    let t0 = Instant::now();
-    loop {
-        if let Some(i) = leader(all) {
-            return i;
-        }
-        assert!(t0.elapsed() < within, "no server leads after {within:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// One create through `base`: `Ok(id)` when answered 200/201, `Err` when the server could not be reached

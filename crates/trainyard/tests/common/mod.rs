@@ -5,6 +5,7 @@
 
 pub mod console;
 pub mod kueue;
+pub mod leaders;
 pub mod pg;
 pub mod webdriver;
 
