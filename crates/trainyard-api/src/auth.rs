@@ -80,6 +80,34 @@ impl FromRequestParts<AppState> for Admin {
     }
 }
 
+/// The proof one server on a store gives another (a follower asking the leader what only the leader knows):
+/// a digest of the key every server on the store shares, sent as its bearer token.
+pub fn peer_proof(secrets: &trainyard_control::secrets::SecretBox) -> String {
+    format!("peer.{}", secrets.digest(b"trainyard peer server"))
+}
+
+/// Another server on the store ([`peer_proof`]), or an admin.
+#[derive(Debug)]
+pub struct PeerOrAdmin;
+
+impl FromRequestParts<AppState> for PeerOrAdmin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<PeerOrAdmin> {
+        let sent = parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        if let Some(token) = sent.and_then(|v| v.strip_prefix("Bearer ")).map(str::trim)
+            && token.starts_with("peer.")
+        {
+            // Compared as digests of each, so the time taken says nothing of the proof.
+            if token_hash(token) == token_hash(&peer_proof(&state.secrets)) {
+                return Ok(PeerOrAdmin);
+            }
+            return Err(ApiError::Unauthorized);
+        }
+        Admin::from_request_parts(parts, state).await.map(|_| PeerOrAdmin)
+    }
+}
+
 /// Who calls ([`Caller`] or [`Admin`]) and the request's body, for handlers that read one. A body the
 /// server refuses to read (over the body limit: 413) is answered before whatever the caller check said,
 /// whoever sends it: the handlers read their body before they looked at the token, and answer as they did.

@@ -238,6 +238,141 @@ pub fn spawn_catalog_follow(state: crate::AppState) -> Option<tokio::task::JoinH
     }))
 }
 
+/// How often a follower asks the leader for its boards.
+const BOARD_FOLLOW: Duration = Duration::from_secs(1);
+/// A leader that has not answered for this long: its boards are taken down rather than shown stale.
+const BOARD_STALE: Duration = Duration::from_secs(5);
+
+/// With several servers on the store: while this server follows, the leader's queue positions, wait reasons
+/// and starting tasks' waits (which only its control loop knows) are asked for every second and put up on
+/// this server's boards, so that a task read through any server says where it stands (at most about a second
+/// behind). Asked with the proof of the key the servers share; only what changed is sent again.
+pub fn spawn_board_follow(state: crate::AppState) -> Option<tokio::task::JoinHandle<()>> {
+    if !state.election.elected() {
+        return None;
+    }
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(2)))
+        .proxy(None)
+        .max_redirects(0)
+        .build()
+        .into();
+    let proof = format!("Bearer {}", crate::auth::peer_proof(&state.secrets));
+    Some(tokio::spawn(async move {
+        // The version of the boards put up, and from which leader; when the leader last answered.
+        let mut have: Option<(String, String)> = None;
+        let mut answered = std::time::Instant::now();
+        loop {
+            tokio::time::sleep(BOARD_FOLLOW).await;
+            if state.election.leading().is_some() {
+                // Its own loop's boards.
+                have = None;
+                continue;
+            }
+            let leader = match leader_address(&state).await {
+                Some(a) => a,
+                None => {
+                    if have.is_some() && answered.elapsed() > BOARD_STALE {
+                        state.queue.install(Vec::new());
+                        state.starts.install(Vec::new());
+                        have = None;
+                    }
+                    continue;
+                }
+            };
+            let since = have.as_ref().filter(|(from, _)| *from == leader).map(|(_, v)| v.clone());
+            let (agent, proof, url) = (agent.clone(), proof.clone(), leader.clone());
+            let got =
+                tokio::task::spawn_blocking(move || fetch_boards(&agent, &proof, &url, since.as_deref()))
+                    .await
+                    .ok()
+                    .flatten();
+            match got {
+                Some(b) => {
+                    answered = std::time::Instant::now();
+                    let version = b.version.clone();
+                    if !b.unchanged {
+                        install_boards(&state, b);
+                    }
+                    have = Some((leader, version));
+                }
+                None if answered.elapsed() > BOARD_STALE && have.is_some() => {
+                    state.queue.install(Vec::new());
+                    state.starts.install(Vec::new());
+                    have = None;
+                }
+                None => {}
+            }
+        }
+    }))
+}
+
+/// The leader's API address, if a live leader other than this server is in the registry.
+async fn leader_address(state: &crate::AppState) -> Option<String> {
+    let lease = state.store.lease().await.ok()?;
+    if !lease.held_by(&lease.holder) || lease.holder == state.election.id() {
+        return None;
+    }
+    let servers = state.store.servers(crate::leader::SERVER_GONE_AFTER.as_millis() as i64).await.ok()?;
+    servers.into_iter().find(|s| s.id == lease.holder).map(|s| s.address)
+}
+
+/// The leader's boards as a follower reads them.
+struct Boards {
+    version: String,
+    unchanged: bool,
+    queued: Vec<(std::sync::Arc<str>, trainyard_control::QueueInfo)>,
+    starting: Vec<(String, trainyard_control::StartWait)>,
+}
+
+/// One ask of the leader's boards (`routes::server::server_boards`'s answer, read back).
+fn fetch_boards(agent: &ureq::Agent, proof: &str, leader: &str, since: Option<&str>) -> Option<Boards> {
+    use serde_json::Value;
+    let mut req = agent.get(format!("{leader}/api/v1/server/boards")).header("Authorization", proof);
+    if let Some(v) = since {
+        req = req.query("since", v);
+    }
+    let mut resp = req.call().ok()?;
+    if resp.status() != 200 {
+        return None;
+    }
+    let v: Value = serde_json::from_str(&resp.body_mut().read_to_string().ok()?).ok()?;
+    let mut reasons: std::collections::HashMap<String, std::sync::Arc<str>> =
+        std::collections::HashMap::new();
+    let mut queued = Vec::new();
+    for q in v["queued"].as_array()? {
+        let reason = q["reason"].as_str()?;
+        let reason = reasons.entry(reason.to_owned()).or_insert_with(|| reason.into()).clone();
+        let info = trainyard_control::QueueInfo {
+            position: u32::try_from(q["position"].as_u64()?).ok()?,
+            position_in_group: u32::try_from(q["positionInGroup"].as_u64()?).ok()?,
+            reason,
+        };
+        queued.push((q["taskId"].as_str()?.into(), info));
+    }
+    let mut starting = Vec::new();
+    for w in v["starting"].as_array()? {
+        let wait = trainyard_control::StartWait {
+            attempt: w["attempt"].as_i64()?,
+            reason: w["reason"].as_str()?.to_owned(),
+            since_ms: w["sinceMs"].as_i64()?,
+        };
+        starting.push((w["taskId"].as_str()?.to_owned(), wait));
+    }
+    Some(Boards {
+        version: v["version"].as_str()?.to_owned(),
+        unchanged: v["unchanged"].as_bool()?,
+        queued,
+        starting,
+    })
+}
+
+fn install_boards(state: &crate::AppState, b: Boards) {
+    state.queue.install(b.queued);
+    state.starts.install(b.starting);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@
 
 use crate::error::ProblemBody;
 use crate::routes::admin::{NodeStateBody, RegistryLoginBody, RegistryLoginEntry};
-use crate::routes::server::ServerStatus;
+use crate::routes::server::{ServerBoards, ServerStatus};
 use crate::routes::shares::{ShareBody, ShareEntry};
 use crate::routes::tasks::CloneBody;
 use crate::routes::users::{TaskEnvBody, TokenBody, UserBody, WorkBody};
@@ -495,6 +495,19 @@ pub const OPERATIONS: &[Operation] = &[
         answer: Answer::Json(schema_of::<ServerStatus>),
         also_ok: &[],
         errors: &[],
+    },
+    Operation {
+        id: "getServerBoards",
+        method: "get",
+        path: "/api/v1/server/boards",
+        summary: "The leader's queue positions, wait reasons and starting tasks' waits, for the other servers on the store (the proof of their shared key as the token) or an admin; since=VERSION answers unchanged, with empty lists, while the boards are as of that version. A server that does not lead answers 409",
+        query: &[param("since", string, "the version the caller has (the last answer's)")],
+        headers: &[],
+        body: Body::None,
+        ok: 200,
+        answer: Answer::Json(schema_of::<ServerBoards>),
+        also_ok: &[],
+        errors: &[409],
     },
     Operation {
         id: "getSettings",

@@ -21,6 +21,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/docs", get(server::docs_page))
         .route("/api/v1/whoami", get(users::whoami))
         .route("/api/v1/server", get(server::server_status))
+        .route("/api/v1/server/boards", get(server::server_boards))
         .route("/api/v1/validate", post(tasks::validate_task))
         .route("/api/v1/tasks", post(tasks::create_task).get(tasks::list_tasks).delete(tasks::delete_tasks))
         .route("/api/v1/tasks/{id}", get(tasks::get_task).delete(tasks::delete_task))

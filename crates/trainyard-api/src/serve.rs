@@ -46,6 +46,9 @@ pub struct ServeOptions {
     /// Where `/metrics` is served without a token (`trainyard up --metrics-listen`): an address for the
     /// scraper only, such as a management interface. On the API's own address `/metrics` takes an admin token.
     pub metrics_listener: Option<tokio::net::TcpListener>,
+    /// Where the other servers on the store reach this one's API (`trainyard up --advertise-url`); None: the
+    /// address it listens on.
+    pub advertise_url: Option<String>,
 }
 
 /// Serves the API on `listener` with the control loop and alarm delivery running, with the default
@@ -81,7 +84,10 @@ pub async fn serve_with(
         .map(|l| tokio::spawn(serve_connections(l, metrics_router(state.clone()), limits)));
     let me = trainyard_store::ServerRecord {
         id: state.election.id().to_owned(),
-        address: format!("http://{}", listener.local_addr()?),
+        address: match options.advertise_url {
+            Some(url) => url.trim_end_matches('/').to_owned(),
+            None => format!("http://{}", reachable(listener.local_addr()?)),
+        },
         host: crate::leader::host_name(),
         backend: state.backend.name().to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -103,6 +109,7 @@ pub async fn serve_with(
         state.election.clone(),
     );
     let inventory = crate::background::spawn_inventory_sync(state.clone());
+    let boards = crate::background::spawn_board_follow(state.clone());
     let catalog_follow = crate::background::spawn_catalog_follow(state.clone());
     let result = serve_connections(listener, router(state), limits).await;
     ticker.abort();
@@ -113,6 +120,9 @@ pub async fn serve_with(
     }
     if let Some(c) = catalog_follow {
         c.abort();
+    }
+    if let Some(b) = boards {
+        b.abort();
     }
     if let Some(m) = metrics_server {
         m.abort();
@@ -275,5 +285,18 @@ impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for IdleTimeout<T> 
 fn keep_to_small_pages() {
     if let Err(e) = rustix::thread::disable_transparent_huge_pages(true) {
         eprintln!("trainyard: cannot turn transparent huge pages off for the server: {e}");
+    }
+}
+
+/// The address other servers on this machine reach a listener at: a wildcard one is reached on loopback.
+fn reachable(addr: std::net::SocketAddr) -> std::net::SocketAddr {
+    match addr.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
+            (std::net::Ipv4Addr::LOCALHOST, addr.port()).into()
+        }
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
+            (std::net::Ipv6Addr::LOCALHOST, addr.port()).into()
+        }
+        _ => addr,
     }
 }

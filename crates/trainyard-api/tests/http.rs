@@ -112,7 +112,7 @@ fn server_at(
             false => None,
         };
         let metrics = metrics_listener.as_ref().map(|l| format!("http://{}", l.local_addr().unwrap()));
-        let options = trainyard_api::ServeOptions { limits, metrics_listener };
+        let options = trainyard_api::ServeOptions { limits, metrics_listener, ..Default::default() };
         tokio::spawn(trainyard_api::serve_with(listener, state, options));
         (base, tokens, metrics)
     });

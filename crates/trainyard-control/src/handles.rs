@@ -44,7 +44,7 @@ impl CatalogHandle {
 
 /// Queue positions and wait reasons as of the last tick, readable from anywhere without the control loop.
 #[derive(Debug, Clone, Default)]
-pub struct QueueBoard(Arc<std::sync::RwLock<Waits>>);
+pub struct QueueBoard(Arc<std::sync::RwLock<Waits>>, Arc<std::sync::atomic::AtomicU64>);
 
 /// Every queued task's wait, by task id. Rebuilt by a full scheduling cycle with an entry per queued task
 /// (and updated in place by the others), so its hashing is the cheap kind: task ids are platform-made (not chosen by users), so a hash that is fast
@@ -90,7 +90,7 @@ impl IdHasher {
 /// What each starting task waits for, in its backend's words (a cluster's scheduler with no room, a pull):
 /// the backend's [`trainyard_runtime::Observation::Waiting`], kept while the attempt it was said of starts.
 #[derive(Debug, Clone, Default)]
-pub struct StartBoard(Arc<std::sync::RwLock<HashMap<String, StartWait>>>);
+pub struct StartBoard(Arc<std::sync::RwLock<HashMap<String, StartWait>>>, Arc<std::sync::atomic::AtomicU64>);
 
 /// One starting attempt's wait.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,6 +117,7 @@ impl StartBoard {
                     task_id.to_owned(),
                     StartWait { attempt, reason: reason.to_owned(), since_ms: now_ms },
                 );
+                self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
     }
@@ -124,7 +125,22 @@ impl StartBoard {
     /// The attempt started or ended: it waits no more.
     pub(crate) fn clear(&self, task_id: &str) {
         let mut board = self.0.write().unwrap_or_else(|e| e.into_inner());
-        board.remove(task_id);
+        if board.remove(task_id).is_some() {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Every wait on the board, with the board's version (it changes with every change).
+    pub fn snapshot(&self) -> (u64, Vec<(String, StartWait)>) {
+        let board = self.0.read().unwrap_or_else(|e| e.into_inner());
+        let version = self.1.load(std::sync::atomic::Ordering::Relaxed);
+        (version, board.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+    }
+
+    /// Puts up another server's board (a follower shows the leader's).
+    pub fn install(&self, waits: Vec<(String, StartWait)>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = waits.into_iter().collect();
+        self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -135,7 +151,22 @@ impl QueueBoard {
 
     /// Puts this tick's waits up and hands back the last tick's, for the caller to drop outside the lock.
     pub(crate) fn replace(&self, waits: Waits) -> Waits {
-        std::mem::replace(&mut *self.0.write().unwrap_or_else(|e| e.into_inner()), waits)
+        let old = std::mem::replace(&mut *self.0.write().unwrap_or_else(|e| e.into_inner()), waits);
+        self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        old
+    }
+
+    /// Every wait on the board, with the board's version (it changes with every change).
+    pub fn snapshot(&self) -> (u64, Vec<(Arc<str>, QueueInfo)>) {
+        let board = self.0.read().unwrap_or_else(|e| e.into_inner());
+        let version = self.1.load(std::sync::atomic::Ordering::Relaxed);
+        (version, board.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+    }
+
+    /// Puts up another server's board (a follower shows the leader's).
+    pub fn install(&self, waits: Vec<(Arc<str>, QueueInfo)>) {
+        let old = self.replace(waits.into_iter().collect());
+        drop(old);
     }
 
     /// Updates the board in place: the waits that moved (or are new) and the tasks no longer waiting.
@@ -148,6 +179,7 @@ impl QueueBoard {
             board.remove(id);
         }
         board.extend(moved);
+        self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -82,5 +82,32 @@ impl<B: Backend> Control<B> {
             read.abort();
         }
         self.requests = crate::policy::Requests::default();
+        self.catalog_stamp = None;
+    }
+
+    /// With several servers on the store an admin changes the catalog through any of them. Before each plan
+    /// the leader compares the stored catalog's stamp and takes a changed one in. Read after the tick's sync,
+    /// it is in force for every task the sync found: a task created after a catalog change returned is never
+    /// placed under the catalog before it.
+    pub(crate) async fn follow_catalog(&mut self) -> Result<(), trainyard_store::StoreError> {
+        if self.fence.is_none() {
+            // Alone on its store: every change goes through this process's handle.
+            return Ok(());
+        }
+        let stamp = self.store.setting_stamp(crate::CATALOG_SETTING).await?;
+        if stamp.is_none() || stamp == self.catalog_stamp {
+            return Ok(());
+        }
+        let Some(text) = self.store.get_setting(crate::CATALOG_SETTING).await? else { return Ok(()) };
+        self.catalog_stamp = stamp;
+        match trainyard_core::Catalog::from_yaml(&text) {
+            Ok(catalog) => {
+                if *self.catalog.get() != catalog {
+                    self.catalog.set(catalog);
+                }
+            }
+            Err(e) => eprintln!("trainyard: the stored catalog cannot be read: {e}"),
+        }
+        Ok(())
     }
 }

@@ -145,6 +145,8 @@ pub struct Control<B> {
     views: SchedViews,
     /// Refused backend requests and stop causes (see `requests`).
     requests: policy::Requests,
+    /// The stored catalog's stamp the loop last took in (several servers: see `leadership::follow_catalog`).
+    catalog_stamp: Option<(i64, i64)>,
     /// What the backend reported that a tick could not write (the store was away): handled first, in order,
     /// by the next tick. A backend says each thing once, so nothing it said is dropped.
     unobserved: std::collections::VecDeque<trainyard_runtime::Observation>,
@@ -205,6 +207,7 @@ impl<B: Backend> Control<B> {
             full_read: None,
             requests: policy::Requests::default(),
             unobserved: Default::default(),
+            catalog_stamp: None,
             accounts: AccountsHandle::default(),
             sources: Sources::default(),
         }

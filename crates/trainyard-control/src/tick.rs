@@ -68,6 +68,7 @@ impl<B: Backend> Control<B> {
         }
         self.arrived = arrived;
         self.sync_active(now_ms).await?;
+        self.follow_catalog().await?;
         // A stored task that cannot be read any more is left alone (and reported once); it must not stop the
         // loop for every other task.
         self.read_missing_specs(now_ms).await?;

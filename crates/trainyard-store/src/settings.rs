@@ -13,6 +13,15 @@ impl Store {
         row.map(|r| Ok(r.try_get(0)?)).transpose()
     }
 
+    /// A named document's stamp, cheap to compare: when it was last set and its length. `None` if unset.
+    pub async fn setting_stamp(&self, name: &str) -> Result<Option<(i64, i64)>> {
+        let row = sqlx::query("SELECT updated_at_ms, LENGTH(value) FROM settings WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| Ok((r.try_get(0)?, r.try_get::<i64, _>(1)?))).transpose()
+    }
+
     /// Sets a named document.
     pub async fn put_setting(&self, name: &str, value: &str, at_ms: i64) -> Result<()> {
         self.write(async |conn| {

@@ -464,3 +464,114 @@ fn postgres_restarted_under_creates_the_servers_reconnect_and_one_leads_again() 
         all[l].wait_status(&id, "Succeeded", secs(30));
     }
 }
+
+/// A queued task read through a follower says where it stands and why, as the leader's loop has it (the
+/// follower asks the leader for its boards every second); the boards are refused without the servers' key.
+#[test]
+fn a_follower_shows_a_queued_tasks_place_and_reason_as_the_leader_has_them() {
+    let all = servers("ha-boards", 2, 600_000);
+    let l = wait_leader(&all, secs(10));
+    let (leader, follower) = (&all[l], &all[1 - l]);
+    // More than the quota holds: the rest wait, in line.
+    let ids: Vec<String> = (0..12).map(|i| follower.submit(&pytorch(&format!("q{i}"), 0, "true"))).collect();
+    let queued = loop {
+        let waiting: Vec<&String> = ids.iter().filter(|id| leader.task(id)["status"] == "Queued").collect();
+        if waiting.len() >= 2 && waiting.iter().all(|id| !leader.task(id)["queue"].is_null()) {
+            break waiting.last().map(|id| id.to_string()).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let want = leader.task(&queued)["queue"].clone();
+    assert!(
+        want["position"].as_u64().unwrap() >= 2 && !want["reason"].as_str().unwrap().is_empty(),
+        "{want}"
+    );
+    let t0 = Instant::now();
+    loop {
+        let got = follower.task(&queued)["queue"].clone();
+        if got == want {
+            break;
+        }
+        assert!(t0.elapsed() < secs(10), "the follower shows {got}, the leader {want}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The boards answer another server's proof or an admin, nobody else; a follower has none to give.
+    let (status, body) = leader.call("GET", "/api/v1/server/boards", None);
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert!(v["queued"].as_array().unwrap().iter().any(|q| q["taskId"] == queued.as_str()), "{body}");
+    let (status, body) =
+        leader.call("GET", &format!("/api/v1/server/boards?since={}", v["version"].as_str().unwrap()), None);
+    assert_eq!(status, 200, "{body}");
+    let unchanged: Value = serde_json::from_str(&body).unwrap();
+    assert!(unchanged["unchanged"] == true || unchanged["version"] != v["version"], "{body}");
+    let (status, body) = follower.call("GET", "/api/v1/server/boards", None);
+    assert_eq!(status, 409, "{body}");
+    let ask = |token: &str| {
+        let resp = common::agent()
+            .get(format!("{}/api/v1/server/boards", leader.base))
+            .header("Authorization", &format!("Bearer {token}"))
+            .call()
+            .unwrap();
+        resp.status().as_u16()
+    };
+    assert_eq!(ask("peer.0123456789abcdef"), 401, "a forged proof");
+    let body = serde_json::json!({"name": "someone", "role": "member", "groups": ["default"]}).to_string();
+    let (status, answer) = leader.call("POST", "/api/v1/admin/users", Some(&body));
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = leader.call("POST", "/api/v1/users/someone/tokens", Some("{}"));
+    assert_eq!(status, 201, "{answer}");
+    let token = serde_json::from_str::<Value>(&answer).unwrap()["token"].as_str().unwrap().to_owned();
+    assert_eq!(ask(&token), 403, "a member");
+}
+
+/// A catalog change through a follower is in force at the leader for every task created after it returned:
+/// the leader compares the stored catalog before each plan, after its read of the new tasks (the catalog
+/// followers poll every second would leave a window in which a task is placed under the old one).
+#[test]
+fn a_catalog_changed_through_a_follower_holds_for_the_next_task_at_once() {
+    // Runs that hold their quota for the whole test.
+    let all = servers("ha-catalog", 2, 600_000);
+    let l = wait_leader(&all, secs(10));
+    let (leader, follower) = (&all[l], &all[1 - l]);
+    // Admitted: its replicas start (60 s) and run.
+    let admitted = |id: &str| {
+        let t0 = Instant::now();
+        while !["Starting", "Running"].contains(&leader.task(id)["status"].as_str().unwrap_or("")) {
+            assert!(t0.elapsed() < secs(30), "{id} not admitted:\n{}", leader.events_text(id));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let mut running = vec![follower.submit(&pytorch("first", 0, "true"))];
+    admitted(&running[0]);
+    for round in 0..4 {
+        // The group's quota is what runs already (rounds 0 and 2: the next task must wait), or ample again
+        // (rounds 1 and 3: the waiting one and the next run).
+        let tight = round % 2 == 0;
+        let (_, body) = follower.call("GET", "/api/v1/catalog", None);
+        let mut catalog: Value = serde_json::from_str(&body).unwrap();
+        let units = if tight { running.len() } else { 64 };
+        for q in catalog["quotas"].as_array_mut().unwrap() {
+            q["units"] = serde_json::json!(units);
+        }
+        let (status, body) = follower.call("PUT", "/api/v1/admin/catalog", Some(&catalog.to_string()));
+        assert_eq!(status, 200, "{body}");
+        let id = follower.submit(&pytorch(&format!("after{round}"), 0, "true"));
+        if tight {
+            std::thread::sleep(Duration::from_millis(1500));
+            let t = leader.task(&id);
+            assert_eq!(
+                t["status"],
+                "Queued",
+                "admitted under the catalog before:\n{}",
+                leader.events_text(&id)
+            );
+        }
+        running.push(id);
+        if !tight {
+            for id in &running {
+                admitted(id);
+            }
+        }
+    }
+}

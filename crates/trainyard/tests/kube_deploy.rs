@@ -4,12 +4,13 @@
 //! `deploy/kubernetes/Containerfile` makes it (this build's `trainyard`, Debian's `ca-certificates`,
 //! `openssh-client` and `tini`, user 65532) and PostgreSQL's from Debian's `postgresql` with an entrypoint that
 //! does what the official image's does with `POSTGRES_USER`, `POSTGRES_DB`, `POSTGRES_PASSWORD` and `PGDATA`.
-//! Both claims are bound to host-path volumes on the first real node (the stack has no provisioner).
+//! PostgreSQL's claim is bound to a host-path volume on the first real node (the stack has no provisioner).
 //!
-//! The server starts in its pod, reaches the API server as in-cluster clients do (its service account, the
-//! `kubernetes` Service), takes the real nodes into its catalog, runs a task on real pods, and survives its
-//! own pod's deletion: the Deployment's next pod reads the store, reattaches to the running task, and the task
-//! ends well with every line of its log kept.
+//! Both replicas start in their pods and reach the API server as in-cluster clients do (their service account,
+//! the `kubernetes` Service); one leads. The server takes the real nodes into its catalog, runs a task on real
+//! pods, and survives the deletion of the leader's pod under it: the other replica takes over from the store
+//! and the cluster, reattaches to the running task, and the task ends well with every line of its log kept,
+//! read through both replicas (the Deployment's new pod included).
 
 mod common;
 
@@ -192,37 +193,57 @@ fn volume(name: &str, claim: &str, size: &str, dir: &Path, uid: u32, node: &str)
 }
 
 /// The running, ready pod of the Deployment: (name, address).
-fn server_pod(timeout: Duration) -> (String, String) {
+fn ready_pods(n: usize, timeout: Duration) -> Vec<(String, String)> {
     let t0 = Instant::now();
     loop {
         let (_, out) =
             kubectl(&["-n", NS, "get", "pods", "-l", "app.kubernetes.io/name=trainyard", "-o", "json"], None);
+        let mut ready = Vec::new();
         if let Ok(v) = serde_json::from_str::<Value>(&out) {
             for p in v["items"].as_array().into_iter().flatten() {
-                let ready = p["status"]["conditions"]
+                let is_ready = p["status"]["conditions"]
                     .as_array()
                     .into_iter()
                     .flatten()
                     .any(|c| c["type"] == "Ready" && c["status"] == "True");
-                if ready && p["metadata"]["deletionTimestamp"].is_null() {
-                    return (
+                if is_ready && p["metadata"]["deletionTimestamp"].is_null() {
+                    ready.push((
                         p["metadata"]["name"].as_str().unwrap().to_owned(),
                         p["status"]["podIP"].as_str().unwrap().to_owned(),
-                    );
+                    ));
                 }
             }
+        }
+        if ready.len() >= n {
+            return ready;
         }
         if t0.elapsed() > timeout {
             let (_, pods) = kubectl(&["-n", NS, "get", "pods", "-o", "wide"], None);
             let (_, events) = kubectl(&["-n", NS, "get", "events", "--sort-by=.lastTimestamp"], None);
-            let (_, log) = kubectl(&["-n", NS, "logs", "deploy/trainyard", "--tail=50"], None);
+            let (_, log) =
+                kubectl(&["-n", NS, "logs", "-l", "app.kubernetes.io/name=trainyard", "--tail=50"], None);
             let (_, pg) = kubectl(&["-n", NS, "logs", "trainyard-postgres-0", "--tail=30"], None);
             panic!(
-                "no ready Trainyard pod after {timeout:?}:\n{pods}\n{events}\nserver:\n{log}\npostgres:\n{pg}"
+                "not {n} ready Trainyard pods after {timeout:?}:\n{pods}\n{events}\nserver:\n{log}\npostgres:\n{pg}"
             );
         }
         std::thread::sleep(Duration::from_secs(1));
     }
+}
+
+/// The admin token the first start printed, from the replicas' logs.
+fn admin_token() -> String {
+    let (_, log) = kubectl(&["-n", NS, "logs", "-l", "app.kubernetes.io/name=trainyard", "--tail=-1"], None);
+    let mut lines = log.lines();
+    while let Some(l) = lines.next() {
+        if l.contains("created user admin") {
+            if let Some(token) = lines.map(str::trim).find(|t| !t.is_empty()) {
+                return token.to_owned();
+            }
+            break;
+        }
+    }
+    panic!("no admin token in the replicas' logs:\n{log}");
 }
 
 struct Api {
@@ -312,10 +333,9 @@ fn trainyard_runs_in_the_cluster_from_its_deploy_manifests() {
         ),
     )
     .unwrap();
-    // The claims' volumes on the first real node, owned by the users the manifests run as.
+    // PostgreSQL's claim's volume on the first real node, owned by the user its manifest runs as.
     let pv = stack.join("deploy-volumes");
-    let volumes = volume("trainyard-data", "trainyard-data", "50Gi", &pv.join("data"), 65532, &nodes[0])
-        + &volume("trainyard-pg", "data-trainyard-postgres-0", "20Gi", &pv.join("pg"), 999, &nodes[0]);
+    let volumes = volume("trainyard-pg", "data-trainyard-postgres-0", "20Gi", &pv.join("pg"), 999, &nodes[0]);
     kubectl_ok(&["apply", "-f", "-"], Some(&volumes));
     let overlay_dir = overlay.display().to_string();
     let _gone = Undeploy(overlay_dir.clone());
@@ -347,10 +367,18 @@ fn trainyard_runs_in_the_cluster_from_its_deploy_manifests() {
         None,
     );
 
-    let (pod, ip) = server_pod(Duration::from_secs(300));
-    eprintln!("Trainyard's pod {pod} ({ip}) is ready {:.1} s after the apply", t0.elapsed().as_secs_f64());
-    let token = std::fs::read_to_string(pv.join("data/admin.token")).expect("the first start's admin token");
-    let api = Api { base: format!("http://{ip}:8080"), token: token.trim().to_owned() };
+    let pods = ready_pods(2, Duration::from_secs(300));
+    eprintln!("Trainyard's pods {pods:?} are ready {:.1} s after the apply", t0.elapsed().as_secs_f64());
+    let api = Api { base: format!("http://{}:8080", pods[0].1), token: admin_token() };
+    // One leads, and says where each replica answers (its pod's address).
+    let (status, body) = api.call("GET", "/api/v1/server", None);
+    assert_eq!(status, 200, "{body}");
+    let servers: Value = serde_json::from_str(&body).unwrap();
+    let addresses: Vec<&str> =
+        servers["servers"].as_array().unwrap().iter().map(|s| s["address"].as_str().unwrap()).collect();
+    for (_, ip) in &pods {
+        assert!(addresses.contains(&format!("http://{ip}:8080").as_str()), "{ip} not in {body}");
+    }
 
     // The catalog it took from the cluster's nodes has the real nodes.
     let (status, body) = api.call("GET", "/api/v1/catalog", None);
@@ -400,37 +428,61 @@ fn trainyard_runs_in_the_cluster_from_its_deploy_manifests() {
     let id = serde_json::from_str::<Value>(&body).unwrap()["id"].as_str().unwrap().to_owned();
     api.wait_status(&id, "Running", Duration::from_secs(300));
 
-    // Its pod deleted: the Deployment's next one takes over from the store and the cluster.
-    kubectl_ok(&["-n", NS, "delete", "pod", &pod, "--wait=false"], None);
-    let t1 = Instant::now();
-    let (pod2, ip2) = loop {
-        let (p, ip) = server_pod(Duration::from_secs(300));
-        if p != pod {
-            break (p, ip);
-        }
-        std::thread::sleep(Duration::from_secs(1));
-    };
-    eprintln!("the next pod {pod2} ({ip2}) is ready {:.1} s after the deletion", t1.elapsed().as_secs_f64());
-    let api = Api { base: format!("http://{ip2}:8080"), token: api.token };
-    let t = api.wait_status(&id, "Succeeded", Duration::from_secs(300));
-    assert_eq!(t["attempt"], 0, "the same attempt went on, not a resubmission: {}", api.events(&id));
-    let (status, body) = api.call("GET", &format!("/api/v1/tasks/{id}/logs"), None);
-    assert_eq!(status, 200, "{body}");
-    let v: Value = serde_json::from_str(&body).unwrap();
-    let replicas: Vec<String> = v["items"][0]["replicas"]
+    // The leader's pod deleted: the other replica takes over from the store and the cluster.
+    let (_, body) = api.call("GET", "/api/v1/server", None);
+    let servers: Value = serde_json::from_str(&body).unwrap();
+    let leader = servers["servers"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| r["name"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(replicas.len(), 2, "{body}");
-    for r in &replicas {
-        let (status, log) = api.call("GET", &format!("/api/v1/tasks/{id}/logs?replica={r}"), None);
-        assert_eq!(status, 200, "{log}");
-        let steps = log.lines().filter(|l| l.contains(" O step ")).count();
-        assert_eq!(steps, 45, "{r}: every line kept across the server's restart:\n{log}");
+        .find(|s| s["leading"] == true)
+        .unwrap_or_else(|| panic!("no leader: {body}"))["address"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (gone, _) = pods.iter().find(|(_, ip)| leader == format!("http://{ip}:8080")).unwrap().clone();
+    let (_, other_ip) = pods.iter().find(|(p, _)| *p != gone).unwrap().clone();
+    kubectl_ok(&["-n", NS, "delete", "pod", &gone, "--wait=false"], None);
+    let t1 = Instant::now();
+    let api = Api { base: format!("http://{other_ip}:8080"), token: api.token };
+    let t = api.wait_status(&id, "Succeeded", Duration::from_secs(300));
+    assert_eq!(t["attempt"], 0, "the same attempt went on, not a resubmission: {}", api.events(&id));
+    eprintln!(
+        "the leader's pod {gone} deleted; the task ended well {:.1} s later",
+        t1.elapsed().as_secs_f64()
+    );
+    let admitted = api.events(&id).matches("\"Admitted\"").count();
+    assert_eq!(admitted, 2, "admitted once (and started once): {}", api.events(&id));
+    // Every line through the replica that took over, and through the Deployment's new pod.
+    let now = ready_pods(2, Duration::from_secs(300));
+    let (_, new_ip) = now
+        .iter()
+        .find(|(p, _)| !pods.iter().any(|(q, _)| q == p))
+        .unwrap_or_else(|| panic!("no new pod among {now:?} (before: {pods:?})"));
+    let new = Api { base: format!("http://{new_ip}:8080"), token: api.token.clone() };
+    for api in [&api, &new] {
+        let (status, body) = api.call("GET", &format!("/api/v1/tasks/{id}/logs"), None);
+        assert_eq!(status, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let replicas: Vec<String> = v["items"][0]["replicas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(replicas.len(), 2, "{body}");
+        for r in &replicas {
+            let (status, log) = api.call("GET", &format!("/api/v1/tasks/{id}/logs?replica={r}"), None);
+            assert_eq!(status, 200, "{log}");
+            let steps = log.lines().filter(|l| l.contains(" O step ")).count();
+            assert_eq!(
+                steps, 45,
+                "{r}: every line kept across the leader's loss, through {}:\n{log}",
+                api.base
+            );
+        }
     }
-    eprintln!("task {id}: Succeeded on {replicas:?}, 45 of 45 lines of each kept");
+    eprintln!("task {id}: Succeeded, 45 of 45 lines of each replica kept, read through both servers");
 }
 
 /// However the test ends, nothing of the deployment is left on the shared stack (its server and PostgreSQL
@@ -444,6 +496,6 @@ impl Drop for Undeploy {
         if !ok {
             eprintln!("undeploying {}: {out}", self.0);
         }
-        kubectl(&["delete", "pv", "trainyard-data", "trainyard-pg", "--ignore-not-found"], None);
+        kubectl(&["delete", "pv", "trainyard-pg", "--ignore-not-found"], None);
     }
 }

@@ -1,11 +1,12 @@
 //! The server's own routes: liveness, its metrics, and the OpenAPI document with a page that renders it.
 
-use crate::auth::{Admin, Caller};
+use crate::auth::{Admin, Caller, PeerOrAdmin};
 use crate::error::{ApiError, ApiResult, ProblemBody};
 use crate::openapi;
 use crate::routes::NoParams;
 use crate::schema::view;
 use crate::state::AppState;
+use crate::views::Millis;
 use axum::Json;
 use axum::extract::{Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -164,6 +165,88 @@ pub async fn server_status(
                 version: s.version,
                 started_at_ms: s.started_at_ms,
                 seen_at_ms: s.seen_at_ms,
+            })
+            .collect(),
+    }))
+}
+
+view! {
+    /// What the leader's control loop shows of waiting tasks (queue positions and reasons, starting tasks'
+    /// waits), for the other servers on the store to show as well.
+    pub struct ServerBoards as "ServerBoards" {
+        /// Changes whenever either board does (and with each term).
+        pub version: String,
+        /// The boards are as of `since`, the version the caller has: the lists are empty.
+        pub unchanged: bool,
+        pub queued: Vec<BoardQueued>,
+        pub starting: Vec<BoardStarting>,
+    }
+}
+
+view! {
+    /// A queued task's place in line and why it waits.
+    pub struct BoardQueued as "BoardQueued" {
+        "taskId" pub task_id: String,
+        pub position: u32,
+        "positionInGroup" pub position_in_group: u32,
+        pub reason: String,
+    }
+}
+
+view! {
+    /// What a starting attempt waits for.
+    pub struct BoardStarting as "BoardStarting" {
+        "taskId" pub task_id: String,
+        pub attempt: i64,
+        pub reason: String,
+        "sinceMs" pub since_ms: i64 => Millis,
+    }
+}
+
+/// The query of `GET /api/v1/server/boards`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoardsQuery {
+    since: Option<String>,
+}
+
+/// `GET /api/v1/server/boards` (the other servers on the store, or an admin): the leader's queue and start
+/// boards. A server that does not lead answers 409 (its boards are another server's, or none).
+pub async fn server_boards(
+    State(state): State<AppState>,
+    Query(q): Query<BoardsQuery>,
+    _: PeerOrAdmin,
+) -> ApiResult<Json<ServerBoards>> {
+    let Some(term) = state.election.leading() else {
+        return Err(ApiError::Conflict(
+            "this server does not lead: the leader has the boards (GET /api/v1/server names it)".into(),
+        ));
+    };
+    let (qv, queued) = state.queue.snapshot();
+    let (sv, starting) = state.starts.snapshot();
+    let version = format!("{term}.{qv}.{sv}");
+    if q.since.as_deref() == Some(version.as_str()) {
+        return Ok(Json(ServerBoards { version, unchanged: true, queued: Vec::new(), starting: Vec::new() }));
+    }
+    Ok(Json(ServerBoards {
+        version,
+        unchanged: false,
+        queued: queued
+            .into_iter()
+            .map(|(id, q)| BoardQueued {
+                task_id: id.to_string(),
+                position: q.position,
+                position_in_group: q.position_in_group,
+                reason: q.reason.to_string(),
+            })
+            .collect(),
+        starting: starting
+            .into_iter()
+            .map(|(id, w)| BoardStarting {
+                task_id: id,
+                attempt: w.attempt,
+                reason: w.reason,
+                since_ms: w.since_ms,
             })
             .collect(),
     }))

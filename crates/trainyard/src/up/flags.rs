@@ -129,6 +129,11 @@ pub struct ServerFlags {
     /// times in that time.
     #[arg(long, env = "TRAINYARD_LEADER_LEASE_MS", value_name = "MS", default_value_t = 1500)]
     pub leader_lease_ms: u64,
+    /// The address other servers on the store reach this one's API at (`http://HOST:PORT`), as `GET
+    /// /api/v1/server` lists it; by default the address it listens on (a wildcard one names this machine's
+    /// loopback, which only servers on this machine reach: in a pod, give the pod's IP).
+    #[arg(long, env = "TRAINYARD_ADVERTISE_URL", value_name = "URL")]
+    pub advertise_url: Option<String>,
     /// Serve `/metrics` without a token on this address too (for a Prometheus scraper, on a management
     /// interface). On the API's address `/metrics` always takes an admin token.
     #[arg(long, env = "TRAINYARD_METRICS_LISTEN", value_name = "ADDR")]

@@ -334,6 +334,7 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
             max_connections: opts.server.max_connections.max(1),
         },
         metrics_listener,
+        advertise_url: opts.server.advertise_url.clone(),
     };
     let listener =
         tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
