@@ -20,7 +20,8 @@ pub enum AnyBackend {
 
 impl AnyBackend {
     /// This server stopped leading: what its backend holds in memory for the runs is let go. The fake
-    /// backend's runs live in this process and are dropped (the next leader runs them again); the local
+    /// backend's runs are dropped from this process (the next leader launches them again, or, in a fake
+    /// cluster the servers share, finds them going on); the local
     /// backend's supervisors and the cluster's jobs run on, for the next leader to reattach to, and this
     /// server stops following their logs (the leader keeps them, in the store).
     pub fn stand_by(&self) {

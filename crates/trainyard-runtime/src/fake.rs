@@ -6,6 +6,27 @@ use crate::*;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
+/// Where the fake backends of several servers on one store keep their runs, as a cluster keeps its jobs
+/// (`trainyard up --backend fake` with `TRAINYARD_FAKE_CLUSTER`): a server that starts leading launches what
+/// the store says runs, and finds the runs the last leader launched going on, on the same timeline, rather
+/// than starting them again. Launches are counted there, so that a test sees each attempt launched once.
+pub trait SharedRuns: Send + Sync + std::fmt::Debug {
+    /// The run of an attempt some server launched, if there is one.
+    fn find(&self, key: &AttemptKey) -> Option<SharedRun>;
+    /// A run launched now: recorded, and its launch counted.
+    fn launched(&self, key: &AttemptKey, run: &SharedRun);
+    /// A run that moved on (started, asked to stop).
+    fn update(&self, key: &AttemptKey, run: &SharedRun);
+}
+
+/// A run as the shared place keeps it: its timeline, on the servers' (wall) clock.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SharedRun {
+    pub launched_at: u64,
+    pub started_at: Option<u64>,
+    pub stop_at: Option<u64>,
+}
+
 /// How one attempt behaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Script {
@@ -45,6 +66,16 @@ struct Run {
     restarted: bool,
 }
 
+impl Run {
+    fn shared(&self) -> SharedRun {
+        SharedRun {
+            launched_at: self.launched_at.unwrap_or(0),
+            started_at: self.started_at,
+            stop_at: self.stop_at,
+        }
+    }
+}
+
 /// The replicas of a launch, as (name, role).
 fn replica_names(spec: &LaunchSpec) -> Vec<(String, String)> {
     spec.replicas
@@ -70,6 +101,8 @@ struct Inner {
     launches_while_alive: Vec<AttemptKey>,
     /// Observations to report at the next poll, ahead of the rest (ends said again after a restart).
     replay: Vec<Observation>,
+    /// Where the runs are shared with other servers' fake backends, if they are.
+    shared: Option<std::sync::Arc<dyn SharedRuns>>,
 }
 
 /// The fake backend. Cloning shares the same state, so a test can keep a handle while the control loop
@@ -83,6 +116,13 @@ impl FakeBackend {
     pub fn new(default: Script) -> Self {
         let b = FakeBackend::default();
         b.lock().default = default;
+        b
+    }
+
+    /// A fake backend whose runs are kept in `shared` with other servers' (see [`SharedRuns`]).
+    pub fn shared(default: Script, shared: std::sync::Arc<dyn SharedRuns>) -> Self {
+        let b = FakeBackend::new(default);
+        b.lock().shared = Some(shared);
         b
     }
 
@@ -173,6 +213,29 @@ impl Backend for FakeBackend {
             inner.replay.extend(replay);
             return Ok(());
         }
+        let precheck = spec.task.spec.advanced.precheck.as_ref().is_some_and(|p| p.enabled);
+        if let Some(found) = inner.shared.as_ref().and_then(|s| s.find(&spec.key)) {
+            // Launched by another server, and going on: taken over where it stands (it says Started again,
+            // harmlessly, and ends on its own timeline).
+            let script = inner.default.clone();
+            inner.runs.insert(
+                spec.key.clone(),
+                Run {
+                    script,
+                    launched_at: Some(found.launched_at),
+                    started_at: found.started_at,
+                    stop_at: found.stop_at,
+                    stop_cause: None,
+                    precheck,
+                    done: false,
+                    nodes: spec.replicas.iter().map(|r| r.node.clone()).collect(),
+                    replicas: replica_names(spec),
+                    ended: None,
+                    restarted: true,
+                },
+            );
+            return Ok(());
+        }
         if let Some(n) = inner.refusals.get_mut(&spec.key.task_id).filter(|n| **n > 0) {
             *n -= 1;
             return Err(BackendError("the fake backend was told to refuse this launch".into()));
@@ -186,8 +249,10 @@ impl Backend for FakeBackend {
                 .map(|s| s.remove(0))
                 .unwrap_or(default)
         };
-        let precheck = spec.task.spec.advanced.precheck.as_ref().is_some_and(|p| p.enabled);
         let now = inner.now_ms;
+        if let Some(shared) = &inner.shared {
+            shared.launched(&spec.key, &SharedRun { launched_at: now, started_at: None, stop_at: None });
+        }
         inner.runs.insert(
             spec.key.clone(),
             Run {
@@ -229,12 +294,16 @@ impl Backend for FakeBackend {
         self.lost()?;
         let mut inner = self.lock();
         let now = inner.now_ms;
+        let inner = &mut *inner;
         if let Some(run) = inner.runs.get_mut(key)
             && run.stop_at.is_none()
             && !run.done
         {
             run.stop_cause = Some(cause);
             run.stop_at = Some(now + run.script.stop_ms);
+            if let Some(shared) = &inner.shared {
+                shared.update(key, &run.shared());
+            }
         }
         Ok(())
     }
@@ -243,6 +312,7 @@ impl Backend for FakeBackend {
         let mut inner = self.lock();
         inner.now_ms = inner.now_ms.max(now_ms);
         let mut out = std::mem::take(&mut inner.replay);
+        let shared = inner.shared.clone();
         for (key, run) in inner.runs.iter_mut().filter(|(_, r)| !r.done) {
             let launched = *run.launched_at.get_or_insert(now_ms);
             // Whatever it reports from here on is news to whoever polls after a restart.
@@ -271,6 +341,9 @@ impl Backend for FakeBackend {
             }
             if run.started_at.is_none() && now_ms >= launched + run.script.start_ms {
                 run.started_at = Some(now_ms);
+                if let Some(shared) = &shared {
+                    shared.update(key, &run.shared());
+                }
                 out.push(Observation::Started { key: key.clone(), precheck: run.precheck });
                 if run.precheck {
                     out.push(Observation::PrecheckPassed {

@@ -76,14 +76,26 @@ fn fresh_database(name: &str) -> String {
 /// How long a lease runs in these tests.
 const LEASE_MS: u64 = 1000;
 
-/// `n` servers on one fresh PostgreSQL database, the fake backend running each attempt for `run_ms`.
+/// Where the fake backends of the servers of test `name` keep their runs, as a cluster would
+/// (`TRAINYARD_FAKE_CLUSTER`): a run the last leader launched goes on under the next.
+fn fake_cluster(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("ty-fake-cluster-{name}-{}", std::process::id()))
+}
+
+/// `n` servers on one fresh PostgreSQL database, the fake backend running each attempt for `run_ms` in a
+/// fake cluster they share.
 fn servers(name: &str, n: usize, run_ms: u64) -> Vec<Server> {
     let url = fresh_database(name);
+    let cluster = fake_cluster(name);
+    let _ = std::fs::remove_dir_all(&cluster);
     let opts = |seed: Option<std::path::PathBuf>| Options {
         args: ["--backend", "fake", "--database-url", &url, "--leader-lease-ms", &LEASE_MS.to_string()]
             .map(str::to_owned)
             .to_vec(),
-        env: vec![("TRAINYARD_FAKE_RUN_MS".into(), run_ms.to_string())],
+        env: vec![
+            ("TRAINYARD_FAKE_RUN_MS".into(), run_ms.to_string()),
+            ("TRAINYARD_FAKE_CLUSTER".into(), cluster.display().to_string()),
+        ],
         own_catalog: seed.is_some(),
         seed,
         ..Options::default()
@@ -180,8 +192,9 @@ impl Load {
     }
 }
 
-/// Every acknowledged task is stored, ends Succeeded, and was admitted once per attempt.
-fn check_every_task(s: &Server, acked: &BTreeMap<String, String>) {
+/// Every acknowledged task is stored, ends Succeeded, and was admitted once per attempt; in the fake cluster
+/// of test `name`, each ran its first attempt to its end (a gang the leader's loss did not stop), launched once.
+fn check_every_task(s: &Server, acked: &BTreeMap<String, String>, name: &str) {
     let ids: BTreeSet<&String> = acked.values().collect();
     assert_eq!(ids.len(), acked.len(), "two keys answered with one task");
     let t0 = Instant::now();
@@ -202,7 +215,20 @@ fn check_every_task(s: &Server, acked: &BTreeMap<String, String>) {
             !admitted.is_empty() && admitted.values().all(|&n| n == 1),
             "{id} admitted {admitted:?}:\n{body}"
         );
+        assert_eq!(s.task(id)["attempt"], 0, "{id} was started again as a new attempt:\n{body}");
     }
+    let cluster = fake_cluster(name);
+    let runs: BTreeSet<String> = std::fs::read_dir(cluster.join("runs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|f| f.ends_with(".json"))
+        .collect();
+    for id in &ids {
+        assert!(runs.contains(&format!("{id}.0.json")), "{id}'s attempt 0 was never launched: {runs:?}");
+    }
+    let again = std::fs::read_to_string(cluster.join("launched-again")).unwrap_or_default();
+    assert!(again.is_empty(), "launched twice (task attempt):\n{again}");
+    eprintln!("{} runs launched, each once", runs.len());
 }
 
 /// The leader killed with `kill -9` `kills` times in a row under a stream of creates; each time the killed
@@ -237,7 +263,7 @@ fn kill_the_leader_again_and_again(name: &str, n: usize, kills: usize) {
     );
     assert!(acked.len() > 50, "the load made too few creates to show anything: {}", acked.len());
     let l = wait_leader(&all, secs(15));
-    check_every_task(&all[l], &acked);
+    check_every_task(&all[l], &acked, name);
     // And the servers that were killed and started again serve: each sees every task.
     for s in &all {
         let (status, body) = s.call("GET", "/api/v1/tasks?limit=1", None);
@@ -308,7 +334,7 @@ fn a_leader_paused_past_its_lease_follows_when_it_resumes() {
         .enumerate()
         .map(|(i, id)| (i.to_string(), id))
         .collect();
-    check_every_task(other, &acked);
+    check_every_task(other, &acked, "ha-pause");
 }
 
 /// A create retried with its Idempotency-Key through another server is the same request: the same task.
@@ -429,11 +455,17 @@ impl Drop for OwnPostgres {
 fn postgres_restarted_under_creates_the_servers_reconnect_and_one_leads_again() {
     let pg = OwnPostgres::start();
     let url = pg.url();
+    let name = "ha-pg-restart";
+    let cluster = fake_cluster(name);
+    let _ = std::fs::remove_dir_all(&cluster);
     let opts = |seed: Option<std::path::PathBuf>| Options {
         args: ["--backend", "fake", "--database-url", &url, "--leader-lease-ms", &LEASE_MS.to_string()]
             .map(str::to_owned)
             .to_vec(),
-        env: vec![("TRAINYARD_FAKE_RUN_MS".into(), "300".into())],
+        env: vec![
+            ("TRAINYARD_FAKE_RUN_MS".into(), "300".into()),
+            ("TRAINYARD_FAKE_CLUSTER".into(), cluster.display().to_string()),
+        ],
         own_catalog: seed.is_some(),
         seed,
         ..Options::default()
@@ -456,7 +488,7 @@ fn postgres_restarted_under_creates_the_servers_reconnect_and_one_leads_again() 
         .map(|v| v["leader"]["server"].as_str().unwrap_or("").to_owned())
         .collect();
     assert_eq!(seen.len(), 1, "the servers disagree on the leader: {seen:?}");
-    check_every_task(&all[l], &acked);
+    check_every_task(&all[l], &acked, name);
     // And after it, the stream goes on through both.
     let body = pytorch("after-restart", 0, "true").to_string();
     for (i, s) in all.iter().enumerate() {

@@ -3,6 +3,7 @@
 //! the API with the control loop running.
 
 mod cluster;
+mod fake_cluster;
 mod flags;
 mod lock;
 
@@ -165,7 +166,7 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
             }
             AnyBackend::Kube(KubeFleet::new(default, others))
         }
-        (BackendChoice::Fake, _) => fake_backend(),
+        (BackendChoice::Fake, _) => fake_backend()?,
         (BackendChoice::Local | BackendChoice::Auto, Ok(bwrap)) => {
             let exe = std::env::current_exe().context("cannot find this program (the supervisor is it)")?;
             let mut cfg = LocalConfig::new(data_dir, (exe, vec!["supervise".to_owned()]), bwrap);
@@ -257,7 +258,7 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
         (BackendChoice::Local, Err(why)) => anyhow::bail!("{why}"),
         (BackendChoice::Auto, Err(why)) => {
             println!("note: {why}; until then tasks run on the fake backend (nothing is executed)");
-            fake_backend()
+            fake_backend()?
         }
     };
     let secrets = server_key(data_dir)?;
@@ -449,9 +450,18 @@ async fn refuse_a_second_local_server(store: &Store) -> Result<()> {
 }
 
 /// The fake backend's scripted run time; TRAINYARD_FAKE_RUN_MS shortens it for tests and demos.
-fn fake_backend() -> AnyBackend {
+/// TRAINYARD_FAKE_CLUSTER names a directory the fake backends of several servers on this machine share (see
+/// `fake_cluster`).
+fn fake_backend() -> Result<AnyBackend> {
     let run_ms = std::env::var("TRAINYARD_FAKE_RUN_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
-    AnyBackend::Fake(FakeBackend::new(Script { start_ms: run_ms / 10, run_ms, ..Script::default() }))
+    let script = Script { start_ms: run_ms / 10, run_ms, ..Script::default() };
+    Ok(AnyBackend::Fake(match std::env::var_os("TRAINYARD_FAKE_CLUSTER") {
+        Some(dir) => {
+            let runs = fake_cluster::DirRuns::open(dir.into()).context("TRAINYARD_FAKE_CLUSTER")?;
+            FakeBackend::shared(script, std::sync::Arc::new(runs))
+        }
+        None => FakeBackend::new(script),
+    }))
 }
 
 /// The key hidden env values are sealed with: `TRAINYARD_SERVER_KEY` (64 hex characters), else
