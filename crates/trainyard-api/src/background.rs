@@ -44,6 +44,9 @@ pub fn spawn_control_loop(
         // The term acted on (`None` before the first look: a server that starts as a follower stands by at
         // once, its backend included).
         let mut term: Option<Option<i64>> = None;
+        // When a follower last made its figures from the store.
+        let mut views_at =
+            std::time::Instant::now().checked_sub(FOLLOWER_VIEWS).unwrap_or_else(std::time::Instant::now);
         loop {
             if election.elected() {
                 let now = election.leading();
@@ -62,7 +65,14 @@ pub fn spawn_control_loop(
                     term = Some(now);
                 }
                 if now.is_none() {
-                    control.lock().await.drop_arrivals();
+                    if views_at.elapsed() >= FOLLOWER_VIEWS {
+                        views_at = std::time::Instant::now();
+                        let mut c = control.lock().await;
+                        let now_ms = c.sources().clock.now_ms();
+                        if let Err(e) = c.refresh_views(now_ms).await {
+                            eprintln!("trainyard: reading the store for this follower's figures: {e}");
+                        }
+                    }
                     election.changed(STAND_BY_LOOK).await;
                     continue;
                 }
@@ -108,6 +118,9 @@ pub fn rest_after(report: &trainyard_control::TickReport, took: Duration) -> Dur
         (TICK_REST * cycle.min(took)).min(SHALLOW_REST_MAX)
     }
 }
+
+/// How often a follower makes its quota figures from the store.
+const FOLLOWER_VIEWS: Duration = Duration::from_secs(1);
 
 /// How often a server that does not lead looks at its role, at the latest.
 const STAND_BY_LOOK: Duration = Duration::from_millis(100);

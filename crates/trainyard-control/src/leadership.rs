@@ -49,6 +49,36 @@ impl<B: Backend> Control<B> {
         self.leading = false;
     }
 
+    /// While this server follows: the figures readers take from the scheduler's view (quota use, would-admit,
+    /// fragmentation) made from the store, as the leader's are from its working set. The working set is kept
+    /// in step with the store (incrementally, as the leader's), and the view put up; nothing is decided, asked
+    /// or written.
+    pub async fn refresh_views(&mut self, now_ms: i64) -> Result<(), crate::error::CommandError> {
+        if self.leading {
+            return Ok(());
+        }
+        self.drop_arrivals();
+        self.sync_active(now_ms).await?;
+        self.read_missing_specs(now_ms).await?;
+        let catalog = self.catalog.get();
+        let active = std::mem::take(&mut self.active);
+        let entries: Vec<&crate::active::Entry> =
+            active.iter().map(|(_, e)| e).filter(|e| e.spec.is_some()).collect();
+        let (snap, _) = crate::place::snapshot_for(
+            &catalog,
+            &entries,
+            &mut self.options,
+            &self.nominated,
+            &self.scale_wants,
+            &self.excluded,
+        );
+        drop(entries);
+        self.active = active;
+        let old = self.views.snapshot.set(std::sync::Arc::new(snap));
+        drop(old);
+        Ok(())
+    }
+
     /// Tasks this process created while it stands by: the leader reads them from the store.
     pub fn drop_arrivals(&mut self) {
         let mut arrived = std::mem::take(&mut self.arrived);

@@ -289,7 +289,8 @@ impl<B: Backend> Control<B> {
             self.arrived(key, queued);
         }
         for (t, err) in unreadable {
-            if self.unreadable.insert(t.id.clone()) {
+            // Said once, by the server that leads (a follower reads the same store).
+            if self.unreadable.insert(t.id.clone()) && self.leading {
                 self.store
                     .append_event(&t.id, t.attempt, now_ms, Reason::InternalError, &err.to_string())
                     .await?;

@@ -527,6 +527,24 @@ fn a_follower_shows_a_queued_tasks_place_and_reason_as_the_leader_has_them() {
         assert!(t0.elapsed() < secs(10), "the follower shows {got}, the leader {want}");
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The quota figures too: the follower makes them from the store as the leader does from its working set.
+    let t0 = Instant::now();
+    loop {
+        let (_, mine) = leader.call("GET", "/api/v1/quota", None);
+        let (_, theirs) = follower.call("GET", "/api/v1/quota", None);
+        let lines: Value = serde_json::from_str(&mine).unwrap();
+        let used: u64 = lines["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["limit"].as_u64().unwrap() - l["remaining"].as_u64().unwrap())
+            .sum();
+        if mine == theirs && used > 0 {
+            break;
+        }
+        assert!(t0.elapsed() < secs(10), "the follower's quota figures:\n{theirs}\nthe leader's:\n{mine}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     // The boards answer another server's proof or an admin, nobody else; a follower has none to give.
     let (status, body) = leader.call("GET", "/api/v1/server/boards", None);
     assert_eq!(status, 200, "{body}");
