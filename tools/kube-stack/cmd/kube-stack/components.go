@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -206,7 +207,10 @@ func (s *stack) crdsLog() string {
 	return string(data)
 }
 
-// freePorts: n free loopback ports, all bound at once so that they differ from each other.
+// freePorts: n free loopback ports, all bound at once so that they differ from each other. They are taken below
+// the kernel's ephemeral range: a port from that range, free when looked at, can be taken before its component
+// binds it as the local end of any outgoing connection (kubectl's, the API server's own), and the component
+// then exits with "address already in use" (seen with the private registry).
 func freePorts(n int) ([]int, error) {
 	var ports []int
 	var ls []net.Listener
@@ -215,13 +219,39 @@ func freePorts(n int) ([]int, error) {
 			l.Close()
 		}
 	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	low, high := portsBelowEphemeral()
+	for tries := 0; len(ports) < n; tries++ {
+		addr := "127.0.0.1:0"
+		if high > low && tries < 64*n {
+			addr = "127.0.0.1:" + strconv.Itoa(low+rand.IntN(high-low))
+		}
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
-			return nil, err
+			if addr == "127.0.0.1:0" {
+				return nil, err
+			}
+			continue
 		}
 		ls = append(ls, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// portsBelowEphemeral: the range [low, high) the stack takes its ports from, below the kernel's ephemeral
+// ports (net.ipv4.ip_local_port_range); empty when that range starts too low to leave room.
+func portsBelowEphemeral() (int, int) {
+	first := 32768
+	if data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(data)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				first = v
+			}
+		}
+	}
+	const low = 20000
+	if first-low < 1000 {
+		return 0, 0
+	}
+	return low, first
 }

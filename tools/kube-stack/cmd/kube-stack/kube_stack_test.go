@@ -105,3 +105,22 @@ func TestLdflags(t *testing.T) {
 		}
 	}
 }
+
+// The stack's ports are below the kernel's ephemeral range, where no outgoing connection takes them first.
+func TestFreePortsAreBelowTheEphemeralRange(t *testing.T) {
+	low, high := portsBelowEphemeral()
+	ports, err := freePorts(20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if seen[p] {
+			t.Fatalf("port %d twice in %v", p, ports)
+		}
+		seen[p] = true
+		if high > low && (p < low || p >= high) {
+			t.Fatalf("port %d outside [%d, %d): %v", p, low, high, ports)
+		}
+	}
+}
