@@ -338,6 +338,15 @@ fn every_answer_matches_its_documented_schema() {
     assert_eq!(servers["elected"], false, "{servers}");
     assert_eq!(servers["leader"]["server"], servers["thisServer"], "{servers}");
     assert_eq!(c.call(get_server, "/api/v1/server", "alice", None).status, 403);
+    // Its boards (what followers copy): the queued task's place is on them; asked again as of their version,
+    // unchanged; members are refused.
+    let get_boards = "get /api/v1/server/boards";
+    let boards = c.call(get_boards, "/api/v1/server/boards", "root", None).json();
+    assert!(boards["queued"].as_array().unwrap().iter().any(|q| q["taskId"] == torch.as_str()), "{boards}");
+    let since = format!("/api/v1/server/boards?since={}", boards["version"].as_str().unwrap());
+    let again = c.call(get_boards, &since, "root", None).json();
+    assert!(again["unchanged"] == true || again["version"] != boards["version"], "{again}");
+    assert_eq!(c.call(get_boards, "/api/v1/server/boards", "alice", None).status, 403);
     let get_settings = "get /api/v1/admin/settings";
     let put_settings = "put /api/v1/admin/settings";
     let settings = c.call(get_settings, "/api/v1/admin/settings", "root", None).json();

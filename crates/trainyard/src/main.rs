@@ -78,10 +78,13 @@ fn main() -> ExitCode {
             return ExitCode::from(client::EXIT_USAGE);
         }
     };
-    let token = cli.token.or(config.token).or_else(|| {
+    // An empty value (`TRAINYARD_TOKEN=` in a script, a blank `token:`) is no value: the next place is looked at.
+    let given = |v: Option<String>| v.filter(|v| !v.trim().is_empty());
+    let token = given(cli.token).or(given(config.token)).or_else(|| {
         token_file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()).map(|t| t.trim().to_owned())
     });
-    let server = cli.server.or(config.server).unwrap_or_else(|| format!("http://{DEFAULT_LISTEN}"));
+    let server =
+        given(cli.server).or(given(config.server)).unwrap_or_else(|| format!("http://{DEFAULT_LISTEN}"));
     let conn = Conn { server, token, token_file };
     let by_name = |task: &str, then: &dyn Fn(&str) -> client::CallResult<ExitCode>| {
         client::finish(client::resolve(&conn, task).and_then(|id| then(&id)))

@@ -329,6 +329,20 @@ fn up_then_submit_and_wait() {
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&found.stdout).trim(), "admin (admin), groups: default");
+    // An empty TRAINYARD_TOKEN (and an empty TRAINYARD_SERVER) is unset: the next place is looked at.
+    let empty = Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(["whoami", "--config"])
+        .arg(&config)
+        .env("TRAINYARD_SERVER", "")
+        .env("TRAINYARD_TOKEN", "")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&empty.stdout).trim(),
+        "admin (admin), groups: default",
+        "{}",
+        String::from_utf8_lossy(&empty.stderr)
+    );
     // Administration from the CLI: a user, a token for them, and the catalog.
     assert_eq!(cli(&["admin", "user", "erin", "--group", "default"]).status.code(), Some(0));
     let token_out = cli(&["admin", "token", "erin", "--label", "test"]);

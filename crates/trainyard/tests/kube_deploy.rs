@@ -309,7 +309,8 @@ fn trainyard_runs_in_the_cluster_from_its_deploy_manifests() {
     let pg_image = push_postgres_image(&registry);
     eprintln!("images pushed in {:.1} s: {server_image}, {pg_image}", t0.elapsed().as_secs_f64());
 
-    // The admin's overlay: their images, the real nodes' taint tolerated, the task image mapped.
+    // The admin's overlay: their images, the real nodes' taint tolerated and the server's pods kept to them (the
+    // stack's simulated nodes would take them too, and run nothing), the task image mapped.
     let overlay = stack.join("deploy-overlay");
     std::fs::create_dir_all(&overlay).unwrap();
     let manifests =
@@ -325,6 +326,7 @@ fn trainyard_runs_in_the_cluster_from_its_deploy_manifests() {
              - {{name: docker.io/library/postgres, newName: {pg_name}, newTag: \"{pg_tag}\"}}\npatches:\n  \
              - target: {{kind: Deployment, name: trainyard}}\n    patch: |-\n      \
              - {{op: add, path: /spec/template/spec/tolerations, value: {toleration}}}\n      \
+             - {{op: add, path: /spec/template/spec/nodeSelector, value: {{trainyard.dev/real: \"true\"}}}}\n      \
              - {{op: add, path: /spec/template/spec/containers/0/args/-, value: --kube-image}}\n      \
              - {{op: add, path: /spec/template/spec/containers/0/args/-, value: \"base={base_image}\"}}\n  \
              - target: {{kind: StatefulSet, name: trainyard-postgres}}\n    patch: |-\n      \
