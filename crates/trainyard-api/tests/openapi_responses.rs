@@ -411,8 +411,10 @@ fn every_answer_matches_its_documented_schema() {
     let replicas = c.call(logs, &format!("/api/v1/tasks/{ray}/logs"), "alice", None).json();
     let replica =
         replicas["items"][0]["replicas"][0]["name"].as_str().expect("the ray task's replicas").to_owned();
-    // The fake backend keeps no logs: a replica's log is a 404 that names it.
-    let missing = c.call(logs, &format!("/api/v1/tasks/{ray}/logs?replica={replica}"), "alice", None);
+    // A fake replica runs no process: its log is there and empty; a replica the task lacks is a 404.
+    let empty = c.call(logs, &format!("/api/v1/tasks/{ray}/logs?replica={replica}"), "alice", None);
+    assert_eq!(empty.status, 200);
+    let missing = c.call(logs, &format!("/api/v1/tasks/{ray}/logs?replica={replica}x"), "alice", None);
     assert_eq!(missing.status, 404);
     assert_eq!(c.call(logs, &format!("/api/v1/tasks/{ray}/logs?offset=x"), "alice", None).status, 400);
     let metrics = "get /api/v1/tasks/{id}/metrics";

@@ -382,8 +382,13 @@ impl Backend for FakeBackend {
         Vec::new()
     }
 
-    async fn read_log(&self, _key: &AttemptKey, _replica: &str, _offset: u64, _max: usize) -> LogChunk {
-        LogChunk { ended: true, missing: true, ..LogChunk::default() }
+    /// A fake replica runs no process: its log is there and empty, and ends with its run.
+    async fn read_log(&self, key: &AttemptKey, replica: &str, offset: u64, _max: usize) -> LogChunk {
+        let inner = self.lock();
+        match inner.runs.get(key).filter(|r| r.replicas.iter().any(|(n, _)| n == replica)) {
+            Some(run) => LogChunk { next: offset, ended: run.done, ..LogChunk::default() },
+            None => LogChunk { ended: true, missing: true, ..LogChunk::default() },
+        }
     }
 }
 

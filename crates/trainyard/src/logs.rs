@@ -1,7 +1,7 @@
 //! `trainyard logs TASK`: a replica's log (the master's or the head's unless `--replica` or `--all` says
 //! otherwise), of the latest attempt unless `--attempt`, whole or its last `--tail` lines, and with `-f`
-//! followed until the replica ends. Lines are the task's own output; `--timestamps` puts the time each was
-//! written before it.
+//! followed until the replica ends (a task with no replicas yet is waited for, where it waits said on standard
+//! error). Lines are the task's own output; `--timestamps` puts the time each was written before it.
 
 use crate::conn::{CallResult, Conn, EXIT_SERVER, Failure, not_found, outln, resolve};
 use std::io::BufRead;
@@ -30,8 +30,46 @@ fn shown(line: &str, timestamps: bool, prefix: &str) -> String {
     }
 }
 
+/// How often `logs -f` looks at a task that has no replicas yet.
+const START_LOOK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `logs -f` on a task whose current attempt has no replicas yet (queued, starting): waits until it has,
+/// saying on standard error where it waits each time that changes. A task that ends first is left to what
+/// `logs` says of it.
+fn wait_for_replicas(c: &Conn, id: &str, task: &str) -> CallResult<()> {
+    let mut said = String::new();
+    loop {
+        let (_, t) = c.call("GET", &format!("/api/v1/tasks/{id}"), None, None)?;
+        let status = t["status"].as_str().unwrap_or("");
+        if ["Succeeded", "Failed", "Stopped"].contains(&status) {
+            return Ok(());
+        }
+        let (_, v) = c.call("GET", &format!("/api/v1/tasks/{id}/logs"), None, None)?;
+        let started =
+            v["items"].as_array().into_iter().flatten().any(|a| {
+                a["attempt"] == t["attempt"] && a["replicas"].as_array().is_some_and(|r| !r.is_empty())
+            });
+        if started {
+            if !said.is_empty() {
+                eprintln!("trainyard: {task} started");
+            }
+            return Ok(());
+        }
+        let line = crate::wait::status_line(task, &t).trim().to_owned();
+        if line != said {
+            let wait = line.strip_prefix(&format!("{task}: ")).unwrap_or(&line);
+            eprintln!("trainyard: waiting for {task} to start: {wait}");
+            said = line;
+        }
+        std::thread::sleep(START_LOOK);
+    }
+}
+
 pub fn logs(c: &Conn, task: &str, o: &LogOpts) -> CallResult<ExitCode> {
     let id = resolve(c, task)?;
+    if o.follow && o.attempt.is_none() {
+        wait_for_replicas(c, &id, task)?;
+    }
     let (_, v) = c.call("GET", &format!("/api/v1/tasks/{id}/logs"), None, None)?;
     let attempts = v["items"].as_array().cloned().unwrap_or_default();
     let chosen = match o.attempt {

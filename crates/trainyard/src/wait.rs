@@ -79,7 +79,7 @@ impl StatusLine {
 }
 
 /// What the status line says of task `t`.
-fn status_line(name: &str, t: &Value) -> String {
+pub(crate) fn status_line(name: &str, t: &Value) -> String {
     let status = t["status"].as_str().unwrap_or("?").to_lowercase();
     if let Some(reason) = t["queue"]["reason"].as_str() {
         return format!(

@@ -972,3 +972,42 @@ fn registry_logins_through_the_cli() {
     let _ = server.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `logs -f` on a task that waits in the queue: it says where the task waits (on standard error), waits for it
+/// to start, then follows its replica; it neither fails at once nor returns before the task left the queue.
+#[test]
+fn logs_follow_waits_for_a_queued_task_to_start() {
+    let (mut server, dir, api, _, token) = fake_up("trainyard-up-logs-wait", "4000");
+    let submit = || {
+        let o = against(&api, &token, &["submit", "-f", "examples/local/hello.yaml", "-o", "json"]);
+        let t: serde_json::Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)));
+        (t["name"].as_str().unwrap().to_owned(), t["id"].as_str().unwrap().to_owned())
+    };
+    let status = |id: &str| {
+        let o = against(&api, &token, &["get", id, "-o", "json"]);
+        let t: serde_json::Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)));
+        t["status"].as_str().unwrap().to_owned()
+    };
+    // Tasks until one waits in the queue (the machine's quota holds a few).
+    let mut queued = None;
+    for _ in 0..40 {
+        let (name, id) = submit();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        if status(&id) == "Queued" {
+            queued = Some((name, id));
+            break;
+        }
+    }
+    let (name, id) = queued.expect("no task waited in the queue");
+    let followed = against(&api, &token, &["logs", "-f", &name]);
+    let err = String::from_utf8_lossy(&followed.stderr).to_string();
+    assert_eq!(followed.status.code(), Some(0), "{}", text(&followed));
+    assert!(err.contains(&format!("waiting for {name} to start: queued #")), "{err}");
+    assert!(err.contains(&format!("{name} started")), "{err}");
+    assert_ne!(status(&id), "Queued", "it returned while the task still waited");
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
