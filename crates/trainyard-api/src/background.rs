@@ -407,3 +407,58 @@ mod tests {
         assert_eq!(rest_after(&report(10, 30), ms(40)), SHALLOW_REST_MAX);
     }
 }
+
+/// How often unused working directories are collected.
+pub const WORKDIR_COLLECT: Duration = Duration::from_secs(3600);
+
+/// Collects working directories every [`WORKDIR_COLLECT`] (the first a minute after the start): those unused
+/// for the admin's `workdirKeepDays` that no task still to run or running names, then files nothing names.
+/// Only a server with working directories of its own, and with several servers only the leader.
+pub fn spawn_workdir_collect(state: crate::AppState) -> Option<tokio::task::JoinHandle<()>> {
+    let store = state.workdirs.clone()?;
+    Some(tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        loop {
+            if !state.election.elected() || state.election.leading().is_some() {
+                collect_workdirs(&state, &store).await;
+            }
+            tokio::time::sleep(WORKDIR_COLLECT).await;
+        }
+    }))
+}
+
+/// One collection (see [`spawn_workdir_collect`]).
+pub async fn collect_workdirs(state: &crate::AppState, store: &trainyard_workdir::store::Store) {
+    use trainyard_core::lifecycle::Status;
+    let live_statuses: Vec<Status> = Status::ALL.iter().copied().filter(|s| !s.is_terminal()).collect();
+    let tasks = match state.store.tasks_in_status(&live_statuses).await {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("trainyard: working directories not collected: the tasks cannot be read: {e}");
+            return;
+        }
+    };
+    let live: std::collections::BTreeSet<(String, String)> = tasks
+        .iter()
+        .filter_map(|t| {
+            let spec: serde_json::Value = serde_json::from_str(&t.spec_json).ok()?;
+            let id = spec["spec"]["environment"]["workdir"].as_str()?;
+            Some((t.project_group.clone(), id.to_owned()))
+        })
+        .collect();
+    let keep = match state.settings.get(&state.store).await {
+        Ok(s) => Duration::from_secs(u64::from(s.workdir_keep_days) * 86_400),
+        Err(_) => return,
+    };
+    let store = store.clone();
+    if let Ok(done) = tokio::task::spawn_blocking(move || store.collect(&live, keep)).await
+        && (!done.workdirs.is_empty() || done.files > 0)
+    {
+        println!(
+            "trainyard: collected {} unused working directories and {} files ({} bytes)",
+            done.workdirs.len(),
+            done.files,
+            done.freed_bytes
+        );
+    }
+}

@@ -24,6 +24,9 @@ struct MetricsInner {
     admitted: u64,
     preempted: u64,
     queued: u64,
+    /// Working-directory files taken in, and their bytes.
+    workdir_files: u64,
+    workdir_bytes: u64,
 }
 
 const LATENCY_BUCKETS: [f64; 10] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0];
@@ -51,6 +54,13 @@ impl Metrics {
         }
         m.duration_sum_s += s;
         m.duration_count += 1;
+    }
+
+    /// Records working-directory files taken in.
+    pub(crate) fn workdir_files(&self, files: u64, bytes: u64) {
+        let mut m = self.lock();
+        m.workdir_files += files;
+        m.workdir_bytes += bytes;
     }
 
     /// Records one control-loop tick.
@@ -106,6 +116,16 @@ impl Metrics {
             out,
             "# HELP trainyard_preemptions_total Attempts preempted.\n# TYPE trainyard_preemptions_total counter\ntrainyard_preemptions_total {}",
             m.preempted
+        );
+        let _ = writeln!(
+            out,
+            "# HELP trainyard_workdir_received_files_total Working-directory files taken in (new to their group).\n# TYPE trainyard_workdir_received_files_total counter\ntrainyard_workdir_received_files_total {}",
+            m.workdir_files
+        );
+        let _ = writeln!(
+            out,
+            "# HELP trainyard_workdir_received_bytes_total Bytes of the working-directory files taken in.\n# TYPE trainyard_workdir_received_bytes_total counter\ntrainyard_workdir_received_bytes_total {}",
+            m.workdir_bytes
         );
         let _ = writeln!(
             out,

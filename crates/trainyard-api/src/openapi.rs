@@ -95,6 +95,11 @@ fn request_body(body: &Body, schemas: &mut Schemas) -> Option<Value> {
         Body::OptionalJson(schema) => {
             json!({"required": false, "content": {"application/json": {"schema": schema(schemas)}}})
         }
+        Body::Tar => {
+            json!({"required": true, "description": "a tar stream (ustar or GNU)", "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+            }})
+        }
     })
 }
 

@@ -8,6 +8,7 @@ use crate::routes::server::{ServerBoards, ServerStatus};
 use crate::routes::shares::{ShareBody, ShareEntry};
 use crate::routes::tasks::CloneBody;
 use crate::routes::users::{TaskEnvBody, TokenBody, UserBody, WorkBody};
+use crate::routes::workdirs::{WorkdirBlobs, WorkdirBody, WorkdirCheck};
 use crate::schema::{Schemas, schema_of};
 use crate::settings::AdminSettings;
 use crate::views::{
@@ -166,6 +167,8 @@ pub enum Body {
     Json(SchemaFn),
     /// JSON of this schema, or nothing at all.
     OptionalJson(SchemaFn),
+    /// A tar stream, sent as `application/octet-stream`.
+    Tar,
 }
 
 /// What a success answers with.
@@ -216,6 +219,62 @@ pub const OPERATIONS: &[Operation] = &[
         answer: Answer::Json(schema_of::<UserView>),
         also_ok: &[],
         errors: &[],
+    },
+    Operation {
+        id: "listWorkdirs",
+        method: "get",
+        path: "/api/v1/workdirs",
+        summary: "The working directories the caller's project groups hold (an admin: every group's), the last used first; projectGroup: one group's",
+        query: &[param("projectGroup", non_empty_string, "only this project group's (one of the caller's)")],
+        headers: &[],
+        body: Body::None,
+        ok: 200,
+        answer: Answer::Json(schema_of::<Items<trainyard_workdir::store::Info>>),
+        also_ok: &[],
+        errors: &[404],
+    },
+    Operation {
+        id: "checkWorkdir",
+        method: "post",
+        path: "/api/v1/workdirs/check",
+        summary: "Check a working directory's manifest for a project group (every problem at once, the size limits: workdirMaxBytes, workdirGroupBytes) and answer its id and the files (by SHA-256) the group does not hold yet",
+        query: &[],
+        headers: &[],
+        body: Body::Json(schema_of::<WorkdirBody>),
+        ok: 200,
+        answer: Answer::Json(schema_of::<WorkdirCheck>),
+        also_ok: &[],
+        errors: &[404, 422],
+    },
+    Operation {
+        id: "putWorkdirFiles",
+        method: "post",
+        path: "/api/v1/workdirs/blobs",
+        summary: "Send a project group's working-directory files: a tar stream whose entries are regular files named by their content's SHA-256. Each is kept only once its content matched its name; one that does not stops the stream (400)",
+        query: &[param(
+            "projectGroup",
+            non_empty_string,
+            "the project group the files are for (one of the caller's)",
+        )],
+        headers: &[],
+        body: Body::Tar,
+        ok: 200,
+        answer: Answer::Json(schema_of::<WorkdirBlobs>),
+        also_ok: &[],
+        errors: &[404],
+    },
+    Operation {
+        id: "commitWorkdir",
+        method: "post",
+        path: "/api/v1/workdirs",
+        summary: "Keep a working directory for a project group once every file it names was sent (409 lists what is missing); a task names it by id in spec.environment.workdir, and each replica starts in a read-write copy at /workspace",
+        query: &[],
+        headers: &[],
+        body: Body::Json(schema_of::<WorkdirBody>),
+        ok: 200,
+        answer: Answer::Json(schema_of::<trainyard_workdir::store::Info>),
+        also_ok: &[],
+        errors: &[404, 409, 422],
     },
     Operation {
         id: "getCatalog",

@@ -3,7 +3,7 @@
 
 use crate::console;
 use crate::error::problems_for_every_error;
-use crate::routes::{admin, server, shares, tasks, telemetry, users};
+use crate::routes::{admin, server, shares, tasks, telemetry, users, workdirs};
 use crate::state::AppState;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
@@ -33,6 +33,18 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/tasks/{id}/events", get(telemetry::task_events))
         .route("/api/v1/tasks/{id}/logs", get(telemetry::task_logs))
         .route("/api/v1/tasks/{id}/metrics", get(telemetry::task_metrics))
+        // A manifest may be larger than a task document (an entry per file).
+        .route(
+            "/api/v1/workdirs",
+            get(workdirs::list_workdirs)
+                .post(workdirs::commit_workdir)
+                .layer(DefaultBodyLimit::max(workdirs::MANIFEST_MAX_BYTES)),
+        )
+        .route(
+            "/api/v1/workdirs/check",
+            post(workdirs::check_workdir).layer(DefaultBodyLimit::max(workdirs::MANIFEST_MAX_BYTES)),
+        )
+        .route("/api/v1/workdirs/blobs", post(workdirs::put_workdir_blobs))
         .route("/api/v1/catalog", get(admin::catalog))
         .route("/api/v1/quota", get(admin::quota))
         .route("/api/v1/admin/catalog", put(admin::put_catalog))

@@ -146,6 +146,7 @@ macro_rules! view {
                 $(#[doc = $fdoc:literal])*
                 $(#[serde(skip_serializing_if = $skip:literal)])?
                 $(#[serde(deserialize_with = $with:literal)])?
+                $(#[serde(default = $default:literal)])?
                 $($key:literal)? $fvis:vis $field:ident : $rty:ty $(=> $sty:ty)?
             ),* $(,)?
         }
@@ -158,6 +159,7 @@ macro_rules! view {
                 $(#[doc = $fdoc])*
                 $(#[serde(skip_serializing_if = $skip)])?
                 $(#[serde(deserialize_with = $with)])?
+                $(#[serde(default = $default)])?
                 $(#[serde(rename = $key)])?
                 $fvis $field: $rty,
             )*

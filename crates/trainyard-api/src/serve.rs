@@ -111,6 +111,7 @@ pub async fn serve_with(
     let inventory = crate::background::spawn_inventory_sync(state.clone());
     let boards = crate::background::spawn_board_follow(state.clone());
     let catalog_follow = crate::background::spawn_catalog_follow(state.clone());
+    let workdirs = crate::background::spawn_workdir_collect(state.clone());
     let result = serve_connections(listener, router(state), limits).await;
     ticker.abort();
     election.abort();
@@ -120,6 +121,9 @@ pub async fn serve_with(
     }
     if let Some(c) = catalog_follow {
         c.abort();
+    }
+    if let Some(w) = workdirs {
+        w.abort();
     }
     if let Some(b) = boards {
         b.abort();

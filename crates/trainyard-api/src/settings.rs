@@ -48,6 +48,55 @@ view! {
         /// The most queued tasks one user may have (admins too): a create, clone or resubmit past it is a 429.
         #[serde(deserialize_with = "whole_number")]
         "maxQueuedTasksPerUser" pub max_queued_tasks_per_user: u32 => QueuedCap,
+        /// The most bytes one working directory's files may add up to (`trainyard submit --workdir`).
+        #[serde(default = "default_workdir_max_bytes")]
+        "workdirMaxBytes" pub workdir_max_bytes: u64 => WorkdirBytes,
+        /// The most bytes of working directories one project group may hold.
+        #[serde(default = "default_workdir_group_bytes")]
+        "workdirGroupBytes" pub workdir_group_bytes: u64 => WorkdirBytes,
+        /// Days a working directory no live task names is kept after its last use.
+        #[serde(default = "default_workdir_keep_days")]
+        "workdirKeepDays" pub workdir_keep_days: u32 => KeepDays,
+    }
+}
+
+/// One working directory's bytes at most, unless an admin says otherwise.
+pub const DEFAULT_WORKDIR_MAX_BYTES: u64 = 1 << 30;
+/// A group's working directories' bytes at most, unless an admin says otherwise.
+pub const DEFAULT_WORKDIR_GROUP_BYTES: u64 = 20 << 30;
+/// Days an unused working directory is kept, unless an admin says otherwise.
+pub const DEFAULT_WORKDIR_KEEP_DAYS: u32 = 7;
+
+fn default_workdir_max_bytes() -> u64 {
+    DEFAULT_WORKDIR_MAX_BYTES
+}
+fn default_workdir_group_bytes() -> u64 {
+    DEFAULT_WORKDIR_GROUP_BYTES
+}
+fn default_workdir_keep_days() -> u32 {
+    DEFAULT_WORKDIR_KEEP_DAYS
+}
+
+/// The schema of a working directory limit in bytes.
+#[derive(Debug)]
+pub struct WorkdirBytes;
+
+impl crate::schema::ApiSchema for WorkdirBytes {
+    const REQUIRED: bool = false;
+    fn schema(_: &mut crate::schema::Schemas) -> serde_json::Value {
+        serde_json::json!({"type": "integer", "minimum": 1, "maximum": u64::MAX})
+    }
+}
+
+/// The schema of the days an unused working directory is kept.
+#[derive(Debug)]
+pub struct KeepDays;
+
+impl crate::schema::ApiSchema for KeepDays {
+    const REQUIRED: bool = false;
+    fn schema(_: &mut crate::schema::Schemas) -> serde_json::Value {
+        serde_json::json!({"type": "integer", "minimum": 1, "maximum": 3650,
+                           "description": format!("default {DEFAULT_WORKDIR_KEEP_DAYS}")})
     }
 }
 
@@ -76,7 +125,12 @@ impl crate::schema::ApiSchema for QueuedCap {
 
 impl Default for AdminSettings {
     fn default() -> Self {
-        AdminSettings { max_queued_tasks_per_user: DEFAULT_MAX_QUEUED_TASKS_PER_USER }
+        AdminSettings {
+            max_queued_tasks_per_user: DEFAULT_MAX_QUEUED_TASKS_PER_USER,
+            workdir_max_bytes: DEFAULT_WORKDIR_MAX_BYTES,
+            workdir_group_bytes: DEFAULT_WORKDIR_GROUP_BYTES,
+            workdir_keep_days: DEFAULT_WORKDIR_KEEP_DAYS,
+        }
     }
 }
 
@@ -84,8 +138,20 @@ impl AdminSettings {
     /// What is wrong with these settings, if anything.
     pub fn problems(&self) -> Option<String> {
         let cap = self.max_queued_tasks_per_user;
-        (!(1..=MAX_QUEUED_TASKS_CAP).contains(&cap))
-            .then(|| format!("maxQueuedTasksPerUser must be 1 to {MAX_QUEUED_TASKS_CAP} (got {cap})"))
+        let mut problems = Vec::new();
+        if !(1..=MAX_QUEUED_TASKS_CAP).contains(&cap) {
+            problems.push(format!("maxQueuedTasksPerUser must be 1 to {MAX_QUEUED_TASKS_CAP} (got {cap})"));
+        }
+        if self.workdir_max_bytes == 0 {
+            problems.push("workdirMaxBytes must be at least 1".to_owned());
+        }
+        if self.workdir_group_bytes == 0 {
+            problems.push("workdirGroupBytes must be at least 1".to_owned());
+        }
+        if !(1..=3650).contains(&self.workdir_keep_days) {
+            problems.push(format!("workdirKeepDays must be 1 to 3650 (got {})", self.workdir_keep_days));
+        }
+        (!problems.is_empty()).then(|| problems.join("; "))
     }
 
     /// The stored settings (the defaults when none were stored).
@@ -263,7 +329,7 @@ mod tests {
         cache.set_room("alice", 1000, CAP_MARGIN + 10);
         assert!(!cache.take_room("bob", 1000), "per user");
         assert!(!cache.take_room("alice", 500), "counted under another cap");
-        cache.set(AdminSettings { max_queued_tasks_per_user: 1000 });
+        cache.set(AdminSettings { max_queued_tasks_per_user: 1000, ..AdminSettings::default() });
         assert!(!cache.take_room("alice", 1000), "new settings forget every room");
     }
 
@@ -316,7 +382,12 @@ mod tests {
         assert_eq!(AdminSettings::default().max_queued_tasks_per_user, 1000);
         assert!(AdminSettings::default().problems().is_none());
         for bad in [0, MAX_QUEUED_TASKS_CAP + 1] {
-            assert!(AdminSettings { max_queued_tasks_per_user: bad }.problems().is_some(), "{bad}");
+            assert!(
+                AdminSettings { max_queued_tasks_per_user: bad, ..AdminSettings::default() }
+                    .problems()
+                    .is_some(),
+                "{bad}"
+            );
         }
     }
 }

@@ -54,6 +54,8 @@ pub struct Shared {
     pub clock: Arc<dyn trainyard_control::Clock>,
     /// This server's part among the servers on its store: the control loop runs while it leads.
     pub election: crate::leader::Election,
+    /// Where uploaded working directories are kept (the server's data dir); None: none are taken.
+    pub workdirs: Option<trainyard_workdir::store::Store>,
 }
 
 impl Shared {
@@ -94,6 +96,7 @@ impl AppState {
             backend,
             wake: Arc::default(),
             election: crate::leader::Election::alone(),
+            workdirs: None,
         }))
     }
 }

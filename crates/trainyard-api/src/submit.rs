@@ -57,6 +57,9 @@ pub async fn submit(state: &AppState, user: &User, draft: Draft<'_>) -> ApiResul
     let task = state.submitter.validate_for(&body, audience(user))?;
     may_use_group(user, &task.metadata.project_group)?;
     may_use_catalog(state, user, &task)?;
+    if let Some(w) = &task.spec.environment.workdir {
+        crate::routes::workdirs::use_workdir(state, &task.metadata.project_group, w).await?;
+    }
     let webhooks = webhook_problems(state, "spec.advanced.alarms", &task.spec.advanced.alarms).await;
     if !webhooks.is_ok() {
         return Err(ApiError::Invalid(webhooks));

@@ -1458,11 +1458,19 @@ fn a_users_queued_tasks_are_capped_with_a_429() {
     // Nothing runs: every task stays queued.
     s.call("PUT", "root", "/api/v1/admin/nodes/node-0", Some(r#"{"schedulable": false}"#), None);
     let (code, v) = s.call("GET", "root", "/api/v1/admin/settings", None, None);
-    assert_eq!((code, v), (200, serde_json::json!({"maxQueuedTasksPerUser": 1000})));
+    let defaults = serde_json::json!({"maxQueuedTasksPerUser": 1000, "workdirMaxBytes": 1u64 << 30,
+                                      "workdirGroupBytes": 20u64 << 30, "workdirKeepDays": 7});
+    assert_eq!((code, v), (200, defaults));
     let cap = |n: i64| format!(r#"{{"maxQueuedTasksPerUser": {n}}}"#);
     assert_eq!(s.call("GET", "alice", "/api/v1/admin/settings", None, None).0, 403);
     assert_eq!(s.call("PUT", "alice", "/api/v1/admin/settings", Some(&cap(5000)), None).0, 403);
-    for bad in [cap(0), cap(-1), cap(20_000_000), r#"{"maxQueued": 3}"#.into(), "[3]".into(), "".into()] {
+    let bad_workdir = [
+        r#"{"maxQueuedTasksPerUser": 5, "workdirMaxBytes": 0}"#.to_owned(),
+        r#"{"maxQueuedTasksPerUser": 5, "workdirKeepDays": 0}"#.to_owned(),
+        r#"{"maxQueuedTasksPerUser": 5, "workdirGroupBytes": -1}"#.to_owned(),
+    ];
+    let bad_cap = [cap(0), cap(-1), cap(20_000_000), r#"{"maxQueued": 3}"#.into(), "[3]".into(), "".into()];
+    for bad in bad_cap.into_iter().chain(bad_workdir) {
         let (code, p) = s.call("PUT", "root", "/api/v1/admin/settings", Some(&bad), None);
         assert_eq!(code, 400, "{bad}: {p}");
     }

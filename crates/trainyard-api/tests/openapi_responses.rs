@@ -80,7 +80,9 @@ fn server() -> Server {
         }
         let catalog = Catalog::from_yaml(CATALOG).unwrap();
         let secrets = SecretBox::generate().unwrap();
-        let state = AppState::new(store, catalog, AnyBackend::Fake(fake.clone()), secrets, Config::default());
+        let mut state =
+            AppState::new(store, catalog, AnyBackend::Fake(fake.clone()), secrets, Config::default());
+        state.workdirs = Some(trainyard_workdir::store::Store::new(dir.join("workdirs")));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(trainyard_api::serve(listener, state));
@@ -417,6 +419,54 @@ fn every_answer_matches_its_documented_schema() {
     let missing = c.call(logs, &format!("/api/v1/tasks/{ray}/logs?replica={replica}x"), "alice", None);
     assert_eq!(missing.status, 404);
     assert_eq!(c.call(logs, &format!("/api/v1/tasks/{ray}/logs?offset=x"), "alice", None).status, 400);
+    // Working directories: checked, their files sent, kept, listed; each refusal as documented.
+    let (check, blobs, commit, list) = (
+        "post /api/v1/workdirs/check",
+        "post /api/v1/workdirs/blobs",
+        "post /api/v1/workdirs",
+        "get /api/v1/workdirs",
+    );
+    let content = "print('hi')\n";
+    let digest = {
+        use sha2::Digest;
+        trainyard_workdir::manifest::hex(&sha2::Sha256::digest(content.as_bytes()))
+    };
+    let upload = |group: &str| {
+        serde_json::json!({"projectGroup": group, "manifest": {"entries": [
+            {"path": "pkg", "kind": "dir"},
+            {"path": "pkg/main.py", "kind": "file", "sha256": digest, "size": content.len()},
+            {"path": "main.py", "kind": "link", "target": "pkg/main.py"},
+        ]}})
+        .to_string()
+    };
+    let missing = c.call(check, "/api/v1/workdirs/check", "alice", Some(&upload("nlp"))).json();
+    assert_eq!(missing["missing"], serde_json::json!([digest]), "{missing}");
+    assert_eq!(c.call(check, "/api/v1/workdirs/check", "carol", Some(&upload("nlp"))).status, 403);
+    let escape = r#"{"projectGroup": "nlp", "manifest": {"entries": [{"path": "../x", "kind": "dir"}]}}"#;
+    assert_eq!(c.call(check, "/api/v1/workdirs/check", "alice", Some(escape)).status, 422);
+    assert_eq!(c.call(commit, "/api/v1/workdirs", "alice", Some(&upload("nlp"))).status, 409);
+    let tar = {
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(content.len() as u64);
+        h.set_entry_type(tar::EntryType::Regular);
+        b.append_data(&mut h, &digest, content.as_bytes()).unwrap();
+        String::from_utf8(b.into_inner().unwrap()).unwrap()
+    };
+    let sent = c.call(blobs, "/api/v1/workdirs/blobs?projectGroup=nlp", "alice", Some(&tar)).json();
+    assert_eq!(sent["files"], 1, "{sent}");
+    assert_eq!(
+        c.call(blobs, "/api/v1/workdirs/blobs?projectGroup=nlp", "alice", Some("not a tar")).status,
+        400
+    );
+    assert_eq!(c.call(blobs, "/api/v1/workdirs/blobs?projectGroup=nlp", "carol", Some(&tar)).status, 403);
+    let kept = c.call(commit, "/api/v1/workdirs", "alice", Some(&upload("nlp"))).json();
+    assert_eq!((kept["files"].as_u64(), kept["entries"].as_u64()), (Some(1), Some(3)), "{kept}");
+    assert_eq!(c.call(commit, "/api/v1/workdirs", "alice", Some(escape)).status, 422);
+    let listed = c.call(list, "/api/v1/workdirs", "alice", None).json();
+    assert_eq!(listed["items"][0]["id"], kept["id"], "{listed}");
+    assert_eq!(c.call(list, "/api/v1/workdirs?projectGroup=nlp", "carol", None).status, 403);
+    assert_eq!(c.call(list, "/api/v1/workdirs", "carol", None).json()["items"], serde_json::json!([]));
     let metrics = "get /api/v1/tasks/{id}/metrics";
     c.call(metrics, &format!("/api/v1/tasks/{ray}/metrics?since=0&name=trainyard_cpu"), "alice", None);
     assert_eq!(c.call(metrics, "/api/v1/tasks/nope/metrics", "alice", None).status, 404);

@@ -114,9 +114,30 @@ pub fn classify(replica: &str, exit: &Exit, log_tail: &str, mount_paths: &[&str]
     (Reason::UserError, format!("{replica} {how}{hint}"))
 }
 
+/// The exit code a [`classify`] message states (`... exited with code 3 ...`), for a client that exits as its
+/// task did.
+pub fn exit_code_in(message: &str) -> Option<i32> {
+    let (_, rest) = message.split_once(" exited with code ")?;
+    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == '-').collect();
+    digits.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_exit_code_is_read_back_from_every_message_that_states_one() {
+        let tail = "Traceback\nValueError: bad";
+        for c in [0, 1, 3, 137, 255] {
+            let (_, m) = classify("t-master-0", &code(c), tail, &[]);
+            assert_eq!(exit_code_in(&m), Some(c), "{m}");
+        }
+        let oom = Exit { code: Some(137), oom_killed: true, ..Exit::default() };
+        assert_eq!(exit_code_in(&classify("t-master-0", &oom, "", &[]).1), Some(137));
+        let killed = Exit { signal: Some(9), ..Exit::default() };
+        assert_eq!(exit_code_in(&classify("t-master-0", &killed, "", &[]).1), None);
+    }
 
     fn code(c: i32) -> Exit {
         Exit { code: Some(c), ..Exit::default() }

@@ -165,6 +165,10 @@ pub struct Environment {
     pub models: Vec<ModelMount>,
     /// Run with `bash -c`. For a RayJob, the entrypoint.
     pub cmd: String,
+    /// The id of an uploaded working directory of the task's project group (`trainyard submit --workdir`
+    /// uploads one and sets it): each replica starts in a read-write copy of it at `/workspace`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
 }
 decode_struct!(Environment {
     image: String = "image",
@@ -173,6 +177,7 @@ decode_struct!(Environment {
     datasets: Vec<DatasetMount> = "datasets",
     models: Vec<ModelMount> = "models",
     cmd: String = "cmd",
+    workdir: Option<String> = "workdir",
 });
 
 /// One environment variable. A hidden value is write-only: never shown back, never logged.

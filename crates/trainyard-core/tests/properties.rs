@@ -854,7 +854,7 @@ fn task_in(tt: TaskType, pool: &str) -> impl Strategy<Value = TrainingTask> + us
                 spec: TaskSpec {
                     task_type: tt,
                     placement: Placement { region: region.clone(), cluster: cluster.clone() },
-                    environment: Environment { image, env, volumes, datasets, models, cmd },
+                    environment: Environment { image, env, volumes, datasets, models, cmd, workdir: None },
                     compute,
                     advanced,
                     pytorch,

@@ -61,6 +61,8 @@ pub struct LocalConfig {
     /// [`crate::root_image`]); Err: why not here (see [`crate::root_image::probe`]), and the sandboxes bind
     /// the roots from the image cache.
     pub image_roots: Result<(), String>,
+    /// Where the server keeps uploaded working directories (`workdirs/` in the data dir).
+    pub workdirs: PathBuf,
 }
 
 /// The image cache's default size limit.
@@ -85,6 +87,7 @@ impl LocalConfig {
             images: None,
             image_cache_max_bytes: IMAGE_CACHE_MAX_BYTES,
             image_roots: Ok(()),
+            workdirs: data_dir.join("workdirs"),
         }
     }
 }

@@ -76,6 +76,10 @@ impl ReplicaLayout {
     pub(super) fn home(&self) -> PathBuf {
         self.scratch().join("root")
     }
+    /// The replica's copy of the task's working directory, bound at `/workspace`.
+    pub(super) fn workspace(&self) -> PathBuf {
+        self.scratch().join("workspace")
+    }
     /// Shared with the sandbox at [`super::sandbox::RUNTIME_DIR`]; in the scratch, whose file system holds
     /// it (see [`super::runtime_dir::RUNTIME_IN_REPLICA_DIR`]).
     pub(super) fn runtime(&self) -> PathBuf {

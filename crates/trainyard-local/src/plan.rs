@@ -9,7 +9,7 @@ use super::metrics::MonitorJob;
 use super::netns::{Range, ReplicaNet};
 use super::procs;
 use super::ray::{RayAt, RayNode, ray_command};
-use super::sandbox::{Mount, RUNTIME_DIR, SandboxPlan};
+use super::sandbox::{Mount, RUNTIME_DIR, SandboxPlan, WORKSPACE};
 use super::supervisor::ReplicaJob;
 use crate::LaunchSpec;
 use serde::{Deserialize, Serialize};
@@ -469,7 +469,13 @@ impl Plan<'_> {
                 hide: self.hide.clone(),
                 mounts: self.mounts.clone(),
                 inner: self.pulled.map(|p| p.inner.clone()).unwrap_or_default(),
-                workdir: self.pulled.and_then(|p| p.image.config.working_dir.clone()),
+                // A task with a working directory starts in its copy; else where the image says.
+                workdir: if s.environment.workdir.is_some() {
+                    Some(WORKSPACE.to_owned())
+                } else {
+                    self.pulled.and_then(|p| p.image.config.working_dir.clone())
+                },
+                workspace: s.environment.workdir.as_ref().map(|_| rl.workspace()),
             },
             uid: self.uid,
             gid: self.gid,

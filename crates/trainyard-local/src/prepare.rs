@@ -238,6 +238,13 @@ impl LocalBackend {
             }
             own_tree(&home, uid, gid)?;
             own_tree(&runtime, uid, gid)?;
+            // The task's working directory: a copy of its own, the attempt's uid's (the scratch holds it, so
+            // it counts against nothing of the replica's and goes with it).
+            if let Some(w) = &s.environment.workdir {
+                trainyard_workdir::store::Store::new(&self.cfg.workdirs)
+                    .materialize(&spec.task.metadata.project_group, w, &rl.workspace(), Some((uid, gid)))
+                    .map_err(|e| format!("the working directory: {e}"))?;
+            }
         }
         let l = plan.launched(shared_dir.filter(|(_, clean)| *clean).map(|(dir, _)| dir));
         let bytes = serde_json::to_vec_pretty(&l).map_err(|e| e.to_string())?;

@@ -113,7 +113,14 @@ pub struct SandboxPlan {
     /// Where the command starts (the image's `WorkingDir`; `/root` when it names none).
     #[serde(default)]
     pub workdir: Option<String>,
+    /// The replica's copy of the task's working directory (in its scratch), bound at [`WORKSPACE`] in place
+    /// of anything the image has there.
+    #[serde(default)]
+    pub workspace: Option<PathBuf>,
 }
+
+/// Where a replica sees its copy of the task's working directory.
+pub const WORKSPACE: &str = "/workspace";
 
 /// The user a replica's processes are inside their user namespace: the image's `User` when it names one
 /// other than root, else Trainyard's [`INNER_USER`] at [`INNER_UID`]. Outside, it is always the attempt's
@@ -246,6 +253,7 @@ impl SandboxPlan {
             let name = entry.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             if OWN_TOP_LEVEL.contains(&name.as_str())
                 || (self.host_view && !HOST_VIEW.contains(&name.as_str()))
+                || (self.workspace.is_some() && name == WORKSPACE[1..])
             {
                 continue;
             }
@@ -274,6 +282,9 @@ impl SandboxPlan {
         }
         arg(&mut a, &[&"--bind", &self.tmp, &"/tmp", &"--bind", &self.home, &"/root"]);
         arg(&mut a, &[&"--bind", &self.runtime, &RUNTIME_DIR]);
+        if let Some(w) = &self.workspace {
+            arg(&mut a, &[&"--bind", w, &WORKSPACE]);
+        }
         arg(&mut a, &[&"--ro-bind", &self.hosts, &"/etc/hosts"]);
         if let Some(p) = &self.passwd {
             arg(&mut a, &[&"--ro-bind", p, &"/etc/passwd"]);
@@ -442,6 +453,7 @@ mod tests {
             mounts,
             inner: Inner::default(),
             workdir: None,
+            workspace: None,
         }
     }
 

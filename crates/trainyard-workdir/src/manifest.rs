@@ -135,43 +135,49 @@ impl Manifest {
         self.entries.iter().filter_map(|e| Some((e.sha256.as_deref()?, e.size))).collect()
     }
 
-    /// Every problem of the manifest, each with the entry's place (`entries[3].path: ...`); none when the
-    /// server may keep it. `max_bytes`: most bytes its files may add up to.
-    pub fn check(&self, max_bytes: u64) -> Vec<String> {
+    /// Every problem of the manifest, each as (the field's place, `entries[3].path`, and what is wrong);
+    /// none when the server may keep it. `max_bytes`: most bytes its files may add up to.
+    pub fn check(&self, max_bytes: u64) -> Vec<(String, String)> {
         let mut problems = Vec::new();
         if self.entries.len() > MAX_ENTRIES {
-            problems.push(format!("entries: {} entries; at most {MAX_ENTRIES}", self.entries.len()));
+            problems
+                .push(("entries".into(), format!("{} entries; at most {MAX_ENTRIES}", self.entries.len())));
             return problems;
         }
         let mut seen: BTreeMap<&str, Kind> = BTreeMap::new();
         for (i, e) in self.entries.iter().enumerate() {
             let at = format!("entries[{i}]");
             if let Err(why) = parts(&e.path) {
-                problems.push(format!("{at}.path: {:?} {why}", e.path));
+                problems.push((format!("{at}.path"), format!("{:?} {why}", e.path)));
                 continue;
             }
             if seen.insert(&e.path, e.kind).is_some() {
-                problems.push(format!("{at}.path: {:?} is listed twice", e.path));
+                problems.push((format!("{at}.path"), format!("{:?} is listed twice", e.path)));
             }
             match e.kind {
                 Kind::File => match e.sha256.as_deref() {
                     Some(d) if is_digest(d) => {}
-                    Some(d) => problems.push(format!("{at}.sha256: {d:?} is not 64 lowercase hex digits")),
-                    None => problems.push(format!("{at}.sha256: a file needs its content's SHA-256")),
+                    Some(d) => problems
+                        .push((format!("{at}.sha256"), format!("{d:?} is not 64 lowercase hex digits"))),
+                    None => {
+                        problems.push((format!("{at}.sha256"), "a file needs its content's SHA-256".into()))
+                    }
                 },
                 Kind::Dir | Kind::Link if e.sha256.is_some() || e.size != 0 || e.executable => {
-                    problems.push(format!("{at}: only a file has sha256, size or executable"));
+                    problems.push((at.clone(), "only a file has sha256, size or executable".into()));
                 }
                 _ => {}
             }
             match (e.kind, e.target.as_deref()) {
                 (Kind::Link, Some(t)) => {
                     if let Err(why) = link_inside(&e.path, t) {
-                        problems.push(format!("{at}.target: {:?} {why}", e.path));
+                        problems.push((format!("{at}.target"), format!("{:?} {why}", e.path)));
                     }
                 }
-                (Kind::Link, None) => problems.push(format!("{at}.target: a link needs its target")),
-                (_, Some(_)) => problems.push(format!("{at}.target: only a link has a target")),
+                (Kind::Link, None) => {
+                    problems.push((format!("{at}.target"), "a link needs its target".into()))
+                }
+                (_, Some(_)) => problems.push((format!("{at}.target"), "only a link has a target".into())),
                 (_, None) => {}
             }
         }
@@ -182,9 +188,9 @@ impl Manifest {
             let mut parent = e.path.as_str();
             while let Some((up, _)) = parent.rsplit_once('/') {
                 if leaves.contains(up) {
-                    problems.push(format!(
-                        "entries[{i}].path: {:?} is under {up:?}, which is not a directory",
-                        e.path
+                    problems.push((
+                        format!("entries[{i}].path"),
+                        format!("{:?} is under {up:?}, which is not a directory", e.path),
                     ));
                     break;
                 }
@@ -193,10 +199,13 @@ impl Manifest {
         }
         let bytes = self.bytes();
         if bytes > max_bytes {
-            problems.push(format!(
-                "entries: the files add up to {}, over the {} an upload may hold",
-                human(bytes),
-                human(max_bytes)
+            problems.push((
+                "entries".into(),
+                format!(
+                    "the files add up to {}, over the {} an upload may hold",
+                    human(bytes),
+                    human(max_bytes)
+                ),
             ));
         }
         problems
@@ -276,7 +285,7 @@ mod tests {
             ],
         };
         let p = m.check(500);
-        let all = p.join("\n");
+        let all = p.iter().map(|(at, what)| format!("{at}: {what}")).collect::<Vec<_>>().join("\n");
         for want in [
             "entries[0].path: \"/etc/passwd\" is absolute",
             "entries[1].path: \"a/../b\" has a \"..\" part",

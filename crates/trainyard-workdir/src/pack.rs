@@ -23,12 +23,11 @@ pub struct Packed {
 /// files that add up to more than `max_bytes`.
 pub fn pack(dir: &Path, max_bytes: u64) -> Result<Packed, Vec<String>> {
     let mut problems = Vec::new();
-    let meta = match std::fs::metadata(dir) {
-        Ok(m) if m.is_dir() => m,
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
         Ok(_) => return Err(vec![format!("{}: not a directory", dir.display())]),
         Err(e) => return Err(vec![format!("{}: {e}", dir.display())]),
-    };
-    drop(meta);
+    }
     let walk = ignore::WalkBuilder::new(dir)
         .hidden(false)
         .git_ignore(true)

@@ -99,6 +99,18 @@ impl Store {
         Ok(dir.join(tmp_name()))
     }
 
+    /// A new file aside in the group's dir, for an upload to be written to before it is taken in (a broken
+    /// one is collected).
+    pub fn spool(&self, group: &str) -> Result<(PathBuf, std::fs::File), String> {
+        let path = self.tmp(group)?;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        Ok((path, f))
+    }
+
     /// The digests of `manifest`'s files that the group does not hold yet, each once, with their sizes.
     pub fn missing(&self, group: &str, manifest: &Manifest) -> Vec<(String, u64)> {
         manifest
@@ -340,8 +352,8 @@ impl Store {
         let m = self
             .manifest(group, id)
             .ok_or_else(|| format!("project group {group} has no working directory {id} (collected?)"))?;
-        if let Some(p) = m.check(u64::MAX).into_iter().next() {
-            return Err(format!("working directory {id} is not one the server would keep: {p}"));
+        if let Some((at, what)) = m.check(u64::MAX).into_iter().next() {
+            return Err(format!("working directory {id} is not one the server would keep: {at}: {what}"));
         }
         let own = |p: &Path| -> Result<(), String> {
             if let Some((uid, gid)) = owner {
@@ -452,7 +464,7 @@ mod tests {
         assert!(s.collect(&BTreeSet::new(), Duration::from_secs(60)).workdirs.is_empty());
         let live = BTreeSet::from([("g".to_owned(), info.id.clone())]);
         assert!(s.collect(&live, Duration::ZERO).workdirs.is_empty());
-        assert_eq!(s.collect(&BTreeSet::new(), Duration::ZERO).workdirs, [info.id.clone()]);
+        assert_eq!(s.collect(&BTreeSet::new(), Duration::ZERO).workdirs, vec![info.id.clone()]);
         for d in [src, root, out] {
             let _ = std::fs::remove_dir_all(d);
         }

@@ -20,7 +20,7 @@ pub struct Cli {
     /// an absolute path].
     #[arg(long, global = true, env = "TRAINYARD_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// A YAML file with `server:` and `token:` [default: ~/.config/trainyard/config.yaml].
+    /// A YAML file with `server:`, `token:` and `run`'s `defaults:` [default: ~/.config/trainyard/config.yaml].
     #[arg(long, global = true, env = "TRAINYARD_CONFIG")]
     pub config: Option<PathBuf>,
     #[command(subcommand)]
@@ -125,6 +125,11 @@ pub enum Command {
         /// The task file (YAML or JSON); `-` reads standard input.
         #[arg(short = 'f', long = "file", value_name = "FILE")]
         file: PathBuf,
+        /// Send this directory with the task: every replica starts in a read-write copy of it at /workspace.
+        /// Files its .gitignore files or a .trainyardignore list stay home, and so does .git; files the
+        /// server already holds for the task's group are not sent again.
+        #[arg(long, value_name = "DIR")]
+        workdir: Option<PathBuf>,
         /// Makes a retried submission return the first task instead of creating a second one.
         #[arg(long, value_name = "KEY")]
         idempotency_key: Option<String>,
@@ -135,6 +140,55 @@ pub enum Command {
         /// Output format.
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
         output: Format,
+    },
+    /// Run one command as a task: the current directory goes with it (every replica starts in a copy at
+    /// /workspace), every replica's output is followed, and the exit status is the task's (its command's
+    /// exit code when it failed with one). Ctrl-C leaves the task running.
+    ///
+    /// What it runs on comes from the options, else `defaults:` in the config file (group, pool, spec,
+    /// image, resourceType), else the first quota line of your group whose spec fits (`--gpus`) and an image
+    /// the group may use there.
+    Run {
+        /// The directory to send [default: the current one].
+        #[arg(long, value_name = "DIR", conflicts_with = "no_workdir")]
+        workdir: Option<PathBuf>,
+        /// Send no directory.
+        #[arg(long)]
+        no_workdir: bool,
+        /// The project group.
+        #[arg(long)]
+        group: Option<String>,
+        /// The pool.
+        #[arg(long)]
+        pool: Option<String>,
+        /// The instance spec.
+        #[arg(long)]
+        spec: Option<String>,
+        /// The image (a catalog name or a reference).
+        #[arg(long)]
+        image: Option<String>,
+        /// The resource type (Reserved, Ondemand, Spot, Idle).
+        #[arg(long)]
+        resource_type: Option<String>,
+        /// Workers besides the master (or the Ray head).
+        #[arg(long, default_value_t = 0)]
+        workers: u32,
+        /// GPUs a replica needs: the spec is the smallest that has them.
+        #[arg(long, default_value_t = 0)]
+        gpus: u32,
+        /// pytorch (a master and workers, each running the command) or ray (a head and workers; the command
+        /// is the entrypoint).
+        #[arg(long = "type", value_enum, default_value_t = RunType::Pytorch)]
+        task_type: RunType,
+        /// The task's name prefix.
+        #[arg(long, default_value = "run")]
+        name_prefix: String,
+        /// Print the task's name once it is submitted, and return.
+        #[arg(short = 'd', long)]
+        detach: bool,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
     },
     /// List the tasks you can see, newest first.
     List {
@@ -516,4 +570,11 @@ fn parse_pair(s: &str) -> Result<(String, String), String> {
         Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
         _ => Err(format!("expected NAME=VALUE, got {s:?}")),
     }
+}
+
+/// The kinds of task `run` makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RunType {
+    Pytorch,
+    Ray,
 }

@@ -17,9 +17,73 @@ pub fn whoami(c: &Conn) -> CallResult<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Most bytes of files one upload request carries (a larger file goes alone).
+const WORKDIR_BATCH_BYTES: u64 = 32 << 20;
+
+/// Uploads `dir` as a working directory of `group`: its manifest checked first (every problem at once,
+/// nothing sent), then only the files the server lacks, then the manifest kept. Says what it sent on
+/// standard error; answers the working directory's id.
+pub fn upload_workdir(c: &Conn, dir: &std::path::Path, group: &str) -> CallResult<String> {
+    use trainyard_workdir::manifest::human;
+    let packed = trainyard_workdir::pack::pack(dir, u64::MAX).map_err(|problems| {
+        usage(format!(
+            "--workdir {}: nothing was sent, {} to mend first:\n  {}",
+            dir.display(),
+            if problems.len() == 1 { "one thing".to_owned() } else { format!("{} things", problems.len()) },
+            problems.join("\n  ")
+        ))
+    })?;
+    let body = serde_json::to_vec(&serde_json::json!({"projectGroup": group, "manifest": packed.manifest}))
+        .map_err(|e| usage(e.to_string()))?;
+    let (_, check) = c.call("POST", "/api/v1/workdirs/check", Some(&body), None)?;
+    let missing: Vec<String> = check["missing"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|d| d.as_str().map(str::to_owned))
+        .collect();
+    let (mut files, mut bytes) = (0u64, 0u64);
+    let path = format!("/api/v1/workdirs/blobs?projectGroup={}", encode(group));
+    for batch in trainyard_workdir::pack::batches(&packed, &missing, WORKDIR_BATCH_BYTES) {
+        let (tar, n) = batch.map_err(|e| usage(format!("--workdir {}: {e}", dir.display())))?;
+        let (_, v) = c.call("POST", &path, Some(&tar), None)?;
+        files += n as u64;
+        bytes += v["bytes"].as_u64().unwrap_or(0);
+    }
+    let (_, info) = c.call("POST", "/api/v1/workdirs", Some(&body), None)?;
+    let id = info["id"].as_str().unwrap_or_default().to_owned();
+    eprintln!(
+        "trainyard: working directory {}: {} entries, {}; sent {files} file{} ({}), the server had the rest",
+        dir.display(),
+        packed.manifest.entries.len(),
+        human(packed.manifest.bytes()),
+        if files == 1 { "" } else { "s" },
+        human(bytes),
+    );
+    Ok(id)
+}
+
+/// The task document `body` (JSON) with `spec.environment.workdir` set to `dir` uploaded for its group.
+fn with_workdir(c: &Conn, body: &[u8], dir: &std::path::Path) -> CallResult<Vec<u8>> {
+    let mut doc: Value = serde_json::from_slice(body)
+        .map_err(|e| usage(format!("--workdir needs a task file that parses (it names the group): {e}")))?;
+    let group = doc["metadata"]["projectGroup"].as_str().map(str::to_owned).ok_or_else(|| {
+        usage("--workdir: the task file names no metadata.projectGroup, whose working directories it would join")
+    })?;
+    let id = upload_workdir(c, dir, &group)?;
+    match doc.pointer_mut("/spec/environment").and_then(Value::as_object_mut) {
+        Some(env) => {
+            env.insert("workdir".into(), Value::String(id));
+        }
+        None => return Err(usage("--workdir: the task file has no spec.environment")),
+    }
+    serde_json::to_vec(&doc).map_err(|e| usage(e.to_string()))
+}
+
 pub fn submit(
     c: &Conn,
     file: &std::path::Path,
+    workdir: Option<&std::path::Path>,
     key: Option<&str>,
     wait: bool,
     format: Format,
@@ -35,6 +99,10 @@ pub fn submit(
     // YAML goes as the JSON the server would read it into: parsing YAML costs the server ten times as much
     // (a document it should see as written, a broken one say, goes as it is, for the server's problems).
     let body = trainyard_core::parse::yaml_as_json(&body).unwrap_or(body);
+    let body = match workdir {
+        Some(dir) => with_workdir(c, &body, dir)?,
+        None => body,
+    };
     let (status, t) = c.call("POST", "/api/v1/tasks", Some(&body), key)?;
     let name = t["name"].as_str().unwrap_or("").to_owned();
     let id = t["id"].as_str().unwrap_or("").to_owned();

@@ -7,6 +7,7 @@ mod conn;
 mod logs;
 mod machine;
 mod metrics;
+mod run;
 mod table;
 mod up;
 mod validate;
@@ -31,6 +32,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct ConfigFile {
     server: Option<String>,
     token: Option<String>,
+    /// What `trainyard run` runs on when its options do not say.
+    defaults: Option<run::Defaults>,
 }
 
 fn config_file(path: Option<&std::path::Path>) -> Result<ConfigFile, String> {
@@ -111,8 +114,44 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Submit { file, idempotency_key, wait, output } => {
-            client::finish(client::submit(&conn, &file, idempotency_key.as_deref(), wait, output))
+        Command::Submit { file, workdir, idempotency_key, wait, output } => client::finish(client::submit(
+            &conn,
+            &file,
+            workdir.as_deref(),
+            idempotency_key.as_deref(),
+            wait,
+            output,
+        )),
+        Command::Run {
+            workdir,
+            no_workdir,
+            group,
+            pool,
+            spec,
+            image,
+            resource_type,
+            workers,
+            gpus,
+            task_type,
+            name_prefix,
+            detach,
+            command,
+        } => {
+            let o = run::RunOpts {
+                workdir,
+                no_workdir,
+                group,
+                pool,
+                spec,
+                image,
+                resource_type,
+                workers,
+                gpus,
+                ray: task_type == cli::RunType::Ray,
+                name_prefix: Some(name_prefix),
+                detach,
+            };
+            client::finish(run::run(&conn, &o, &config.defaults.clone().unwrap_or_default(), &command))
         }
         Command::List { filters, sort, limit, output, watch } => {
             let mut query = filters.pairs();

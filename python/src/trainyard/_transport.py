@@ -1,25 +1,35 @@
-"""The connection to a server: the HTTP session with the token, and the requests every call goes through
-(refusals raised as problems, answers read as JSON)."""
+"""The connection to a server: an HTTP session with the token, blocking or async, that runs the operations'
+plans (see ``_plan``). Each does only the I/O: a call sent and its response handed back, a sleep, a stream
+read as it arrives; what is asked and what the answers mean is the plans'."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, TypeVar
 
 import httpx
 
-from .errors import ProblemError, TrainyardConnectionError, UnexpectedResponse
+from ._plan import Call, Emit, Follow, Items, Plan, Sleep, Step, problem, stream_broke, stream_timeout, unreachable
 
 __version__ = "0.1.0"
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 
 _R = TypeVar("_R")
+_T = TypeVar("_T")
 
 
-class _Transport:
-    """One server, as one user (the token's): the session the :class:`~trainyard.Client`'s calls share."""
+def _headers(token: str | None) -> dict[str, str]:
+    headers = {"User-Agent": f"trainyard-python/{__version__}", "Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
+class _Connection:
+    """A blocking session: what :class:`~trainyard.Client`'s calls go through."""
 
     def __init__(
         self,
@@ -28,83 +38,151 @@ class _Transport:
         *,
         timeout: float = 30.0,
         verify: bool | str = True,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
         """``url``: the server (``http://host:8080``); ``token``: an API token (``ty_...``); ``timeout``:
         seconds any one request may take (a followed log waits as long as the replica runs); ``verify``:
-        TLS verification (``False``, or a CA bundle's path)."""
+        TLS verification (``False``, or a CA bundle's path); ``transport``: an httpx transport to send the
+        requests through instead of the network (``httpx.MockTransport`` in a test)."""
         self.url = url.rstrip("/")
         self.timeout = timeout
-        headers = {"User-Agent": f"trainyard-python/{__version__}", "Accept": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, verify=verify)
-
-    # --- the connection ---------------------------------------------------------------------------------
+        self._http = httpx.Client(
+            base_url=self.url, headers=_headers(token), timeout=timeout, verify=verify, transport=transport
+        )
 
     def close(self) -> None:
         """Closes the connections; the client cannot be used after."""
         self._http.close()
 
-    def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str | int] | None = None,
-        content: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> httpx.Response:
-        try:
-            resp = self._http.request(method, path, params=params, content=content, headers=headers)
-        except httpx.TimeoutException as e:
-            raise TrainyardConnectionError(
-                f"{method} {self.url}{path}: no answer within {self.timeout} s ({e})", url=self.url
-            ) from e
-        except httpx.TransportError as e:
-            raise TrainyardConnectionError(
-                f"cannot reach {self.url}: {e} (is `trainyard up` running?)", url=self.url
-            ) from e
-        if resp.status_code >= 400:
-            raise ProblemError.from_response(resp.status_code, resp.text, method=method, url=str(resp.request.url))
-        return resp
+    def _run(self, plan: Plan[_R]) -> _R:
+        answer: Any = None
+        while True:
+            try:
+                step = plan.send(answer)
+            except StopIteration as done:
+                result: _R = done.value
+                return result
+            answer = self._do(step)
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str | int] | None = None,
-        json_body: Any = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> Any:
-        """Any API call (``client.request("GET", "/api/v1/quota")``): its JSON, or ``None`` when it has no
-        body; refusals raise as everywhere. For what the methods here do not cover (the admin API)."""
-        content = None
-        hdrs = dict(headers or {})
-        if json_body is not None:
-            content = json.dumps(json_body).encode()
-            hdrs.setdefault("Content-Type", "application/json")
-        resp = self._send(method, path, params=params, content=content, headers=hdrs)
-        if not resp.content:
+    def _iterate(self, items: Items[_T]) -> Iterator[_T]:
+        answer: Any = None
+        while True:
+            try:
+                step = items.send(answer)
+            except StopIteration:
+                return
+            answer = None
+            if isinstance(step, Emit):
+                yield step.item
+            elif isinstance(step, Follow):
+                yield from self._follow(step)
+            else:
+                answer = self._do(step)
+
+    def _do(self, step: Step) -> httpx.Response | None:
+        if isinstance(step, Sleep):
+            time.sleep(step.seconds)
             return None
-        return _json_of(resp)
+        try:
+            return self._http.request(
+                step.method, step.path, params=step.params, content=step.content, headers=step.headers
+            )
+        except httpx.TransportError as e:
+            raise unreachable(e, step, self.url, self.timeout) from e
 
-    def _get(self, path: str, params: Mapping[str, str | int] | None = None) -> Any:
-        return _json_of(self._send("GET", path, params=params))
+    def _follow(self, follow: Follow[_T]) -> Iterator[_T]:
+        call: Call = follow.call
+        timeout = stream_timeout(self.timeout)
+        try:
+            with self._http.stream(
+                call.method, call.path, params=call.params, headers=call.headers, timeout=timeout
+            ) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    raise problem(resp)
+                for chunk in resp.iter_bytes():
+                    yield from follow.reader.feed(chunk)
+                    if follow.reader.done:
+                        return
+        except httpx.TransportError as e:
+            raise stream_broke(e, follow, timeout, self.url) from e
 
 
-def _json_of(resp: httpx.Response) -> Any:
-    try:
-        return resp.json()
-    except ValueError as e:
-        raise UnexpectedResponse(
-            f"{resp.request.method} {resp.request.url} answered {resp.status_code} with a body that is not JSON"
-        ) from e
+class _AsyncConnection:
+    """An async session: what :class:`~trainyard.AsyncClient`'s calls go through."""
 
+    def __init__(
+        self,
+        url: str = DEFAULT_SERVER,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        verify: bool | str = True,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        """As :class:`~trainyard.Client`'s; ``transport`` is an async one (``httpx.MockTransport`` serves
+        both)."""
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._http = httpx.AsyncClient(
+            base_url=self.url, headers=_headers(token), timeout=timeout, verify=verify, transport=transport
+        )
 
-def _build(make: Callable[[Any], _R], data: Any) -> _R:
-    """``make(data)``, an answer whose shape is not the documented one being an UnexpectedResponse."""
-    try:
-        return make(data)
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
-        raise UnexpectedResponse(f"the server's answer does not have the expected shape ({e!r}): {data!r:.500}") from e
+    async def close(self) -> None:
+        """Closes the connections; the client cannot be used after."""
+        await self._http.aclose()
+
+    async def _run(self, plan: Plan[_R]) -> _R:
+        answer: Any = None
+        while True:
+            try:
+                step = plan.send(answer)
+            except StopIteration as done:
+                result: _R = done.value
+                return result
+            answer = await self._do(step)
+
+    async def _iterate(self, items: Items[_T]) -> AsyncIterator[_T]:
+        answer: Any = None
+        while True:
+            try:
+                step = items.send(answer)
+            except StopIteration:
+                return
+            answer = None
+            if isinstance(step, Emit):
+                yield step.item
+            elif isinstance(step, Follow):
+                async for item in self._follow(step):
+                    yield item
+            else:
+                answer = await self._do(step)
+
+    async def _do(self, step: Step) -> httpx.Response | None:
+        if isinstance(step, Sleep):
+            await asyncio.sleep(step.seconds)
+            return None
+        try:
+            return await self._http.request(
+                step.method, step.path, params=step.params, content=step.content, headers=step.headers
+            )
+        except httpx.TransportError as e:
+            raise unreachable(e, step, self.url, self.timeout) from e
+
+    async def _follow(self, follow: Follow[_T]) -> AsyncIterator[_T]:
+        call: Call = follow.call
+        timeout = stream_timeout(self.timeout)
+        try:
+            async with self._http.stream(
+                call.method, call.path, params=call.params, headers=call.headers, timeout=timeout
+            ) as resp:
+                if resp.status_code >= 400:
+                    await resp.aread()
+                    raise problem(resp)
+                async for chunk in resp.aiter_bytes():
+                    for item in follow.reader.feed(chunk):
+                        yield item
+                    if follow.reader.done:
+                        return
+        except httpx.TransportError as e:
+            raise stream_broke(e, follow, timeout, self.url) from e

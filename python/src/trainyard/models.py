@@ -2,7 +2,8 @@
 
 Each is built from the server's JSON by ``from_json``, with the field names in Python's spelling
 (``projectGroup`` is ``project_group``); every one keeps the JSON it was built from in ``raw``, so a field a
-newer server adds is not lost.
+newer server adds is not lost. Every time is an aware :class:`~datetime.datetime` in UTC (the API's are
+milliseconds since the epoch, kept as such in ``raw``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from ._problems import FieldProblem
@@ -71,8 +72,33 @@ TERMINAL_STATUSES: frozenset[Status] = frozenset({Status.SUCCEEDED, Status.FAILE
 """What :meth:`trainyard.Client.wait` waits for unless told otherwise."""
 
 
-def _ms_to_datetime(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+
+def _from_ms(ms: Any) -> datetime:
+    """One of the API's times (ms since the epoch), exactly, as an aware datetime in UTC."""
+    return _EPOCH + int(ms) * _MS
+
+
+def _to_ms(at: datetime) -> int:
+    """An aware datetime as the API's ms since the epoch; a naive one is refused, its zone being a guess."""
+    if not isinstance(at, datetime):
+        raise TypeError(f"a time is an aware datetime, not {type(at).__name__}")
+    if at.utcoffset() is None:
+        raise ValueError(f"{at!r} has no time zone: give an aware datetime (datetime.now(UTC), say)")
+    return (at - _EPOCH) // _MS
+
+
+def _from_text(text: str) -> datetime | None:
+    """An RFC 3339 time as an aware datetime in UTC; ``None`` if it is not one."""
+    if not text[:1].isdigit() or "T" not in text:
+        return None
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return at.replace(tzinfo=UTC) if at.utcoffset() is None else at.astimezone(UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,14 +129,14 @@ class QueuePosition:
 @dataclass(frozen=True, slots=True)
 class StartingWait:
     """What a starting task's attempt waits for, in its backend's words (a cluster's scheduler with no room, a
-    pull), and since when (ms since the epoch)."""
+    pull), and since when."""
 
     reason: str
-    since_ms: int
+    since: datetime
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> StartingWait:
-        return cls(reason=str(d["reason"]), since_ms=int(d["sinceMs"]))
+        return cls(reason=str(d["reason"]), since=_from_ms(d["sinceMs"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,8 +230,8 @@ class Task:
     labels: dict[str, str]
     attempt: int
     retries: int
-    created_at_ms: int
-    updated_at_ms: int
+    created_at: datetime
+    updated_at: datetime
     deleted: bool
     """Deleted: out of lists and not run again; still read by id, with its history."""
     placement: Placement | None
@@ -214,9 +240,9 @@ class Task:
     """While its attempt is admitted and starting: what it waits for; ``None`` otherwise."""
     demand: TaskDemand | None
     """``None`` for a task the server stored before it kept demands."""
-    status_since_ms: int
+    status_since: datetime
     """When it entered its status."""
-    run_started_at_ms: int | None
+    run_started_at: datetime | None
     """When its attempt entered Running; ``None`` until then (and again once it is queued)."""
     spec: dict[str, Any] | None
     raw: dict[str, Any] = field(repr=False, compare=False)
@@ -241,15 +267,15 @@ class Task:
             labels={str(k): str(v) for k, v in dict(d.get("labels") or {}).items()},
             attempt=int(d["attempt"]),
             retries=int(d["retries"]),
-            created_at_ms=int(d["createdAtMs"]),
-            updated_at_ms=int(d["updatedAtMs"]),
+            created_at=_from_ms(d["createdAtMs"]),
+            updated_at=_from_ms(d["updatedAtMs"]),
             deleted=bool(d.get("deleted", False)),
             placement=Placement.from_json(placement) if isinstance(placement, dict) else None,
             queue=QueuePosition.from_json(queue) if isinstance(queue, dict) else None,
             starting=StartingWait.from_json(starting) if isinstance(starting, dict) else None,
             demand=TaskDemand.from_json(demand) if isinstance(demand, dict) else None,
-            status_since_ms=int(d.get("statusSinceMs") or d["updatedAtMs"]),
-            run_started_at_ms=int(run_started) if run_started is not None else None,
+            status_since=_from_ms(d.get("statusSinceMs") or d["updatedAtMs"]),
+            run_started_at=_from_ms(run_started) if run_started is not None else None,
             spec=spec if isinstance(spec, dict) else None,
             raw=d,
         )
@@ -258,14 +284,6 @@ class Task:
     def is_terminal(self) -> bool:
         """Succeeded, Failed or Stopped."""
         return self.status.is_terminal
-
-    @property
-    def created_at(self) -> datetime:
-        return _ms_to_datetime(self.created_at_ms)
-
-    @property
-    def updated_at(self) -> datetime:
-        return _ms_to_datetime(self.updated_at_ms)
 
 
 T = TypeVar("T")
@@ -291,7 +309,7 @@ class Event:
 
     seq: int
     attempt: int
-    at_ms: int
+    at: datetime
     reason: str
     message: str
 
@@ -300,14 +318,10 @@ class Event:
         return cls(
             seq=int(d["seq"]),
             attempt=int(d["attempt"]),
-            at_ms=int(d["atMs"]),
+            at=_from_ms(d["atMs"]),
             reason=str(d["reason"]),
             message=str(d["message"]),
         )
-
-    @property
-    def at(self) -> datetime:
-        return _ms_to_datetime(self.at_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,8 +355,8 @@ class LogLine:
     replica: str
     attempt: int
     text: str
-    time: str
-    """When it was written, as the server stored it (RFC 3339, UTC); empty when the line had no time."""
+    time: datetime | None
+    """When it was written (as the server stored it, to the millisecond); ``None`` when the line had no time."""
     stream: str
     """``O`` (standard output) or ``E`` (standard error); empty when unknown."""
 
@@ -350,18 +364,11 @@ class LogLine:
     def parse(cls, stored: str, *, replica: str, attempt: int) -> LogLine:
         """A line in the server's stored form, ``TIME STREAM TEXT``; another line is kept as its text."""
         parts = stored.split(" ", 2)
-        if len(parts) >= 2 and parts[1] in ("O", "E") and parts[0][:1].isdigit() and "T" in parts[0]:
-            return cls(replica=replica, attempt=attempt, time=parts[0], stream=parts[1], text=parts[2] if len(parts) == 3 else "")
-        return cls(replica=replica, attempt=attempt, time="", stream="", text=stored)
-
-    @property
-    def timestamp(self) -> datetime | None:
-        if not self.time:
-            return None
-        try:
-            return datetime.fromisoformat(self.time.replace("Z", "+00:00"))
-        except ValueError:
-            return None
+        at = _from_text(parts[0]) if len(parts) >= 2 and parts[1] in ("O", "E") else None
+        if at is not None:
+            text = parts[2] if len(parts) == 3 else ""
+            return cls(replica=replica, attempt=attempt, time=at, stream=parts[1], text=text)
+        return cls(replica=replica, attempt=attempt, time=None, stream="", text=stored)
 
     def __str__(self) -> str:
         return self.text
@@ -369,12 +376,12 @@ class LogLine:
 
 @dataclass(frozen=True, slots=True)
 class MetricSeries:
-    """One metric of one replica with one label set; ``points`` are ``(at_ms, value)``, oldest first."""
+    """One metric of one replica with one label set; ``points`` are ``(at, value)``, oldest first."""
 
     replica: str
     name: str
     labels: dict[str, str]
-    points: list[tuple[int, float]]
+    points: list[tuple[datetime, float]]
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> MetricSeries:
@@ -382,7 +389,7 @@ class MetricSeries:
             replica=str(d["replica"]),
             name=str(d["name"]),
             labels={str(k): str(v) for k, v in dict(d.get("labels") or {}).items()},
-            points=[(int(p[0]), float(p[1])) for p in d.get("points") or []],
+            points=[(_from_ms(p[0]), float(p[1])) for p in d.get("points") or []],
         )
 
     @property

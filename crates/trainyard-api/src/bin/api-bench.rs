@@ -122,8 +122,10 @@ fn serve_mode(url: &str) {
     rt.block_on(async {
         let store = Store::connect(url).await.unwrap();
         // The benchmark queues tens of thousands of tasks as one user: past the default cap on queued tasks.
-        let unlimited =
-            AdminSettings { max_queued_tasks_per_user: trainyard_api::settings::MAX_QUEUED_TASKS_CAP };
+        let unlimited = AdminSettings {
+            max_queued_tasks_per_user: trainyard_api::settings::MAX_QUEUED_TASKS_CAP,
+            ..AdminSettings::default()
+        };
         unlimited.save(&store, 0).await.unwrap();
         let catalog = Catalog::from_yaml(CATALOG).unwrap();
         let backend = AnyBackend::Fake(FakeBackend::new(Script::default()));

@@ -420,6 +420,7 @@ async fn trainyard(client: &Client, shape: Shape, mode: Mode) -> Outcome {
     // Thousands of tasks queue at once, from one user: past the default cap on queued tasks.
     let unlimited = trainyard_api::settings::AdminSettings {
         max_queued_tasks_per_user: trainyard_api::settings::MAX_QUEUED_TASKS_CAP,
+        ..Default::default()
     };
     unlimited.save(&store, 0).await.unwrap();
     let secrets = SecretBox::generate().unwrap();

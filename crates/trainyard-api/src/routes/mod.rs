@@ -6,6 +6,7 @@ pub mod shares;
 pub mod tasks;
 pub mod telemetry;
 pub mod users;
+pub mod workdirs;
 
 /// The query of an operation that takes no parameters: any parameter is refused (400, naming it), so a
 /// misspelt or misplaced one is never silently ignored. Every query of the API refuses unknown parameters.

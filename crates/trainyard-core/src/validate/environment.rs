@@ -17,6 +17,21 @@ impl V<'_> {
         let mounts = self.mount_sources(t, place);
         self.mounts(t, place, &mounts);
         self.command(t, place);
+        self.workdir(t);
+    }
+
+    /// The working directory's id, as an upload answers it: 64 lowercase hex digits (whether the group holds
+    /// it is the server's to say).
+    fn workdir(&mut self, t: &TrainingTask) {
+        let Some(w) = &t.spec.environment.workdir else { return };
+        if w.len() != 64 || !w.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+            self.report.error(
+                "spec.environment.workdir",
+                Code::InvalidValue,
+                "is not a working directory's id (64 lowercase hex digits); `trainyard submit --workdir DIR` \
+                 uploads DIR and sets it",
+            );
+        }
     }
 
     /// The command: present, without NUL, and short enough to pass as an argument.

@@ -270,6 +270,7 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
     }
     let mut state =
         AppState::new(store.clone(), catalog, backend.clone(), secrets.clone(), Config::default());
+    state.workdirs = Some(trainyard_workdir::store::Store::new(data_dir.join("workdirs")));
     if let Some(election) = election {
         state.control.try_lock().expect("nothing runs the loop yet").elected_by(election.fence());
         // Every server on the store seals and opens hidden values with one key: a server started with another

@@ -1,0 +1,321 @@
+//! Working directories: a member's directory uploaded for their group's tasks (`trainyard submit --workdir`).
+//!
+//! Three steps, each refused whole when something is wrong: `check` takes the manifest (every problem at
+//! once, the size limits) and answers what the group lacks; `blobs` takes those files as a tar stream named
+//! by digest (each written aside and kept only once its content is its name); `commit` keeps the manifest
+//! once every file it names is there. The same tree sent again is a check and a commit, no file.
+
+use crate::auth::{Caller, WithBody, may_use_group};
+use crate::error::{ApiError, ApiResult, json_object};
+use crate::routes::NoParams;
+use crate::schema::{object_schema, view};
+use crate::state::AppState;
+use crate::views::Items;
+use axum::Json;
+use axum::extract::{Query, State};
+use serde::Deserialize;
+use trainyard_core::problem::{Code, Report};
+use trainyard_workdir::manifest::{Entry, Kind, Manifest, human};
+use trainyard_workdir::store::Info;
+
+/// Most bytes of a manifest (about 150 bytes an entry at the most entries a working directory may hold).
+pub const MANIFEST_MAX_BYTES: usize = 48 << 20;
+/// Bytes a tar stream adds to the files it carries, at most: a header of 512 bytes and padding of up to 511
+/// a file, and the end's 1 KiB (the stream's bound is the upload's bound plus this, for every file).
+const TAR_OVERHEAD_EACH: u64 = 1024;
+
+impl crate::schema::ApiSchema for Kind {
+    fn schema(_: &mut crate::schema::Schemas) -> serde_json::Value {
+        serde_json::json!({"type": "string", "enum": ["dir", "file", "link"]})
+    }
+}
+
+object_schema!(
+    /// One entry of a working directory: a directory, a file (its content's SHA-256, its size, whether it
+    /// is executable) or a link to a relative path inside the directory. `path` is relative and plain.
+    closed Entry as "WorkdirEntry" {
+        "path": String,
+        "kind": Kind,
+        "sha256": crate::schema::Optional<String>,
+        "size": crate::schema::Optional<u64>,
+        "executable": crate::schema::Optional<bool>,
+        "target": crate::schema::Optional<String>,
+    }
+);
+
+object_schema!(
+    /// A working directory's entries.
+    closed Manifest as "WorkdirManifest" { "entries": Vec<Entry> }
+);
+
+object_schema!(
+    /// A working directory the server keeps: its id (the SHA-256 of its canonical manifest), its group, how
+    /// many entries and files and bytes, when it was first kept and last used (a submit naming it).
+    closed Info as "Workdir" {
+        "id": String,
+        "projectGroup": String,
+        "entries": u64,
+        "files": u64,
+        "bytes": u64,
+        "createdMs": u64,
+        "lastUsedMs": u64,
+    }
+);
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkdirBody {
+    #[serde(rename = "projectGroup")]
+    project_group: String,
+    manifest: Manifest,
+}
+object_schema!(
+    /// A working directory for a project group's tasks: its manifest.
+    closed WorkdirBody as "WorkdirUpload" { "projectGroup": String, "manifest": Manifest }
+);
+
+view! {
+    /// What a check found: the working directory's id, and the files (by SHA-256) the group does not hold
+    /// yet, to be sent before the commit.
+    pub struct WorkdirCheck as "WorkdirCheck" {
+        pub id: String,
+        pub missing: Vec<String>,
+        "missingBytes" pub missing_bytes: u64,
+        /// Bytes of all its files.
+        pub bytes: u64,
+    }
+}
+
+view! {
+    /// Files taken in from a tar stream.
+    pub struct WorkdirBlobs as "WorkdirBlobs" {
+        pub files: u64,
+        pub bytes: u64,
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupQuery {
+    #[serde(rename = "projectGroup")]
+    project_group: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    #[serde(rename = "projectGroup")]
+    project_group: Option<String>,
+}
+
+fn store(state: &AppState) -> ApiResult<trainyard_workdir::store::Store> {
+    state.workdirs.clone().ok_or_else(|| {
+        ApiError::NotFoundWhat(
+            "this server keeps no working directories (it has no data dir of its own)".into(),
+        )
+    })
+}
+
+/// The manifest's problems and the limits, as one report (each problem at its field).
+async fn checked(state: &AppState, body: &WorkdirBody) -> ApiResult<(Vec<(String, u64)>, u64)> {
+    let settings = state.settings.get(&state.store).await?;
+    let mut report = Report::default();
+    for (at, what) in body.manifest.check(settings.workdir_max_bytes) {
+        report.error(format!("manifest.{at}"), Code::InvalidValue, what);
+    }
+    let s = store(state)?;
+    let (group, manifest) = (body.project_group.clone(), body.manifest.clone());
+    let (missing, usage) =
+        tokio::task::spawn_blocking(move || (s.missing(&group, &manifest), s.usage(&group)))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let adds: u64 = missing.iter().map(|(_, n)| *n).sum();
+    if usage.saturating_add(adds) > settings.workdir_group_bytes {
+        report.error(
+            "manifest",
+            Code::InvalidValue,
+            format!(
+                "project group {} holds {} of working directories and this one adds {}, over the {} a group may \
+                 hold (an admin setting, workdirGroupBytes); working directories unused for {} days are \
+                 collected",
+                body.project_group,
+                human(usage),
+                human(adds),
+                human(settings.workdir_group_bytes),
+                settings.workdir_keep_days
+            ),
+        );
+    }
+    if !report.is_ok() {
+        return Err(ApiError::Invalid(report));
+    }
+    Ok((missing, adds))
+}
+
+/// Checks a working directory's manifest for a group and answers what the group lacks of it.
+pub async fn check_workdir(
+    State(state): State<AppState>,
+    _: Query<NoParams>,
+    WithBody(Caller { user, .. }, body): WithBody<Caller>,
+) -> ApiResult<Json<WorkdirCheck>> {
+    let body: WorkdirBody = json_object(&body, r#"{"projectGroup": GROUP, "manifest": {"entries": [...]}}"#)?;
+    may_use_group(&user, &body.project_group)?;
+    let (missing, missing_bytes) = checked(&state, &body).await?;
+    Ok(Json(WorkdirCheck {
+        id: body.manifest.id(),
+        missing: missing.into_iter().map(|(d, _)| d).collect(),
+        missing_bytes,
+        bytes: body.manifest.bytes(),
+    }))
+}
+
+/// Takes in files for a group: a tar stream whose entries are named by their content's SHA-256.
+pub async fn put_workdir_blobs(
+    State(state): State<AppState>,
+    Query(q): Query<GroupQuery>,
+    Caller { user, .. }: Caller,
+    body: axum::body::Body,
+) -> ApiResult<Json<WorkdirBlobs>> {
+    use futures_util::StreamExt;
+    use std::io::Write;
+    may_use_group(&user, &q.project_group)?;
+    let s = store(&state)?;
+    let settings = state.settings.get(&state.store).await?;
+    let (max_each, group_max) = (settings.workdir_max_bytes, settings.workdir_group_bytes);
+    // Onto disk first (aside, in the group's dir), bounded; then taken in from there.
+    let group = q.project_group.clone();
+    let (usage, spool) = {
+        let (s, group) = (s.clone(), group.clone());
+        tokio::task::spawn_blocking(move || (s.usage(&group), s.spool(&group)))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?
+    };
+    let (path, mut file) = spool.map_err(ApiError::Internal)?;
+    let bound = max_each.saturating_add(max_each / 64).saturating_add(TAR_OVERHEAD_EACH * 1024);
+    let mut stream = body.into_data_stream();
+    let mut got = 0u64;
+    let read = async {
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("the upload broke off: {e}")))?;
+            got += chunk.len() as u64;
+            if got > bound {
+                return Err(ApiError::BadRequest(format!(
+                    "the stream is over the {} an upload may hold (an admin setting, workdirMaxBytes)",
+                    human(max_each)
+                )));
+            }
+            file.write_all(&chunk)
+                .map_err(|e| ApiError::Internal(format!("cannot spool the upload: {e}")))?;
+        }
+        Ok(())
+    };
+    if let Err(e) = read.await {
+        let _ = std::fs::remove_file(&path);
+        return Err(e);
+    }
+    drop(file);
+    if usage.saturating_add(got) > group_max.saturating_add(TAR_OVERHEAD_EACH * 1024) {
+        let _ = std::fs::remove_file(&path);
+        return Err(ApiError::BadRequest(format!(
+            "project group {group} holds {} of working directories; these files would take it over the {} a \
+             group may hold (an admin setting, workdirGroupBytes)",
+            human(usage),
+            human(group_max)
+        )));
+    }
+    let taken = tokio::task::spawn_blocking(move || {
+        let r = std::fs::File::open(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|f| s.put_blobs(&group, std::io::BufReader::new(f), max_each));
+        let _ = std::fs::remove_file(&path);
+        r
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let (files, bytes) = taken.map_err(ApiError::BadRequest)?;
+    state.metrics.workdir_files(files, bytes);
+    Ok(Json(WorkdirBlobs { files, bytes }))
+}
+
+/// Keeps a working directory for a group once every file it names is there.
+pub async fn commit_workdir(
+    State(state): State<AppState>,
+    _: Query<NoParams>,
+    WithBody(Caller { user, .. }, body): WithBody<Caller>,
+) -> ApiResult<Json<Info>> {
+    let body: WorkdirBody = json_object(&body, r#"{"projectGroup": GROUP, "manifest": {"entries": [...]}}"#)?;
+    may_use_group(&user, &body.project_group)?;
+    checked(&state, &body).await?;
+    let s = store(&state)?;
+    let kept = tokio::task::spawn_blocking(move || s.commit(&body.project_group, body.manifest))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    kept.map(Json).map_err(|missing| {
+        ApiError::Conflict(format!(
+            "{} of its files are not on the server yet (first: {}); send them (POST /api/v1/workdirs/blobs), then \
+             commit again",
+            missing.len(),
+            missing.first().map_or("", String::as_str)
+        ))
+    })
+}
+
+/// The working directories of the caller's groups (an admin's: every group's), or of one group.
+pub async fn list_workdirs(
+    State(state): State<AppState>,
+    Query(q): Query<ListQuery>,
+    Caller { user, .. }: Caller,
+) -> ApiResult<Json<Items<Info>>> {
+    let s = store(&state)?;
+    let groups: Vec<String> = match &q.project_group {
+        Some(g) => {
+            may_use_group(&user, g)?;
+            vec![g.clone()]
+        }
+        None if user.role == "admin" => {
+            let s = s.clone();
+            tokio::task::spawn_blocking(move || s.groups())
+                .await
+                .map_err(|e| ApiError::Internal(e.to_string()))?
+        }
+        None => user.groups.clone(),
+    };
+    let items =
+        tokio::task::spawn_blocking(move || groups.iter().flat_map(|g| s.list(g)).collect::<Vec<_>>())
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(Json(items.into()))
+}
+
+/// A submission's working directory: its group must hold it; its use is marked (collection counts from the
+/// last). Err: the problem at `spec.environment.workdir`.
+pub async fn use_workdir(state: &AppState, group: &str, id: &str) -> ApiResult<()> {
+    let missing = || {
+        let mut r = Report::default();
+        r.error(
+            "spec.environment.workdir",
+            Code::InvalidValue,
+            format!(
+                "project group {group} has no working directory {id}: upload it with `trainyard submit --workdir \
+                 DIR` (unused ones are collected)"
+            ),
+        );
+        ApiError::Invalid(r)
+    };
+    if matches!(state.backend, crate::backends::AnyBackend::Kube(_)) {
+        let mut r = Report::default();
+        r.error(
+            "spec.environment.workdir",
+            Code::InvalidValue,
+            "working directories do not reach a Kubernetes cluster yet (its pods would start without \
+             /workspace); put the code in the image or on a volume",
+        );
+        return Err(ApiError::Invalid(r));
+    }
+    let Some(s) = state.workdirs.clone() else { return Err(missing()) };
+    let (g, i) = (group.to_owned(), id.to_owned());
+    let found = tokio::task::spawn_blocking(move || s.touch(&g, &i))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    if found { Ok(()) } else { Err(missing()) }
+}
