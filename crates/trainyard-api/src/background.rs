@@ -386,28 +386,6 @@ fn install_boards(state: &crate::AppState, b: Boards) {
     state.starts.install(b.starting);
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use trainyard_control::{Phases, TickReport};
-
-    #[test]
-    fn the_rest_follows_the_tick_and_a_shallow_queue_never_rests_long() {
-        let ms = Duration::from_millis;
-        let report = |waiting, cycle_ms: u32| TickReport {
-            waiting,
-            phases: Phases { schedule_us: cycle_ms * 1000, sync_us: 30_000, ..Phases::default() },
-            ..TickReport::default()
-        };
-        // Deep: the whole tick, four times.
-        assert_eq!(rest_after(&report(DEEP_QUEUE, 2), ms(40)), ms(160));
-        // Shallow: the cycle alone, four times...
-        assert_eq!(rest_after(&report(10, 2), ms(40)), ms(8));
-        // ...but a cycle kept waiting (a busy machine) does not hold the next tick back long.
-        assert_eq!(rest_after(&report(10, 30), ms(40)), SHALLOW_REST_MAX);
-    }
-}
-
 /// How often unused working directories are collected.
 pub const WORKDIR_COLLECT: Duration = Duration::from_secs(3600);
 
@@ -460,5 +438,27 @@ pub async fn collect_workdirs(state: &crate::AppState, store: &trainyard_workdir
             done.files,
             done.freed_bytes
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trainyard_control::{Phases, TickReport};
+
+    #[test]
+    fn the_rest_follows_the_tick_and_a_shallow_queue_never_rests_long() {
+        let ms = Duration::from_millis;
+        let report = |waiting, cycle_ms: u32| TickReport {
+            waiting,
+            phases: Phases { schedule_us: cycle_ms * 1000, sync_us: 30_000, ..Phases::default() },
+            ..TickReport::default()
+        };
+        // Deep: the whole tick, four times.
+        assert_eq!(rest_after(&report(DEEP_QUEUE, 2), ms(40)), ms(160));
+        // Shallow: the cycle alone, four times...
+        assert_eq!(rest_after(&report(10, 2), ms(40)), ms(8));
+        // ...but a cycle kept waiting (a busy machine) does not hold the next tick back long.
+        assert_eq!(rest_after(&report(10, 30), ms(40)), SHALLOW_REST_MAX);
     }
 }

@@ -52,13 +52,16 @@ pub fn upload_workdir(c: &Conn, dir: &std::path::Path, group: &str) -> CallResul
     }
     let (_, info) = c.call("POST", "/api/v1/workdirs", Some(&body), None)?;
     let id = info["id"].as_str().unwrap_or_default().to_owned();
+    let distinct = packed.sources.len() as u64;
+    let had = distinct.saturating_sub(files);
     eprintln!(
-        "trainyard: working directory {}: {} entries, {}; sent {files} file{} ({}), the server had the rest",
+        "trainyard: working directory {}: {} entries, {}; sent {files} file{} ({}){}",
         dir.display(),
         packed.manifest.entries.len(),
         human(packed.manifest.bytes()),
         if files == 1 { "" } else { "s" },
         human(bytes),
+        if had > 0 { format!(", the server had the other {had}") } else { String::new() },
     );
     Ok(id)
 }

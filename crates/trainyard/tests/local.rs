@@ -644,6 +644,23 @@ fn every_local_example_succeeds_on_a_fresh_up() {
         let logs = s.all_logs(&id);
         assert!(logs.contains(said), "{}: no {said:?} in\n{logs}", f.display());
     }
+    // The working-directory example, as its file says to submit it: with the CLI and --workdir.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(["submit", "-f", "task.yaml", "--workdir", ".", "-o", "json"])
+        .env("TRAINYARD_SERVER", &s.base)
+        .env("TRAINYARD_TOKEN", &s.token)
+        .current_dir(dir.join("workdir"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let id =
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["id"].as_str().unwrap().to_owned();
+    s.wait_status(&id, "Succeeded", secs(180));
+    let logs = s.all_logs(&id);
+    for rank in 0..2 {
+        assert!(logs.contains(&format!("rank {rank} of 2: loss")), "workdir: rank {rank} in\n{logs}");
+    }
+    assert!(logs.contains("slope 3.00"), "workdir:\n{logs}");
 }
 
 /// A launch the machine cannot prepare (here a volume's dir is a file) ends the attempt with the reason, as

@@ -137,7 +137,11 @@ fn a_working_directory_goes_with_a_torchrun_task_to_every_replica_and_is_sent_on
     // The same tree again: a check and a commit, no file; the task names the same working directory.
     let again = cli_in(&s, &proj, &["submit", "-f", "task.yaml", "--workdir", ".", "-o", "json"]);
     assert!(again.status.success(), "{}", text(&again));
-    assert!(String::from_utf8_lossy(&again.stderr).contains("sent 0 files (0 B)"), "{}", text(&again));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("sent 0 files (0 B), the server had the other 6"),
+        "{}",
+        text(&again)
+    );
     assert_eq!(counter(&s, "trainyard_workdir_received_bytes_total") - before, want, "nothing sent again");
     let t2: Value = serde_json::from_slice(&again.stdout).unwrap();
     let id2 = t2["id"].as_str().unwrap().to_owned();
