@@ -237,7 +237,7 @@ pub const OPERATIONS: &[Operation] = &[
         id: "checkWorkdir",
         method: "post",
         path: "/api/v1/workdirs/check",
-        summary: "Check a working directory's manifest for a project group (every problem at once, the size limits: workdirMaxBytes, workdirGroupBytes) and answer its id and the files (by SHA-256) the group does not hold yet",
+        summary: "Check a working directory's manifest for a project group (every problem at once, the size limits: workdirMaxBytes, workdirGroupBytes) and answer its id and the files (by SHA-256) the group does not hold yet; when it holds them all, the working directory is kept at once (workdir)",
         query: &[],
         headers: &[],
         body: Body::Json(schema_of::<WorkdirBody>),

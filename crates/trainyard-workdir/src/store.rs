@@ -133,14 +133,48 @@ impl Store {
         total
     }
 
-    /// Takes in a tar stream of files named by their digests: each is written aside, hashed, and renamed in
-    /// only when its content is its name. `max_each`: most bytes one file may have. Ok: how many files and
-    /// bytes came in. A file whose content is not its name, or anything that is not such a file, stops the
-    /// stream with an error; the files before it stay (whole and checked), as nothing names them yet.
+    /// Takes in a tar stream of files named by their digests: each is written aside and hashed; once the
+    /// stream ended well, all are made durable with one `syncfs` and renamed in (each only if its content is
+    /// its name), and the renames made durable the same way. `max_each`: most bytes one file may have. Ok: how
+    /// many files and bytes came in. A file whose content is not its name, or anything that is not such a
+    /// file, refuses the whole stream: nothing of it is kept.
     pub fn put_blobs(&self, group: &str, stream: impl Read, max_each: u64) -> Result<(u64, u64), String> {
+        let mut aside: Vec<(PathBuf, PathBuf)> = Vec::new();
+        let taken = self.take_aside(group, stream, max_each, &mut aside);
+        let kept = taken.and_then(|(n, bytes)| {
+            let Some((first, _)) = aside.first() else { return Ok((n, bytes)) };
+            let sync = |p: &Path| -> Result<(), String> {
+                let f = std::fs::File::open(p).map_err(|e| format!("cannot open {}: {e}", p.display()))?;
+                rustix::fs::syncfs(&f).map_err(|e| format!("cannot sync {}: {e}", p.display()))
+            };
+            sync(first)?;
+            for (tmp, dst) in &aside {
+                let parent = dst.parent().unwrap_or(&self.root);
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+                std::fs::rename(tmp, dst).map_err(|e| format!("cannot keep {}: {e}", dst.display()))?;
+            }
+            sync(&self.group_dir(group))?;
+            Ok((n, bytes))
+        });
+        for (tmp, _) in &aside {
+            let _ = std::fs::remove_file(tmp);
+        }
+        kept
+    }
+
+    /// Writes each file of `stream` aside (checked against its name), listing (aside, final path) in `aside`.
+    fn take_aside(
+        &self,
+        group: &str,
+        stream: impl Read,
+        max_each: u64,
+        aside: &mut Vec<(PathBuf, PathBuf)>,
+    ) -> Result<(u64, u64), String> {
         let mut archive = tar::Archive::new(stream);
         let (mut n, mut bytes) = (0u64, 0u64);
         let entries = archive.entries().map_err(|e| format!("not a tar stream: {e}"))?;
+        let mut seen = BTreeSet::new();
         for entry in entries {
             let mut entry = entry.map_err(|e| format!("not a tar stream: {e}"))?;
             let name = entry.path().map_err(|e| e.to_string())?.to_string_lossy().into_owned();
@@ -159,41 +193,31 @@ impl Store {
                 ));
             }
             let dst = self.blob(group, &name);
-            if dst.is_file() {
+            if dst.is_file() || !seen.insert(name.clone()) {
                 std::io::copy(&mut entry, &mut std::io::sink()).map_err(|e| e.to_string())?;
                 continue;
             }
             let tmp = self.tmp(group)?;
-            let written = (|| -> Result<(), String> {
-                let mut f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(&tmp)
-                    .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-                let mut h = Sha256::new();
-                let mut buf = vec![0u8; 1 << 16];
-                loop {
-                    let k = entry.read(&mut buf).map_err(|e| format!("the stream broke off: {e}"))?;
-                    if k == 0 {
-                        break;
-                    }
-                    h.update(&buf[..k]);
-                    f.write_all(&buf[..k]).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+            aside.push((tmp.clone(), dst));
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)
+                .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+            let mut h = Sha256::new();
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                let k = entry.read(&mut buf).map_err(|e| format!("the stream broke off: {e}"))?;
+                if k == 0 {
+                    break;
                 }
-                f.sync_data().map_err(|e| e.to_string())?;
-                if hex(&h.finalize()) != name {
-                    return Err(format!(
-                        "entry {name}: its content's SHA-256 is another; nothing of it was kept"
-                    ));
-                }
-                let parent = dst.parent().unwrap_or(&self.root);
-                std::fs::create_dir_all(parent)
-                    .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-                std::fs::rename(&tmp, &dst).map_err(|e| format!("cannot keep {}: {e}", dst.display()))
-            })();
-            if let Err(e) = written {
-                let _ = std::fs::remove_file(&tmp);
-                return Err(e);
+                h.update(&buf[..k]);
+                f.write_all(&buf[..k]).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+            }
+            if hex(&h.finalize()) != name {
+                return Err(format!(
+                    "entry {name}: its content's SHA-256 is another; nothing of the stream was kept"
+                ));
             }
             n += 1;
             bytes += size;

@@ -46,11 +46,21 @@ pub fn upload_workdir(c: &Conn, dir: &std::path::Path, group: &str) -> CallResul
     let path = format!("/api/v1/workdirs/blobs?projectGroup={}", encode(group));
     for batch in trainyard_workdir::pack::batches(&packed, &missing, WORKDIR_BATCH_BYTES) {
         let (tar, n) = batch.map_err(|e| usage(format!("--workdir {}: {e}", dir.display())))?;
-        let (_, v) = c.call("POST", &path, Some(&tar), None)?;
+        let (_, v) = c.call("POST", &path, Some(&tar), None).map_err(|mut f| {
+            if f.message.contains("SHA-256 is another") {
+                f.message =
+                    format!("--workdir {}: a file changed while it was sent; submit again", dir.display());
+            }
+            f
+        })?;
         files += n as u64;
         bytes += v["bytes"].as_u64().unwrap_or(0);
     }
-    let (_, info) = c.call("POST", "/api/v1/workdirs", Some(&body), None)?;
+    // A check that found every file kept it already.
+    let info = match &check["workdir"] {
+        Value::Object(_) if missing.is_empty() => check["workdir"].clone(),
+        _ => c.call("POST", "/api/v1/workdirs", Some(&body), None)?.1,
+    };
     let id = info["id"].as_str().unwrap_or_default().to_owned();
     let distinct = packed.sources.len() as u64;
     let had = distinct.saturating_sub(files);
@@ -219,48 +229,149 @@ pub fn get(c: &Conn, id: &str, format: ListFormat, watch: bool) -> CallResult<Ex
     show(&fetch()?, format, lines)
 }
 
+/// Events that end an attempt.
+const ATTEMPT_ENDS: &[&str] = &[
+    "Completed",
+    "UserError",
+    "OutOfMemory",
+    "NodeFailed",
+    "Preempted",
+    "Terminated",
+    "StartTimedOut",
+    "Disrupted",
+    "LaunchFailed",
+    "PrecheckFailed",
+    "ImagePullFailed",
+];
+
 pub fn describe(c: &Conn, id: &str, format: Format) -> CallResult<ExitCode> {
+    use crate::table::{duration, utc};
     let (_, t) = c.call("GET", &format!("/api/v1/tasks/{}", encode(id)), None, None)?;
+    let (_, ev) = c.call("GET", &format!("/api/v1/tasks/{}/events", encode(id)), None, None)?;
     if format != Format::Table {
-        let (_, ev) = c.call("GET", &format!("/api/v1/tasks/{}/events", encode(id)), None, None)?;
         print(&serde_json::json!({"task": t, "events": ev["items"]}), format);
         return Ok(ExitCode::SUCCESS);
     }
-    outln!("Name:     {}", t["name"].as_str().unwrap_or(""));
-    outln!("ID:       {}", t["id"].as_str().unwrap_or(""));
-    outln!("Type:     {}", t["type"].as_str().unwrap_or(""));
-    outln!("Status:   {} (attempt {})", t["status"].as_str().unwrap_or(""), t["attempt"]);
+    let events: Vec<&Value> = ev["items"].as_array().into_iter().flatten().collect();
+    let spec = &t["spec"]["spec"];
+    outln!("Name:       {}", t["name"].as_str().unwrap_or(""));
+    outln!("ID:         {}", t["id"].as_str().unwrap_or(""));
+    outln!("Type:       {}", t["type"].as_str().unwrap_or(""));
     outln!(
-        "Owner:    {} / group {}",
+        "Status:     {} since {} (attempt {})",
+        t["status"].as_str().unwrap_or(""),
+        utc(t["statusSinceMs"].as_i64().unwrap_or(0)),
+        t["attempt"]
+    );
+    outln!(
+        "Owner:      {} / group {}",
         t["owner"].as_str().unwrap_or(""),
         t["projectGroup"].as_str().unwrap_or("")
     );
+    outln!("Submitted:  {}", utc(t["createdAtMs"].as_i64().unwrap_or(0)));
+    let env = &spec["environment"];
+    // The image, and the digest it ran as where a pull said it.
+    let digest = events
+        .iter()
+        .filter(|e| e["reason"] == "ImagePulled")
+        .filter_map(|e| e["message"].as_str())
+        .find_map(|m| m.split_whitespace().find(|w| w.starts_with("sha256:")))
+        .map(|d| format!(" ({})", d.trim_end_matches([',', ';', ')', '.'])))
+        .unwrap_or_default();
+    outln!("Image:      {}{digest}", env["image"].as_str().unwrap_or(""));
+    let cmd = env["cmd"].as_str().unwrap_or("").trim();
+    let mut lines = cmd.lines();
+    outln!("Command:    {}", lines.next().unwrap_or(""));
+    for l in lines {
+        outln!("            {l}");
+    }
+    if let Some(w) = env["workdir"].as_str() {
+        let group = t["projectGroup"].as_str().unwrap_or("");
+        let listed = c.call("GET", &format!("/api/v1/workdirs?projectGroup={}", encode(group)), None, None);
+        let what = listed
+            .ok()
+            .and_then(|(_, v)| v["items"].as_array()?.iter().find(|i| i["id"] == w).cloned())
+            .map(|i| {
+                format!(
+                    " ({} files, {})",
+                    i["files"],
+                    trainyard_workdir::manifest::human(i["bytes"].as_u64().unwrap_or(0))
+                )
+            })
+            .unwrap_or_default();
+        outln!("Workdir:    {}{what}, at /workspace", &w[..w.len().min(12)]);
+    }
     if let Some(r) = t["queue"]["reason"].as_str() {
-        outln!("Queue:    #{} ({} in its group): {r}", t["queue"]["position"], t["queue"]["positionInGroup"]);
+        outln!(
+            "Queue:      #{} ({} in its group): {r}",
+            t["queue"]["position"],
+            t["queue"]["positionInGroup"]
+        );
     }
     if let Some(r) = t["starting"]["reason"].as_str() {
-        outln!("Waiting:  {r}");
+        outln!("Waiting:    {r}");
     }
     for r in t["placement"]["replicas"].as_array().into_iter().flatten() {
         outln!(
-            "Replica:  {}-{} rank {} on {}",
+            "Replica:    {}-{} rank {} on {}",
             r["role"].as_str().unwrap_or(""),
             r["index"],
             r["rank"],
             r["node"].as_str().unwrap_or("")
         );
     }
+    // Each attempt: when it was admitted, started and ended, and how.
+    let last = t["attempt"].as_i64().unwrap_or(0);
+    for a in 0..=last {
+        let of: Vec<&&Value> = events.iter().filter(|e| e["attempt"].as_i64() == Some(a)).collect();
+        let at = |reasons: &[&str]| of.iter().find(|e| reasons.contains(&e["reason"].as_str().unwrap_or("")));
+        let ms = |e: Option<&&&Value>| e.and_then(|e| e["atMs"].as_i64());
+        let (admitted, started, ended) =
+            (ms(at(&["Admitted"])), ms(at(&["Started"])), at(ATTEMPT_ENDS).map(|e| (***e).clone()));
+        let mut line = format!("Attempt {a}:");
+        if let Some(m) = admitted {
+            line.push_str(&format!(" admitted {}", utc(m)));
+        }
+        if let Some(m) = started {
+            line.push_str(&format!(", started {}", utc(m)));
+            if let Some(adm) = admitted {
+                line.push_str(&format!(" ({} after)", duration(m - adm)));
+            }
+        }
+        if let Some(e) = &ended {
+            let end = e["atMs"].as_i64().unwrap_or(0);
+            line.push_str(&format!(", ended {} {}", utc(end), e["reason"].as_str().unwrap_or("")));
+            if let Some(s) = started {
+                line.push_str(&format!(" (ran {})", duration(end - s)));
+            }
+        }
+        if admitted.is_none() && started.is_none() && ended.is_none() {
+            line.push_str(" not admitted yet");
+        }
+        outln!("{line}");
+        if let Some(e) = ended.filter(|e| e["reason"] != "Completed") {
+            let message = e["message"].as_str().unwrap_or("");
+            outln!("  Failure:  {}: {message}", e["reason"].as_str().unwrap_or(""));
+        }
+        let codes: Vec<String> = of
+            .iter()
+            .filter_map(|e| {
+                let m = e["message"].as_str()?;
+                let code = trainyard_core::failure::exit_code_in(m)?;
+                Some(format!("{} {code}", m.split_whitespace().next().unwrap_or("")))
+            })
+            .collect();
+        if !codes.is_empty() {
+            outln!("  Exit:     {}", codes.join(", "));
+        }
+    }
     outln!("Events:");
-    events(c, id, format)
+    events_table(&events);
+    Ok(ExitCode::SUCCESS)
 }
 
-pub fn events(c: &Conn, id: &str, format: Format) -> CallResult<ExitCode> {
-    let (_, ev) = c.call("GET", &format!("/api/v1/tasks/{}/events", encode(id)), None, None)?;
-    if format != Format::Table {
-        print(&ev, format);
-        return Ok(ExitCode::SUCCESS);
-    }
-    for e in ev["items"].as_array().into_iter().flatten() {
+fn events_table(items: &[&Value]) {
+    for e in items {
         outln!(
             "  {:>5}  attempt {}  {:<16} {}",
             crate::table::ago(e["atMs"].as_i64().unwrap_or(0)),
@@ -269,6 +380,15 @@ pub fn events(c: &Conn, id: &str, format: Format) -> CallResult<ExitCode> {
             e["message"].as_str().unwrap_or("")
         );
     }
+}
+
+pub fn events(c: &Conn, id: &str, format: Format) -> CallResult<ExitCode> {
+    let (_, ev) = c.call("GET", &format!("/api/v1/tasks/{}/events", encode(id)), None, None)?;
+    if format != Format::Table {
+        print(&ev, format);
+        return Ok(ExitCode::SUCCESS);
+    }
+    events_table(&ev["items"].as_array().into_iter().flatten().collect::<Vec<_>>());
     Ok(ExitCode::SUCCESS)
 }
 

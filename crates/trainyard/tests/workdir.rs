@@ -134,6 +134,15 @@ fn a_working_directory_goes_with_a_torchrun_task_to_every_replica_and_is_sent_on
             "rank {rank}:\n{logs}"
         );
     }
+    let described = String::from_utf8_lossy(&cli_in(&s, &proj, &["describe", &id]).stdout).to_string();
+    assert!(
+        described.contains(&format!(
+            "Workdir:    {} (6 files, ",
+            &done["spec"]["spec"]["environment"]["workdir"].as_str().unwrap()[..12]
+        )),
+        "{described}"
+    );
+    assert!(described.contains("Completed (ran ") && described.contains("  Exit:     "), "{described}");
     // The same tree again: a check and a commit, no file; the task names the same working directory.
     let again = cli_in(&s, &proj, &["submit", "-f", "task.yaml", "--workdir", ".", "-o", "json"]);
     assert!(again.status.success(), "{}", text(&again));
@@ -275,6 +284,24 @@ fn trainyard_run_prints_what_the_command_prints_and_exits_as_it_did() {
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("-master-0] rank 0") && said.contains("-worker-0] rank 1"), "{}", text(&out));
+    // describe says when each attempt ran, how it ended, with what exit codes, and what it ran.
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    let name = err.split_whitespace().nth(1).unwrap().trim_end_matches(':').to_owned();
+    let described = String::from_utf8_lossy(&cli_in(&s, &proj, &["describe", &name]).stdout).to_string();
+    for want in [
+        "Command:    sh -c 'echo rank $RANK; exit 3'",
+        "Image:      host",
+        "Submitted:  20",
+        ", ended 20",
+        "  Failure:  UserError: ",
+        "-0 3",
+    ] {
+        assert!(described.contains(want), "{want:?} not in:\n{described}");
+    }
+    assert!(
+        described.lines().any(|l| l.starts_with("Attempt 0: admitted 20") && l.contains(", started 20")),
+        "{described}"
+    );
     // Detached: the name, at once.
     let out = cli_in(&s, &proj, &["run", "-d", "--no-workdir", "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));

@@ -76,13 +76,16 @@ object_schema!(
 
 view! {
     /// What a check found: the working directory's id, and the files (by SHA-256) the group does not hold
-    /// yet, to be sent before the commit.
+    /// yet, to be sent before the commit. When the group holds them all, the check keeps the working
+    /// directory at once (no commit needed) and answers it as `workdir`.
     pub struct WorkdirCheck as "WorkdirCheck" {
         pub id: String,
         pub missing: Vec<String>,
         "missingBytes" pub missing_bytes: u64,
         /// Bytes of all its files.
         pub bytes: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub workdir: Option<Info>,
     }
 }
 
@@ -161,11 +164,23 @@ pub async fn check_workdir(
     let body: WorkdirBody = json_object(&body, r#"{"projectGroup": GROUP, "manifest": {"entries": [...]}}"#)?;
     may_use_group(&user, &body.project_group)?;
     let (missing, missing_bytes) = checked(&state, &body).await?;
+    let (id, bytes) = (body.manifest.id(), body.manifest.bytes());
+    // Nothing to send: kept now (a tree sent before costs one request).
+    let workdir = if missing.is_empty() {
+        let s = store(&state)?;
+        let kept = tokio::task::spawn_blocking(move || s.commit(&body.project_group, body.manifest))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        kept.ok()
+    } else {
+        None
+    };
     Ok(Json(WorkdirCheck {
-        id: body.manifest.id(),
+        id,
         missing: missing.into_iter().map(|(d, _)| d).collect(),
         missing_bytes,
-        bytes: body.manifest.bytes(),
+        bytes,
+        workdir,
     }))
 }
 
@@ -177,61 +192,67 @@ pub async fn put_workdir_blobs(
     body: axum::body::Body,
 ) -> ApiResult<Json<WorkdirBlobs>> {
     use futures_util::StreamExt;
-    use std::io::Write;
     may_use_group(&user, &q.project_group)?;
     let s = store(&state)?;
     let settings = state.settings.get(&state.store).await?;
     let (max_each, group_max) = (settings.workdir_max_bytes, settings.workdir_group_bytes);
-    // Onto disk first (aside, in the group's dir), bounded; then taken in from there.
     let group = q.project_group.clone();
-    let (usage, spool) = {
+    let usage = {
         let (s, group) = (s.clone(), group.clone());
-        tokio::task::spawn_blocking(move || (s.usage(&group), s.spool(&group)))
+        tokio::task::spawn_blocking(move || s.usage(&group))
             .await
             .map_err(|e| ApiError::Internal(e.to_string()))?
     };
-    let (path, mut file) = spool.map_err(ApiError::Internal)?;
+    // The stream is taken in as it arrives (files written aside, kept only once it ended well), bounded by
+    // the upload's limit and by what the group may still hold.
     let bound = max_each.saturating_add(max_each / 64).saturating_add(TAR_OVERHEAD_EACH * 1024);
+    let room = group_max.saturating_sub(usage).saturating_add(TAR_OVERHEAD_EACH * 1024);
+    let (tx, rx) = tokio::sync::mpsc::channel::<axum::body::Bytes>(16);
+    let taker = {
+        let group = group.clone();
+        tokio::task::spawn_blocking(move || {
+            s.put_blobs(&group, ChunkReader { rx, at: axum::body::Bytes::new() }, max_each)
+        })
+    };
     let mut stream = body.into_data_stream();
     let mut got = 0u64;
-    let read = async {
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("the upload broke off: {e}")))?;
-            got += chunk.len() as u64;
-            if got > bound {
-                return Err(ApiError::BadRequest(format!(
-                    "the stream is over the {} an upload may hold (an admin setting, workdirMaxBytes)",
-                    human(max_each)
-                )));
+    let mut refused = None;
+    while let Some(chunk) = stream.next().await {
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) => {
+                refused = Some(ApiError::BadRequest(format!("the upload broke off: {e}")));
+                break;
             }
-            file.write_all(&chunk)
-                .map_err(|e| ApiError::Internal(format!("cannot spool the upload: {e}")))?;
+        };
+        got += chunk.len() as u64;
+        if got > bound {
+            refused = Some(ApiError::BadRequest(format!(
+                "the stream is over the {} an upload may hold (an admin setting, workdirMaxBytes)",
+                human(max_each)
+            )));
+            break;
         }
-        Ok(())
-    };
-    if let Err(e) = read.await {
-        let _ = std::fs::remove_file(&path);
+        if got > room {
+            refused = Some(ApiError::BadRequest(format!(
+                "project group {group} holds {} of working directories; these files would take it over the {} a \
+                 group may hold (an admin setting, workdirGroupBytes)",
+                human(usage),
+                human(group_max)
+            )));
+            break;
+        }
+        // The taker's end is gone only when it refused the stream: its answer says why.
+        if tx.send(chunk).await.is_err() {
+            break;
+        }
+    }
+    // A refused stream ends short: the taker sees a broken tar and keeps nothing.
+    drop(tx);
+    let taken = taker.await.map_err(|e| ApiError::Internal(e.to_string()))?;
+    if let Some(e) = refused {
         return Err(e);
     }
-    drop(file);
-    if usage.saturating_add(got) > group_max.saturating_add(TAR_OVERHEAD_EACH * 1024) {
-        let _ = std::fs::remove_file(&path);
-        return Err(ApiError::BadRequest(format!(
-            "project group {group} holds {} of working directories; these files would take it over the {} a \
-             group may hold (an admin setting, workdirGroupBytes)",
-            human(usage),
-            human(group_max)
-        )));
-    }
-    let taken = tokio::task::spawn_blocking(move || {
-        let r = std::fs::File::open(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|f| s.put_blobs(&group, std::io::BufReader::new(f), max_each));
-        let _ = std::fs::remove_file(&path);
-        r
-    })
-    .await
-    .map_err(|e| ApiError::Internal(e.to_string()))?;
     let (files, bytes) = taken.map_err(ApiError::BadRequest)?;
     state.metrics.workdir_files(files, bytes);
     Ok(Json(WorkdirBlobs { files, bytes }))
@@ -318,4 +339,24 @@ pub async fn use_workdir(state: &AppState, group: &str, id: &str) -> ApiResult<(
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))?;
     if found { Ok(()) } else { Err(missing()) }
+}
+
+/// A blocking reader over the chunks of a request body, for the tar reader on a blocking thread.
+struct ChunkReader {
+    rx: tokio::sync::mpsc::Receiver<axum::body::Bytes>,
+    at: axum::body::Bytes,
+}
+
+impl std::io::Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.at.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(next) => self.at = next,
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.at.len());
+        buf[..n].copy_from_slice(&self.at.split_to(n));
+        Ok(n)
+    }
 }
