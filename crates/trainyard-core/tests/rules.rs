@@ -430,27 +430,40 @@ fn spec(name: &str, count: u32) -> InstanceSpecChoice {
 /// is not.
 #[test]
 fn admission_that_can_never_happen() {
-    // nlp's Reserved quota in a100-pool: 64 units of gpu.a100.1, 32 of gpu.h100.1; the pool has four 8-GPU A100
+    // nlp's Reserved quota in a100-pool: 24 units of gpu.a100.1, 8 of gpu.h100.1; the pool has five 8-GPU A100
     // nodes and one 8-GPU H100 node.
-    case(PYTORCH, |t| t.spec.compute.workers = 3, &[]);
+    case(PYTORCH, |t| t.spec.compute.workers = 2, &[]);
     let m = case(PYTORCH, |t| t.spec.compute.workers = 8, &[("spec.compute.instanceSpecs", Code::NeverFits)]);
     assert!(
-        m[0].contains("it needs 72 units of gpu.a100.1 and group \"nlp\"'s Reserved quota there is 64"),
+        m[0].contains("it needs 72 units of gpu.a100.1 and group \"nlp\"'s Reserved quota there is 24"),
         "{m:?}"
     );
-    // Within quota (64 units), but eight 8-GPU replicas need eight nodes and the pool has four; the H100
-    // fallback is over its quota: both reasons are given.
+    // Beyond quota, lent by idle supplementation, but six replicas of 5 GPUs need six nodes (a node holds one)
+    // and the pool has five; the H100 fallback has one node: both reasons are given.
     let m = case(
         PYTORCH,
         |t| {
-            t.spec.compute.workers = 7;
-            t.spec.compute.instance_specs = vec![spec("gpu.a100.1", 8), spec("gpu.h100.1", 8)];
+            t.spec.compute.workers = 5;
+            t.spec.compute.idle_supplement = true;
+            t.spec.compute.instance_specs = vec![spec("gpu.a100.1", 5), spec("gpu.h100.1", 5)];
         },
         &[("spec.compute.instanceSpecs", Code::NeverFits)],
     );
-    assert!(m[0].contains("option 1 (gpu.a100.1): its 8 replicas of gpu.a100.1 need"), "{m:?}");
-    assert!(m[0].contains("the pool's nodes hold 4 such replicas even when empty"), "{m:?}");
-    assert!(m[0].contains("option 2 (gpu.h100.1): it needs 64 units of gpu.h100.1"), "{m:?}");
+    assert!(m[0].contains("option 1 (gpu.a100.1): its 6 replicas of gpu.a100.1 need"), "{m:?}");
+    assert!(m[0].contains("the pool's nodes hold 5 such replicas even when empty"), "{m:?}");
+    assert!(m[0].contains("option 2 (gpu.h100.1): its 6 replicas of gpu.h100.1 need"), "{m:?}");
+    // Ondemand runs only on what no group reserved: 16 of the pool's 40 A100s.
+    let ondemand = |t: &mut TrainingTask, workers| {
+        t.spec.compute.resource_type = ResourceType::Ondemand;
+        t.spec.compute.workers = workers;
+        t.spec.compute.instance_specs = vec![spec("gpu.a100.1", 4)];
+    };
+    case(PYTORCH, |t| ondemand(t, 3), &[]);
+    let m = case(PYTORCH, |t| ondemand(t, 4), &[("spec.compute.instanceSpecs", Code::NeverFits)]);
+    assert!(
+        m[0].contains("it needs 20 units of gpu.a100.1 no group reserved, and the pool's nodes hold 40 units of it of which the groups' Reserved quotas take 24"),
+        "{m:?}"
+    );
     // Idle supplementation may lend what is over the quota: only capacity is claimed then (4 A100 replicas fit).
     case(
         PYTORCH,
@@ -461,12 +474,12 @@ fn admission_that_can_never_happen() {
         },
         &[],
     );
-    // Spot without a Spot limit: quota says nothing; the capacity still does.
+    // Spot without a Spot limit: quota says nothing; the capacity still does (six 8-GPU replicas, five nodes).
     case(
         PYTORCH,
         |t| {
             t.spec.compute.resource_type = trainyard_core::spec::ResourceType::Spot;
-            t.spec.compute.workers = 4;
+            t.spec.compute.workers = 5;
         },
         &[("spec.compute.instanceSpecs", Code::NeverFits)],
     );
