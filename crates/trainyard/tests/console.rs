@@ -57,7 +57,7 @@ fn submit_a_task_from_the_console_and_watch_it_run() {
     let submit = b.find("#submit");
     b.script("arguments[0].click(); arguments[0].click();", json!([submit.reference()]));
     b.wait("the task page", || b.url().contains("#/tasks/").then_some(()));
-    let id = b.url().rsplit('/').next().unwrap().to_owned();
+    let id = b.task_id_on_page();
     b.wait("success", || (b.text_of("h1 .badge") == "Succeeded").then_some(()));
     let events = b.text_of("#events");
     for reason in ["Submitted", "Admitted", "Started", "Completed"] {
@@ -168,7 +168,7 @@ fn the_create_training_form() {
     b.wait("a valid RayJob", || b.text_of("#summary").contains("head 1 ×").then_some(()));
     b.click(&b.find("#create-submit"));
     b.wait("the RayJob's page", || b.text_of(".overview").contains("RayJob").then_some(()));
-    let id = b.url().rsplit('/').next().unwrap().to_owned();
+    let id = b.task_id_on_page();
     assert_eq!(s.task(&id)["type"], "RayJob");
     s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
 }
@@ -258,6 +258,18 @@ fn a_queued_task_shows_its_place_and_reason_then_runs_and_succeeds() {
     assert!(queue.contains("in group"), "{queue}");
     assert_eq!(b.text_of(&format!("tr[data-id='{first}'] [data-status]")), "Running");
     b.screenshot(&shots().join("task-list-queued.png"));
+    // Its page by name (the list links by name): no log yet, and the pane says where it waits.
+    let second_name = s.task(&second)["name"].as_str().unwrap().to_owned();
+    let href = b
+        .script("return arguments[0].getAttribute('href')", json!([b.find(&format!("{row} a")).reference()]));
+    assert_eq!(href, json!(format!("#/tasks/{second_name}")));
+    b.goto(&format!("{}/#/tasks/{second_name}", s.base));
+    let waiting = b.wait("the queued task's log pane says it waits to start", || {
+        let w = b.text_of("#log-waiting");
+        (w.starts_with("Waiting to start: queued #1") && w.contains("has 0 left")).then_some(w)
+    });
+    assert!(b.text_of("h1").contains(&second_name), "{waiting}");
+    b.goto(&format!("{}/#/tasks", s.base));
 
     s.call("POST", &format!("/api/v1/tasks/{first}/stop"), None);
     b.wait("the second task running in the list, its queue cell empty", || {
@@ -373,7 +385,7 @@ fn clone_asks_for_hidden_values_and_admins_disable_users_and_revoke_tokens() {
     b.wait("no problem", || b.try_find(".field-problem").is_none().then_some(()));
     b.click(&b.find("#create-submit"));
     b.wait("the clone's page", || (b.url().contains("#/tasks/") && !b.url().ends_with(&id)).then_some(()));
-    let clone = b.url().rsplit('/').next().unwrap().to_owned();
+    let clone = b.task_id_on_page();
     let t = s.wait_status(&clone, "Succeeded", secs(60));
     let log = s.log(&clone, &format!("{}-master-0", t["name"].as_str().unwrap()), None);
     assert!(log.contains("token=typed-again") && !log.contains("the-original"), "{log}");
@@ -555,7 +567,7 @@ fn controls_the_form_hides_are_not_sent() {
     b.wait("the RayJob demand", || b.text_of("#summary").contains("head 1 ×").then_some(()));
     b.click(&b.find("#create-submit"));
     b.wait("the RayJob's page", || b.text_of(".overview").contains("RayJob").then_some(()));
-    let id = b.url().rsplit('/').next().unwrap().to_owned();
+    let id = b.task_id_on_page();
     let advanced = &s.task(&id)["spec"]["spec"]["advanced"];
     assert!(advanced.get("precheck").is_none() && advanced.get("exitCheckpoint").is_none(), "{advanced}");
     s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);

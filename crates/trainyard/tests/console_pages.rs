@@ -169,7 +169,7 @@ fn precheck_environment_variables_from_the_form() {
     });
     b.click(&b.find("#create-submit"));
     b.wait("the task page", || b.url().contains("#/tasks/").then_some(()));
-    let id = b.url().rsplit('/').next().unwrap().to_owned();
+    let id = b.task_id_on_page();
     let env = &s.task(&id)["spec"]["spec"]["advanced"]["precheck"]["env"];
     assert_eq!(env[0], json!({"name": "NCCL_DEBUG", "value": "INFO", "hidden": false}), "{env}");
     assert_eq!(env[1]["name"], "PROBE_KEY", "{env}");

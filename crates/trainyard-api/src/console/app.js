@@ -2,7 +2,7 @@
 // The Trainyard console: a hash-routed page over the HTTP API, in small modules served as they are (no build
 // step). Each page is a function that builds its part of the document with `h` and calls the API.
 
-import { fail, h, show, token } from "./core.js";
+import { api, fail, h, show, token } from "./core.js";
 import { accountPage } from "./account.js";
 import { adminPage } from "./admin.js";
 import { createPage } from "./create.js";
@@ -29,6 +29,13 @@ async function route() {
   }
 }
 
+/** A task's id from its name or its id (a page's address names it by name). */
+async function taskId(nameOrId) {
+  const { data } = await api("GET", `/api/v1/tasks?q=${encodeURIComponent(nameOrId)}&limit=50`);
+  const found = data.items.find((/** @type {any} */ t) => t.name === nameOrId || t.id === nameOrId);
+  return found ? found.id : nameOrId;
+}
+
 async function page() {
   const [path, query] = location.hash.slice(1).split("?");
   if (!token() && path !== "/signin") { location.hash = "#/signin"; return; }
@@ -37,7 +44,7 @@ async function page() {
   if (path === "/signin") { if (!token()) await whoami(); return signin(); }
   const me = await whoami();
   const m = path.match(/^\/tasks\/([^/]+)$/);
-  if (m) return taskPage(decodeURIComponent(m[1]));
+  if (m) return taskPage(await taskId(decodeURIComponent(m[1])));
   if (path === "/new") return newTask();
   if (path === "/create") return createPage(new URLSearchParams(query || ""));
   if (path === "/admin") {

@@ -404,7 +404,7 @@ export async function createPage(params) {
     button.disabled = true;
     try {
       const { data } = await api("POST", "/api/v1/tasks", JSON.stringify(toDoc()), { "Idempotency-Key": key, "Content-Type": "application/json" });
-      location.hash = `#/tasks/${data.id}`;
+      location.hash = `#/tasks/${encodeURIComponent(data.name)}`;
     } catch (e) {
       problems.replaceChildren(fail(e));
       check();

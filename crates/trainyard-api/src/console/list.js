@@ -206,7 +206,7 @@ export async function taskList(params) {
       const now = Date.now();
       const rows = data.items.map((t) =>
         h("tr", { "data-id": t.id },
-          cell(0, { class: "name" }, h("a", { href: `#/tasks/${t.id}` }, t.name), h("div", { class: "muted mono" }, t.id)),
+          cell(0, { class: "name" }, h("a", { href: `#/tasks/${encodeURIComponent(t.name)}` }, t.name), h("div", { class: "muted mono" }, t.id)),
           cell(1, {}, badge(t.status)),
           cell(2, { class: "resources" }, resources(t)),
           cell(3, { class: "duration" }, elapsed(t, now)),

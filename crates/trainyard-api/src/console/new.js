@@ -41,7 +41,7 @@ export function newTask() {
       submit.disabled = true;
       try {
         const { data } = await api("POST", "/api/v1/tasks", doc.value, { "Idempotency-Key": key });
-        location.hash = `#/tasks/${data.id}`;
+        location.hash = `#/tasks/${encodeURIComponent(data.name)}`;
       } catch (e) {
         if (e.body?.problems) problems.replaceChildren(...e.body.problems.map((p) => h("li", { class: p.severity, "data-path": p.path }, h("code", {}, p.path), ` ${p.message}`)));
         else problems.replaceChildren(h("li", {}, e.message));

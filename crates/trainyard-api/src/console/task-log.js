@@ -32,6 +32,7 @@ export function logView() {
   const only = h("input", { type: "checkbox", id: "log-only" });
   const wrap = h("input", { type: "checkbox", id: "log-wrap", checked: localStorage.getItem(LOG_WRAP_KEY) !== "false" });
   const trimmed = h("p", { class: "muted", id: "log-trimmed", hidden: true });
+  const waiting = h("p", { class: "muted", id: "log-waiting", role: "status", hidden: true });
   const handle = h("div", { class: "log-resize", id: "log-resize", role: "separator", tabindex: "0", "aria-orientation": "horizontal", "aria-controls": "log", "aria-label": "Resize the log pane (arrow keys)", "aria-valuemin": String(LOG_MIN_PX), "aria-valuemax": String(LOG_MAX_PX) });
   let lines = [];
   let query = "";
@@ -156,7 +157,9 @@ export function logView() {
       search, prev, next, count,
       h("label", {}, only, " matching lines only"),
       h("label", {}, wrap, " wrap lines")),
-    pane: h("div", { class: "log-pane" }, trimmed, pre, handle),
+    pane: h("div", { class: "log-pane" }, waiting, trimmed, pre, handle),
+    /// Says why there is no log yet (null: there is one).
+    waiting(text) { waiting.textContent = text || ""; waiting.hidden = !text; },
     clear() { lines = []; dropped = 0; trimmed.hidden = true; render(); },
     /// Adds lines at the end, following them when the reader was at the end already.
     add(more) {

@@ -117,7 +117,7 @@ export async function taskPage(id) {
     if (!confirm(confirmText)) return;
     try {
       const { data } = await api(method, path);
-      if (what === "clone") location.hash = `#/tasks/${data.id}`;
+      if (what === "clone") location.hash = `#/tasks/${encodeURIComponent(data.name)}`;
       else if (what === "delete") location.hash = "#/tasks";
       else refresh();
     } catch (e) {
@@ -162,11 +162,21 @@ export async function taskPage(id) {
     }
   }
 
+  /** Why a task has no log yet, from where it stands. */
+  function waitingText() {
+    if (!task) return "Waiting to start.";
+    if (task.queue) return `Waiting to start: queued #${task.queue.position} (${task.queue.positionInGroup} in its group): ${task.queue.reason}`;
+    if (task.starting) return `Waiting to start: ${task.starting.reason}`;
+    if (["Succeeded", "Failed", "Stopped"].includes(task.status)) return "No replica of this task ran, so there is no log.";
+    return `Waiting to start (${task.status.toLowerCase()}).`;
+  }
+
   async function loadLogs() {
     try {
       const { data } = await api("GET", `/api/v1/tasks/${id}/logs`);
       const current = logSelect.value;
       const options = data.items.flatMap((a) => a.replicas.map((r) => h("option", { value: `${a.attempt}/${r.name}` }, `attempt ${a.attempt} · ${r.name} (${r.role})`)));
+      logs.waiting(options.length ? null : waitingText());
       if (options.length !== logSelect.options.length) {
         logSelect.replaceChildren(...options);
         if (current && [...logSelect.options].some((o) => o.value === current)) logSelect.value = current;
@@ -253,6 +263,7 @@ export async function taskPage(id) {
         ...times,
         ...dd("Queue", t.queue ? `#${t.queue.position} (${t.queue.positionInGroup} in its group): ${t.queue.reason}` : "—"),
         ...(t.starting ? dd("Waiting", `${t.starting.reason} (since ${moment(t.starting.sinceMs)})`, "starting") : []),
+        ...(t.spec?.spec?.environment?.workdir ? dd("Working directory", `${t.spec.spec.environment.workdir.slice(0, 12)}, at /workspace`, "workdir") : []),
         ...dd("Resources", t.placement?.units ? t.placement.units.map(([s, c, u]) => `${u} ${c} units of ${s}`).join(", ") : "—"),
       );
       replicas.replaceChildren(...(t.placement?.replicas || []).map((r) => h("tr", {}, h("td", {}, `${r.role}-${r.index}`), h("td", {}, r.rank), h("td", {}, r.node), h("td", {}, `${r.resources.vcpus} vCPU, ${r.resources.memoryMib} MiB, ${r.resources.gpus} GPU`))));

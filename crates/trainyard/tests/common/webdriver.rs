@@ -173,6 +173,15 @@ impl Browser {
         self.post(&self.s("/execute/async"), json!({"script": js, "args": args}))
     }
 
+    /// The id of the task whose page is shown (its address names it by name; the page shows its id).
+    #[allow(dead_code)] // not every browser test opens a task's page
+    pub fn task_id_on_page(&self) -> String {
+        self.wait("a task's page with its id", || {
+            let id = self.try_find(".task-head .mono").map(|e| self.text(&e)).unwrap_or_default();
+            (self.url().contains("#/tasks/") && !id.is_empty()).then_some(id)
+        })
+    }
+
     pub fn url(&self) -> String {
         self.get(&self.s("/url")).as_str().unwrap_or("").to_owned()
     }
