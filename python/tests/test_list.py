@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC
+
 import pytest
 
 import trainyard
@@ -39,7 +41,7 @@ def test_list_with_filters(client: trainyard.Client, three: tuple[str, list[trai
     assert page.next_cursor is None
     assert all(t.spec is None for t in page)
     # The newest first by default.
-    assert [t.created_at_ms for t in page] == sorted((t.created_at_ms for t in page), reverse=True)
+    assert [t.created_at for t in page] == sorted((t.created_at for t in page), reverse=True)
 
     exact = client.list(search=tasks[1].name)
     assert [t.id for t in exact] == [tasks[1].id]
@@ -58,7 +60,8 @@ def test_list_with_filters(client: trainyard.Client, three: tuple[str, list[trai
     for t in page:
         assert t.demand is not None and t.demand.accelerator == "cpu", t.demand
         assert [(s.replicas, s.gpus) for s in t.demand.shapes] == [(1, 0)], t.demand
-        assert t.run_started_at_ms is not None and t.created_at_ms <= t.run_started_at_ms <= t.status_since_ms
+        assert t.run_started_at is not None and t.created_at <= t.run_started_at <= t.status_since
+        assert t.created_at.tzinfo is UTC
     assert len(client.list_all(search=prefix, accelerator="cpu", page_size=1)) == 3
     with pytest.raises(trainyard.BadRequest, match="gpu, cpu"):
         client.list(accelerator="tpu")  # type: ignore[arg-type]

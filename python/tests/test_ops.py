@@ -54,7 +54,7 @@ def test_metrics_call_shape(client: trainyard.Client, run: Run) -> None:
     replica = f"{done.name}-master-0"
     for s in m.series:
         assert s.replica == replica
-        assert all(isinstance(at, int) and isinstance(v, float) for at, v in s.points)
+        assert all(at.tzinfo is UTC and isinstance(v, float) for at, v in s.points)
         assert [at for at, _ in s.points] == sorted(at for at, _ in s.points)
     assert any(s.name.startswith("trainyard_") for s in m.series)  # the preset resource metrics
 
@@ -65,9 +65,11 @@ def test_metrics_call_shape(client: trainyard.Client, run: Run) -> None:
 
     assert client.metrics(done, name="no_such_metric").series == []
     assert client.metrics(done, since=datetime.now(UTC) + timedelta(hours=1)).series == []
-    later = client.metrics(done, name="train_loss", since=loss.points[-1][0] - 1).series
+    later = client.metrics(done, name="train_loss", since=loss.points[-1][0] - timedelta(milliseconds=1)).series
     assert [s.points for s in later] == [loss.points[-1:]]
     assert client.metrics(done, attempt=0).attempt == 0
+    with pytest.raises(ValueError, match="time zone"):
+        client.metrics(done, since=datetime(2026, 1, 1))  # a naive time is a guess
 
 
 def test_resubmit_runs_it_again_as_a_new_attempt(client: trainyard.Client, run: Run) -> None:

@@ -232,10 +232,12 @@ impl<K, T: ApiSchema> ApiSchema for BTreeMap<K, T> {
     }
 }
 
-/// A tuple serialises as an array of fixed length.
+/// A tuple serialises as an array of fixed length: an element's schema by its place (`prefixItems`), the
+/// length by `minItems` and `maxItems`. No `"items": false` for "nothing after them": `maxItems` already says
+/// it, and client generators that read schemas as objects (openapi-python-client) refuse a boolean there.
 fn tuple(items: Vec<Value>) -> Value {
     let n = items.len();
-    json!({"type": "array", "prefixItems": items, "items": false, "minItems": n, "maxItems": n})
+    json!({"type": "array", "prefixItems": items, "minItems": n, "maxItems": n})
 }
 
 impl<A: ApiSchema, B: ApiSchema> ApiSchema for (A, B) {
@@ -279,6 +281,16 @@ mod tests {
         assert_eq!(point["additionalProperties"], false);
         assert_eq!(point["description"], "A point.");
         let _ = Point;
+    }
+
+    /// A tuple by its elements' places and its length, with no boolean schema in it.
+    #[test]
+    fn a_tuple_is_a_fixed_length_array() {
+        let mut schemas = Schemas::new();
+        assert_eq!(
+            <(i64, String)>::schema(&mut schemas),
+            json!({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "minItems": 2, "maxItems": 2})
+        );
     }
 
     /// A schema type other than the field's own.

@@ -846,6 +846,53 @@ fn a_metric_series_matches_its_schema() {
     assert!(errors.is_empty(), "{errors:?}\n{value:#}");
 }
 
+/// Every subschema is an object, but for `additionalProperties: false`: JSON Schema allows `true` and `false`
+/// anywhere a schema goes, but client generators that model schemas as objects (openapi-python-client) refuse
+/// the document over one (`"items": false` in tuples was such a case; scripts/test-openapi-clients runs them).
+#[test]
+fn subschemas_are_objects_for_client_generators() {
+    /// A schema and the subschemas in it, by the keywords the document uses.
+    fn walk(schema: &Value, path: &str, out: &mut Vec<String>) {
+        let Value::Object(schema) = schema else { return out.push(format!("{path}: {schema}")) };
+        for (keyword, arg) in schema {
+            let subs: Vec<(String, &Value)> = match (keyword.as_str(), arg) {
+                ("additionalProperties", Value::Bool(false)) => continue,
+                ("items" | "not" | "additionalProperties", sub) => vec![(String::new(), sub)],
+                ("prefixItems" | "anyOf" | "oneOf" | "allOf", Value::Array(subs)) => {
+                    subs.iter().enumerate().map(|(i, s)| (format!("/{i}"), s)).collect()
+                }
+                ("properties", Value::Object(subs)) => {
+                    subs.iter().map(|(k, s)| (format!("/{k}"), s)).collect()
+                }
+                _ => continue,
+            };
+            for (at, sub) in subs {
+                walk(sub, &format!("{path}/{keyword}{at}"), out);
+            }
+        }
+    }
+    /// The schemas of the document: the named ones and each `schema` of a body, parameter or header.
+    fn schemas_in(v: &Value, path: &str, out: &mut Vec<String>) {
+        let children: Vec<(String, &Value)> = match v {
+            Value::Object(map) => map.iter().map(|(k, s)| (k.clone(), s)).collect(),
+            Value::Array(items) => items.iter().enumerate().map(|(i, s)| (i.to_string(), s)).collect(),
+            _ => return,
+        };
+        for (key, sub) in children {
+            let at = format!("{path}/{key}");
+            if key == "schema" || path == "#/components/schemas" {
+                walk(sub, &at, out);
+            } else {
+                schemas_in(sub, &at, out);
+            }
+        }
+    }
+    let doc = trainyard_api::openapi::document();
+    let mut booleans = Vec::new();
+    schemas_in(&doc, "#", &mut booleans);
+    assert!(booleans.is_empty(), "boolean subschemas: {booleans:?}");
+}
+
 /// The document's links: each names an operation of the document and fills exactly that operation's path
 /// parameters, each from a field the linking answer always has (a required property of its schema). A
 /// created task links to its reads and changes, a new token to its revocation; every operation lists its

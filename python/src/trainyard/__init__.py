@@ -5,9 +5,11 @@
 ...     task = c.wait(c.submit("examples/local/hello.yaml"))
 ...     for line in c.logs(task):
 ...         print(line)
+
+:class:`AsyncClient` has the same methods, to await (``async for`` a log).
 """
 
-from .client import DEFAULT_SERVER, Client, SpecLike, TaskRef, __version__
+from .client import DEFAULT_SERVER, AsyncClient, Client, SpecLike, TaskRef, __version__
 from .errors import (
     AccountDisabled,
     BadRequest,
@@ -54,6 +56,7 @@ __all__ = [
     "TERMINAL_STATUSES",
     "AccountDisabled",
     "Admission",
+    "AsyncClient",
     "AttemptReplicas",
     "BadRequest",
     "BulkDeleted",

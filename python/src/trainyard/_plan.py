@@ -9,7 +9,7 @@ answer is read and which error a refusal is, is written once, here and in the op
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 
@@ -53,7 +53,7 @@ class Emit(Generic[_T]):
 class StreamReader(Protocol[_T_co]):
     """What a followed stream's bytes are, fed as they arrive."""
 
-    def feed(self, chunk: bytes) -> list[_T_co]:
+    def feed(self, chunk: bytes) -> Sequence[_T_co]:
         """The items this chunk completes."""
         ...
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any, TypeVar
 
 import httpx
@@ -142,7 +142,7 @@ class _AsyncConnection:
                 return result
             answer = await self._do(step)
 
-    async def _iterate(self, items: Items[_T]) -> AsyncIterator[_T]:
+    async def _iterate(self, items: Items[_T]) -> AsyncGenerator[_T, None]:
         answer: Any = None
         while True:
             try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import builtins
 import inspect
 import os
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -393,7 +393,7 @@ class AsyncClient(_AsyncConnection):
         accelerator: Accelerator | None = None,
         sort: SortOrder | None = None,
         page_size: int = 100,
-    ) -> AsyncIterator[Task]:
+    ) -> AsyncGenerator[Task, None]:
         filters = _tasks.task_filters(status, task_type, group, owner, search, labels, accelerator)
         return self._iterate(_tasks.iter_tasks(filters, sort, page_size))
 
@@ -490,7 +490,11 @@ class AsyncClient(_AsyncConnection):
         tail: int | None = None,
         follow: bool = False,
         poll: float = 0.5,
-    ) -> AsyncIterator[LogLine]:
+    ) -> AsyncGenerator[LogLine, None]:
+        """As :meth:`Client.logs`, as an async iterator (``async for line in c.logs(task, follow=True)``), except
+        that the task is looked up when it is first iterated: a :class:`~trainyard.errors.NotFound` is raised
+        there. To leave a followed log early and close its stream at once, iterate it in
+        ``contextlib.aclosing(...)``."""
         _logs.check(tail, poll)
         return self._iterate(_logs.lines_of(task, replica, attempt, tail, follow, poll))
 
@@ -498,6 +502,6 @@ class AsyncClient(_AsyncConnection):
 # The async methods do what the blocking ones do: they carry the same documentation (the differences are in
 # AsyncClient's own).
 for _name, _method in vars(AsyncClient).items():
-    if inspect.isfunction(_method) and _method.__doc__ is None:
+    if inspect.isfunction(_method) and _method.__doc__ is None and hasattr(Client, _name):
         _method.__doc__ = getattr(Client, _name).__doc__
 del _name, _method
