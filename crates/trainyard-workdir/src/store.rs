@@ -99,18 +99,6 @@ impl Store {
         Ok(dir.join(tmp_name()))
     }
 
-    /// A new file aside in the group's dir, for an upload to be written to before it is taken in (a broken
-    /// one is collected).
-    pub fn spool(&self, group: &str) -> Result<(PathBuf, std::fs::File), String> {
-        let path = self.tmp(group)?;
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        Ok((path, f))
-    }
-
     /// The digests of `manifest`'s files that the group does not hold yet, each once, with their sizes.
     pub fn missing(&self, group: &str, manifest: &Manifest) -> Vec<(String, u64)> {
         manifest

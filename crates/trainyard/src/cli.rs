@@ -148,48 +148,7 @@ pub enum Command {
     /// What it runs on comes from the options, else `defaults:` in the config file (group, pool, spec,
     /// image, resourceType), else the first quota line of your group whose spec fits (`--gpus`) and an image
     /// the group may use there.
-    Run {
-        /// The directory to send [default: the current one].
-        #[arg(long, value_name = "DIR", conflicts_with = "no_workdir")]
-        workdir: Option<PathBuf>,
-        /// Send no directory.
-        #[arg(long)]
-        no_workdir: bool,
-        /// The project group.
-        #[arg(long)]
-        group: Option<String>,
-        /// The pool.
-        #[arg(long)]
-        pool: Option<String>,
-        /// The instance spec.
-        #[arg(long)]
-        spec: Option<String>,
-        /// The image (a catalog name or a reference).
-        #[arg(long)]
-        image: Option<String>,
-        /// The resource type (Reserved, Ondemand, Spot, Idle).
-        #[arg(long)]
-        resource_type: Option<String>,
-        /// Workers besides the master (or the Ray head).
-        #[arg(long, default_value_t = 0)]
-        workers: u32,
-        /// GPUs a replica needs: the spec is the smallest that has them.
-        #[arg(long, default_value_t = 0)]
-        gpus: u32,
-        /// pytorch (a master and workers, each running the command) or ray (a head and workers; the command
-        /// is the entrypoint).
-        #[arg(long = "type", value_enum, default_value_t = RunType::Pytorch)]
-        task_type: RunType,
-        /// The task's name prefix.
-        #[arg(long, default_value = "run")]
-        name_prefix: String,
-        /// Print the task's name once it is submitted, and return.
-        #[arg(short = 'd', long)]
-        detach: bool,
-        /// The command and its arguments, after `--`.
-        #[arg(last = true, required = true, value_name = "CMD")]
-        command: Vec<String>,
-    },
+    Run(RunArgs),
     /// List the tasks you can see, newest first.
     List {
         #[command(flatten)]
@@ -572,9 +531,55 @@ fn parse_pair(s: &str) -> Result<(String, String), String> {
     }
 }
 
+/// `run`'s options (see [`Command::Run`]).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RunArgs {
+    /// The directory to send [default: the current one].
+    #[arg(long, value_name = "DIR", conflicts_with = "no_workdir")]
+    pub workdir: Option<PathBuf>,
+    /// Send no directory.
+    #[arg(long)]
+    pub no_workdir: bool,
+    /// The project group.
+    #[arg(long)]
+    pub group: Option<String>,
+    /// The pool.
+    #[arg(long)]
+    pub pool: Option<String>,
+    /// The instance spec.
+    #[arg(long)]
+    pub spec: Option<String>,
+    /// The image (a catalog name or a reference).
+    #[arg(long)]
+    pub image: Option<String>,
+    /// The resource type (Reserved, Ondemand, Spot, Idle).
+    #[arg(long)]
+    pub resource_type: Option<String>,
+    /// Workers besides the master (or the Ray head).
+    #[arg(long, default_value_t = 0)]
+    pub workers: u32,
+    /// GPUs a replica needs: the spec is the smallest that has them.
+    #[arg(long, default_value_t = 0)]
+    pub gpus: u32,
+    /// pytorch (a master and workers, each running the command) or ray (a head and workers; the command
+    /// is the entrypoint).
+    #[arg(long = "type", value_enum, default_value_t = RunType::Pytorch)]
+    pub task_type: RunType,
+    /// The task's name prefix [default: run].
+    #[arg(long)]
+    pub name_prefix: Option<String>,
+    /// Print the task's name once it is submitted, and return.
+    #[arg(short = 'd', long)]
+    pub detach: bool,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
 /// The kinds of task `run` makes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum RunType {
+    #[default]
     Pytorch,
     Ray,
 }

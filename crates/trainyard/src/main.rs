@@ -122,36 +122,8 @@ fn main() -> ExitCode {
             wait,
             output,
         )),
-        Command::Run {
-            workdir,
-            no_workdir,
-            group,
-            pool,
-            spec,
-            image,
-            resource_type,
-            workers,
-            gpus,
-            task_type,
-            name_prefix,
-            detach,
-            command,
-        } => {
-            let o = run::RunOpts {
-                workdir,
-                no_workdir,
-                group,
-                pool,
-                spec,
-                image,
-                resource_type,
-                workers,
-                gpus,
-                ray: task_type == cli::RunType::Ray,
-                name_prefix: Some(name_prefix),
-                detach,
-            };
-            client::finish(run::run(&conn, &o, &config.defaults.clone().unwrap_or_default(), &command))
+        Command::Run(args) => {
+            client::finish(run::run(&conn, &args, &config.defaults.clone().unwrap_or_default()))
         }
         Command::List { filters, sort, limit, output, watch } => {
             let mut query = filters.pairs();

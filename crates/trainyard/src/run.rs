@@ -3,6 +3,7 @@
 //! `defaults:`, or the first fit in the catalog for the caller's group; then every replica's output is
 //! followed, and the exit status is the task's.
 
+use crate::cli::{RunArgs, RunType};
 use crate::conn::{CallResult, Conn, EXIT_REFUSED, usage};
 use crate::logs::{LogOpts, logs};
 use serde_json::{Value, json};
@@ -20,21 +21,9 @@ pub struct Defaults {
     pub resource_type: Option<String>,
 }
 
-/// `run`'s options.
-#[derive(Debug, Default, Clone)]
-pub struct RunOpts {
-    pub workdir: Option<PathBuf>,
-    pub no_workdir: bool,
-    pub group: Option<String>,
-    pub pool: Option<String>,
-    pub spec: Option<String>,
-    pub image: Option<String>,
-    pub resource_type: Option<String>,
-    pub workers: u32,
-    pub gpus: u32,
-    pub ray: bool,
-    pub name_prefix: Option<String>,
-    pub detach: bool,
+/// Whether `run` makes a RayJob.
+fn is_ray(o: &RunArgs) -> bool {
+    o.task_type == RunType::Ray
 }
 
 /// `arg` as one word for `bash -c` (quoted unless it is plainly one).
@@ -64,7 +53,7 @@ struct Choice {
 /// Picks what the options and defaults leave open from the catalog: the first quota line of the group that
 /// fits (its spec has the GPUs asked for: none for `gpus` 0), and an image the group may use there (one with
 /// Ray for a RayJob; `host` first where the group may use it).
-fn choose(o: &RunOpts, d: &Defaults, me: &Value, cat: &Value) -> Result<Choice, String> {
+fn choose(o: &RunArgs, d: &Defaults, me: &Value, cat: &Value) -> Result<Choice, String> {
     let admin = me["role"] == "admin";
     let my_groups: Vec<String> =
         me["groups"].as_array().into_iter().flatten().filter_map(|g| g.as_str().map(str::to_owned)).collect();
@@ -141,7 +130,7 @@ fn choose(o: &RunOpts, d: &Defaults, me: &Value, cat: &Value) -> Result<Choice, 
         };
         for_group
             && (clusters.is_empty() || clusters.contains(&cluster.as_str()))
-            && (!o.ray || i["ray"] == true)
+            && (!is_ray(o) || i["ray"] == true)
     };
     let image = match o.image.clone().or_else(|| d.image.clone()) {
         Some(i) => i,
@@ -151,7 +140,7 @@ fn choose(o: &RunOpts, d: &Defaults, me: &Value, cat: &Value) -> Result<Choice, 
             host.or_else(|| images.iter().find(|(n, i)| usable(n, i)).map(|(n, _)| n.clone())).ok_or_else(|| {
                 format!(
                     "no catalog image {}is offered to project group {group} on cluster {cluster}; pass --image",
-                    if o.ray { "with Ray " } else { "" }
+                    if is_ray(o) { "with Ray " } else { "" }
                 )
             })?
         }
@@ -168,13 +157,13 @@ fn choose(o: &RunOpts, d: &Defaults, me: &Value, cat: &Value) -> Result<Choice, 
 }
 
 /// The task document `run` submits.
-fn document(o: &RunOpts, c: &Choice, cmd: &str) -> Value {
+fn document(o: &RunArgs, c: &Choice, cmd: &str) -> Value {
     json!({
         "apiVersion": "trainyard.dev/v1",
         "kind": "TrainingTask",
         "metadata": {"namePrefix": o.name_prefix.as_deref().unwrap_or("run"), "projectGroup": c.group},
         "spec": {
-            "type": if o.ray { "RayJob" } else { "PyTorchJob" },
+            "type": if is_ray(o) { "RayJob" } else { "PyTorchJob" },
             "placement": {"region": c.region, "cluster": c.cluster},
             "environment": {"image": c.image, "cmd": cmd},
             "compute": {
@@ -187,7 +176,8 @@ fn document(o: &RunOpts, c: &Choice, cmd: &str) -> Value {
     })
 }
 
-pub fn run(conn: &Conn, o: &RunOpts, d: &Defaults, args: &[String]) -> CallResult<ExitCode> {
+pub fn run(conn: &Conn, o: &RunArgs, d: &Defaults) -> CallResult<ExitCode> {
+    let args = &o.command;
     if args.is_empty() {
         return Err(usage("say what to run after --, for example: trainyard run -- python3 train.py"));
     }
@@ -205,7 +195,7 @@ pub fn run(conn: &Conn, o: &RunOpts, d: &Defaults, args: &[String]) -> CallResul
     let (name, id) = (t["name"].as_str().unwrap_or("").to_owned(), t["id"].as_str().unwrap_or("").to_owned());
     eprintln!(
         "trainyard: {name}: {} on {} × {} ({} {}), image {}",
-        if o.ray { "RayJob" } else { "PyTorchJob" },
+        if is_ray(o) { "RayJob" } else { "PyTorchJob" },
         choice.spec,
         1 + o.workers,
         choice.resource_type,
@@ -283,17 +273,18 @@ mod tests {
     fn the_first_fit_is_chosen_from_the_catalog() {
         let me = json!({"role": "member", "groups": ["default"]});
         let d = Defaults::default();
-        let c = choose(&RunOpts::default(), &d, &me, &catalog()).unwrap();
+        let c = choose(&RunArgs::default(), &d, &me, &catalog()).unwrap();
         assert_eq!((c.spec.as_str(), c.image.as_str(), c.region.as_str()), ("cpu.small", "host", "local"));
-        let c = choose(&RunOpts { gpus: 1, ..RunOpts::default() }, &d, &me, &catalog()).unwrap();
+        let c = choose(&RunArgs { gpus: 1, ..RunArgs::default() }, &d, &me, &catalog()).unwrap();
         assert_eq!(c.spec, "gpu.1");
-        let c = choose(&RunOpts { ray: true, ..RunOpts::default() }, &d, &me, &catalog()).unwrap();
+        let c =
+            choose(&RunArgs { task_type: RunType::Ray, ..RunArgs::default() }, &d, &me, &catalog()).unwrap();
         assert_eq!(c.image, "ray");
         // Another group: no host image (not offered), and only GPUs.
-        let nlp = RunOpts { group: Some("nlp".into()), gpus: 2, ..RunOpts::default() };
+        let nlp = RunArgs { group: Some("nlp".into()), gpus: 2, ..RunArgs::default() };
         let c = choose(&nlp, &d, &me, &catalog()).unwrap();
         assert_eq!((c.spec.as_str(), c.resource_type.as_str(), c.image.as_str()), ("gpu.8", "Spot", "ray"));
-        let err = choose(&RunOpts { group: Some("nlp".into()), ..RunOpts::default() }, &d, &me, &catalog())
+        let err = choose(&RunArgs { group: Some("nlp".into()), ..RunArgs::default() }, &d, &me, &catalog())
             .unwrap_err();
         assert!(
             err.contains("no quota that fits a CPU-only replica; it has: Spot default gpu.8 (8 GPUs)"),
@@ -301,7 +292,7 @@ mod tests {
         );
         // The config file's defaults count when the options say nothing.
         let d = Defaults { spec: Some("gpu.1".into()), image: Some("torch".into()), ..Defaults::default() };
-        let c = choose(&RunOpts::default(), &d, &me, &catalog()).unwrap();
+        let c = choose(&RunArgs::default(), &d, &me, &catalog()).unwrap();
         assert_eq!((c.spec.as_str(), c.image.as_str()), ("gpu.1", "torch"));
     }
 }

@@ -66,19 +66,8 @@ pub fn ago(ms: i64) -> String {
 
 /// `ms` since 1970 as UTC, to the second (`2026-12-06 12:46:36Z`).
 pub fn utc(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Days since 1970-01-01 to a civil date, by 400-year eras of 146,097 days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    let stamp = trainyard_runtime::clock::rfc3339_ms(u64::try_from(ms).unwrap_or(0));
+    format!("{} {}Z", &stamp[..10], &stamp[11..19])
 }
 
 /// A duration in two units at most (`42s`, `3m05s`, `2h07m`, `3d04h`).

@@ -111,6 +111,11 @@ pub struct ListQuery {
     project_group: Option<String>,
 }
 
+/// `f` on a blocking thread (the store's file system work).
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> ApiResult<T> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| ApiError::Internal(e.to_string()))
+}
+
 fn store(state: &AppState) -> ApiResult<trainyard_workdir::store::Store> {
     state.workdirs.clone().ok_or_else(|| {
         ApiError::NotFoundWhat(
@@ -128,10 +133,7 @@ async fn checked(state: &AppState, body: &WorkdirBody) -> ApiResult<(Vec<(String
     }
     let s = store(state)?;
     let (group, manifest) = (body.project_group.clone(), body.manifest.clone());
-    let (missing, usage) =
-        tokio::task::spawn_blocking(move || (s.missing(&group, &manifest), s.usage(&group)))
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let (missing, usage) = blocking(move || (s.missing(&group, &manifest), s.usage(&group))).await?;
     let adds: u64 = missing.iter().map(|(_, n)| *n).sum();
     if usage.saturating_add(adds) > settings.workdir_group_bytes {
         report.error(
@@ -168,9 +170,7 @@ pub async fn check_workdir(
     // Nothing to send: kept now (a tree sent before costs one request).
     let workdir = if missing.is_empty() {
         let s = store(&state)?;
-        let kept = tokio::task::spawn_blocking(move || s.commit(&body.project_group, body.manifest))
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let kept = blocking(move || s.commit(&body.project_group, body.manifest)).await?;
         kept.ok()
     } else {
         None
@@ -199,9 +199,7 @@ pub async fn put_workdir_blobs(
     let group = q.project_group.clone();
     let usage = {
         let (s, group) = (s.clone(), group.clone());
-        tokio::task::spawn_blocking(move || s.usage(&group))
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?
+        blocking(move || s.usage(&group)).await?
     };
     // The stream is taken in as it arrives (files written aside, kept only once it ended well), bounded by
     // the upload's limit and by what the group may still hold.
@@ -268,9 +266,7 @@ pub async fn commit_workdir(
     may_use_group(&user, &body.project_group)?;
     checked(&state, &body).await?;
     let s = store(&state)?;
-    let kept = tokio::task::spawn_blocking(move || s.commit(&body.project_group, body.manifest))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let kept = blocking(move || s.commit(&body.project_group, body.manifest)).await?;
     kept.map(Json).map_err(|missing| {
         ApiError::Conflict(format!(
             "{} of its files are not on the server yet (first: {}); send them (POST /api/v1/workdirs/blobs), then \
@@ -295,16 +291,11 @@ pub async fn list_workdirs(
         }
         None if user.role == "admin" => {
             let s = s.clone();
-            tokio::task::spawn_blocking(move || s.groups())
-                .await
-                .map_err(|e| ApiError::Internal(e.to_string()))?
+            blocking(move || s.groups()).await?
         }
         None => user.groups.clone(),
     };
-    let items =
-        tokio::task::spawn_blocking(move || groups.iter().flat_map(|g| s.list(g)).collect::<Vec<_>>())
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let items = blocking(move || groups.iter().flat_map(|g| s.list(g)).collect::<Vec<_>>()).await?;
     Ok(Json(items.into()))
 }
 
@@ -335,9 +326,7 @@ pub async fn use_workdir(state: &AppState, group: &str, id: &str) -> ApiResult<(
     }
     let Some(s) = state.workdirs.clone() else { return Err(missing()) };
     let (g, i) = (group.to_owned(), id.to_owned());
-    let found = tokio::task::spawn_blocking(move || s.touch(&g, &i))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let found = blocking(move || s.touch(&g, &i)).await?;
     if found { Ok(()) } else { Err(missing()) }
 }
 
