@@ -27,6 +27,7 @@ struct MetricsInner {
     /// Working-directory files taken in, and their bytes.
     workdir_files: u64,
     workdir_bytes: u64,
+    workdir_sent_bytes: u64,
 }
 
 const LATENCY_BUCKETS: [f64; 10] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0];
@@ -61,6 +62,11 @@ impl Metrics {
         let mut m = self.lock();
         m.workdir_files += files;
         m.workdir_bytes += bytes;
+    }
+
+    /// Records working-directory files sent (to a replica's fetch, or a member's).
+    pub(crate) fn workdir_sent(&self, bytes: u64) {
+        self.lock().workdir_sent_bytes += bytes;
     }
 
     /// Records one control-loop tick.
@@ -126,6 +132,11 @@ impl Metrics {
             out,
             "# HELP trainyard_workdir_received_bytes_total Bytes of the working-directory files taken in.\n# TYPE trainyard_workdir_received_bytes_total counter\ntrainyard_workdir_received_bytes_total {}",
             m.workdir_bytes
+        );
+        let _ = writeln!(
+            out,
+            "# HELP trainyard_workdir_sent_bytes_total Bytes of working-directory files sent to fetches.\n# TYPE trainyard_workdir_sent_bytes_total counter\ntrainyard_workdir_sent_bytes_total {}",
+            m.workdir_sent_bytes
         );
         let _ = writeln!(
             out,

@@ -69,6 +69,9 @@ fn success(op: &Operation, schemas: &mut Schemas) -> Value {
             json!({"description": "Done", "content": {"application/json": {"schema": schema(schemas)}}})
         }
         Answer::Text => json!({"description": "Done", "content": {"text/plain": text}}),
+        Answer::Tar => json!({"description": "A tar stream", "content": {
+            "application/x-tar": {"schema": {"type": "string", "format": "binary"}},
+        }}),
         Answer::Logs(schema) => {
             json!({"description": "The replicas (JSON), a log (text) or its stream (server-sent events)", "content": {
                 "application/json": {"schema": schema(schemas)},

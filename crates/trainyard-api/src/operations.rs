@@ -8,7 +8,7 @@ use crate::routes::server::{ServerBoards, ServerStatus};
 use crate::routes::shares::{ShareBody, ShareEntry};
 use crate::routes::tasks::CloneBody;
 use crate::routes::users::{TaskEnvBody, TokenBody, UserBody, WorkBody};
-use crate::routes::workdirs::{WorkdirBlobs, WorkdirBody, WorkdirCheck};
+use crate::routes::workdirs::{WorkdirBlobs, WorkdirBody, WorkdirCheck, WorkdirContent};
 use crate::schema::{Schemas, schema_of};
 use crate::settings::AdminSettings;
 use crate::views::{
@@ -180,6 +180,8 @@ pub enum Answer {
     Json(SchemaFn),
     /// Plain text.
     Text,
+    /// A tar stream.
+    Tar,
     /// The logs: JSON of this schema (the replicas), a replica's log as plain text, or its stream as
     /// server-sent events.
     Logs(SchemaFn),
@@ -275,6 +277,32 @@ pub const OPERATIONS: &[Operation] = &[
         answer: Answer::Json(schema_of::<trainyard_workdir::store::Info>),
         also_ok: &[],
         errors: &[404, 409, 422],
+    },
+    Operation {
+        id: "getWorkdir",
+        method: "get",
+        path: "/api/v1/workdirs/{workdir}",
+        summary: "One working directory of a project group and its manifest, for a member of the group (or an admin), or for the replicas of a running attempt of a task naming it, with that attempt's token",
+        query: &[param("projectGroup", non_empty_string, "the project group that holds it")],
+        headers: &[],
+        body: Body::None,
+        ok: 200,
+        answer: Answer::Json(schema_of::<WorkdirContent>),
+        also_ok: &[],
+        errors: &[404],
+    },
+    Operation {
+        id: "getWorkdirFiles",
+        method: "get",
+        path: "/api/v1/workdirs/{workdir}/files",
+        summary: "One working directory's files as a tar stream, each content once, named by its SHA-256 (as uploads send them), for the same callers as getWorkdir: a fetch checks each file against its name and the manifest before it makes the tree",
+        query: &[param("projectGroup", non_empty_string, "the project group that holds it")],
+        headers: &[],
+        body: Body::None,
+        ok: 200,
+        answer: Answer::Tar,
+        also_ok: &[],
+        errors: &[404],
     },
     Operation {
         id: "getCatalog",
@@ -904,6 +932,10 @@ pub fn path_parameter(name: &str) -> Option<(&'static str, Value)> {
             json!({"type": "string", "pattern": format!("^[0-9a-fA-F]{{{}}}$", trainyard_store::TOKEN_ID_LEN)}),
         ),
         "var" => ("a TaskEnv variable's name", any),
+        "workdir" => (
+            "a working directory's id (the SHA-256 of its manifest, as its check answered)",
+            json!({"type": "string", "pattern": "^[0-9a-f]{64}$"}),
+        ),
         "host" => ("a registry's host[:port], as image references name it", registry_host()),
         _ => return None,
     })

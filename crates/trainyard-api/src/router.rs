@@ -45,6 +45,8 @@ pub fn router(state: AppState) -> Router {
             post(workdirs::check_workdir).layer(DefaultBodyLimit::max(workdirs::MANIFEST_MAX_BYTES)),
         )
         .route("/api/v1/workdirs/blobs", post(workdirs::put_workdir_blobs))
+        .route("/api/v1/workdirs/{workdir}", get(workdirs::get_workdir))
+        .route("/api/v1/workdirs/{workdir}/files", get(workdirs::get_workdir_files))
         .route("/api/v1/catalog", get(admin::catalog))
         .route("/api/v1/quota", get(admin::quota))
         .route("/api/v1/admin/catalog", put(admin::put_catalog))

@@ -113,6 +113,8 @@ impl<B: Backend> Control<B> {
         let (image, group) = (&task.spec.environment.image, &task.metadata.project_group);
         let registry_logins =
             crate::registry_logins::for_task(&self.store, &self.secrets, &catalog, image, group).await?;
+        let workdir_token = (task.spec.environment.workdir.as_ref())
+            .map(|_| trainyard_runtime::Token(self.secrets.workdir_token(&t.id, attempt_key(t).attempt)));
         Ok(Ok(LaunchSpec {
             key: attempt_key(t),
             task_name: t.name.clone(),
@@ -121,6 +123,7 @@ impl<B: Backend> Control<B> {
             replicas: placement.replicas.clone(),
             option: placement.option,
             registry_logins: std::sync::Arc::new(registry_logins),
+            workdir_token,
             catalog,
         }))
     }

@@ -182,6 +182,29 @@ impl SecretBox {
         result
     }
 
+    /// The token with which one attempt's pods fetch its working directory (`tyw.TASK.ATTEMPT.MAC`): good for
+    /// that attempt alone, and only while it has not ended (the server checks that on each use). Any server
+    /// on the store makes and checks the same, from the key they share.
+    pub fn workdir_token(&self, task_id: &str, attempt: i64) -> String {
+        format!("{WORKDIR_TOKEN_PREFIX}{task_id}.{attempt}.{}", self.workdir_mac(task_id, attempt))
+    }
+
+    /// The task id and attempt a [`workdir_token`](Self::workdir_token) was made for, if this key made it.
+    pub fn workdir_token_attempt(&self, token: &str) -> Option<(String, i64)> {
+        let rest = token.strip_prefix(WORKDIR_TOKEN_PREFIX)?;
+        let (rest, mac) = rest.rsplit_once('.')?;
+        let (task_id, attempt) = rest.rsplit_once('.')?;
+        let attempt: i64 = attempt.parse().ok()?;
+        // Compared as digests of each, so the time taken says nothing of the MAC.
+        let want = self.workdir_mac(task_id, attempt);
+        (Sha256::digest(want.as_bytes()) == Sha256::digest(mac.as_bytes()))
+            .then(|| (task_id.to_owned(), attempt))
+    }
+
+    fn workdir_mac(&self, task_id: &str, attempt: i64) -> String {
+        self.digest(format!("trainyard workdir fetch\0{task_id}\0{attempt}").as_bytes())
+    }
+
     /// A keyed digest (idempotency: a stored hash of a body must not help anyone guess its hidden values).
     pub fn digest(&self, data: &[u8]) -> String {
         let mut h = Sha256::new();
@@ -190,6 +213,9 @@ impl SecretBox {
         hex(&h.finalize())
     }
 }
+
+/// How a working directory's fetch token ([`SecretBox::workdir_token`]) begins.
+pub const WORKDIR_TOKEN_PREFIX: &str = "tyw.";
 
 /// The setting that records that [`reseal_legacy`] has run on this store, so later starts skip the scan.
 pub const SEALED_FORMAT_SETTING: &str = "sealed-format";
@@ -256,6 +282,21 @@ pub async fn reseal_legacy(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_workdir_token_names_its_attempt_and_nothing_else() {
+        let b = SecretBox::new([7; 32]);
+        let t = b.workdir_token("t-a.b", 3);
+        assert_eq!(b.workdir_token_attempt(&t), Some(("t-a.b".to_owned(), 3)));
+        assert_eq!(SecretBox::new([8; 32]).workdir_token_attempt(&t), None, "another key's token");
+        let (head, mac) = t.rsplit_once('.').unwrap();
+        let other = b.workdir_token("t-a.b", 4);
+        let (_, other_mac) = other.rsplit_once('.').unwrap();
+        assert_eq!(b.workdir_token_attempt(&format!("{head}.{other_mac}")), None, "attempt 4's MAC on 3");
+        assert_eq!(b.workdir_token_attempt(&t.replace(".3.", ".4.")), None, "the attempt changed");
+        assert_eq!(b.workdir_token_attempt(&format!("{head}.{}", &mac[1..])), None, "a cut MAC");
+        assert_eq!(b.workdir_token_attempt(&t[4..]), None, "without its prefix");
+    }
 
     #[test]
     fn hex_is_lower_case_two_digits_a_byte_and_reads_back() {

@@ -71,6 +71,8 @@ pub struct KubeConfig {
     pub data_dir: PathBuf,
     /// Another place for the attempts' logs and metrics: the store, where several servers share them.
     pub archive: Option<Arc<dyn Archive>>,
+    /// How pods fetch their task's working directory; None: a task with one is refused at submission.
+    pub workdir: Option<objects::WorkdirFetch>,
 }
 
 impl Default for KubeConfig {
@@ -89,6 +91,7 @@ impl Default for KubeConfig {
             network_policy: Some(Vec::new()),
             data_dir: std::env::temp_dir().join("trainyard-kube"),
             archive: None,
+            workdir: None,
         }
     }
 }
@@ -104,6 +107,7 @@ impl KubeConfig {
             grace_s: self.grace_s,
             priority_classes: self.priority_classes,
             network_policy: self.network_policy.clone(),
+            workdir: self.workdir.clone(),
             ..KubeSettings::default()
         }
     }
@@ -184,6 +188,11 @@ fn is_permanent(e: &kube::Error) -> bool {
 }
 
 impl KubeBackend {
+    /// Whether pods fetch their task's working directory (`KubeConfig::workdir`).
+    pub fn fetches_workdirs(&self) -> bool {
+        self.inner.cfg.workdir.is_some()
+    }
+
     /// Whether this server follows the pods' logs and scrapes their metrics into the archive. With several
     /// servers on one store only the leader does (a follower reads what the leader keeps there): off, every
     /// follower and scraper stops; on again, every started pod the watches know gets its follower, which goes

@@ -96,7 +96,25 @@ pub struct KubeSettings {
     /// Each attempt gets a NetworkPolicy letting into its pods only its own pods and these ([`network_policy`]);
     /// None: no policy.
     pub network_policy: Option<Vec<Peer>>,
+    /// How replicas fetch a task's working directory from the server (an init container); None: tasks with
+    /// one cannot run here.
+    pub workdir: Option<WorkdirFetch>,
 }
+
+/// How an attempt's replicas fetch its working directory: an init container of `image` (one with the
+/// `trainyard` binary: the server's own) runs `trainyard workdir fetch` against `server` with the attempt's
+/// token, into the pod's `emptyDir` at [`WORKSPACE`], where the task's command then starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkdirFetch {
+    pub image: String,
+    /// The server's URL as pods reach it (`http://trainyard.trainyard-system.svc:8080`).
+    pub server: String,
+}
+
+/// Where a replica's copy of its working directory is, and where its command starts.
+pub const WORKSPACE: &str = "/workspace";
+/// The Secret key of the attempt's working-directory token.
+pub const WORKDIR_TOKEN_KEY: &str = "workdir-token";
 
 /// Who besides an attempt's own pods may open connections to them, where its NetworkPolicy is enforced.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,6 +190,7 @@ impl Default for KubeSettings {
             keep_finished_s: 600,
             priority_classes: true,
             network_policy: Some(Vec::new()),
+            workdir: None,
         }
     }
 }
@@ -308,6 +327,19 @@ pub fn attempt_objects(
                 "{what} {claim:?}: a catalog entry's name is its PersistentVolumeClaim's name, and this one is \
                  not a valid Kubernetes name (lowercase letters, digits, '-' and '.')"
             ));
+        }
+    }
+    if task.environment.workdir.is_some() {
+        if s.workdir.is_none() {
+            problems.push(
+                "the task has a working directory, and this server was not told how pods fetch one \
+                 (--kube-workdir-image and --kube-workdir-url)"
+                    .to_owned(),
+            );
+        }
+        if spec.workdir_token.is_none() {
+            problems
+                .push("the task has a working directory, and the launch carries no token to fetch it".into());
         }
     }
     let lead = if task.task_type == TaskType::RayJob { "head" } else { "master" };
@@ -515,8 +547,13 @@ impl Ctx<'_> {
         // read from the head's dashboard after the job has ended (see `capture::follow_driver`).
         let keep_s =
             ray.debug.as_ref().filter(|d| d.enabled).map_or(0, |d| d.retention_seconds).max(DRIVER_DRAIN_S);
+        // The driver starts in the working directory, as the command of every other replica does.
+        let entrypoint = match task.environment.workdir {
+            Some(_) => format!("cd {WORKSPACE} || exit 1\n{}", task.environment.cmd),
+            None => task.environment.cmd.clone(),
+        };
         let mut spec = json!({
-            "entrypoint": format!("bash -c {}", shell_quote(&task.environment.cmd)),
+            "entrypoint": format!("bash -c {}", shell_quote(&entrypoint)),
             // HTTPMode: the operator submits the entrypoint to the head's job API itself, so the attempt is
             // exactly the pods Trainyard placed and admitted (K8sJobMode adds a submitter pod outside the
             // admission, 500m CPU and 256Mi placed by the cluster; SidecarMode grows the head pod by as
@@ -575,6 +612,9 @@ impl Ctx<'_> {
             for e in p.env.iter().filter(|e| e.hidden) {
                 data.insert(precheck_key(&e.name), base64(e.value.as_bytes()));
             }
+        }
+        if let Some(t) = &self.spec.workdir_token {
+            data.insert(WORKDIR_TOKEN_KEY.to_owned(), base64(t.0.as_bytes()));
         }
         if data.is_empty() {
             return None;

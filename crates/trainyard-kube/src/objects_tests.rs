@@ -75,6 +75,7 @@ fn spec(kind: &str, workers: u32, extra: serde_json::Value) -> LaunchSpec {
         option: 0,
         catalog: Arc::new(catalog),
         registry_logins: Default::default(),
+        workdir_token: None,
     }
 }
 
@@ -1251,4 +1252,75 @@ fn pods_get_a_dev_shm_as_large_as_their_memory() {
             assert_eq!(m.unwrap()["name"], "trainyard-shm", "{}", c["name"]);
         }
     }
+}
+
+/// A task with a working directory: each replica's pod makes its copy in an init container (the server's
+/// image, the attempt's token from its Secret, before the precheck) and starts its command there; a server
+/// that was not told how pods fetch one refuses the launch with the reason.
+#[test]
+fn a_working_directory_is_fetched_by_an_init_container() {
+    let id = "ab".repeat(32);
+    let with_workdir = |kind: &str| {
+        let extra =
+            if kind == "RayJob" { json!({}) } else { json!({"advanced": {"precheck": {"enabled": true}}}) };
+        let mut s = spec(kind, 1, extra);
+        s.task.spec.environment.workdir = Some(id.clone());
+        s.workdir_token = Some(trainyard_runtime::Token("tyw.0190a5b2c3d4e5f6.2.mac".into()));
+        s
+    };
+    let fetch = WorkdirFetch {
+        image: "reg/trainyard/server:1".into(),
+        server: "http://trainyard.sys.svc:8080".into(),
+    };
+    let settings = KubeSettings { workdir: Some(fetch.clone()), ..settings() };
+
+    let o = attempt_objects(&with_workdir("PyTorchJob"), &settings, None).unwrap();
+    validate("pytorchjob", &o.job);
+    let secret = o.secret.as_ref().unwrap();
+    assert_eq!(decode64(secret["data"][WORKDIR_TOKEN_KEY].as_str().unwrap()), b"tyw.0190a5b2c3d4e5f6.2.mac");
+    for kind in ["Master", "Worker"] {
+        let pod = &template(&o.job, kind)["spec"];
+        let inits = pod["initContainers"].as_array().unwrap();
+        let names: Vec<&str> = inits.iter().map(|c| c["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            ["trainyard-workdir", "trainyard-precheck"],
+            "{kind}: the copy before the precheck"
+        );
+        let fetch_c = &inits[0];
+        assert_eq!(fetch_c["image"], "reg/trainyard/server:1");
+        assert_eq!(
+            fetch_c["command"],
+            json!(["trainyard", "workdir", "fetch", id, "--group", "vision", "--into", "/workspace"])
+        );
+        let env = env_of(fetch_c);
+        assert_eq!(env["TRAINYARD_SERVER"]["value"], "http://trainyard.sys.svc:8080");
+        assert_eq!(env["TRAINYARD_TOKEN"]["valueFrom"]["secretKeyRef"]["key"], WORKDIR_TOKEN_KEY);
+        assert_eq!(fetch_c["securityContext"]["runAsUser"], 0, "as the root image's command runs");
+        assert_eq!(fetch_c["securityContext"]["allowPrivilegeEscalation"], false);
+        let main = &pod["containers"][0];
+        assert_eq!(main["workingDir"], "/workspace");
+        for c in [main, &inits[0], &inits[1]] {
+            let mounts = c["volumeMounts"].as_array().unwrap();
+            assert!(mounts.iter().any(|m| m["mountPath"] == "/workspace"), "{}: {mounts:?}", c["name"]);
+        }
+        let vol = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "trainyard-workspace");
+        assert_eq!(vol.unwrap()["emptyDir"], json!({}), "each replica's own copy");
+        assert!(!env_of(main).contains_key("TRAINYARD_TOKEN"), "the task's command never sees the token");
+    }
+
+    let o = attempt_objects(&with_workdir("RayJob"), &settings, None).unwrap();
+    validate("rayjob", &o.job);
+    assert!(o.job["spec"]["entrypoint"].as_str().unwrap().starts_with("bash -c 'cd /workspace || exit 1"));
+    let head = &o.job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"];
+    assert_eq!(head["initContainers"][0]["name"], "trainyard-workdir");
+    assert_eq!(head["containers"][0]["workingDir"], "/workspace");
+
+    let err = attempt_objects(&with_workdir("PyTorchJob"), &self::settings(), None).unwrap_err();
+    assert!(err.iter().any(|e| e.contains("--kube-workdir-image")), "{err:?}");
+    let mut tokenless = with_workdir("PyTorchJob");
+    tokenless.workdir_token = None;
+    assert!(attempt_objects(&tokenless, &settings, None).is_err());
+    let plain = attempt_objects(&spec("PyTorchJob", 1, json!({})), &settings, None).unwrap();
+    assert!(!plain.job.to_string().contains("/workspace"), "no working directory, no copy");
 }

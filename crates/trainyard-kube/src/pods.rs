@@ -8,13 +8,15 @@ use super::names::{
     reserved_label, shell_quote,
 };
 use super::objects::{
-    Ctx, Gang, MASTER_PORT, RUNTIME_DIR, SSH_DIR, SSH_USER_DIR, env_key, env_secret_name, pre_stop_script,
-    precheck_key, precheck_service_name, pull_secret_name, ssh_secret_name,
+    Ctx, Gang, MASTER_PORT, RUNTIME_DIR, SSH_DIR, SSH_USER_DIR, WORKDIR_TOKEN_KEY, WORKSPACE, env_key,
+    env_secret_name, pre_stop_script, precheck_key, precheck_service_name, pull_secret_name, ssh_secret_name,
 };
 use serde_json::{Value, json};
 
 /// The pod's `/dev/shm` volume.
 const SHM_VOLUME: &str = "trainyard-shm";
+/// The replica's copy of its working directory.
+const WORKSPACE_VOLUME: &str = "trainyard-workspace";
 use std::collections::{BTreeMap, BTreeSet};
 use trainyard_core::catalog::{DEFAULT_GPU_RESOURCE, Toleration};
 use trainyard_core::platform_env as pe;
@@ -112,8 +114,14 @@ impl Ctx<'_> {
         pod["automountServiceAccountToken"] = false.into();
         let checkpoint = self.checkpoint();
         pod["terminationGracePeriodSeconds"] = (checkpoint.map_or(0, |c| c.0) + self.s.grace_s).into();
-        if !ray && let Some(init) = self.precheck_container(role, replicas) {
-            pod["initContainers"] = json!([init]);
+        // The working directory first: the precheck and the command both start in it.
+        let inits: Vec<Value> = [self.workdir_container(replicas)]
+            .into_iter()
+            .chain([if ray { None } else { self.precheck_container(role, replicas) }])
+            .flatten()
+            .collect();
+        if !inits.is_empty() {
+            pod["initContainers"] = Value::Array(inits);
         }
         // /dev/shm: a container runtime's default is 64 MiB, too small for NCCL, DataLoader workers or Ray's
         // object store. A memory-backed emptyDir up to the replica's memory (what it writes there counts against
@@ -281,6 +289,9 @@ impl Ctx<'_> {
         let task = self.task();
         let env = &task.environment;
         let mut m = vec![json!({"name": "trainyard-runtime", "mountPath": RUNTIME_DIR})];
+        if env.workdir.is_some() {
+            m.push(json!({"name": WORKSPACE_VOLUME, "mountPath": WORKSPACE}));
+        }
         for (i, v) in env.volumes.iter().enumerate() {
             m.push(
                 json!({"name": format!("volume-{i}"), "mountPath": v.mount_path, "readOnly": v.read_only}),
@@ -311,6 +322,10 @@ impl Ctx<'_> {
         let env = &task.environment;
         let claim = |name: &str, claim: &str, ro: bool| json!({"name": name, "persistentVolumeClaim": {"claimName": claim, "readOnly": ro}});
         let mut v = vec![json!({"name": "trainyard-runtime", "emptyDir": {}})];
+        if env.workdir.is_some() {
+            // The replica's own copy (replicas never share their writes), on the node's disk.
+            v.push(json!({"name": WORKSPACE_VOLUME, "emptyDir": {}}));
+        }
         for (i, m) in env.volumes.iter().enumerate() {
             v.push(claim(&format!("volume-{i}"), &m.volume, m.read_only));
         }
@@ -351,6 +366,9 @@ impl Ctx<'_> {
             "volumeMounts": self.mounts(),
             "securityContext": self.container_security_context(),
         });
+        if task.environment.workdir.is_some() {
+            c["workingDir"] = WORKSPACE.into();
+        }
         if ray {
             // KubeRay writes the container's command itself (`ray start` with the group's parameters).
             return c;
@@ -471,6 +489,40 @@ impl Ctx<'_> {
             "resources": self.resources(replicas),
             "volumeMounts": self.mounts(),
             "securityContext": self.container_security_context(),
+        }))
+    }
+
+    /// The init container that makes the replica's copy of its working directory: `trainyard workdir fetch`
+    /// (the server's image) with the attempt's token from its Secret, as the task's user where its image has
+    /// one of its own (the copy is that user's to write), else as root, as the task runs. Its requests are the
+    /// command's (init containers' do not add to the pod's). A failed fetch leaves its last output as the
+    /// container's termination message, which the verdict reads (`status.rs`).
+    fn workdir_container(&self, replicas: &[&ReplicaPlan]) -> Option<Value> {
+        let id = self.task().environment.workdir.as_ref()?;
+        let fetch = self.s.workdir.as_ref()?;
+        let group = &self.spec.task.metadata.project_group;
+        let mut sc = self.container_security_context();
+        if self.run_as_user().is_none() {
+            sc["runAsUser"] = 0.into();
+        }
+        Some(json!({
+            "name": super::status::WORKDIR_CONTAINER,
+            "image": fetch.image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": ["trainyard", "workdir", "fetch", id, "--group", group, "--into", WORKSPACE],
+            "env": [
+                {"name": "TRAINYARD_SERVER", "value": fetch.server},
+                {"name": "TRAINYARD_TOKEN", "valueFrom": {"secretKeyRef": {
+                    "name": env_secret_name(self.name), "key": WORKDIR_TOKEN_KEY,
+                }}},
+                // No config file of the image's is read.
+                {"name": "TRAINYARD_CONFIG", "value": "/dev/null"},
+                {"name": "HOME", "value": "/tmp"},
+            ],
+            "resources": self.resources(replicas),
+            "volumeMounts": [{"name": WORKSPACE_VOLUME, "mountPath": WORKSPACE}],
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+            "securityContext": sc,
         }))
     }
 

@@ -8,6 +8,10 @@ use trainyard_core::lifecycle::Reason;
 
 /// The name of the precheck's init container (the objects and the verdict agree on it).
 pub const PRECHECK_CONTAINER: &str = "trainyard-precheck";
+/// The name of the init container that fetches the working directory.
+pub const WORKDIR_CONTAINER: &str = "trainyard-workdir";
+/// Exit code of `trainyard workdir fetch` when the server has no such working directory (collected).
+const FETCH_NOT_FOUND: i32 = 3;
 /// Exit code of the precheck when the image has no torch: no fault of the node.
 const PRECHECK_NO_TORCH: i32 = 3;
 
@@ -264,6 +268,27 @@ pub fn assess(
         }),
         ..Assessment::default()
     };
+    // A replica that could not make its working directory: gone from the server (collected while the task
+    // waited) is the task's to send again; anything else (the server out of reach, a broken stream) is the
+    // start's, resubmitted.
+    if let Some((p, code, message)) = pods.iter().find_map(|p| {
+        p.init.iter().find_map(|(n, s)| match s {
+            ContainerState::Terminated { exit_code, message, .. }
+                if n == WORKDIR_CONTAINER && *exit_code != 0 =>
+            {
+                Some((p, *exit_code, message.trim()))
+            }
+            _ => None,
+        })
+    }) {
+        let reason = if code == FETCH_NOT_FOUND { Reason::UserError } else { Reason::StartTimedOut };
+        a.started = true;
+        a.ended = Some((
+            reason,
+            format!("{}: fetching its working directory failed (exit code {code}): {message}", p.name),
+        ));
+        return a;
+    }
     if precheck {
         let checks: Vec<_> = pods.iter().filter_map(|p| p.precheck().map(|s| (p, s))).collect();
         a.precheck_passed = !checks.is_empty()

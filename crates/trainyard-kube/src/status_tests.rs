@@ -277,3 +277,47 @@ fn a_job_suspended_by_someone_else_or_evicted_by_kueue_is_a_disruption() {
     let a = assess(JobKind::PyTorch, &job(&["Succeeded", "Suspended"]), &running, false, &[], false);
     assert_eq!(a.ended.map(|e| e.0), Some(Reason::Completed));
 }
+
+#[test]
+fn a_failed_working_directory_fetch_ends_the_attempt_with_its_words() {
+    let mut p = pod("m-0", "master", "Failed", vec![waiting("PodInitializing")]);
+    let gone = "trainyard: Not found (404): no such working directory in this project group";
+    p.init = vec![(
+        WORKDIR_CONTAINER.to_owned(),
+        ContainerState::Terminated {
+            exit_code: 3,
+            signal: None,
+            reason: "Error".into(),
+            message: gone.into(),
+        },
+    )];
+    let a =
+        assess(JobKind::PyTorch, &job(&["Created", "Failed"]), std::slice::from_ref(&p), false, &[], false);
+    let (reason, message) = a.ended.unwrap();
+    assert_eq!(reason, Reason::UserError, "collected: the task's to send again");
+    assert!(
+        message.contains("fetching its working directory failed") && message.contains("404"),
+        "{message}"
+    );
+
+    p.init[0].1 = ContainerState::Terminated {
+        exit_code: 5,
+        signal: None,
+        reason: "Error".into(),
+        message: "trainyard: cannot reach http://trainyard:8080".into(),
+    };
+    let a =
+        assess(JobKind::PyTorch, &job(&["Created", "Failed"]), std::slice::from_ref(&p), false, &[], false);
+    assert_eq!(
+        a.ended.unwrap().0,
+        Reason::StartTimedOut,
+        "the server out of reach: the start's, resubmitted"
+    );
+
+    p.init[0].1 = ended(0, "Completed");
+    p.phase = "Running".into();
+    p.containers[0].1 = ContainerState::Running;
+    let a =
+        assess(JobKind::PyTorch, &job(&["Created", "Running"]), std::slice::from_ref(&p), false, &[], false);
+    assert!(a.started && a.ended.is_none(), "{a:?}");
+}

@@ -61,6 +61,7 @@ fn spec(kind: &str, workers: u32, gpus: u64, extra: serde_json::Value) -> Launch
         option: 0,
         catalog: Arc::new(catalog),
         registry_logins: Default::default(),
+        workdir_token: None,
     }
 }
 

@@ -415,6 +415,7 @@ mod tests {
             option: 0,
             catalog: Default::default(),
             registry_logins: Default::default(),
+            workdir_token: None,
         }
     }
 

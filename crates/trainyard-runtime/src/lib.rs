@@ -61,6 +61,20 @@ pub struct LaunchSpec {
     /// launch; never written anywhere by a backend).
     #[serde(skip)]
     pub registry_logins: std::sync::Arc<std::collections::BTreeMap<String, RegistryLogin>>,
+    /// With a working directory (`spec.environment.workdir`): the token with which this attempt's replicas
+    /// fetch it from the server (a backend whose replicas cannot read the server's disk); never logged.
+    #[serde(skip)]
+    pub workdir_token: Option<Token>,
+}
+
+/// A credential a backend hands to a replica: shown as `Token(..)` wherever it would be printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(pub String);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(..)")
+    }
 }
 
 impl LaunchSpec {

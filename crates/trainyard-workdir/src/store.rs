@@ -69,7 +69,18 @@ fn unhex(s: &str) -> Option<String> {
 fn tmp_name() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
-    format!("{}.{}.{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed), ms(SystemTime::now()))
+    // Servers in containers sharing one directory may all be pid 1: each process also has a random word.
+    static WORD: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let word = WORD.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        std::collections::hash_map::RandomState::new().build_hasher().finish()
+    });
+    format!(
+        "{}.{word:016x}.{}.{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        ms(SystemTime::now())
+    )
 }
 
 impl Store {
@@ -351,6 +362,30 @@ impl Store {
         done
     }
 
+    /// Writes the files of the group's working directory `id` to `out` as a tar stream, each content once,
+    /// named by its SHA-256 (what [`Store::put_blobs`] takes in: a fetch checks each against its name).
+    /// Ok: the files' bytes.
+    pub fn write_files(&self, group: &str, id: &str, out: impl Write) -> Result<u64, String> {
+        let m = self
+            .manifest(group, id)
+            .ok_or_else(|| format!("project group {group} has no working directory {id} (collected?)"))?;
+        let mut b = tar::Builder::new(out);
+        let mut sent = 0u64;
+        for (digest, size) in m.blobs() {
+            let f = std::fs::File::open(self.blob(group, digest))
+                .map_err(|e| format!("its content {digest} is gone: {e}"))?;
+            let mut h = tar::Header::new_gnu();
+            h.set_size(size);
+            h.set_mode(0o600);
+            h.set_entry_type(tar::EntryType::Regular);
+            // The file's own length bounds what is read: a blob is never rewritten, but the header must not lie.
+            b.append_data(&mut h, digest, f.take(size)).map_err(|e| format!("cannot send {digest}: {e}"))?;
+            sent += size;
+        }
+        b.into_inner().and_then(|mut w| w.flush()).map_err(|e| format!("cannot end the stream: {e}"))?;
+        Ok(sent)
+    }
+
     /// Makes the group's working directory `id` at `dst` (which must not exist): dirs, files and links, all
     /// owned by `owner` (uid, gid); files 0644 or 0755, dirs 0755. Links are made last, and every path was
     /// checked to be plain, so nothing is ever written through a link. Ok: bytes written.
@@ -434,6 +469,33 @@ impl Store {
     }
 }
 
+/// A fetched working directory made at `dst` (an empty directory, or none): `manifest` and its files as
+/// [`Store::write_files`] sends them. Every file is checked against its digest and every path against the
+/// manifest's rules before anything is made, through a store of its own in `scratch` (removed after).
+/// Err: what was wrong; `dst` may then hold part of it, never anything outside it.
+pub fn unpack(
+    manifest: Manifest,
+    id: &str,
+    files: impl Read,
+    scratch: &Path,
+    dst: &Path,
+) -> Result<u64, String> {
+    if manifest.clone().canonical().id() != id {
+        return Err(format!("the manifest sent is not working directory {id}'s"));
+    }
+    let s = Store::new(scratch);
+    let result = (|| {
+        let largest = manifest.blobs().values().copied().max().unwrap_or(0);
+        s.put_blobs("fetch", files, largest)?;
+        let info = s.commit("fetch", manifest).map_err(|missing| {
+            format!("the stream ended without {} of its files: {}", missing.len(), missing.join(", "))
+        })?;
+        s.materialize("fetch", &info.id, dst, None)
+    })();
+    let _ = std::fs::remove_dir_all(scratch);
+    result
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -478,6 +540,51 @@ mod tests {
         assert!(s.collect(&live, Duration::ZERO).workdirs.is_empty());
         assert_eq!(s.collect(&BTreeSet::new(), Duration::ZERO).workdirs, vec![info.id.clone()]);
         for d in [src, root, out] {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+
+    #[test]
+    fn a_fetch_makes_the_same_tree_and_refuses_a_stream_that_lies() {
+        let (src, root, scratch, out) = (dir("fsrc"), dir("froot"), dir("fscratch"), dir("fout"));
+        std::fs::create_dir_all(src.join("pkg")).unwrap();
+        std::fs::write(src.join("pkg/__init__.py"), "X = 2\n").unwrap();
+        std::fs::write(src.join("run.sh"), "echo hi\n").unwrap();
+        std::fs::set_permissions(src.join("run.sh"), std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        std::os::unix::fs::symlink("pkg/__init__.py", src.join("init.py")).unwrap();
+        let p = pack(&src, 1 << 20).unwrap();
+        let s = Store::new(&root);
+        let all: Vec<String> = s.missing("g", &p.manifest).into_iter().map(|(d, _)| d).collect();
+        for b in batches(&p, &all, 1 << 20) {
+            s.put_blobs("g", b.unwrap().0.as_slice(), 1 << 20).unwrap();
+        }
+        let info = s.commit("g", p.manifest.clone()).unwrap();
+        let mut stream = Vec::new();
+        assert_eq!(s.write_files("g", &info.id, &mut stream).unwrap(), 14);
+        std::fs::create_dir_all(&out).unwrap();
+        unpack(p.manifest.clone(), &info.id, stream.as_slice(), &scratch, &out).unwrap();
+        assert_eq!(std::fs::read_to_string(out.join("init.py")).unwrap(), "X = 2\n");
+        let mode =
+            std::os::unix::fs::PermissionsExt::mode(&out.join("run.sh").metadata().unwrap().permissions());
+        assert_eq!(mode & 0o777, 0o755);
+        assert!(!scratch.exists(), "the scratch store goes");
+        // Another manifest under this id, a stream short of a file, a file whose content is another's.
+        let other = dir("fother");
+        let mut m = p.manifest.clone();
+        m.entries.retain(|e| e.path != "run.sh");
+        assert!(
+            unpack(m, &info.id, stream.as_slice(), &scratch, &other)
+                .unwrap_err()
+                .contains("not working directory")
+        );
+        let err = unpack(p.manifest.clone(), &info.id, &stream[..512], &scratch, &other).unwrap_err();
+        assert!(!other.join("pkg").exists(), "nothing made from a broken stream: {err}");
+        let lie = String::from_utf8_lossy(&stream).replace("X = 2", "X = 3");
+        let err = unpack(p.manifest.clone(), &info.id, lie.as_bytes(), &scratch, &other).unwrap_err();
+        assert!(err.contains("SHA-256"), "{err}");
+        assert!(!other.join("pkg").exists());
+        for d in [src, root, out, other] {
             let _ = std::fs::remove_dir_all(d);
         }
     }

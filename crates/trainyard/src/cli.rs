@@ -331,10 +331,40 @@ pub enum Command {
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
         output: Format,
     },
+    /// Working directories your groups hold (what `submit --workdir` and `run` sent), and fetching one.
+    Workdir {
+        #[command(subcommand)]
+        command: WorkdirCommand,
+    },
     /// Administration (admins only): the catalog, nodes, users and tokens.
     Admin {
         #[command(subcommand)]
         command: AdminCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkdirCommand {
+    /// The working directories of your groups (an admin's: every group's), the last used first.
+    List {
+        /// Only this project group's.
+        #[arg(long)]
+        group: Option<String>,
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
+        output: Format,
+    },
+    /// Make a copy of a working directory in DIR (empty or new), every file checked against its digest.
+    /// A replica on Kubernetes starts this way, with its attempt's token, before the task's command.
+    Fetch {
+        /// The working directory's id (as `list` shows it, or a task's spec.environment.workdir).
+        id: String,
+        /// The project group that holds it.
+        #[arg(long)]
+        group: String,
+        /// Where to make it: a directory that is empty or does not exist yet.
+        #[arg(long, value_name = "DIR")]
+        into: PathBuf,
     },
 }
 

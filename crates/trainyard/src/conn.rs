@@ -180,6 +180,11 @@ impl Conn {
         Ok((text, next.and_then(|n| n.parse().ok()).unwrap_or(0), ended.as_deref() == Some("true")))
     }
 
+    /// A GET answered with a stream of bytes that may take a while (a download).
+    pub fn download(&self, path: &str) -> CallResult<impl std::io::Read + use<>> {
+        Ok(self.get(path, None)?.into_body().into_reader())
+    }
+
     /// A GET answered with a stream that may last (server-sent events): its body, line by line.
     pub fn stream(&self, path: &str) -> CallResult<impl std::io::BufRead + use<>> {
         let resp = self.get(path, None)?;

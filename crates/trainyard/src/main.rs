@@ -13,9 +13,10 @@ mod up;
 mod validate;
 mod wait;
 mod watch;
+mod workdir;
 
 use clap::{CommandFactory, FromArgMatches};
-use cli::{AdminCommand, CatalogCommand, Cli, Command, RegistryCommand};
+use cli::{AdminCommand, CatalogCommand, Cli, Command, RegistryCommand, WorkdirCommand};
 use client::Conn;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -171,6 +172,12 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Quota { output } => client::finish(client::quota(&conn, output)),
+        Command::Workdir { command: WorkdirCommand::List { group, output } } => {
+            client::finish(workdir::list(&conn, group.as_deref(), output))
+        }
+        Command::Workdir { command: WorkdirCommand::Fetch { id, group, into } } => {
+            client::finish(workdir::fetch(&conn, &id, &group, &into))
+        }
         Command::Admin { command } => client::finish(match command {
             AdminCommand::Catalog { command: CatalogCommand::Get { output } } => {
                 client::admin_catalog_get(&conn, output)

@@ -353,6 +353,7 @@ fn spec(key: &AttemptKey, workers: u32, cmd: &str) -> LaunchSpec {
         option: 0,
         catalog: Arc::new(catalog),
         registry_logins: Default::default(),
+        workdir_token: None,
     }
 }
 

@@ -277,6 +277,160 @@ pub async fn commit_workdir(
     })
 }
 
+view! {
+    /// A working directory the server keeps, with its manifest.
+    pub struct WorkdirContent as "WorkdirContent" {
+        pub workdir: Info,
+        pub manifest: Manifest,
+    }
+}
+
+/// Who reads a working directory: a member of its group (or an admin), or the replicas of an attempt of a
+/// task that names it, with that attempt's token (`tyw.…`, made at launch for a backend whose replicas fetch
+/// it: Kubernetes) while the attempt holds its resources. An ended attempt's token, another task's working
+/// directory, another group's: refused alike (404 for a token, so it learns nothing of what exists).
+#[derive(Debug)]
+pub enum Reader {
+    Member(trainyard_store::User),
+    Attempt { group: String, workdir: String },
+}
+
+impl axum::extract::FromRequestParts<AppState> for Reader {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &AppState,
+    ) -> ApiResult<Reader> {
+        use trainyard_control::secrets::WORKDIR_TOKEN_PREFIX;
+        let sent = parts.headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let Some(token) = sent
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| t.starts_with(WORKDIR_TOKEN_PREFIX))
+        else {
+            let Caller { user, .. } = Caller::from_request_parts(parts, state).await?;
+            return Ok(Reader::Member(user));
+        };
+        let (task_id, attempt) = state.secrets.workdir_token_attempt(token).ok_or(ApiError::Unauthorized)?;
+        let t = state.store.get_task(&task_id).await?.ok_or(ApiError::Unauthorized)?;
+        if t.deleted || t.attempt != attempt || !t.status.holds_resources() {
+            return Err(ApiError::Unauthorized);
+        }
+        let spec: serde_json::Value = serde_json::from_str(&t.spec_json).unwrap_or_default();
+        let workdir = spec["spec"]["environment"]["workdir"].as_str().unwrap_or_default().to_owned();
+        Ok(Reader::Attempt { group: t.project_group, workdir })
+    }
+}
+
+impl Reader {
+    /// Whether this reader may read the group's working directory `id`.
+    fn may_read(&self, group: &str, id: &str) -> ApiResult<()> {
+        match self {
+            Reader::Member(user) => may_use_group(user, group),
+            Reader::Attempt { group: g, workdir } if g == group && workdir == id => Ok(()),
+            Reader::Attempt { .. } => Err(ApiError::NotFound),
+        }
+    }
+}
+
+fn valid_id(id: &str) -> ApiResult<()> {
+    if !trainyard_workdir::manifest::is_id(id) {
+        return Err(ApiError::NotFoundWhat(format!(
+            "{id:?} is not a working directory's id (64 hex digits)"
+        )));
+    }
+    Ok(())
+}
+
+/// One working directory and its manifest.
+pub async fn get_workdir(
+    State(state): State<AppState>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    Query(q): Query<GroupQuery>,
+    reader: Reader,
+) -> ApiResult<Json<WorkdirContent>> {
+    valid_id(&id)?;
+    reader.may_read(&q.project_group, &id)?;
+    let s = store(&state)?;
+    let group = q.project_group;
+    let found = blocking(move || Some((s.info(&group, &id)?, s.manifest(&group, &id)?))).await?;
+    let (workdir, manifest) = found.ok_or_else(|| {
+        ApiError::NotFoundWhat(
+            "no such working directory in this project group (unused ones are collected)".into(),
+        )
+    })?;
+    Ok(Json(WorkdirContent { workdir, manifest }))
+}
+
+/// The files of one working directory as a tar stream, each content once, named by its SHA-256 (as uploads
+/// send them): what a replica's fetch checks and makes its `/workspace` from.
+pub async fn get_workdir_files(
+    State(state): State<AppState>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    Query(q): Query<GroupQuery>,
+    reader: Reader,
+) -> ApiResult<axum::response::Response> {
+    valid_id(&id)?;
+    reader.may_read(&q.project_group, &id)?;
+    let s = store(&state)?;
+    let (group, i) = (q.project_group.clone(), id.clone());
+    if !blocking(move || s.info(&group, &i).is_some()).await? {
+        return Err(ApiError::NotFoundWhat(
+            "no such working directory in this project group (unused ones are collected)".into(),
+        ));
+    }
+    let s = store(&state)?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<axum::body::Bytes>>(8);
+    let metrics = state.metrics.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut w = ChunkWriter { tx: tx.clone(), buf: Vec::with_capacity(CHUNK) };
+        match s.write_files(&q.project_group, &id, &mut w) {
+            Ok(bytes) => metrics.workdir_sent(bytes),
+            // The stream ends broken: the reader sees a short tar, never a wrong one.
+            Err(e) => {
+                let _ = tx.blocking_send(Err(std::io::Error::other(e)));
+            }
+        }
+    });
+    let body = axum::body::Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|c| (c, rx))
+    }));
+    Ok(axum::response::Response::builder()
+        .header(axum::http::header::CONTENT_TYPE, "application/x-tar")
+        .body(body)
+        .map_err(|e| ApiError::Internal(e.to_string()))?)
+}
+
+/// What the tar stream is sent in.
+const CHUNK: usize = 256 << 10;
+
+/// A blocking writer that hands its bytes to a response body in chunks.
+struct ChunkWriter {
+    tx: tokio::sync::mpsc::Sender<std::io::Result<axum::body::Bytes>>,
+    buf: Vec<u8>,
+}
+
+impl std::io::Write for ChunkWriter {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(b);
+        if self.buf.len() >= CHUNK {
+            self.flush()?;
+        }
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = axum::body::Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+        self.tx
+            .blocking_send(Ok(chunk))
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the reader went away"))
+    }
+}
+
 /// The working directories of the caller's groups (an admin's: every group's), or of one group.
 pub async fn list_workdirs(
     State(state): State<AppState>,
@@ -314,13 +468,15 @@ pub async fn use_workdir(state: &AppState, group: &str, id: &str) -> ApiResult<(
         );
         ApiError::Invalid(r)
     };
-    if matches!(state.backend, crate::backends::AnyBackend::Kube(_)) {
+    if let crate::backends::AnyBackend::Kube(k) = &state.backend
+        && !k.members().iter().all(trainyard_kube::KubeBackend::fetches_workdirs)
+    {
         let mut r = Report::default();
         r.error(
             "spec.environment.workdir",
             Code::InvalidValue,
-            "working directories do not reach a Kubernetes cluster yet (its pods would start without \
-             /workspace); put the code in the image or on a volume",
+            "this server's pods cannot fetch a working directory: its admin starts it with \
+             --kube-workdir-image and --kube-workdir-url (or put the code in the image or on a volume)",
         );
         return Err(ApiError::Invalid(r));
     }

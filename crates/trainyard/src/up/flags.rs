@@ -71,6 +71,15 @@ pub struct KubeFlags {
     /// the log and metrics followers use). Repeatable.
     #[arg(long, value_name = "namespace:NAME|CIDR")]
     pub kube_network_allow: Vec<String>,
+    /// An image with the `trainyard` binary (the server's own) for the init container that makes each
+    /// replica's copy of its task's working directory (`submit --workdir`, `run`). Without it and
+    /// --kube-workdir-url, a task with a working directory is refused at submission.
+    #[arg(long, env = "TRAINYARD_KUBE_WORKDIR_IMAGE", value_name = "REF", requires = "kube_workdir_url")]
+    pub kube_workdir_image: Option<String>,
+    /// This server's API as the cluster's pods reach it (a Service's address, `http://trainyard.NS.svc:8080`),
+    /// from which their init container fetches the working directory with its attempt's token.
+    #[arg(long, env = "TRAINYARD_KUBE_WORKDIR_URL", value_name = "URL", requires = "kube_workdir_image")]
+    pub kube_workdir_url: Option<String>,
 }
 
 impl KubeFlags {
@@ -115,6 +124,17 @@ impl KubeFlags {
                         .collect::<Result<_>>()?,
                 ),
             },
+            workdir: match (&self.kube_workdir_image, &self.kube_workdir_url) {
+                (Some(image), Some(url)) => {
+                    if !url.starts_with("http://") && !url.starts_with("https://") {
+                        anyhow::bail!(
+                            "--kube-workdir-url: expected http://HOST[:PORT] or https://…, got {url:?}"
+                        );
+                    }
+                    Some(trainyard_kube::objects::WorkdirFetch { image: image.clone(), server: url.clone() })
+                }
+                _ => None,
+            },
             ..Default::default()
         })
     }
@@ -138,6 +158,11 @@ pub struct ServerFlags {
     /// interface). On the API's address `/metrics` always takes an admin token.
     #[arg(long, env = "TRAINYARD_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<String>,
+    /// Where uploaded working directories are kept [default: DATA_DIR/workdirs]. With several servers on one
+    /// store, a directory they all mount (a ReadWriteMany volume): each file is written aside and renamed in
+    /// whole, so servers may take uploads at once, and any of them serves a replica's fetch.
+    #[arg(long, env = "TRAINYARD_WORKDIR_DIR", value_name = "DIR")]
+    pub workdir_dir: Option<std::path::PathBuf>,
     /// A network (CIDR) alarm webhooks may go to though it is loopback, link-local, private or otherwise
     /// internal (repeatable). Without it only public addresses are sent to.
     #[arg(long, value_name = "CIDR")]

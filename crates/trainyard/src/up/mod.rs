@@ -170,6 +170,7 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
         (BackendChoice::Local | BackendChoice::Auto, Ok(bwrap)) => {
             let exe = std::env::current_exe().context("cannot find this program (the supervisor is it)")?;
             let mut cfg = LocalConfig::new(data_dir, (exe, vec!["supervise".to_owned()]), bwrap);
+            cfg.workdirs = workdir_dir(data_dir, opts);
             let f = &opts.sandbox;
             cfg.network = local::netns::Range::parse(&f.sandbox_network)
                 .map_err(|e| anyhow::anyhow!("--sandbox-network: {e}"))?;
@@ -270,7 +271,7 @@ pub async fn run(data_dir: &Path, listen: &str, database_url: Option<&str>, opts
     }
     let mut state =
         AppState::new(store.clone(), catalog, backend.clone(), secrets.clone(), Config::default());
-    state.workdirs = Some(trainyard_workdir::store::Store::new(data_dir.join("workdirs")));
+    state.workdirs = Some(trainyard_workdir::store::Store::new(workdir_dir(data_dir, opts)));
     if let Some(election) = election {
         state.control.try_lock().expect("nothing runs the loop yet").elected_by(election.fence());
         // Every server on the store seals and opens hidden values with one key: a server started with another
@@ -467,6 +468,11 @@ fn fake_backend() -> Result<AnyBackend> {
 
 /// The key hidden env values are sealed with: `TRAINYARD_SERVER_KEY` (64 hex characters), else
 /// `server.key` in the data dir, created on first start. Losing it makes stored hidden values unreadable.
+/// Where uploaded working directories are kept (`--workdir-dir`, else the data dir's).
+fn workdir_dir(data_dir: &Path, opts: &Options) -> std::path::PathBuf {
+    opts.server.workdir_dir.clone().unwrap_or_else(|| data_dir.join("workdirs"))
+}
+
 fn server_key(data_dir: &Path) -> Result<SecretBox> {
     if let Ok(hex) = std::env::var("TRAINYARD_SERVER_KEY") {
         return SecretBox::from_hex(&hex).context("TRAINYARD_SERVER_KEY must be 64 hex characters");
