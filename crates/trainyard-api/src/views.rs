@@ -153,7 +153,69 @@ view! {
         pub position: u32,
         "positionInGroup" pub position_in_group: u32,
         pub reason: String,
+        /// One task's view only (not lists): the running tasks that hold what it waits for, as far as the
+        /// caller may see them, those spending its group's quota first.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub holders: Option<Vec<HolderView>>,
+        /// Holders not listed: ones the caller may not see, and any beyond the first few.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        "moreHolders" pub more_holders: Option<u32>,
     }
+}
+
+view! {
+    /// A running task that holds capacity a queued task could use. No task has a time limit, so when it
+    /// frees is not known: only how long it has run.
+    pub struct HolderView as "QueueHolder" {
+        pub id: String,
+        pub name: String,
+        pub owner: String,
+        "projectGroup" pub project_group: String,
+        /// Of the queued task's group and resource type: it spends the same quota.
+        "spendsItsQuota" pub spends_its_quota: bool,
+        /// Units it holds of the queued task's instance specs (`spec`, the first of them).
+        pub units: u64,
+        pub spec: String,
+        "runningSinceMs" pub running_since_ms: u64 => Millis,
+        /// Told to stop already: its resources are about to come free.
+        pub stopping: bool,
+    }
+}
+
+/// The most holders a task's view lists.
+pub const HOLDERS_LISTED: usize = 8;
+
+/// The holders of what a queued task waits for, as far as `user` may see them (see [`QueueView::holders`]).
+pub(crate) async fn holders(
+    state: &AppState,
+    name: &str,
+    user: &trainyard_store::User,
+) -> crate::error::ApiResult<(Vec<HolderView>, u32)> {
+    let Some(all) = state.views.holders(name) else { return Ok((Vec::new(), 0)) };
+    let mut shown = Vec::new();
+    for h in all.iter().take(HOLDERS_LISTED) {
+        let filter = trainyard_store::TaskFilter {
+            visible_to: Some(user.viewer()),
+            search: Some(h.name.clone()),
+            ..Default::default()
+        };
+        let page = state.store.list_tasks(&filter, None, 1).await?;
+        if let Some(t) = page.items.iter().find(|t| t.name == h.name) {
+            shown.push(HolderView {
+                id: t.id.clone(),
+                name: t.name.clone(),
+                owner: t.owner.clone(),
+                project_group: h.group.clone(),
+                spends_its_quota: h.spends_its_quota,
+                units: h.units,
+                spec: h.spec.clone(),
+                running_since_ms: h.started_at_ms,
+                stopping: h.stopping,
+            });
+        }
+    }
+    let more = (all.len() - shown.len()) as u32;
+    Ok((shown, more))
 }
 
 view! {
@@ -234,6 +296,8 @@ pub(crate) fn task_view(state: &AppState, t: &TaskRecord, spec: Spec) -> TaskVie
             position: q.position,
             position_in_group: q.position_in_group,
             reason: q.reason.to_string(),
+            holders: None,
+            more_holders: None,
         })
     } else {
         None

@@ -61,7 +61,7 @@ pub use handles::{Arrivals, CatalogHandle, QueueBoard, QueueInfo, SnapshotBoard,
 pub use ids::Ids;
 pub use report::{Phases, TickReport};
 pub use submit::{Submitter, validate};
-pub use views::{QuotaLine, SchedViews};
+pub use views::{Holder, QuotaLine, SchedViews};
 pub use writer::{CATALOG_SETTING, Writer};
 
 use active::{ActiveKey, WorkingSet};

@@ -70,6 +70,40 @@ impl SchedViews {
             .collect()
     }
 
+    /// The running tasks that hold what the queued task `name` waits for, from the last tick's view: those of
+    /// its pool that use one of its instance specs, the ones of its own group and resource type first (they
+    /// spend its quota), then the others on the pool's nodes, each longest-running first. None when the task
+    /// is not queued in that view.
+    pub fn holders(&self, name: &str) -> Option<Vec<Holder>> {
+        let snap = &*self.snapshot.get();
+        let p = snap.pending.iter().find(|p| &*p.name == name)?;
+        let specs: std::collections::BTreeSet<_> =
+            p.options.iter().flat_map(|o| o.roles.iter().map(|r| r.spec)).collect();
+        let mut out: Vec<Holder> = snap
+            .running
+            .iter()
+            .filter(|r| r.pool == p.pool)
+            .filter_map(|r| {
+                let (units, spec) = r
+                    .units
+                    .iter()
+                    .filter(|u| specs.contains(&u.spec))
+                    .fold((0, None), |(n, _), u| (n + u.units, Some(u.spec)));
+                Some(Holder {
+                    name: r.name.clone(),
+                    group: snap.groups[r.group.ix()].clone(),
+                    spends_its_quota: r.group == p.group && r.resource_type == p.resource_type,
+                    units,
+                    spec: snap.specs[spec?.ix()].name.clone(),
+                    started_at_ms: r.started_at_ms,
+                    stopping: r.stopping,
+                })
+            })
+            .collect();
+        out.sort_by_key(|h| (!h.spends_its_quota, h.started_at_ms, h.name.clone()));
+        Some(out)
+    }
+
     /// Quota and capacity figures from the scheduler's own view at the last tick, for the groups given (all
     /// when `None`).
     pub fn quota_report(&self, groups: Option<&[String]>) -> Vec<QuotaLine> {
@@ -109,6 +143,21 @@ impl SchedViews {
         }
         out
     }
+}
+
+/// A running task that holds capacity a queued one could use ([`SchedViews::holders`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub name: String,
+    pub group: String,
+    /// Of the queued task's group and resource type: its units count against the same quota.
+    pub spends_its_quota: bool,
+    /// Units of the queued task's instance specs it holds, and the first such spec.
+    pub units: u64,
+    pub spec: String,
+    pub started_at_ms: u64,
+    /// Told to stop already: its resources are about to come free.
+    pub stopping: bool,
 }
 
 /// One quota and the capacity figures of its pool and spec, in spec units.

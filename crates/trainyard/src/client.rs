@@ -307,6 +307,24 @@ pub fn describe(c: &Conn, id: &str, format: Format) -> CallResult<ExitCode> {
             t["queue"]["position"],
             t["queue"]["positionInGroup"]
         );
+        // What holds the room it waits for (no task has a time limit, so when it frees is not known).
+        for h in t["queue"]["holders"].as_array().into_iter().flatten() {
+            let started = h["runningSinceMs"].as_i64().unwrap_or(0);
+            outln!(
+                "Held by:    {} ({}, group {}): {} units of {}, running {}{}{}",
+                h["name"].as_str().unwrap_or(""),
+                h["owner"].as_str().unwrap_or(""),
+                h["projectGroup"].as_str().unwrap_or(""),
+                h["units"],
+                h["spec"].as_str().unwrap_or(""),
+                crate::table::duration(crate::table::now_ms() - started),
+                if h["spendsItsQuota"] == true { ", on the same quota" } else { "" },
+                if h["stopping"] == true { ", stopping" } else { "" },
+            );
+        }
+        if let Some(n) = t["queue"]["moreHolders"].as_u64().filter(|n| *n > 0) {
+            outln!("Held by:    {n} more running tasks (you may not see them, or past the first few)");
+        }
     }
     if let Some(r) = t["starting"]["reason"].as_str() {
         outln!("Waiting:    {r}");

@@ -652,3 +652,57 @@ fn i29_f06_a_deleted_users_tokens_die_and_their_tasks_stay() {
     assert_eq!(t.s.call("POST", "/api/v1/users/alice/tokens", Some("{}")).0, 404);
     assert_eq!(call(&t.s, Some(&t.alice), "GET", "/api/v1/whoami", None, &[]).0, 401, "still");
 }
+
+/// Issue 34: a queued task says what holds the room it waits for, as far as its owner may see: the group's
+/// quota is held by two tasks of the admin's, a private one (bob sees that one more task holds it, not its
+/// name) and a public one (named, with its units and that it spends the same quota). The admin sees both.
+#[test]
+fn a_queued_task_names_what_holds_its_room_as_far_as_its_owner_may_see() {
+    let t = tenants("attack-holders", &[]);
+    let two_units = catalog().replace("spec: cpu.small, units: 6", "spec: cpu.small, units: 2");
+    let (code, body) = t.s.call("PUT", "/api/v1/admin/catalog", Some(&two_units));
+    assert_eq!(code, 200, "{body}");
+    let private = t.s.submit(&job("private-holder", "other", "sleep 600", json!([])));
+    let mut public = job("public-holder", "other", "sleep 600", json!([]));
+    public["metadata"]["public"] = json!(true);
+    let public = t.s.submit(&public);
+    t.s.wait_status(&private, "Running", secs(60));
+    t.s.wait_status(&public, "Running", secs(60));
+    let bobs = submit(&t.s, &t.bob, &job("bobs-wait", "other", "echo ran", json!([])));
+    let t0 = Instant::now();
+    let seen = loop {
+        let (code, v) = call(&t.s, Some(&t.bob), "GET", &format!("/api/v1/tasks/{bobs}"), None, &[]);
+        assert_eq!(code, 200, "{v}");
+        if v["queue"]["holders"].as_array().is_some_and(|h| !h.is_empty()) {
+            break v;
+        }
+        assert!(t0.elapsed() < secs(30), "no holders named: {v}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let holders = seen["queue"]["holders"].as_array().unwrap();
+    let names: Vec<&str> = holders.iter().map(|h| h["name"].as_str().unwrap()).collect();
+    assert_eq!(names.len(), 1, "bob sees the public one only: {seen}");
+    assert!(names[0].starts_with("public-holder"), "{names:?}");
+    assert_eq!(holders[0]["spendsItsQuota"], true);
+    assert_eq!(holders[0]["units"], 1);
+    assert_eq!(holders[0]["spec"], "cpu.small");
+    assert_eq!(seen["queue"]["moreHolders"], 1, "the private one is counted, not named: {seen}");
+    assert!(!seen.to_string().contains("private-holder"), "{seen}");
+    // The list stays as it was (holders are one task's view).
+    let (_, list) = call(&t.s, Some(&t.bob), "GET", "/api/v1/tasks?group=other", None, &[]);
+    assert!(!list.to_string().contains("holders"), "{list}");
+    // The admin sees both, by name, and the CLI says so.
+    let admin = t.s.task(&bobs);
+    let names: Vec<&str> =
+        admin["queue"]["holders"].as_array().unwrap().iter().map(|h| h["name"].as_str().unwrap()).collect();
+    assert_eq!(names.len(), 2, "{admin}");
+    assert_eq!(admin["queue"]["moreHolders"], 0);
+    let described = t.s.cli(&["describe", &bobs]);
+    assert!(
+        described.matches("Held by:").count() == 2 && described.contains("1 units of cpu.small, running"),
+        "{described}"
+    );
+    for id in [&private, &public, &bobs] {
+        t.s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
+    }
+}

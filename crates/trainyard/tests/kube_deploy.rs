@@ -57,51 +57,6 @@ fn kubectl_ok(args: &[&str], stdin: Option<&str>) -> String {
     text
 }
 
-/// The server's image: this build's binary (debug symbols stripped) where the Containerfile puts it, with what
-/// the Containerfile installs, and its user.
-fn push_server_image(registry: &str) -> String {
-    let stripped = std::env::temp_dir().join(format!("ty-server-binary-{}", std::process::id()));
-    let out = Command::new("strip")
-        .args(["--strip-debug", "-o"])
-        .arg(&stripped)
-        .arg(env!("CARGO_BIN_EXE_trainyard"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "strip: {}", String::from_utf8_lossy(&out.stderr));
-    let bytes = std::fs::read(&stripped).unwrap();
-    let _ = std::fs::remove_file(&stripped);
-    let binary = owned_files_layer(&[("usr/local/bin/trainyard", &bytes, 0o755, 0)]);
-    let mut files = debian_closure(&["libc6", "libgcc-s1", "ca-certificates", "openssh-client", "tini"]);
-    files.push("/etc/ssl/certs/ca-certificates.crt".into());
-    let etc = owned_files_layer(&[
-        (
-            "etc/passwd",
-            b"root:x:0:0:root:/root:/bin/sh\ntrainyard:x:65532:65532::/var/lib/trainyard:/usr/sbin/nologin\n",
-            0o644,
-            0,
-        ),
-        ("etc/group", b"root:x:0:\ntrainyard:x:65532:\n", 0o644, 0),
-        ("etc/nsswitch.conf", b"passwd: files\ngroup: files\nhosts: files dns\n", 0o644, 0),
-    ]);
-    let dirs = dirs_layer(&[("tmp", 0o1777), ("var/lib/trainyard", 0o700)]);
-    let (repo, tag) = ("trainyard/server", "e2e-1");
-    push_to(
-        registry,
-        repo,
-        tag,
-        &[(TAR_LAYER, host_layer(&files)), (TAR_LAYER, binary), (TAR_LAYER, etc), (TAR_LAYER, dirs)],
-        json!({
-            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-            "User": "65532:65532",
-            "WorkingDir": "/var/lib/trainyard",
-            "Entrypoint": ["/usr/bin/tini", "--", "/usr/local/bin/trainyard"],
-            "Cmd": ["up", "--backend", "kubernetes", "--listen", "0.0.0.0:8080", "--data-dir", "/var/lib/trainyard"],
-            "StopSignal": "SIGINT",
-        }),
-    );
-    format!("{registry}/{repo}:{tag}")
-}
-
 /// What the official PostgreSQL image's entrypoint does that the manifest relies on: a first start makes the
 /// cluster in `PGDATA` with `POSTGRES_USER` and `POSTGRES_PASSWORD` (password logins over the network) and the
 /// database `POSTGRES_DB`; every start then runs the server on every address.
@@ -305,7 +260,7 @@ fn trainyard_runs_in_the_cluster_from_its_deploy_manifests() {
     let nodes: Vec<String> = env("TRAINYARD_KUBE_REAL_NODES").split(',').map(str::to_owned).collect();
     let base_image = env("TRAINYARD_KUBE_BASE_IMAGE");
     let t0 = Instant::now();
-    let server_image = push_server_image(&registry);
+    let server_image = common::server_image::push(&registry);
     let pg_image = push_postgres_image(&registry);
     eprintln!("images pushed in {:.1} s: {server_image}, {pg_image}", t0.elapsed().as_secs_f64());
 

@@ -200,9 +200,21 @@ fn server(registry: &str, nodes: &[String]) -> Server {
         if wanted("ray-job.yaml") { push_ray_image(registry) } else { format!("{registry}/{RAY_IMAGE}") };
     let namespace = format!("pods-{}-{{group}}", std::process::id());
     let instance = format!("pods-{}", std::process::id());
+    // The replicas fetch their working directory from this server: it listens where pods reach the host (a
+    // real node's address, its bridge's gateway), and the init container is the server's own image.
+    let port = std::net::TcpListener::bind("0.0.0.0:0").unwrap().local_addr().unwrap().port();
+    let node_ip = kubectl(&[
+        "get",
+        "node",
+        &nodes[0],
+        "-o",
+        "jsonpath={.status.addresses[?(@.type==\"InternalIP\")].address}",
+    ]);
+    let server_image = common::server_image::push(registry);
     let s = Server::start_with(
         "kube-pods",
         Options {
+            listen: Some(format!("0.0.0.0:{port}")),
             // An instance of its own, apart from other tests' servers on the same stack.
             args: ["--backend", "kubernetes", "--kube-namespace", &namespace, "--kube-instance", &instance]
                 .map(str::to_owned)
@@ -210,6 +222,8 @@ fn server(registry: &str, nodes: &[String]) -> Server {
                 .chain(["--kube-image".to_owned(), format!("pytorch={image}")])
                 .chain(["--kube-image".to_owned(), format!("ray={ray}")])
                 .chain(["--kube-image".to_owned(), format!("pytorch-user={user_image}")])
+                .chain(["--kube-workdir-image".to_owned(), server_image])
+                .chain(["--kube-workdir-url".to_owned(), format!("http://{}:{port}", node_ip.trim())])
                 .collect(),
             own_catalog: true,
             ..Options::default()
@@ -263,6 +277,110 @@ fn the_examples_run_on_real_pods() {
     if wanted("restricted.yaml") {
         restricted(&s);
     }
+    if wanted("workdir.yaml") {
+        workdir(&s);
+    }
+}
+
+/// Issue 34: the user's code goes with the task to real pods. The shipped example, sent with `--workdir`,
+/// trains on a master and a worker that each import the `toy` package from their copy at /workspace. Then,
+/// as an attacker who read a running attempt's token (from its Secret): it reads that task's working
+/// directory and nothing else (another id, another group, the API), a token with its attempt changed is
+/// refused, and once the attempt is over the token is worth nothing.
+fn workdir(s: &Server) {
+    let printed = s.cli(&[
+        "submit",
+        "-f",
+        "examples/kubernetes/workdir.yaml",
+        "--workdir",
+        "examples/local/workdir",
+        "-o",
+        "json",
+    ]);
+    // Standard output (the task) comes first; what the upload says on standard error after it.
+    let v: Value = serde_json::Deserializer::from_str(&printed)
+        .into_iter::<Value>()
+        .next()
+        .and_then(Result::ok)
+        .unwrap_or_else(|| panic!("no task in: {printed}"));
+    let id = v["id"].as_str().unwrap().to_owned();
+    ends(s, &id, "Succeeded", secs(600));
+    let names = replicas(s, &id);
+    assert_eq!(names.len(), 2, "{names:?}");
+    for r in &names {
+        let got = lines(s, &id, r);
+        assert!(got.iter().any(|l| l.contains("(the data's is 3.00)")), "{r}: {got:?}");
+        eprintln!("workdir.yaml {r}: {}", got.iter().rev().find(|l| l.contains("slope")).unwrap());
+    }
+    let wd = s.task(&id)["spec"]["spec"]["environment"]["workdir"].as_str().unwrap().to_owned();
+
+    // A task that holds its pod a while, on the same working directory.
+    let task = json!({
+        "apiVersion": "trainyard.dev/v1", "kind": "TrainingTask",
+        "metadata": {"namePrefix": "wd-hold", "projectGroup": "default"},
+        "spec": {
+            "type": "PyTorchJob",
+            "placement": {"region": "kubernetes", "cluster": "kubernetes"},
+            "environment": {"image": "pytorch", "workdir": wd, "cmd": "test -f /workspace/toy/model.py && sleep 120"},
+            "compute": {"resourceType": "Reserved", "pool": "real", "workers": 0,
+                        "instanceSpecs": [{"spec": "cpu.small"}]},
+        }
+    });
+    let (status, body) = s.call("POST", "/api/v1/tasks", Some(&task.to_string()));
+    assert_eq!(status, 201, "{body}");
+    let hold = serde_json::from_str::<Value>(&body).unwrap()["id"].as_str().unwrap().to_owned();
+    let t0 = Instant::now();
+    while s.task(&hold)["status"] != "Running" {
+        assert!(t0.elapsed() < secs(300), "{}", s.events_text(&hold));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let namespace = format!("pods-{}-default", std::process::id());
+    let secrets: Value = serde_json::from_str(&kubectl(&[
+        "get",
+        "secrets",
+        "-n",
+        &namespace,
+        "-l",
+        &format!("trainyard.dev/task={hold}"),
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    let token = secrets["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|sec| sec["data"]["workdir-token"].as_str())
+        .map(|b| {
+            use base64::Engine;
+            String::from_utf8(base64::engine::general_purpose::STANDARD.decode(b).unwrap()).unwrap()
+        })
+        .unwrap_or_else(|| panic!("no workdir-token in {secrets}"));
+    let get = |path: &str, token: &str| {
+        let r = common::agent()
+            .get(&format!("{}{path}", s.base))
+            .header("Authorization", &format!("Bearer {token}"))
+            .call()
+            .unwrap();
+        r.status().as_u16()
+    };
+    let own = format!("/api/v1/workdirs/{wd}?projectGroup=default");
+    assert_eq!(get(&own, &token), 200, "the attempt reads its own working directory");
+    assert_eq!(get(&format!("/api/v1/workdirs/{wd}/files?projectGroup=default"), &token), 200);
+    assert_eq!(get(&format!("/api/v1/workdirs/{}?projectGroup=default", "0".repeat(64)), &token), 404);
+    assert_eq!(get(&format!("/api/v1/workdirs/{wd}?projectGroup=strict"), &token), 404, "another group's");
+    assert_eq!(get("/api/v1/tasks", &token), 401, "it is no API token");
+    assert_eq!(get("/api/v1/workdirs", &token), 401);
+    // tyw.TASK.ATTEMPT.MAC: the next attempt's number on this attempt's MAC.
+    let mut parts: Vec<String> = token.split('.').map(str::to_owned).collect();
+    let n = parts.len();
+    parts[n - 2] = (parts[n - 2].parse::<u32>().unwrap() + 1).to_string();
+    let forged = parts.join(".");
+    assert_eq!(get(&own, &forged), 401, "its attempt changed");
+    let (status, body) = s.call("POST", &format!("/api/v1/tasks/{hold}/stop"), None);
+    assert!(status < 300, "{body}");
+    ends(s, &hold, "Stopped", secs(120));
+    assert_eq!(get(&own, &token), 401, "the attempt is over");
 }
 
 /// Issue 32: Pod Security `restricted` on a group's namespace. A task of an image that runs as a user of its

@@ -165,6 +165,37 @@ fn a_working_directory_goes_with_a_torchrun_task_to_every_replica_and_is_sent_on
     assert_eq!(items.len(), 1, "{list}");
     assert_eq!(items[0]["files"], 6, "{list}");
     assert_eq!(items[0]["bytes"], want, "{list}");
+    // A member makes a copy of it (what a Kubernetes replica's init container runs): every file as sent,
+    // none of the replicas' writes, nothing git leaves out.
+    let wd = items[0]["id"].as_str().unwrap().to_owned();
+    let listed = text(&cli_in(&s, &proj, &["workdir", "list"]));
+    assert!(listed.contains(&wd) && listed.contains("default"), "{listed}");
+    let copy = std::env::temp_dir().join(format!("ty-wdcopy-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&copy);
+    let out =
+        cli_in(&s, &proj, &["workdir", "fetch", &wd, "--group", "default", "--into", copy.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    for f in
+        ["train.py", "task.yaml", ".gitignore", "mypkg/__init__.py", "mypkg/numbers.py", "data/numbers.txt"]
+    {
+        assert_eq!(std::fs::read(copy.join(f)).unwrap(), std::fs::read(proj.join(f)).unwrap(), "{f}");
+    }
+    for home in ["old.ckpt", "secret.txt", ".git"] {
+        assert!(!copy.join(home).exists(), "{home}");
+    }
+    let again =
+        cli_in(&s, &proj, &["workdir", "fetch", &wd, "--group", "default", "--into", copy.to_str().unwrap()]);
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
+    assert!(text(&again).contains("not empty"), "{}", text(&again));
+    // A token that looks like an attempt's but that no server made reads nothing.
+    let forged = format!("tyw.{id}.1.{}", "0".repeat(64));
+    let r = common::agent()
+        .get(&format!("{}/api/v1/workdirs/{wd}?projectGroup=default", s.base))
+        .header("Authorization", &format!("Bearer {forged}"))
+        .call()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let _ = std::fs::remove_dir_all(&copy);
     let _ = std::fs::remove_dir_all(&proj);
 }
 

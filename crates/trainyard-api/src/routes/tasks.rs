@@ -259,7 +259,13 @@ pub async fn get_task(
     Caller { user, .. }: Caller,
 ) -> ApiResult<Json<TaskView>> {
     let t = visible_task(&state, &user, &id).await?;
-    Ok(Json(task_view(&state, &t, Spec::Stored)))
+    let mut view = task_view(&state, &t, Spec::Stored);
+    if let Some(q) = &mut view.queue {
+        let (shown, more) = crate::views::holders(&state, &t.name, &user).await?;
+        q.holders = Some(shown);
+        q.more_holders = Some(more);
+    }
+    Ok(Json(view))
 }
 
 pub async fn stop_task(

@@ -396,10 +396,10 @@ pub async fn get_workdir_files(
     let body = axum::body::Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|c| (c, rx))
     }));
-    Ok(axum::response::Response::builder()
+    axum::response::Response::builder()
         .header(axum::http::header::CONTENT_TYPE, "application/x-tar")
         .body(body)
-        .map_err(|e| ApiError::Internal(e.to_string()))?)
+        .map_err(|e| ApiError::Internal(e.to_string()))
 }
 
 /// What the tar stream is sent in.

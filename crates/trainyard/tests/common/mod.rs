@@ -7,6 +7,7 @@ pub mod console;
 pub mod kueue;
 pub mod leaders;
 pub mod pg;
+pub mod server_image;
 pub mod webdriver;
 
 use serde_json::{Value, json};
@@ -68,6 +69,8 @@ pub struct Options {
     /// Another server's data dir whose admin token and server key this one starts with (a second server
     /// on a shared PostgreSQL store: the store has the admin, and hidden values are sealed under one key).
     pub seed: Option<PathBuf>,
+    /// The address to listen on instead of `127.0.0.1:0`.
+    pub listen: Option<String>,
 }
 
 /// An HTTP client that answers every status (errors are data) and gives up after 30 s.
@@ -143,7 +146,13 @@ impl Server {
                 std::fs::copy(seed.join(file), dir.join(file)).unwrap();
             }
         }
-        let (child, base) = spawn(&dir, "127.0.0.1:0", opts.path.as_deref(), &opts.args, &opts.env);
+        let (child, base) = spawn(
+            &dir,
+            opts.listen.as_deref().unwrap_or("127.0.0.1:0"),
+            opts.path.as_deref(),
+            &opts.args,
+            &opts.env,
+        );
         let token = std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_owned();
         let s = Server {
             dir,
