@@ -362,6 +362,39 @@ impl Store {
         done
     }
 
+    /// Gives group `to` the working directory `id` of group `from` (a task cloned into another group takes
+    /// its working directory along): the files `to` lacks are linked (copied across file systems), written
+    /// aside and renamed in, then the manifest is kept for `to`. Refused when they would take `to` over
+    /// `group_max` bytes. Ok: the working directory as `to` now holds it.
+    pub fn copy_to(&self, from: &str, to: &str, id: &str, group_max: u64) -> Result<Info, String> {
+        let m = self
+            .manifest(from, id)
+            .ok_or_else(|| format!("project group {from} has no working directory {id} (collected?)"))?;
+        let missing = self.missing(to, &m);
+        let adds: u64 = missing.iter().map(|(_, n)| n).sum();
+        let usage = self.usage(to);
+        if usage.saturating_add(adds) > group_max {
+            return Err(format!(
+                "project group {to} holds {} of working directories; this one's {} more would take it over the {} \
+                 a group may hold (an admin setting, workdirGroupBytes)",
+                crate::manifest::human(usage),
+                crate::manifest::human(adds),
+                crate::manifest::human(group_max)
+            ));
+        }
+        for (digest, _) in &missing {
+            let (src, dst) = (self.blob(from, digest), self.blob(to, digest));
+            let tmp = self.tmp(to)?;
+            if std::fs::hard_link(&src, &tmp).is_err() {
+                std::fs::copy(&src, &tmp).map_err(|e| format!("cannot copy {digest}: {e}"))?;
+            }
+            let dir = dst.parent().expect("a blob has a parent");
+            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            std::fs::rename(&tmp, &dst).map_err(|e| format!("cannot keep {digest}: {e}"))?;
+        }
+        self.commit(to, m).map_err(|gone| format!("{} of its files went while it was copied", gone.len()))
+    }
+
     /// Writes the files of the group's working directory `id` to `out` as a tar stream, each content once,
     /// named by its SHA-256 (what [`Store::put_blobs`] takes in: a fetch checks each against its name).
     /// Ok: the files' bytes.

@@ -601,6 +601,10 @@ pub struct RunArgs {
     /// Print the task's name once it is submitted, and return.
     #[arg(short = 'd', long)]
     pub detach: bool,
+    /// Resubmit it up to N times when an attempt fails for the platform's reasons (a node failed, it was
+    /// preempted or disrupted), the output of each attempt followed in turn.
+    #[arg(long, value_name = "N")]
+    pub max_resubmissions: Option<u32>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,

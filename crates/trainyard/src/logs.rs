@@ -37,23 +37,30 @@ const START_LOOK: std::time::Duration = std::time::Duration::from_secs(1);
 /// saying on standard error where it waits each time that changes. A task that ends first is left to what
 /// `logs` says of it.
 fn wait_for_replicas(c: &Conn, id: &str, task: &str) -> CallResult<()> {
+    wait_for_attempt(c, id, task, None).map(|_| ())
+}
+
+/// Waits until attempt `which` (None: the task's current one) has replicas, saying where the task waits
+/// while it does: true. False when it never will: the task ended first, or went on to a later attempt.
+pub fn wait_for_attempt(c: &Conn, id: &str, task: &str, which: Option<i64>) -> CallResult<bool> {
     let mut said = String::new();
     loop {
         let (_, t) = c.call("GET", &format!("/api/v1/tasks/{id}"), None, None)?;
         let status = t["status"].as_str().unwrap_or("");
-        if ["Succeeded", "Failed", "Stopped"].contains(&status) {
-            return Ok(());
-        }
+        let current = t["attempt"].as_i64().unwrap_or(0);
+        let want = which.unwrap_or(current);
         let (_, v) = c.call("GET", &format!("/api/v1/tasks/{id}/logs"), None, None)?;
-        let started =
-            v["items"].as_array().into_iter().flatten().any(|a| {
-                a["attempt"] == t["attempt"] && a["replicas"].as_array().is_some_and(|r| !r.is_empty())
-            });
+        let started = v["items"].as_array().into_iter().flatten().any(|a| {
+            a["attempt"].as_i64() == Some(want) && a["replicas"].as_array().is_some_and(|r| !r.is_empty())
+        });
         if started {
             if !said.is_empty() {
                 eprintln!("trainyard: {task} started");
             }
-            return Ok(());
+            return Ok(true);
+        }
+        if ["Succeeded", "Failed", "Stopped"].contains(&status) || current > want {
+            return Ok(false);
         }
         let line = crate::wait::status_line(task, &t).trim().to_owned();
         if line != said {

@@ -158,7 +158,7 @@ fn choose(o: &RunArgs, d: &Defaults, me: &Value, cat: &Value) -> Result<Choice, 
 
 /// The task document `run` submits.
 fn document(o: &RunArgs, c: &Choice, cmd: &str) -> Value {
-    json!({
+    let mut doc = json!({
         "apiVersion": "trainyard.dev/v1",
         "kind": "TrainingTask",
         "metadata": {"namePrefix": o.name_prefix.as_deref().unwrap_or("run"), "projectGroup": c.group},
@@ -173,7 +173,11 @@ fn document(o: &RunArgs, c: &Choice, cmd: &str) -> Value {
                 "instanceSpecs": [{"spec": c.spec}],
             },
         },
-    })
+    });
+    if let Some(n) = o.max_resubmissions {
+        doc["spec"]["advanced"] = json!({"faultTolerance": {"enabled": true, "maxResubmissions": n}});
+    }
+    doc
 }
 
 pub fn run(conn: &Conn, o: &RunArgs, d: &Defaults) -> CallResult<ExitCode> {
@@ -206,15 +210,32 @@ pub fn run(conn: &Conn, o: &RunArgs, d: &Defaults) -> CallResult<ExitCode> {
         crate::conn::outln!("{name}");
         return Ok(ExitCode::SUCCESS);
     }
-    let follow = LogOpts { follow: true, all: true, ..LogOpts::default() };
-    logs(conn, &name, &follow)?;
-    // The logs end with the replicas; the task's end follows.
-    let task = loop {
-        let (_, t) = conn.call("GET", &format!("/api/v1/tasks/{id}"), None, None)?;
-        if ["Succeeded", "Failed", "Stopped"].contains(&t["status"].as_str().unwrap_or("")) {
-            break t;
+    let get = || conn.call("GET", &format!("/api/v1/tasks/{id}"), None, None).map(|(_, t)| t);
+    let ended = |t: &Value| ["Succeeded", "Failed", "Stopped"].contains(&t["status"].as_str().unwrap_or(""));
+    // Each attempt's output in turn, to the end of its replicas (an attempt that never started is passed
+    // over); then the task has ended, or a resubmitted attempt is next.
+    let mut attempt = 0i64;
+    let task = 'attempts: loop {
+        if crate::logs::wait_for_attempt(conn, &id, &name, Some(attempt))? {
+            let follow = LogOpts { follow: true, all: true, attempt: Some(attempt), ..LogOpts::default() };
+            logs(conn, &name, &follow)?;
         }
-        std::thread::sleep(std::time::Duration::from_millis(500));
+        loop {
+            let t = get()?;
+            let now = t["attempt"].as_i64().unwrap_or(0);
+            if now > attempt {
+                eprintln!(
+                    "trainyard: {name}: attempt {attempt} ended and was resubmitted; following attempt {}",
+                    attempt + 1
+                );
+                attempt += 1;
+                continue 'attempts;
+            }
+            if ended(&t) {
+                break 'attempts t;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
     };
     Ok(match task["status"].as_str().unwrap_or("") {
         "Succeeded" => ExitCode::SUCCESS,

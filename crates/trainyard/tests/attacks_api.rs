@@ -706,3 +706,66 @@ fn a_queued_task_names_what_holds_its_room_as_far_as_its_owner_may_see() {
         t.s.call("POST", &format!("/api/v1/tasks/{id}/stop"), None);
     }
 }
+
+/// Issue 34: a task cloned into another group takes its working directory along (the new group gets its
+/// own hold of the files, counted against its limit), and runs there with it; a member who may not use the
+/// other group cannot clone into it, and nothing of the working directory reaches that group.
+#[test]
+fn a_clone_into_another_group_takes_its_working_directory_along() {
+    let t = tenants("attack-clone-workdir", &[]);
+    let file = std::env::temp_dir().join(format!("ty-clone-wd-{}.json", std::process::id()));
+    let task =
+        job("wd-src", "default", "python3 -c 'import toy; print(\"toy from\", toy.__file__)'", json!([]));
+    std::fs::write(&file, task.to_string()).unwrap();
+    let printed = t.s.cli(&[
+        "submit",
+        "-f",
+        file.to_str().unwrap(),
+        "--workdir",
+        "examples/local/workdir",
+        "-o",
+        "json",
+    ]);
+    let src: Value =
+        serde_json::Deserializer::from_str(&printed).into_iter::<Value>().next().unwrap().unwrap();
+    let src = src["id"].as_str().unwrap().to_owned();
+    assert!(output(&t.s, &src).contains("toy from /workspace/toy/__init__.py"));
+    let in_other = || {
+        let (_, v) = call(&t.s, Some(&t.s.token), "GET", "/api/v1/workdirs?projectGroup=other", None, &[]);
+        v["items"].as_array().unwrap().len()
+    };
+    // Alice may operate her own clone source only; share it with her to try: she is not in `other`.
+    let (code, v) = call(
+        &t.s,
+        Some(&t.s.token),
+        "POST",
+        &format!("/api/v1/tasks/{src}/shares"),
+        Some(r#"{"user": "alice", "operate": true}"#),
+        &[],
+    );
+    assert!(code < 300, "{v}");
+    let (code, v) = call(
+        &t.s,
+        Some(&t.alice),
+        "POST",
+        &format!("/api/v1/tasks/{src}/clone"),
+        Some(r#"{"projectGroup": "other"}"#),
+        &[],
+    );
+    assert_eq!(code, 403, "{v}");
+    assert_eq!(in_other(), 0, "nothing reached the group she may not use");
+    // The admin clones it into `other`: it runs there with the same working directory.
+    let (code, v) = call(
+        &t.s,
+        Some(&t.s.token),
+        "POST",
+        &format!("/api/v1/tasks/{src}/clone"),
+        Some(r#"{"projectGroup": "other"}"#),
+        &[],
+    );
+    assert_eq!(code, 201, "{v}");
+    let clone = v["id"].as_str().unwrap().to_owned();
+    assert!(output(&t.s, &clone).contains("toy from /workspace/toy/__init__.py"));
+    assert_eq!(in_other(), 1);
+    let _ = std::fs::remove_file(file);
+}

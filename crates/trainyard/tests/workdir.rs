@@ -344,3 +344,46 @@ fn trainyard_run_prints_what_the_command_prints_and_exits_as_it_did() {
     assert!(text(&out).contains("no quota that fits"), "{}", text(&out));
     let _ = std::fs::remove_dir_all(&proj);
 }
+
+/// `run --max-resubmissions`: an attempt that ends for the platform's reasons (its node marked failed by an
+/// admin) is resubmitted, and `run` follows the next attempt's output to the end and exits as it does.
+#[test]
+fn trainyard_run_follows_a_resubmitted_attempt() {
+    let s = Server::start("workdir-runagain", None);
+    let dir = std::env::temp_dir();
+    let child = Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(["run", "--no-workdir", "--max-resubmissions", "1", "--name-prefix", "again", "--"])
+        .args(["sh", "-c", "echo attempt $TRAINYARD_ATTEMPT; [ $TRAINYARD_ATTEMPT = 1 ] || sleep 600"])
+        .env("TRAINYARD_SERVER", &s.base)
+        .env("TRAINYARD_TOKEN", &s.token)
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The task `run` made, once its first attempt runs.
+    let t0 = std::time::Instant::now();
+    let (id, node) = loop {
+        let (_, list) = s.call("GET", "/api/v1/tasks?q=again", None);
+        let list: Value = serde_json::from_str(&list).unwrap();
+        if let Some(t) = list["items"].as_array().and_then(|i| i.first())
+            && t["status"] == "Running"
+        {
+            let id = t["id"].as_str().unwrap().to_owned();
+            let t = s.task(&id);
+            break (id, t["placement"]["replicas"][0]["node"].as_str().unwrap().to_owned());
+        }
+        assert!(t0.elapsed() < secs(60), "no running task: {list}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let master = format!("{}-master-0", s.task(&id)["name"].as_str().unwrap());
+    s.wait_log(&id, &master, "attempt 0", secs(30));
+    let (status, body) = s.call("PUT", &format!("/api/v1/admin/nodes/{node}"), Some(r#"{"failed": true}"#));
+    assert_eq!(status, 204, "{body}");
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("attempt 0") && stdout.contains("attempt 1"), "{stdout}\n{stderr}");
+    assert!(stderr.contains("attempt 0 ended and was resubmitted; following attempt 1"), "{stderr}");
+    assert_eq!(s.task(&id)["status"], "Succeeded");
+}

@@ -412,6 +412,13 @@ pub async fn clone_task(
             .unwrap_or_else(|| trainyard_core::spec::HIDDEN_VALUE_MASK.to_owned());
     }
     if let Some(group) = body.project_group {
+        // Its working directory goes with it: the new group gets its own hold of the same files.
+        if let Some(w) = copy.spec.environment.workdir.clone()
+            && group != t.project_group
+        {
+            crate::auth::may_use_group(&user, &group)?;
+            crate::routes::workdirs::copy_to_group(&state, &t.project_group, &group, &w).await?;
+        }
         copy.metadata.project_group = group;
     }
     if let Some(prefix) = body.name_prefix {

@@ -486,6 +486,20 @@ pub async fn use_workdir(state: &AppState, group: &str, id: &str) -> ApiResult<(
     if found { Ok(()) } else { Err(missing()) }
 }
 
+/// Gives group `to` the working directory `id` of group `from` (a clone into another group), within `to`'s
+/// limit. Err: the problem at `spec.environment.workdir`.
+pub async fn copy_to_group(state: &AppState, from: &str, to: &str, id: &str) -> ApiResult<()> {
+    let settings = state.settings.get(&state.store).await?;
+    let s = store(state)?;
+    let (f, t, i) = (from.to_owned(), to.to_owned(), id.to_owned());
+    let copied = blocking(move || s.copy_to(&f, &t, &i, settings.workdir_group_bytes)).await?;
+    copied.map(|_| ()).map_err(|why| {
+        let mut r = Report::default();
+        r.error("spec.environment.workdir", Code::InvalidValue, why);
+        ApiError::Invalid(r)
+    })
+}
+
 /// A blocking reader over the chunks of a request body, for the tar reader on a blocking thread.
 struct ChunkReader {
     rx: tokio::sync::mpsc::Receiver<axum::body::Bytes>,
