@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::console::{DESKTOP, PHONE, sign_in, sign_in_as};
+use common::console::{DESKTOP, PHONE, in_frame, sign_in, sign_in_as};
 use common::webdriver::Browser;
 use common::{Server, secs};
 use serde_json::{Value, json};
@@ -110,12 +110,15 @@ fn every_page_fits_a_phone_and_passes_the_audit() {
     let cmd = "for i in 1 2 3 4 5 6; do echo step $i loss 0.$((9-i)); sleep 0.5; done";
     let ran = s.submit(&common::pytorch("audited", 1, cmd));
     s.wait_status(&ran, "Succeeded", secs(120));
+    let ran_name = s.task(&ran)["name"].as_str().unwrap().to_owned();
     let b = Browser::start();
     sign_in(&b, &s);
 
     let pages: &[(&str, &str, &str)] = &[
         ("tasks", "#/tasks", &format!("tr[data-id='{ran}']")),
         ("task", &format!("#/tasks/{ran}"), "#events li"),
+        // With a name nobody has, so the page's message is audited too.
+        ("compare", &format!("#/compare?tasks={ran_name},no-such-task"), ".chart svg"),
         ("create", "#/create", "#summary h2"),
         ("new", "#/new", "#doc"),
         ("admin", "#/admin", "#nodes tr"),
@@ -235,4 +238,85 @@ fn sharing_from_the_task_page() {
         json!([]),
     );
     assert_eq!(hidden, json!([true, true]));
+}
+
+/// Where the create page's "Demand and quota" panel lies in the framed page, measured in it: the window's width
+/// and height, the page's width (and what sticks out, if anything), the panel's left and right edges, the quota table's last column header (after the box that
+/// scrolls the table, if one does, is scrolled to its end) against the window and that box, the spec name cell's
+/// text against its cell, and the panel's last line and the problems list's end once each is scrolled into view.
+const QUOTA_PANEL: &str = r#"
+const w = d.defaultView;
+const vw = d.documentElement.clientWidth, vh = w.innerHeight;
+const panel = d.getElementById('summary').getBoundingClientRect();
+const table = d.getElementById('quota');
+let scroller = null;
+for (let e = table.parentElement; e && e !== d.body; e = e.parentElement) {
+  const x = w.getComputedStyle(e).overflowX;
+  if ((x === 'auto' || x === 'scroll') && e.scrollWidth > e.clientWidth) { scroller = e; break; }
+}
+if (scroller) scroller.scrollLeft = scroller.scrollWidth;
+const last = [...table.querySelectorAll('thead th')].pop();
+const th = last.getBoundingClientRect();
+const box = scroller ? scroller.getBoundingClientRect() : { left: 0, right: vw };
+const spec = table.querySelector('tbody td');
+const ends = [d.getElementById('summary').lastElementChild, d.getElementById('problems')].map((e) => {
+  e.scrollIntoView({ block: 'end' });
+  const r = e.getBoundingClientRect();
+  return [Math.round(r.top), Math.round(r.bottom)];
+});
+// What sticks out past the window's right edge (outside boxes that scroll), to say where the page is too wide.
+const wide = [...d.querySelectorAll('main *')].filter((e) => !e.closest('.table-wrap') && e.getBoundingClientRect().right > vw + 1)
+  .slice(0, 4).map((e) => `<${e.tagName.toLowerCase()} id=${e.id} class=${e.className}> ${Math.round(e.getBoundingClientRect().right)}`);
+return {
+  vw, vh, page: d.documentElement.scrollWidth, wide, panel: [Math.round(panel.left), Math.round(panel.right)], scroller: scroller ? (scroller.id || scroller.className) : null,
+  last: [last.textContent, Math.round(th.left), Math.round(th.right), Math.round(box.left), Math.round(box.right)],
+  spec: [spec.textContent, spec.scrollWidth, spec.clientWidth], ends,
+};
+"#;
+
+/// The create page's "Demand and quota" panel with a spec name too long for its column, at a phone's narrow
+/// width and beside the form in a short desktop window: the panel stays inside the window, its quota table
+/// scrolls in a box of its own so that the last column can be brought into view, the spec name wraps in its
+/// cell rather than being cut, and the panel's end (and the problems list below it) can be scrolled into view
+/// (a sticky panel taller than the window would keep its bottom out of reach).
+#[test]
+fn the_demand_and_quota_panel_fits_narrow_and_short_windows() {
+    let s = Server::start("console-quota-panel", None);
+    let long = "cpu.small-general-purpose-burstable-instance-v2";
+    let (status, body) =
+        s.call("PUT", "/api/v1/admin/catalog", Some(&common::CATALOG.replace("cpu.small", long)));
+    assert_eq!(status, 200, "{body}");
+    let b = Browser::start();
+    sign_in(&b, &s);
+    let url = format!("{}/#/create", s.base);
+    for (name, size) in [("narrow", (360, 640)), ("short", (1280, 360))] {
+        common::console::framed(&b, &url, size, "#quota td");
+        let v = in_frame(&b, QUOTA_PANEL);
+        // The panel's end in view, its table scrolled to the last column.
+        b.screenshot(&shots().join(format!("create-quota-{name}.png")));
+        let n = |x: &Value| x.as_i64().unwrap();
+        let (vw, vh) = (n(&v["vw"]), n(&v["vh"]));
+        assert!(n(&v["page"]) <= vw, "{name}: the page is wider than the window: {v}");
+        let (left, right) = (n(&v["panel"][0]), n(&v["panel"][1]));
+        assert!(left >= 0 && right <= vw, "{name}: the panel is cut at the side: {v}");
+        let last = &v["last"];
+        assert_eq!(last[0], "Unreserved", "{name}: {v}");
+        let (th_left, th_right, box_left, box_right) = (n(&last[1]), n(&last[2]), n(&last[3]), n(&last[4]));
+        assert!(
+            th_left >= box_left - 1 && th_right <= box_right + 1 && th_right <= vw,
+            "{name}: the last column cannot be brought into view: {v}"
+        );
+        if v["scroller"] != Value::Null {
+            assert_eq!(
+                v["scroller"], "quota-wrap",
+                "{name}: the table scrolls in its own box, not the panel: {v}"
+            );
+        }
+        assert_eq!(v["spec"][0], long, "{name}: {v}");
+        assert!(n(&v["spec"][1]) <= n(&v["spec"][2]), "{name}: the spec name is cut: {v}");
+        for end in v["ends"].as_array().unwrap() {
+            // A pixel's leeway: the page scrolls by whole pixels, the panel's edges may fall between them.
+            assert!(n(&end[0]) >= -1 && n(&end[1]) <= vh + 1, "{name}: the panel's end is out of reach: {v}");
+        }
+    }
 }

@@ -355,7 +355,7 @@ fn the_yaml_emitter_round_trips_awkward_values() {
 }
 
 /// The charts' scales on values the test task does not produce: each unit's ticks, round and in one suffix,
-/// never in exponent notation.
+/// never in exponent notation; and the time since a start that a comparison of tasks counts in.
 #[test]
 fn chart_scales_are_round_and_in_units() {
     let s = Server::start("console-scales", None);
@@ -408,6 +408,23 @@ fn chart_scales_are_round_and_in_units() {
     assert_eq!(
         v,
         json!(["20 GiB", "1 core", "0.53 cores", "248.6M", "250 ms", "0.00001", "123 B", "12.5 %"])
+    );
+    // A comparison's time axis: time since each task's start, as a stopwatch shows it, at round steps from 0.
+    let v = b.script_async(
+        "const done = arguments[arguments.length - 1];
+         import('/console/charts.js').then((m) => done([
+           [0, 7000, 59600, 750000, 3900000, -2000].map(m.elapsedText),
+           m.elapsedTicks(0, 95000, 6).map((t) => t.label), m.elapsedTicks(0, 5400000, 5).map((t) => t.label),
+         ]));",
+        json!([]),
+    );
+    assert_eq!(
+        v,
+        json!([
+            ["0:00", "0:07", "1:00", "12:30", "1:05:00", "-0:02"],
+            ["0:00", "0:30", "1:00", "1:30"],
+            ["0:00", "30:00", "1:00:00", "1:30:00"],
+        ])
     );
 }
 

@@ -5,15 +5,17 @@
 import { api, fail, h, show, token } from "./core.js";
 import { accountPage } from "./account.js";
 import { adminPage } from "./admin.js";
+import { comparePage } from "./compare.js";
 import { createPage } from "./create.js";
 import { taskList } from "./list.js";
 import { newTask } from "./new.js";
 import { signin, whoami } from "./signin.js";
 import { taskPage } from "./task.js";
 
-// The header's link to the page shown says so (aria-current), for assistive technology and the eye.
+// The header's link to the page shown says so (aria-current), for assistive technology and the eye. A task's
+// page and a comparison of tasks are parts of Tasks.
 function markNav(path) {
-  const page = path.startsWith("/tasks/") ? "/tasks" : path || "/tasks";
+  const page = path.startsWith("/tasks/") || path === "/compare" ? "/tasks" : path || "/tasks";
   for (const a of document.querySelectorAll("#nav a")) {
     if (a.getAttribute("href") === `#${page}`) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
@@ -45,6 +47,7 @@ async function page() {
   const me = await whoami();
   const m = path.match(/^\/tasks\/([^/]+)$/);
   if (m) return taskPage(await taskId(decodeURIComponent(m[1])));
+  if (path === "/compare") return comparePage(new URLSearchParams(query || ""));
   if (path === "/new") return newTask();
   if (path === "/create") return createPage(new URLSearchParams(query || ""));
   if (path === "/admin") {

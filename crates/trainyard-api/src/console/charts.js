@@ -1,13 +1,16 @@
 // @ts-check
-// Line charts of a task's metrics, drawn as SVG here (no library): a time axis with clock labels, a value axis
-// with 4 to 6 round ticks in the metric's unit, one line per replica (and label set) with a legend, a readout of
-// the values at the moment under the pointer or the keyboard's cursor, and a summary for assistive technology.
+// Line charts of a task's metrics, drawn as SVG here (no library): a time axis with clock labels (or, comparing
+// tasks, the time since each one's start), a value axis with 4 to 6 round ticks in the metric's unit, one line per
+// replica (and label set) with a legend, a readout of the values at the moment under the pointer or the keyboard's
+// cursor, and a summary for assistive technology.
 
 import { ago, h } from "./core.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 // Distinct on white and each at least 4.5:1 against it, so a line reads as well as the text beside it.
-const COLOURS = ["#2456c7", "#b4420c", "#1d7a3a", "#8a2fc9", "#b3261e", "#0b6f85", "#8a5a00", "#b0176b"];
+export const COLOURS = ["#2456c7", "#b4420c", "#1d7a3a", "#8a2fc9", "#b3261e", "#0b6f85", "#8a5a00", "#b0176b"];
+// The dash patterns that tell a group's lines apart when they share its colour (the first is solid).
+const DASHES = ["", "7 3", "2 2.5", "9 3 2 3"];
 /// The most lines one chart draws; the rest are named in a note (a task may label as many series as it likes).
 export const MAX_LINES = 12;
 const HEIGHT = 190;
@@ -32,6 +35,23 @@ const PRESET = {
 
 export function title(name) {
   return PRESET[name] || name;
+}
+
+// The preset metrics first, in this order; a task's own after them by name.
+const PRESET_ORDER = ["trainyard_cpu_cores", "trainyard_memory_rss_bytes", "trainyard_gpu_utilization_percent", "trainyard_gpu_memory_used_mib", "trainyard_scrape_up"];
+
+/// The order charts are shown in (for `sort`): the preset metrics first, then the rest by name.
+export function metricOrder(a, b) {
+  const rank = (n) => (PRESET_ORDER.includes(n) ? PRESET_ORDER.indexOf(n) : PRESET_ORDER.length);
+  return rank(a) - rank(b) || a.localeCompare(b);
+}
+
+/// What a series is called on its task's charts: its replica without the task's name, and its label set
+/// ("master-0 {phase=train}").
+export function seriesName(series, taskName) {
+  const replica = taskName && series.replica.startsWith(`${taskName}-`) ? series.replica.slice(taskName.length + 1) : series.replica;
+  const labels = Object.entries(series.labels).map(([k, v]) => `${k}=${v}`).join(", ");
+  return labels ? `${replica} {${labels}}` : replica;
 }
 
 /// A metric's unit from its name's suffix, as Prometheus names them (the CLI's `metrics` reads them the same
@@ -162,11 +182,16 @@ export function valueTicks(unit, lo, hi) {
 
 const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400].map((s) => s * 1000);
 
+// The smallest round step (a second to a day, then whole days) that puts at most `most` ticks on [t0, t1].
+function timeStep(t0, t1, most) {
+  const span = Math.max(1, t1 - t0);
+  return TIME_STEPS.find((s) => span / s <= most) || Math.ceil(span / most / 86400000) * 86400000;
+}
+
 /// Time ticks on round local clock times, at most `most` of them, labelled "14:05" (or "14:05:30" when they
 /// are under a minute apart; with the date when the range passes a day).
 export function timeTicks(t0, t1, most) {
-  const span = Math.max(1, t1 - t0);
-  const step = TIME_STEPS.find((s) => span / s <= most) || Math.ceil(span / most / 86400000) * 86400000;
+  const step = timeStep(t0, t1, most);
   const offset = new Date(t0).getTimezoneOffset() * 60000;
   const ticks = [];
   for (let t = Math.ceil((t0 - offset) / step) * step + offset; t <= t1; t += step) {
@@ -176,6 +201,23 @@ export function timeTicks(t0, t1, most) {
     const label = step >= 86400000 ? d.toLocaleDateString([], { month: "short", day: "numeric" }) : d.toLocaleTimeString([], { ...opts, hour12: false });
     ticks.push({ t, label });
   }
+  return ticks;
+}
+
+/// A time since a start as a stopwatch shows it: "0:07", "12:30", "1:05:00" (whole seconds; "-0:02" before it).
+export function elapsedText(ms) {
+  const s = Math.round(Math.abs(ms) / 1000);
+  const [hr, min, sec] = [Math.floor(s / 3600), Math.floor((s % 3600) / 60), s % 60];
+  const two = (n) => String(n).padStart(2, "0");
+  return `${ms < 0 && s ? "-" : ""}${hr ? `${hr}:${two(min)}` : min}:${two(sec)}`;
+}
+
+/// Ticks on an axis of time since a start (ms), at round steps from it, at most `most` of them: "0:00", "0:30",
+/// "1:00".
+export function elapsedTicks(t0, t1, most) {
+  const step = timeStep(t0, t1, most);
+  const ticks = [];
+  for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) ticks.push({ t, label: elapsedText(t) });
   return ticks;
 }
 
@@ -204,10 +246,41 @@ function thin(points, x0, x1, columns) {
 
 // ---- the chart -------------------------------------------------------------------------------------------------
 
-/// A chart of one metric. `update(lines, span)` redraws it with `[{label, points: [[atMs, value], ...]}]`
-/// (oldest first) over the time span `[fromMs, toMs]` (the page gives every chart the same, so they line up);
-/// it also redraws itself when its width changes, so it always fits its column.
-export function lineChart(metric) {
+// A moment on a clock axis's readout: the local time and how long ago, the exact moment on hover.
+function clock(t) {
+  const at = new Date(t);
+  return h("time", { datetime: at.toISOString(), title: at.toLocaleString() }, `${at.toLocaleTimeString([], { hour12: false })} (${ago(t)})`);
+}
+
+/**
+ * One line of a chart.
+ * @typedef {object} Line
+ * @property {string} label what the readout and the summary call it
+ * @property {Array<[number, number]>} points `[atMs, value]`, oldest first
+ * @property {string} [group] the task it is one of, when a chart compares tasks: the legend names each group once,
+ *   with its lines under it
+ * @property {string} [part] the line within its group (a replica and label set), as the legend says it
+ * @property {number} [colour] its colour (an index; by default its place in the chart), shared by a group's lines
+ * @property {number} [dash] its dash pattern (an index; solid by default), which tells a group's lines apart
+ */
+
+const colourOf = (/** @type {Line} */ l, i) => COLOURS[(l.colour ?? i) % COLOURS.length];
+const dashOf = (/** @type {Line} */ l) => DASHES[(l.dash ?? 0) % DASHES.length];
+
+// A line's mark in the legend and the readout: a square of its colour, or, for a group's line, a short stroke
+// with its dash.
+function mark(/** @type {Line} */ l, i) {
+  if (!l.group) return h("span", { class: "swatch", style: `background:${colourOf(l, i)}`, "aria-hidden": "true" });
+  const s = svg("svg", { width: 20, height: 8, class: "stroke-sample", "aria-hidden": "true" });
+  s.append(svg("line", { x1: 1, x2: 19, y1: 4, y2: 4, stroke: colourOf(l, i), "stroke-width": 2.5, ...(dashOf(l) ? { "stroke-dasharray": dashOf(l) } : {}) }));
+  return s;
+}
+
+/// A chart of one metric. `update(lines, span)` redraws it with `lines` (see `Line`) over the time span
+/// `[fromMs, toMs]` (the page gives every chart the same, so they line up); it also redraws itself when its
+/// width changes, so it always fits its column. With `elapsed`, times are milliseconds since a start (each
+/// task's own, when tasks are compared) and the axis counts from it ("0:30", "1:00") instead of telling the clock.
+export function lineChart(metric, { elapsed = false } = {}) {
   const unit = unitOf(metric);
   const id = `chart-${metric.replace(/[^A-Za-z0-9_-]/g, "_")}`;
   // Announced when the keyboard moves the cursor, not at every move of a pointer.
@@ -229,7 +302,8 @@ export function lineChart(metric) {
       if (!ys.length) return `${l.label}: no samples`;
       return `${l.label}: last ${formatValue(unit, ys[ys.length - 1])}, min ${formatValue(unit, Math.min(...ys))}, max ${formatValue(unit, Math.max(...ys))}`;
     });
-    return `${title(metric)} over time, ${lines.length} ${lines.length === 1 ? "series" : "series"}. ${parts.join("; ")}.`;
+    const over = elapsed ? "by time since each start" : "over time";
+    return `${title(metric)} ${over}, ${lines.length} series. ${parts.join("; ")}.`;
   }
 
   function draw() {
@@ -262,7 +336,7 @@ export function lineChart(metric) {
       label.textContent = tk.label;
       grid.append(label);
     }
-    for (const tk of timeTicks(t0, t1, Math.max(2, Math.floor((pr - pl) / 70)))) {
+    for (const tk of (elapsed ? elapsedTicks : timeTicks)(t0, t1, Math.max(2, Math.floor((pr - pl) / 70)))) {
       const xx = Math.round(sx(tk.t)) + 0.5;
       // A label that would run under the value axis's labels or off the right edge is left out (about 6.5 px a
       // character at this size).
@@ -277,11 +351,13 @@ export function lineChart(metric) {
     root.append(grid);
     lines.forEach((l, i) => {
       const pts = thin(l.points, t0, t1, pr - pl);
+      // A compared task's lines say whose they are (and the dash that tells its replicas apart).
+      const whose = { ...(l.group ? { "data-group": l.group } : {}), ...(dashOf(l) ? { "stroke-dasharray": dashOf(l) } : {}) };
       if (pts.length === 1) {
-        root.append(svg("circle", { cx: sx(pts[0][0]), cy: sy(pts[0][1]), r: 2.5, fill: COLOURS[i % COLOURS.length] }));
+        root.append(svg("circle", { cx: sx(pts[0][0]), cy: sy(pts[0][1]), r: 2.5, fill: colourOf(l, i), ...(l.group ? { "data-group": l.group } : {}) }));
         return;
       }
-      root.append(svg("polyline", { points: pts.map(([t, v]) => `${sx(t).toFixed(1)},${sy(v).toFixed(1)}`).join(" "), fill: "none", stroke: COLOURS[i % COLOURS.length], "stroke-width": 1.75, "stroke-linejoin": "round", class: "series" }));
+      root.append(svg("polyline", { points: pts.map(([t, v]) => `${sx(t).toFixed(1)},${sy(v).toFixed(1)}`).join(" "), fill: "none", stroke: colourOf(l, i), "stroke-width": 1.75, "stroke-linejoin": "round", class: "series", ...whose }));
     });
     const hover = svg("g", { class: "hover" });
     root.append(hover);
@@ -299,11 +375,10 @@ export function lineChart(metric) {
         let best = null;
         for (const p of l.points) if (!best || Math.abs(p[0] - t) < Math.abs(best[0] - t)) best = p;
         if (!best || Math.abs(best[0] - t) > (t1 - t0) / 10) return;
-        hover.append(svg("circle", { cx: sx(best[0]), cy: sy(best[1]), r: 3.5, fill: "#fff", stroke: COLOURS[i % COLOURS.length], "stroke-width": 2 }));
-        rows.push(h("span", { class: "chart-value" }, h("span", { class: "swatch", style: `background:${COLOURS[i % COLOURS.length]}`, "aria-hidden": "true" }), `${l.label} `, h("strong", {}, formatValue(unit, best[1]))));
+        hover.append(svg("circle", { cx: sx(best[0]), cy: sy(best[1]), r: 3.5, fill: "#fff", stroke: colourOf(l, i), "stroke-width": 2 }));
+        rows.push(h("span", { class: "chart-value" }, mark(l, i), `${l.label} `, h("strong", {}, formatValue(unit, best[1]))));
       });
-      const at = new Date(t);
-      readout.replaceChildren(h("time", { datetime: at.toISOString(), title: at.toLocaleString() }, `${at.toLocaleTimeString([], { hour12: false })} (${ago(t)})`), " ", ...rows);
+      readout.replaceChildren(elapsed ? h("span", { class: "chart-at" }, `${elapsedText(t)} since start`) : clock(t), " ", ...rows);
     }
     const nearest = (t) => times.reduce((a, b) => (Math.abs(b - t) < Math.abs(a - t) ? b : a), times[0]);
     root.addEventListener("pointermove", (ev) => {
@@ -338,12 +413,26 @@ export function lineChart(metric) {
     const shown = next.slice(0, MAX_LINES);
     lines = shown;
     span = over;
-    legend.replaceChildren(...shown.map((l, i) => {
-      const last = l.points[l.points.length - 1];
-      return h("li", { "data-series": l.label }, h("span", { class: "swatch", style: `background:${COLOURS[i % COLOURS.length]}`, "aria-hidden": "true" }), l.label, last ? h("span", { class: "muted" }, ` ${formatValue(unit, last[1])}`) : "");
-    }));
+    legend.replaceChildren(...legendItems(shown));
     note.textContent = next.length > MAX_LINES ? `${next.length - MAX_LINES} more series not drawn (the CLI's trainyard metrics lists them all).` : "";
     draw();
+  }
+
+  // A line's legend entry: its mark, its name and its last value.
+  function entry(/** @type {Line} */ l, i, name) {
+    const last = l.points[l.points.length - 1];
+    return [mark(l, i), name, last ? h("span", { class: "muted" }, ` ${formatValue(unit, last[1])}`) : ""];
+  }
+
+  // An item per line; comparing tasks, an item per task naming it once, with its lines (replicas) after it.
+  function legendItems(/** @type {Line[]} */ shown) {
+    if (!shown.some((l) => l.group)) return shown.map((l, i) => h("li", { "data-series": l.label }, ...entry(l, i, l.label)));
+    const groups = new Map();
+    shown.forEach((l, i) => {
+      if (!groups.has(l.group)) groups.set(l.group, []);
+      groups.get(l.group).push(h("span", { class: "chart-part", "data-series": l.label }, ...entry(l, i, l.part ?? l.label)));
+    });
+    return [...groups].map(([group, parts]) => h("li", { "data-group": group }, h("strong", {}, group), " ", ...parts));
   }
 
   // Redrawn at its own width, so the chart fits a phone as well as a wide screen.

@@ -384,13 +384,18 @@ export async function createPage(params) {
       pending ? h("li", { class: "muted", id: "problems-pending" }, `${pending} problem${pending === 1 ? "" : "s"} left; each shows at its field once you edit it or press Create.`) : "");
     const c = doc.spec.compute;
     const lines = (quota || []).filter((q) => q.group === doc.metadata.projectGroup && q.pool === c.pool && q.resourceType === c.resourceType && (c.instanceSpecs || []).some((s) => s.spec === q.spec));
+    // The quota table scrolls sideways in a box of its own (focusable, so a keyboard scrolls it too) when its
+    // columns do not fit the panel: on a phone, or beside the form with long spec names.
+    const quotaTable = () => h("div", { class: "table-wrap quota-wrap", id: "quota-wrap", role: "region", "aria-labelledby": "quota-title", tabindex: "0" },
+      h("table", { class: "quota", id: "quota" }, h("caption", { id: "quota-title", class: "visually-hidden" }, "Quota lines"),
+        h("thead", {}, h("tr", {}, ["Spec", "Quota", "Remaining", "Pool available", "Idle", "Unreserved"].map((x) => h("th", { scope: "col" }, x)))),
+        h("tbody", {}, lines.map((q) => h("tr", {}, h("td", { class: "spec-name" }, q.spec), h("td", {}, q.limit), h("td", {}, q.remaining), h("td", {}, q.poolAvailable), h("td", {}, q.idle), h("td", {}, q.unreserved))))));
     summary.replaceChildren(
       h("h2", {}, "Demand and quota"),
       ...(data.demand || []).map((d) => h("p", { class: "demand" }, h("strong", {}, `Option ${d.option + 1}: `),
         d.roles.map((r) => `${r.role} ${r.replicas} × ${r.spec} (${r.countPerNode} per replica)`).join("; "),
         ` — ${d.replicas} replica${d.replicas === 1 ? "" : "s"}, ${d.total.gpus} GPUs, ${d.total.vcpus} vCPU, ${d.total.memoryMib} MiB`)),
-      lines.length ? h("table", { class: "quota", id: "quota" }, h("thead", {}, h("tr", {}, ["Spec", "Quota", "Remaining", "Pool available", "Idle", "Unreserved"].map((x) => h("th", { scope: "col" }, x)))),
-        h("tbody", {}, lines.map((q) => h("tr", {}, h("td", {}, q.spec), h("td", {}, q.limit), h("td", {}, q.remaining), h("td", {}, q.poolAvailable), h("td", {}, q.idle), h("td", {}, q.unreserved))))) : h("p", { class: "muted" }, "No quota lines for this group, pool, resource type and specs."),
+      lines.length ? quotaTable() : h("p", { class: "muted" }, "No quota lines for this group, pool, resource type and specs."),
       ...(data.fragmentation || []).map((f) => h("p", { class: "muted fragmentation" }, `${f.spec}: ${f.replicasFit} replicas of this size fit now on ${f.nodesWithRoom} nodes; free blocks `,
         Object.entries(f.freeUnits).map(([units, nodes]) => `${units} unit${units === "1" ? "" : "s"} × ${nodes} node${nodes === 1 ? "" : "s"}`).join(", ") || "none")),
       data.admission ? h("p", { id: "admission", class: data.admission.now ? "ok" : "warn" }, data.admission.now ? "✓ " : h("strong", {}, "Would wait: "), data.admission.reason) : h("p", { class: "muted" }, "Fix the problems to see whether it would be admitted."),

@@ -1,8 +1,9 @@
 // @ts-check
 // The task list: tabs (everything the user may see, their own, their project groups'), filters, all kept in
 // the URL so that a reload or a shared link shows the same list; pages by cursor, refreshed while nothing
-// more is loaded.
+// more is loaded. Tasks ticked in it are compared on one page of charts.
 
+import { compareHash } from "./compare.js";
 import { api, badge, duration, fail, h, moment, repeat, show, TERMINAL } from "./core.js";
 
 const FILTERS = ["q", "status", "type", "owner", "group", "labels", "accelerator", "sort"];
@@ -162,6 +163,16 @@ export async function taskList(params) {
     form);
   const refresh = h("button", { type: "button", id: "refresh", class: "secondary", onclick: () => load(null, true) }, "Refresh");
 
+  // ---- tasks to compare: ticked by name, kept across the list's refreshes (which draw the rows again) ----
+  const picked = new Set();
+  const compare = h("button", { type: "button", id: "compare", class: "secondary", disabled: true, title: "Tick two or more tasks to compare their metrics", onclick: () => { location.hash = compareHash([...picked]); } }, "Compare");
+  const pickBox = (t) => h("input", { type: "checkbox", class: "compare-pick", "aria-label": `compare ${t.name}`, checked: picked.has(t.name), onchange: (ev) => {
+    if (ev.target.checked) picked.add(t.name);
+    else picked.delete(t.name);
+    compare.disabled = picked.size < 2;
+    compare.textContent = picked.size ? `Compare (${picked.size})` : "Compare";
+  } });
+
   // ---- the table ----
   const COLUMNS = ["Name", "Status", "Resources", "Duration", "Queue", "Type", "Owner", "Group", "Labels", "Created"];
   const body = h("tbody", { id: "task-rows" });
@@ -206,7 +217,7 @@ export async function taskList(params) {
       const now = Date.now();
       const rows = data.items.map((t) =>
         h("tr", { "data-id": t.id },
-          cell(0, { class: "name" }, h("a", { href: `#/tasks/${encodeURIComponent(t.name)}` }, t.name), h("div", { class: "muted mono" }, t.id)),
+          cell(0, { class: "name" }, pickBox(t), h("a", { href: `#/tasks/${encodeURIComponent(t.name)}` }, t.name), h("div", { class: "muted mono" }, t.id)),
           cell(1, {}, badge(t.status)),
           cell(2, { class: "resources" }, resources(t)),
           cell(3, { class: "duration" }, elapsed(t, now)),
@@ -238,7 +249,7 @@ export async function taskList(params) {
   }
   more.addEventListener("click", () => load(cursor, false));
   const panel = h("div", { role: "tabpanel", id: "task-panel", "aria-labelledby": `tab-${tab}` },
-    filters, h("div", { class: "list-bar" }, status, refresh), h("div", { class: "table-wrap" }, table), more);
+    filters, h("div", { class: "list-bar" }, status, h("div", { class: "list-actions" }, compare, refresh)), h("div", { class: "table-wrap" }, table), more);
   show(
     h("div", { class: "page-head" }, h("h1", {}, "Tasks"), h("a", { href: "#/create", id: "create-training", class: "button" }, "Create training")),
     tabs,

@@ -17,6 +17,7 @@ const MODULES: &[(&str, &str)] = &[
     ("list.js", include_str!("list.js")),
     ("task.js", include_str!("task.js")),
     ("task-log.js", include_str!("task-log.js")),
+    ("compare.js", include_str!("compare.js")),
     ("new.js", include_str!("new.js")),
     ("create.js", include_str!("create.js")),
     ("admin.js", include_str!("admin.js")),

@@ -3,15 +3,13 @@
 // spec as YAML or JSON, with the actions a user may take on it.
 
 import { ago, api, badge, duration, fail, h, moment, repeat, show, TERMINAL, token } from "./core.js";
-import { lineChart } from "./charts.js";
+import { lineChart, metricOrder, seriesName } from "./charts.js";
 import { logView } from "./task-log.js";
 import { toYaml } from "./yaml.js";
 
 const SPEC_FORMAT_KEY = "trainyard.specFormat";
 /// The most metrics drawn as charts; the rest are named (a task may expose as many as it likes).
 const MAX_CHARTS = 24;
-// The preset metrics first, in this order; a task's own after them by name.
-const PRESET_ORDER = ["trainyard_cpu_cores", "trainyard_memory_rss_bytes", "trainyard_gpu_utilization_percent", "trainyard_gpu_memory_used_mib", "trainyard_scrape_up"];
 const ACTIVE = ["Admitted", "Starting", "Prechecking", "Running", "Stopping"];
 
 // What ended an attempt: the first of these among its events (a NodeFailed is followed by Terminated, say).
@@ -197,12 +195,9 @@ export async function taskPage(id) {
     const groups = new Map();
     for (const s of data.series) {
       if (!groups.has(s.name)) groups.set(s.name, []);
-      const replica = task && s.replica.startsWith(`${task.name}-`) ? s.replica.slice(task.name.length + 1) : s.replica;
-      const labels = Object.entries(s.labels).map(([k, v]) => `${k}=${v}`).join(", ");
-      groups.get(s.name).push({ label: labels ? `${replica} {${labels}}` : replica, points: s.points });
+      groups.get(s.name).push({ label: seriesName(s, task?.name), points: s.points });
     }
-    const rank = (n) => (PRESET_ORDER.includes(n) ? PRESET_ORDER.indexOf(n) : PRESET_ORDER.length);
-    const names = [...groups.keys()].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
+    const names = [...groups.keys()].sort(metricOrder);
     const drawn = names.slice(0, MAX_CHARTS);
     // One time span for every chart, so a moment is at the same place in each.
     let span = null;
