@@ -54,6 +54,11 @@ impl<B: Backend> Control<B> {
                 continue;
             };
             self.nominated.remove(&t.id);
+            // An admission makes the next plan whole (parked tasks' figures are stale: see `queue`). Not left
+            // to the sync reading the new version back: a task stopped or ended before that read is seen leaving
+            // as the queued task its record here still says it is, which frees nothing, and the tasks parked
+            // behind the quota or room it held would stay parked.
+            self.changed();
             // Committed first; a refused launch is asked again by reconciliation after a wait.
             match self.launch_spec(&t, placement).await? {
                 Ok(spec) => self.send_launch(&t, &spec, now_ms).await?,

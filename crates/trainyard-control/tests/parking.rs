@@ -87,7 +87,7 @@ async fn plans_of_arrivals_decide_what_plans_of_the_whole_queue_decide() {
     c.check_parking(true);
     let mut rng = Rng::new(7);
     let (mut now, mut checked, mut checked_boards, mut submitted) = (0i64, 0u32, 0u32, 0u32);
-    for _ in 0..1_000 {
+    for _ in 0..1_200 {
         now += rng.range(50, 1_500) as i64;
         for _ in 0..rng.below(4) {
             match c.submit("alice", task(&mut rng).as_bytes(), None, now).await {

@@ -452,6 +452,18 @@ fn admission_that_can_never_happen() {
     assert!(m[0].contains("option 1 (gpu.a100.1): its 6 replicas of gpu.a100.1 need"), "{m:?}");
     assert!(m[0].contains("the pool's nodes hold 5 such replicas even when empty"), "{m:?}");
     assert!(m[0].contains("option 2 (gpu.h100.1): its 6 replicas of gpu.h100.1 need"), "{m:?}");
+    // Ondemand runs only on what no group reserved: 16 of the pool's 40 A100s.
+    let ondemand = |t: &mut TrainingTask, workers| {
+        t.spec.compute.resource_type = ResourceType::Ondemand;
+        t.spec.compute.workers = workers;
+        t.spec.compute.instance_specs = vec![spec("gpu.a100.1", 4)];
+    };
+    case(PYTORCH, |t| ondemand(t, 3), &[]);
+    let m = case(PYTORCH, |t| ondemand(t, 4), &[("spec.compute.instanceSpecs", Code::NeverFits)]);
+    assert!(
+        m[0].contains("it needs 20 units of gpu.a100.1 no group reserved, and the pool's nodes hold 40 units of it of which the groups' Reserved quotas take 24"),
+        "{m:?}"
+    );
     // Idle supplementation may lend what is over the quota: only capacity is claimed then (4 A100 replicas fit).
     case(
         PYTORCH,

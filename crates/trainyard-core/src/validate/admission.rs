@@ -46,6 +46,29 @@ impl V<'_> {
     }
 }
 
+/// The pool's units of `spec` when empty (each catalog node's, as many as its GPUs, vCPUs and memory hold)
+/// and the units every group's Reserved quota takes of them; None when the catalog lists no node there.
+fn unreserved(cat: &Catalog, pool: &str, spec_name: &str) -> Option<(u64, u64)> {
+    let spec = cat.instance_specs.get(spec_name)?;
+    let per = (u64::from(spec.gpus), u64::from(spec.vcpus), spec.memory_mib);
+    let each = |have: u64, need: u64| have.checked_div(need).unwrap_or(u64::MAX);
+    let mut nodes =
+        cat.pool_nodes(pool).filter(|(_, n)| spec.matches_node(n.gpu_model.as_deref())).peekable();
+    nodes.peek()?;
+    let capacity = nodes
+        .map(|(_, n)| {
+            each(n.gpus.into(), per.0).min(each(n.vcpus.into(), per.1)).min(each(n.memory_mib, per.2))
+        })
+        .fold(0u64, u64::saturating_add);
+    let reserved = cat
+        .quotas
+        .iter()
+        .filter(|l| l.resource_type == ResourceType::Reserved && l.pool == pool && l.spec == spec_name)
+        .map(|l| l.units)
+        .fold(0u64, u64::saturating_add);
+    Some((capacity, reserved))
+}
+
 /// Why option `d` can never be admitted, if it cannot.
 fn never(cat: &Catalog, t: &TrainingTask, pool: &str, group: &str, d: &Demand) -> Option<String> {
     let c = &t.spec.compute;
@@ -68,6 +91,19 @@ fn never(cat: &Catalog, t: &TrainingTask, pool: &str, group: &str, d: &Demand) -
         if let Some(l) = binding.filter(|l| q.units > *l) {
             return Some(format!(
                 "it needs {} units of {} and group \"{group}\"'s {rt} quota there is {l}",
+                q.units, q.spec
+            ));
+        }
+        // Ondemand runs only where no group reserved: the pool's units of the spec less every group's
+        // Reserved quota of it (as the scheduler counts them).
+        if rt == ResourceType::Ondemand
+            && let Some((capacity, reserved)) = unreserved(cat, pool, &q.spec)
+            && q.units > capacity.saturating_sub(reserved)
+        {
+            return Some(format!(
+                "it needs {} units of {} no group reserved, and the pool's nodes hold {capacity} units of it of \
+                 which the groups' Reserved quotas take {reserved}; choose another resource type (Reserved with \
+                 quota, Spot or Idle)",
                 q.units, q.spec
             ));
         }
