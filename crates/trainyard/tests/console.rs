@@ -269,6 +269,18 @@ fn a_queued_task_shows_its_place_and_reason_then_runs_and_succeeds() {
         (w.starts_with("Waiting to start: queued #1") && w.contains("has 0 left")).then_some(w)
     });
     assert!(b.text_of("h1").contains(&second_name), "{waiting}");
+    // What holds its room: the first task, a link to its page, on the same quota.
+    let first_name = s.task(&first)["name"].as_str().unwrap().to_owned();
+    let held = b.wait("the queued task's overview names the task that holds its room", || {
+        let held = b.text_of("[data-key='holders']");
+        held.contains(&first_name).then_some(held)
+    });
+    assert!(held.contains("1 units of cpu.small, running") && held.contains("on the same quota"), "{held}");
+    let link = b.script(
+        "return arguments[0].getAttribute('href')",
+        json!([b.find("[data-key='holders'] a").reference()]),
+    );
+    assert_eq!(link, json!(format!("#/tasks/{first_name}")));
     b.goto(&format!("{}/#/tasks", s.base));
 
     s.call("POST", &format!("/api/v1/tasks/{first}/stop"), None);

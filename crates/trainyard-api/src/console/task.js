@@ -92,6 +92,25 @@ function specView() {
   };
 }
 
+/**
+ * What holds the room a queued task waits for: the running tasks you may see (those on its group's quota
+ * first), each a link, with its units and how long it has run, and how many more you may not see. Tasks have
+ * no time limit, so when they free is not said.
+ * @param {any} q the task's `queue`
+ * @param {number} now
+ * @param {(k: string, v: any, key?: string) => HTMLElement[]} dd
+ */
+function holdersOf(q, now, dd) {
+  const list = q.holders || [];
+  if (!list.length && !q.moreHolders) return [];
+  const items = list.map((/** @type {any} */ x) => h("li", {},
+    h("a", { href: `#/tasks/${encodeURIComponent(x.name)}` }, x.name),
+    ` (${x.owner}, ${x.projectGroup}): ${x.units} units of ${x.spec}, running ${duration(now - x.runningSinceMs)}`,
+    x.spendsItsQuota ? ", on the same quota" : "", x.stopping ? ", stopping" : ""));
+  if (q.moreHolders) items.push(h("li", { class: "muted" }, `${q.moreHolders} more you may not see`));
+  return dd("Held by", h("ul", { class: "holders" }, ...items), "holders");
+}
+
 export async function taskPage(id) {
   const head = h("div", { class: "task-head" });
   const overview = h("dl", { class: "overview" });
@@ -257,6 +276,7 @@ export async function taskPage(id) {
         ...dd("Created", moment(t.createdAtMs), "created"), ...dd("Updated", moment(t.updatedAtMs), "updated"),
         ...times,
         ...dd("Queue", t.queue ? `#${t.queue.position} (${t.queue.positionInGroup} in its group): ${t.queue.reason}` : "—"),
+        ...(t.queue ? holdersOf(t.queue, now, dd) : []),
         ...(t.starting ? dd("Waiting", `${t.starting.reason} (since ${moment(t.starting.sinceMs)})`, "starting") : []),
         ...(t.spec?.spec?.environment?.workdir ? dd("Working directory", `${t.spec.spec.environment.workdir.slice(0, 12)}, at /workspace`, "workdir") : []),
         ...dd("Resources", t.placement?.units ? t.placement.units.map(([s, c, u]) => `${u} ${c} units of ${s}`).join(", ") : "—"),
