@@ -9,7 +9,7 @@
 :class:`AsyncClient` has the same methods, to await (``async for`` a log).
 """
 
-from .client import DEFAULT_SERVER, AsyncClient, Client, SpecLike, TaskRef, __version__
+from .client import DEFAULT_SERVER, AsyncClient, Client, RunDefaults, SpecLike, TaskRef, TaskType, __version__
 from .errors import (
     AccountDisabled,
     BadRequest,
@@ -24,8 +24,10 @@ from .errors import (
     TrainyardError,
     Unauthorized,
     UnexpectedResponse,
+    UsageError,
     ValidationError,
     WaitTimeout,
+    WorkdirError,
 )
 from .models import (
     TERMINAL_STATUSES,
@@ -39,7 +41,9 @@ from .models import (
     Page,
     Placement,
     PlacementReplica,
+    QueueHolder,
     QueuePosition,
+    RunResult,
     StartingWait,
     Replica,
     ReplicaShape,
@@ -74,7 +78,10 @@ __all__ = [
     "Placement",
     "PlacementReplica",
     "ProblemError",
+    "QueueHolder",
     "QueuePosition",
+    "RunDefaults",
+    "RunResult",
     "StartingWait",
     "Replica",
     "ReplicaShape",
@@ -85,13 +92,16 @@ __all__ = [
     "Task",
     "TaskDemand",
     "TaskRef",
+    "TaskType",
     "TrainyardConnectionError",
     "TrainyardError",
     "Unauthorized",
     "UnexpectedResponse",
+    "UsageError",
     "User",
     "Validation",
     "ValidationError",
     "WaitTimeout",
+    "WorkdirError",
     "__version__",
 ]

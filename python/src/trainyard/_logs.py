@@ -46,9 +46,21 @@ def lines(
     if chosen is None:
         return
     name = _pick_replica(chosen, replica)
+    shown, at = yield from read_now(task_id, name, chosen.attempt, follow)
+    if tail is not None:
+        shown = shown[max(0, len(shown) - tail) :] if tail else []
+    for line in shown:
+        yield Emit(line)
+    if follow:
+        yield stream(task_id, name, chosen.attempt, at)
+
+
+def read_now(task_id: str, name: str, attempt: int, follow: bool) -> Plan[tuple[list[LogLine], int]]:
+    """A replica's log as it is now, in as many reads as it takes, and the offset a stream goes on from. A
+    line still being written is left to the stream when the log is to be followed (so that it comes whole),
+    else it is the last line."""
     path = task_path(task_id) + "/logs"
-    params: dict[str, str | int] = {"replica": name, "attempt": chosen.attempt}
-    # What is there now, in as many reads as it takes.
+    params: dict[str, str | int] = {"replica": name, "attempt": attempt}
     data = bytearray()
     at = 0
     while True:
@@ -64,19 +76,21 @@ def lines(
     raw_lines = data.split(b"\n")
     partial = raw_lines.pop()  # after the last newline: a line still being written, or nothing
     if follow and partial:
-        # The stream starts at that line, so that it comes whole.
         at -= len(partial)
     elif partial:
         raw_lines.append(partial)
-    shown = raw_lines if tail is None else raw_lines[max(0, len(raw_lines) - tail) :] if tail else []
-    for raw in shown:
-        text = raw.decode("utf-8", errors="replace")
-        yield Emit(LogLine.parse(text.removesuffix("\r"), replica=name, attempt=chosen.attempt))
-    if follow:
-        stream = Call(
-            "GET", path, params={**params, "offset": at, "follow": "true"}, headers={"Accept": "text/event-stream"}
-        )
-        yield Follow(stream, _LogStream(name, chosen.attempt), what=f"the log stream of {name}")
+    lines = [
+        LogLine.parse(raw.decode("utf-8", errors="replace").removesuffix("\r"), replica=name, attempt=attempt)
+        for raw in raw_lines
+    ]
+    return lines, at
+
+
+def stream(task_id: str, name: str, attempt: int, at: int) -> Follow[LogLine]:
+    """A replica's log followed from offset ``at`` until the replica ends."""
+    params: dict[str, str | int] = {"replica": name, "attempt": attempt, "offset": at, "follow": "true"}
+    call = Call("GET", task_path(task_id) + "/logs", params=params, headers={"Accept": "text/event-stream"})
+    return Follow(call, _LogStream(name, attempt), what=f"the log stream of {name}")
 
 
 @dataclass(slots=True)

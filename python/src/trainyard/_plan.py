@@ -1,8 +1,10 @@
 """What an operation does, apart from doing it: the client's calls as plans, with no I/O of their own.
 
 A plan is a generator that yields the steps it needs done (a :class:`Call`, a :class:`Sleep`) and is sent each
-one's result back (the answer, or ``None``); what it returns is the operation's result. A plan that hands out
-items as it goes (a list read page by page, a log) also yields :class:`Emit` and :class:`Follow`. The sync and the
+one's result back (the answer, or ``None``); what it returns is the operation's result. Work done on this
+machine that may take a while (hashing a working directory's files) is a :class:`Blocking` step, so that the
+async client runs it off its event loop. A plan that hands out items as it goes (a list read page by page, a
+log) also yields :class:`Emit`, :class:`Follow` and :class:`Merge`. The sync and the
 async client each run plans over their own HTTP session (``_transport``), so that how a request is made, how its
 answer is read and which error a refusal is, is written once, here and in the operations' modules.
 """
@@ -44,6 +46,14 @@ class Sleep:
 
 
 @dataclass(frozen=True, slots=True)
+class Blocking(Generic[_R]):
+    """Work on this machine (reading and hashing files), answered with what ``work()`` returns (what it raises
+    ends the operation). The sync client runs it in place, the async one in a worker thread."""
+
+    work: Callable[[], _R]
+
+
+@dataclass(frozen=True, slots=True)
 class Emit(Generic[_T]):
     """An item for whoever iterates the plan, answered with ``None`` once it is taken."""
 
@@ -73,11 +83,21 @@ class Follow(Generic[_T]):
     what: str
 
 
-Step: TypeAlias = Call | Sleep
+@dataclass(frozen=True, slots=True)
+class Merge(Generic[_T]):
+    """Several streamed requests followed at once (every replica of an attempt), their items emitted as they
+    come from any of them, until each has ended; answered with ``None``. The first that fails ends them all."""
+
+    follows: Sequence[Follow[_T]]
+
+
+Step: TypeAlias = Call | Sleep | Blocking[Any]
 Plan: TypeAlias = Generator[Step, Any, _R]
 """An operation that returns an ``_R``."""
-Items: TypeAlias = Generator[Step | Emit[_T] | Follow[_T], Any, None]
+Items: TypeAlias = Generator[Step | Emit[_T] | Follow[_T] | Merge[_T], Any, None]
 """An operation that hands out ``_T`` items as it goes."""
+Streaming: TypeAlias = Generator[Step | Emit[_T] | Follow[_T] | Merge[_T], Any, _R]
+"""An operation that hands out ``_T`` items as it goes and then returns an ``_R``."""
 
 
 # --- steps ------------------------------------------------------------------------------------------------
@@ -107,6 +127,12 @@ def get_json(path: str, params: Mapping[str, str | int] | None = None) -> Plan[A
 
 def sleep(seconds: float) -> Plan[None]:
     yield Sleep(seconds)
+
+
+def blocking(work: Callable[[], _R]) -> Plan[_R]:
+    """What ``work()`` returns, run as a :class:`Blocking` step."""
+    result: _R = yield Blocking(work)
+    return result
 
 
 # --- answers ----------------------------------------------------------------------------------------------

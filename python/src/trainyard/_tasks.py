@@ -3,8 +3,10 @@ delete tasks, and read their events and metrics. The clients' methods say what e
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import re
 import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -12,8 +14,11 @@ from pathlib import Path
 from typing import Any, Literal, TypeAlias
 from urllib.parse import quote
 
+import yaml
+
+from . import _workdir
 from ._plan import Emit, Items, Plan, build, get_json, json_of, send, sleep
-from .errors import PROBLEM_TYPE_PREFIX, NotFound, WaitTimeout
+from .errors import PROBLEM_TYPE_PREFIX, NotFound, UsageError, WaitTimeout
 from .models import (
     TERMINAL_STATUSES,
     BulkDeleted,
@@ -130,8 +135,32 @@ def _task_call(
 # --- tasks ------------------------------------------------------------------------------------------------
 
 
-def submit(spec: SpecLike, idempotency_key: str | None) -> Plan[Task]:
-    body, content_type = _document(spec)
+def submit(
+    spec: SpecLike, idempotency_key: str | None, workdir: str | os.PathLike[str] | None = None
+) -> Plan[Task]:
+    if workdir is None:
+        body, content_type = _document(spec)
+        return (yield from submit_json(body, idempotency_key, content_type))
+    doc = _parsed(spec)
+    metadata = doc.get("metadata")
+    group = metadata.get("projectGroup") if isinstance(metadata, dict) else None
+    if not isinstance(group, str) or not group:
+        raise UsageError(
+            "a working directory needs a task document that names metadata.projectGroup, whose working "
+            "directories it joins"
+        )
+    task_spec = doc.get("spec")
+    env = task_spec.get("environment") if isinstance(task_spec, dict) else None
+    if not isinstance(env, dict):
+        raise UsageError("a working directory needs a task document with spec.environment, where it is named")
+    env["workdir"] = yield from _workdir.upload(workdir, group)
+    return (yield from submit_json(json.dumps(doc).encode(), idempotency_key))
+
+
+def submit_json(
+    body: bytes, idempotency_key: str | None, content_type: str = "application/json"
+) -> Plan[Task]:
+    """Creates a task from a document's bytes."""
     headers = {"Content-Type": content_type}
     if idempotency_key is not None:
         headers["Idempotency-Key"] = idempotency_key
@@ -316,6 +345,53 @@ def _document(spec: SpecLike) -> tuple[bytes, str]:
     if isinstance(spec, os.PathLike):
         return _file(Path(os.fspath(spec)))
     raise TypeError(f"a task document is a mapping, YAML or JSON text, or a file's path; not {type(spec).__name__}")
+
+
+class _CoreSchemaLoader(yaml.SafeLoader):
+    """YAML as the server reads it (the 1.2 core schema): ``yes``, ``no``, ``on`` and ``off`` are text, as are
+    dates and ``1:20``; ``017`` is seventeen."""
+
+    yaml_implicit_resolvers: dict[Any, Any] = {}
+
+
+for _tag, _pattern, _first in [
+    ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+    ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", list("tTfF")),
+    ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", list("-+0123456789")),
+    (
+        "tag:yaml.org,2002:float",
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
+        list("-+0123456789."),
+    ),
+    ("tag:yaml.org,2002:merge", r"^(?:<<)$", ["<"]),
+]:
+    _CoreSchemaLoader.add_implicit_resolver(_tag, re.compile(_pattern), _first)
+
+
+def _core_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = str(loader.construct_scalar(node))
+    if text.startswith("0o"):
+        return int(text[2:], 8)
+    if text.startswith("0x"):
+        return int(text[2:], 16)
+    return int(text, 10)
+
+
+_CoreSchemaLoader.add_constructor("tag:yaml.org,2002:int", _core_int)
+
+
+def _parsed(spec: SpecLike) -> dict[str, Any]:
+    """A task document as a mapping to change (a copy of one given as a mapping)."""
+    if isinstance(spec, Mapping):
+        return copy.deepcopy(dict(spec))
+    body, content_type = _document(spec)
+    try:
+        doc = json.loads(body) if content_type == "application/json" else yaml.load(body, Loader=_CoreSchemaLoader)
+    except (ValueError, yaml.YAMLError) as e:
+        raise UsageError(f"a working directory needs a task document that parses (it names the group): {e}") from e
+    if not isinstance(doc, dict):
+        raise UsageError("a working directory needs a task document that is a mapping")
+    return doc
 
 
 def _file(path: Path) -> tuple[bytes, str]:

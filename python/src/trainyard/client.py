@@ -7,7 +7,7 @@ from __future__ import annotations
 import builtins
 import inspect
 import os
-from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -15,18 +15,32 @@ from typing import Any
 
 import yaml
 
-from . import _logs, _tasks
+from . import _logs, _run, _tasks, _workdir
+from ._run import RunDefaults, TaskType
 from ._tasks import Accelerator, SortOrder, SpecLike, TaskRef
 from ._transport import DEFAULT_SERVER, _AsyncConnection, _Connection
 from ._transport import __version__ as __version__
 from .errors import TrainyardError
-from .models import AttemptReplicas, BulkDeleted, Event, LogLine, Metrics, Page, Share, Status, Task, User, Validation
+from .models import (
+    AttemptReplicas,
+    BulkDeleted,
+    Event,
+    LogLine,
+    Metrics,
+    Page,
+    RunResult,
+    Share,
+    Status,
+    Task,
+    User,
+    Validation,
+)
 
-__all__ = ["DEFAULT_SERVER", "AsyncClient", "Client", "SpecLike", "TaskRef"]
+__all__ = ["DEFAULT_SERVER", "AsyncClient", "Client", "RunDefaults", "SpecLike", "TaskRef", "TaskType"]
 
 
-def _settings(config: str | os.PathLike[str] | None) -> tuple[str, str | None]:
-    """The server and token as the CLI finds them (see :meth:`Client.from_env`)."""
+def _settings(config: str | os.PathLike[str] | None) -> tuple[str, str | None, RunDefaults]:
+    """The server, token and ``run`` defaults as the CLI finds them (see :meth:`Client.from_env`)."""
     explicit = config if config is not None else os.environ.get("TRAINYARD_CONFIG")
     path = Path(explicit) if explicit else Path.home() / ".config" / "trainyard" / "config.yaml"
     settings: dict[str, Any] = {}
@@ -47,7 +61,18 @@ def _settings(config: str | os.PathLike[str] | None) -> tuple[str, str | None]:
             token = Path(".trainyard/admin.token").read_text().strip() or None
         except OSError:
             token = None
-    return str(server), str(token) if token else None
+    defaults = RunDefaults.from_config(settings.get("defaults"), str(path))
+    return str(server), str(token) if token else None, defaults
+
+
+def _printer(workers: int) -> Callable[[LogLine], None]:
+    """What ``run`` does with output by default: each line on standard output, after ``[replica] `` when there
+    are several, as ``trainyard run`` prints it."""
+
+    def show(line: LogLine) -> None:
+        print(f"[{line.replica}] {line.text}" if workers > 0 else line.text, flush=True)
+
+    return show
 
 
 class Client(_Connection):
@@ -63,14 +88,20 @@ class Client(_Connection):
     (the ones returned in UTC).
     """
 
+    run_defaults: RunDefaults = RunDefaults()
+    """What :meth:`run` takes where its arguments leave a choice open: the config file's ``defaults:`` when
+    made by :meth:`from_env`, else none."""
+
     @classmethod
     def from_env(cls, *, config: str | os.PathLike[str] | None = None, timeout: float = 30.0) -> Client:
         """A client configured as the CLI is: ``TRAINYARD_SERVER`` and ``TRAINYARD_TOKEN``, then the config
         file (``config``, ``TRAINYARD_CONFIG`` or ``~/.config/trainyard/config.yaml``, with ``server:`` and
         ``token:``), then ``http://127.0.0.1:8080`` and the admin token ``trainyard up`` saved in
         ``.trainyard/admin.token``."""
-        server, token = _settings(config)
-        return cls(server, token, timeout=timeout)
+        server, token, defaults = _settings(config)
+        c = cls(server, token, timeout=timeout)
+        c.run_defaults = defaults
+        return c
 
     def __enter__(self) -> Client:
         return self
@@ -113,13 +144,91 @@ class Client(_Connection):
         own id. :class:`~trainyard.errors.NotFound` if there is none."""
         return self._run(_tasks.resolve(task))
 
-    def submit(self, spec: SpecLike, *, idempotency_key: str | None = None) -> Task:
+    def submit(
+        self,
+        spec: SpecLike,
+        *,
+        workdir: str | os.PathLike[str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Task:
         """Creates a task from a document: a mapping, YAML or JSON text, or a file's path (a
         :class:`~pathlib.Path`, or a string with no line break naming a file or ending in ``.yaml``, ``.yml``
         or ``.json``). With ``idempotency_key``, a retry with the same key and document returns the first
         task; the same key with another document is a :class:`~trainyard.errors.Conflict`. A document with
-        problems raises :class:`~trainyard.errors.ValidationError` listing each with its field path."""
-        return self._run(_tasks.submit(spec, idempotency_key))
+        problems raises :class:`~trainyard.errors.ValidationError` listing each with its field path.
+
+        With ``workdir``, that directory goes with the task, as ``trainyard submit --workdir`` sends it: it
+        is uploaded for the document's ``metadata.projectGroup`` (:meth:`upload_workdir`) and named in
+        ``spec.environment.workdir``, and each replica starts in a copy of it (the document goes as JSON)."""
+        return self._run(_tasks.submit(spec, idempotency_key, workdir))
+
+    def upload_workdir(self, path: str | os.PathLike[str], group: str) -> str:
+        """Uploads a directory as a working directory of project group ``group`` and returns its id (what
+        ``spec.environment.workdir`` takes), as the CLI does: every entry git would keep (``.gitignore``
+        files, nested and in the directories above, ``.git/info/exclude`` and a ``.trainyardignore`` are
+        honoured; ``.git`` stays home), links kept as links, then only the files the server does not hold
+        yet are sent (in tar streams of about 32 MiB), then the manifest is kept. The same tree uploaded
+        again sends no file, and its id is the one the CLI gets for it.
+
+        A directory that cannot go as it is (a link that is absolute or leads out of it, a socket, FIFO or
+        device, a name that is not UTF-8, a file that cannot be read) raises
+        :class:`~trainyard.errors.WorkdirError` listing every problem, before anything is sent."""
+        return self._run(_workdir.upload(path, group))
+
+    def run(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        workdir: str | os.PathLike[str] | None = ".",
+        workers: int = 0,
+        gpus: int = 0,
+        group: str | None = None,
+        pool: str | None = None,
+        spec: str | None = None,
+        image: str | None = None,
+        resource_type: str | None = None,
+        type: TaskType = "PyTorchJob",  # noqa: A002 - the task's type, as the API names it
+        name_prefix: str = "run",
+        max_resubmissions: int | None = None,
+        follow: bool = True,
+        output: Callable[[LogLine], object] | None = None,
+        detach: bool = False,
+    ) -> RunResult:
+        """Runs one command as a task, as ``trainyard run [OPTIONS] -- CMD`` does, and returns how it ended.
+
+        ``cmd``: a list of arguments (each one word, quoted for the shell as needed) or a shell line. It runs
+        on every replica of a PyTorchJob (a master and ``workers`` workers) or as a RayJob's entrypoint
+        (``type="RayJob"``: a head and ``workers`` workers). ``workdir`` (by default the current directory;
+        ``None`` sends none) goes with it, as :meth:`upload_workdir` sends it. Group, pool, instance spec,
+        image and resource type are the arguments, else :attr:`run_defaults` (the config file's
+        ``defaults:``), else the catalog's first fit for the caller's group: the quota line whose spec has
+        the fewest GPUs that are at least ``gpus`` (none for 0), and the ``host`` image where the group may
+        use it, else the first it may. Nothing that fits is a :class:`~trainyard.errors.UsageError` saying
+        what the group has. ``max_resubmissions`` turns fault tolerance on (an attempt that fails for the
+        platform's reasons is resubmitted up to that many times).
+
+        With ``follow`` (the default), every replica's output of each attempt in turn is handed to
+        ``output`` line by line as it is written (by default printed, after ``[replica] `` when there are
+        several); without it, the task is only waited for. ``detach`` returns once it is submitted.
+        :attr:`RunResult.exit_code` is what the CLI would exit with: 0, or the failed command's own exit
+        code."""
+        args = _run.RunArgs(
+            cmd=_run.command_line(cmd),
+            workdir=workdir,
+            workers=workers,
+            gpus=gpus,
+            group=group,
+            pool=pool,
+            spec=spec,
+            image=image,
+            resource_type=resource_type,
+            task_type=type,
+            name_prefix=name_prefix,
+            max_resubmissions=max_resubmissions,
+            follow=follow,
+            detach=detach,
+        )
+        return self._run_streaming(_run.run(args, self.run_defaults), output or _printer(workers))
 
     def validate(self, spec: SpecLike) -> Validation:
         """Checks a document without creating anything: every problem, and when it is valid its demand and
@@ -321,8 +430,10 @@ class AsyncClient(_AsyncConnection):
     @classmethod
     def from_env(cls, *, config: str | os.PathLike[str] | None = None, timeout: float = 30.0) -> AsyncClient:
         """As :meth:`Client.from_env` (the config file is read at once)."""
-        server, token = _settings(config)
-        return cls(server, token, timeout=timeout)
+        server, token, defaults = _settings(config)
+        c = cls(server, token, timeout=timeout)
+        c.run_defaults = defaults
+        return c
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -334,6 +445,8 @@ class AsyncClient(_AsyncConnection):
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+    run_defaults: RunDefaults = RunDefaults()
 
     def __repr__(self) -> str:
         return f"AsyncClient({self.url!r})"
@@ -355,8 +468,56 @@ class AsyncClient(_AsyncConnection):
     async def resolve(self, task: TaskRef) -> str:
         return await self._run(_tasks.resolve(task))
 
-    async def submit(self, spec: SpecLike, *, idempotency_key: str | None = None) -> Task:
-        return await self._run(_tasks.submit(spec, idempotency_key))
+    async def submit(
+        self,
+        spec: SpecLike,
+        *,
+        workdir: str | os.PathLike[str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Task:
+        return await self._run(_tasks.submit(spec, idempotency_key, workdir))
+
+    async def upload_workdir(self, path: str | os.PathLike[str], group: str) -> str:
+        """As :meth:`Client.upload_workdir`; the files are read and hashed in a worker thread."""
+        return await self._run(_workdir.upload(path, group))
+
+    async def run(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        workdir: str | os.PathLike[str] | None = ".",
+        workers: int = 0,
+        gpus: int = 0,
+        group: str | None = None,
+        pool: str | None = None,
+        spec: str | None = None,
+        image: str | None = None,
+        resource_type: str | None = None,
+        type: TaskType = "PyTorchJob",  # noqa: A002 - the task's type, as the API names it
+        name_prefix: str = "run",
+        max_resubmissions: int | None = None,
+        follow: bool = True,
+        output: Callable[[LogLine], object] | None = None,
+        detach: bool = False,
+    ) -> RunResult:
+        """As :meth:`Client.run`; ``output`` may be a coroutine function, each line awaited in turn."""
+        args = _run.RunArgs(
+            cmd=_run.command_line(cmd),
+            workdir=workdir,
+            workers=workers,
+            gpus=gpus,
+            group=group,
+            pool=pool,
+            spec=spec,
+            image=image,
+            resource_type=resource_type,
+            task_type=type,
+            name_prefix=name_prefix,
+            max_resubmissions=max_resubmissions,
+            follow=follow,
+            detach=detach,
+        )
+        return await self._run_streaming(_run.run(args, self.run_defaults), output or _printer(workers))
 
     async def validate(self, spec: SpecLike) -> Validation:
         return await self._run(_tasks.validate(spec))

@@ -9,6 +9,7 @@ RFC 9457 problem document it answered with (``application/problem+json``); its s
 from __future__ import annotations
 
 import json
+import os
 from typing import TYPE_CHECKING, Any
 
 # FieldProblem lives beside both this module and models (a 422's problems and a validation's), so that models
@@ -32,8 +33,10 @@ __all__ = [
     "TrainyardError",
     "Unauthorized",
     "UnexpectedResponse",
+    "UsageError",
     "ValidationError",
     "WaitTimeout",
+    "WorkdirError",
 ]
 
 PROBLEM_TYPE_PREFIX = "https://trainyard.dev/problems/"
@@ -64,6 +67,27 @@ class WaitTimeout(TrainyardError, TimeoutError):
     def __init__(self, message: str, *, task: Task) -> None:
         super().__init__(message)
         self.task = task
+
+
+class UsageError(TrainyardError, ValueError):
+    """What was asked cannot be done as asked, found before anything was sent: a task document
+    :meth:`trainyard.Client.submit` cannot put a working directory in, or what :meth:`trainyard.Client.run`
+    should run on not found in the catalog."""
+
+
+class WorkdirError(UsageError):
+    """A working directory that cannot be sent as it is; nothing was sent. ``problems`` names every one (a
+    link that leads out of the directory, a special file, a name that is not UTF-8, ...), each as
+    ``path: what``; ``path`` is the directory."""
+
+    def __init__(self, path: str | os.PathLike[str], problems: list[str]) -> None:
+        self.path = os.fspath(path)
+        self.problems = list(problems)
+        n = len(self.problems)
+        things = "one thing" if n == 1 else f"{n} things"
+        super().__init__(
+            f"working directory {self.path}: nothing was sent, {things} to mend first:\n  " + "\n  ".join(problems)
+        )
 
 
 class ProblemError(TrainyardError):

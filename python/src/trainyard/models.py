@@ -27,9 +27,11 @@ __all__ = [
     "Page",
     "Placement",
     "PlacementReplica",
+    "QueueHolder",
     "QueuePosition",
     "Replica",
     "ReplicaShape",
+    "RunResult",
     "Status",
     "Task",
     "TaskDemand",
@@ -114,16 +116,62 @@ class Share:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueHolder:
+    """A running task that holds capacity a queued task could use. No task has a time limit, so when it frees
+    is not known: only since when it runs."""
+
+    id: str
+    name: str
+    owner: str
+    project_group: str
+    spends_its_quota: bool
+    """Of the queued task's group and resource type: it spends the same quota."""
+    units: int
+    """Units it holds of the queued task's instance spec (``spec``, the first of them)."""
+    spec: str
+    running_since: datetime
+    stopping: bool
+    """Told to stop already: its resources are about to come free."""
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> QueueHolder:
+        return cls(
+            id=str(d["id"]),
+            name=str(d["name"]),
+            owner=str(d["owner"]),
+            project_group=str(d["projectGroup"]),
+            spends_its_quota=bool(d["spendsItsQuota"]),
+            units=int(d["units"]),
+            spec=str(d["spec"]),
+            running_since=_from_ms(d["runningSinceMs"]),
+            stopping=bool(d["stopping"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class QueuePosition:
     """Where a queued task stands as of the control loop's last tick, and why it waits."""
 
     position: int
     position_in_group: int
     reason: str
+    holders: list[QueueHolder] | None = None
+    """One task's view only (``get``; ``None`` in lists): the running tasks that hold what it waits for, as far
+    as the caller may see them, those spending its group's quota first."""
+    more_holders: int | None = None
+    """Holders not listed: ones the caller may not see, and any beyond the first few (``None`` in lists)."""
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> QueuePosition:
-        return cls(position=int(d["position"]), position_in_group=int(d["positionInGroup"]), reason=str(d["reason"]))
+        holders = d.get("holders")
+        more = d.get("moreHolders")
+        return cls(
+            position=int(d["position"]),
+            position_in_group=int(d["positionInGroup"]),
+            reason=str(d["reason"]),
+            holders=[QueueHolder.from_json(h) for h in holders] if isinstance(holders, list) else None,
+            more_holders=int(more) if more is not None else None,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -487,3 +535,24 @@ class BulkDeleted:
             ids=[str(i) for i in d["ids"]],
             failed=[(str(f["id"]), str(f["detail"])) for f in d["failed"]],
         )
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """How :meth:`Client.run` ended: the task as last seen, its status, and ``exit_code``, what ``trainyard
+    run`` exits with: 0 when it succeeded, the failed command's own exit code (1 to 255) when the failure
+    states one, 4 when it was stopped, else 1. Detached (``detach=True``), the task as submitted, and
+    ``exit_code`` ``None``."""
+
+    task: Task
+    status: Status
+    exit_code: int | None
+    message: str
+    """The task's last event's message (why it failed, say); empty when detached."""
+    workdir: str | None
+    """The working directory's id, when one went with it."""
+
+    @property
+    def ok(self) -> bool:
+        """It succeeded."""
+        return self.status is Status.SUCCEEDED
