@@ -467,6 +467,27 @@ fn every_answer_matches_its_documented_schema() {
     assert_eq!(listed["items"][0]["id"], kept["id"], "{listed}");
     assert_eq!(c.call(list, "/api/v1/workdirs?projectGroup=nlp", "carol", None).status, 403);
     assert_eq!(c.call(list, "/api/v1/workdirs", "carol", None).json()["items"], serde_json::json!([]));
+    // Read back by a member: the manifest, then the files as a tar stream; another group's member, an id that
+    // is not one, a token no server made: refused as documented.
+    let (one, files) = ("get /api/v1/workdirs/{workdir}", "get /api/v1/workdirs/{workdir}/files");
+    let id = kept["id"].as_str().unwrap().to_owned();
+    let got = c.call(one, &format!("/api/v1/workdirs/{id}?projectGroup=nlp"), "alice", None).json();
+    assert_eq!(got["manifest"]["entries"].as_array().map(Vec::len), Some(3), "{got}");
+    let stream = c.call(files, &format!("/api/v1/workdirs/{id}/files?projectGroup=nlp"), "alice", None);
+    assert_eq!(stream.status, 200);
+    assert!(stream.text.contains(&digest) && stream.text.contains("print('hi')"), "{}", stream.text);
+    assert_eq!(c.call(one, &format!("/api/v1/workdirs/{id}?projectGroup=nlp"), "carol", None).status, 403);
+    assert_eq!(
+        c.call(files, &format!("/api/v1/workdirs/{id}/files?projectGroup=nlp"), "carol", None).status,
+        403
+    );
+    assert_eq!(c.call(one, "/api/v1/workdirs/nope?projectGroup=nlp", "alice", None).status, 404);
+    assert_eq!(c.call(one, &format!("/api/v1/workdirs/{id}"), "alice", None).status, 400);
+    assert_eq!(
+        c.call(files, &format!("/api/v1/workdirs/{}/files?projectGroup=nlp", "0".repeat(64)), "alice", None)
+            .status,
+        404
+    );
     let metrics = "get /api/v1/tasks/{id}/metrics";
     c.call(metrics, &format!("/api/v1/tasks/{ray}/metrics?since=0&name=trainyard_cpu"), "alice", None);
     assert_eq!(c.call(metrics, "/api/v1/tasks/nope/metrics", "alice", None).status, 404);

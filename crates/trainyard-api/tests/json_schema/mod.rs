@@ -164,6 +164,8 @@ impl Validator<'_> {
                         out.push(format!("{path}: {n_ok} branches of {keyword} match ({})", why.join("; ")));
                     }
                 }
+                // Bytes (a tar stream): any string of them; no other format is written.
+                "format" => assert_eq!(arg, "binary", "{path}: the validator knows format binary only"),
                 k if ANNOTATIONS.contains(&k) => {}
                 other => panic!("{path}: the validator does not know the keyword {other:?}; teach it first"),
             }
