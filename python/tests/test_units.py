@@ -270,6 +270,32 @@ def test_ignore_lines(lines: str, path: str, is_dir: bool, ignored: bool) -> Non
     assert (f.match(path.encode(), is_dir) is Match.IGNORE) is ignored
 
 
+def test_ignore_files_above_count_within_the_repository_only(tmp_path: Path) -> None:
+    """As the CLI's ``rules.rs`` test: a home directory's ``*`` leaves nothing out, the repository's own
+    ``.gitignore`` and ``info/exclude`` do, and a ``.trainyardignore`` may keep what they leave out."""
+    home = tmp_path / "home"
+    repo, proj = home / "repo", home / "repo" / "proj"
+    (repo / ".git" / "info").mkdir(parents=True)
+    proj.mkdir()
+    (home / ".gitignore").write_text("*\n")
+    (repo / ".gitignore").write_text("*.log\n")
+    (repo / ".git" / "info" / "exclude").write_text("secret\n")
+    for f in ("train.py", "a.log", "keep.log", "secret"):
+        (proj / f).write_text(f)
+    (proj / ".trainyardignore").write_text("!keep.log\n")
+
+    def paths(d: Path) -> list[str]:
+        return [e.path for e in pack(d).entries]
+
+    assert paths(proj) == [".trainyardignore", "keep.log", "train.py"]
+    loose = home / "loose"
+    loose.mkdir()
+    (loose / "train.py").write_text("x")
+    assert paths(loose) == ["train.py"]
+    top = paths(repo)
+    assert "proj/train.py" in top and "proj/a.log" not in top, top
+
+
 def test_commands_are_words_and_exit_codes_are_read_back() -> None:
     assert command_line(["python3", "-c", "print(42)", "it's", ""]) == "python3 -c 'print(42)' 'it'\\''s' ''"
     assert command_line("echo $HOME | wc") == "echo $HOME | wc"

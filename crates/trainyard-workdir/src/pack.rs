@@ -28,16 +28,21 @@ pub fn pack(dir: &Path, max_bytes: u64) -> Result<Packed, Vec<String>> {
         Ok(_) => return Err(vec![format!("{}: not a directory", dir.display())]),
         Err(e) => return Err(vec![format!("{}: {e}", dir.display())]),
     }
-    let walk = ignore::WalkBuilder::new(dir)
-        .hidden(false)
-        .git_ignore(true)
-        .git_exclude(true)
-        .git_global(false)
-        .require_git(false)
-        .ignore(false)
+    // Walked from its real path, so that the directories above it are the ones on disk.
+    let root = match dir.canonicalize() {
+        Ok(r) => r,
+        Err(e) => return Err(vec![format!("{}: {e}", dir.display())]),
+    };
+    let rules = std::sync::Arc::new(crate::rules::Rules::new(&root));
+    // The walker reads no ignore file itself: `rules` decides, as git does (see `rules.rs`).
+    let walk = ignore::WalkBuilder::new(&root)
+        .standard_filters(false)
         .follow_links(false)
-        .add_custom_ignore_filename(IGNORE_FILE)
-        .filter_entry(|e| e.file_name() != ".git")
+        .filter_entry(move |e| {
+            e.depth() == 0
+                || (e.file_name() != ".git"
+                    && !rules.ignored(e.path(), e.file_type().is_some_and(|t| t.is_dir())))
+        })
         .sort_by_file_name(|a, b| a.cmp(b))
         .build();
     let mut packed = Packed::default();
@@ -50,7 +55,7 @@ pub fn pack(dir: &Path, max_bytes: u64) -> Result<Packed, Vec<String>> {
             }
         };
         let full = entry.path();
-        let Ok(rel) = full.strip_prefix(dir) else { continue };
+        let Ok(rel) = full.strip_prefix(&root) else { continue };
         if rel.as_os_str().is_empty() {
             continue;
         }
@@ -235,6 +240,41 @@ mod tests {
         let all: Vec<(Vec<u8>, usize)> = batches(&p, &missing, 8).collect::<Result<_, _>>().unwrap();
         assert_eq!(all.iter().map(|b| b.1).sum::<usize>(), missing.len());
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Above the packed directory, only its repository's ignore files count: a `.gitignore` of `*` in a
+    /// directory above the repository (a home directory's dotfiles) leaves nothing out, the repository's own
+    /// `.gitignore` and `info/exclude` do, and a `.trainyardignore` may keep what they leave out.
+    #[test]
+    fn ignore_files_above_count_within_the_repository_only() {
+        let home = std::env::temp_dir().join(format!("ty-pack-above-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&home);
+        let (repo, proj) = (home.join("repo"), home.join("repo/proj"));
+        std::fs::create_dir_all(repo.join(".git/info")).unwrap();
+        std::fs::create_dir_all(&proj).unwrap();
+        std::fs::write(home.join(".gitignore"), "*\n").unwrap();
+        std::fs::write(repo.join(".gitignore"), "*.log\n").unwrap();
+        std::fs::write(repo.join(".git/info/exclude"), "secret\n").unwrap();
+        for f in ["train.py", "a.log", "keep.log", "secret"] {
+            std::fs::write(proj.join(f), f).unwrap();
+        }
+        std::fs::write(proj.join(IGNORE_FILE), "!keep.log\n").unwrap();
+        let paths = |d: &Path| -> Vec<String> {
+            pack(d, 1 << 20).unwrap().manifest.entries.into_iter().map(|e| e.path).collect()
+        };
+        assert_eq!(paths(&proj), [IGNORE_FILE, "keep.log", "train.py"]);
+        // Outside any repository, nothing above counts: the home directory's `*` included.
+        let loose = home.join("loose");
+        std::fs::create_dir_all(&loose).unwrap();
+        std::fs::write(loose.join("train.py"), "x").unwrap();
+        assert_eq!(paths(&loose), ["train.py"]);
+        // The repository's top packed itself: its own files, nothing above it.
+        let top = paths(&repo);
+        assert!(
+            top.contains(&"proj/train.py".to_owned()) && !top.contains(&"proj/a.log".to_owned()),
+            "{top:?}"
+        );
+        let _ = std::fs::remove_dir_all(&home);
     }
 
     #[test]

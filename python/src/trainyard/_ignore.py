@@ -10,8 +10,8 @@ whole component, ``[...]`` classes (``[!...]``, ``[^...]``, ``[[:alpha:]]``), ``
 matching line of a file wins; the nearest directory's file wins over those above; and nothing under an
 ignored directory is looked at. Where the crate goes beyond git, so does this: ``{a,b}`` is an alternation
 (git reads the braces literally), a line that does not parse as a glob (an unbalanced brace) is skipped, and
-files above the directory count up to ``/`` (git stops at its repository's top), with ``.trainyardignore``
-matches taking precedence over ``.gitignore`` ones, and those over ``info/exclude``.
+``.trainyardignore`` matches take precedence over ``.gitignore`` ones, and those over ``info/exclude``. Files
+above the directory count within its repository only, as git's do (the CLI's ``rules.rs`` decides the same).
 """
 
 from __future__ import annotations
@@ -459,7 +459,7 @@ def _git_common_dir(git: bytes) -> bytes | None:
 
 class Rules:
     """The rules an entry is matched against: those of the directories from the packed one down to the
-    entry's parent, then those of the directories above the packed one (up to ``/``)."""
+    entry's parent, then those of the directories above the packed one within its repository."""
 
     def __init__(self, above: list[DirRules], inside: list[DirRules]) -> None:
         self._above = above  # nearest first, parts from the file system's root
@@ -467,9 +467,18 @@ class Rules:
 
     @classmethod
     def above(cls, real_root: bytes) -> Rules:
-        """The rules of every directory above ``real_root`` (an absolute path with no links)."""
+        """The rules of the directories above ``real_root`` (an absolute path with no links) within its git
+        repository: up to the nearest directory with a ``.git`` (``real_root`` itself: none), none when there
+        is no such directory. A ``.gitignore`` above the repository (a home directory's) is not the project's."""
         parts = tuple(p for p in real_root.split(b"/") if p)
-        above = [DirRules.read(b"/" + b"/".join(parts[:n]), parts[:n]) for n in range(len(parts) - 1, -1, -1)]
+
+        def path(n: int) -> bytes:
+            return b"/" + b"/".join(parts[:n])
+
+        top = next((n for n in range(len(parts), -1, -1) if os.path.lexists(os.path.join(path(n), b".git"))), None)
+        if top is None or top == len(parts):
+            return cls([], [])
+        above = [DirRules.read(path(n), parts[:n]) for n in range(len(parts) - 1, top - 1, -1)]
         return cls(above, [])
 
     def enter(self, directory: bytes, parts: tuple[bytes, ...]) -> Rules:
