@@ -6,8 +6,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-/// A file the user may list paths in, as in `.gitignore`, to keep them out of the working directory.
-pub const IGNORE_FILE: &str = ".trainyardignore";
+pub use crate::rules::IGNORE_FILE;
 
 /// A packed directory: its manifest, and where each digest's content is on this machine.
 #[derive(Debug, Default)]

@@ -10,12 +10,14 @@
 //! its repository count: a `.gitignore` in the home directory (a dotfiles repository's `*`) is not this
 //! project's.
 
-use crate::pack::IGNORE_FILE;
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+
+/// A file the user may list paths in, as in `.gitignore`, to keep them out of the working directory.
+pub const IGNORE_FILE: &str = ".trainyardignore";
 
 /// The ignore files of one directory, by kind.
 #[derive(Debug, Default)]
