@@ -70,7 +70,7 @@ fn success(op: &Operation, schemas: &mut Schemas) -> Value {
         }
         Answer::Text => json!({"description": "Done", "content": {"text/plain": text}}),
         Answer::Tar => json!({"description": "A tar stream", "content": {
-            "application/x-tar": {"schema": {"type": "string", "format": "binary"}},
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
         }}),
         Answer::Logs(schema) => {
             json!({"description": "The replicas (JSON), a log (text) or its stream (server-sent events)", "content": {

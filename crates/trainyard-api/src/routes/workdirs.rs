@@ -397,7 +397,7 @@ pub async fn get_workdir_files(
         rx.recv().await.map(|c| (c, rx))
     }));
     axum::response::Response::builder()
-        .header(axum::http::header::CONTENT_TYPE, "application/x-tar")
+        .header(axum::http::header::CONTENT_TYPE, "application/octet-stream")
         .body(body)
         .map_err(|e| ApiError::Internal(e.to_string()))
 }
