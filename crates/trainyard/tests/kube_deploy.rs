@@ -23,6 +23,8 @@ use trainyard_images::testing::{
 };
 
 const NS: &str = "trainyard-system";
+/// How the task pods reach the server (its Service), to fetch their working directory.
+const WORKDIR_URL: &str = "http://trainyard.trainyard-system.svc.cluster.local:8080";
 
 fn env(k: &str) -> String {
     std::env::var(k).unwrap_or_else(|_| {
@@ -134,16 +136,32 @@ fn relative(from: &Path, to: &Path) -> PathBuf {
 
 /// A host-path volume on `node` for the claim `ns/claim`, in `dir` (made here, owned by `uid`).
 fn volume(name: &str, claim: &str, size: &str, dir: &Path, uid: u32, node: &str) -> String {
+    volume_shared(name, claim, size, dir, uid, &[node], "ReadWriteOnce")
+}
+
+/// A host-path volume as [`volume`], on any of `nodes` with `mode`: the stack's real nodes are kubelets on one
+/// machine, so a directory of it is one volume for pods on every one of them (ReadWriteMany, as an NFS
+/// share would be).
+fn volume_shared(
+    name: &str,
+    claim: &str,
+    size: &str,
+    dir: &Path,
+    uid: u32,
+    nodes: &[&str],
+    mode: &str,
+) -> String {
     std::fs::create_dir_all(dir).unwrap();
     std::os::unix::fs::chown(dir, Some(uid), Some(uid)).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     format!(
         "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {name}}}\nspec:\n  capacity: {{storage: {size}}}\n  \
-         accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  storageClassName: \"\"\n  \
+         accessModes: [{mode}]\n  persistentVolumeReclaimPolicy: Retain\n  storageClassName: \"\"\n  \
          claimRef: {{namespace: {NS}, name: {claim}}}\n  hostPath: {{path: {}, type: Directory}}\n  nodeAffinity:\n    \
-         required:\n      nodeSelectorTerms:\n      - matchExpressions:\n        - {{key: kubernetes.io/hostname, operator: In, values: [{node}]}}\n---\n",
-        dir.display()
+         required:\n      nodeSelectorTerms:\n      - matchExpressions:\n        - {{key: kubernetes.io/hostname, operator: In, values: [{}]}}\n---\n",
+        dir.display(),
+        nodes.join(", ")
     )
 }
 
@@ -283,7 +301,15 @@ fn trainyard_runs_in_the_cluster_from_its_deploy_manifests() {
              - {{op: add, path: /spec/template/spec/tolerations, value: {toleration}}}\n      \
              - {{op: add, path: /spec/template/spec/nodeSelector, value: {{trainyard.dev/real: \"true\"}}}}\n      \
              - {{op: add, path: /spec/template/spec/containers/0/args/-, value: --kube-image}}\n      \
-             - {{op: add, path: /spec/template/spec/containers/0/args/-, value: \"base={base_image}\"}}\n  \
+             - {{op: add, path: /spec/template/spec/containers/0/args/-, value: \"base={base_image}\"}}\n      \
+             - {{op: add, path: /spec/template/spec/containers/0/args/-, value: --kube-workdir-image}}\n      \
+             - {{op: add, path: /spec/template/spec/containers/0/args/-, value: \"{server_image}\"}}\n      \
+             - {{op: add, path: /spec/template/spec/containers/0/args/-, value: --kube-workdir-url}}\n      \
+             - {{op: add, path: /spec/template/spec/containers/0/args/-, value: \"{WORKDIR_URL}\"}}\n      \
+             - {{op: add, path: /spec/template/spec/containers/0/args/-, value: --workdir-dir}}\n      \
+             - {{op: add, path: /spec/template/spec/containers/0/args/-, value: /var/lib/trainyard-workdirs}}\n      \
+             - {{op: add, path: /spec/template/spec/containers/0/volumeMounts/-, value: {{name: workdirs, mountPath: /var/lib/trainyard-workdirs}}}}\n      \
+             - {{op: add, path: /spec/template/spec/volumes/-, value: {{name: workdirs, persistentVolumeClaim: {{claimName: trainyard-workdirs}}}}}}\n  \
              - target: {{kind: StatefulSet, name: trainyard-postgres}}\n    patch: |-\n      \
              - {{op: add, path: /spec/template/spec/tolerations, value: {toleration}}}\n",
             relative(&overlay, &manifests).display()
@@ -292,11 +318,27 @@ fn trainyard_runs_in_the_cluster_from_its_deploy_manifests() {
     .unwrap();
     // PostgreSQL's claim's volume on the first real node, owned by the user its manifest runs as.
     let pv = stack.join("deploy-volumes");
-    let volumes = volume("trainyard-pg", "data-trainyard-postgres-0", "20Gi", &pv.join("pg"), 999, &nodes[0]);
+    let volumes = volume("trainyard-pg", "data-trainyard-postgres-0", "20Gi", &pv.join("pg"), 999, &nodes[0])
+        // Working directories, on one volume both replicas mount (what --workdir-dir asks for).
+        + &volume_shared(
+            "trainyard-workdirs",
+            "trainyard-workdirs",
+            "1Gi",
+            &pv.join("workdirs"),
+            65532,
+            &nodes.iter().map(String::as_str).collect::<Vec<_>>(),
+            "ReadWriteMany",
+        );
     kubectl_ok(&["apply", "-f", "-"], Some(&volumes));
     let overlay_dir = overlay.display().to_string();
     let _gone = Undeploy(overlay_dir.clone());
     kubectl_ok(&["apply", "-k", &overlay_dir], None);
+    let claim = format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: trainyard-workdirs, namespace: {NS}}}\n\
+         spec: {{accessModes: [ReadWriteMany], storageClassName: \"\", volumeName: trainyard-workdirs, \
+         resources: {{requests: {{storage: 1Gi}}}}}}\n"
+    );
+    kubectl_ok(&["apply", "-f", "-"], Some(&claim));
     let password = format!("pg{}", std::process::id());
     let key = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"; // 32 bytes in hex
     kubectl_ok(
@@ -366,7 +408,13 @@ fn trainyard_runs_in_the_cluster_from_its_deploy_manifests() {
     let (status, body) = api.call("PUT", "/api/v1/admin/catalog", Some(&mine));
     assert_eq!(status, 200, "{body}");
 
-    // A task on real pods, long enough to outlive the server's pod.
+    // A task on real pods, long enough to outlive the server's pod, with a working directory: sent through
+    // one replica, kept on the volume both mount, read back through the other, and fetched by the task's pods
+    // through the Service (either replica answers).
+    let project = stack.join("deploy-workdir");
+    let _ = std::fs::remove_dir_all(&project);
+    std::fs::create_dir_all(project.join("conf")).unwrap();
+    std::fs::write(project.join("conf/greeting.txt"), "hello from the working directory\n").unwrap();
     let task = json!({
         "apiVersion": "trainyard.dev/v1", "kind": "TrainingTask",
         "metadata": {"namePrefix": "in-cluster", "projectGroup": "default"},
@@ -375,14 +423,27 @@ fn trainyard_runs_in_the_cluster_from_its_deploy_manifests() {
             "placement": {"region": "kubernetes", "cluster": "kubernetes"},
             // The master ends last: the operator ends the job (and deletes what still runs) when the master ends,
             // and a worker may have started seconds after it.
-            "environment": {"image": "base", "cmd": "for i in $(seq 1 45); do echo \"step $i of $RANK\"; sleep 1; done; if [ \"$RANK\" = 0 ]; then sleep 30; fi"},
+            "environment": {"image": "base", "cmd": "cat conf/greeting.txt; for i in $(seq 1 45); do echo \"step $i of $RANK\"; sleep 1; done; if [ \"$RANK\" = 0 ]; then sleep 30; fi"},
             "compute": {"resourceType": "Reserved", "pool": "real", "workers": 1,
                         "instanceSpecs": [{"spec": "cpu.small"}]},
         }
     });
-    let (status, body) = api.call("POST", "/api/v1/tasks", Some(&task.to_string()));
-    assert_eq!(status, 201, "{body}");
-    let id = serde_json::from_str::<Value>(&body).unwrap()["id"].as_str().unwrap().to_owned();
+    let file = stack.join("deploy-task.json");
+    std::fs::write(&file, task.to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(["submit", "-f", file.to_str().unwrap(), "--workdir", project.to_str().unwrap(), "-o", "json"])
+        .env("TRAINYARD_SERVER", &api.base)
+        .env("TRAINYARD_TOKEN", &api.token)
+        .env("TRAINYARD_CONFIG", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let created: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = created["id"].as_str().unwrap().to_owned();
+    let workdir = created["spec"]["spec"]["environment"]["workdir"].as_str().unwrap().to_owned();
+    let other = Api { base: format!("http://{}:8080", pods[1].1), token: api.token.clone() };
+    let (status, body) = other.call("GET", &format!("/api/v1/workdirs/{workdir}?projectGroup=default"), None);
+    assert_eq!(status, 200, "the other replica reads the working directory from the shared volume: {body}");
     api.wait_status(&id, "Running", Duration::from_secs(300));
 
     // The leader's pod deleted: the other replica takes over from the store and the cluster.
@@ -431,6 +492,10 @@ fn trainyard_runs_in_the_cluster_from_its_deploy_manifests() {
         for r in &replicas {
             let (status, log) = api.call("GET", &format!("/api/v1/tasks/{id}/logs?replica={r}"), None);
             assert_eq!(status, 200, "{log}");
+            assert!(
+                log.contains(" O hello from the working directory"),
+                "{r}: its copy at /workspace:\n{log}"
+            );
             let steps = log.lines().filter(|l| l.contains(" O step ")).count();
             assert_eq!(
                 steps, 45,
@@ -453,6 +518,6 @@ impl Drop for Undeploy {
         if !ok {
             eprintln!("undeploying {}: {out}", self.0);
         }
-        kubectl(&["delete", "pv", "trainyard-pg", "--ignore-not-found"], None);
+        kubectl(&["delete", "pv", "trainyard-pg", "trainyard-workdirs", "--ignore-not-found"], None);
     }
 }
