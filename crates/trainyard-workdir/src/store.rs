@@ -503,30 +503,129 @@ impl Store {
 }
 
 /// A fetched working directory made at `dst` (an empty directory, or none): `manifest` and its files as
-/// [`Store::write_files`] sends them. Every file is checked against its digest and every path against the
-/// manifest's rules before anything is made, through a store of its own in `scratch` (removed after).
-/// Err: what was wrong; `dst` may then hold part of it, never anything outside it.
-pub fn unpack(
-    manifest: Manifest,
-    id: &str,
-    files: impl Read,
-    scratch: &Path,
-    dst: &Path,
-) -> Result<u64, String> {
+/// [`Store::write_files`] sends them. The manifest is checked against `id` and its rules first; the tree is
+/// made in a directory of its own inside `dst`, each file written once at its first path as it streams in
+/// (its digest checked as it is written; another path of the same content is a copy of it), links last, so
+/// that nothing is written through a link; then moved into `dst`. Ok: the files' bytes. Err: what was
+/// wrong, and nothing of it is left in `dst`.
+pub fn unpack(manifest: Manifest, id: &str, files: impl Read, dst: &Path) -> Result<u64, String> {
     if manifest.clone().canonical().id() != id {
         return Err(format!("the manifest sent is not working directory {id}'s"));
     }
-    let s = Store::new(scratch);
-    let result = (|| {
-        let largest = manifest.blobs().values().copied().max().unwrap_or(0);
-        s.put_blobs("fetch", files, largest)?;
-        let info = s.commit("fetch", manifest).map_err(|missing| {
-            format!("the stream ended without {} of its files: {}", missing.len(), missing.join(", "))
-        })?;
-        s.materialize("fetch", &info.id, dst, None)
-    })();
-    let _ = std::fs::remove_dir_all(scratch);
-    result
+    if let Some((at, what)) = manifest.check(u64::MAX).into_iter().next() {
+        return Err(format!("working directory {id} is not one the server would keep: {at}: {what}"));
+    }
+    std::fs::create_dir_all(dst).map_err(|e| format!("cannot create {}: {e}", dst.display()))?;
+    let stage = dst.join(format!(".trainyard-fetch-{}", tmp_name()));
+    let made = make_tree(&manifest, files, &stage);
+    let moved = made.and_then(|bytes| {
+        for e in std::fs::read_dir(&stage).map_err(|e| e.to_string())? {
+            let e = e.map_err(|e| e.to_string())?;
+            std::fs::rename(e.path(), dst.join(e.file_name())).map_err(|err| {
+                format!("cannot move {} into place: {err}", e.file_name().to_string_lossy())
+            })?;
+        }
+        Ok(bytes)
+    });
+    let _ = std::fs::remove_dir_all(&stage);
+    if moved.is_err() {
+        for e in manifest.entries.iter().filter(|e| !e.path.contains('/')) {
+            let at = dst.join(&e.path);
+            let _ = if at.is_dir() && !at.is_symlink() {
+                std::fs::remove_dir_all(at)
+            } else {
+                std::fs::remove_file(at)
+            };
+        }
+    }
+    moved
+}
+
+/// The tree of a checked `manifest` at `at` (made here), its files from the tar stream `files`.
+fn make_tree(manifest: &Manifest, files: impl Read, at: &Path) -> Result<u64, String> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let mkdir = |p: &Path| -> Result<(), String> {
+        match std::fs::DirBuilder::new().mode(0o755).create(p) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && !p.is_symlink() && p.is_dir() => {
+                Ok(())
+            }
+            Err(e) => Err(format!("cannot create {}: {e}", p.display())),
+        }
+    };
+    mkdir(at)?;
+    // Directories first (every path was checked plain: none leads out, none is a link yet).
+    for e in &manifest.entries {
+        let parts: Vec<&str> = e.path.split('/').collect();
+        let upto = if e.kind == Kind::Dir { parts.len() } else { parts.len() - 1 };
+        let mut d = at.to_owned();
+        for p in &parts[..upto] {
+            d.push(p);
+            mkdir(&d)?;
+        }
+    }
+    // Each content's paths; the first is written from the stream, the others copied from it.
+    let mut paths: std::collections::BTreeMap<&str, Vec<&crate::manifest::Entry>> = Default::default();
+    for e in manifest.entries.iter().filter(|e| e.kind == Kind::File) {
+        paths.entry(e.sha256.as_deref().unwrap_or_default()).or_default().push(e);
+    }
+    let create = |e: &crate::manifest::Entry| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .mode(if e.executable { 0o755 } else { 0o644 })
+            .open(at.join(&e.path))
+            .map_err(|err| format!("cannot create {}: {err}", e.path))
+    };
+    let mut written = 0u64;
+    let mut arrived = std::collections::BTreeSet::new();
+    let mut archive = tar::Archive::new(files);
+    for entry in archive.entries().map_err(|e| format!("the stream is not a tar: {e}"))? {
+        let mut entry = entry.map_err(|e| format!("the stream broke off: {e}"))?;
+        if entry.header().entry_type() != tar::EntryType::Regular {
+            return Err("the stream holds something other than regular files".into());
+        }
+        let name = entry.path().map_err(|e| e.to_string())?.to_string_lossy().into_owned();
+        let Some(targets) = paths.get(name.as_str()).filter(|_| arrived.insert(name.clone())) else {
+            return Err(format!("the stream has a file the manifest does not name, or twice: {name:?}"));
+        };
+        let first = targets[0];
+        let mut f = create(first)?;
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut n = 0u64;
+        loop {
+            let k = entry.read(&mut buf).map_err(|e| format!("the stream broke off in {name}: {e}"))?;
+            if k == 0 {
+                break;
+            }
+            h.update(&buf[..k]);
+            f.write_all(&buf[..k]).map_err(|e| format!("cannot write {}: {e}", first.path))?;
+            n += k as u64;
+        }
+        if crate::manifest::hex(&h.finalize()) != name || n != first.size {
+            return Err(format!("{}: its content's SHA-256 is another than its name says", first.path));
+        }
+        written += n;
+        for other in &targets[1..] {
+            let mut to = create(other)?;
+            let mut from = std::fs::File::open(at.join(&first.path)).map_err(|e| e.to_string())?;
+            written +=
+                std::io::copy(&mut from, &mut to).map_err(|e| format!("cannot write {}: {e}", other.path))?;
+        }
+    }
+    if let Some(missing) = paths.keys().find(|d| !arrived.contains(**d)) {
+        return Err(format!(
+            "the stream ended without {} of its files (first: {missing})",
+            paths.len() - arrived.len()
+        ));
+    }
+    for e in manifest.entries.iter().filter(|e| e.kind == Kind::Link) {
+        std::os::unix::fs::symlink(e.target.as_deref().unwrap_or_default(), at.join(&e.path))
+            .map_err(|err| format!("cannot link {}: {err}", e.path))?;
+    }
+    Ok(written)
 }
 
 #[cfg(test)]
@@ -579,7 +678,7 @@ mod tests {
 
     #[test]
     fn a_fetch_makes_the_same_tree_and_refuses_a_stream_that_lies() {
-        let (src, root, scratch, out) = (dir("fsrc"), dir("froot"), dir("fscratch"), dir("fout"));
+        let (src, root, out) = (dir("fsrc"), dir("froot"), dir("fout"));
         std::fs::create_dir_all(src.join("pkg")).unwrap();
         std::fs::write(src.join("pkg/__init__.py"), "X = 2\n").unwrap();
         std::fs::write(src.join("run.sh"), "echo hi\n").unwrap();
@@ -596,27 +695,27 @@ mod tests {
         let mut stream = Vec::new();
         assert_eq!(s.write_files("g", &info.id, &mut stream).unwrap(), 14);
         std::fs::create_dir_all(&out).unwrap();
-        unpack(p.manifest.clone(), &info.id, stream.as_slice(), &scratch, &out).unwrap();
+        assert_eq!(unpack(p.manifest.clone(), &info.id, stream.as_slice(), &out).unwrap(), 14);
         assert_eq!(std::fs::read_to_string(out.join("init.py")).unwrap(), "X = 2\n");
         let mode =
             std::os::unix::fs::PermissionsExt::mode(&out.join("run.sh").metadata().unwrap().permissions());
         assert_eq!(mode & 0o777, 0o755);
-        assert!(!scratch.exists(), "the scratch store goes");
+        let names: Vec<String> =
+            std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        assert!(!names.iter().any(|n| n.starts_with(".trainyard-fetch")), "the stage goes: {names:?}");
         // Another manifest under this id, a stream short of a file, a file whose content is another's.
         let other = dir("fother");
         let mut m = p.manifest.clone();
         m.entries.retain(|e| e.path != "run.sh");
         assert!(
-            unpack(m, &info.id, stream.as_slice(), &scratch, &other)
-                .unwrap_err()
-                .contains("not working directory")
+            unpack(m, &info.id, stream.as_slice(), &other).unwrap_err().contains("not working directory")
         );
-        let err = unpack(p.manifest.clone(), &info.id, &stream[..512], &scratch, &other).unwrap_err();
-        assert!(!other.join("pkg").exists(), "nothing made from a broken stream: {err}");
+        let err = unpack(p.manifest.clone(), &info.id, &stream[..512], &other).unwrap_err();
+        assert_eq!(std::fs::read_dir(&other).unwrap().count(), 0, "nothing made from a broken stream: {err}");
         let lie = String::from_utf8_lossy(&stream).replace("X = 2", "X = 3");
-        let err = unpack(p.manifest.clone(), &info.id, lie.as_bytes(), &scratch, &other).unwrap_err();
+        let err = unpack(p.manifest.clone(), &info.id, lie.as_bytes(), &other).unwrap_err();
         assert!(err.contains("SHA-256"), "{err}");
-        assert!(!other.join("pkg").exists());
+        assert_eq!(std::fs::read_dir(&other).unwrap().count(), 0);
         for d in [src, root, out, other] {
             let _ = std::fs::remove_dir_all(d);
         }

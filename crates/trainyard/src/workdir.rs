@@ -55,9 +55,8 @@ pub fn fetch(c: &Conn, id: &str, group: &str, into: &Path) -> CallResult<ExitCod
     let manifest: Manifest = serde_json::from_value(v["manifest"].clone())
         .map_err(|e| usage(format!("the server's answer has no manifest this client reads: {e}")))?;
     let files = c.download(&format!("/api/v1/workdirs/{id}/files?{query}"))?;
-    let scratch = std::env::temp_dir().join(format!("trainyard-fetch-{}", std::process::id()));
     let (entries, n) = (manifest.entries.len(), manifest.blobs().len());
-    let bytes = trainyard_workdir::store::unpack(manifest, id, files, &scratch, into)
+    let bytes = trainyard_workdir::store::unpack(manifest, id, files, into)
         .map_err(|e| usage(format!("working directory {id}: {e}")))?;
     eprintln!(
         "trainyard: working directory {} made at {}: {entries} entries, {n} distinct files, {} in {:.1} s",

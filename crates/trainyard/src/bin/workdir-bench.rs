@@ -131,6 +131,20 @@ fn summary(name: &str, v: &mut [f64]) -> f64 {
     mid
 }
 
+/// Regular files under `dir`.
+fn walk_files(dir: &Path) -> u64 {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let t = e.file_type().unwrap();
+        if t.is_dir() {
+            n += walk_files(&e.path());
+        } else if t.is_file() {
+            n += 1;
+        }
+    }
+    n
+}
+
 fn main() {
     let (files, mb, runs) = (arg("--files", 10_000), arg("--mb", 200), arg("--runs", 3).max(1));
     let root = std::env::temp_dir().join(format!("ty-workdir-bench-{}", std::process::id()));
@@ -181,6 +195,7 @@ fn main() {
     let e = format!("ssh {}", ssh.join(" "));
     let (mut ty1, mut ty2, mut tar1, mut tar2, mut rs1, mut rs2) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let mut fetch = vec![];
     let (mut tgz, mut rs_first, mut rs_again) = (0u64, 0u64, 0u64);
     let rsync_sent = |out: &str| -> u64 {
         out.lines()
@@ -218,6 +233,29 @@ fn main() {
         assert_eq!(took_in, distinct, "the server took in each distinct file once");
         ty2.push(submit());
         assert_eq!(received() - before, took_in, "nothing sent again");
+        // The copy a Kubernetes replica's init container makes: `trainyard workdir fetch` into an empty
+        // directory (every file checked against its digest, then made).
+        let mut r = api
+            .agent
+            .get(&format!("{}/api/v1/workdirs?projectGroup={g}", api.base))
+            .header("Authorization", &api.auth)
+            .call()
+            .unwrap();
+        let listed: serde_json::Value =
+            serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+        let id = listed["items"][0]["id"].as_str().expect("the group holds the working directory").to_owned();
+        let into = root.join(format!("fetch-{i}"));
+        let (t, _) = timed(
+            Command::new(&exe)
+                .args(["workdir", "fetch", &id, "--group", g, "--into"])
+                .arg(&into)
+                .env("TRAINYARD_SERVER", &api.base)
+                .env("TRAINYARD_TOKEN", &token),
+        );
+        fetch.push(t);
+        let made = walk_files(&into);
+        assert_eq!(made, files, "every file made");
+        let _ = std::fs::remove_dir_all(&into);
         // tar czf, then scp.
         let tgz_path = root.join("tree.tgz");
         let dest = root.join(format!("scp-{i}"));
@@ -258,6 +296,7 @@ fn main() {
     let t2 = summary("trainyard submit --workdir, again", &mut ty2);
     let s1 = summary("tar czf + scp, first", &mut tar1);
     summary("tar czf + scp, again", &mut tar2);
+    let f1 = summary("trainyard workdir fetch (a replica's copy)", &mut fetch);
     let r1 = summary("rsync -a over ssh, first", &mut rs1);
     let r2 = summary("rsync -a over ssh, again", &mut rs2);
     println!(
@@ -268,10 +307,12 @@ fn main() {
         "  bytes sent, again:  trainyard {manifest} (the manifest once), tar+scp {tgz}, rsync {rs_again}"
     );
     println!(
-        "  ratios (time): first, trainyard/tar+scp {:.2}, trainyard/rsync {:.2}; again, trainyard/rsync {:.2}",
+        "  ratios (time): first, trainyard/tar+scp {:.2}, trainyard/rsync {:.2}; again, trainyard/rsync {:.2}; \
+         fetch/rsync first {:.2}",
         t1 / s1,
         t1 / r1,
-        t2 / r2
+        t2 / r2,
+        f1 / r1
     );
     let _ = sshd.kill();
     let _ = server.kill();
