@@ -448,16 +448,7 @@ impl Store {
             }
             Ok(())
         };
-        let mkdir = |p: &Path| -> Result<(), String> {
-            use std::os::unix::fs::DirBuilderExt;
-            match std::fs::DirBuilder::new().mode(0o755).create(p) {
-                Ok(()) => own(p),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && !p.is_symlink() && p.is_dir() => {
-                    Ok(())
-                }
-                Err(e) => Err(format!("cannot create {}: {e}", p.display())),
-            }
-        };
+        let mkdir = |p: &Path| -> Result<(), String> { if make_dir(p)? { own(p) } else { Ok(()) } };
         mkdir(dst)?;
         let mut written = 0u64;
         let mut entries = m.entries.clone();
@@ -476,17 +467,10 @@ impl Store {
             match e.kind {
                 Kind::Dir => mkdir(&at)?,
                 Kind::File => {
-                    use std::os::unix::fs::OpenOptionsExt;
                     let digest = e.sha256.as_deref().unwrap_or_default();
                     let mut src = std::fs::File::open(self.blob(group, digest))
                         .map_err(|err| format!("{}: its content {digest} is gone: {err}", e.path))?;
-                    let mut f = std::fs::OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-                        .mode(if e.executable { 0o755 } else { 0o644 })
-                        .open(&at)
-                        .map_err(|err| format!("cannot create {}: {err}", at.display()))?;
+                    let mut f = new_file(&at, e.executable)?;
                     written += std::io::copy(&mut src, &mut f)
                         .map_err(|err| format!("cannot write {}: {err}", at.display()))?;
                     own(&at)?;
@@ -500,6 +484,28 @@ impl Store {
         }
         Ok(written)
     }
+}
+
+/// A directory of a tree being made (0755); an existing one (not a link) is fine. Ok: whether it was made.
+fn make_dir(p: &Path) -> Result<bool, String> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o755).create(p) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && !p.is_symlink() && p.is_dir() => Ok(false),
+        Err(e) => Err(format!("cannot create {}: {e}", p.display())),
+    }
+}
+
+/// A new file of a tree being made (0644, or 0755 when executable), never through a link or over anything.
+fn new_file(p: &Path, executable: bool) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .mode(if executable { 0o755 } else { 0o644 })
+        .open(p)
+        .map_err(|err| format!("cannot create {}: {err}", p.display()))
 }
 
 /// A fetched working directory made at `dst` (an empty directory, or none): `manifest` and its files as
@@ -543,16 +549,7 @@ pub fn unpack(manifest: Manifest, id: &str, files: impl Read, dst: &Path) -> Res
 
 /// The tree of a checked `manifest` at `at` (made here), its files from the tar stream `files`.
 fn make_tree(manifest: &Manifest, files: impl Read, at: &Path) -> Result<u64, String> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    let mkdir = |p: &Path| -> Result<(), String> {
-        match std::fs::DirBuilder::new().mode(0o755).create(p) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && !p.is_symlink() && p.is_dir() => {
-                Ok(())
-            }
-            Err(e) => Err(format!("cannot create {}: {e}", p.display())),
-        }
-    };
+    let mkdir = |p: &Path| make_dir(p).map(|_| ());
     mkdir(at)?;
     // Directories first (every path was checked plain: none leads out, none is a link yet).
     for e in &manifest.entries {
@@ -569,15 +566,7 @@ fn make_tree(manifest: &Manifest, files: impl Read, at: &Path) -> Result<u64, St
     for e in manifest.entries.iter().filter(|e| e.kind == Kind::File) {
         paths.entry(e.sha256.as_deref().unwrap_or_default()).or_default().push(e);
     }
-    let create = |e: &crate::manifest::Entry| {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .mode(if e.executable { 0o755 } else { 0o644 })
-            .open(at.join(&e.path))
-            .map_err(|err| format!("cannot create {}: {err}", e.path))
-    };
+    let create = |e: &crate::manifest::Entry| new_file(&at.join(&e.path), e.executable);
     let mut written = 0u64;
     let mut arrived = std::collections::BTreeSet::new();
     let mut archive = tar::Archive::new(files);
