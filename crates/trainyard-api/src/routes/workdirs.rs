@@ -374,13 +374,13 @@ pub async fn get_workdir_files(
     valid_id(&id)?;
     reader.may_read(&q.project_group, &id)?;
     let s = store(&state)?;
-    let (group, i) = (q.project_group.clone(), id.clone());
-    if !blocking(move || s.info(&group, &i).is_some()).await? {
+    let (probe, group, i) = (s.clone(), q.project_group.clone(), id.clone());
+    // Asked first, so that a working directory that is not there is a 404, not a stream that breaks off.
+    if !blocking(move || probe.info(&group, &i).is_some()).await? {
         return Err(ApiError::NotFoundWhat(
             "no such working directory in this project group (unused ones are collected)".into(),
         ));
     }
-    let s = store(&state)?;
     let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<axum::body::Bytes>>(8);
     let metrics = state.metrics.clone();
     tokio::task::spawn_blocking(move || {
